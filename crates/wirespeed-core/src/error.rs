@@ -1,0 +1,123 @@
+//! The one error taxonomy of wirespeed.
+//!
+//! Every failure on the request path is an [`Error`] with an [`ErrorKind`].
+//! The kind decides, in one place, whose fault it is and which status the
+//! client sees, so every front end reports the same failure the same way.
+
+use std::fmt;
+
+/// What went wrong, coarsely enough to pick a status code.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum ErrorKind {
+    /// The body is not valid JSON, or not the shape of message the endpoint takes.
+    MalformedRequest,
+    /// The request is well formed but does not fit the model: an unknown input
+    /// or output name, a wrong datatype, a shape that does not match.
+    InvalidInput,
+    /// No model of that name in the repository.
+    ModelNotFound,
+    /// The model exists but not in the requested version.
+    VersionNotFound,
+    /// The body is larger than the server accepts.
+    PayloadTooLarge,
+    /// No route for this path.
+    RouteNotFound,
+    /// The route exists but not for this HTTP method.
+    MethodNotAllowed,
+    /// A feature of the protocol this server does not implement.
+    Unsupported,
+    /// Our fault: a bug or a failed resource. Its message is never shown to
+    /// the client.
+    Internal,
+}
+
+impl ErrorKind {
+    /// Whether the client caused it (and so may be told exactly why).
+    pub const fn is_client_error(self) -> bool {
+        !matches!(self, ErrorKind::Internal)
+    }
+
+    /// The HTTP status for this kind.
+    pub const fn http_status(self) -> u16 {
+        match self {
+            ErrorKind::MalformedRequest | ErrorKind::InvalidInput | ErrorKind::Unsupported => 400,
+            ErrorKind::ModelNotFound | ErrorKind::VersionNotFound | ErrorKind::RouteNotFound => 404,
+            ErrorKind::MethodNotAllowed => 405,
+            ErrorKind::PayloadTooLarge => 413,
+            ErrorKind::Internal => 500,
+        }
+    }
+}
+
+/// A failure with a message written for the person who sent the request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Error {
+    kind: ErrorKind,
+    message: String,
+}
+
+impl Error {
+    /// An error of `kind` with `message`.
+    pub fn new(kind: ErrorKind, message: impl Into<String>) -> Error {
+        Error { kind, message: message.into() }
+    }
+
+    /// Shorthand for [`ErrorKind::MalformedRequest`].
+    pub fn malformed(message: impl Into<String>) -> Error {
+        Error::new(ErrorKind::MalformedRequest, message)
+    }
+
+    /// Shorthand for [`ErrorKind::InvalidInput`].
+    pub fn invalid_input(message: impl Into<String>) -> Error {
+        Error::new(ErrorKind::InvalidInput, message)
+    }
+
+    /// Shorthand for [`ErrorKind::Internal`].
+    pub fn internal(message: impl Into<String>) -> Error {
+        Error::new(ErrorKind::Internal, message)
+    }
+
+    /// The kind.
+    pub fn kind(&self) -> ErrorKind {
+        self.kind
+    }
+
+    /// The full message, for logs.
+    pub fn message(&self) -> &str {
+        &self.message
+    }
+
+    /// The message the client may see: the full message for client errors,
+    /// a generic one for ours, so internals never leak.
+    pub fn public_message(&self) -> &str {
+        if self.kind.is_client_error() {
+            &self.message
+        } else {
+            "internal server error; the server log has the details"
+        }
+    }
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl std::error::Error for Error {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn internal_errors_hide_their_message_from_clients() {
+        let e = Error::internal("thread pool poisoned at src/x.rs:10");
+        assert_eq!(e.kind().http_status(), 500);
+        assert!(!e.public_message().contains("src/x.rs"));
+        let e = Error::invalid_input("input 'x' has datatype FP64, expected FP32");
+        assert_eq!(e.kind().http_status(), 400);
+        assert_eq!(e.public_message(), e.message());
+    }
+}

@@ -1,0 +1,32 @@
+//! The vocabulary of wirespeed: tensors and their datatypes, inference
+//! requests and responses, the [`Model`] trait every backend implements, and
+//! the one [`Error`] taxonomy every front end maps to its status codes.
+//!
+//! This crate is plain data and traits: no async runtime, no HTTP, no codec.
+//!
+//! ```
+//! use wirespeed_core::{DataType, ModelMetadata, Tensor, TensorData, TensorSpec};
+//!
+//! let metadata = ModelMetadata {
+//!     name: "titanic".into(),
+//!     versions: vec!["1".into()],
+//!     platform: "xgboost_json".into(),
+//!     inputs: vec![TensorSpec { name: "features".into(), datatype: DataType::Fp32, shape: vec![-1, 12] }],
+//!     outputs: vec![],
+//! };
+//! let row = Tensor { name: "features".into(), shape: vec![1, 12], data: TensorData::Fp32(vec![0.0; 12]) };
+//! assert!(metadata.check_inputs(&[row]).is_ok());
+//! ```
+
+mod datatype;
+mod error;
+mod infer;
+mod model;
+mod tensor;
+
+pub use datatype::{DataType, UnknownDataType};
+pub use error::{Error, ErrorKind};
+pub use half::{bf16, f16};
+pub use infer::{InferRequest, InferResponse, ParameterValue, Parameters, RequestedOutput};
+pub use model::{format_shape, Model, ModelMetadata, TensorSpec};
+pub use tensor::{element_count, Tensor, TensorData};

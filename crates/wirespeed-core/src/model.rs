@@ -1,0 +1,198 @@
+//! What a model declares about itself, and the trait every backend implements.
+
+use crate::{DataType, Error, Tensor};
+
+/// The name, datatype and shape of one input or output, as model metadata
+/// reports it. A dimension of `-1` takes any size.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TensorSpec {
+    /// The tensor's name.
+    pub name: String,
+    /// Its element type.
+    pub datatype: DataType,
+    /// Its dimensions; `-1` for a variable one.
+    pub shape: Vec<i64>,
+}
+
+impl TensorSpec {
+    /// Whether a concrete `shape` fits this spec.
+    pub fn accepts_shape(&self, shape: &[usize]) -> bool {
+        self.shape.len() == shape.len()
+            && self.shape.iter().zip(shape).all(|(&want, &got)| want < 0 || want as u64 == got as u64)
+    }
+
+    /// The spec's shape as the protocol prints it, e.g. `[-1, 12]`.
+    pub fn shape_display(&self) -> String {
+        format_shape(&self.shape)
+    }
+}
+
+/// Formats a shape the way the protocol writes it: `[2, 3]`.
+pub fn format_shape<T: std::fmt::Display>(shape: &[T]) -> String {
+    let dims: Vec<String> = shape.iter().map(|d| d.to_string()).collect();
+    format!("[{}]", dims.join(", "))
+}
+
+/// A model's metadata, as `GET /v2/models/{name}` returns it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ModelMetadata {
+    /// The model's name in the repository.
+    pub name: String,
+    /// The versions served.
+    pub versions: Vec<String>,
+    /// The framework, e.g. `xgboost_json`.
+    pub platform: String,
+    /// The inputs the model takes, all required.
+    pub inputs: Vec<TensorSpec>,
+    /// The outputs the model can produce.
+    pub outputs: Vec<TensorSpec>,
+}
+
+impl ModelMetadata {
+    /// Checks request inputs against the declared ones: every declared input
+    /// present once, no unknown name, the right datatype, a fitting shape.
+    pub fn check_inputs(&self, inputs: &[Tensor]) -> Result<(), Error> {
+        for (i, input) in inputs.iter().enumerate() {
+            let Some(spec) = self.inputs.iter().find(|s| s.name == input.name) else {
+                let expected: Vec<&str> = self.inputs.iter().map(|s| s.name.as_str()).collect();
+                return Err(Error::invalid_input(format!(
+                    "unexpected input '{}' for model '{}'; it takes {}",
+                    input.name,
+                    self.name,
+                    quoted_list(&expected)
+                )));
+            };
+            if inputs[..i].iter().any(|earlier| earlier.name == input.name) {
+                return Err(Error::invalid_input(format!("input '{}' is given more than once", input.name)));
+            }
+            if input.datatype() != spec.datatype {
+                return Err(Error::invalid_input(format!(
+                    "input '{}' has datatype {}, but model '{}' expects {}",
+                    input.name,
+                    input.datatype(),
+                    self.name,
+                    spec.datatype
+                )));
+            }
+            if !spec.accepts_shape(&input.shape) {
+                return Err(Error::invalid_input(format!(
+                    "input '{}' has shape {}, but model '{}' expects {}",
+                    input.name,
+                    format_shape(&input.shape),
+                    self.name,
+                    spec.shape_display()
+                )));
+            }
+        }
+        if let Some(missing) = self.inputs.iter().find(|s| !inputs.iter().any(|t| t.name == s.name)) {
+            return Err(Error::invalid_input(format!(
+                "model '{}' needs input '{}' ({} {}), which the request does not give",
+                self.name,
+                missing.name,
+                missing.datatype,
+                missing.shape_display()
+            )));
+        }
+        Ok(())
+    }
+
+    /// Resolves requested output names to indices into `outputs`; no names
+    /// means every output, in declaration order.
+    pub fn resolve_outputs<'a>(&self, names: impl IntoIterator<Item = &'a str>) -> Result<Vec<usize>, Error> {
+        let mut indices = Vec::new();
+        for name in names {
+            let Some(index) = self.outputs.iter().position(|s| s.name == name) else {
+                let known: Vec<&str> = self.outputs.iter().map(|s| s.name.as_str()).collect();
+                return Err(Error::invalid_input(format!(
+                    "unknown output '{}' requested from model '{}'; it produces {}",
+                    name,
+                    self.name,
+                    quoted_list(&known)
+                )));
+            };
+            if indices.contains(&index) {
+                return Err(Error::invalid_input(format!("output '{name}' is requested more than once")));
+            }
+            indices.push(index);
+        }
+        if indices.is_empty() {
+            indices.extend(0..self.outputs.len());
+        }
+        Ok(indices)
+    }
+}
+
+fn quoted_list(names: &[&str]) -> String {
+    let quoted: Vec<String> = names.iter().map(|n| format!("'{n}'")).collect();
+    quoted.join(", ")
+}
+
+/// A loaded model that can run inference.
+///
+/// Implementations are shared across requests and threads. `infer` is
+/// synchronous and CPU-bound; the server decides where it runs.
+pub trait Model: Send + Sync {
+    /// What the model takes and produces.
+    fn metadata(&self) -> &ModelMetadata;
+
+    /// Runs the model. `inputs` have passed [`ModelMetadata::check_inputs`];
+    /// `outputs` are indices into `metadata().outputs`, in the order the
+    /// result must follow.
+    fn infer(&self, inputs: &[Tensor], outputs: &[usize]) -> Result<Vec<Tensor>, Error>;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::TensorData;
+
+    fn titanic() -> ModelMetadata {
+        let spec = |name: &str, shape: Vec<i64>| TensorSpec { name: name.into(), datatype: DataType::Fp32, shape };
+        ModelMetadata {
+            name: "titanic".into(),
+            versions: vec!["1".into()],
+            platform: "xgboost_json".into(),
+            inputs: vec![spec("features", vec![-1, 12])],
+            outputs: vec![spec("probability", vec![-1]), spec("margin", vec![-1])],
+        }
+    }
+
+    fn features(shape: Vec<usize>, data: TensorData) -> Tensor {
+        Tensor { name: "features".into(), shape, data }
+    }
+
+    #[test]
+    fn a_fitting_input_passes() {
+        let t = features(vec![2, 12], TensorData::Fp32(vec![0.0; 24]));
+        assert_eq!(titanic().check_inputs(&[t]), Ok(()));
+    }
+
+    #[test]
+    fn mismatches_are_named_precisely() {
+        let m = titanic();
+        let wrong_dt = features(vec![1, 12], TensorData::Fp64(vec![0.0; 12]));
+        let msg = m.check_inputs(&[wrong_dt]).unwrap_err().to_string();
+        assert!(msg.contains("FP64") && msg.contains("expects FP32"), "{msg}");
+
+        let wrong_shape = features(vec![1, 11], TensorData::Fp32(vec![0.0; 11]));
+        let msg = m.check_inputs(&[wrong_shape]).unwrap_err().to_string();
+        assert!(msg.contains("[1, 11]") && msg.contains("[-1, 12]"), "{msg}");
+
+        let mut wrong_name = features(vec![1, 12], TensorData::Fp32(vec![0.0; 12]));
+        wrong_name.name = "x".into();
+        let msg = m.check_inputs(&[wrong_name]).unwrap_err().to_string();
+        assert!(msg.contains("unexpected input 'x'") && msg.contains("'features'"), "{msg}");
+
+        let msg = m.check_inputs(&[]).unwrap_err().to_string();
+        assert!(msg.contains("needs input 'features'"), "{msg}");
+    }
+
+    #[test]
+    fn outputs_resolve_in_request_order_or_all() {
+        let m = titanic();
+        assert_eq!(m.resolve_outputs([]), Ok(vec![0, 1]));
+        assert_eq!(m.resolve_outputs(["margin"]), Ok(vec![1]));
+        assert!(m.resolve_outputs(["nope"]).is_err());
+        assert!(m.resolve_outputs(["margin", "margin"]).is_err());
+    }
+}
