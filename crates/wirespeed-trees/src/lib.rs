@@ -1,1 +1,30 @@
-//! placeholder
+//! The tree-ensemble runtime of wirespeed: XGBoost models loaded and
+//! predicted in-process, in pure Rust, with no libxgboost and no Python.
+//!
+//! Predictions reproduce XGBoost's own float arithmetic: splits compare
+//! `f32` feature values with `x < threshold`, NaN is missing and follows
+//! `default_left`, each row's margin starts at the objective's transform of
+//! `base_score` and adds the trees in model order.
+//!
+//! ```
+//! let model = r#"{"learner": {
+//!     "learner_model_param": {"base_score": "5E-1", "num_class": "0", "num_feature": "1"},
+//!     "objective": {"name": "binary:logistic"},
+//!     "gradient_booster": {"name": "gbtree", "model": {"tree_info": [0], "trees": [{
+//!         "left_children": [1, -1, -1], "right_children": [2, -1, -1],
+//!         "split_indices": [0, 0, 0], "split_conditions": [0.5, -1.0, 1.0],
+//!         "default_left": [1, 0, 0], "tree_param": {"num_nodes": "3"}}]}}}}"#;
+//! let ensemble = wirespeed_trees::parse_xgboost_json(model.as_bytes()).unwrap();
+//! let p = ensemble.predict(&[0.0, 1.0, f32::NAN]);
+//! assert!(p[0] < 0.5 && p[1] > 0.5 && p[2] == p[0]);
+//! ```
+
+mod ensemble;
+mod error;
+mod objective;
+mod xgboost;
+
+pub use ensemble::TreeEnsemble;
+pub use error::LoadError;
+pub use objective::Objective;
+pub use xgboost::{load_xgboost_json, parse_xgboost_json};

@@ -1,0 +1,150 @@
+//! Learning objectives: how a summed margin becomes a prediction, and how the
+//! model's `base_score` becomes the starting margin.
+
+use crate::LoadError;
+
+/// The objectives this runtime reproduces exactly.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Objective {
+    /// Sigmoid of the margin.
+    BinaryLogistic,
+    /// The margin itself.
+    BinaryLogitRaw,
+    /// The margin itself.
+    RegSquaredError,
+    /// Sigmoid of the margin.
+    RegLogistic,
+    /// Softmax over the class margins: one probability per class.
+    MultiSoftprob,
+    /// The index of the largest class margin.
+    MultiSoftmax,
+}
+
+impl Objective {
+    /// Parses XGBoost's objective name.
+    pub fn from_xgboost_name(name: &str) -> Result<Objective, LoadError> {
+        Ok(match name {
+            "binary:logistic" => Objective::BinaryLogistic,
+            "binary:logitraw" => Objective::BinaryLogitRaw,
+            "reg:squarederror" | "reg:linear" => Objective::RegSquaredError,
+            "reg:logistic" => Objective::RegLogistic,
+            "multi:softprob" => Objective::MultiSoftprob,
+            "multi:softmax" => Objective::MultiSoftmax,
+            other => {
+                return Err(LoadError::unsupported(format!(
+                    "objective '{other}' is not supported; supported: binary:logistic, binary:logitraw, \
+                     reg:squarederror, reg:logistic, multi:softprob, multi:softmax"
+                )))
+            }
+        })
+    }
+
+    /// XGBoost's spelling.
+    pub fn name(self) -> &'static str {
+        match self {
+            Objective::BinaryLogistic => "binary:logistic",
+            Objective::BinaryLogitRaw => "binary:logitraw",
+            Objective::RegSquaredError => "reg:squarederror",
+            Objective::RegLogistic => "reg:logistic",
+            Objective::MultiSoftprob => "multi:softprob",
+            Objective::MultiSoftmax => "multi:softmax",
+        }
+    }
+
+    /// Whether the objective classifies into several classes.
+    pub fn is_multiclass(self) -> bool {
+        matches!(self, Objective::MultiSoftprob | Objective::MultiSoftmax)
+    }
+
+    /// The starting margin for a `base_score` given in prediction space
+    /// (XGBoost's `ProbToMargin`): the logit for the logistic objectives,
+    /// including `binary:logitraw`, which shares their loss.
+    pub fn base_margin(self, base_score: f32) -> f32 {
+        match self {
+            Objective::BinaryLogistic | Objective::RegLogistic | Objective::BinaryLogitRaw => {
+                -((1.0 / base_score) - 1.0).ln()
+            }
+            Objective::RegSquaredError | Objective::MultiSoftprob | Objective::MultiSoftmax => base_score,
+        }
+    }
+
+    /// How many values the prediction has per row, for `groups` margins per row.
+    pub fn prediction_width(self, groups: usize) -> usize {
+        match self {
+            Objective::MultiSoftmax => 1,
+            _ => groups,
+        }
+    }
+
+    /// Turns one row's margins into its prediction, written to `out`
+    /// (`prediction_width` values). Arithmetic follows XGBoost's, in `f32`.
+    pub fn transform_row(self, margins: &[f32], out: &mut [f32]) {
+        match self {
+            Objective::BinaryLogistic | Objective::RegLogistic => {
+                for (o, &m) in out.iter_mut().zip(margins) {
+                    *o = sigmoid(m);
+                }
+            }
+            Objective::BinaryLogitRaw | Objective::RegSquaredError => out.copy_from_slice(margins),
+            Objective::MultiSoftprob => softmax(margins, out),
+            Objective::MultiSoftmax => {
+                // The first maximum wins, as in XGBoost.
+                let mut best = 0;
+                for (k, &m) in margins.iter().enumerate() {
+                    if m > margins[best] {
+                        best = k;
+                    }
+                }
+                out[0] = best as f32;
+            }
+        }
+    }
+}
+
+fn sigmoid(x: f32) -> f32 {
+    1.0 / (1.0 + (-x).exp())
+}
+
+fn softmax(margins: &[f32], out: &mut [f32]) {
+    let max = margins.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    let mut sum = 0.0f64;
+    for (o, &m) in out.iter_mut().zip(margins) {
+        *o = (m - max).exp();
+        sum += f64::from(*o);
+    }
+    let sum = sum as f32;
+    for o in out.iter_mut() {
+        *o /= sum;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn logistic_base_margin_inverts_the_sigmoid() {
+        let m = Objective::BinaryLogistic.base_margin(0.25);
+        let mut p = [0.0];
+        Objective::BinaryLogistic.transform_row(&[m], &mut p);
+        assert!((p[0] - 0.25).abs() < 1e-6);
+        assert_eq!(Objective::BinaryLogistic.base_margin(0.5), 0.0);
+    }
+
+    #[test]
+    fn softmax_sums_to_one_and_argmax_picks_the_first_maximum() {
+        let mut p = [0.0; 3];
+        Objective::MultiSoftprob.transform_row(&[1.0, 2.0, 3.0], &mut p);
+        assert!((p.iter().sum::<f32>() - 1.0).abs() < 1e-6);
+        assert!(p[2] > p[1] && p[1] > p[0]);
+        let mut c = [0.0];
+        Objective::MultiSoftmax.transform_row(&[0.5, 2.0, 2.0], &mut c);
+        assert_eq!(c[0], 1.0);
+    }
+
+    #[test]
+    fn unknown_objectives_are_refused_by_name() {
+        let e = Objective::from_xgboost_name("rank:pairwise").unwrap_err().to_string();
+        assert!(e.contains("rank:pairwise"), "{e}");
+    }
+}

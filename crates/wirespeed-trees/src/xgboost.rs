@@ -1,0 +1,301 @@
+//! Loading XGBoost's JSON model format (`Booster.save_model("model.json")`,
+//! schema versions 1.0 to 3.x) into a [`TreeEnsemble`].
+//!
+//! The loader refuses what it cannot reproduce exactly (dart, gblinear,
+//! categorical splits, multi-target trees, other objectives) instead of
+//! mispredicting, and checks every index so prediction needs no bounds
+//! logic of its own.
+
+use std::path::Path;
+
+use serde::Deserialize;
+
+use crate::ensemble::{Node, TreeEnsemble};
+use crate::{LoadError, Objective};
+
+#[derive(Deserialize)]
+struct ModelFile {
+    learner: Learner,
+}
+
+#[derive(Deserialize)]
+struct Learner {
+    learner_model_param: LearnerModelParam,
+    objective: ObjectiveSection,
+    gradient_booster: GradientBooster,
+}
+
+#[derive(Deserialize)]
+struct LearnerModelParam {
+    base_score: String,
+    num_class: String,
+    num_feature: String,
+    #[serde(default)]
+    num_target: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct ObjectiveSection {
+    name: String,
+}
+
+#[derive(Deserialize)]
+struct GradientBooster {
+    name: String,
+    #[serde(default)]
+    model: Option<GbTreeModel>,
+}
+
+#[derive(Deserialize)]
+struct GbTreeModel {
+    trees: Vec<TreeSection>,
+    tree_info: Vec<i64>,
+}
+
+/// XGBoost writes `default_left` as integers (1.x to 2.x) or bools.
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum Flag {
+    Bool(bool),
+    Int(i64),
+}
+
+impl Flag {
+    fn is_set(&self) -> bool {
+        match *self {
+            Flag::Bool(b) => b,
+            Flag::Int(i) => i != 0,
+        }
+    }
+}
+
+#[derive(Deserialize)]
+struct TreeSection {
+    left_children: Vec<i64>,
+    right_children: Vec<i64>,
+    split_indices: Vec<i64>,
+    split_conditions: Vec<f32>,
+    default_left: Vec<Flag>,
+    #[serde(default)]
+    split_type: Vec<i64>,
+    #[serde(default)]
+    categories_nodes: Vec<i64>,
+    tree_param: TreeParam,
+}
+
+#[derive(Deserialize)]
+struct TreeParam {
+    num_nodes: String,
+    #[serde(default)]
+    size_leaf_vector: Option<String>,
+}
+
+/// Loads an XGBoost JSON model file.
+pub fn load_xgboost_json(path: impl AsRef<Path>) -> Result<TreeEnsemble, LoadError> {
+    parse_xgboost_json(&std::fs::read(path)?)
+}
+
+/// Parses an XGBoost JSON model from memory.
+pub fn parse_xgboost_json(bytes: &[u8]) -> Result<TreeEnsemble, LoadError> {
+    let file: ModelFile = serde_json::from_slice(bytes).map_err(|e| LoadError::format(e.to_string()))?;
+    let learner = file.learner;
+    let param = &learner.learner_model_param;
+
+    let booster = &learner.gradient_booster;
+    if booster.name != "gbtree" {
+        return Err(LoadError::unsupported(format!(
+            "booster '{}' is not supported; only 'gbtree' is (dart and gblinear are refused rather than mispredicted)",
+            booster.name
+        )));
+    }
+    let model = booster.model.as_ref().ok_or_else(|| LoadError::format("gbtree booster has no 'model'"))?;
+
+    let objective = Objective::from_xgboost_name(&learner.objective.name)?;
+    let num_features: usize = parse_param("num_feature", &param.num_feature)?;
+    let num_class: usize = parse_param("num_class", &param.num_class)?;
+    if let Some(t) = &param.num_target {
+        let num_target: usize = parse_param("num_target", t)?;
+        if num_target > 1 {
+            return Err(LoadError::unsupported(format!("multi-target models (num_target = {num_target}) are not supported")));
+        }
+    }
+    if num_features == 0 || num_features >= (1 << 31) {
+        return Err(LoadError::format(format!("num_feature is {num_features}")));
+    }
+    let groups = if objective.is_multiclass() {
+        if num_class < 2 {
+            return Err(LoadError::format(format!("objective {} with num_class = {num_class}", objective.name())));
+        }
+        num_class
+    } else {
+        if num_class > 1 {
+            return Err(LoadError::format(format!("objective {} with num_class = {num_class}", objective.name())));
+        }
+        1
+    };
+    let base_margins = base_margins(&param.base_score, objective, groups)?;
+
+    if model.tree_info.len() != model.trees.len() {
+        return Err(LoadError::format(format!(
+            "tree_info has {} entries for {} trees",
+            model.tree_info.len(),
+            model.trees.len()
+        )));
+    }
+
+    let mut nodes = Vec::new();
+    let mut roots = Vec::with_capacity(model.trees.len());
+    let mut tree_groups = Vec::with_capacity(model.trees.len());
+    for (t, (tree, &group)) in model.trees.iter().zip(&model.tree_info).enumerate() {
+        if group < 0 || group as usize >= groups {
+            return Err(LoadError::format(format!("tree {t} adds to group {group}, but the model has {groups}")));
+        }
+        let root = u32::try_from(nodes.len()).ok().filter(|&r| r < (1 << 31));
+        let root = root.ok_or_else(|| LoadError::unsupported("more than 2^31 nodes"))?;
+        flatten_tree(t, tree, num_features, &mut nodes)?;
+        roots.push(root);
+        tree_groups.push(group as u32);
+    }
+    Ok(TreeEnsemble::new(nodes, roots, tree_groups, base_margins, num_features, objective))
+}
+
+fn parse_param<T: std::str::FromStr>(name: &str, value: &str) -> Result<T, LoadError> {
+    value.trim().parse().map_err(|_| LoadError::format(format!("learner_model_param.{name} is '{value}'")))
+}
+
+/// `base_score` is a number in prediction space, written `"5E-1"`, or from
+/// XGBoost 3.1 on, a bracketed list with one value per group.
+fn base_margins(text: &str, objective: Objective, groups: usize) -> Result<Vec<f32>, LoadError> {
+    let inner = text.trim().trim_start_matches('[').trim_end_matches(']');
+    let scores = inner
+        .split(',')
+        .map(|s| parse_param::<f32>("base_score", s))
+        .collect::<Result<Vec<f32>, _>>()?;
+    let scores = match scores.len() {
+        1 => vec![scores[0]; groups],
+        n if n == groups => scores,
+        n => return Err(LoadError::format(format!("base_score has {n} values for {groups} groups"))),
+    };
+    let logistic = matches!(objective, Objective::BinaryLogistic | Objective::RegLogistic | Objective::BinaryLogitRaw);
+    if logistic && scores.iter().any(|&s| !(s > 0.0 && s < 1.0)) {
+        return Err(LoadError::format(format!("base_score {text} is outside (0, 1) for {}", objective.name())));
+    }
+    Ok(scores.into_iter().map(|s| objective.base_margin(s)).collect())
+}
+
+/// Appends tree `t`'s nodes to `nodes`, with child indices made absolute,
+/// after checking that they form one tree rooted at node 0.
+fn flatten_tree(t: usize, tree: &TreeSection, num_features: usize, nodes: &mut Vec<Node>) -> Result<(), LoadError> {
+    let n: usize = parse_param("num_nodes", &tree.tree_param.num_nodes)?;
+    if let Some(size) = &tree.tree_param.size_leaf_vector {
+        if parse_param::<usize>("size_leaf_vector", size)? > 1 {
+            return Err(LoadError::unsupported("multi-target trees (vector leaves) are not supported"));
+        }
+    }
+    if tree.split_type.iter().any(|&s| s != 0) || !tree.categories_nodes.is_empty() {
+        return Err(LoadError::unsupported(format!(
+            "tree {t} has categorical splits, which this runtime does not support yet"
+        )));
+    }
+    let lengths = [
+        ("left_children", tree.left_children.len()),
+        ("right_children", tree.right_children.len()),
+        ("split_indices", tree.split_indices.len()),
+        ("split_conditions", tree.split_conditions.len()),
+        ("default_left", tree.default_left.len()),
+    ];
+    if n == 0 {
+        return Err(LoadError::format(format!("tree {t} has no nodes")));
+    }
+    if let Some((field, len)) = lengths.iter().find(|(_, len)| *len != n) {
+        return Err(LoadError::format(format!("tree {t}: {field} has {len} entries for {n} nodes")));
+    }
+
+    // Every node reachable from the root exactly once: a tree, so
+    // prediction terminates.
+    let mut seen = vec![false; n];
+    let mut stack = vec![0usize];
+    seen[0] = true;
+    let offset = nodes.len();
+    let mut flat = vec![Node::leaf(0.0); n];
+    while let Some(i) = stack.pop() {
+        let (left, right) = (tree.left_children[i], tree.right_children[i]);
+        if left == -1 {
+            if right != -1 {
+                return Err(LoadError::format(format!("tree {t} node {i} has a right child but no left one")));
+            }
+            flat[i] = Node::leaf(tree.split_conditions[i]);
+            continue;
+        }
+        let feature = tree.split_indices[i];
+        if feature < 0 || feature as usize >= num_features {
+            return Err(LoadError::format(format!(
+                "tree {t} node {i} splits on feature {feature}, but the model has {num_features}"
+            )));
+        }
+        for child in [left, right] {
+            if child <= 0 || child as usize >= n || seen[child as usize] {
+                return Err(LoadError::format(format!("tree {t} node {i} has an invalid child {child}")));
+            }
+            seen[child as usize] = true;
+            stack.push(child as usize);
+        }
+        let abs = |c: i64| (offset + c as usize) as u32;
+        flat[i] = Node::split(
+            feature as u32,
+            tree.split_conditions[i],
+            tree.default_left[i].is_set(),
+            abs(left),
+            abs(right),
+        );
+    }
+    nodes.extend(flat);
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn model(objective: &str, num_class: u32, tree: &str, tree_info: &str) -> String {
+        format!(
+            r#"{{"learner":{{"learner_model_param":{{"base_score":"5E-1","num_class":"{num_class}","num_feature":"2"}},
+            "objective":{{"name":"{objective}"}},
+            "gradient_booster":{{"name":"gbtree","model":{{"trees":[{tree}],"tree_info":{tree_info}}}}}}}}}"#
+        )
+    }
+
+    const STUMP: &str = r#"{"left_children":[1,-1,-1],"right_children":[2,-1,-1],"split_indices":[1,0,0],
+        "split_conditions":[0.5,-0.25,0.75],"default_left":[1,0,0],"tree_param":{"num_nodes":"3"}}"#;
+
+    #[test]
+    fn a_stump_predicts_with_the_logit_base_score() {
+        let e = parse_xgboost_json(model("binary:logitraw", 0, STUMP, "[0]").as_bytes()).unwrap();
+        assert_eq!(e.predict(&[0.0, 0.0]), vec![-0.25]);
+        assert_eq!(e.predict(&[0.0, 1.0]), vec![0.75]);
+        assert_eq!(e.predict(&[0.0, f32::NAN]), vec![-0.25]);
+    }
+
+    #[test]
+    fn unsupported_features_are_refused_by_name() {
+        let dart = r#"{"learner":{"learner_model_param":{"base_score":"5E-1","num_class":"0","num_feature":"2"},
+            "objective":{"name":"binary:logistic"},"gradient_booster":{"name":"dart","gbtree":{}}}}"#;
+        let e = parse_xgboost_json(dart.as_bytes()).unwrap_err().to_string();
+        assert!(e.contains("'dart'"), "{e}");
+
+        let categorical = STUMP.replace(r#""tree_param""#, r#""split_type":[1,0,0],"tree_param""#);
+        let e = parse_xgboost_json(model("binary:logistic", 0, &categorical, "[0]").as_bytes()).unwrap_err();
+        assert!(e.to_string().contains("categorical"), "{e}");
+    }
+
+    #[test]
+    fn corrupt_trees_are_refused_not_trusted() {
+        for (from, to) in [("[1,-1,-1]", "[1,-1,7]"), ("[2,-1,-1]", "[1,-1,-1]"), ("[1,0,0]", "[5,0,0]")] {
+            let bad = STUMP.replacen(from, to, 1);
+            let r = parse_xgboost_json(model("binary:logistic", 0, &bad, "[0]").as_bytes());
+            assert!(matches!(r, Err(LoadError::Format(_))), "{from} -> {to}");
+        }
+        let r = parse_xgboost_json(model("binary:logistic", 0, STUMP, "[3]").as_bytes());
+        assert!(r.is_err());
+    }
+}
