@@ -1,1 +1,122 @@
-fn main() {}
+//! The `wirespeed` command: flags in, the server library called.
+
+mod predict;
+
+use std::net::SocketAddr;
+use std::io::IsTerminal;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::Context;
+use clap::{Args, Parser, Subcommand};
+use tracing_subscriber::EnvFilter;
+use wirespeed_server::{ModelRepository, Server, ServerConfig};
+
+/// A model server whose request path runs at wire speed.
+#[derive(Parser)]
+#[command(name = "wirespeed", version, about)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Serve a model repository over the Open Inference Protocol (KServe V2) REST API.
+    Serve(ServeArgs),
+    /// Predict rows from a CSV file with a tree model, offline, and print one line per row.
+    Predict(predict::PredictArgs),
+}
+
+#[derive(Args)]
+struct ServeArgs {
+    /// The model repository: one folder per model, each with a config.toml.
+    #[arg(long, env = "WIRESPEED_MODELS", default_value = "models")]
+    models: PathBuf,
+
+    /// The address the REST API listens on. Port 0 picks a free port.
+    #[arg(long, env = "WIRESPEED_HTTP", default_value = "127.0.0.1:8000")]
+    http: SocketAddr,
+
+    /// The log filter: error, warn, info, debug, trace, or a tracing directive
+    /// such as `wirespeed_server=debug`.
+    #[arg(long, env = "WIRESPEED_LOG_LEVEL", default_value = "info")]
+    log_level: String,
+
+    /// The largest request body accepted, in bytes.
+    #[arg(long, env = "WIRESPEED_MAX_BODY_BYTES", default_value_t = 64 * 1024 * 1024)]
+    max_body_bytes: usize,
+
+    /// Validate the model repository, print what it serves, and exit.
+    #[arg(long, env = "WIRESPEED_CHECK")]
+    check: bool,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Serve(args) => serve(args),
+        Command::Predict(args) => predict::run(&args),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn serve(args: ServeArgs) -> anyhow::Result<()> {
+    let filter = EnvFilter::try_new(&args.log_level)
+        .with_context(|| format!("invalid --log-level '{}'", args.log_level))?;
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
+        .init();
+
+    if args.check {
+        let repository = ModelRepository::load(&args.models).context("model repository check failed")?;
+        for (name, model) in repository.models() {
+            let m = model.metadata();
+            println!("ok  {name} (version {}, {})", m.versions.join(", "), m.platform);
+        }
+        return Ok(());
+    }
+
+    let config = ServerConfig {
+        models_dir: args.models,
+        http_addr: args.http,
+        max_body_bytes: args.max_body_bytes,
+        ..ServerConfig::default()
+    };
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    runtime.block_on(async {
+        let server = Server::bind(&config).await?;
+        server.serve(shutdown_signal()).await;
+        anyhow::Ok(())
+    })
+}
+
+/// Resolves on the first SIGINT or SIGTERM.
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let terminate = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let terminate = std::future::pending::<()>();
+    tokio::select! {
+        () = ctrl_c => {},
+        () = terminate => {},
+    }
+}

@@ -1,0 +1,36 @@
+//! `GET /v2` and `GET /v2/models/{name}[/versions/{v}]`.
+
+use hyper::Response;
+use serde_json::{json, Value};
+use wirespeed_core::{Error, TensorSpec};
+
+use super::response::{self, Body};
+use super::router::ModelRef;
+use crate::AppState;
+
+/// The protocol extensions this server implements, as `GET /v2` lists them.
+pub(crate) const EXTENSIONS: &[&str] = &[];
+
+/// Server metadata: name, version and extensions.
+pub(crate) fn server() -> Response<Body> {
+    response::json_value(&json!({
+        "name": "wirespeed",
+        "version": env!("CARGO_PKG_VERSION"),
+        "extensions": EXTENSIONS,
+    }))
+}
+
+/// A model's metadata: its versions, platform, inputs and outputs.
+pub(crate) fn model(state: &AppState, model: ModelRef<'_>) -> Result<Response<Body>, Error> {
+    let metadata = state.repository.get(model.name, model.version)?.metadata();
+    let tensors = |specs: &[TensorSpec]| -> Vec<Value> {
+        specs.iter().map(|s| json!({ "name": s.name, "datatype": s.datatype.as_str(), "shape": s.shape })).collect()
+    };
+    Ok(response::json_value(&json!({
+        "name": metadata.name,
+        "versions": metadata.versions,
+        "platform": metadata.platform,
+        "inputs": tensors(&metadata.inputs),
+        "outputs": tensors(&metadata.outputs),
+    })))
+}

@@ -1,0 +1,92 @@
+//! The Open Inference Protocol over HTTP/1.1 and HTTP/2 (h2c), on hyper.
+//!
+//! `serve` accepts connections and hands each to hyper; `dispatch` routes
+//! every request to one endpoint module and turns errors into the protocol's
+//! error body.
+
+mod health;
+mod infer;
+mod metadata;
+mod response;
+mod router;
+
+use std::convert::Infallible;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use hyper::body::Incoming;
+use hyper::service::service_fn;
+use hyper::{Request, Response};
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::server::conn::auto;
+use hyper_util::server::graceful::GracefulShutdown;
+use tokio::net::TcpListener;
+
+use crate::AppState;
+use response::Body;
+use router::Route;
+
+/// Accepts connections on `listener` until `shutdown` resolves, then waits
+/// up to `drain` for open connections to finish their requests.
+pub(crate) async fn serve(
+    listener: TcpListener,
+    state: Arc<AppState>,
+    drain: Duration,
+    shutdown: impl Future<Output = ()>,
+) {
+    let builder = auto::Builder::new(TokioExecutor::new());
+    let graceful = GracefulShutdown::new();
+    tokio::pin!(shutdown);
+    loop {
+        tokio::select! {
+            accepted = listener.accept() => {
+                let (stream, peer) = match accepted {
+                    Ok(conn) => conn,
+                    Err(e) => {
+                        // Out of file descriptors and the like: back off
+                        // instead of spinning, and keep serving.
+                        tracing::warn!(error = %e, "accept failed");
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                        continue;
+                    }
+                };
+                let _ = stream.set_nodelay(true);
+                let state = Arc::clone(&state);
+                let service = service_fn(move |request| {
+                    let state = Arc::clone(&state);
+                    async move { Ok::<_, Infallible>(dispatch(&state, request).await) }
+                });
+                let connection = builder.serve_connection(TokioIo::new(stream), service).into_owned();
+                let connection = graceful.watch(connection);
+                tokio::spawn(async move {
+                    if let Err(e) = connection.await {
+                        tracing::debug!(%peer, error = %e, "connection ended with an error");
+                    }
+                });
+            }
+            () = &mut shutdown => break,
+        }
+    }
+    drop(listener);
+    state.ready.store(false, std::sync::atomic::Ordering::Release);
+    tracing::info!("shutting down: draining open connections for up to {:?}", drain);
+    if tokio::time::timeout(drain, graceful.shutdown()).await.is_err() {
+        tracing::warn!("drain deadline passed; closing remaining connections");
+    }
+}
+
+/// Routes one request and answers it.
+async fn dispatch(state: &AppState, request: Request<Incoming>) -> Response<Body> {
+    let path = request.uri().path().to_owned();
+    let result = match router::route(request.method(), &path) {
+        Ok(Route::Live) => Ok(health::live()),
+        Ok(Route::Ready) => Ok(health::ready(state)),
+        Ok(Route::ServerMetadata) => Ok(metadata::server()),
+        Ok(Route::ModelMetadata(model)) => metadata::model(state, model),
+        Ok(Route::ModelReady(model)) => health::model_ready(state, model),
+        Ok(Route::Infer(model)) => infer::infer(state, model, request).await,
+        Err(e) => Err(e),
+    };
+    result.unwrap_or_else(|e| response::error(&e))
+}

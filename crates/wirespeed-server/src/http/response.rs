@@ -1,0 +1,43 @@
+//! Building responses: JSON bodies, and errors in the protocol's
+//! `{"error": "..."}` form with the status their kind maps to.
+
+use bytes::Bytes;
+use http_body_util::Full;
+use hyper::header::{HeaderValue, CONTENT_TYPE};
+use hyper::{Response, StatusCode};
+use wirespeed_core::Error;
+
+/// The response body type of every endpoint.
+pub(crate) type Body = Full<Bytes>;
+
+const JSON: HeaderValue = HeaderValue::from_static("application/json");
+
+/// A 200 response with a JSON body.
+pub(crate) fn json(body: impl Into<Bytes>) -> Response<Body> {
+    json_with_status(StatusCode::OK, body)
+}
+
+/// A response with `status` and a JSON body.
+pub(crate) fn json_with_status(status: StatusCode, body: impl Into<Bytes>) -> Response<Body> {
+    let mut response = Response::new(Full::new(body.into()));
+    *response.status_mut() = status;
+    response.headers_mut().insert(CONTENT_TYPE, JSON);
+    response
+}
+
+/// A 200 response with `value` serialized.
+pub(crate) fn json_value(value: &serde_json::Value) -> Response<Body> {
+    json(value.to_string())
+}
+
+/// The error response for `error`. Server errors are logged here in full and
+/// reach the client only as a generic message.
+pub(crate) fn error(error: &Error) -> Response<Body> {
+    let kind = error.kind();
+    if !kind.is_client_error() {
+        tracing::error!(error = %error, "request failed");
+    }
+    let status = StatusCode::from_u16(kind.http_status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    let body = serde_json::json!({ "error": error.public_message() });
+    json_with_status(status, body.to_string())
+}

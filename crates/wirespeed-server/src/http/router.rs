@@ -1,0 +1,107 @@
+//! Maps a method and path to an endpoint of the Open Inference Protocol.
+
+use hyper::Method;
+use wirespeed_core::{Error, ErrorKind};
+
+/// A model named in a URL, with the version if the URL gives one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct ModelRef<'a> {
+    pub(crate) name: &'a str,
+    pub(crate) version: Option<&'a str>,
+}
+
+/// The endpoints.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Route<'a> {
+    /// `GET /v2/health/live`
+    Live,
+    /// `GET /v2/health/ready`
+    Ready,
+    /// `GET /v2`
+    ServerMetadata,
+    /// `GET /v2/models/{name}[/versions/{v}]`
+    ModelMetadata(ModelRef<'a>),
+    /// `GET /v2/models/{name}[/versions/{v}]/ready`
+    ModelReady(ModelRef<'a>),
+    /// `POST /v2/models/{name}[/versions/{v}]/infer`
+    Infer(ModelRef<'a>),
+}
+
+impl Route<'_> {
+    fn method(&self) -> Method {
+        match self {
+            Route::Infer(_) => Method::POST,
+            _ => Method::GET,
+        }
+    }
+}
+
+/// Finds the endpoint for `method` and `path`, or says why there is none.
+pub(crate) fn route<'a>(method: &Method, path: &'a str) -> Result<Route<'a>, Error> {
+    let trimmed = path.strip_suffix('/').unwrap_or(path);
+    let segments: Vec<&str> = trimmed.split('/').skip(1).collect();
+    let found = match segments.as_slice() {
+        ["v2"] => Some(Route::ServerMetadata),
+        ["v2", "health", "live"] => Some(Route::Live),
+        ["v2", "health", "ready"] => Some(Route::Ready),
+        ["v2", "models", name, rest @ ..] if !name.is_empty() => model_route(name, rest),
+        _ => None,
+    };
+    let Some(route) = found else {
+        return Err(Error::new(ErrorKind::RouteNotFound, format!("no endpoint at {path}")));
+    };
+    // HEAD is GET without the body; hyper drops the body for us.
+    let allowed = route.method();
+    if *method == allowed || (*method == Method::HEAD && allowed == Method::GET) {
+        Ok(route)
+    } else {
+        Err(Error::new(ErrorKind::MethodNotAllowed, format!("{path} takes {allowed}, not {method}")))
+    }
+}
+
+fn model_route<'a>(name: &'a str, rest: &[&'a str]) -> Option<Route<'a>> {
+    let (version, rest) = match rest {
+        ["versions", v, rest @ ..] if !v.is_empty() => (Some(*v), rest),
+        _ => (None, rest),
+    };
+    let model = ModelRef { name, version };
+    match rest {
+        [] => Some(Route::ModelMetadata(model)),
+        ["ready"] => Some(Route::ModelReady(model)),
+        ["infer"] => Some(Route::Infer(model)),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn get(path: &str) -> Result<Route<'_>, Error> {
+        route(&Method::GET, path)
+    }
+
+    #[test]
+    fn every_endpoint_routes() {
+        let m = |name, version| ModelRef { name, version };
+        assert_eq!(get("/v2").unwrap(), Route::ServerMetadata);
+        assert_eq!(get("/v2/").unwrap(), Route::ServerMetadata);
+        assert_eq!(get("/v2/health/live").unwrap(), Route::Live);
+        assert_eq!(get("/v2/health/ready").unwrap(), Route::Ready);
+        assert_eq!(get("/v2/models/t").unwrap(), Route::ModelMetadata(m("t", None)));
+        assert_eq!(get("/v2/models/t/versions/1").unwrap(), Route::ModelMetadata(m("t", Some("1"))));
+        assert_eq!(get("/v2/models/t/versions/2/ready").unwrap(), Route::ModelReady(m("t", Some("2"))));
+        assert_eq!(route(&Method::POST, "/v2/models/t/infer").unwrap(), Route::Infer(m("t", None)));
+        assert_eq!(route(&Method::POST, "/v2/models/t/versions/1/infer").unwrap(), Route::Infer(m("t", Some("1"))));
+    }
+
+    #[test]
+    fn wrong_paths_and_methods_say_so() {
+        assert_eq!(get("/v2/models/t/explain").unwrap_err().kind(), ErrorKind::RouteNotFound);
+        assert_eq!(get("/v2/models//infer").unwrap_err().kind(), ErrorKind::RouteNotFound);
+        assert_eq!(get("/").unwrap_err().kind(), ErrorKind::RouteNotFound);
+        let e = get("/v2/models/t/infer").unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::MethodNotAllowed);
+        assert!(e.message().contains("takes POST"), "{e}");
+    }
+}

@@ -1,0 +1,133 @@
+//! A model's `config.toml`: which backend serves it, from which file, with
+//! which inputs and outputs. See `docs/model-repository.md`.
+
+use std::path::Path;
+
+use serde::Deserialize;
+use wirespeed_core::{DataType, TensorSpec};
+
+/// The parsed `config.toml` of one model.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ModelConfig {
+    /// The runtime that serves the model.
+    pub backend: Backend,
+    /// The model file, relative to the model's folder.
+    pub model_file: String,
+    /// The version served; `"1"` unless set.
+    #[serde(default = "default_version")]
+    pub version: String,
+    /// The inputs, as clients must send them.
+    pub inputs: Vec<TensorConfig>,
+    /// The outputs clients may ask for.
+    pub outputs: Vec<OutputConfig>,
+}
+
+/// The runtimes a model can be served by.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Backend {
+    /// An XGBoost model saved as JSON, run by `wirespeed-trees`.
+    Xgboost,
+}
+
+impl Backend {
+    /// The `platform` string model metadata reports.
+    pub fn platform(self) -> &'static str {
+        match self {
+            Backend::Xgboost => "xgboost_json",
+        }
+    }
+}
+
+/// An input's name, datatype and shape.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TensorConfig {
+    /// The name.
+    pub name: String,
+    /// The datatype, spelled as on the wire (`"FP32"`).
+    pub datatype: String,
+    /// The shape; `-1` for a variable dimension.
+    pub shape: Vec<i64>,
+}
+
+/// An output: a tensor and what it holds.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OutputConfig {
+    /// The name.
+    pub name: String,
+    /// The datatype, spelled as on the wire.
+    pub datatype: String,
+    /// The shape; `-1` for a variable dimension.
+    pub shape: Vec<i64>,
+    /// What the output holds.
+    pub kind: OutputKind,
+}
+
+/// What a tree model output holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OutputKind {
+    /// The objective's prediction: a probability, a regression value, or a class.
+    Prediction,
+    /// The raw margin: the sum of the trees before the objective's transform.
+    Margin,
+}
+
+fn default_version() -> String {
+    "1".to_owned()
+}
+
+impl ModelConfig {
+    /// Reads and parses `path`.
+    pub fn load(path: &Path) -> Result<ModelConfig, String> {
+        let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+        toml::from_str(&text).map_err(|e| format!("invalid {}: {e}", path.display()))
+    }
+}
+
+impl TensorConfig {
+    /// Checks the datatype and shape and returns the spec.
+    pub fn to_spec(&self) -> Result<TensorSpec, String> {
+        to_spec(&self.name, &self.datatype, &self.shape)
+    }
+}
+
+impl OutputConfig {
+    /// Checks the datatype and shape and returns the spec.
+    pub fn to_spec(&self) -> Result<TensorSpec, String> {
+        to_spec(&self.name, &self.datatype, &self.shape)
+    }
+}
+
+fn to_spec(name: &str, datatype: &str, shape: &[i64]) -> Result<TensorSpec, String> {
+    let datatype: DataType = datatype.parse().map_err(|e| format!("tensor '{name}': {e}"))?;
+    if let Some(bad) = shape.iter().find(|&&d| d < -1) {
+        return Err(format!("tensor '{name}' has dimension {bad}; use -1 for a variable dimension"));
+    }
+    Ok(TensorSpec { name: name.to_owned(), datatype, shape: shape.to_vec() })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_bundled_titanic_config_parses() {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../models/titanic/config.toml");
+        let config = ModelConfig::load(&path).unwrap();
+        assert_eq!(config.backend, Backend::Xgboost);
+        assert_eq!(config.inputs[0].to_spec().unwrap().shape, vec![-1, 12]);
+        assert_eq!(config.outputs[1].kind, OutputKind::Margin);
+    }
+
+    #[test]
+    fn unknown_keys_and_bad_specs_are_refused() {
+        let e = toml::from_str::<ModelConfig>("backend='xgboost'\nmodel_file='m.json'\ninputs=[]\noutputs=[]\nbatch=3\n");
+        assert!(e.unwrap_err().to_string().contains("batch"));
+        let t = TensorConfig { name: "x".into(), datatype: "FP32".into(), shape: vec![-2] };
+        assert!(t.to_spec().unwrap_err().contains("-2"));
+    }
+}

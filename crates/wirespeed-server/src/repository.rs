@@ -1,0 +1,105 @@
+//! The model repository: one folder per model, each with a `config.toml`
+//! and a model file, all loaded at start-up.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use wirespeed_core::{Error, ErrorKind, Model};
+
+use crate::model_config::{Backend, ModelConfig};
+use crate::tree_model::TreeModel;
+
+/// Every model the server serves, by name.
+pub struct ModelRepository {
+    models: BTreeMap<String, Arc<dyn Model>>,
+}
+
+/// Why the repository could not be loaded; names the folder at fault.
+#[derive(Debug, thiserror::Error)]
+#[error("{}: {message}", path.display())]
+pub struct RepositoryError {
+    /// The file or folder at fault.
+    pub path: PathBuf,
+    /// What is wrong with it.
+    pub message: String,
+}
+
+impl ModelRepository {
+    /// Loads every model under `dir`. Fails on the first model that cannot
+    /// be loaded: a server that starts must serve everything it was given.
+    pub fn load(dir: &Path) -> Result<ModelRepository, RepositoryError> {
+        let error = |path: &Path, message: String| RepositoryError { path: path.to_owned(), message };
+        let entries = std::fs::read_dir(dir).map_err(|e| {
+            error(dir, format!("cannot read the model repository ({e}); pass --models DIR to choose another"))
+        })?;
+        let mut folders: Vec<PathBuf> = entries
+            .filter_map(Result::ok)
+            .map(|e| e.path())
+            .filter(|p| p.is_dir() && !p.file_name().is_some_and(|n| n.to_string_lossy().starts_with('.')))
+            .collect();
+        folders.sort();
+
+        let mut models: BTreeMap<String, Arc<dyn Model>> = BTreeMap::new();
+        for folder in folders {
+            let name = folder.file_name().unwrap_or_default().to_string_lossy().into_owned();
+            if !is_valid_model_name(&name) {
+                return Err(error(&folder, "model names may use only letters, digits, '_', '-' and '.'".into()));
+            }
+            let config_path = folder.join("config.toml");
+            if !config_path.is_file() {
+                return Err(error(&folder, "has no config.toml; every model folder needs one".into()));
+            }
+            let config = ModelConfig::load(&config_path).map_err(|m| error(&config_path, m))?;
+            let model: Arc<dyn Model> = match config.backend {
+                Backend::Xgboost => {
+                    let model = TreeModel::load(&name, &folder, &config).map_err(|m| error(&folder, m))?;
+                    let e = model.ensemble();
+                    tracing::info!(
+                        model = %name,
+                        version = %config.version,
+                        platform = config.backend.platform(),
+                        objective = e.objective().name(),
+                        trees = e.num_trees(),
+                        features = e.num_features(),
+                        "loaded model"
+                    );
+                    Arc::new(model)
+                }
+            };
+            models.insert(name, model);
+        }
+        if models.is_empty() {
+            return Err(error(dir, "contains no models; each model is a folder with a config.toml".into()));
+        }
+        Ok(ModelRepository { models })
+    }
+
+    /// The models, by name.
+    pub fn models(&self) -> impl Iterator<Item = (&str, &Arc<dyn Model>)> {
+        self.models.iter().map(|(k, v)| (k.as_str(), v))
+    }
+
+    /// The model `name` in `version` (any served version when `None`), or a
+    /// not-found error that says which part did not match.
+    pub fn get(&self, name: &str, version: Option<&str>) -> Result<&Arc<dyn Model>, Error> {
+        let model = self
+            .models
+            .get(name)
+            .ok_or_else(|| Error::new(ErrorKind::ModelNotFound, format!("unknown model '{name}'")))?;
+        if let Some(v) = version {
+            let versions = &model.metadata().versions;
+            if !versions.iter().any(|served| served == v) {
+                return Err(Error::new(
+                    ErrorKind::VersionNotFound,
+                    format!("model '{name}' has no version '{v}'; it serves {}", versions.join(", ")),
+                ));
+            }
+        }
+        Ok(model)
+    }
+}
+
+fn is_valid_model_name(name: &str) -> bool {
+    !name.is_empty() && name.bytes().all(|b| b.is_ascii_alphanumeric() || b"_-.".contains(&b))
+}

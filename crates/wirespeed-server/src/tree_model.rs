@@ -1,0 +1,121 @@
+//! The XGBoost backend: a [`TreeEnsemble`] behind the [`Model`] trait, with
+//! the model's config checked against the ensemble at load time.
+
+use std::path::Path;
+
+use wirespeed_core::{DataType, Error, Model, ModelMetadata, Tensor, TensorData, TensorSpec};
+use wirespeed_trees::TreeEnsemble;
+
+use crate::model_config::{ModelConfig, OutputKind};
+
+/// A loaded tree ensemble served as a model.
+pub struct TreeModel {
+    metadata: ModelMetadata,
+    ensemble: TreeEnsemble,
+    /// What each output in `metadata.outputs` holds.
+    output_kinds: Vec<OutputKind>,
+}
+
+impl TreeModel {
+    /// Loads `config.model_file` from `dir` and checks that the config's
+    /// input and outputs fit the ensemble.
+    pub fn load(name: &str, dir: &Path, config: &ModelConfig) -> Result<TreeModel, String> {
+        let path = dir.join(&config.model_file);
+        let ensemble = wirespeed_trees::load_xgboost_json(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+
+        let [input] = config.inputs.as_slice() else {
+            return Err(format!("a tree model takes exactly one input, the config declares {}", config.inputs.len()));
+        };
+        let input = input.to_spec()?;
+        let nf = ensemble.num_features() as i64;
+        if input.datatype != DataType::Fp32 || input.shape.len() != 2 || input.shape[1] != nf {
+            return Err(format!(
+                "input '{}' must be FP32 [-1, {nf}] for this model ({nf} features), the config says {} {}",
+                input.name,
+                input.datatype,
+                input.shape_display()
+            ));
+        }
+        if config.outputs.is_empty() {
+            return Err("the config declares no outputs".to_owned());
+        }
+
+        let mut outputs = Vec::new();
+        for output in &config.outputs {
+            let spec = output.to_spec()?;
+            let width = match output.kind {
+                OutputKind::Prediction => ensemble.prediction_width(),
+                OutputKind::Margin => ensemble.num_groups(),
+            };
+            let expected: Vec<i64> = if width == 1 { vec![input.shape[0]] } else { vec![input.shape[0], width as i64] };
+            if spec.datatype != DataType::Fp32 || spec.shape != expected {
+                return Err(format!(
+                    "output '{}' ({:?}) must be FP32 {} for this model ({}), the config says {} {}",
+                    spec.name,
+                    output.kind,
+                    wirespeed_core::format_shape(&expected),
+                    ensemble.objective().name(),
+                    spec.datatype,
+                    spec.shape_display()
+                ));
+            }
+            if outputs.iter().any(|o: &TensorSpec| o.name == spec.name) {
+                return Err(format!("output '{}' is declared twice", spec.name));
+            }
+            outputs.push(spec);
+        }
+
+        Ok(TreeModel {
+            metadata: ModelMetadata {
+                name: name.to_owned(),
+                versions: vec![config.version.clone()],
+                platform: config.backend.platform().to_owned(),
+                inputs: vec![input],
+                outputs,
+            },
+            output_kinds: config.outputs.iter().map(|o| o.kind).collect(),
+            ensemble,
+        })
+    }
+
+    /// The ensemble.
+    pub fn ensemble(&self) -> &TreeEnsemble {
+        &self.ensemble
+    }
+}
+
+impl Model for TreeModel {
+    fn metadata(&self) -> &ModelMetadata {
+        &self.metadata
+    }
+
+    fn infer(&self, inputs: &[Tensor], outputs: &[usize]) -> Result<Vec<Tensor>, Error> {
+        let input = &inputs[0];
+        let TensorData::Fp32(rows) = &input.data else {
+            return Err(Error::internal("tree model received a non-FP32 input after validation"));
+        };
+        let n_rows = input.shape[0];
+        let e = &self.ensemble;
+        let mut margins = vec![0.0f32; n_rows * e.num_groups()];
+        e.predict_margins(rows, &mut margins);
+
+        let shape = |width: usize| if width == 1 { vec![n_rows] } else { vec![n_rows, width] };
+        let mut result = Vec::with_capacity(outputs.len());
+        for &index in outputs {
+            let data = match self.output_kinds[index] {
+                OutputKind::Margin => (shape(e.num_groups()), margins.clone()),
+                OutputKind::Prediction => {
+                    let mut predictions = vec![0.0f32; n_rows * e.prediction_width()];
+                    e.transform(&margins, &mut predictions);
+                    (shape(e.prediction_width()), predictions)
+                }
+            };
+            result.push(Tensor {
+                name: self.metadata.outputs[index].name.clone(),
+                shape: data.0,
+                data: TensorData::Fp32(data.1),
+            });
+        }
+        Ok(result)
+    }
+}
