@@ -56,15 +56,22 @@ impl Objective {
         matches!(self, Objective::MultiSoftprob | Objective::MultiSoftmax)
     }
 
+    /// Whether `base_score` is a probability that [`base_margin`](Self::base_margin)
+    /// turns into a logit.
+    pub fn has_logistic_link(self) -> bool {
+        matches!(self, Objective::BinaryLogistic | Objective::RegLogistic)
+    }
+
     /// The starting margin for a `base_score` given in prediction space
-    /// (XGBoost's `ProbToMargin`): the logit for the logistic objectives,
-    /// including `binary:logitraw`, which shares their loss.
+    /// (XGBoost's `ProbToMargin`): the logit for the objectives with a
+    /// sigmoid link, the score itself otherwise. `binary:logitraw` predicts
+    /// margins, so its `base_score` is one already (as XGBoost, treelite and
+    /// xgboost-predictor all treat it).
     pub fn base_margin(self, base_score: f32) -> f32 {
-        match self {
-            Objective::BinaryLogistic | Objective::RegLogistic | Objective::BinaryLogitRaw => {
-                -((1.0 / base_score) - 1.0).ln()
-            }
-            Objective::RegSquaredError | Objective::MultiSoftprob | Objective::MultiSoftmax => base_score,
+        if self.has_logistic_link() {
+            -((1.0 / base_score) - 1.0).ln()
+        } else {
+            base_score
         }
     }
 

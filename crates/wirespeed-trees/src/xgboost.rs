@@ -176,8 +176,7 @@ fn base_margins(text: &str, objective: Objective, groups: usize) -> Result<Vec<f
         n if n == groups => scores,
         n => return Err(LoadError::format(format!("base_score has {n} values for {groups} groups"))),
     };
-    let logistic = matches!(objective, Objective::BinaryLogistic | Objective::RegLogistic | Objective::BinaryLogitRaw);
-    if logistic && scores.iter().any(|&s| !(s > 0.0 && s < 1.0)) {
+    if objective.has_logistic_link() && scores.iter().any(|&s| !(s > 0.0 && s < 1.0)) {
         return Err(LoadError::format(format!("base_score {text} is outside (0, 1) for {}", objective.name())));
     }
     Ok(scores.into_iter().map(|s| objective.base_margin(s)).collect())
@@ -269,11 +268,11 @@ mod tests {
         "split_conditions":[0.5,-0.25,0.75],"default_left":[1,0,0],"tree_param":{"num_nodes":"3"}}"#;
 
     #[test]
-    fn a_stump_predicts_with_the_logit_base_score() {
+    fn a_stump_predicts_from_a_logitraw_base_score_taken_as_a_margin() {
         let e = parse_xgboost_json(model("binary:logitraw", 0, STUMP, "[0]").as_bytes()).unwrap();
-        assert_eq!(e.predict(&[0.0, 0.0]), vec![-0.25]);
-        assert_eq!(e.predict(&[0.0, 1.0]), vec![0.75]);
-        assert_eq!(e.predict(&[0.0, f32::NAN]), vec![-0.25]);
+        assert_eq!(e.predict(&[0.0, 0.0]), vec![0.5 - 0.25]);
+        assert_eq!(e.predict(&[0.0, 1.0]), vec![0.5 + 0.75]);
+        assert_eq!(e.predict(&[0.0, f32::NAN]), vec![0.5 - 0.25]);
     }
 
     #[test]
