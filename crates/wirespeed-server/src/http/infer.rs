@@ -31,8 +31,10 @@ pub(crate) async fn infer(
     target: ModelRef<'_>,
     request: Request<Incoming>,
 ) -> Result<Response<Body>, Error> {
-    let model = Arc::clone(state.repository.get(target.name, target.version)?);
+    // The body is read before anything can fail, so that an error response
+    // leaves the connection clean for the client's next request.
     let body = read_body(request, state.max_body_bytes).await?;
+    let model = Arc::clone(state.repository.get(target.name, target.version)?);
     let request = decode_infer_request(&body)?;
     drop(body);
 
@@ -60,10 +62,24 @@ pub(crate) async fn infer(
     Ok(response::json(encode_infer_response(&response)))
 }
 
-/// Reads the whole body, refusing what the JSON path cannot take before
-/// reading it, and stopping at `limit` bytes.
+/// Reads the whole body, up to `limit` bytes, then refuses what the JSON
+/// path cannot take. A body declared larger than `limit` is refused unread
+/// and the connection closed.
 async fn read_body(request: Request<Incoming>, limit: usize) -> Result<Bytes, Error> {
-    let headers = request.headers();
+    let declared = request.headers().get(CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
+    if declared.is_some_and(|n| n > limit as u64) {
+        return Err(too_large(limit));
+    }
+    let (parts, body) = request.into_parts();
+    let collected = Limited::new(body, limit).collect().await.map_err(|e| {
+        if e.downcast_ref::<LengthLimitError>().is_some() {
+            too_large(limit)
+        } else {
+            Error::malformed(format!("could not read the request body: {e}"))
+        }
+    })?;
+
+    let headers = &parts.headers;
     if headers.contains_key(BINARY_HEADER_LENGTH) {
         return Err(Error::new(
             ErrorKind::Unsupported,
@@ -80,17 +96,6 @@ async fn read_body(request: Request<Incoming>, limit: usize) -> Result<Bytes, Er
             ));
         }
     }
-    let declared = headers.get(CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
-    if declared.is_some_and(|n| n > limit as u64) {
-        return Err(too_large(limit));
-    }
-    let collected = Limited::new(request.into_body(), limit).collect().await.map_err(|e| {
-        if e.downcast_ref::<LengthLimitError>().is_some() {
-            too_large(limit)
-        } else {
-            Error::malformed(format!("could not read the request body: {e}"))
-        }
-    })?;
     Ok(collected.to_bytes())
 }
 

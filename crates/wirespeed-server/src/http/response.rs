@@ -3,9 +3,9 @@
 
 use bytes::Bytes;
 use http_body_util::Full;
-use hyper::header::{HeaderValue, CONTENT_TYPE};
+use hyper::header::{HeaderValue, CONNECTION, CONTENT_TYPE};
 use hyper::{Response, StatusCode};
-use wirespeed_core::Error;
+use wirespeed_core::{Error, ErrorKind};
 
 /// The response body type of every endpoint.
 pub(crate) type Body = Full<Bytes>;
@@ -39,5 +39,10 @@ pub(crate) fn error(error: &Error) -> Response<Body> {
     }
     let status = StatusCode::from_u16(kind.http_status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
     let body = serde_json::json!({ "error": error.public_message() });
-    json_with_status(status, body.to_string())
+    let mut response = json_with_status(status, body.to_string());
+    if kind == ErrorKind::PayloadTooLarge {
+        // The body was left unread, so this connection cannot carry another request.
+        response.headers_mut().insert(CONNECTION, HeaderValue::from_static("close"));
+    }
+    response
 }

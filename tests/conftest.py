@@ -1,0 +1,81 @@
+"""Shared fixtures: the built `wirespeed` binary and servers started from it.
+
+Every server binds 127.0.0.1:0 and the fixture reads the real port from the
+"listening on" log line, so tests never race for a fixed port.
+"""
+
+import os
+import re
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+DATA = ROOT / "tests" / "data" / "titanic"
+MODELS = ROOT / "models"
+
+
+def wirespeed_binary() -> Path:
+    path = Path(os.environ.get("WIRESPEED_BIN", ROOT / "target" / "debug" / "wirespeed"))
+    if not path.is_file():
+        pytest.fail(f"{path} does not exist: build it with `cargo build -p wirespeed` or set WIRESPEED_BIN")
+    return path
+
+
+def run_wirespeed(*args, timeout=60):
+    return subprocess.run([str(wirespeed_binary()), *map(str, args)], capture_output=True, text=True, timeout=timeout)
+
+
+class RunningServer:
+    """A `wirespeed serve` process and the log lines it has written."""
+
+    def __init__(self, models: Path, extra_args=()):
+        self.log = []
+        self.process = subprocess.Popen(
+            [str(wirespeed_binary()), "serve", "--models", str(models), "--http", "127.0.0.1:0", *extra_args],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        found = threading.Event()
+        self.port = None
+
+        def drain():
+            for line in self.process.stderr:
+                self.log.append(line)
+                match = re.search(r"listening on http://127\.0\.0\.1:(\d+)", line)
+                if match:
+                    self.port = int(match.group(1))
+                    found.set()
+
+        threading.Thread(target=drain, daemon=True).start()
+        deadline = time.monotonic() + 30
+        while not found.wait(0.05):
+            if self.process.poll() is not None or time.monotonic() > deadline:
+                self.stop()
+                raise RuntimeError("wirespeed serve did not start:\n" + "".join(self.log))
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def stop(self):
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+
+
+@pytest.fixture(scope="session")
+def demo_server():
+    """`wirespeed serve` on the bundled model repository."""
+    server = RunningServer(MODELS)
+    yield server
+    server.stop()
+    assert server.process.returncode == 0, "".join(server.log)
