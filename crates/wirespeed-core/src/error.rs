@@ -60,7 +60,10 @@ pub struct Error {
 impl Error {
     /// An error of `kind` with `message`.
     pub fn new(kind: ErrorKind, message: impl Into<String>) -> Error {
-        Error { kind, message: message.into() }
+        Error {
+            kind,
+            message: message.into(),
+        }
     }
 
     /// Shorthand for [`ErrorKind::MalformedRequest`].

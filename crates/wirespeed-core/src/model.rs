@@ -18,7 +18,11 @@ impl TensorSpec {
     /// Whether a concrete `shape` fits this spec.
     pub fn accepts_shape(&self, shape: &[usize]) -> bool {
         self.shape.len() == shape.len()
-            && self.shape.iter().zip(shape).all(|(&want, &got)| want < 0 || want as u64 == got as u64)
+            && self
+                .shape
+                .iter()
+                .zip(shape)
+                .all(|(&want, &got)| want < 0 || want as u64 == got as u64)
     }
 
     /// The spec's shape as the protocol prints it, e.g. `[-1, 12]`.
@@ -63,7 +67,10 @@ impl ModelMetadata {
                 )));
             };
             if inputs[..i].iter().any(|earlier| earlier.name == input.name) {
-                return Err(Error::invalid_input(format!("input '{}' is given more than once", input.name)));
+                return Err(Error::invalid_input(format!(
+                    "input '{}' is given more than once",
+                    input.name
+                )));
             }
             if input.datatype() != spec.datatype {
                 return Err(Error::invalid_input(format!(
@@ -84,7 +91,11 @@ impl ModelMetadata {
                 )));
             }
         }
-        if let Some(missing) = self.inputs.iter().find(|s| !inputs.iter().any(|t| t.name == s.name)) {
+        if let Some(missing) = self
+            .inputs
+            .iter()
+            .find(|s| !inputs.iter().any(|t| t.name == s.name))
+        {
             return Err(Error::invalid_input(format!(
                 "model '{}' needs input '{}' ({} {}), which the request does not give",
                 self.name,
@@ -98,7 +109,10 @@ impl ModelMetadata {
 
     /// Resolves requested output names to indices into `outputs`; no names
     /// means every output, in declaration order.
-    pub fn resolve_outputs<'a>(&self, names: impl IntoIterator<Item = &'a str>) -> Result<Vec<usize>, Error> {
+    pub fn resolve_outputs<'a>(
+        &self,
+        names: impl IntoIterator<Item = &'a str>,
+    ) -> Result<Vec<usize>, Error> {
         let mut indices = Vec::new();
         for name in names {
             let Some(index) = self.outputs.iter().position(|s| s.name == name) else {
@@ -111,7 +125,9 @@ impl ModelMetadata {
                 )));
             };
             if indices.contains(&index) {
-                return Err(Error::invalid_input(format!("output '{name}' is requested more than once")));
+                return Err(Error::invalid_input(format!(
+                    "output '{name}' is requested more than once"
+                )));
             }
             indices.push(index);
         }
@@ -147,7 +163,11 @@ mod tests {
     use crate::TensorData;
 
     fn titanic() -> ModelMetadata {
-        let spec = |name: &str, shape: Vec<i64>| TensorSpec { name: name.into(), datatype: DataType::Fp32, shape };
+        let spec = |name: &str, shape: Vec<i64>| TensorSpec {
+            name: name.into(),
+            datatype: DataType::Fp32,
+            shape,
+        };
         ModelMetadata {
             name: "titanic".into(),
             versions: vec!["1".into()],
@@ -158,7 +178,11 @@ mod tests {
     }
 
     fn features(shape: Vec<usize>, data: TensorData) -> Tensor {
-        Tensor { name: "features".into(), shape, data }
+        Tensor {
+            name: "features".into(),
+            shape,
+            data,
+        }
     }
 
     #[test]
@@ -172,7 +196,10 @@ mod tests {
         let m = titanic();
         let wrong_dt = features(vec![1, 12], TensorData::Fp64(vec![0.0; 12]));
         let msg = m.check_inputs(&[wrong_dt]).unwrap_err().to_string();
-        assert!(msg.contains("FP64") && msg.contains("expects FP32"), "{msg}");
+        assert!(
+            msg.contains("FP64") && msg.contains("expects FP32"),
+            "{msg}"
+        );
 
         let wrong_shape = features(vec![1, 11], TensorData::Fp32(vec![0.0; 11]));
         let msg = m.check_inputs(&[wrong_shape]).unwrap_err().to_string();
@@ -181,7 +208,10 @@ mod tests {
         let mut wrong_name = features(vec![1, 12], TensorData::Fp32(vec![0.0; 12]));
         wrong_name.name = "x".into();
         let msg = m.check_inputs(&[wrong_name]).unwrap_err().to_string();
-        assert!(msg.contains("unexpected input 'x'") && msg.contains("'features'"), "{msg}");
+        assert!(
+            msg.contains("unexpected input 'x'") && msg.contains("'features'"),
+            "{msg}"
+        );
 
         let msg = m.check_inputs(&[]).unwrap_err().to_string();
         assert!(msg.contains("needs input 'features'"), "{msg}");

@@ -106,19 +106,29 @@ impl Server {
     /// Loads every model, then binds the HTTP address.
     pub async fn bind(config: &ServerConfig) -> Result<Server, StartError> {
         let repository = ModelRepository::load(&config.models_dir)?;
-        let listener = TcpListener::bind(config.http_addr)
-            .await
-            .map_err(|error| StartError::Bind { addr: config.http_addr, error })?;
+        let listener =
+            TcpListener::bind(config.http_addr)
+                .await
+                .map_err(|error| StartError::Bind {
+                    addr: config.http_addr,
+                    error,
+                })?;
         Ok(Server {
             listener,
-            state: Arc::new(AppState { repository, ready: AtomicBool::new(true), max_body_bytes: config.max_body_bytes }),
+            state: Arc::new(AppState {
+                repository,
+                ready: AtomicBool::new(true),
+                max_body_bytes: config.max_body_bytes,
+            }),
             drain_timeout: config.drain_timeout,
         })
     }
 
     /// The address the server listens on (the real port when bound to port 0).
     pub fn local_addr(&self) -> SocketAddr {
-        self.listener.local_addr().expect("a bound TCP listener has an address")
+        self.listener
+            .local_addr()
+            .expect("a bound TCP listener has an address")
     }
 
     /// Serves until `shutdown` resolves, then drains open connections.

@@ -83,7 +83,8 @@ fn default_version() -> String {
 impl ModelConfig {
     /// Reads and parses `path`.
     pub fn load(path: &Path) -> Result<ModelConfig, String> {
-        let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
         toml::from_str(&text).map_err(|e| format!("invalid {}: {e}", path.display()))
     }
 }
@@ -103,11 +104,19 @@ impl OutputConfig {
 }
 
 fn to_spec(name: &str, datatype: &str, shape: &[i64]) -> Result<TensorSpec, String> {
-    let datatype: DataType = datatype.parse().map_err(|e| format!("tensor '{name}': {e}"))?;
+    let datatype: DataType = datatype
+        .parse()
+        .map_err(|e| format!("tensor '{name}': {e}"))?;
     if let Some(bad) = shape.iter().find(|&&d| d < -1) {
-        return Err(format!("tensor '{name}' has dimension {bad}; use -1 for a variable dimension"));
+        return Err(format!(
+            "tensor '{name}' has dimension {bad}; use -1 for a variable dimension"
+        ));
     }
-    Ok(TensorSpec { name: name.to_owned(), datatype, shape: shape.to_vec() })
+    Ok(TensorSpec {
+        name: name.to_owned(),
+        datatype,
+        shape: shape.to_vec(),
+    })
 }
 
 #[cfg(test)]
@@ -125,9 +134,15 @@ mod tests {
 
     #[test]
     fn unknown_keys_and_bad_specs_are_refused() {
-        let e = toml::from_str::<ModelConfig>("backend='xgboost'\nmodel_file='m.json'\ninputs=[]\noutputs=[]\nbatch=3\n");
+        let e = toml::from_str::<ModelConfig>(
+            "backend='xgboost'\nmodel_file='m.json'\ninputs=[]\noutputs=[]\nbatch=3\n",
+        );
         assert!(e.unwrap_err().to_string().contains("batch"));
-        let t = TensorConfig { name: "x".into(), datatype: "FP32".into(), shape: vec![-2] };
+        let t = TensorConfig {
+            name: "x".into(),
+            datatype: "FP32".into(),
+            shape: vec![-2],
+        };
         assert!(t.to_spec().unwrap_err().contains("-2"));
     }
 }

@@ -29,31 +29,55 @@ impl ModelRepository {
     /// Loads every model under `dir`. Fails on the first model that cannot
     /// be loaded: a server that starts must serve everything it was given.
     pub fn load(dir: &Path) -> Result<ModelRepository, RepositoryError> {
-        let error = |path: &Path, message: String| RepositoryError { path: path.to_owned(), message };
+        let error = |path: &Path, message: String| RepositoryError {
+            path: path.to_owned(),
+            message,
+        };
         let entries = std::fs::read_dir(dir).map_err(|e| {
-            error(dir, format!("cannot read the model repository ({e}); pass --models DIR to choose another"))
+            error(
+                dir,
+                format!(
+                    "cannot read the model repository ({e}); pass --models DIR to choose another"
+                ),
+            )
         })?;
         let mut folders: Vec<PathBuf> = entries
             .filter_map(Result::ok)
             .map(|e| e.path())
-            .filter(|p| p.is_dir() && !p.file_name().is_some_and(|n| n.to_string_lossy().starts_with('.')))
+            .filter(|p| {
+                p.is_dir()
+                    && !p
+                        .file_name()
+                        .is_some_and(|n| n.to_string_lossy().starts_with('.'))
+            })
             .collect();
         folders.sort();
 
         let mut models: BTreeMap<String, Arc<dyn Model>> = BTreeMap::new();
         for folder in folders {
-            let name = folder.file_name().unwrap_or_default().to_string_lossy().into_owned();
+            let name = folder
+                .file_name()
+                .unwrap_or_default()
+                .to_string_lossy()
+                .into_owned();
             if !is_valid_model_name(&name) {
-                return Err(error(&folder, "model names may use only letters, digits, '_', '-' and '.'".into()));
+                return Err(error(
+                    &folder,
+                    "model names may use only letters, digits, '_', '-' and '.'".into(),
+                ));
             }
             let config_path = folder.join("config.toml");
             if !config_path.is_file() {
-                return Err(error(&folder, "has no config.toml; every model folder needs one".into()));
+                return Err(error(
+                    &folder,
+                    "has no config.toml; every model folder needs one".into(),
+                ));
             }
             let config = ModelConfig::load(&config_path).map_err(|m| error(&config_path, m))?;
             let model: Arc<dyn Model> = match config.backend {
                 Backend::Xgboost => {
-                    let model = TreeModel::load(&name, &folder, &config).map_err(|m| error(&folder, m))?;
+                    let model =
+                        TreeModel::load(&name, &folder, &config).map_err(|m| error(&folder, m))?;
                     let e = model.ensemble();
                     tracing::info!(
                         model = %name,
@@ -70,7 +94,10 @@ impl ModelRepository {
             models.insert(name, model);
         }
         if models.is_empty() {
-            return Err(error(dir, "contains no models; each model is a folder with a config.toml".into()));
+            return Err(error(
+                dir,
+                "contains no models; each model is a folder with a config.toml".into(),
+            ));
         }
         Ok(ModelRepository { models })
     }
@@ -83,16 +110,18 @@ impl ModelRepository {
     /// The model `name` in `version` (any served version when `None`), or a
     /// not-found error that says which part did not match.
     pub fn get(&self, name: &str, version: Option<&str>) -> Result<&Arc<dyn Model>, Error> {
-        let model = self
-            .models
-            .get(name)
-            .ok_or_else(|| Error::new(ErrorKind::ModelNotFound, format!("unknown model '{name}'")))?;
+        let model = self.models.get(name).ok_or_else(|| {
+            Error::new(ErrorKind::ModelNotFound, format!("unknown model '{name}'"))
+        })?;
         if let Some(v) = version {
             let versions = &model.metadata().versions;
             if !versions.iter().any(|served| served == v) {
                 return Err(Error::new(
                     ErrorKind::VersionNotFound,
-                    format!("model '{name}' has no version '{v}'; it serves {}", versions.join(", ")),
+                    format!(
+                        "model '{name}' has no version '{v}'; it serves {}",
+                        versions.join(", ")
+                    ),
                 ));
             }
         }
@@ -101,5 +130,8 @@ impl ModelRepository {
 }
 
 fn is_valid_model_name(name: &str) -> bool {
-    !name.is_empty() && name.bytes().all(|b| b.is_ascii_alphanumeric() || b"_-.".contains(&b))
+    !name.is_empty()
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"_-.".contains(&b))
 }

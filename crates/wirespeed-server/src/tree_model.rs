@@ -21,10 +21,14 @@ impl TreeModel {
     /// input and outputs fit the ensemble.
     pub fn load(name: &str, dir: &Path, config: &ModelConfig) -> Result<TreeModel, String> {
         let path = dir.join(&config.model_file);
-        let ensemble = wirespeed_trees::load_xgboost_json(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+        let ensemble = wirespeed_trees::load_xgboost_json(&path)
+            .map_err(|e| format!("{}: {e}", path.display()))?;
 
         let [input] = config.inputs.as_slice() else {
-            return Err(format!("a tree model takes exactly one input, the config declares {}", config.inputs.len()));
+            return Err(format!(
+                "a tree model takes exactly one input, the config declares {}",
+                config.inputs.len()
+            ));
         };
         let input = input.to_spec()?;
         let nf = ensemble.num_features() as i64;
@@ -47,7 +51,11 @@ impl TreeModel {
                 OutputKind::Prediction => ensemble.prediction_width(),
                 OutputKind::Margin => ensemble.num_groups(),
             };
-            let expected: Vec<i64> = if width == 1 { vec![input.shape[0]] } else { vec![input.shape[0], width as i64] };
+            let expected: Vec<i64> = if width == 1 {
+                vec![input.shape[0]]
+            } else {
+                vec![input.shape[0], width as i64]
+            };
             if spec.datatype != DataType::Fp32 || spec.shape != expected {
                 return Err(format!(
                     "output '{}' ({:?}) must be FP32 {} for this model ({}), the config says {} {}",
@@ -92,14 +100,22 @@ impl Model for TreeModel {
     fn infer(&self, inputs: &[Tensor], outputs: &[usize]) -> Result<Vec<Tensor>, Error> {
         let input = &inputs[0];
         let TensorData::Fp32(rows) = &input.data else {
-            return Err(Error::internal("tree model received a non-FP32 input after validation"));
+            return Err(Error::internal(
+                "tree model received a non-FP32 input after validation",
+            ));
         };
         let n_rows = input.shape[0];
         let e = &self.ensemble;
         let mut margins = vec![0.0f32; n_rows * e.num_groups()];
         e.predict_margins(rows, &mut margins);
 
-        let shape = |width: usize| if width == 1 { vec![n_rows] } else { vec![n_rows, width] };
+        let shape = |width: usize| {
+            if width == 1 {
+                vec![n_rows]
+            } else {
+                vec![n_rows, width]
+            }
+        };
         let mut result = Vec::with_capacity(outputs.len());
         for &index in outputs {
             let data = match self.output_kinds[index] {

@@ -22,13 +22,29 @@ pub(crate) struct Node {
 
 impl Node {
     pub(crate) fn leaf(value: f32) -> Node {
-        Node { feature: 0, value, left: 0, right: 0 }
+        Node {
+            feature: 0,
+            value,
+            left: 0,
+            right: 0,
+        }
     }
 
-    pub(crate) fn split(feature: u32, threshold: f32, default_left: bool, left: u32, right: u32) -> Node {
+    pub(crate) fn split(
+        feature: u32,
+        threshold: f32,
+        default_left: bool,
+        left: u32,
+        right: u32,
+    ) -> Node {
         debug_assert!(feature < DEFAULT_LEFT && left != 0 && right != 0);
         let flag = if default_left { DEFAULT_LEFT } else { 0 };
-        Node { feature: feature | flag, value: threshold, left, right }
+        Node {
+            feature: feature | flag,
+            value: threshold,
+            left,
+            right,
+        }
     }
 
     #[inline(always)]
@@ -73,7 +89,14 @@ impl TreeEnsemble {
         num_features: usize,
         objective: Objective,
     ) -> TreeEnsemble {
-        TreeEnsemble { nodes, roots, tree_groups, base_margins, num_features, objective }
+        TreeEnsemble {
+            nodes,
+            roots,
+            tree_groups,
+            base_margins,
+            num_features,
+            objective,
+        }
     }
 
     /// The number of features each row must have.
@@ -108,7 +131,11 @@ impl TreeEnsemble {
             let x = row[node.feature_index()];
             // `x < threshold` is false for NaN, so missing values take the
             // default branch only through the explicit check.
-            let go_left = if x.is_nan() { node.feature & DEFAULT_LEFT != 0 } else { x < node.value };
+            let go_left = if x.is_nan() {
+                node.feature & DEFAULT_LEFT != 0
+            } else {
+                x < node.value
+            };
             node = &self.nodes[if go_left { node.left } else { node.right } as usize];
         }
         node.value
@@ -125,16 +152,29 @@ impl TreeEnsemble {
     pub fn predict_margins(&self, rows: &[f32], margins: &mut [f32]) {
         let nf = self.num_features;
         let groups = self.num_groups();
-        assert!(nf > 0 && rows.len() % nf == 0, "rows must be a whole number of {nf}-feature rows");
+        assert!(
+            nf > 0 && rows.len() % nf == 0,
+            "rows must be a whole number of {nf}-feature rows"
+        );
         let n_rows = rows.len() / nf;
-        assert_eq!(margins.len(), n_rows * groups, "margins must hold {groups} values per row");
+        assert_eq!(
+            margins.len(),
+            n_rows * groups,
+            "margins must hold {groups} values per row"
+        );
 
-        for (row_block, margin_block) in rows.chunks(ROW_BLOCK * nf).zip(margins.chunks_mut(ROW_BLOCK * groups)) {
+        for (row_block, margin_block) in rows
+            .chunks(ROW_BLOCK * nf)
+            .zip(margins.chunks_mut(ROW_BLOCK * groups))
+        {
             for m in margin_block.chunks_exact_mut(groups) {
                 m.copy_from_slice(&self.base_margins);
             }
             for (&root, &group) in self.roots.iter().zip(&self.tree_groups) {
-                for (row, m) in row_block.chunks_exact(nf).zip(margin_block.chunks_exact_mut(groups)) {
+                for (row, m) in row_block
+                    .chunks_exact(nf)
+                    .zip(margin_block.chunks_exact_mut(groups))
+                {
                     m[group as usize] += self.leaf_value(root, row);
                 }
             }
@@ -147,7 +187,10 @@ impl TreeEnsemble {
         let groups = self.num_groups();
         let width = self.prediction_width();
         assert_eq!(margins.len() / groups * width, predictions.len());
-        for (m, p) in margins.chunks_exact(groups).zip(predictions.chunks_exact_mut(width)) {
+        for (m, p) in margins
+            .chunks_exact(groups)
+            .zip(predictions.chunks_exact_mut(width))
+        {
             self.objective.transform_row(m, p);
         }
     }
@@ -178,7 +221,14 @@ mod tests {
             Node::leaf(0.25),
             Node::leaf(0.5),
         ];
-        TreeEnsemble::new(nodes, vec![0, 3], vec![0, 0], vec![0.0], 2, Objective::RegSquaredError)
+        TreeEnsemble::new(
+            nodes,
+            vec![0, 3],
+            vec![0, 0],
+            vec![0.0],
+            2,
+            Objective::RegSquaredError,
+        )
     }
 
     #[test]

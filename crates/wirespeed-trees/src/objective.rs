@@ -151,7 +151,9 @@ mod tests {
 
     #[test]
     fn unknown_objectives_are_refused_by_name() {
-        let e = Objective::from_xgboost_name("rank:pairwise").unwrap_err().to_string();
+        let e = Objective::from_xgboost_name("rank:pairwise")
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("rank:pairwise"), "{e}");
     }
 }

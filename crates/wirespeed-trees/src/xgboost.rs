@@ -97,7 +97,8 @@ pub fn load_xgboost_json(path: impl AsRef<Path>) -> Result<TreeEnsemble, LoadErr
 
 /// Parses an XGBoost JSON model from memory.
 pub fn parse_xgboost_json(bytes: &[u8]) -> Result<TreeEnsemble, LoadError> {
-    let file: ModelFile = serde_json::from_slice(bytes).map_err(|e| LoadError::format(e.to_string()))?;
+    let file: ModelFile =
+        serde_json::from_slice(bytes).map_err(|e| LoadError::format(e.to_string()))?;
     let learner = file.learner;
     let param = &learner.learner_model_param;
 
@@ -108,7 +109,10 @@ pub fn parse_xgboost_json(bytes: &[u8]) -> Result<TreeEnsemble, LoadError> {
             booster.name
         )));
     }
-    let model = booster.model.as_ref().ok_or_else(|| LoadError::format("gbtree booster has no 'model'"))?;
+    let model = booster
+        .model
+        .as_ref()
+        .ok_or_else(|| LoadError::format("gbtree booster has no 'model'"))?;
 
     let objective = Objective::from_xgboost_name(&learner.objective.name)?;
     let num_features: usize = parse_param("num_feature", &param.num_feature)?;
@@ -116,7 +120,9 @@ pub fn parse_xgboost_json(bytes: &[u8]) -> Result<TreeEnsemble, LoadError> {
     if let Some(t) = &param.num_target {
         let num_target: usize = parse_param("num_target", t)?;
         if num_target > 1 {
-            return Err(LoadError::unsupported(format!("multi-target models (num_target = {num_target}) are not supported")));
+            return Err(LoadError::unsupported(format!(
+                "multi-target models (num_target = {num_target}) are not supported"
+            )));
         }
     }
     if num_features == 0 || num_features >= (1 << 31) {
@@ -124,12 +130,18 @@ pub fn parse_xgboost_json(bytes: &[u8]) -> Result<TreeEnsemble, LoadError> {
     }
     let groups = if objective.is_multiclass() {
         if num_class < 2 {
-            return Err(LoadError::format(format!("objective {} with num_class = {num_class}", objective.name())));
+            return Err(LoadError::format(format!(
+                "objective {} with num_class = {num_class}",
+                objective.name()
+            )));
         }
         num_class
     } else {
         if num_class > 1 {
-            return Err(LoadError::format(format!("objective {} with num_class = {num_class}", objective.name())));
+            return Err(LoadError::format(format!(
+                "objective {} with num_class = {num_class}",
+                objective.name()
+            )));
         }
         1
     };
@@ -148,7 +160,9 @@ pub fn parse_xgboost_json(bytes: &[u8]) -> Result<TreeEnsemble, LoadError> {
     let mut tree_groups = Vec::with_capacity(model.trees.len());
     for (t, (tree, &group)) in model.trees.iter().zip(&model.tree_info).enumerate() {
         if group < 0 || group as usize >= groups {
-            return Err(LoadError::format(format!("tree {t} adds to group {group}, but the model has {groups}")));
+            return Err(LoadError::format(format!(
+                "tree {t} adds to group {group}, but the model has {groups}"
+            )));
         }
         let root = u32::try_from(nodes.len()).ok().filter(|&r| r < (1 << 31));
         let root = root.ok_or_else(|| LoadError::unsupported("more than 2^31 nodes"))?;
@@ -156,11 +170,21 @@ pub fn parse_xgboost_json(bytes: &[u8]) -> Result<TreeEnsemble, LoadError> {
         roots.push(root);
         tree_groups.push(group as u32);
     }
-    Ok(TreeEnsemble::new(nodes, roots, tree_groups, base_margins, num_features, objective))
+    Ok(TreeEnsemble::new(
+        nodes,
+        roots,
+        tree_groups,
+        base_margins,
+        num_features,
+        objective,
+    ))
 }
 
 fn parse_param<T: std::str::FromStr>(name: &str, value: &str) -> Result<T, LoadError> {
-    value.trim().parse().map_err(|_| LoadError::format(format!("learner_model_param.{name} is '{value}'")))
+    value
+        .trim()
+        .parse()
+        .map_err(|_| LoadError::format(format!("learner_model_param.{name} is '{value}'")))
 }
 
 /// `base_score` is a number in prediction space, written `"5E-1"`, or from
@@ -174,21 +198,38 @@ fn base_margins(text: &str, objective: Objective, groups: usize) -> Result<Vec<f
     let scores = match scores.len() {
         1 => vec![scores[0]; groups],
         n if n == groups => scores,
-        n => return Err(LoadError::format(format!("base_score has {n} values for {groups} groups"))),
+        n => {
+            return Err(LoadError::format(format!(
+                "base_score has {n} values for {groups} groups"
+            )))
+        }
     };
     if objective.has_logistic_link() && scores.iter().any(|&s| !(s > 0.0 && s < 1.0)) {
-        return Err(LoadError::format(format!("base_score {text} is outside (0, 1) for {}", objective.name())));
+        return Err(LoadError::format(format!(
+            "base_score {text} is outside (0, 1) for {}",
+            objective.name()
+        )));
     }
-    Ok(scores.into_iter().map(|s| objective.base_margin(s)).collect())
+    Ok(scores
+        .into_iter()
+        .map(|s| objective.base_margin(s))
+        .collect())
 }
 
 /// Appends tree `t`'s nodes to `nodes`, with child indices made absolute,
 /// after checking that they form one tree rooted at node 0.
-fn flatten_tree(t: usize, tree: &TreeSection, num_features: usize, nodes: &mut Vec<Node>) -> Result<(), LoadError> {
+fn flatten_tree(
+    t: usize,
+    tree: &TreeSection,
+    num_features: usize,
+    nodes: &mut Vec<Node>,
+) -> Result<(), LoadError> {
     let n: usize = parse_param("num_nodes", &tree.tree_param.num_nodes)?;
     if let Some(size) = &tree.tree_param.size_leaf_vector {
         if parse_param::<usize>("size_leaf_vector", size)? > 1 {
-            return Err(LoadError::unsupported("multi-target trees (vector leaves) are not supported"));
+            return Err(LoadError::unsupported(
+                "multi-target trees (vector leaves) are not supported",
+            ));
         }
     }
     if tree.split_type.iter().any(|&s| s != 0) || !tree.categories_nodes.is_empty() {
@@ -207,7 +248,9 @@ fn flatten_tree(t: usize, tree: &TreeSection, num_features: usize, nodes: &mut V
         return Err(LoadError::format(format!("tree {t} has no nodes")));
     }
     if let Some((field, len)) = lengths.iter().find(|(_, len)| *len != n) {
-        return Err(LoadError::format(format!("tree {t}: {field} has {len} entries for {n} nodes")));
+        return Err(LoadError::format(format!(
+            "tree {t}: {field} has {len} entries for {n} nodes"
+        )));
     }
 
     // Every node reachable from the root exactly once: a tree, so
@@ -221,7 +264,9 @@ fn flatten_tree(t: usize, tree: &TreeSection, num_features: usize, nodes: &mut V
         let (left, right) = (tree.left_children[i], tree.right_children[i]);
         if left == -1 {
             if right != -1 {
-                return Err(LoadError::format(format!("tree {t} node {i} has a right child but no left one")));
+                return Err(LoadError::format(format!(
+                    "tree {t} node {i} has a right child but no left one"
+                )));
             }
             flat[i] = Node::leaf(tree.split_conditions[i]);
             continue;
@@ -234,7 +279,9 @@ fn flatten_tree(t: usize, tree: &TreeSection, num_features: usize, nodes: &mut V
         }
         for child in [left, right] {
             if child <= 0 || child as usize >= n || seen[child as usize] {
-                return Err(LoadError::format(format!("tree {t} node {i} has an invalid child {child}")));
+                return Err(LoadError::format(format!(
+                    "tree {t} node {i} has an invalid child {child}"
+                )));
             }
             seen[child as usize] = true;
             stack.push(child as usize);
@@ -283,13 +330,18 @@ mod tests {
         assert!(e.contains("'dart'"), "{e}");
 
         let categorical = STUMP.replace(r#""tree_param""#, r#""split_type":[1,0,0],"tree_param""#);
-        let e = parse_xgboost_json(model("binary:logistic", 0, &categorical, "[0]").as_bytes()).unwrap_err();
+        let e = parse_xgboost_json(model("binary:logistic", 0, &categorical, "[0]").as_bytes())
+            .unwrap_err();
         assert!(e.to_string().contains("categorical"), "{e}");
     }
 
     #[test]
     fn corrupt_trees_are_refused_not_trusted() {
-        for (from, to) in [("[1,-1,-1]", "[1,-1,7]"), ("[2,-1,-1]", "[1,-1,-1]"), ("[1,0,0]", "[5,0,0]")] {
+        for (from, to) in [
+            ("[1,-1,-1]", "[1,-1,7]"),
+            ("[2,-1,-1]", "[1,-1,-1]"),
+            ("[1,0,0]", "[5,0,0]"),
+        ] {
             let bad = STUMP.replacen(from, to, 1);
             let r = parse_xgboost_json(model("binary:logistic", 0, &bad, "[0]").as_bytes());
             assert!(matches!(r, Err(LoadError::Format(_))), "{from} -> {to}");

@@ -2,8 +2,8 @@
 
 mod predict;
 
-use std::net::SocketAddr;
 use std::io::IsTerminal;
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -77,10 +77,15 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
         .init();
 
     if args.check {
-        let repository = ModelRepository::load(&args.models).context("model repository check failed")?;
+        let repository =
+            ModelRepository::load(&args.models).context("model repository check failed")?;
         for (name, model) in repository.models() {
             let m = model.metadata();
-            println!("ok  {name} (version {}, {})", m.versions.join(", "), m.platform);
+            println!(
+                "ok  {name} (version {}, {})",
+                m.versions.join(", "),
+                m.platform
+            );
         }
         return Ok(());
     }
@@ -91,7 +96,9 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
         max_body_bytes: args.max_body_bytes,
         ..ServerConfig::default()
     };
-    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
     runtime.block_on(async {
         let server = Server::bind(&config).await?;
         server.serve(shutdown_signal()).await;

@@ -26,7 +26,12 @@ pub(crate) struct PredictArgs {
     #[arg(long, env = "WIRESPEED_PREDICT_INPUT")]
     input: PathBuf,
     /// What to print for each row.
-    #[arg(long, env = "WIRESPEED_PREDICT_OUTPUT", value_enum, default_value = "prediction")]
+    #[arg(
+        long,
+        env = "WIRESPEED_PREDICT_OUTPUT",
+        value_enum,
+        default_value = "prediction"
+    )]
     output: Output,
 }
 
@@ -34,22 +39,33 @@ pub(crate) fn run(args: &PredictArgs) -> anyhow::Result<()> {
     let ensemble = wirespeed_trees::load_xgboost_json(&args.model)
         .with_context(|| format!("cannot load {}", args.model.display()))?;
     let nf = ensemble.num_features();
-    let text = std::fs::read_to_string(&args.input).with_context(|| format!("cannot read {}", args.input.display()))?;
+    let text = std::fs::read_to_string(&args.input)
+        .with_context(|| format!("cannot read {}", args.input.display()))?;
 
     let mut rows = Vec::new();
-    for (line_no, line) in text.lines().enumerate().filter(|(_, l)| !l.trim().is_empty()) {
+    for (line_no, line) in text
+        .lines()
+        .enumerate()
+        .filter(|(_, l)| !l.trim().is_empty())
+    {
         let before = rows.len();
         for field in line.split(',') {
             let field = field.trim();
             let value = if field.is_empty() {
                 f32::NAN
             } else {
-                field.parse::<f32>().with_context(|| format!("line {}: '{field}' is not a number", line_no + 1))?
+                field
+                    .parse::<f32>()
+                    .with_context(|| format!("line {}: '{field}' is not a number", line_no + 1))?
             };
             rows.push(value);
         }
         if rows.len() - before != nf {
-            bail!("line {} has {} fields; the model takes {nf} features", line_no + 1, rows.len() - before);
+            bail!(
+                "line {} has {} fields; the model takes {nf} features",
+                line_no + 1,
+                rows.len() - before
+            );
         }
     }
 

@@ -12,8 +12,8 @@ use serde::de::{self, DeserializeSeed, IntoDeserializer, SeqAccess, Visitor};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use serde_json::value::RawValue;
 use wirespeed_core::{
-    bf16, element_count, f16, format_shape, DataType, Error, InferRequest, InferResponse, ParameterValue, Parameters,
-    RequestedOutput, Tensor, TensorData,
+    bf16, element_count, f16, format_shape, DataType, Error, InferRequest, InferResponse,
+    ParameterValue, Parameters, RequestedOutput, Tensor, TensorData,
 };
 
 #[derive(Deserialize)]
@@ -56,10 +56,12 @@ type ParametersJson = serde_json::Map<String, serde_json::Value>;
 /// caller's check.
 pub fn decode_infer_request(body: &[u8]) -> Result<InferRequest, Error> {
     if body.iter().all(u8::is_ascii_whitespace) {
-        return Err(Error::malformed("empty request body; expected a JSON infer request object"));
+        return Err(Error::malformed(
+            "empty request body; expected a JSON infer request object",
+        ));
     }
-    let request: RequestJson<'_> =
-        serde_json::from_slice(body).map_err(|e| Error::malformed(format!("invalid infer request JSON: {e}")))?;
+    let request: RequestJson<'_> = serde_json::from_slice(body)
+        .map_err(|e| Error::malformed(format!("invalid infer request JSON: {e}")))?;
 
     let mut inputs = Vec::with_capacity(request.inputs.len());
     for input in request.inputs {
@@ -70,7 +72,10 @@ pub fn decode_infer_request(body: &[u8]) -> Result<InferRequest, Error> {
         .into_iter()
         .map(|o| {
             let parameters = convert_parameters(o.parameters, &format!("output '{}'", o.name))?;
-            Ok(RequestedOutput { name: o.name, parameters })
+            Ok(RequestedOutput {
+                name: o.name,
+                parameters,
+            })
         })
         .collect::<Result<_, Error>>()?;
     Ok(InferRequest {
@@ -83,7 +88,10 @@ pub fn decode_infer_request(body: &[u8]) -> Result<InferRequest, Error> {
 
 fn decode_input(input: InputJson<'_>) -> Result<Tensor, Error> {
     let name = input.name;
-    let datatype: DataType = input.datatype.parse().map_err(|e| Error::malformed(format!("input '{name}': {e}")))?;
+    let datatype: DataType = input
+        .datatype
+        .parse()
+        .map_err(|e| Error::malformed(format!("input '{name}': {e}")))?;
     let shape = input
         .shape
         .iter()
@@ -106,7 +114,10 @@ fn decode_input(input: InputJson<'_>) -> Result<Tensor, Error> {
         return Err(Error::malformed(format!("input '{name}' has no 'data'")));
     };
     let count = element_count(&shape).ok_or_else(|| {
-        Error::malformed(format!("input '{name}' has shape {}, whose element count overflows", format_shape(&shape)))
+        Error::malformed(format!(
+            "input '{name}' has shape {}, whose element count overflows",
+            format_shape(&shape)
+        ))
     })?;
     // Every element takes at least two bytes of JSON (a digit and a comma),
     // so this bounds the allocation by the body size, whatever the shape says.
@@ -123,14 +134,33 @@ fn decode_input(input: InputJson<'_>) -> Result<Tensor, Error> {
     Ok(Tensor { name, shape, data })
 }
 
-fn decode_data(raw: &str, datatype: DataType, shape: &[usize], count: usize, capacity: usize) -> Result<TensorData, String> {
-    fn flat<T: for<'de> Deserialize<'de>>(raw: &str, shape: &[usize], count: usize, capacity: usize) -> Result<Vec<T>, String> {
+fn decode_data(
+    raw: &str,
+    datatype: DataType,
+    shape: &[usize],
+    count: usize,
+    capacity: usize,
+) -> Result<TensorData, String> {
+    fn flat<T: for<'de> Deserialize<'de>>(
+        raw: &str,
+        shape: &[usize],
+        count: usize,
+        capacity: usize,
+    ) -> Result<Vec<T>, String> {
         let mut out = Vec::with_capacity(capacity);
         let mut de = serde_json::Deserializer::from_str(raw);
-        let mut state = Layout { shape, count, mode: Mode::Unknown };
-        Level { out: &mut out, state: &mut state, depth: 0 }
-            .deserialize(&mut de)
-            .map_err(|e| e.to_string())?;
+        let mut state = Layout {
+            shape,
+            count,
+            mode: Mode::Unknown,
+        };
+        Level {
+            out: &mut out,
+            state: &mut state,
+            depth: 0,
+        }
+        .deserialize(&mut de)
+        .map_err(|e| e.to_string())?;
         Ok(out)
     }
     Ok(match datatype {
@@ -145,15 +175,24 @@ fn decode_data(raw: &str, datatype: DataType, shape: &[usize], count: usize, cap
         DataType::Int64 => TensorData::Int64(flat(raw, shape, count, capacity)?),
         DataType::Fp32 => TensorData::Fp32(flat(raw, shape, count, capacity)?),
         DataType::Fp64 => TensorData::Fp64(flat(raw, shape, count, capacity)?),
-        DataType::Fp16 => {
-            TensorData::Fp16(flat::<f64>(raw, shape, count, capacity)?.into_iter().map(f16::from_f64).collect())
-        }
-        DataType::Bf16 => {
-            TensorData::Bf16(flat::<f64>(raw, shape, count, capacity)?.into_iter().map(bf16::from_f64).collect())
-        }
-        DataType::Bytes => {
-            TensorData::Bytes(flat::<String>(raw, shape, count, capacity)?.into_iter().map(String::into_bytes).collect())
-        }
+        DataType::Fp16 => TensorData::Fp16(
+            flat::<f64>(raw, shape, count, capacity)?
+                .into_iter()
+                .map(f16::from_f64)
+                .collect(),
+        ),
+        DataType::Bf16 => TensorData::Bf16(
+            flat::<f64>(raw, shape, count, capacity)?
+                .into_iter()
+                .map(bf16::from_f64)
+                .collect(),
+        ),
+        DataType::Bytes => TensorData::Bytes(
+            flat::<String>(raw, shape, count, capacity)?
+                .into_iter()
+                .map(String::into_bytes)
+                .collect(),
+        ),
     })
 }
 
@@ -196,7 +235,14 @@ impl<'de, T: Deserialize<'de>> Visitor<'de> for Level<'_, '_, T> {
 
     fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
         let mut len = 0usize;
-        while seq.next_element_seed(Item { out: &mut *self.out, state: &mut *self.state, depth: self.depth })?.is_some() {
+        while seq
+            .next_element_seed(Item {
+                out: &mut *self.out,
+                state: &mut *self.state,
+                depth: self.depth,
+            })?
+            .is_some()
+        {
             len += 1;
         }
         let state = &*self.state;
@@ -205,7 +251,10 @@ impl<'de, T: Deserialize<'de>> Visitor<'de> for Level<'_, '_, T> {
                 "nested 'data' has {len} elements at depth {}, but shape {} needs {}",
                 self.depth,
                 format_shape(state.shape),
-                state.shape.get(self.depth).map_or("none".to_owned(), |d| d.to_string())
+                state
+                    .shape
+                    .get(self.depth)
+                    .map_or("none".to_owned(), |d| d.to_string())
             )));
         }
         Ok(())
@@ -289,12 +338,22 @@ impl<'de, T: Deserialize<'de>> Visitor<'de> for Item<'_, '_, T> {
             )));
         }
         state.mode = Mode::Nested;
-        Level { out: self.out, state, depth: self.depth + 1 }.visit_seq(seq)
+        Level {
+            out: self.out,
+            state,
+            depth: self.depth + 1,
+        }
+        .visit_seq(seq)
     }
 }
 
-fn convert_parameters(parameters: Option<ParametersJson>, owner: &str) -> Result<Parameters, Error> {
-    let Some(map) = parameters else { return Ok(Vec::new()) };
+fn convert_parameters(
+    parameters: Option<ParametersJson>,
+    owner: &str,
+) -> Result<Parameters, Error> {
+    let Some(map) = parameters else {
+        return Ok(Vec::new());
+    };
     map.into_iter()
         .map(|(key, value)| {
             let value = match value {
@@ -384,13 +443,17 @@ pub fn encode_infer_response(response: &InferResponse) -> Vec<u8> {
             })
             .collect(),
     };
-    let estimate = 128 + response.outputs.iter().map(|t| t.data.len() * 12).sum::<usize>();
+    let estimate = 128
+        + response
+            .outputs
+            .iter()
+            .map(|t| t.data.len() * 12)
+            .sum::<usize>();
     let mut out = Vec::with_capacity(estimate);
     // Writing plain data into a Vec cannot fail.
     serde_json::to_writer(&mut out, &body).expect("serializing an infer response");
     out
 }
-
 
 #[cfg(test)]
 mod tests {
@@ -402,7 +465,9 @@ mod tests {
     }
 
     fn one_input(shape: &str, datatype: &str, data: &str) -> Result<Tensor, Error> {
-        let body = format!(r#"{{"inputs":[{{"name":"x","shape":{shape},"datatype":"{datatype}","data":{data}}}]}}"#);
+        let body = format!(
+            r#"{{"inputs":[{{"name":"x","shape":{shape},"datatype":"{datatype}","data":{data}}}]}}"#
+        );
         decode(&body).map(|mut r| r.inputs.remove(0))
     }
 
@@ -430,7 +495,10 @@ mod tests {
         .unwrap();
         assert_eq!(r.id.as_deref(), Some("42"));
         assert_eq!(r.parameters.len(), 4);
-        assert_eq!(r.parameters[3], ("d".to_owned(), ParameterValue::Float(0.5)));
+        assert_eq!(
+            r.parameters[3],
+            ("d".to_owned(), ParameterValue::Float(0.5))
+        );
         assert_eq!(r.outputs[0].name, "y");
         assert_eq!(r.inputs[0].data, TensorData::Bool(vec![true]));
     }
@@ -441,12 +509,32 @@ mod tests {
             ("BOOL", "[true,false]", TensorData::Bool(vec![true, false])),
             ("UINT8", "[0,255]", TensorData::Uint8(vec![0, 255])),
             ("INT8", "[-128,127]", TensorData::Int8(vec![-128, 127])),
-            ("UINT64", "[0,18446744073709551615]", TensorData::Uint64(vec![0, u64::MAX])),
-            ("INT64", "[-9223372036854775808,1]", TensorData::Int64(vec![i64::MIN, 1])),
+            (
+                "UINT64",
+                "[0,18446744073709551615]",
+                TensorData::Uint64(vec![0, u64::MAX]),
+            ),
+            (
+                "INT64",
+                "[-9223372036854775808,1]",
+                TensorData::Int64(vec![i64::MIN, 1]),
+            ),
             ("FP64", "[0.1,-2]", TensorData::Fp64(vec![0.1, -2.0])),
-            ("FP16", "[0.5,65504]", TensorData::Fp16(vec![f16::from_f32(0.5), f16::MAX])),
-            ("BF16", "[1,-2]", TensorData::Bf16(vec![bf16::ONE, bf16::from_f32(-2.0)])),
-            ("BYTES", r#"["a\"b","\u00e9"]"#, TensorData::Bytes(vec![b"a\"b".to_vec(), "é".as_bytes().to_vec()])),
+            (
+                "FP16",
+                "[0.5,65504]",
+                TensorData::Fp16(vec![f16::from_f32(0.5), f16::MAX]),
+            ),
+            (
+                "BF16",
+                "[1,-2]",
+                TensorData::Bf16(vec![bf16::ONE, bf16::from_f32(-2.0)]),
+            ),
+            (
+                "BYTES",
+                r#"["a\"b","\u00e9"]"#,
+                TensorData::Bytes(vec![b"a\"b".to_vec(), "é".as_bytes().to_vec()]),
+            ),
         ];
         for (dt, data, want) in cases {
             assert_eq!(one_input("[2]", dt, data).unwrap().data, want, "{dt}");
@@ -455,7 +543,12 @@ mod tests {
 
     #[test]
     fn out_of_range_and_wrong_type_elements_are_refused() {
-        for (dt, data) in [("UINT8", "[256, 1]"), ("INT8", "[-129, 1]"), ("BOOL", "[1, 0]"), ("FP32", r#"["1", 2]"#)] {
+        for (dt, data) in [
+            ("UINT8", "[256, 1]"),
+            ("INT8", "[-129, 1]"),
+            ("BOOL", "[1, 0]"),
+            ("FP32", r#"["1", 2]"#),
+        ] {
             let e = one_input("[2]", dt, data).unwrap_err();
             assert_eq!(e.kind(), ErrorKind::MalformedRequest, "{dt} {data}");
             assert!(e.message().contains("input 'x'"), "{e}");
@@ -466,12 +559,27 @@ mod tests {
     fn shape_mismatches_are_specific() {
         let e = one_input("[2,3]", "FP32", "[1,2,3,4,5]").unwrap_err();
         assert_eq!(e.kind(), ErrorKind::InvalidInput);
-        assert!(e.message().contains("holds 6 elements") && e.message().contains("has 5"), "{e}");
-        assert!(one_input("[2,3]", "FP32", "[1,2,3,4,5,6,7]").unwrap_err().message().contains("more than the 6"));
-        assert!(one_input("[2,3]", "FP32", "[[1,2,3],[4,5]]").unwrap_err().message().contains("needs 3"));
+        assert!(
+            e.message().contains("holds 6 elements") && e.message().contains("has 5"),
+            "{e}"
+        );
+        assert!(one_input("[2,3]", "FP32", "[1,2,3,4,5,6,7]")
+            .unwrap_err()
+            .message()
+            .contains("more than the 6"));
+        assert!(one_input("[2,3]", "FP32", "[[1,2,3],[4,5]]")
+            .unwrap_err()
+            .message()
+            .contains("needs 3"));
         assert!(one_input("[2,3]", "FP32", "[[1,2,3],4,5,6]").is_err());
-        assert!(one_input("[6]", "FP32", "[[1,2,3],[4,5,6]]").unwrap_err().message().contains("deeper"));
-        assert!(one_input("[-1,3]", "FP32", "[1,2,3]").unwrap_err().message().contains("zero or more"));
+        assert!(one_input("[6]", "FP32", "[[1,2,3],[4,5,6]]")
+            .unwrap_err()
+            .message()
+            .contains("deeper"));
+        assert!(one_input("[-1,3]", "FP32", "[1,2,3]")
+            .unwrap_err()
+            .message()
+            .contains("zero or more"));
     }
 
     #[test]
@@ -484,7 +592,15 @@ mod tests {
 
     #[test]
     fn malformed_bodies_are_malformed_requests() {
-        for body in ["", "  ", "{", "[]", r#"{"inputs":3}"#, r#"{"inputs":[{"name":"x"}]}"#, "{\"inputs\":[]}x"] {
+        for body in [
+            "",
+            "  ",
+            "{",
+            "[]",
+            r#"{"inputs":3}"#,
+            r#"{"inputs":[{"name":"x"}]}"#,
+            "{\"inputs\":[]}x",
+        ] {
             let e = decode(body).unwrap_err();
             assert_eq!(e.kind(), ErrorKind::MalformedRequest, "{body:?}: {e}");
         }
@@ -498,9 +614,14 @@ mod tests {
             model_name: "m".into(),
             model_version: "1".into(),
             id: Some("7".into()),
-            outputs: vec![Tensor { name: "p".into(), shape: vec![2], data: TensorData::Fp32(vec![0.1, 1e-7]) }],
+            outputs: vec![Tensor {
+                name: "p".into(),
+                shape: vec![2],
+                data: TensorData::Fp32(vec![0.1, 1e-7]),
+            }],
         };
-        let v: serde_json::Value = serde_json::from_slice(&encode_infer_response(&response)).unwrap();
+        let v: serde_json::Value =
+            serde_json::from_slice(&encode_infer_response(&response)).unwrap();
         assert_eq!(v["model_name"], "m");
         assert_eq!(v["id"], "7");
         assert_eq!(v["outputs"][0]["datatype"], "FP32");

@@ -19,7 +19,11 @@ pub(crate) fn live() -> Response<Body> {
 /// Ready once every model is loaded, until shutdown begins.
 pub(crate) fn ready(state: &AppState) -> Response<Body> {
     let ready = state.ready.load(Ordering::Acquire);
-    let status = if ready { StatusCode::OK } else { StatusCode::SERVICE_UNAVAILABLE };
+    let status = if ready {
+        StatusCode::OK
+    } else {
+        StatusCode::SERVICE_UNAVAILABLE
+    };
     response::json_with_status(status, json!({ "ready": ready }).to_string())
 }
 
@@ -28,6 +32,13 @@ pub(crate) fn ready(state: &AppState) -> Response<Body> {
 pub(crate) fn model_ready(state: &AppState, model: ModelRef<'_>) -> Result<Response<Body>, Error> {
     state.repository.get(model.name, model.version)?;
     let ready = state.ready.load(Ordering::Acquire);
-    let status = if ready { StatusCode::OK } else { StatusCode::SERVICE_UNAVAILABLE };
-    Ok(response::json_with_status(status, json!({ "name": model.name, "ready": ready }).to_string()))
+    let status = if ready {
+        StatusCode::OK
+    } else {
+        StatusCode::SERVICE_UNAVAILABLE
+    };
+    Ok(response::json_with_status(
+        status,
+        json!({ "name": model.name, "ready": ready }).to_string(),
+    ))
 }

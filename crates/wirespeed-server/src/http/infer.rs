@@ -66,7 +66,10 @@ pub(crate) async fn infer(
 /// path cannot take. A body declared larger than `limit` is refused unread
 /// and the connection closed.
 async fn read_body(request: Request<Incoming>, limit: usize) -> Result<Bytes, Error> {
-    let declared = request.headers().get(CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
+    let declared = request
+        .headers()
+        .get(CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
     if declared.is_some_and(|n| n > limit as u64) {
         return Err(too_large(limit));
     }
@@ -92,7 +95,10 @@ async fn read_body(request: Request<Incoming>, limit: usize) -> Result<Bytes, Er
         if encoding.as_bytes() != b"identity" {
             return Err(Error::new(
                 ErrorKind::Unsupported,
-                format!("Content-Encoding {:?} is not supported; send the body uncompressed", encoding),
+                format!(
+                    "Content-Encoding {:?} is not supported; send the body uncompressed",
+                    encoding
+                ),
             ));
         }
     }
@@ -100,5 +106,8 @@ async fn read_body(request: Request<Incoming>, limit: usize) -> Result<Bytes, Er
 }
 
 fn too_large(limit: usize) -> Error {
-    Error::new(ErrorKind::PayloadTooLarge, format!("request body is larger than the {limit}-byte limit"))
+    Error::new(
+        ErrorKind::PayloadTooLarge,
+        format!("request body is larger than the {limit}-byte limit"),
+    )
 }

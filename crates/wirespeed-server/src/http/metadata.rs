@@ -24,7 +24,10 @@ pub(crate) fn server() -> Response<Body> {
 pub(crate) fn model(state: &AppState, model: ModelRef<'_>) -> Result<Response<Body>, Error> {
     let metadata = state.repository.get(model.name, model.version)?.metadata();
     let tensors = |specs: &[TensorSpec]| -> Vec<Value> {
-        specs.iter().map(|s| json!({ "name": s.name, "datatype": s.datatype.as_str(), "shape": s.shape })).collect()
+        specs
+            .iter()
+            .map(|s| json!({ "name": s.name, "datatype": s.datatype.as_str(), "shape": s.shape }))
+            .collect()
     };
     Ok(response::json_value(&json!({
         "name": metadata.name,

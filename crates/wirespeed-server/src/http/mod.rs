@@ -69,9 +69,17 @@ pub(crate) async fn serve(
         }
     }
     drop(listener);
-    state.ready.store(false, std::sync::atomic::Ordering::Release);
-    tracing::info!("shutting down: draining open connections for up to {:?}", drain);
-    if tokio::time::timeout(drain, graceful.shutdown()).await.is_err() {
+    state
+        .ready
+        .store(false, std::sync::atomic::Ordering::Release);
+    tracing::info!(
+        "shutting down: draining open connections for up to {:?}",
+        drain
+    );
+    if tokio::time::timeout(drain, graceful.shutdown())
+        .await
+        .is_err()
+    {
         tracing::warn!("drain deadline passed; closing remaining connections");
     }
 }

@@ -37,12 +37,15 @@ pub(crate) fn error(error: &Error) -> Response<Body> {
     if !kind.is_client_error() {
         tracing::error!(error = %error, "request failed");
     }
-    let status = StatusCode::from_u16(kind.http_status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    let status =
+        StatusCode::from_u16(kind.http_status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
     let body = serde_json::json!({ "error": error.public_message() });
     let mut response = json_with_status(status, body.to_string());
     if kind == ErrorKind::PayloadTooLarge {
         // The body was left unread, so this connection cannot carry another request.
-        response.headers_mut().insert(CONNECTION, HeaderValue::from_static("close"));
+        response
+            .headers_mut()
+            .insert(CONNECTION, HeaderValue::from_static("close"));
     }
     response
 }

@@ -48,14 +48,20 @@ pub(crate) fn route<'a>(method: &Method, path: &'a str) -> Result<Route<'a>, Err
         _ => None,
     };
     let Some(route) = found else {
-        return Err(Error::new(ErrorKind::RouteNotFound, format!("no endpoint at {path}")));
+        return Err(Error::new(
+            ErrorKind::RouteNotFound,
+            format!("no endpoint at {path}"),
+        ));
     };
     // HEAD is GET without the body; hyper drops the body for us.
     let allowed = route.method();
     if *method == allowed || (*method == Method::HEAD && allowed == Method::GET) {
         Ok(route)
     } else {
-        Err(Error::new(ErrorKind::MethodNotAllowed, format!("{path} takes {allowed}, not {method}")))
+        Err(Error::new(
+            ErrorKind::MethodNotAllowed,
+            format!("{path} takes {allowed}, not {method}"),
+        ))
     }
 }
 
@@ -88,17 +94,38 @@ mod tests {
         assert_eq!(get("/v2/").unwrap(), Route::ServerMetadata);
         assert_eq!(get("/v2/health/live").unwrap(), Route::Live);
         assert_eq!(get("/v2/health/ready").unwrap(), Route::Ready);
-        assert_eq!(get("/v2/models/t").unwrap(), Route::ModelMetadata(m("t", None)));
-        assert_eq!(get("/v2/models/t/versions/1").unwrap(), Route::ModelMetadata(m("t", Some("1"))));
-        assert_eq!(get("/v2/models/t/versions/2/ready").unwrap(), Route::ModelReady(m("t", Some("2"))));
-        assert_eq!(route(&Method::POST, "/v2/models/t/infer").unwrap(), Route::Infer(m("t", None)));
-        assert_eq!(route(&Method::POST, "/v2/models/t/versions/1/infer").unwrap(), Route::Infer(m("t", Some("1"))));
+        assert_eq!(
+            get("/v2/models/t").unwrap(),
+            Route::ModelMetadata(m("t", None))
+        );
+        assert_eq!(
+            get("/v2/models/t/versions/1").unwrap(),
+            Route::ModelMetadata(m("t", Some("1")))
+        );
+        assert_eq!(
+            get("/v2/models/t/versions/2/ready").unwrap(),
+            Route::ModelReady(m("t", Some("2")))
+        );
+        assert_eq!(
+            route(&Method::POST, "/v2/models/t/infer").unwrap(),
+            Route::Infer(m("t", None))
+        );
+        assert_eq!(
+            route(&Method::POST, "/v2/models/t/versions/1/infer").unwrap(),
+            Route::Infer(m("t", Some("1")))
+        );
     }
 
     #[test]
     fn wrong_paths_and_methods_say_so() {
-        assert_eq!(get("/v2/models/t/explain").unwrap_err().kind(), ErrorKind::RouteNotFound);
-        assert_eq!(get("/v2/models//infer").unwrap_err().kind(), ErrorKind::RouteNotFound);
+        assert_eq!(
+            get("/v2/models/t/explain").unwrap_err().kind(),
+            ErrorKind::RouteNotFound
+        );
+        assert_eq!(
+            get("/v2/models//infer").unwrap_err().kind(),
+            ErrorKind::RouteNotFound
+        );
         assert_eq!(get("/").unwrap_err().kind(), ErrorKind::RouteNotFound);
         let e = get("/v2/models/t/infer").unwrap_err();
         assert_eq!(e.kind(), ErrorKind::MethodNotAllowed);
