@@ -106,30 +106,49 @@ impl Model for TreeModel {
         };
         let n_rows = input.shape[0];
         let e = &self.ensemble;
+        let kind = |index: usize| self.output_kinds[index];
+
         let mut margins = vec![0.0f32; n_rows * e.num_groups()];
         e.predict_margins(rows, &mut margins);
+        let predictions = outputs
+            .iter()
+            .any(|&i| kind(i) == OutputKind::Prediction)
+            .then(|| {
+                let mut predictions = vec![0.0f32; n_rows * e.prediction_width()];
+                e.transform(&margins, &mut predictions);
+                predictions
+            });
 
-        let shape = |width: usize| {
-            if width == 1 {
-                vec![n_rows]
-            } else {
-                vec![n_rows, width]
-            }
-        };
+        // Each buffer moves into the last output that uses it; only a kind
+        // declared under two names is copied.
+        let mut buffers = [
+            (OutputKind::Margin, e.num_groups(), Some(margins)),
+            (OutputKind::Prediction, e.prediction_width(), predictions),
+        ];
         let mut result = Vec::with_capacity(outputs.len());
-        for &index in outputs {
-            let data = match self.output_kinds[index] {
-                OutputKind::Margin => (shape(e.num_groups()), margins.clone()),
-                OutputKind::Prediction => {
-                    let mut predictions = vec![0.0f32; n_rows * e.prediction_width()];
-                    e.transform(&margins, &mut predictions);
-                    (shape(e.prediction_width()), predictions)
-                }
+        for (n, &index) in outputs.iter().enumerate() {
+            let (_, width, slot) = buffers
+                .iter_mut()
+                .find(|(k, _, _)| *k == kind(index))
+                .expect("both kinds have a slot");
+            let used_later = outputs[n + 1..]
+                .iter()
+                .any(|&later| kind(later) == kind(index));
+            let data = if used_later {
+                slot.clone()
+            } else {
+                slot.take()
             };
             result.push(Tensor {
                 name: self.metadata.outputs[index].name.clone(),
-                shape: data.0,
-                data: TensorData::Fp32(data.1),
+                shape: if *width == 1 {
+                    vec![n_rows]
+                } else {
+                    vec![n_rows, *width]
+                },
+                data: TensorData::Fp32(
+                    data.ok_or_else(|| Error::internal("tree model output computed twice"))?,
+                ),
             });
         }
         Ok(result)

@@ -100,30 +100,26 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
         .enable_all()
         .build()?;
     runtime.block_on(async {
+        let shutdown = shutdown_signal()?;
         let server = Server::bind(&config).await?;
-        server.serve(shutdown_signal()).await;
+        server.serve(shutdown).await;
         anyhow::Ok(())
     })
 }
 
-/// Resolves on the first SIGINT or SIGTERM.
-async fn shutdown_signal() {
-    let ctrl_c = async {
-        let _ = tokio::signal::ctrl_c().await;
-    };
-    #[cfg(unix)]
-    let terminate = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut s) => {
-                s.recv().await;
-            }
-            Err(_) => std::future::pending::<()>().await,
+/// Installs the SIGINT and SIGTERM handlers now, so a signal that arrives
+/// as soon as the server says it is listening is already handled, and
+/// returns a future that resolves on the first of them.
+fn shutdown_signal() -> anyhow::Result<impl std::future::Future<Output = ()>> {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut interrupt =
+        signal(SignalKind::interrupt()).context("cannot install the SIGINT handler")?;
+    let mut terminate =
+        signal(SignalKind::terminate()).context("cannot install the SIGTERM handler")?;
+    Ok(async move {
+        tokio::select! {
+            _ = interrupt.recv() => tracing::info!("SIGINT received"),
+            _ = terminate.recv() => tracing::info!("SIGTERM received"),
         }
-    };
-    #[cfg(not(unix))]
-    let terminate = std::future::pending::<()>();
-    tokio::select! {
-        () = ctrl_c => {},
-        () = terminate => {},
-    }
+    })
 }

@@ -86,8 +86,10 @@ pub(crate) async fn serve(
 
 /// Routes one request and answers it.
 async fn dispatch(state: &AppState, request: Request<Incoming>) -> Response<Body> {
-    let path = request.uri().path().to_owned();
-    let result = match router::route(request.method(), &path) {
+    // A cheap reference-counted clone, so the route can borrow the path
+    // while the request moves into its handler.
+    let uri = request.uri().clone();
+    let result = match router::route(request.method(), uri.path()) {
         Ok(Route::Live) => Ok(health::live()),
         Ok(Route::Ready) => Ok(health::ready(state)),
         Ok(Route::ServerMetadata) => Ok(metadata::server()),
