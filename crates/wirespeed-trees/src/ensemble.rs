@@ -65,15 +65,15 @@ impl Node {
 /// or loop.
 #[derive(Debug, Clone)]
 pub struct TreeEnsemble {
-    nodes: Vec<Node>,
+    pub(crate) nodes: Vec<Node>,
     /// Root node index of each tree.
-    roots: Vec<u32>,
+    pub(crate) roots: Vec<u32>,
     /// Output group (class) each tree adds to.
-    tree_groups: Vec<u32>,
+    pub(crate) tree_groups: Vec<u32>,
     /// Starting margin per group.
-    base_margins: Vec<f32>,
-    num_features: usize,
-    objective: Objective,
+    pub(crate) base_margins: Vec<f32>,
+    pub(crate) num_features: usize,
+    pub(crate) objective: Objective,
 }
 
 /// Rows per block in batch prediction: small enough that a block's rows and
@@ -81,24 +81,6 @@ pub struct TreeEnsemble {
 const ROW_BLOCK: usize = 64;
 
 impl TreeEnsemble {
-    pub(crate) fn new(
-        nodes: Vec<Node>,
-        roots: Vec<u32>,
-        tree_groups: Vec<u32>,
-        base_margins: Vec<f32>,
-        num_features: usize,
-        objective: Objective,
-    ) -> TreeEnsemble {
-        TreeEnsemble {
-            nodes,
-            roots,
-            tree_groups,
-            base_margins,
-            num_features,
-            objective,
-        }
-    }
-
     /// The number of features each row must have.
     pub fn num_features(&self) -> usize {
         self.num_features

@@ -170,14 +170,14 @@ pub fn parse_xgboost_json(bytes: &[u8]) -> Result<TreeEnsemble, LoadError> {
         roots.push(root);
         tree_groups.push(group as u32);
     }
-    Ok(TreeEnsemble::new(
+    Ok(TreeEnsemble {
         nodes,
         roots,
         tree_groups,
         base_margins,
         num_features,
         objective,
-    ))
+    })
 }
 
 fn parse_param<T: std::str::FromStr>(name: &str, value: &str) -> Result<T, LoadError> {
