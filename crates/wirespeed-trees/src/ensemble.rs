@@ -203,14 +203,14 @@ mod tests {
             Node::leaf(0.25),
             Node::leaf(0.5),
         ];
-        TreeEnsemble::new(
+        TreeEnsemble {
             nodes,
-            vec![0, 3],
-            vec![0, 0],
-            vec![0.0],
-            2,
-            Objective::RegSquaredError,
-        )
+            roots: vec![0, 3],
+            tree_groups: vec![0, 0],
+            base_margins: vec![0.0],
+            num_features: 2,
+            objective: Objective::RegSquaredError,
+        }
     }
 
     #[test]
