@@ -23,9 +23,33 @@ struct RequestJson<'a> {
     #[serde(default)]
     parameters: Option<ParametersJson>,
     #[serde(borrow)]
-    inputs: Vec<InputJson<'a>>,
+    inputs: Vec<Object<InputJson<'a>>>,
     #[serde(default)]
-    outputs: Vec<OutputJson>,
+    outputs: Vec<Object<OutputJson>>,
+}
+
+/// `T` read only from a JSON object. Derived structs would also take an
+/// array of their fields in order, which the protocol does not allow.
+struct Object<T>(T);
+
+impl<'de, T: Deserialize<'de>> Deserialize<'de> for Object<T> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct ObjectVisitor<T>(std::marker::PhantomData<T>);
+
+        impl<'de, T: Deserialize<'de>> Visitor<'de> for ObjectVisitor<T> {
+            type Value = Object<T>;
+
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a JSON object")
+            }
+
+            fn visit_map<A: de::MapAccess<'de>>(self, map: A) -> Result<Object<T>, A::Error> {
+                T::deserialize(de::value::MapAccessDeserializer::new(map)).map(Object)
+            }
+        }
+
+        deserializer.deserialize_map(ObjectVisitor(std::marker::PhantomData))
+    }
 }
 
 #[derive(Deserialize)]
@@ -64,13 +88,13 @@ pub fn decode_infer_request(body: &[u8]) -> Result<InferRequest, Error> {
         .map_err(|e| Error::malformed(format!("invalid infer request JSON: {e}")))?;
 
     let mut inputs = Vec::with_capacity(request.inputs.len());
-    for input in request.inputs {
+    for Object(input) in request.inputs {
         inputs.push(decode_input(input)?);
     }
     let outputs = request
         .outputs
         .into_iter()
-        .map(|o| {
+        .map(|Object(o)| {
             let parameters = convert_parameters(o.parameters, &format!("output '{}'", o.name))?;
             Ok(RequestedOutput {
                 name: o.name,
