@@ -624,6 +624,10 @@ mod tests {
             r#"{"inputs":3}"#,
             r#"{"inputs":[{"name":"x"}]}"#,
             "{\"inputs\":[]}x",
+            // Fields given positionally, as serde's derived structs would accept.
+            r#"[null, null, []]"#,
+            r#"{"inputs":[["x",[1],"FP32",null,[1]]]}"#,
+            r#"{"inputs":[],"outputs":[["y"]]}"#,
         ] {
             let e = decode(body).unwrap_err();
             assert_eq!(e.kind(), ErrorKind::MalformedRequest, "{body:?}: {e}");
