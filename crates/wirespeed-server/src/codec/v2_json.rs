@@ -84,7 +84,7 @@ pub fn decode_infer_request(body: &[u8]) -> Result<InferRequest, Error> {
             "empty request body; expected a JSON infer request object",
         ));
     }
-    let request: RequestJson<'_> = serde_json::from_slice(body)
+    let Object(request): Object<RequestJson<'_>> = serde_json::from_slice(body)
         .map_err(|e| Error::malformed(format!("invalid infer request JSON: {e}")))?;
 
     let mut inputs = Vec::with_capacity(request.inputs.len());
