@@ -1,2 +1,3 @@
 //! placeholder
 mod number;
+mod string;
