@@ -1,3 +1,49 @@
-//! placeholder
+//! The incremental JSON <-> tensor codec of wirespeed.
+//!
+//! [`RequestDecoder`] decodes a V2 (Open Inference Protocol) JSON infer
+//! request from byte chunks of any size, as they arrive, straight into typed
+//! tensor buffers: no DOM, no copy of the body. Floats are converted from
+//! decimal to their datatype exactly once, correctly rounded. Every error
+//! carries a [`Category`], a byte offset and the input's name.
+//!
+//! ```
+//! use wirespeed_core::TensorData;
+//! use wirespeed_json::{DecodeOptions, RequestDecoder};
+//!
+//! let body = br#"{"inputs": [{"name": "x", "shape": [2], "datatype": "FP32", "data": [0.1, NaN]}]}"#;
+//! let mut decoder = RequestDecoder::new(DecodeOptions::default());
+//! for chunk in body.chunks(7) {
+//!     decoder.feed(chunk).unwrap();
+//! }
+//! let request = decoder.finish().unwrap();
+//! let TensorData::Fp32(x) = &request.inputs[0].data else { unreachable!() };
+//! assert_eq!(x[0], 0.1f32);
+//! assert!(x[1].is_nan());
+//! ```
+//!
+//! The parser is written here rather than taken from a crate because none
+//! does what this needs at once: push decoding of chunks split anywhere,
+//! values landing in typed buffers chosen by sibling keys that may come
+//! later, single rounding to f32/f16/bf16, and errors with offsets and
+//! categories. The float conversion itself is fast-float2's.
+
+mod builder;
+mod decoder;
+mod error;
 mod number;
+mod options;
 mod string;
+
+pub use decoder::RequestDecoder;
+pub use error::{Category, DecodeError};
+pub use options::DecodeOptions;
+
+/// Decodes a whole body at once.
+pub fn decode_infer_request(
+    body: &[u8],
+    options: &DecodeOptions,
+) -> Result<wirespeed_core::InferRequest, DecodeError> {
+    let mut decoder = RequestDecoder::new(options.clone()).with_body_len(body.len() as u64);
+    decoder.feed(body)?;
+    decoder.finish()
+}

@@ -151,7 +151,10 @@ fn compare_decimal_with(token: &[u8], x: f64) -> std::cmp::Ordering {
         a_exp.cmp(&b_exp).then_with(|| {
             let n = a_digits.len().max(b_digits.len());
             let pad = |d: &[u8], i: usize| d.get(i).copied().unwrap_or(b'0');
-            (0..n).map(|i| pad(&a_digits, i).cmp(&pad(&b_digits, i))).find(|o| o.is_ne()).unwrap_or(std::cmp::Ordering::Equal)
+            (0..n)
+                .map(|i| pad(&a_digits, i).cmp(&pad(&b_digits, i)))
+                .find(|o| o.is_ne())
+                .unwrap_or(std::cmp::Ordering::Equal)
         })
     };
     if negative {
@@ -166,11 +169,24 @@ fn compare_decimal_with(token: &[u8], x: f64) -> std::cmp::Ordering {
 fn normalize(text: &[u8]) -> (Vec<u8>, i64) {
     let text = text.strip_prefix(b"-").unwrap_or(text);
     let (mantissa, exponent) = match text.iter().position(|&b| b == b'e' || b == b'E') {
-        Some(e) => (&text[..e], std::str::from_utf8(&text[e + 1..]).ok().and_then(|s| s.parse::<i64>().ok()).unwrap_or(0)),
+        Some(e) => (
+            &text[..e],
+            std::str::from_utf8(&text[e + 1..])
+                .ok()
+                .and_then(|s| s.parse::<i64>().ok())
+                .unwrap_or(0),
+        ),
         None => (text, 0),
     };
-    let point = mantissa.iter().position(|&b| b == b'.').unwrap_or(mantissa.len());
-    let mut digits: Vec<u8> = mantissa.iter().copied().filter(u8::is_ascii_digit).collect();
+    let point = mantissa
+        .iter()
+        .position(|&b| b == b'.')
+        .unwrap_or(mantissa.len());
+    let mut digits: Vec<u8> = mantissa
+        .iter()
+        .copied()
+        .filter(u8::is_ascii_digit)
+        .collect();
     let leading = digits.iter().take_while(|&&d| d == b'0').count();
     digits.drain(..leading);
     while digits.last() == Some(&b'0') {
@@ -198,7 +214,9 @@ fn to_i128(token: &[u8]) -> Result<i128, IntError> {
     if digits.len() > 20 {
         return Err(IntError::OutOfRange);
     }
-    let magnitude = digits.iter().fold(0i128, |acc, &d| acc * 10 + i128::from(d - b'0'));
+    let magnitude = digits
+        .iter()
+        .fold(0i128, |acc, &d| acc * 10 + i128::from(d - b'0'));
     Ok(if negative { -magnitude } else { magnitude })
 }
 
@@ -217,10 +235,22 @@ mod tests {
 
     #[test]
     fn the_grammar_is_json_not_rust() {
-        for good in ["0", "-0", "1", "-12", "1.5", "0.25e-3", "1E+9", "123456789012345678901234567890"] {
+        for good in [
+            "0",
+            "-0",
+            "1",
+            "-12",
+            "1.5",
+            "0.25e-3",
+            "1E+9",
+            "123456789012345678901234567890",
+        ] {
             assert!(check_grammar(good.as_bytes()).is_ok(), "{good}");
         }
-        for bad in ["", "-", "01", "-01", "1.", ".5", "1e", "1e+", "+1", "--1", "1.2.3", "inf", "nan", "0x10", "1_0"] {
+        for bad in [
+            "", "-", "01", "-01", "1.", ".5", "1e", "1e+", "+1", "--1", "1.2.3", "inf", "nan",
+            "0x10", "1_0",
+        ] {
             assert!(check_grammar(bad.as_bytes()).is_err(), "{bad}");
         }
         assert_eq!(check_grammar(b"10"), Ok(Shape::Integer));
@@ -249,9 +279,15 @@ mod tests {
         assert_eq!(text_f64(above), mid, "rounds to the midpoint in f64");
         assert_eq!(to_f16(above), f16::from_f64(1.0 + 2f64.powi(-10)));
         assert_eq!(to_f16(below), f16::ONE);
-        assert_eq!(to_f16(b"-1.0004882812500000000000000000001"), -f16::from_f64(1.0 + 2f64.powi(-10)));
+        assert_eq!(
+            to_f16(b"-1.0004882812500000000000000000001"),
+            -f16::from_f64(1.0 + 2f64.powi(-10))
+        );
         // bf16: 1 + 2^-8 is the midpoint between 1 and 1 + 2^-7.
-        assert_eq!(to_bf16(b"1.0039062500000000000000000001"), bf16::from_f64(1.0 + 2f64.powi(-7)));
+        assert_eq!(
+            to_bf16(b"1.0039062500000000000000000001"),
+            bf16::from_f64(1.0 + 2f64.powi(-7))
+        );
         assert_eq!(to_bf16(b"1.00390625"), bf16::ONE);
         // Overflow boundary: 65520 rounds to infinity, a hair below it does not.
         assert_eq!(to_f16(b"65520"), f16::INFINITY);
@@ -263,15 +299,26 @@ mod tests {
         // Just above an f16 midpoint: rounding to f32 first would land on the
         // midpoint and tie down to 1.0.
         let x = (1.0 + 2f64.powi(-11)).next_up();
-        assert_eq!(f16::from_bits(narrow_f64(x, 10, 5)), f16::from_f64(1.0 + 2f64.powi(-10)));
+        assert_eq!(
+            f16::from_bits(narrow_f64(x, 10, 5)),
+            f16::from_f64(1.0 + 2f64.powi(-10))
+        );
         // Every f32 narrows as `half` narrows it from f32 (one rounding there).
         for i in 0..200_000u32 {
             let f = f32::from_bits(i.wrapping_mul(2_654_435_761));
             if f.is_nan() {
                 continue;
             }
-            assert_eq!(narrow_f64(f64::from(f), 10, 5), f16::from_f32(f).to_bits(), "{f:e}");
-            assert_eq!(narrow_f64(f64::from(f), 7, 8), bf16::from_f32(f).to_bits(), "{f:e}");
+            assert_eq!(
+                narrow_f64(f64::from(f), 10, 5),
+                f16::from_f32(f).to_bits(),
+                "{f:e}"
+            );
+            assert_eq!(
+                narrow_f64(f64::from(f), 7, 8),
+                bf16::from_f32(f).to_bits(),
+                "{f:e}"
+            );
         }
     }
 
@@ -282,12 +329,30 @@ mod tests {
     #[test]
     fn integers_are_range_checked() {
         assert_eq!(to_int::<u8>(b"255", Shape::Integer), Ok(255));
-        assert_eq!(to_int::<u8>(b"256", Shape::Integer), Err(IntError::OutOfRange));
-        assert_eq!(to_int::<u8>(b"-1", Shape::Integer), Err(IntError::OutOfRange));
-        assert_eq!(to_int::<i64>(b"-9223372036854775808", Shape::Integer), Ok(i64::MIN));
-        assert_eq!(to_int::<u64>(b"18446744073709551616", Shape::Integer), Err(IntError::OutOfRange));
-        assert_eq!(to_int::<u64>(b"123456789012345678901234567890", Shape::Integer), Err(IntError::OutOfRange));
-        assert_eq!(to_int::<i32>(b"1.0", Shape::Decimal), Err(IntError::NotInteger));
+        assert_eq!(
+            to_int::<u8>(b"256", Shape::Integer),
+            Err(IntError::OutOfRange)
+        );
+        assert_eq!(
+            to_int::<u8>(b"-1", Shape::Integer),
+            Err(IntError::OutOfRange)
+        );
+        assert_eq!(
+            to_int::<i64>(b"-9223372036854775808", Shape::Integer),
+            Ok(i64::MIN)
+        );
+        assert_eq!(
+            to_int::<u64>(b"18446744073709551616", Shape::Integer),
+            Err(IntError::OutOfRange)
+        );
+        assert_eq!(
+            to_int::<u64>(b"123456789012345678901234567890", Shape::Integer),
+            Err(IntError::OutOfRange)
+        );
+        assert_eq!(
+            to_int::<i32>(b"1.0", Shape::Decimal),
+            Err(IntError::NotInteger)
+        );
         assert_eq!(to_int::<u32>(b"-0", Shape::Integer), Ok(0));
     }
 }

@@ -62,7 +62,11 @@ impl StringScanner {
         mut out: Option<&mut Vec<u8>>,
         limit: usize,
     ) -> Result<Scan, StringError> {
-        let err = |at, message| StringError { at, message, limit: false };
+        let err = |at, message| StringError {
+            at,
+            message,
+            limit: false,
+        };
         let mut i = 0;
         while i < input.len() {
             if self.at_boundary() {
@@ -77,7 +81,11 @@ impl StringScanner {
                 }
                 if let Some(out) = out.as_deref_mut() {
                     if out.len() + (i - start) > limit {
-                        return Err(StringError { at: i, message: "string is longer than the limit", limit: true });
+                        return Err(StringError {
+                            at: i,
+                            message: "string is longer than the limit",
+                            limit: true,
+                        });
                     }
                     out.extend_from_slice(&input[start..i]);
                 }
@@ -129,7 +137,10 @@ impl StringScanner {
                         b'r' => b'\r',
                         b't' => b'\t',
                         b'u' => {
-                            self.state = State::Unicode { digits: 0, value: 0 };
+                            self.state = State::Unicode {
+                                digits: 0,
+                                value: 0,
+                            };
                             continue;
                         }
                         _ => return Err(err(i - 1, "invalid escape in string")),
@@ -138,29 +149,42 @@ impl StringScanner {
                     push(&mut out, &[decoded], limit, i)?;
                 }
                 State::Unicode { digits, value } | State::LowUnicode { digits, value, .. } => {
-                    let digit = hex(b).ok_or_else(|| err(i - 1, "invalid \\u escape: expected 4 hex digits"))?;
+                    let digit = hex(b)
+                        .ok_or_else(|| err(i - 1, "invalid \\u escape: expected 4 hex digits"))?;
                     let value = value << 4 | digit;
                     let digits = digits + 1;
                     self.state = match (self.state, digits) {
                         (State::Unicode { .. }, 4) => match value {
                             0xD800..=0xDBFF => State::LowBackslash { high: value },
-                            0xDC00..=0xDFFF => return Err(err(i - 1, "lone low surrogate in \\u escape")),
+                            0xDC00..=0xDFFF => {
+                                return Err(err(i - 1, "lone low surrogate in \\u escape"))
+                            }
                             _ => {
-                                let c = char::from_u32(u32::from(value)).unwrap_or(char::REPLACEMENT_CHARACTER);
+                                let c = char::from_u32(u32::from(value))
+                                    .unwrap_or(char::REPLACEMENT_CHARACTER);
                                 push(&mut out, c.encode_utf8(&mut [0; 4]).as_bytes(), limit, i)?;
                                 State::Normal
                             }
                         },
                         (State::LowUnicode { high, .. }, 4) => {
                             if !(0xDC00..=0xDFFF).contains(&value) {
-                                return Err(err(i - 1, "high surrogate not followed by a low surrogate"));
+                                return Err(err(
+                                    i - 1,
+                                    "high surrogate not followed by a low surrogate",
+                                ));
                             }
-                            let code = 0x10000 + ((u32::from(high) - 0xD800) << 10) + (u32::from(value) - 0xDC00);
+                            let code = 0x10000
+                                + ((u32::from(high) - 0xD800) << 10)
+                                + (u32::from(value) - 0xDC00);
                             let c = char::from_u32(code).unwrap_or(char::REPLACEMENT_CHARACTER);
                             push(&mut out, c.encode_utf8(&mut [0; 4]).as_bytes(), limit, i)?;
                             State::Normal
                         }
-                        (State::LowUnicode { high, .. }, _) => State::LowUnicode { high, digits, value },
+                        (State::LowUnicode { high, .. }, _) => State::LowUnicode {
+                            high,
+                            digits,
+                            value,
+                        },
                         _ => State::Unicode { digits, value },
                     };
                 }
@@ -174,7 +198,11 @@ impl StringScanner {
                     if b != b'u' {
                         return Err(err(i - 1, "high surrogate not followed by a low surrogate"));
                     }
-                    self.state = State::LowUnicode { high, digits: 0, value: 0 };
+                    self.state = State::LowUnicode {
+                        high,
+                        digits: 0,
+                        value: 0,
+                    };
                 }
             }
         }
@@ -182,10 +210,19 @@ impl StringScanner {
     }
 }
 
-fn push(out: &mut Option<&mut Vec<u8>>, bytes: &[u8], limit: usize, at: usize) -> Result<(), StringError> {
+fn push(
+    out: &mut Option<&mut Vec<u8>>,
+    bytes: &[u8],
+    limit: usize,
+    at: usize,
+) -> Result<(), StringError> {
     if let Some(out) = out.as_deref_mut() {
         if out.len() + bytes.len() > limit {
-            return Err(StringError { at, message: "string is longer than the limit", limit: true });
+            return Err(StringError {
+                at,
+                message: "string is longer than the limit",
+                limit: true,
+            });
         }
         out.extend_from_slice(bytes);
     }
@@ -205,7 +242,10 @@ mod tests {
         let mut scanner = StringScanner::default();
         let mut out = Vec::new();
         for chunk in body.chunks(size) {
-            match scanner.scan(chunk, Some(&mut out), usize::MAX).map_err(|e| e.message)? {
+            match scanner
+                .scan(chunk, Some(&mut out), usize::MAX)
+                .map_err(|e| e.message)?
+            {
                 Scan::Closed(_) => return Ok(out),
                 Scan::Open => {}
             }
@@ -218,7 +258,11 @@ mod tests {
         let text = r#"a\"b\\c\/d\b\f\n\r\t\u00e9\u20AC\ud83d\ude00 é€😀 plain""#;
         let want: String = serde_json::from_str(&format!("\"{text}")).unwrap();
         for size in 1..=text.len() {
-            assert_eq!(scan_in_chunks(text.as_bytes(), size).unwrap(), want.as_bytes(), "chunk size {size}");
+            assert_eq!(
+                scan_in_chunks(text.as_bytes(), size).unwrap(),
+                want.as_bytes(),
+                "chunk size {size}"
+            );
         }
     }
 

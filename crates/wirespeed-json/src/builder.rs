@@ -1,0 +1,263 @@
+//! Building one input tensor from `data`: values go straight into the typed
+//! buffer, and flat or nested layout is checked against the shape as the
+//! arrays open and close.
+
+use wirespeed_core::{format_shape, DataType, TensorData};
+
+use crate::number::{self, IntError, Shape};
+use crate::Category;
+
+/// A scalar JSON value inside `data`.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Scalar<'a> {
+    /// A grammar-unchecked bare number token.
+    Number(&'a [u8]),
+    /// A decoded string.
+    String(&'a [u8]),
+    Bool(bool),
+    Null,
+    /// `NaN`, `Infinity` or `-Infinity` (already allowed by the options).
+    NonFinite(f64),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Layout {
+    Unknown,
+    Flat,
+    Nested,
+}
+
+/// A builder error: category and message; the decoder adds the offset.
+pub(crate) type BuildError = (Category, String);
+
+/// One tensor under construction.
+pub(crate) struct TensorBuilder {
+    pub(crate) data: TensorData,
+    shape: Vec<usize>,
+    count: usize,
+    layout: Layout,
+    /// Elements seen so far in the open array at each depth.
+    lens: Vec<usize>,
+}
+
+impl TensorBuilder {
+    /// A builder for `count` elements of `datatype` in `shape`, with room
+    /// reserved for `reserve` of them (the caller bounds it by the body).
+    pub(crate) fn new(
+        datatype: DataType,
+        shape: Vec<usize>,
+        count: usize,
+        reserve: usize,
+    ) -> TensorBuilder {
+        let rank = shape.len();
+        TensorBuilder {
+            data: TensorData::with_capacity(datatype, reserve.min(count)),
+            shape,
+            count,
+            layout: Layout::Unknown,
+            lens: vec![0; rank.max(1)],
+        }
+    }
+
+    pub(crate) fn datatype(&self) -> DataType {
+        self.data.datatype()
+    }
+
+    /// Whether a scalar at `depth` (0 = inside the outer array) is an element.
+    pub(crate) fn scalars_allowed_at(&self, depth: usize) -> bool {
+        match self.layout {
+            Layout::Unknown => depth == 0,
+            Layout::Flat => depth == 0,
+            Layout::Nested => depth + 1 == self.shape.len(),
+        }
+    }
+
+    /// An array opens inside the array at `depth`.
+    pub(crate) fn open_array(&mut self, depth: usize) -> Result<(), BuildError> {
+        if self.layout == Layout::Flat || depth + 1 >= self.shape.len() {
+            return Err((
+                Category::Shape,
+                format!(
+                    "'data' is nested deeper than shape {} allows",
+                    format_shape(&self.shape)
+                ),
+            ));
+        }
+        self.layout = Layout::Nested;
+        self.lens[depth] += 1;
+        self.lens[depth + 1] = 0;
+        Ok(())
+    }
+
+    /// The array at `depth` closes.
+    pub(crate) fn close_array(&mut self, depth: usize) -> Result<(), BuildError> {
+        if self.layout != Layout::Nested {
+            // Flat: the total is checked by `finish`.
+            return Ok(());
+        }
+        let (len, expected) = (self.lens[depth], self.shape[depth]);
+        if len != expected {
+            return Err((
+                Category::Shape,
+                format!("nested 'data' has {len} elements at depth {depth}, but shape {} needs {expected}", format_shape(&self.shape)),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Checks layout and room for one more element at `depth`.
+    #[inline]
+    fn admit(&mut self, depth: usize) -> Result<(), BuildError> {
+        if !self.scalars_allowed_at(depth) {
+            return Err((
+                Category::Shape,
+                format!("a value at depth {depth} of 'data' does not fit shape {}; give 'data' flat or nested exactly to the shape", format_shape(&self.shape)),
+            ));
+        }
+        if self.layout == Layout::Unknown {
+            self.layout = Layout::Flat;
+        }
+        if self.data.len() == self.count {
+            return Err((
+                Category::Shape,
+                format!(
+                    "'data' has more than the {} elements shape {} holds",
+                    self.count,
+                    format_shape(&self.shape)
+                ),
+            ));
+        }
+        self.lens[depth] += 1;
+        Ok(())
+    }
+
+    /// Appends one scalar found at `depth`.
+    pub(crate) fn push(&mut self, scalar: Scalar<'_>, depth: usize) -> Result<(), BuildError> {
+        self.admit(depth)?;
+        let datatype = self.datatype();
+        let mismatch = |what: &str| {
+            Err((
+                Category::Type,
+                format!(
+                    "expected {} for datatype {datatype}, got {what}",
+                    expected_kind(datatype)
+                ),
+            ))
+        };
+        match (&mut self.data, scalar) {
+            (TensorData::Bool(v), Scalar::Bool(b)) => v.push(b),
+            (TensorData::Bytes(v), Scalar::String(s)) => v.push(s.to_vec()),
+            (data, Scalar::Number(token)) => {
+                if matches!(datatype, DataType::Bool | DataType::Bytes) {
+                    return mismatch("a number");
+                }
+                let shape = number::check_grammar(token).map_err(|m| {
+                    (
+                        Category::Syntax,
+                        format!("{m}: {}", String::from_utf8_lossy(token)),
+                    )
+                })?;
+                push_number(data, token, shape)?;
+            }
+            (data, Scalar::NonFinite(x)) => match data {
+                TensorData::Fp32(v) => v.push(x as f32),
+                TensorData::Fp64(v) => v.push(x),
+                TensorData::Fp16(v) => v.push(half::f16::from_f64(x)),
+                TensorData::Bf16(v) => v.push(half::bf16::from_f64(x)),
+                _ => return mismatch("a non-finite number"),
+            },
+            (_, Scalar::Bool(_)) => return mismatch("a bool"),
+            (_, Scalar::String(_)) => return mismatch("a string"),
+            (_, Scalar::Null) => return mismatch("null"),
+        }
+        Ok(())
+    }
+
+    /// Appends one grammar-checked float token at `depth` to an `f32`
+    /// buffer: the hot path of FP32 tensors.
+    #[inline]
+    pub(crate) fn push_f32(&mut self, token: &[u8], depth: usize) -> Result<(), BuildError> {
+        self.admit(depth)?;
+        if let TensorData::Fp32(v) = &mut self.data {
+            v.push(number::to_f32(token));
+        }
+        Ok(())
+    }
+
+    /// Appends one grammar-checked float token at `depth` to an `f64` buffer.
+    #[inline]
+    pub(crate) fn push_f64(&mut self, token: &[u8], depth: usize) -> Result<(), BuildError> {
+        self.admit(depth)?;
+        if let TensorData::Fp64(v) = &mut self.data {
+            v.push(number::to_f64(token));
+        }
+        Ok(())
+    }
+
+    /// The finished buffer, once every element is there.
+    pub(crate) fn finish(self) -> Result<(Vec<usize>, TensorData), BuildError> {
+        if self.data.len() != self.count {
+            return Err((
+                Category::Shape,
+                format!(
+                    "shape {} holds {} elements, but 'data' has {}",
+                    format_shape(&self.shape),
+                    self.count,
+                    self.data.len()
+                ),
+            ));
+        }
+        Ok((self.shape, self.data))
+    }
+}
+
+fn expected_kind(datatype: DataType) -> &'static str {
+    match datatype {
+        DataType::Bool => "true or false",
+        DataType::Bytes => "a string",
+        DataType::Fp16 | DataType::Fp32 | DataType::Fp64 | DataType::Bf16 => "a number",
+        _ => "an integer",
+    }
+}
+
+fn push_number(data: &mut TensorData, token: &[u8], shape: Shape) -> Result<(), BuildError> {
+    fn int<T: TryFrom<i128>>(
+        v: &mut Vec<T>,
+        token: &[u8],
+        shape: Shape,
+        dt: DataType,
+    ) -> Result<(), BuildError> {
+        let value = number::to_int::<T>(token, shape).map_err(|e| {
+            let text = String::from_utf8_lossy(token);
+            match e {
+                IntError::NotInteger => (
+                    Category::Type,
+                    format!("expected an integer for datatype {dt}, got {text}"),
+                ),
+                IntError::OutOfRange => (
+                    Category::Range,
+                    format!("{text} is out of range for datatype {dt}"),
+                ),
+            }
+        })?;
+        v.push(value);
+        Ok(())
+    }
+    let dt = data.datatype();
+    match data {
+        TensorData::Fp32(v) => v.push(number::to_f32(token)),
+        TensorData::Fp64(v) => v.push(number::to_f64(token)),
+        TensorData::Fp16(v) => v.push(number::to_f16(token)),
+        TensorData::Bf16(v) => v.push(number::to_bf16(token)),
+        TensorData::Uint8(v) => int(v, token, shape, dt)?,
+        TensorData::Uint16(v) => int(v, token, shape, dt)?,
+        TensorData::Uint32(v) => int(v, token, shape, dt)?,
+        TensorData::Uint64(v) => int(v, token, shape, dt)?,
+        TensorData::Int8(v) => int(v, token, shape, dt)?,
+        TensorData::Int16(v) => int(v, token, shape, dt)?,
+        TensorData::Int32(v) => int(v, token, shape, dt)?,
+        TensorData::Int64(v) => int(v, token, shape, dt)?,
+        TensorData::Bool(_) | TensorData::Bytes(_) => unreachable!("checked by the caller"),
+    }
+    Ok(())
+}

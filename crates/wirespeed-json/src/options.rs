@@ -1,0 +1,31 @@
+//! Decoder limits and switches.
+
+/// Limits and switches for decoding one request. Every limit is checked
+/// before the memory it guards is allocated.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DecodeOptions {
+    /// Most tensor elements over all inputs of one request.
+    pub max_elements: usize,
+    /// Most bytes in one string: a BYTES element, a name, a key, a parameter.
+    pub max_string_bytes: usize,
+    /// Deepest nesting of arrays and objects.
+    pub max_depth: usize,
+    /// Most inputs in one request.
+    pub max_inputs: usize,
+    /// Refuse `NaN`, `Infinity` and `-Infinity` (which Python's `json.dumps`
+    /// writes, and which are accepted by default for float datatypes).
+    pub strict: bool,
+}
+
+impl Default for DecodeOptions {
+    fn default() -> DecodeOptions {
+        DecodeOptions {
+            // A 64 MiB body holds at most 32 Mi numbers ("0,").
+            max_elements: 32 << 20,
+            max_string_bytes: 16 << 20,
+            max_depth: 64,
+            max_inputs: 1024,
+            strict: false,
+        }
+    }
+}
