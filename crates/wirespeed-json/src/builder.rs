@@ -173,25 +173,26 @@ impl TensorBuilder {
         Ok(())
     }
 
-    /// Appends one grammar-checked float token at `depth` to an `f32`
-    /// buffer: the hot path of FP32 tensors.
+    /// Opens a run of floats at `depth` for the hot path: the buffer and how
+    /// many more elements fit, or `None` when scalars do not belong here (the
+    /// general path then words the error). Close it with [`end_run`](Self::end_run).
     #[inline]
-    pub(crate) fn push_f32(&mut self, token: &[u8], depth: usize) -> Result<(), BuildError> {
-        self.admit(depth)?;
-        if let TensorData::Fp32(v) = &mut self.data {
-            v.push(number::to_f32(token));
+    pub(crate) fn float_run<T: Float>(&mut self, depth: usize) -> Option<(&mut Vec<T>, usize)> {
+        if !self.scalars_allowed_at(depth) {
+            return None;
         }
-        Ok(())
+        let room = self.count - self.data.len();
+        T::buffer(&mut self.data).map(|v| (v, room))
     }
 
-    /// Appends one grammar-checked float token at `depth` to an `f64` buffer.
+    /// Counts `n` elements added at `depth` by a run; the first one fixes an
+    /// undecided layout as flat.
     #[inline]
-    pub(crate) fn push_f64(&mut self, token: &[u8], depth: usize) -> Result<(), BuildError> {
-        self.admit(depth)?;
-        if let TensorData::Fp64(v) = &mut self.data {
-            v.push(number::to_f64(token));
+    pub(crate) fn end_run(&mut self, depth: usize, n: usize) {
+        if n > 0 && self.layout == Layout::Unknown {
+            self.layout = Layout::Flat;
         }
-        Ok(())
+        self.lens[depth] += n;
     }
 
     /// The finished buffer, once every element is there.
@@ -208,6 +209,50 @@ impl TensorBuilder {
             ));
         }
         Ok((self.shape, self.data))
+    }
+}
+
+/// `f32` and `f64`, for the float hot path.
+pub(crate) trait Float: Copy {
+    /// From a one-pass decimal when that is certainly exact.
+    fn from_decimal(d: number::Decimal) -> Option<Self>;
+    /// From a grammar-checked token, exactly.
+    fn from_token(token: &[u8]) -> Self;
+    /// The buffer, if `data` holds this type.
+    fn buffer(data: &mut TensorData) -> Option<&mut Vec<Self>>;
+}
+
+impl Float for f32 {
+    #[inline(always)]
+    fn from_decimal(d: number::Decimal) -> Option<f32> {
+        d.to_f32()
+    }
+    fn from_token(token: &[u8]) -> f32 {
+        number::to_f32(token)
+    }
+    #[inline(always)]
+    fn buffer(data: &mut TensorData) -> Option<&mut Vec<f32>> {
+        match data {
+            TensorData::Fp32(v) => Some(v),
+            _ => None,
+        }
+    }
+}
+
+impl Float for f64 {
+    #[inline(always)]
+    fn from_decimal(d: number::Decimal) -> Option<f64> {
+        d.to_f64()
+    }
+    fn from_token(token: &[u8]) -> f64 {
+        number::to_f64(token)
+    }
+    #[inline(always)]
+    fn buffer(data: &mut TensorData) -> Option<&mut Vec<f64>> {
+        match data {
+            TensorData::Fp64(v) => Some(v),
+            _ => None,
+        }
     }
 }
 

@@ -18,7 +18,7 @@ use wirespeed_core::{
     RequestedOutput, Tensor,
 };
 
-use crate::builder::{BuildError, Scalar, TensorBuilder};
+use crate::builder::{BuildError, Float, Scalar, TensorBuilder};
 use crate::error::{Category, DecodeError};
 use crate::number::{self, Shape};
 use crate::string::{Scan, StringScanner};
@@ -420,64 +420,86 @@ impl RequestDecoder {
     fn fast_floats(
         &mut self,
         chunk: &[u8],
+        pos: usize,
+        depth: usize,
+    ) -> Result<usize, DecodeError> {
+        match builder_of(&mut self.data_root, &mut self.request.inputs).map(|b| b.datatype()) {
+            Some(DataType::Fp32) => self.float_run::<f32>(chunk, pos, depth),
+            Some(DataType::Fp64) => self.float_run::<f64>(chunk, pos, depth),
+            _ => Ok(pos),
+        }
+    }
+
+    fn float_run<T: Float>(
+        &mut self,
+        chunk: &[u8],
         mut pos: usize,
         depth: usize,
     ) -> Result<usize, DecodeError> {
         let Some(builder) = builder_of(&mut self.data_root, &mut self.request.inputs) else {
             return Ok(pos);
         };
-        let f32s = match builder.datatype() {
-            DataType::Fp32 => true,
-            DataType::Fp64 => false,
-            _ => return Ok(pos),
-        };
-        if !builder.scalars_allowed_at(depth) {
+        let Some((values, room)) = builder.float_run::<T>(depth) else {
             return Ok(pos);
-        }
+        };
         let len = chunk.len();
-        loop {
+        let mut added = 0;
+        let stop = loop {
             while pos < len && is_ws(chunk[pos]) {
                 pos += 1;
             }
             let start = pos;
-            if pos == len || !(chunk[pos].is_ascii_digit() || chunk[pos] == b'-') {
-                return Ok(start);
+            // A full tensor, anything but a number, or the chunk's end: the
+            // general path takes over (and words any error).
+            if added == room || pos == len || !(chunk[pos].is_ascii_digit() || chunk[pos] == b'-') {
+                break Ok(start);
             }
-            pos += 1;
-            while pos < len && is_bare(chunk[pos]) {
-                pos += 1;
-            }
-            let token = &chunk[start..pos];
-            if pos == len || token.get(1) == Some(&b'I') {
-                // Cut by the chunk end, or -Infinity: the general path handles it.
-                return Ok(start);
-            }
-            let at = self.base + start as u64;
-            if let Err(message) = number::check_grammar(token) {
-                return Err(
-                    syntax(at, format!("{message}: {}", String::from_utf8_lossy(token)))
-                        .with_input(self.request.inputs.last().and_then(|i| i.name.as_deref())),
-                );
-            }
-            let pushed = if f32s {
-                builder.push_f32(token, depth)
-            } else {
-                builder.push_f64(token, depth)
+            let fast = number::scan_decimal(&chunk[pos..])
+                .and_then(|d| T::from_decimal(d).map(|v| (v, d.len)));
+            let value = match fast {
+                Some((v, n)) => {
+                    pos += n;
+                    v
+                }
+                None => {
+                    // The exact path: find the token, check it, convert it.
+                    let end = chunk[pos..]
+                        .iter()
+                        .position(|&b| !is_bare(b))
+                        .map_or(len, |n| pos + n);
+                    let token = &chunk[start..end];
+                    if end == len || token.get(1) == Some(&b'I') {
+                        // Cut by the chunk end, or -Infinity.
+                        break Ok(start);
+                    }
+                    if let Err(message) = number::check_grammar(token) {
+                        let message = format!("{message}: {}", String::from_utf8_lossy(token));
+                        break Err(syntax(self.base + start as u64, message));
+                    }
+                    pos = end;
+                    T::from_token(token)
+                }
             };
-            if let Err(e) = pushed {
-                let name = self.request.inputs.last().and_then(|i| i.name.as_deref());
-                return Err(DecodeError::new(e.0, at, e.1).with_input(name));
-            }
+            values.push(value);
+            added += 1;
             self.expect = Expect::AfterValue;
+            // The separator json.dumps writes is ", ".
+            if chunk.get(pos) == Some(&b',') {
+                pos += 1;
+                self.expect = Expect::Value;
+                continue;
+            }
             while pos < len && is_ws(chunk[pos]) {
                 pos += 1;
             }
             if pos == len || chunk[pos] != b',' {
-                return Ok(pos);
+                break Ok(pos);
             }
             pos += 1;
             self.expect = Expect::Value;
-        }
+        };
+        builder.end_run(depth, added);
+        stop.map_err(|e| e.with_input(self.request.inputs.last().and_then(|i| i.name.as_deref())))
     }
 
     fn begin_bare(&mut self, chunk: &[u8], pos: usize) -> Result<usize, DecodeError> {
