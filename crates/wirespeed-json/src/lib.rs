@@ -29,12 +29,14 @@
 
 mod builder;
 mod decoder;
+mod encode;
 mod error;
 mod number;
 mod options;
 mod string;
 
 pub use decoder::RequestDecoder;
+pub use encode::encode_infer_response;
 pub use error::{Category, DecodeError};
 pub use options::DecodeOptions;
 

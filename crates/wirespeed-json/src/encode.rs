@@ -1,0 +1,314 @@
+//! The V2 JSON infer response, written straight from the output tensors
+//! into the body: no intermediate value tree. Floats are printed shortest
+//! round-trip (ryu), and non-finite ones as the `NaN`, `Infinity` and
+//! `-Infinity` tokens the decoder accepts.
+
+use wirespeed_core::{InferResponse, TensorData};
+
+/// Appends the JSON of `response` to `out`.
+pub fn encode_infer_response(response: &InferResponse, out: &mut Vec<u8>) {
+    let estimate: usize = response
+        .outputs
+        .iter()
+        .map(|t| 64 + t.name.len() + t.data.len() * estimated_width(&t.data))
+        .sum();
+    out.reserve(96 + response.model_name.len() + estimate);
+    out.extend_from_slice(b"{\"model_name\":");
+    write_string(out, response.model_name.as_bytes());
+    out.extend_from_slice(b",\"model_version\":");
+    write_string(out, response.model_version.as_bytes());
+    if let Some(id) = &response.id {
+        out.extend_from_slice(b",\"id\":");
+        write_string(out, id.as_bytes());
+    }
+    out.extend_from_slice(b",\"outputs\":[");
+    for (i, tensor) in response.outputs.iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        out.extend_from_slice(b"{\"name\":");
+        write_string(out, tensor.name.as_bytes());
+        out.extend_from_slice(b",\"datatype\":\"");
+        out.extend_from_slice(tensor.datatype().as_str().as_bytes());
+        out.extend_from_slice(b"\",\"shape\":[");
+        let mut ints = itoa::Buffer::new();
+        for (k, &d) in tensor.shape.iter().enumerate() {
+            if k > 0 {
+                out.push(b',');
+            }
+            out.extend_from_slice(ints.format(d).as_bytes());
+        }
+        out.extend_from_slice(b"],\"data\":[");
+        write_data(out, &tensor.data);
+        out.extend_from_slice(b"]}");
+    }
+    out.extend_from_slice(b"]}");
+}
+
+fn estimated_width(data: &TensorData) -> usize {
+    match data {
+        TensorData::Fp32(_) | TensorData::Fp16(_) | TensorData::Bf16(_) => 12,
+        TensorData::Fp64(_) => 20,
+        TensorData::Bool(_) => 6,
+        TensorData::Bytes(_) => 16,
+        _ => 8,
+    }
+}
+
+fn write_data(out: &mut Vec<u8>, data: &TensorData) {
+    fn each<T: Copy>(out: &mut Vec<u8>, values: &[T], mut write: impl FnMut(&mut Vec<u8>, T)) {
+        for (i, &v) in values.iter().enumerate() {
+            if i > 0 {
+                out.push(b',');
+            }
+            write(out, v);
+        }
+    }
+    let mut floats = ryu::Buffer::new();
+    let mut ints = itoa::Buffer::new();
+    let mut float = |out: &mut Vec<u8>, x: f64, narrow: Option<f32>| {
+        if x.is_nan() {
+            out.extend_from_slice(b"NaN");
+        } else if x.is_infinite() {
+            out.extend_from_slice(if x > 0.0 { b"Infinity" } else { b"-Infinity" });
+        } else if let Some(f) = narrow {
+            out.extend_from_slice(floats.format_finite(f).as_bytes());
+        } else {
+            out.extend_from_slice(floats.format_finite(x).as_bytes());
+        }
+    };
+    match data {
+        TensorData::Fp32(v) => each(out, v, |o, x| float(o, f64::from(x), Some(x))),
+        TensorData::Fp64(v) => each(out, v, |o, x| float(o, x, None)),
+        TensorData::Fp16(v) => each(out, v, |o, x| float(o, x.to_f64(), Some(x.to_f32()))),
+        TensorData::Bf16(v) => each(out, v, |o, x| float(o, x.to_f64(), Some(x.to_f32()))),
+        TensorData::Bool(v) => each(out, v, |o, b| {
+            o.extend_from_slice(if b { b"true" } else { b"false" })
+        }),
+        TensorData::Uint8(v) => each(out, v, |o, x| {
+            o.extend_from_slice(ints.format(x).as_bytes())
+        }),
+        TensorData::Uint16(v) => each(out, v, |o, x| {
+            o.extend_from_slice(ints.format(x).as_bytes())
+        }),
+        TensorData::Uint32(v) => each(out, v, |o, x| {
+            o.extend_from_slice(ints.format(x).as_bytes())
+        }),
+        TensorData::Uint64(v) => each(out, v, |o, x| {
+            o.extend_from_slice(ints.format(x).as_bytes())
+        }),
+        TensorData::Int8(v) => each(out, v, |o, x| {
+            o.extend_from_slice(ints.format(x).as_bytes())
+        }),
+        TensorData::Int16(v) => each(out, v, |o, x| {
+            o.extend_from_slice(ints.format(x).as_bytes())
+        }),
+        TensorData::Int32(v) => each(out, v, |o, x| {
+            o.extend_from_slice(ints.format(x).as_bytes())
+        }),
+        TensorData::Int64(v) => each(out, v, |o, x| {
+            o.extend_from_slice(ints.format(x).as_bytes())
+        }),
+        TensorData::Bytes(v) => {
+            for (i, s) in v.iter().enumerate() {
+                if i > 0 {
+                    out.push(b',');
+                }
+                write_string(out, String::from_utf8_lossy(s).as_bytes());
+            }
+        }
+    }
+}
+
+/// Writes `text` (valid UTF-8) as a JSON string literal.
+fn write_string(out: &mut Vec<u8>, text: &[u8]) {
+    out.push(b'"');
+    let mut run = 0;
+    for (i, &b) in text.iter().enumerate() {
+        let escape: &[u8] = match b {
+            b'"' => b"\\\"",
+            b'\\' => b"\\\\",
+            b'\n' => b"\\n",
+            b'\r' => b"\\r",
+            b'\t' => b"\\t",
+            0..=0x1F => b"",
+            _ => continue,
+        };
+        out.extend_from_slice(&text[run..i]);
+        if escape.is_empty() {
+            const HEX: &[u8; 16] = b"0123456789abcdef";
+            out.extend_from_slice(&[
+                b'\\',
+                b'u',
+                b'0',
+                b'0',
+                HEX[usize::from(b >> 4)],
+                HEX[usize::from(b & 15)],
+            ]);
+        } else {
+            out.extend_from_slice(escape);
+        }
+        run = i + 1;
+    }
+    out.extend_from_slice(&text[run..]);
+    out.push(b'"');
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use half::{bf16, f16};
+    use wirespeed_core::Tensor;
+
+    fn response(outputs: Vec<Tensor>) -> InferResponse {
+        InferResponse {
+            model_name: "m\"1".into(),
+            model_version: "1".into(),
+            id: Some("a\nb\u{1}".into()),
+            outputs,
+        }
+    }
+
+    fn tensor(name: &str, data: TensorData) -> Tensor {
+        Tensor {
+            name: name.into(),
+            shape: vec![data.len()],
+            data,
+        }
+    }
+
+    #[test]
+    fn finite_outputs_are_json_that_serde_json_reads_back_exactly() {
+        let f32s = vec![0.1f32, -1e-7, 3.4028235e38, 1.0, -0.0, 16777216.0];
+        let f64s = vec![0.1f64, 1e300, -2.5e-300];
+        let outputs = vec![
+            tensor("f32", TensorData::Fp32(f32s.clone())),
+            tensor("f64", TensorData::Fp64(f64s.clone())),
+            tensor("i64", TensorData::Int64(vec![i64::MIN, 0, i64::MAX])),
+            tensor("u8", TensorData::Uint8(vec![0, 255])),
+            tensor("bool", TensorData::Bool(vec![true, false])),
+            tensor(
+                "bytes",
+                TensorData::Bytes(vec![
+                    b"q\"\\\x7f".to_vec(),
+                    "é\u{2028}".as_bytes().to_vec(),
+                    vec![0x1f],
+                ]),
+            ),
+            tensor(
+                "f16",
+                TensorData::Fp16(vec![f16::from_f32(0.333), f16::MAX]),
+            ),
+            tensor("bf16", TensorData::Bf16(vec![bf16::from_f32(-1.5)])),
+        ];
+        let mut out = Vec::new();
+        encode_infer_response(&response(outputs), &mut out);
+        let v: serde_json::Value = serde_json::from_slice(&out).unwrap();
+        assert_eq!(v["model_name"], "m\"1");
+        assert_eq!(v["id"], "a\nb\u{1}");
+        let data = |i: usize| v["outputs"][i]["data"].clone();
+        let back: Vec<f32> = serde_json::from_value(data(0)).unwrap();
+        assert_eq!(
+            back.iter().map(|x| x.to_bits()).collect::<Vec<_>>(),
+            f32s.iter().map(|x| x.to_bits()).collect::<Vec<_>>()
+        );
+        assert_eq!(serde_json::from_value::<Vec<f64>>(data(1)).unwrap(), f64s);
+        assert_eq!(
+            serde_json::from_value::<Vec<i64>>(data(2)).unwrap(),
+            vec![i64::MIN, 0, i64::MAX]
+        );
+        assert_eq!(data(4), serde_json::json!([true, false]));
+        assert_eq!(
+            serde_json::from_value::<Vec<String>>(data(5)).unwrap(),
+            vec!["q\"\\\x7f", "é\u{2028}", "\u{1f}"]
+        );
+        assert_eq!(
+            serde_json::from_value::<Vec<f32>>(data(6)).unwrap(),
+            vec![f16::from_f32(0.333).to_f32(), 65504.0]
+        );
+        assert_eq!(v["outputs"][6]["datatype"], "FP16");
+        assert_eq!(v["outputs"][0]["shape"], serde_json::json!([6]));
+    }
+
+    #[test]
+    fn every_datatype_round_trips_through_the_decoder_bit_for_bit() {
+        let outputs = vec![
+            tensor(
+                "f32",
+                TensorData::Fp32(vec![
+                    0.1,
+                    f32::NAN,
+                    f32::INFINITY,
+                    f32::NEG_INFINITY,
+                    -0.0,
+                    1e-45,
+                    f32::MAX,
+                ]),
+            ),
+            tensor(
+                "f64",
+                TensorData::Fp64(vec![0.1, -2.5e-308, 5e-324, f64::MAX, f64::NEG_INFINITY]),
+            ),
+            tensor(
+                "f16",
+                TensorData::Fp16(vec![
+                    f16::from_bits(1),
+                    f16::MAX,
+                    f16::from_f32(0.1),
+                    f16::NAN,
+                ]),
+            ),
+            tensor(
+                "bf16",
+                TensorData::Bf16(vec![bf16::from_bits(1), bf16::MAX, bf16::from_f32(0.1)]),
+            ),
+            tensor("i8", TensorData::Int8(vec![i8::MIN, i8::MAX])),
+            tensor("u64", TensorData::Uint64(vec![u64::MAX])),
+            tensor(
+                "bytes",
+                TensorData::Bytes(vec![b"a\"\\\n\x01".to_vec(), "😀".as_bytes().to_vec()]),
+            ),
+            tensor("bool", TensorData::Bool(vec![false, true])),
+        ];
+        let mut out = Vec::new();
+        encode_infer_response(&response(outputs.clone()), &mut out);
+        // A response's outputs have the form of a request's inputs.
+        let text = String::from_utf8(out)
+            .unwrap()
+            .replacen("\"outputs\"", "\"inputs\"", 1);
+        let decoded =
+            crate::decode_infer_request(text.as_bytes(), &crate::DecodeOptions::default()).unwrap();
+        let bits = |t: &TensorData| -> Vec<u64> {
+            match t {
+                TensorData::Fp32(v) => v.iter().map(|x| u64::from(x.to_bits())).collect(),
+                TensorData::Fp64(v) => v.iter().map(|x| x.to_bits()).collect(),
+                TensorData::Fp16(v) => v.iter().map(|x| u64::from(x.to_bits())).collect(),
+                TensorData::Bf16(v) => v.iter().map(|x| u64::from(x.to_bits())).collect(),
+                _ => Vec::new(),
+            }
+        };
+        for (got, want) in decoded.inputs.iter().zip(&outputs) {
+            assert_eq!(got.name, want.name);
+            assert_eq!(got.shape, want.shape);
+            if bits(&want.data).is_empty() {
+                assert_eq!(got.data, want.data, "{}", want.name);
+            } else {
+                assert_eq!(bits(&got.data), bits(&want.data), "{}", want.name);
+            }
+        }
+    }
+
+    #[test]
+    fn non_finite_floats_use_the_tokens_the_decoder_reads() {
+        let mut out = Vec::new();
+        encode_infer_response(
+            &response(vec![tensor(
+                "x",
+                TensorData::Fp32(vec![f32::NAN, f32::INFINITY, f32::NEG_INFINITY]),
+            )]),
+            &mut out,
+        );
+        let text = String::from_utf8(out).unwrap();
+        assert!(text.contains("\"data\":[NaN,Infinity,-Infinity]"), "{text}");
+    }
+}
