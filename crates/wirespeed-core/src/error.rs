@@ -21,6 +21,9 @@ pub enum ErrorKind {
     VersionNotFound,
     /// The body is larger than the server accepts.
     PayloadTooLarge,
+    /// The request exceeds a configured limit other than the body size:
+    /// tensor elements, string length, nesting depth, number of inputs.
+    LimitExceeded,
     /// No route for this path.
     RouteNotFound,
     /// The route exists but not for this HTTP method.
@@ -41,7 +44,10 @@ impl ErrorKind {
     /// The HTTP status for this kind.
     pub const fn http_status(self) -> u16 {
         match self {
-            ErrorKind::MalformedRequest | ErrorKind::InvalidInput | ErrorKind::Unsupported => 400,
+            ErrorKind::MalformedRequest
+            | ErrorKind::InvalidInput
+            | ErrorKind::Unsupported
+            | ErrorKind::LimitExceeded => 400,
             ErrorKind::ModelNotFound | ErrorKind::VersionNotFound | ErrorKind::RouteNotFound => 404,
             ErrorKind::MethodNotAllowed => 405,
             ErrorKind::PayloadTooLarge => 413,

@@ -16,8 +16,8 @@
 //! # }
 //! ```
 
-pub mod codec;
 mod http;
+mod identity_model;
 pub mod model_config;
 mod repository;
 mod tree_model;
@@ -31,6 +31,7 @@ use std::time::Duration;
 
 use tokio::net::TcpListener;
 
+pub use identity_model::IdentityModel;
 pub use repository::{ModelRepository, RepositoryError};
 pub use tree_model::TreeModel;
 
@@ -45,6 +46,8 @@ pub struct ServerConfig {
     pub max_body_bytes: usize,
     /// How long shutdown waits for open requests to finish.
     pub drain_timeout: Duration,
+    /// Limits of the JSON request decoder.
+    pub decode_options: wirespeed_json::DecodeOptions,
 }
 
 impl Default for ServerConfig {
@@ -54,6 +57,7 @@ impl Default for ServerConfig {
             http_addr: SocketAddr::from(([127, 0, 0, 1], 8000)),
             max_body_bytes: 64 * 1024 * 1024,
             drain_timeout: Duration::from_secs(10),
+            decode_options: wirespeed_json::DecodeOptions::default(),
         }
     }
 }
@@ -93,6 +97,7 @@ pub(crate) struct AppState {
     pub(crate) repository: ModelRepository,
     pub(crate) ready: AtomicBool,
     pub(crate) max_body_bytes: usize,
+    pub(crate) decode_options: wirespeed_json::DecodeOptions,
 }
 
 /// A server with its models loaded and its socket bound, not yet serving.
@@ -119,6 +124,7 @@ impl Server {
                 repository,
                 ready: AtomicBool::new(true),
                 max_body_bytes: config.max_body_bytes,
+                decode_options: config.decode_options.clone(),
             }),
             drain_timeout: config.drain_timeout,
         })

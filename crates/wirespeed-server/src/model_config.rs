@@ -12,7 +12,8 @@ use wirespeed_core::{DataType, TensorSpec};
 pub struct ModelConfig {
     /// The runtime that serves the model.
     pub backend: Backend,
-    /// The model file, relative to the model's folder.
+    /// The model file, relative to the model's folder (none for `identity`).
+    #[serde(default)]
     pub model_file: String,
     /// The version served; `"1"` unless set.
     #[serde(default = "default_version")]
@@ -29,6 +30,8 @@ pub struct ModelConfig {
 pub enum Backend {
     /// An XGBoost model saved as JSON, run by `wirespeed-trees`.
     Xgboost,
+    /// Outputs that echo the inputs, for testing and measuring the server.
+    Identity,
 }
 
 impl Backend {
@@ -36,6 +39,7 @@ impl Backend {
     pub fn platform(self) -> &'static str {
         match self {
             Backend::Xgboost => "xgboost_json",
+            Backend::Identity => "identity",
         }
     }
 }
@@ -62,8 +66,9 @@ pub struct OutputConfig {
     pub datatype: String,
     /// The shape; `-1` for a variable dimension.
     pub shape: Vec<i64>,
-    /// What the output holds.
-    pub kind: OutputKind,
+    /// What the output holds (tree models only).
+    #[serde(default)]
+    pub kind: Option<OutputKind>,
 }
 
 /// What a tree model output holds.
@@ -129,7 +134,7 @@ mod tests {
         let config = ModelConfig::load(&path).unwrap();
         assert_eq!(config.backend, Backend::Xgboost);
         assert_eq!(config.inputs[0].to_spec().unwrap().shape, vec![-1, 12]);
-        assert_eq!(config.outputs[1].kind, OutputKind::Margin);
+        assert_eq!(config.outputs[1].kind, Some(OutputKind::Margin));
     }
 
     #[test]

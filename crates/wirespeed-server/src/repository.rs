@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use wirespeed_core::{Error, ErrorKind, Model};
 
+use crate::identity_model::IdentityModel;
 use crate::model_config::{Backend, ModelConfig};
 use crate::tree_model::TreeModel;
 
@@ -88,6 +89,12 @@ impl ModelRepository {
                         features = e.num_features(),
                         "loaded model"
                     );
+                    Arc::new(model)
+                }
+                Backend::Identity => {
+                    let model =
+                        IdentityModel::load(&name, &config).map_err(|m| error(&folder, m))?;
+                    tracing::info!(model = %name, version = %config.version, platform = config.backend.platform(), "loaded model");
                     Arc::new(model)
                 }
             };

@@ -44,10 +44,21 @@ impl TreeModel {
             return Err("the config declares no outputs".to_owned());
         }
 
+        if config.model_file.is_empty() {
+            return Err("the config has no model_file".to_owned());
+        }
         let mut outputs = Vec::new();
+        let mut output_kinds = Vec::new();
         for output in &config.outputs {
             let spec = output.to_spec()?;
-            let width = match output.kind {
+            let kind = output.kind.ok_or_else(|| {
+                format!(
+                    "output '{}' needs a kind: \"prediction\" or \"margin\"",
+                    spec.name
+                )
+            })?;
+            output_kinds.push(kind);
+            let width = match kind {
                 OutputKind::Prediction => ensemble.prediction_width(),
                 OutputKind::Margin => ensemble.num_groups(),
             };
@@ -60,7 +71,7 @@ impl TreeModel {
                 return Err(format!(
                     "output '{}' ({:?}) must be FP32 {} for this model ({}), the config says {} {}",
                     spec.name,
-                    output.kind,
+                    kind,
                     wirespeed_core::format_shape(&expected),
                     ensemble.objective().name(),
                     spec.datatype,
@@ -81,7 +92,7 @@ impl TreeModel {
                 inputs: vec![input],
                 outputs,
             },
-            output_kinds: config.outputs.iter().map(|o| o.kind).collect(),
+            output_kinds,
             ensemble,
         })
     }

@@ -4,6 +4,7 @@
 //! every request to one endpoint module and turns errors into the protocol's
 //! error body.
 
+mod body;
 mod health;
 mod infer;
 mod metadata;
