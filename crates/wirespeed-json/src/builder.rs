@@ -213,7 +213,7 @@ impl TensorBuilder {
 }
 
 /// `f32` and `f64`, for the float hot path.
-pub(crate) trait Float: Copy {
+pub(crate) trait Float: Copy + Default + Send {
     /// From a one-pass decimal when that is certainly exact.
     fn from_decimal(d: number::Decimal) -> Option<Self>;
     /// From a grammar-checked token, exactly.

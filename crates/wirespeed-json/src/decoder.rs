@@ -21,6 +21,7 @@ use wirespeed_core::{
 use crate::builder::{BuildError, Float, Scalar, TensorBuilder};
 use crate::error::{Category, DecodeError};
 use crate::number::{self, Shape};
+use crate::parallel;
 use crate::string::{Scan, StringScanner};
 use crate::DecodeOptions;
 
@@ -444,6 +445,9 @@ impl RequestDecoder {
         };
         let len = chunk.len();
         let mut added = 0;
+        // After one region declines, the rest of this run is sequential:
+        // retrying from every next value would rescan the region each time.
+        let mut try_parallel = self.options.threads > 1;
         let stop = loop {
             while pos < len && is_ws(chunk[pos]) {
                 pos += 1;
@@ -453,6 +457,28 @@ impl RequestDecoder {
             // general path takes over (and words any error).
             if added == room || pos == len || !(chunk[pos].is_ascii_digit() || chunk[pos] == b'-') {
                 break Ok(start);
+            }
+            // A long run of numbers in this chunk: several threads at once.
+            if try_parallel && len - pos >= parallel::MIN_REGION_BYTES {
+                if let Some((bytes, n)) =
+                    parallel::region(&chunk[pos..]).filter(|&(_, n)| n <= room - added)
+                {
+                    let old = values.len();
+                    values.resize(old + n, T::default());
+                    if parallel::decode_region(
+                        &chunk[pos..pos + bytes],
+                        &mut values[old..],
+                        self.options.threads,
+                    ) {
+                        pos += bytes;
+                        added += n;
+                        self.expect = Expect::Value;
+                        continue;
+                    }
+                    // Something unusual in it: the sequential path finds and words it.
+                    values.truncate(old);
+                }
+                try_parallel = false;
             }
             let fast = number::scan_decimal(&chunk[pos..])
                 .and_then(|d| T::from_decimal(d).map(|v| (v, d.len)));

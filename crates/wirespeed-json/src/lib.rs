@@ -33,6 +33,7 @@ mod encode;
 mod error;
 mod number;
 mod options;
+mod parallel;
 mod string;
 
 pub use decoder::RequestDecoder;

@@ -15,6 +15,10 @@ pub struct DecodeOptions {
     /// Refuse `NaN`, `Infinity` and `-Infinity` (which Python's `json.dumps`
     /// writes, and which are accepted by default for float datatypes).
     pub strict: bool,
+    /// Threads that may decode one large run of FP32/FP64 values together
+    /// (runs of at least 256 KiB in one chunk); 1 decodes on the caller's
+    /// thread only.
+    pub threads: usize,
 }
 
 impl Default for DecodeOptions {
@@ -26,6 +30,7 @@ impl Default for DecodeOptions {
             max_depth: 64,
             max_inputs: 1024,
             strict: false,
+            threads: 1,
         }
     }
 }

@@ -360,3 +360,91 @@ fn decimals_that_expose_double_rounding_round_once() {
         );
     }
 }
+
+/// A large FP32 or FP64 body, flat or nested [rows, n], long or short floats.
+fn large_body(datatype: &str, rows: usize, n: usize, nested: bool, long: bool) -> String {
+    let value = |i: usize| {
+        let x = ((i as f64) * 0.618).sin() * 2.0;
+        if long {
+            format!("{:?}", f64::from(x as f32))
+        } else {
+            format!("{:.4}", x)
+        }
+    };
+    let data = if nested {
+        let rows: Vec<String> = (0..rows)
+            .map(|r| {
+                format!(
+                    "[{}]",
+                    (0..n)
+                        .map(|c| value(r * n + c))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                )
+            })
+            .collect();
+        format!("[{}]", rows.join(", "))
+    } else {
+        format!(
+            "[{}]",
+            (0..rows * n).map(value).collect::<Vec<_>>().join(", ")
+        )
+    };
+    format!(
+        r#"{{"inputs": [{{"name": "x", "shape": [{rows}, {n}], "datatype": "{datatype}", "data": {data}}}]}}"#
+    )
+}
+
+fn decode_with(
+    body: &[u8],
+    threads: usize,
+    chunk: usize,
+) -> Result<InferRequest, wirespeed_json::DecodeError> {
+    let options = DecodeOptions {
+        threads,
+        ..DecodeOptions::default()
+    };
+    let mut decoder = RequestDecoder::new(options).with_body_len(body.len() as u64);
+    for piece in body.chunks(chunk) {
+        decoder.feed(piece)?;
+    }
+    decoder.finish()
+}
+
+#[test]
+fn parallel_decoding_is_bit_identical_to_sequential() {
+    for (datatype, nested, long) in [
+        ("FP32", false, true),
+        ("FP32", true, false),
+        ("FP64", false, true),
+        ("FP64", true, true),
+    ] {
+        let body = large_body(datatype, 4, 40_000, nested, long);
+        let sequential = decode_with(body.as_bytes(), 1, body.len()).unwrap();
+        for (threads, chunk) in [(2, body.len()), (3, body.len()), (2, 300_001), (2, 1 << 20)] {
+            let parallel = decode_with(body.as_bytes(), threads, chunk).unwrap();
+            assert!(
+                same(&parallel.inputs[0].data, &sequential.inputs[0].data),
+                "{datatype} nested={nested} threads={threads} chunk={chunk}"
+            );
+        }
+    }
+}
+
+#[test]
+fn an_error_inside_a_parallel_run_is_reported_as_sequentially() {
+    let good = large_body("FP32", 2, 50_000, false, true);
+    for bad in ["01", "1.", "\"s\"", "[1]", "true"] {
+        let at = good.len() / 2;
+        let cut = at + good[at..].find(", ").unwrap() + 2;
+        let body = format!("{}{bad}, {}", &good[..cut], &good[cut..]);
+        let sequential = decode_with(body.as_bytes(), 1, body.len()).unwrap_err();
+        let parallel = decode_with(body.as_bytes(), 2, body.len()).unwrap_err();
+        assert_eq!(
+            (parallel.category(), parallel.offset()),
+            (sequential.category(), sequential.offset()),
+            "{bad}: {parallel}"
+        );
+        assert_eq!(parallel.offset(), cut as u64, "{bad}: {parallel}");
+    }
+}

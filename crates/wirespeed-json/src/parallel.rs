@@ -1,0 +1,154 @@
+//! Decoding one large run of numbers on several cores.
+//!
+//! A region of a chunk that holds only `number ws , ws` repetitions is cut
+//! at commas into one piece per thread. Counting commas (memchr, many GB/s)
+//! tells how many values each piece holds, so each thread parses its piece
+//! straight into its own slice of the output buffer. The conversion is the
+//! sequential path's, so results are bit-identical; on anything unexpected
+//! the caller falls back to the sequential path, which words the error.
+
+use crate::builder::Float;
+use crate::number;
+
+/// Regions shorter than this are not worth a thread.
+pub(crate) const MIN_REGION_BYTES: usize = 256 * 1024;
+
+/// The part of `bytes` that a parallel decode may take: up to the last comma
+/// before the array's end (or the end of `bytes`), with the number of values
+/// in it (one per comma).
+pub(crate) fn region(bytes: &[u8]) -> Option<(usize, usize)> {
+    let end = memchr::memchr(b']', bytes).unwrap_or(bytes.len());
+    let last_comma = memchr::memrchr(b',', &bytes[..end])?;
+    let len = last_comma + 1;
+    (len >= MIN_REGION_BYTES).then(|| (len, memchr::memchr_iter(b',', &bytes[..len]).count()))
+}
+
+/// Parses `region` (from [`region`]) into `out`, which has one slot per value,
+/// on `threads` threads. `false` when anything in it is not a plain number
+/// followed by a comma.
+pub(crate) fn decode_region<T: Float + Send>(region: &[u8], out: &mut [T], threads: usize) -> bool {
+    let threads = threads.clamp(1, 16);
+    // Cut points: just after the comma nearest each even share.
+    let mut cuts = vec![0];
+    for k in 1..threads {
+        let target = region.len() * k / threads;
+        let from = (*cuts.last().expect("starts with 0")).max(target);
+        match memchr::memchr(b',', &region[from..]) {
+            Some(i) if from + i + 1 < region.len() => cuts.push(from + i + 1),
+            _ => break,
+        }
+    }
+    cuts.push(region.len());
+    let pieces: Vec<&[u8]> = cuts.windows(2).map(|w| &region[w[0]..w[1]]).collect();
+    let mut slots = Vec::with_capacity(pieces.len());
+    let mut rest = out;
+    for piece in &pieces {
+        let n = memchr::memchr_iter(b',', piece).count();
+        if n > rest.len() {
+            return false;
+        }
+        let (mine, tail) = rest.split_at_mut(n);
+        slots.push(mine);
+        rest = tail;
+    }
+    if !rest.is_empty() {
+        return false;
+    }
+    std::thread::scope(|scope| {
+        let mut work = pieces.into_iter().zip(slots);
+        let first = work.next();
+        let helpers: Vec<_> = work
+            .map(|(piece, slot)| scope.spawn(move || decode_piece(piece, slot)))
+            .collect();
+        let ok = first.is_none_or(|(piece, slot)| decode_piece(piece, slot));
+        helpers
+            .into_iter()
+            .fold(ok, |ok, h| h.join().unwrap_or(false) && ok)
+    })
+}
+
+fn decode_piece<T: Float>(piece: &[u8], out: &mut [T]) -> bool {
+    let is_ws = |b: u8| matches!(b, b' ' | b'\n' | b'\r' | b'\t');
+    let mut pos = 0;
+    for slot in out.iter_mut() {
+        while pos < piece.len() && is_ws(piece[pos]) {
+            pos += 1;
+        }
+        let rest = &piece[pos..];
+        let value = match number::scan_decimal(rest)
+            .and_then(|d| T::from_decimal(d).map(|v| (v, d.len)))
+        {
+            Some((v, n)) => {
+                pos += n;
+                v
+            }
+            None => {
+                let end = rest
+                    .iter()
+                    .position(|&b| !(b.is_ascii_alphanumeric() || matches!(b, b'.' | b'+' | b'-')))
+                    .unwrap_or(rest.len());
+                let token = &rest[..end];
+                if token.is_empty() || number::check_grammar(token).is_err() {
+                    return false;
+                }
+                pos += end;
+                T::from_token(token)
+            }
+        };
+        while pos < piece.len() && is_ws(piece[pos]) {
+            pos += 1;
+        }
+        if piece.get(pos) != Some(&b',') {
+            return false;
+        }
+        pos += 1;
+        *slot = value;
+    }
+    pos == piece.len()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn body(n: usize) -> String {
+        (0..n)
+            .map(|i| format!("{:?}", (i as f64 * 0.37).sin() * 1e3))
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+
+    #[test]
+    fn any_thread_count_gives_the_sequential_values() {
+        let text = body(40_000) + ", 1]";
+        let (len, n) = region(text.as_bytes()).unwrap();
+        assert_eq!(n, 40_000);
+        let sequential: Vec<f32> = text[..len]
+            .split(',')
+            .filter(|s| !s.trim().is_empty())
+            .map(|s| s.trim().parse().unwrap())
+            .collect();
+        for threads in [1, 2, 3, 8] {
+            let mut out = vec![0f32; n];
+            assert!(decode_region(&text.as_bytes()[..len], &mut out, threads));
+            assert_eq!(
+                out.iter().map(|x| x.to_bits()).collect::<Vec<_>>(),
+                sequential.iter().map(|x| x.to_bits()).collect::<Vec<_>>()
+            );
+        }
+    }
+
+    #[test]
+    fn anything_unusual_declines() {
+        let good = body(40_000);
+        for bad in ["01", "[2", "\"s\"", "1.", "NaN", ",,"] {
+            let text = format!("{}, {bad}, {}, 5,", &good, &good);
+            let (len, n) = region(text.as_bytes()).unwrap_or((text.len(), 0));
+            let mut out = vec![0f64; n];
+            assert!(
+                !decode_region(&text.as_bytes()[..len], &mut out, 2),
+                "{bad}"
+            );
+        }
+    }
+}
