@@ -57,7 +57,10 @@ impl Default for ServerConfig {
             http_addr: SocketAddr::from(([127, 0, 0, 1], 8000)),
             max_body_bytes: 64 * 1024 * 1024,
             drain_timeout: Duration::from_secs(10),
-            decode_options: wirespeed_json::DecodeOptions::default(),
+            decode_options: wirespeed_json::DecodeOptions {
+                threads: std::thread::available_parallelism().map_or(1, |n| n.get()),
+                ..wirespeed_json::DecodeOptions::default()
+            },
         }
     }
 }

@@ -6,7 +6,11 @@
 //! [`OFFLOAD_BYTES`] (or at once, when `Content-Length` says the body will
 //! be that large), the decoder moves to tokio's blocking pool and receives
 //! the remaining frames over a bounded channel, so a large decode never
-//! stalls other connections on the worker.
+//! stalls other connections on the worker. There, frames that are already
+//! waiting are joined into one span of up to [`SPAN_BYTES`]: a body arriving
+//! faster than one core decodes builds a backlog, whose spans the decoder
+//! splits over several cores; a trickle is decoded frame by frame, so little
+//! is left to do when its last byte arrives.
 
 use bytes::Bytes;
 use http_body_util::BodyExt;
@@ -22,7 +26,10 @@ use wirespeed_json::{Category, DecodeError, DecodeOptions, RequestDecoder};
 pub(crate) const OFFLOAD_BYTES: u64 = 64 * 1024;
 
 /// Frames in flight between the reader and an offloaded decoder.
-const CHANNEL_FRAMES: usize = 16;
+const CHANNEL_FRAMES: usize = 64;
+
+/// The most bytes of waiting frames joined into one span for the decoder.
+const SPAN_BYTES: usize = 1 << 20;
 
 /// After an error, this much more of the body is read and dropped so the
 /// connection can carry the next request; a longer rest closes it.
@@ -90,8 +97,21 @@ impl Decoding {
         let (frames, mut incoming) = mpsc::channel::<Bytes>(CHANNEL_FRAMES);
         let task = tokio::task::spawn_blocking(move || {
             let mut decoder = decoder;
+            let mut span = Vec::new();
             while let Some(frame) = incoming.blocking_recv() {
-                decoder.feed(&frame)?;
+                if incoming.is_empty() {
+                    decoder.feed(&frame)?;
+                    continue;
+                }
+                span.clear();
+                span.extend_from_slice(&frame);
+                while span.len() < SPAN_BYTES {
+                    match incoming.try_recv() {
+                        Ok(next) => span.extend_from_slice(&next),
+                        Err(_) => break,
+                    }
+                }
+                decoder.feed(&span)?;
             }
             decoder.finish()
         });
