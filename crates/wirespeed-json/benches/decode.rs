@@ -93,6 +93,17 @@ fn decode(c: &mut Criterion) {
                     })
                 },
             );
+            if body.len() >= 1 << 20 {
+                let two = DecodeOptions {
+                    threads: 2,
+                    ..options.clone()
+                };
+                group.bench_with_input(
+                    BenchmarkId::new("wirespeed_2_threads", &id),
+                    &body,
+                    |b, body| b.iter(|| decode_infer_request(body, &two).unwrap()),
+                );
+            }
             group.bench_with_input(BenchmarkId::new("serde_json", &id), &body, |b, body| {
                 b.iter(|| serde_json::from_slice::<Request>(body).unwrap())
             });
