@@ -9,7 +9,12 @@
 //! ```text
 //! cargo bench -p wirespeed-json --bench decode                       # a representative subset
 //! WIRESPEED_BENCH_GRID=full cargo bench -p wirespeed-json --bench decode   # Clipper's whole grid
+//! WIRESPEED_BENCH_BODIES=/tmp/refbench_work/data cargo bench ...     # refbench's own body files
 //! ```
+//!
+//! With `WIRESPEED_BENCH_BODIES`, bodies are read from the files the
+//! reference harness (`../shared/refbench`) generated (`<style>_b<B>_n<N>.json`),
+//! so both harnesses time the same bytes.
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use serde::Deserialize;
@@ -32,6 +37,10 @@ struct Input {
 
 /// A body of `batch` x `n` FP32 values in `style` ("long" or "short").
 pub fn body(batch: usize, n: usize, style: &str) -> Vec<u8> {
+    if let Ok(dir) = std::env::var("WIRESPEED_BENCH_BODIES") {
+        let path = std::path::Path::new(&dir).join(format!("{style}_b{batch}_n{n}.json"));
+        return std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    }
     let mut state = 0x2545_f491_4f6c_dd1du64 ^ (batch * 1_000_003 + n) as u64;
     let values: Vec<String> = (0..batch * n)
         .map(|_| {
