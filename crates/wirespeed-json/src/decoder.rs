@@ -769,17 +769,7 @@ impl RequestDecoder {
                         format!("more than {} inputs", self.options.max_inputs),
                     ));
                 }
-                self.request.inputs.push(InputState {
-                    start: at,
-                    seen: 0,
-                    name: None,
-                    shape: None,
-                    dims: Vec::new(),
-                    datatype: None,
-                    parameters: Vec::new(),
-                    builder: None,
-                    raw: None,
-                });
+                self.request.inputs.push(empty_input(at));
                 Ctx::Input
             }
             (Slot::Output, Container::Object) => {
