@@ -95,59 +95,32 @@ pub(crate) struct Decimal {
 pub(crate) fn scan_decimal(bytes: &[u8]) -> Option<Decimal> {
     let negative = bytes.first() == Some(&b'-');
     let mut i = usize::from(negative);
+    // The integer part is short in practice: a plain loop predicts well.
     let mut mantissa = 0u64;
-    let start = i;
-    match bytes.get(i) {
-        Some(b'0') => i += 1,
-        Some(b'1'..=b'9') => {
-            while let Some(&b) = bytes.get(i) {
-                let d = b.wrapping_sub(b'0');
-                if d > 9 {
-                    break;
-                }
-                mantissa = mantissa.wrapping_mul(10).wrapping_add(u64::from(d));
-                i += 1;
-            }
+    let mut n = 0;
+    while let Some(&b) = bytes.get(i + n) {
+        let d = b.wrapping_sub(b'0');
+        if d > 9 {
+            break;
         }
-        _ => return None,
+        mantissa = mantissa.wrapping_mul(10).wrapping_add(u64::from(d));
+        n += 1;
     }
-    let mut digits = i - start;
+    // JSON: at least one digit, and no leading zero before another digit.
+    if n == 0 || (n > 1 && bytes[i] == b'0') {
+        return None;
+    }
+    i += n;
+    let mut digits = n;
     let mut exponent = 0i32;
     if bytes.get(i) == Some(&b'.') {
         i += 1;
-        let fraction = i;
-        // Eight digits at a time while they last: json.dumps writes 16 or 17.
-        while let Some(eight) = bytes.get(i..i + 8) {
-            let word = u64::from_le_bytes(eight.try_into().expect("eight bytes"));
-            if !all_digits(word) {
-                break;
-            }
-            mantissa = mantissa
-                .wrapping_mul(100_000_000)
-                .wrapping_add(eight_digits(word));
-            i += 8;
-        }
-        if let Some(four) = bytes.get(i..i + 4) {
-            let word = u32::from_le_bytes(four.try_into().expect("four bytes"));
-            if all_digits(u64::from(word) | 0x3030_3030_0000_0000) {
-                mantissa = mantissa
-                    .wrapping_mul(10_000)
-                    .wrapping_add(four_digits(word));
-                i += 4;
-            }
-        }
-        while let Some(&b) = bytes.get(i) {
-            let d = b.wrapping_sub(b'0');
-            if d > 9 {
-                break;
-            }
-            mantissa = mantissa.wrapping_mul(10).wrapping_add(u64::from(d));
-            i += 1;
-        }
-        let n = i - fraction;
+        let (m, n) = digit_run(bytes, i, mantissa);
         if n == 0 {
             return None;
         }
+        mantissa = m;
+        i += n;
         digits += n;
         exponent = -(n as i32);
     }
@@ -195,32 +168,65 @@ pub(crate) fn scan_decimal(bytes: &[u8]) -> Option<Decimal> {
     })
 }
 
-/// Whether all eight bytes of `word` are ASCII digits.
+/// Powers of ten for appending up to eight digits to a mantissa.
+const SHIFT10: [u64; 9] = [
+    1,
+    10,
+    100,
+    1_000,
+    10_000,
+    100_000,
+    1_000_000,
+    10_000_000,
+    100_000_000,
+];
+
+/// Reads the run of digits at `bytes[i..]` onto `mantissa` (wrapping past
+/// 19 digits, which the caller refuses): the new mantissa and the run's length.
+///
+/// Eight bytes at a time, without a branch on the digit count: each word's
+/// leading digits are counted from its non-digit mask and parsed with the
+/// rest shifted away, so runs of any length cost the same few steps and
+/// data-dependent lengths do not mispredict.
 #[inline(always)]
-fn all_digits(word: u64) -> bool {
-    // A byte below '0' borrows into its top bit when '0' is subtracted; a
-    // byte above '9' carries into its top bit when 0x46 is added.
-    let below = word.wrapping_sub(0x3030_3030_3030_3030);
-    let above = word.wrapping_add(0x4646_4646_4646_4646);
-    (below | above) & 0x8080_8080_8080_8080 == 0
+fn digit_run(bytes: &[u8], mut i: usize, mut mantissa: u64) -> (u64, usize) {
+    let start = i;
+    while let Some(eight) = bytes.get(i..i + 8) {
+        let word = u64::from_le_bytes(eight.try_into().expect("eight bytes"));
+        let values = word.wrapping_sub(0x3030_3030_3030_3030);
+        let non_digits =
+            (values | word.wrapping_add(0x4646_4646_4646_4646)) & 0x8080_8080_8080_8080;
+        let k = (non_digits.trailing_zeros() / 8) as usize;
+        // The k digits move to the top bytes; the zeros below them read as
+        // leading zeros. k == 0 would shift by 64, so mask instead.
+        let kept = values.checked_shl(64 - 8 * k as u32).unwrap_or(0);
+        mantissa = mantissa
+            .wrapping_mul(SHIFT10[k])
+            .wrapping_add(digit_values(kept));
+        i += k;
+        if k < 8 {
+            return (mantissa, i - start);
+        }
+    }
+    // Fewer than eight bytes left in this chunk: one at a time.
+    while let Some(&b) = bytes.get(i) {
+        let d = b.wrapping_sub(b'0');
+        if d > 9 {
+            break;
+        }
+        mantissa = mantissa.wrapping_mul(10).wrapping_add(u64::from(d));
+        i += 1;
+    }
+    (mantissa, i - start)
 }
 
-/// The value of eight ASCII digits, the first in the lowest byte: pairs,
-/// then quads, then the whole, each step one multiply.
+/// The number whose eight digit values (0..=9) are the bytes of `values`,
+/// the most significant in the lowest byte.
 #[inline(always)]
-fn eight_digits(word: u64) -> u64 {
-    let digits = word - 0x3030_3030_3030_3030;
-    let pairs = (digits * 10 + (digits >> 8)) & 0x00FF_00FF_00FF_00FF;
-    let quads = (pairs * 100 + (pairs >> 16)) & 0x0000_FFFF_0000_FFFF;
-    (quads * 10_000 + (quads >> 32)) & 0xFFFF_FFFF
-}
-
-/// The value of four ASCII digits, the first in the lowest byte.
-#[inline(always)]
-fn four_digits(word: u32) -> u64 {
-    let digits = word - 0x3030_3030;
-    let pairs = (digits * 10 + (digits >> 8)) & 0x00FF_00FF;
-    u64::from((pairs * 100 + (pairs >> 16)) & 0xFFFF)
+fn digit_values(values: u64) -> u64 {
+    let pairs = (values.wrapping_mul(10) + (values >> 8)) & 0x00FF_00FF_00FF_00FF;
+    let quads = (pairs.wrapping_mul(100) + (pairs >> 16)) & 0x0000_FFFF_0000_FFFF;
+    (quads.wrapping_mul(10_000) + (quads >> 32)) & 0xFFFF_FFFF
 }
 
 /// Correctly rounded negative powers of ten: multiplying by one is faster
@@ -548,22 +554,26 @@ mod tests {
     }
 
     #[test]
-    fn eight_digits_at_a_time() {
-        let word = |s: &[u8]| u64::from_le_bytes(s.try_into().unwrap());
-        assert!(all_digits(word(b"01234567")));
-        assert_eq!(eight_digits(word(b"01234567")), 1_234_567);
-        assert_eq!(eight_digits(word(b"99999999")), 99_999_999);
-        assert_eq!(eight_digits(word(b"80630493")), 80_630_493);
-        for bad in [
-            b"0123456/",
-            b"0123456:",
-            b"1234 678",
-            b"12345e67",
-            b"\xff1234567",
-        ] {
-            assert!(!all_digits(word(&bad[..8])), "{bad:?}");
+    fn digit_runs_of_every_length_and_position() {
+        for len in 0..=24 {
+            for pad in 0..9 {
+                let digits: String = (0..len)
+                    .map(|k| char::from(b'0' + ((k * 7 + 3) % 10) as u8))
+                    .collect();
+                let text = format!("{}{digits}x{}", "-".repeat(pad), "9".repeat(pad));
+                let (m, n) = digit_run(text.as_bytes(), pad, 0);
+                assert_eq!(n, len, "{text}");
+                if len <= 19 {
+                    assert_eq!(m, digits.parse::<u64>().unwrap_or(0), "{text}");
+                }
+            }
         }
-        assert_eq!(four_digits(u32::from_le_bytes(*b"0907")), 907);
+        // Bytes just outside '0'..='9' stop a run.
+        for stop in [b'/', b':', b' ', 0x80, 0xff, b'.', b'e'] {
+            let mut text = b"12345678901".to_vec();
+            text[5] = stop;
+            assert_eq!(digit_run(&text, 0, 0), (12345, 5), "{stop}");
+        }
     }
 
     #[test]
