@@ -9,8 +9,12 @@
 //!
 //! ```text
 //! wirespeed serve --models benchmarks/models &
-//! cargo run --release -p wirespeed-server --example large_request -- 127.0.0.1:8000 ROWS COLS RATE REPEATS
+//! cargo run --release -p wirespeed-server --example large_request -- 127.0.0.1:8000 ROWS COLS RATE REPEATS [long|short]
 //! ```
+//!
+//! `long` values are float32 widened to float64 as `json.dumps` prints them
+//! (~20.5 bytes each with the separator), `short` are rounded to 4 decimals
+//! (~8.4 bytes).
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
@@ -26,6 +30,7 @@ fn main() -> std::io::Result<()> {
     let cols: usize = arg(3, "262144").parse().expect("COLS");
     let rate_mb_s: f64 = arg(4, "0").parse().expect("RATE (0 = as fast as possible)");
     let repeats: usize = arg(5, "10").parse().expect("REPEATS");
+    let short = arg(6, "long") == "short";
 
     let mut state = 0x9e37_79b9_7f4a_7c15u64;
     let values: Vec<String> = (0..rows * cols)
@@ -33,10 +38,12 @@ fn main() -> std::io::Result<()> {
             state = state
                 .wrapping_mul(6364136223846793005)
                 .wrapping_add(1442695040888963407);
-            format!(
-                "{:?}",
-                f64::from(((state >> 40) as f32 / (1u64 << 24) as f32) * 4.0 - 2.0)
-            )
+            let x = f64::from(((state >> 40) as f32 / (1u64 << 24) as f32) * 4.0 - 2.0);
+            if short {
+                format!("{:?}", (x * 1e4).round() / 1e4)
+            } else {
+                format!("{x:?}")
+            }
         })
         .collect();
     let body = format!(

@@ -25,8 +25,10 @@ use wirespeed_json::{Category, DecodeError, DecodeOptions, RequestDecoder};
 /// about 100 µs (the decoder runs at roughly 500 MB/s).
 pub(crate) const OFFLOAD_BYTES: u64 = 64 * 1024;
 
-/// Frames in flight between the reader and an offloaded decoder.
-const CHANNEL_FRAMES: usize = 64;
+/// Frames in flight between the reader and an offloaded decoder. hyper's
+/// frames grow with its read buffer (up to a few hundred KiB), so this bounds
+/// the backlog, and with it memory, to a few MiB beyond the tensors.
+const CHANNEL_FRAMES: usize = 8;
 
 /// The most bytes of waiting frames joined into one span for the decoder.
 const SPAN_BYTES: usize = 1 << 20;
