@@ -33,10 +33,6 @@ const CHANNEL_FRAMES: usize = 8;
 /// The most bytes of waiting frames joined into one span for the decoder.
 const SPAN_BYTES: usize = 1 << 20;
 
-/// After an error, this much more of the body is read and dropped so the
-/// connection can carry the next request; a longer rest closes it.
-const DRAIN_BYTES: u64 = 1 << 20;
-
 /// The Triton binary tensor extension's header; its presence means the body
 /// is not plain JSON.
 const BINARY_HEADER_LENGTH: &str = "inference-header-content-length";
@@ -136,7 +132,7 @@ pub(crate) async fn decode_body(
         return Err(too_large(limit));
     }
     if let Err(e) = check_headers(headers) {
-        drain(&mut body, DRAIN_BYTES).await;
+        drain(&mut body, limit).await;
         return Err(e);
     }
 
@@ -199,13 +195,16 @@ pub(crate) async fn decode_body(
         }
     };
     if result.is_err() {
-        drain(&mut body, DRAIN_BYTES).await;
+        drain(&mut body, limit.saturating_sub(received)).await;
     }
     result
 }
 
-/// Reads and drops up to `budget` more bytes of the body, so that an error
-/// answer leaves the connection reusable; hyper closes it if more remain.
+/// Reads and drops the rest of the body, up to `budget` bytes (what the body
+/// limit still allows), before an error is answered. A client that sends its
+/// whole body before reading the answer (most do) then gets the error rather
+/// than a broken pipe, and the connection stays usable. It costs no more
+/// than accepting the body would have: the bytes are read, not decoded.
 async fn drain(body: &mut Incoming, budget: u64) {
     let mut left = budget;
     while let Some(Ok(frame)) = body.frame().await {
