@@ -460,23 +460,20 @@ impl RequestDecoder {
             }
             // A long run of numbers in this chunk: several threads at once.
             if try_parallel && len - pos >= parallel::MIN_REGION_BYTES {
-                if let Some((bytes, n)) =
-                    parallel::region(&chunk[pos..]).filter(|&(_, n)| n <= room - added)
-                {
-                    let old = values.len();
-                    values.resize(old + n, T::default());
-                    if parallel::decode_region(
+                if let Some(bytes) = parallel::region(&chunk[pos..]) {
+                    let decoded = parallel::decode_region(
                         &chunk[pos..pos + bytes],
-                        &mut values[old..],
+                        values,
+                        room - added,
                         self.options.threads,
-                    ) {
+                    );
+                    if let Some(n) = decoded {
                         pos += bytes;
                         added += n;
                         self.expect = Expect::Value;
                         continue;
                     }
                     // Something unusual in it: the sequential path finds and words it.
-                    values.truncate(old);
                 }
                 try_parallel = false;
             }

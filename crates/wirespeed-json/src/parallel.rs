@@ -13,20 +13,25 @@ use crate::number;
 /// Regions shorter than this are not worth a thread.
 pub(crate) const MIN_REGION_BYTES: usize = 256 * 1024;
 
-/// The part of `bytes` that a parallel decode may take: up to the last comma
-/// before the array's end (or the end of `bytes`), with the number of values
-/// in it (one per comma).
-pub(crate) fn region(bytes: &[u8]) -> Option<(usize, usize)> {
+/// How many bytes of `bytes` a parallel decode may take: up to the last
+/// comma before the array's end (or the end of `bytes`), if that is long
+/// enough to be worth threads.
+pub(crate) fn region(bytes: &[u8]) -> Option<usize> {
     let end = memchr::memchr(b']', bytes).unwrap_or(bytes.len());
-    let last_comma = memchr::memrchr(b',', &bytes[..end])?;
-    let len = last_comma + 1;
-    (len >= MIN_REGION_BYTES).then(|| (len, memchr::memchr_iter(b',', &bytes[..len]).count()))
+    let len = memchr::memrchr(b',', &bytes[..end])? + 1;
+    (len >= MIN_REGION_BYTES).then_some(len)
 }
 
-/// Parses `region` (from [`region`]) into `out`, which has one slot per value,
-/// on `threads` threads. `false` when anything in it is not a plain number
+/// Decodes `region` (from [`region`]) onto the end of `values`, on `threads`
+/// threads, if it holds at most `room` values. Returns how many it added;
+/// `None`, with `values` unchanged, when anything in it is not a plain number
 /// followed by a comma.
-pub(crate) fn decode_region<T: Float + Send>(region: &[u8], out: &mut [T], threads: usize) -> bool {
+pub(crate) fn decode_region<T: Float + Send>(
+    region: &[u8],
+    values: &mut Vec<T>,
+    room: usize,
+    threads: usize,
+) -> Option<usize> {
     let threads = threads.clamp(1, 16);
     // Cut points: just after the comma nearest each even share.
     let mut cuts = vec![0];
@@ -40,22 +45,26 @@ pub(crate) fn decode_region<T: Float + Send>(region: &[u8], out: &mut [T], threa
     }
     cuts.push(region.len());
     let pieces: Vec<&[u8]> = cuts.windows(2).map(|w| &region[w[0]..w[1]]).collect();
+
+    // Each thread counts its piece's values (one per comma), so the output
+    // can be cut into one slice per piece; then each parses into its slice.
+    let counts: Vec<usize> = on_threads(&pieces, |piece| memchr::memchr_iter(b',', piece).count());
+    let n: usize = counts.iter().sum();
+    if n > room {
+        return None;
+    }
+    let old = values.len();
+    values.resize(old + n, T::default());
     let mut slots = Vec::with_capacity(pieces.len());
-    let mut rest = out;
-    for piece in &pieces {
-        let n = memchr::memchr_iter(b',', piece).count();
-        if n > rest.len() {
-            return false;
-        }
-        let (mine, tail) = rest.split_at_mut(n);
+    let mut rest = &mut values[old..];
+    for &count in &counts {
+        let (mine, tail) = rest.split_at_mut(count);
         slots.push(mine);
         rest = tail;
     }
-    if !rest.is_empty() {
-        return false;
-    }
-    std::thread::scope(|scope| {
-        let mut work = pieces.into_iter().zip(slots);
+    let work: Vec<(&[u8], &mut [T])> = pieces.into_iter().zip(slots).collect();
+    let ok = std::thread::scope(|scope| {
+        let mut work = work.into_iter();
         let first = work.next();
         let helpers: Vec<_> = work
             .map(|(piece, slot)| scope.spawn(move || decode_piece(piece, slot)))
@@ -64,6 +73,31 @@ pub(crate) fn decode_region<T: Float + Send>(region: &[u8], out: &mut [T], threa
         helpers
             .into_iter()
             .fold(ok, |ok, h| h.join().unwrap_or(false) && ok)
+    });
+    if ok {
+        Some(n)
+    } else {
+        values.truncate(old);
+        None
+    }
+}
+
+/// `f` of each item, the first on this thread and the rest on helpers.
+fn on_threads<I: Sync, R: Send>(items: &[I], f: impl Fn(&I) -> R + Sync) -> Vec<R> {
+    std::thread::scope(|scope| {
+        let f = &f;
+        let helpers: Vec<_> = items[1..]
+            .iter()
+            .map(|item| scope.spawn(move || f(item)))
+            .collect();
+        let first = f(&items[0]);
+        std::iter::once(first)
+            .chain(
+                helpers
+                    .into_iter()
+                    .map(|h| h.join().expect("counting does not panic")),
+            )
+            .collect()
     })
 }
 
@@ -121,34 +155,45 @@ mod tests {
     #[test]
     fn any_thread_count_gives_the_sequential_values() {
         let text = body(40_000) + ", 1]";
-        let (len, n) = region(text.as_bytes()).unwrap();
-        assert_eq!(n, 40_000);
+        let len = region(text.as_bytes()).unwrap();
         let sequential: Vec<f32> = text[..len]
             .split(',')
             .filter(|s| !s.trim().is_empty())
             .map(|s| s.trim().parse().unwrap())
             .collect();
+        assert_eq!(sequential.len(), 40_000);
         for threads in [1, 2, 3, 8] {
-            let mut out = vec![0f32; n];
-            assert!(decode_region(&text.as_bytes()[..len], &mut out, threads));
+            let mut out = vec![7f32];
             assert_eq!(
-                out.iter().map(|x| x.to_bits()).collect::<Vec<_>>(),
-                sequential.iter().map(|x| x.to_bits()).collect::<Vec<_>>()
+                decode_region(&text.as_bytes()[..len], &mut out, 40_000, threads),
+                Some(40_000)
             );
+            assert_eq!(out[0], 7.0, "values before the region stay");
+            let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+            assert_eq!(bits(&out[1..]), bits(&sequential));
+            let mut full = vec![0f32; 1];
+            assert_eq!(
+                decode_region(&text.as_bytes()[..len], &mut full, 39_999, threads),
+                None,
+                "more values than room"
+            );
+            assert_eq!(full.len(), 1);
         }
     }
 
     #[test]
-    fn anything_unusual_declines() {
+    fn anything_unusual_declines_and_leaves_the_buffer() {
         let good = body(40_000);
         for bad in ["01", "[2", "\"s\"", "1.", "NaN", ",,"] {
             let text = format!("{}, {bad}, {}, 5,", &good, &good);
-            let (len, n) = region(text.as_bytes()).unwrap_or((text.len(), 0));
-            let mut out = vec![0f64; n];
-            assert!(
-                !decode_region(&text.as_bytes()[..len], &mut out, 2),
+            let len = region(text.as_bytes()).unwrap_or(text.len());
+            let mut out = Vec::<f64>::new();
+            assert_eq!(
+                decode_region(&text.as_bytes()[..len], &mut out, usize::MAX, 2),
+                None,
                 "{bad}"
             );
+            assert!(out.is_empty(), "{bad}");
         }
     }
 }
