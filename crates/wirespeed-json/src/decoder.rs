@@ -895,13 +895,19 @@ impl RequestDecoder {
             }
             _ => {}
         }
+        self.value_done();
+        Ok(())
+    }
+
+    /// A value ended: a separator or the closing bracket comes next, and the
+    /// key it belonged to is spent.
+    fn value_done(&mut self) {
         self.key = Key::None;
         self.expect = if self.stack.is_empty() {
             Expect::Done
         } else {
             Expect::AfterValue
         };
-        Ok(())
     }
 
     fn on_key(&mut self, key: &[u8], at: u64) -> Result<(), DecodeError> {
@@ -1041,12 +1047,7 @@ impl RequestDecoder {
                 return Err(self.wrong_kind(slot, at, &found));
             }
         }
-        self.key = Key::None;
-        self.expect = if self.stack.is_empty() {
-            Expect::Done
-        } else {
-            Expect::AfterValue
-        };
+        self.value_done();
         Ok(())
     }
 
