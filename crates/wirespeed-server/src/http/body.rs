@@ -132,7 +132,7 @@ pub(crate) async fn decode_body(
         return Err(too_large(limit));
     }
     if let Err(e) = check_headers(headers) {
-        drain(&mut body, limit).await;
+        discard_body(&mut body, limit).await;
         return Err(e);
     }
 
@@ -195,7 +195,7 @@ pub(crate) async fn decode_body(
         }
     };
     if result.is_err() {
-        drain(&mut body, limit.saturating_sub(received)).await;
+        discard_body(&mut body, limit.saturating_sub(received)).await;
     }
     result
 }
@@ -205,7 +205,7 @@ pub(crate) async fn decode_body(
 /// whole body before reading the answer (most do) then gets the error rather
 /// than a broken pipe, and the connection stays usable. It costs no more
 /// than accepting the body would have: the bytes are read, not decoded.
-async fn drain(body: &mut Incoming, budget: u64) {
+pub(crate) async fn discard_body(body: &mut Incoming, budget: u64) {
     let mut left = budget;
     while let Some(Ok(frame)) = body.frame().await {
         let n = frame.data_ref().map_or(0, |d| d.len() as u64);

@@ -8,7 +8,7 @@ use hyper::body::Incoming;
 use hyper::{Request, Response};
 use wirespeed_core::{Error, InferResponse, Model};
 
-use super::body::decode_body;
+use super::body::{decode_body, discard_body};
 use super::response::{self, Body};
 use super::router::ModelRef;
 use crate::AppState;
@@ -24,17 +24,20 @@ pub(crate) async fn infer(
     target: ModelRef<'_>,
     request: Request<Incoming>,
 ) -> Result<Response<Body>, Error> {
-    let (parts, body) = request.into_parts();
-    // The body is read (and decoded as it arrives) before anything else can
-    // fail, so that an error leaves the connection clean for the next request.
-    let request = decode_body(
-        &parts.headers,
-        body,
-        state.max_body_bytes as u64,
-        &state.decode_options,
-    )
-    .await?;
-    let model = Arc::clone(state.repository.get(target.name, target.version)?);
+    let (parts, mut body) = request.into_parts();
+    let limit = state.max_body_bytes as u64;
+    // An unknown model's body is read and dropped, not decoded: the client
+    // still gets its answer and the connection stays usable.
+    let model = match state.repository.get(target.name, target.version) {
+        Ok(model) => Arc::clone(model),
+        Err(e) => {
+            discard_body(&mut body, limit).await;
+            return Err(e);
+        }
+    };
+    // The body is decoded as it arrives, and read to its end before any
+    // error is answered, so the connection stays clean for the next request.
+    let request = decode_body(&parts.headers, body, limit, &state.decode_options).await?;
 
     let metadata = model.metadata();
     metadata.check_inputs(&request.inputs)?;
