@@ -92,11 +92,12 @@ def test_outputs_list_is_honoured(client, passengers):
     assert names == ["margin"]
 
 
-def test_default_binary_inputs_get_a_clear_refusal(client, passengers):
+def test_tritonclient_defaults_binary_both_ways_match_xgboost(client, passengers):
     _, x = passengers
-    inp = httpclient.InferInput("features", [1, 12], "FP32")
-    inp.set_data_from_numpy(x[:1])  # tritonclient's default: binary tensor data
-    with pytest.raises(InferenceServerException) as err:
-        client.infer("titanic", [inp])
-    assert "binary tensor data extension" in str(err.value)
-    assert client.is_server_live()
+    booster = xgb.Booster(model_file=str(MODELS / "titanic" / "model.json"))
+    want_p = booster.predict(xgb.DMatrix(x))
+    inp = httpclient.InferInput("features", list(x.shape), "FP32")
+    inp.set_data_from_numpy(x)  # tritonclient's default: binary tensor data
+    result = client.infer("titanic", [inp])  # and binary outputs
+    assert "data" not in result.get_response()["outputs"][0]
+    np.testing.assert_allclose(result.as_numpy("probability"), want_p, rtol=1e-6, atol=0)

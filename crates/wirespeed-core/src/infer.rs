@@ -38,6 +38,19 @@ pub struct InferRequest {
     pub inputs: Vec<Tensor>,
     /// The outputs asked for; empty means all of them.
     pub outputs: Vec<RequestedOutput>,
+    /// Inputs whose data follows the JSON as raw bytes (Triton's binary
+    /// tensor data extension), in body order. Their tensors in `inputs` are
+    /// empty until the bytes are read.
+    pub binary_inputs: Vec<BinaryInput>,
+}
+
+/// An input whose data is sent as raw bytes after the JSON header.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BinaryInput {
+    /// Its index in [`InferRequest::inputs`].
+    pub input: usize,
+    /// Its `binary_data_size`: how many bytes it takes in the body.
+    pub size: usize,
 }
 
 /// An infer response, ready to encode.

@@ -22,11 +22,14 @@ mod datatype;
 mod error;
 mod infer;
 mod model;
+pub mod raw;
 mod tensor;
 
 pub use datatype::{DataType, UnknownDataType};
 pub use error::{Error, ErrorKind};
 pub use half::{bf16, f16};
-pub use infer::{InferRequest, InferResponse, ParameterValue, Parameters, RequestedOutput};
+pub use infer::{
+    BinaryInput, InferRequest, InferResponse, ParameterValue, Parameters, RequestedOutput,
+};
 pub use model::{format_shape, Model, ModelMetadata, TensorSpec};
 pub use tensor::{element_count, Tensor, TensorData};

@@ -7,10 +7,25 @@ use wirespeed_core::{InferResponse, TensorData};
 
 /// Appends the JSON of `response` to `out`.
 pub fn encode_infer_response(response: &InferResponse, out: &mut Vec<u8>) {
+    encode(response, &[], out);
+}
+
+/// Appends the JSON header of `response` for Triton's binary tensor data
+/// extension: each output `i` with `binary[i]` set carries
+/// `"parameters": {"binary_data_size": N}` instead of `data`. The caller
+/// appends those outputs' raw bytes (`wirespeed_core::raw::write_raw`), in
+/// order, after the header.
+pub fn encode_infer_response_header(response: &InferResponse, binary: &[bool], out: &mut Vec<u8>) {
+    encode(response, binary, out);
+}
+
+fn encode(response: &InferResponse, binary: &[bool], out: &mut Vec<u8>) {
     let estimate: usize = response
         .outputs
         .iter()
-        .map(|t| 64 + t.name.len() + t.data.len() * estimated_width(&t.data))
+        .enumerate()
+        .filter(|(i, _)| !binary.get(*i).copied().unwrap_or(false))
+        .map(|(_, t)| 64 + t.name.len() + t.data.len() * estimated_width(&t.data))
         .sum();
     out.reserve(96 + response.model_name.len() + estimate);
     out.extend_from_slice(b"{\"model_name\":");
@@ -37,6 +52,13 @@ pub fn encode_infer_response(response: &InferResponse, out: &mut Vec<u8>) {
                 out.push(b',');
             }
             out.extend_from_slice(ints.format(d).as_bytes());
+        }
+        if binary.get(i).copied().unwrap_or(false) {
+            let size = wirespeed_core::raw::raw_len(&tensor.data);
+            out.extend_from_slice(b"],\"parameters\":{\"binary_data_size\":");
+            out.extend_from_slice(ints.format(size).as_bytes());
+            out.extend_from_slice(b"}}");
+            continue;
         }
         out.extend_from_slice(b"],\"data\":[");
         write_data(out, &tensor.data);

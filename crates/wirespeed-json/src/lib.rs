@@ -37,7 +37,7 @@ mod parallel;
 mod string;
 
 pub use decoder::RequestDecoder;
-pub use encode::encode_infer_response;
+pub use encode::{encode_infer_response, encode_infer_response_header};
 pub use error::{Category, DecodeError};
 pub use options::DecodeOptions;
 

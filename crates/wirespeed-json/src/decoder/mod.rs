@@ -14,7 +14,7 @@
 //! first its text is captured verbatim and decoded when the input's object
 //! closes: correct for every key order, fast for the common one.
 
-use wirespeed_core::{DataType, InferRequest, Parameters, RequestedOutput, Tensor};
+use wirespeed_core::{BinaryInput, DataType, InferRequest, Parameters, RequestedOutput, Tensor};
 
 use crate::builder::{BuildError, Float, Scalar, TensorBuilder};
 use crate::error::{Category, DecodeError};
@@ -54,6 +54,8 @@ pub struct RequestDecoder {
     capture: Option<Capture>,
     /// In data-only mode, the tensor being built for the top-level array.
     data_root: Option<TensorBuilder>,
+    /// Inputs may carry `binary_data_size` instead of `data`.
+    binary_data: bool,
     failed: bool,
 }
 
@@ -181,6 +183,7 @@ struct RequestState {
     parameters: Parameters,
     inputs: Vec<InputState>,
     finished_inputs: Vec<Tensor>,
+    binary_inputs: Vec<BinaryInput>,
     outputs: Vec<RequestedOutput>,
     output_seen: u16,
     seen: u16,
@@ -255,6 +258,7 @@ impl RequestDecoder {
             request: RequestState::default(),
             capture: None,
             data_root: None,
+            binary_data: false,
             failed: false,
         }
     }
@@ -264,6 +268,16 @@ impl RequestDecoder {
     /// larger than the body could fill.
     pub fn with_body_len(mut self, len: u64) -> RequestDecoder {
         self.body_len = Some(len);
+        self
+    }
+
+    /// Accepts inputs whose data follows the JSON as raw bytes (Triton's
+    /// binary tensor data extension): an input with a `binary_data_size`
+    /// parameter and no `data` becomes an empty tensor listed in
+    /// [`InferRequest::binary_inputs`](wirespeed_core::InferRequest::binary_inputs),
+    /// for the caller to fill. Without this, such an input is an error.
+    pub fn with_binary_data(mut self) -> RequestDecoder {
+        self.binary_data = true;
         self
     }
 
@@ -713,6 +727,7 @@ impl RequestDecoder {
             parameters: request.parameters,
             inputs: request.finished_inputs,
             outputs: request.outputs,
+            binary_inputs: request.binary_inputs,
         })
     }
 }

@@ -4,7 +4,8 @@
 //! close, keys end, and scalar values complete.
 
 use wirespeed_core::{
-    element_count, format_shape, DataType, ParameterValue, RequestedOutput, Tensor,
+    element_count, format_shape, BinaryInput, DataType, ParameterValue, Parameters,
+    RequestedOutput, Tensor, TensorData,
 };
 
 use super::{
@@ -178,29 +179,40 @@ impl RequestDecoder {
         shape: Vec<usize>,
         at: u64,
     ) -> Result<TensorBuilder, DecodeError> {
-        let limit =
-            |message: String| DecodeError::new(Category::Limit, at, message).with_input(name);
-        let count = element_count(&shape).ok_or_else(|| {
-            limit(format!(
-                "shape {} has more elements than can be counted",
-                format_shape(&shape)
-            ))
-        })?;
-        let total = self.request.elements.saturating_add(count);
-        if total > self.options.max_elements {
-            return Err(limit(format!(
-                "shape {} would bring the request to {total} elements, over the limit of {}",
-                format_shape(&shape),
-                self.options.max_elements
-            )));
-        }
-        self.request.elements = total;
+        let count = self.count_elements(name, &shape, at)?;
         // Each element takes at least two bytes of JSON ("0,").
         let room = match self.body_len {
             Some(len) => (len.saturating_sub(at) / 2 + 1) as usize,
             None => DEFAULT_RESERVE,
         };
         Ok(TensorBuilder::new(datatype, shape, count, room))
+    }
+
+    /// Counts `shape`'s elements against the request's element limit.
+    fn count_elements(
+        &mut self,
+        name: Option<&str>,
+        shape: &[usize],
+        at: u64,
+    ) -> Result<usize, DecodeError> {
+        let limit =
+            |message: String| DecodeError::new(Category::Limit, at, message).with_input(name);
+        let count = element_count(shape).ok_or_else(|| {
+            limit(format!(
+                "shape {} has more elements than can be counted",
+                format_shape(shape)
+            ))
+        })?;
+        let total = self.request.elements.saturating_add(count);
+        if total > self.options.max_elements {
+            return Err(limit(format!(
+                "shape {} would bring the request to {total} elements, over the limit of {}",
+                format_shape(shape),
+                self.options.max_elements
+            )));
+        }
+        self.request.elements = total;
+        Ok(count)
     }
 
     pub(super) fn close(
@@ -431,21 +443,41 @@ impl RequestDecoder {
                 decoder.finish_data()?
             }
             (None, None) => {
-                if input
-                    .parameters
-                    .iter()
-                    .any(|(k, _)| k == "binary_data_size")
-                {
+                let Some(size) = binary_size(&input.parameters, &name, at)? else {
+                    return Err(missing("data"));
+                };
+                if !self.binary_data {
                     return Err(DecodeError::new(
                         Category::Schema,
                         at,
-                        format!("input '{name}' uses the binary tensor data extension, which this server does not support yet; send 'data' as JSON"),
+                        format!(
+                            "input '{name}' has 'binary_data_size' but the request has no \
+                             Inference-Header-Content-Length header to say where its JSON ends"
+                        ),
                     )
                     .with_input(Some(&name)));
                 }
-                return Err(missing("data"));
+                // Counted against the element limit now, allocated by the
+                // reader of the binary part once its size is checked.
+                self.count_elements(Some(&name), &shape, at)?;
+                let data = TensorData::with_capacity(datatype, 0);
+                let index = self.request.finished_inputs.len();
+                self.request
+                    .binary_inputs
+                    .push(BinaryInput { input: index, size });
+                self.request
+                    .finished_inputs
+                    .push(Tensor { name, shape, data });
+                return Ok(());
             }
         };
+        if binary_size(&input.parameters, &name, at)?.is_some() {
+            return Err(schema(
+                at,
+                format!("input '{name}' has both 'data' and 'binary_data_size'; send one"),
+            )
+            .with_input(Some(&name)));
+        }
         let (shape, data) = builder
             .finish()
             .map_err(|(c, m)| DecodeError::new(c, at, m).with_input(Some(&name)))?;
@@ -453,6 +485,22 @@ impl RequestDecoder {
             .finished_inputs
             .push(Tensor { name, shape, data });
         Ok(())
+    }
+}
+
+/// The input's `binary_data_size` parameter, if it has one.
+fn binary_size(parameters: &Parameters, name: &str, at: u64) -> Result<Option<usize>, DecodeError> {
+    let Some((_, value)) = parameters.iter().find(|(k, _)| k == "binary_data_size") else {
+        return Ok(None);
+    };
+    match value {
+        ParameterValue::Int(n) if *n >= 0 => Ok(Some(usize::try_from(*n).unwrap_or(usize::MAX))),
+        other => Err(DecodeError::new(
+            Category::Schema,
+            at,
+            format!("input '{name}': 'binary_data_size' must be a non-negative integer, found {other:?}"),
+        )
+        .with_input(Some(name))),
     }
 }
 

@@ -18,7 +18,10 @@ use hyper::body::Incoming;
 use hyper::header::{HeaderMap, CONTENT_ENCODING, CONTENT_LENGTH};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
-use wirespeed_core::{Error, ErrorKind, InferRequest};
+use wirespeed_core::raw::{RawError, RawFiller};
+use wirespeed_core::{
+    element_count, Error, ErrorKind, InferRequest, ModelMetadata, Tensor, TensorSpec,
+};
 use wirespeed_json::{Category, DecodeError, DecodeOptions, RequestDecoder};
 
 /// Decoding more than this inline would hold an async worker for more than
@@ -33,9 +36,9 @@ const CHANNEL_FRAMES: usize = 8;
 /// The most bytes of waiting frames joined into one span for the decoder.
 const SPAN_BYTES: usize = 1 << 20;
 
-/// The Triton binary tensor extension's header; its presence means the body
-/// is not plain JSON.
-const BINARY_HEADER_LENGTH: &str = "inference-header-content-length";
+/// Triton's binary tensor data extension: the length of the JSON header
+/// that starts the body; raw tensor bytes follow it.
+pub(crate) const BINARY_HEADER_LENGTH: &str = "inference-header-content-length";
 
 /// Maps a decoder error to the server's error taxonomy.
 pub(crate) fn decode_error(e: DecodeError) -> Error {
@@ -55,16 +58,21 @@ fn too_large(limit: u64) -> Error {
     )
 }
 
-/// Refuses bodies the JSON path cannot read, by their headers.
-fn check_headers(headers: &HeaderMap) -> Result<(), Error> {
-    if headers.contains_key(BINARY_HEADER_LENGTH) {
-        return Err(Error::new(
-            ErrorKind::Unsupported,
-            "this server does not support the binary tensor data extension yet \
-             (Inference-Header-Content-Length); send inputs as JSON 'data' \
-             (tritonclient: set_data_from_numpy(..., binary_data=False))",
-        ));
-    }
+/// How the body is laid out, from its headers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Layout {
+    /// All JSON.
+    Json,
+    /// A JSON header of this many bytes, then raw tensor bytes.
+    Binary(u64),
+    /// `Inference-Header-Content-Length: 0`: the whole body is the raw
+    /// bytes of a single-input model's input.
+    Raw,
+}
+
+/// Reads the body's layout and declared length from the headers, refusing
+/// what the server cannot read.
+fn layout(headers: &HeaderMap, declared: Option<u64>) -> Result<Layout, Error> {
     if let Some(encoding) = headers.get(CONTENT_ENCODING) {
         if encoding.as_bytes() != b"identity" {
             return Err(Error::new(
@@ -75,7 +83,74 @@ fn check_headers(headers: &HeaderMap) -> Result<(), Error> {
             ));
         }
     }
-    Ok(())
+    let Some(value) = headers.get(BINARY_HEADER_LENGTH) else {
+        return Ok(Layout::Json);
+    };
+    let header = value
+        .to_str()
+        .ok()
+        .and_then(|v| v.trim().parse::<u64>().ok())
+        .ok_or_else(|| {
+            Error::malformed(format!(
+                "Inference-Header-Content-Length must be a byte count, found {value:?}"
+            ))
+        })?;
+    if let Some(total) = declared {
+        if header > total {
+            return Err(Error::malformed(format!(
+                "Inference-Header-Content-Length ({header}) is larger than the whole body \
+                 (Content-Length {total})"
+            )));
+        }
+    }
+    Ok(if header == 0 {
+        Layout::Raw
+    } else {
+        Layout::Binary(header)
+    })
+}
+
+/// The body's frames, with the size limit enforced as they arrive.
+pub(crate) struct BodyReader {
+    body: Incoming,
+    received: u64,
+    limit: u64,
+}
+
+impl BodyReader {
+    pub(crate) fn new(body: Incoming, limit: u64) -> BodyReader {
+        BodyReader {
+            body,
+            received: 0,
+            limit,
+        }
+    }
+
+    /// The next data frame, or `None` at the end of the body.
+    pub(crate) async fn next(&mut self) -> Result<Option<Bytes>, Error> {
+        while let Some(frame) = self.body.frame().await {
+            let frame = frame
+                .map_err(|e| Error::malformed(format!("could not read the request body: {e}")))?;
+            let Ok(data) = frame.into_data() else {
+                continue;
+            };
+            self.received += data.len() as u64;
+            if self.received > self.limit {
+                return Err(too_large(self.limit));
+            }
+            return Ok(Some(data));
+        }
+        Ok(None)
+    }
+
+    /// Reads and drops the rest of the body, up to what the limit still
+    /// allows, before an error is answered. A client that sends its whole
+    /// body before reading the answer (most do) then gets the error rather
+    /// than a broken pipe, and the connection stays usable. It costs no more
+    /// than accepting the body would have: the bytes are read, not decoded.
+    pub(crate) async fn discard(&mut self) {
+        discard_body(&mut self.body, self.limit.saturating_sub(self.received)).await;
+    }
 }
 
 /// Where the decoder runs.
@@ -117,53 +192,118 @@ impl Decoding {
     }
 }
 
-/// Reads and decodes the body of an infer request, enforcing `limit` bytes
-/// while it streams.
+/// A decoded infer request body.
+pub(crate) struct DecodedBody {
+    pub(crate) request: InferRequest,
+    /// The body was a raw tensor (`Inference-Header-Content-Length: 0`):
+    /// every output goes back as binary.
+    pub(crate) raw: bool,
+}
+
+/// Reads and decodes the body of an infer request for `model`, enforcing
+/// `limit` bytes while it streams. The body is read to its end before an
+/// error is returned (except past the limit), so the connection stays usable.
 pub(crate) async fn decode_body(
     headers: &HeaderMap,
-    mut body: Incoming,
+    body: Incoming,
     limit: u64,
     options: &DecodeOptions,
-) -> Result<InferRequest, Error> {
+    model: &ModelMetadata,
+) -> Result<DecodedBody, Error> {
+    let mut reader = BodyReader::new(body, limit);
     let declared = headers
         .get(CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
     if declared.is_some_and(|n| n > limit) {
         return Err(too_large(limit));
     }
-    if let Err(e) = check_headers(headers) {
-        discard_body(&mut body, limit).await;
-        return Err(e);
+    let result = read(&mut reader, headers, declared, options, model).await;
+    if let Err(e) = &result {
+        if e.kind() != ErrorKind::PayloadTooLarge {
+            reader.discard().await;
+        }
     }
+    result
+}
 
+async fn read(
+    reader: &mut BodyReader,
+    headers: &HeaderMap,
+    declared: Option<u64>,
+    options: &DecodeOptions,
+    model: &ModelMetadata,
+) -> Result<DecodedBody, Error> {
+    let layout = layout(headers, declared)?;
+    let json_len = match layout {
+        Layout::Raw => {
+            let request = read_raw(reader, declared, model).await?;
+            return Ok(DecodedBody { request, raw: true });
+        }
+        Layout::Binary(n) => Some(n),
+        Layout::Json => None,
+    };
     let mut decoder = RequestDecoder::new(options.clone());
-    if let Some(len) = declared {
+    if let Some(len) = json_len.or(declared) {
         decoder = decoder.with_body_len(len);
     }
-    let mut decoding = if declared.is_some_and(|n| n > OFFLOAD_BYTES) {
+    if json_len.is_some() {
+        decoder = decoder.with_binary_data();
+    }
+    let offload = json_len.or(declared).is_some_and(|n| n > OFFLOAD_BYTES);
+    let (mut request, leftover) = decode_json(reader, decoder, offload, json_len, options).await?;
+    if let Some(n) = json_len {
+        let after_header = declared.map(|total| total - n);
+        read_binary(
+            reader,
+            &mut request,
+            leftover,
+            after_header,
+            options.max_string_bytes,
+        )
+        .await?;
+    }
+    Ok(DecodedBody {
+        request,
+        raw: false,
+    })
+}
+
+/// Feeds the JSON part of the body (all of it, or its first `json_len`
+/// bytes) to the decoder. Returns the request and the bytes of the last
+/// frame that came after the JSON.
+async fn decode_json(
+    reader: &mut BodyReader,
+    decoder: RequestDecoder,
+    offload: bool,
+    json_len: Option<u64>,
+    options: &DecodeOptions,
+) -> Result<(InferRequest, Bytes), Error> {
+    let mut decoding = if offload {
         Decoding::offload(decoder)
     } else {
         Decoding::Inline(decoder)
     };
-    let mut received = 0u64;
+    let mut fed = 0u64;
+    let mut leftover = Bytes::new();
     let mut failure = None;
-    while let Some(frame) = body.frame().await {
-        let frame =
-            frame.map_err(|e| Error::malformed(format!("could not read the request body: {e}")))?;
-        let Ok(data) = frame.into_data() else {
-            continue;
+    while json_len.is_none_or(|n| fed < n) {
+        let Some(mut data) = reader.next().await? else {
+            break;
         };
-        received += data.len() as u64;
-        if received > limit {
-            return Err(too_large(limit));
+        if let Some(n) = json_len {
+            let want = n - fed;
+            if data.len() as u64 > want {
+                leftover = data.split_off(want as usize);
+            }
         }
+        fed += data.len() as u64;
         match &mut decoding {
             Decoding::Inline(decoder) => {
                 if let Err(e) = decoder.feed(&data) {
                     failure = Some(decode_error(e));
                     break;
                 }
-                if received > OFFLOAD_BYTES {
+                if fed > OFFLOAD_BYTES {
                     let Decoding::Inline(decoder) = std::mem::replace(
                         &mut decoding,
                         Decoding::Inline(RequestDecoder::new(options.clone())),
@@ -182,6 +322,7 @@ pub(crate) async fn decode_body(
             }
         }
     }
+    let failed = failure.is_some();
     let result = match decoding {
         Decoding::Inline(decoder) => match failure {
             Some(e) => Err(e),
@@ -194,10 +335,193 @@ pub(crate) async fn decode_body(
                 .map_err(decode_error)
         }
     };
-    if result.is_err() {
-        discard_body(&mut body, limit.saturating_sub(received)).await;
+    match json_len {
+        // A short header is reported as such, not as the JSON error it causes.
+        Some(n) if fed < n && !failed => Err(Error::malformed(format!(
+            "the body ended after {fed} bytes, inside the {n}-byte JSON header that \
+             Inference-Header-Content-Length announces"
+        ))),
+        _ => result.map(|request| (request, leftover)),
     }
-    result
+}
+
+/// Copies the raw bytes that follow the JSON header into the binary
+/// inputs' tensors, in order. `after_header` is what `Content-Length` says
+/// is left after the header, when it says.
+async fn read_binary(
+    reader: &mut BodyReader,
+    request: &mut InferRequest,
+    mut leftover: Bytes,
+    after_header: Option<u64>,
+    max_element: usize,
+) -> Result<(), Error> {
+    let total = request
+        .binary_inputs
+        .iter()
+        .try_fold(0u64, |sum, b| sum.checked_add(b.size as u64));
+    let Some(total) = total.filter(|&t| t <= reader.limit) else {
+        return Err(too_large(reader.limit));
+    };
+    if let Some(rest) = after_header {
+        if total != rest {
+            return Err(Error::malformed(format!(
+                "the inputs' binary_data_size values add up to {total} bytes, but the body has \
+                 {rest} bytes after its {}-byte JSON header (Content-Length minus \
+                 Inference-Header-Content-Length)",
+                reader.received.saturating_sub(leftover.len() as u64),
+            )));
+        }
+    }
+    for binary in &request.binary_inputs {
+        let tensor = &mut request.inputs[binary.input];
+        let count = element_count(&tensor.shape).expect("the decoder counted the shape");
+        let invalid = |e: RawError| Error::invalid_input(format!("input '{}': {e}", tensor.name));
+        let mut filler =
+            RawFiller::new(tensor.datatype(), count, binary.size, max_element).map_err(invalid)?;
+        while filler.remaining() > 0 {
+            if leftover.is_empty() {
+                leftover = reader.next().await?.ok_or_else(|| {
+                    Error::malformed(format!(
+                        "the body ended {} bytes into the {} bytes of binary data of input '{}'",
+                        binary.size - filler.remaining(),
+                        binary.size,
+                        tensor.name
+                    ))
+                })?;
+            }
+            let part = leftover.split_to(filler.remaining().min(leftover.len()));
+            filler.push(&part).map_err(invalid)?;
+        }
+        tensor.data = filler.finish().map_err(invalid)?;
+    }
+    let mut extra = leftover.len() as u64;
+    while let Some(frame) = reader.next().await? {
+        extra += frame.len() as u64;
+    }
+    if extra > 0 {
+        return Err(Error::malformed(format!(
+            "the body has {extra} bytes after the binary data that the inputs' \
+             binary_data_size values account for"
+        )));
+    }
+    Ok(())
+}
+
+/// Reads a raw body (`Inference-Header-Content-Length: 0`): the bytes of the
+/// model's only input, whose shape follows from the byte count.
+async fn read_raw(
+    reader: &mut BodyReader,
+    declared: Option<u64>,
+    model: &ModelMetadata,
+) -> Result<InferRequest, Error> {
+    let [spec] = model.inputs.as_slice() else {
+        return Err(Error::invalid_input(format!(
+            "a raw binary body (Inference-Header-Content-Length: 0) needs a model with exactly \
+             one input; model '{}' has {}",
+            model.name,
+            model.inputs.len()
+        )));
+    };
+    let Some(element) = spec.datatype.element_size() else {
+        return Err(Error::new(
+            ErrorKind::Unsupported,
+            format!(
+                "a raw binary body cannot carry input '{}' of datatype BYTES; send a JSON \
+                 header with binary_data_size",
+                spec.name
+            ),
+        ));
+    };
+    // Without Content-Length the size is known only at the end, so the body
+    // is gathered first (within the limit); otherwise it goes straight into
+    // the tensor.
+    let gathered = match declared {
+        Some(_) => None,
+        None => {
+            let mut all = Vec::new();
+            while let Some(frame) = reader.next().await? {
+                all.extend_from_slice(&frame);
+            }
+            Some(all)
+        }
+    };
+    let size = declared.map_or_else(|| gathered.as_ref().map_or(0, Vec::len), |n| n as usize);
+    let shape = raw_shape(spec, size, element)?;
+    let count = element_count(&shape).expect("derived from a byte count");
+    let invalid = |e: RawError| Error::invalid_input(format!("input '{}': {e}", spec.name));
+    let mut filler = RawFiller::new(spec.datatype, count, size, 0).map_err(invalid)?;
+    if let Some(all) = gathered {
+        filler.push(&all).map_err(invalid)?;
+    } else {
+        while let Some(frame) = reader.next().await? {
+            if frame.len() > filler.remaining() {
+                return Err(Error::malformed(
+                    "the body is longer than its Content-Length".to_owned(),
+                ));
+            }
+            filler.push(&frame).map_err(invalid)?;
+        }
+    }
+    let data = filler.finish().map_err(invalid)?;
+    Ok(InferRequest {
+        inputs: vec![Tensor {
+            name: spec.name.clone(),
+            shape,
+            data,
+        }],
+        ..InferRequest::default()
+    })
+}
+
+/// The shape of a raw input of `size` bytes: the spec's, with its one
+/// variable dimension (if any) worked out from the element count.
+fn raw_shape(spec: &TensorSpec, size: usize, element: usize) -> Result<Vec<usize>, Error> {
+    let wrong = |why: String| {
+        Error::invalid_input(format!(
+            "a raw body of {size} bytes does not fit input '{}' ({} {}): {why}",
+            spec.name,
+            spec.datatype,
+            spec.shape_display()
+        ))
+    };
+    if size % element != 0 {
+        return Err(wrong(format!(
+            "it is not a whole number of {element}-byte elements"
+        )));
+    }
+    let count = size / element;
+    let fixed: usize = spec
+        .shape
+        .iter()
+        .filter(|&&d| d >= 0)
+        .map(|&d| d as usize)
+        .product();
+    let variable = spec.shape.iter().filter(|&&d| d < 0).count();
+    let free = match variable {
+        0 if fixed == count => 0,
+        0 => {
+            return Err(wrong(format!(
+                "the shape takes {fixed} elements, not {count}"
+            )))
+        }
+        1 if fixed > 0 && count % fixed == 0 => count / fixed,
+        1 => {
+            return Err(wrong(format!(
+                "{count} elements are not a multiple of {fixed}"
+            )))
+        }
+        _ => {
+            return Err(wrong(
+                "the shape has more than one variable dimension, so the body cannot say it"
+                    .to_owned(),
+            ))
+        }
+    };
+    Ok(spec
+        .shape
+        .iter()
+        .map(|&d| if d < 0 { free } else { d as usize })
+        .collect())
 }
 
 /// Reads and drops the rest of the body, up to `budget` bytes (what the body

@@ -6,9 +6,9 @@ use std::sync::Arc;
 
 use hyper::body::Incoming;
 use hyper::{Request, Response};
-use wirespeed_core::{Error, InferResponse, Model};
+use wirespeed_core::{raw, Error, InferRequest, InferResponse, Model, ParameterValue, Parameters};
 
-use super::body::{decode_body, discard_body};
+use super::body::{decode_body, discard_body, DecodedBody};
 use super::response::{self, Body};
 use super::router::ModelRef;
 use crate::AppState;
@@ -37,12 +37,15 @@ pub(crate) async fn infer(
     };
     // The body is decoded as it arrives, and read to its end before any
     // error is answered, so the connection stays clean for the next request.
-    let request = decode_body(&parts.headers, body, limit, &state.decode_options).await?;
-
     let metadata = model.metadata();
+    let DecodedBody { request, raw } =
+        decode_body(&parts.headers, body, limit, &state.decode_options, metadata).await?;
+
     metadata.check_inputs(&request.inputs)?;
     let outputs = metadata.resolve_outputs(request.outputs.iter().map(|o| o.name.as_str()))?;
 
+    let names = outputs.iter().map(|&i| metadata.outputs[i].name.as_str());
+    let binary = binary_outputs(&request, raw, names)?;
     let elements: usize = request.inputs.iter().map(|t| t.data.len()).sum();
     let inputs = request.inputs;
     let tensors = if elements < INLINE_COMPUTE_ELEMENTS {
@@ -61,6 +64,51 @@ pub(crate) async fn infer(
         outputs: tensors,
     };
     let mut body = Vec::new();
-    wirespeed_json::encode_infer_response(&response, &mut body);
-    Ok(response::json(body))
+    if !binary.contains(&true) {
+        wirespeed_json::encode_infer_response(&response, &mut body);
+        return Ok(response::json(body));
+    }
+    wirespeed_json::encode_infer_response_header(&response, &binary, &mut body);
+    let header_len = body.len();
+    let raw_bytes: usize = response
+        .outputs
+        .iter()
+        .zip(&binary)
+        .filter(|(_, &b)| b)
+        .map(|(t, _)| raw::raw_len(&t.data))
+        .sum();
+    body.reserve_exact(raw_bytes);
+    for (tensor, _) in response.outputs.iter().zip(&binary).filter(|(_, &b)| b) {
+        raw::write_raw(&tensor.data, &mut body);
+    }
+    Ok(response::binary(body, header_len))
+}
+
+/// Which outputs go back as raw bytes: those asked for with `binary_data`,
+/// or all of them with the request's `binary_data_output` (an output's own
+/// setting wins), or all of them after a raw request body.
+fn binary_outputs<'a>(
+    request: &InferRequest,
+    raw: bool,
+    names: impl Iterator<Item = &'a str>,
+) -> Result<Vec<bool>, Error> {
+    let flag = |parameters: &Parameters, key: &str| -> Result<Option<bool>, Error> {
+        match parameters.iter().find(|(k, _)| k == key) {
+            None => Ok(None),
+            Some((_, ParameterValue::Bool(b))) => Ok(Some(*b)),
+            Some((_, other)) => Err(Error::invalid_input(format!(
+                "parameter '{key}' must be a bool, found {other:?}"
+            ))),
+        }
+    };
+    let all = raw || flag(&request.parameters, "binary_data_output")?.unwrap_or(false);
+    names
+        .map(|name| {
+            let own = match request.outputs.iter().find(|o| o.name == name) {
+                Some(output) => flag(&output.parameters, "binary_data")?,
+                None => None,
+            };
+            Ok(own.unwrap_or(all))
+        })
+        .collect()
 }

@@ -9,7 +9,7 @@ use super::router::ModelRef;
 use crate::AppState;
 
 /// The protocol extensions this server implements, as `GET /v2` lists them.
-pub(crate) const EXTENSIONS: &[&str] = &[];
+pub(crate) const EXTENSIONS: &[&str] = &["binary_tensor_data"];
 
 /// Server metadata: name, version and extensions.
 pub(crate) fn server() -> Response<Body> {

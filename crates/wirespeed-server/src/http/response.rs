@@ -17,6 +17,22 @@ pub(crate) fn json(body: impl Into<Bytes>) -> Response<Body> {
     json_with_status(StatusCode::OK, body)
 }
 
+/// A 200 response in Triton's binary tensor data extension: a JSON header
+/// of `header_len` bytes, then raw output bytes.
+pub(crate) fn binary(body: Vec<u8>, header_len: usize) -> Response<Body> {
+    let mut response = Response::new(Full::new(Bytes::from(body)));
+    let headers = response.headers_mut();
+    headers.insert(
+        CONTENT_TYPE,
+        HeaderValue::from_static("application/octet-stream"),
+    );
+    headers.insert(
+        super::body::BINARY_HEADER_LENGTH,
+        HeaderValue::from(header_len),
+    );
+    response
+}
+
 /// A response with `status` and a JSON body.
 pub(crate) fn json_with_status(status: StatusCode, body: impl Into<Bytes>) -> Response<Body> {
     let mut response = Response::new(Full::new(body.into()));

@@ -1,0 +1,395 @@
+//! Tensors as raw bytes: the layout that Triton's binary tensor data
+//! extension, gRPC's `raw_input_contents`/`raw_output_contents` and a raw
+//! HTTP body all share.
+//!
+//! Elements are little-endian, row-major, with no padding. A BOOL is one byte
+//! (0 or 1). A BYTES element is a 4-byte little-endian length and then its
+//! bytes.
+//!
+//! [`RawFiller`] takes those bytes in chunks of any size, as they arrive,
+//! and copies each chunk once, straight into the typed buffer (`bytemuck`
+//! views the buffer as bytes, so fixed-size types are one `memcpy` per
+//! chunk). Every size is checked before the buffer is allocated.
+
+use bytemuck::Pod;
+
+use crate::{DataType, TensorData};
+
+#[cfg(not(target_endian = "little"))]
+compile_error!("the raw tensor layout is little-endian; wirespeed copies it as is and needs a little-endian target");
+
+/// Bytes a tensor of `count` fixed-size elements takes, or `None` for BYTES
+/// (whose size depends on the values) or on overflow.
+pub fn raw_size(datatype: DataType, count: usize) -> Option<usize> {
+    datatype.element_size()?.checked_mul(count)
+}
+
+/// Why raw bytes do not make the tensor they claim to be.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct RawError(pub String);
+
+enum Fill {
+    /// A fixed-size type: the buffer is allocated whole; `written` bytes of it are filled.
+    Fixed { data: TensorData, written: usize },
+    /// BYTES: elements so far, the one in progress, and the length prefix in progress.
+    Bytes {
+        elements: Vec<Vec<u8>>,
+        current: Option<(Vec<u8>, usize)>,
+        prefix: [u8; 4],
+        prefix_len: usize,
+        max_element: usize,
+    },
+}
+
+/// Builds one tensor from its raw bytes, fed in chunks.
+pub struct RawFiller {
+    datatype: DataType,
+    count: usize,
+    size: usize,
+    received: usize,
+    fill: Fill,
+}
+
+impl RawFiller {
+    /// A filler for `count` elements of `datatype` that arrive as exactly
+    /// `size` bytes. BYTES elements may be at most `max_element` bytes each.
+    ///
+    /// For fixed-size types `size` must equal `count` times the element
+    /// size; this is checked here, before anything is allocated.
+    pub fn new(
+        datatype: DataType,
+        count: usize,
+        size: usize,
+        max_element: usize,
+    ) -> Result<RawFiller, RawError> {
+        let fill = match raw_size(datatype, count) {
+            Some(expected) if expected == size => Fill::Fixed {
+                data: zeroed(datatype, count),
+                written: 0,
+            },
+            Some(expected) => {
+                return Err(RawError(format!(
+                    "{count} {datatype} elements take {expected} bytes, but {size} were declared"
+                )))
+            }
+            None if datatype == DataType::Bytes => {
+                // Each element takes at least its 4-byte length.
+                if count.checked_mul(4).is_none_or(|least| least > size) {
+                    return Err(RawError(format!(
+                        "{count} BYTES elements take at least {} bytes, but {size} were declared",
+                        count.saturating_mul(4)
+                    )));
+                }
+                Fill::Bytes {
+                    elements: Vec::with_capacity(count),
+                    current: None,
+                    prefix: [0; 4],
+                    prefix_len: 0,
+                    max_element,
+                }
+            }
+            None => {
+                return Err(RawError(format!(
+                    "{count} {datatype} elements have more bytes than can be counted"
+                )))
+            }
+        };
+        Ok(RawFiller {
+            datatype,
+            count,
+            size,
+            received: 0,
+            fill,
+        })
+    }
+
+    /// Bytes still expected.
+    pub fn remaining(&self) -> usize {
+        self.size - self.received
+    }
+
+    /// Copies `chunk` into the tensor. The chunk must not run past the
+    /// declared size; take at most [`remaining`](Self::remaining) bytes.
+    pub fn push(&mut self, chunk: &[u8]) -> Result<(), RawError> {
+        assert!(
+            chunk.len() <= self.remaining(),
+            "a chunk runs past the tensor"
+        );
+        self.received += chunk.len();
+        match &mut self.fill {
+            Fill::Fixed { data, written } => {
+                let bytes = bytes_of_mut(data);
+                bytes[*written..*written + chunk.len()].copy_from_slice(chunk);
+                *written += chunk.len();
+                Ok(())
+            }
+            Fill::Bytes {
+                elements,
+                current,
+                prefix,
+                prefix_len,
+                max_element,
+            } => {
+                let mut rest = chunk;
+                while !rest.is_empty() {
+                    if let Some((element, want)) = current {
+                        let take = (*want - element.len()).min(rest.len());
+                        element.extend_from_slice(&rest[..take]);
+                        rest = &rest[take..];
+                        if element.len() == *want {
+                            let (done, _) = current.take().expect("checked above");
+                            elements.push(done);
+                        }
+                        continue;
+                    }
+                    let take = (4 - *prefix_len).min(rest.len());
+                    prefix[*prefix_len..*prefix_len + take].copy_from_slice(&rest[..take]);
+                    *prefix_len += take;
+                    rest = &rest[take..];
+                    if *prefix_len < 4 {
+                        break;
+                    }
+                    *prefix_len = 0;
+                    let len = u32::from_le_bytes(*prefix) as usize;
+                    if elements.len() == self.count {
+                        return Err(RawError(format!(
+                            "the BYTES data holds more than the {} elements of the shape",
+                            self.count
+                        )));
+                    }
+                    if len > *max_element {
+                        return Err(RawError(format!(
+                            "BYTES element {} is {len} bytes, over the limit of {max_element}",
+                            elements.len()
+                        )));
+                    }
+                    // The declared size bounds this allocation: it cannot be
+                    // larger than what is left of the tensor's bytes.
+                    if len > self.size - self.received + rest.len() {
+                        return Err(RawError(format!(
+                            "BYTES element {} claims {len} bytes, past the end of the tensor's data",
+                            elements.len()
+                        )));
+                    }
+                    if len == 0 {
+                        elements.push(Vec::new());
+                    } else {
+                        *current = Some((Vec::with_capacity(len), len));
+                    }
+                }
+                Ok(())
+            }
+        }
+    }
+
+    /// The tensor, once every declared byte has arrived.
+    pub fn finish(self) -> Result<TensorData, RawError> {
+        if self.received != self.size {
+            return Err(RawError(format!(
+                "{} of the tensor's {} bytes arrived",
+                self.received, self.size
+            )));
+        }
+        match self.fill {
+            Fill::Fixed { data, .. } => match data {
+                TensorData::Uint8(bytes) if self.datatype == DataType::Bool => bools(bytes),
+                data => Ok(data),
+            },
+            Fill::Bytes {
+                elements,
+                current,
+                prefix_len,
+                ..
+            } => {
+                if current.is_some() || prefix_len != 0 || elements.len() != self.count {
+                    return Err(RawError(format!(
+                        "the BYTES data holds {} complete elements, but the shape has {}",
+                        elements.len(),
+                        self.count
+                    )));
+                }
+                Ok(TensorData::Bytes(elements))
+            }
+        }
+    }
+}
+
+/// Builds a tensor from all of its raw bytes at once.
+pub fn from_raw(
+    datatype: DataType,
+    count: usize,
+    bytes: &[u8],
+    max_element: usize,
+) -> Result<TensorData, RawError> {
+    let mut filler = RawFiller::new(datatype, count, bytes.len(), max_element)?;
+    filler.push(bytes)?;
+    filler.finish()
+}
+
+/// Bytes `data` takes in raw form.
+pub fn raw_len(data: &TensorData) -> usize {
+    match data {
+        TensorData::Bytes(v) => v.iter().map(|e| 4 + e.len()).sum(),
+        data => raw_size(data.datatype(), data.len()).expect("fixed-size data has a size"),
+    }
+}
+
+/// Appends the raw form of `data` to `out`.
+pub fn write_raw(data: &TensorData, out: &mut Vec<u8>) {
+    fn pod<T: Pod>(out: &mut Vec<u8>, v: &[T]) {
+        out.extend_from_slice(bytemuck::cast_slice(v));
+    }
+    match data {
+        TensorData::Bool(v) => out.extend(v.iter().map(|&b| u8::from(b))),
+        TensorData::Uint8(v) => pod(out, v),
+        TensorData::Uint16(v) => pod(out, v),
+        TensorData::Uint32(v) => pod(out, v),
+        TensorData::Uint64(v) => pod(out, v),
+        TensorData::Int8(v) => pod(out, v),
+        TensorData::Int16(v) => pod(out, v),
+        TensorData::Int32(v) => pod(out, v),
+        TensorData::Int64(v) => pod(out, v),
+        TensorData::Fp16(v) => pod(out, v),
+        TensorData::Fp32(v) => pod(out, v),
+        TensorData::Fp64(v) => pod(out, v),
+        TensorData::Bf16(v) => pod(out, v),
+        TensorData::Bytes(v) => {
+            for element in v {
+                let len = u32::try_from(element.len()).expect("a BYTES element is under 4 GiB");
+                out.extend_from_slice(&len.to_le_bytes());
+                out.extend_from_slice(element);
+            }
+        }
+    }
+}
+
+/// A zeroed buffer of `count` elements; BOOL is read as bytes and checked at the end.
+fn zeroed(datatype: DataType, count: usize) -> TensorData {
+    match datatype {
+        DataType::Bool | DataType::Uint8 => TensorData::Uint8(vec![0; count]),
+        DataType::Uint16 => TensorData::Uint16(vec![0; count]),
+        DataType::Uint32 => TensorData::Uint32(vec![0; count]),
+        DataType::Uint64 => TensorData::Uint64(vec![0; count]),
+        DataType::Int8 => TensorData::Int8(vec![0; count]),
+        DataType::Int16 => TensorData::Int16(vec![0; count]),
+        DataType::Int32 => TensorData::Int32(vec![0; count]),
+        DataType::Int64 => TensorData::Int64(vec![0; count]),
+        DataType::Fp16 => TensorData::Fp16(vec![half::f16::ZERO; count]),
+        DataType::Fp32 => TensorData::Fp32(vec![0.0; count]),
+        DataType::Fp64 => TensorData::Fp64(vec![0.0; count]),
+        DataType::Bf16 => TensorData::Bf16(vec![half::bf16::ZERO; count]),
+        DataType::Bytes => unreachable!("BYTES has no fixed size"),
+    }
+}
+
+fn bytes_of_mut(data: &mut TensorData) -> &mut [u8] {
+    match data {
+        TensorData::Uint8(v) => v,
+        TensorData::Uint16(v) => bytemuck::cast_slice_mut(v),
+        TensorData::Uint32(v) => bytemuck::cast_slice_mut(v),
+        TensorData::Uint64(v) => bytemuck::cast_slice_mut(v),
+        TensorData::Int8(v) => bytemuck::cast_slice_mut(v),
+        TensorData::Int16(v) => bytemuck::cast_slice_mut(v),
+        TensorData::Int32(v) => bytemuck::cast_slice_mut(v),
+        TensorData::Int64(v) => bytemuck::cast_slice_mut(v),
+        TensorData::Fp16(v) => bytemuck::cast_slice_mut(v),
+        TensorData::Fp32(v) => bytemuck::cast_slice_mut(v),
+        TensorData::Fp64(v) => bytemuck::cast_slice_mut(v),
+        TensorData::Bf16(v) => bytemuck::cast_slice_mut(v),
+        TensorData::Bool(_) | TensorData::Bytes(_) => unreachable!("never a fill buffer"),
+    }
+}
+
+fn bools(bytes: Vec<u8>) -> Result<TensorData, RawError> {
+    if let Some(i) = bytes.iter().position(|&b| b > 1) {
+        return Err(RawError(format!(
+            "BOOL element {i} is the byte {}; only 0 and 1 are booleans",
+            bytes[i]
+        )));
+    }
+    Ok(TensorData::Bool(
+        bytes.into_iter().map(|b| b == 1).collect(),
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn samples() -> Vec<TensorData> {
+        vec![
+            TensorData::Bool(vec![true, false, true]),
+            TensorData::Uint8(vec![0, 255]),
+            TensorData::Uint16(vec![1, 65535]),
+            TensorData::Uint32(vec![7, u32::MAX]),
+            TensorData::Uint64(vec![u64::MAX, 0]),
+            TensorData::Int8(vec![-128, 127]),
+            TensorData::Int16(vec![-1, 300]),
+            TensorData::Int32(vec![i32::MIN, 5]),
+            TensorData::Int64(vec![i64::MIN, i64::MAX]),
+            TensorData::Fp16(vec![half::f16::from_f32(1.5), half::f16::NEG_INFINITY]),
+            TensorData::Fp32(vec![0.1, -0.0, f32::MAX]),
+            TensorData::Fp64(vec![1e300, f64::MIN_POSITIVE]),
+            TensorData::Bf16(vec![half::bf16::from_f32(-2.25)]),
+            TensorData::Bytes(vec![b"".to_vec(), b"hello".to_vec(), vec![0xff, 0]]),
+        ]
+    }
+
+    #[test]
+    fn every_datatype_round_trips_in_any_chunking() {
+        for data in samples() {
+            let mut raw = Vec::new();
+            write_raw(&data, &mut raw);
+            assert_eq!(raw.len(), raw_len(&data));
+            for chunk in [1, 2, 3, 5, raw.len().max(1)] {
+                let mut filler =
+                    RawFiller::new(data.datatype(), data.len(), raw.len(), 1 << 20).unwrap();
+                for piece in raw.chunks(chunk) {
+                    filler.push(piece).unwrap();
+                }
+                assert_eq!(filler.finish().unwrap(), data, "chunks of {chunk}");
+            }
+        }
+    }
+
+    #[test]
+    fn the_layout_is_little_endian() {
+        let mut raw = Vec::new();
+        write_raw(&TensorData::Fp32(vec![1.0]), &mut raw);
+        assert_eq!(raw, 1.0f32.to_le_bytes());
+        raw.clear();
+        write_raw(&TensorData::Bytes(vec![b"ab".to_vec()]), &mut raw);
+        assert_eq!(raw, [2, 0, 0, 0, b'a', b'b']);
+    }
+
+    #[test]
+    fn sizes_are_checked_before_allocating() {
+        let e = RawFiller::new(DataType::Fp32, 1 << 40, 16, 1024)
+            .err()
+            .unwrap();
+        assert!(e.0.contains("were declared"), "{e}");
+        let e = RawFiller::new(DataType::Fp32, 3, 8, 1024).err().unwrap();
+        assert!(e.0.contains("12 bytes"), "{e}");
+        let e = RawFiller::new(DataType::Bytes, 10, 8, 1024).err().unwrap();
+        assert!(e.0.contains("at least 40"), "{e}");
+    }
+
+    #[test]
+    fn bad_bytes_are_refused() {
+        assert!(from_raw(DataType::Bool, 2, &[1, 2], 1024).is_err());
+        // A length past the end of the tensor.
+        assert!(from_raw(DataType::Bytes, 1, &[9, 0, 0, 0, b'a'], 1024).is_err());
+        // An element over the limit.
+        let e = from_raw(DataType::Bytes, 1, &[3, 0, 0, 0, 1, 2, 3], 2).unwrap_err();
+        assert!(e.0.contains("over the limit"), "{e}");
+        // More elements than the shape.
+        assert!(from_raw(DataType::Bytes, 1, &[0, 0, 0, 0, 0, 0, 0, 0], 1024).is_err());
+        // Fewer.
+        assert!(from_raw(DataType::Bytes, 3, &[0; 12][..8], 1024).is_err());
+        // Truncated.
+        let mut filler = RawFiller::new(DataType::Int32, 2, 8, 1024).unwrap();
+        filler.push(&[0; 5]).unwrap();
+        assert!(filler.finish().is_err());
+    }
+}
