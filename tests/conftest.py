@@ -32,23 +32,28 @@ def run_wirespeed(*args, timeout=60):
 class RunningServer:
     """A `wirespeed serve` process and the log lines it has written."""
 
-    def __init__(self, models: Path, extra_args=()):
+    def __init__(self, models: Path, extra_args=(), http="127.0.0.1:0", grpc="127.0.0.1:0"):
         self.log = []
         self.process = subprocess.Popen(
-            [str(wirespeed_binary()), "serve", "--models", str(models), "--http", "127.0.0.1:0", *extra_args],
+            [str(wirespeed_binary()), "serve", "--models", str(models), "--http", http, "--grpc", grpc, *extra_args],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
             text=True,
         )
         found = threading.Event()
         self.port = None
+        self.grpc_port = None
 
         def drain():
             for line in self.process.stderr:
                 self.log.append(line)
+                match = re.search(r"listening on grpc://127\.0\.0\.1:(\d+)", line)
+                if match:
+                    self.grpc_port = int(match.group(1))
                 match = re.search(r"listening on http://127\.0\.0\.1:(\d+)", line)
                 if match:
                     self.port = int(match.group(1))
+                if (self.port or http == "off") and (self.grpc_port or grpc == "off"):
                     found.set()
 
         threading.Thread(target=drain, daemon=True).start()
@@ -61,6 +66,10 @@ class RunningServer:
     @property
     def address(self) -> str:
         return f"127.0.0.1:{self.port}"
+
+    @property
+    def grpc_address(self) -> str:
+        return f"127.0.0.1:{self.grpc_port}"
 
     def stop(self):
         if self.process.poll() is None:

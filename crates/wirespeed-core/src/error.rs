@@ -54,6 +54,18 @@ impl ErrorKind {
             ErrorKind::Internal => 500,
         }
     }
+
+    /// The gRPC status code for this kind of error, as its number
+    /// (`3` is INVALID_ARGUMENT, `5` NOT_FOUND, ...).
+    pub const fn grpc_code(self) -> i32 {
+        match self {
+            ErrorKind::MalformedRequest | ErrorKind::InvalidInput | ErrorKind::LimitExceeded => 3,
+            ErrorKind::ModelNotFound | ErrorKind::VersionNotFound | ErrorKind::RouteNotFound => 5,
+            ErrorKind::PayloadTooLarge => 8,
+            ErrorKind::MethodNotAllowed | ErrorKind::Unsupported => 12,
+            ErrorKind::Internal => 13,
+        }
+    }
 }
 
 /// A failure with a message written for the person who sent the request.

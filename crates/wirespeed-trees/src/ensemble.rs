@@ -135,7 +135,7 @@ impl TreeEnsemble {
         let nf = self.num_features;
         let groups = self.num_groups();
         assert!(
-            nf > 0 && rows.len() % nf == 0,
+            nf > 0 && rows.len().is_multiple_of(nf),
             "rows must be a whole number of {nf}-feature rows"
         );
         let n_rows = rows.len() / nf;

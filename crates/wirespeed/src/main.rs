@@ -22,7 +22,7 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Serve a model repository over the Open Inference Protocol (KServe V2) REST API.
+    /// Serve a model repository over the Open Inference Protocol (KServe V2), REST and gRPC.
     Serve(ServeArgs),
     /// Predict rows from a CSV file with a tree model, offline, and print one line per row.
     Predict(predict::PredictArgs),
@@ -34,22 +34,53 @@ struct ServeArgs {
     #[arg(long, env = "WIRESPEED_MODELS", default_value = "models")]
     models: PathBuf,
 
-    /// The address the REST API listens on. Port 0 picks a free port.
+    /// The TCP address the REST API listens on, or `off`. Port 0 picks a free port.
     #[arg(long, env = "WIRESPEED_HTTP", default_value = "127.0.0.1:8000")]
-    http: SocketAddr,
+    http: Listen,
+
+    /// The TCP address the gRPC API listens on, or `off`. Port 0 picks a free port.
+    #[arg(long, env = "WIRESPEED_GRPC", default_value = "127.0.0.1:8001")]
+    grpc: Listen,
+
+    /// A Unix socket for the REST API, next to or instead of TCP. The socket
+    /// is made mode 0660; a stale socket file is replaced.
+    #[arg(long, env = "WIRESPEED_HTTP_UDS")]
+    http_uds: Option<PathBuf>,
+
+    /// A Unix socket for the gRPC API, next to or instead of TCP (clients
+    /// dial `unix:///path`).
+    #[arg(long, env = "WIRESPEED_GRPC_UDS")]
+    grpc_uds: Option<PathBuf>,
 
     /// The log filter: error, warn, info, debug, trace, or a tracing directive
     /// such as `wirespeed_server=debug`.
     #[arg(long, env = "WIRESPEED_LOG_LEVEL", default_value = "info")]
     log_level: String,
 
-    /// The largest request body accepted, in bytes.
+    /// The largest request body (REST) or message (gRPC) accepted, in bytes.
     #[arg(long, env = "WIRESPEED_MAX_BODY_BYTES", default_value_t = 64 * 1024 * 1024)]
     max_body_bytes: usize,
 
     /// Validate the model repository, print what it serves, and exit.
     #[arg(long, env = "WIRESPEED_CHECK")]
     check: bool,
+}
+
+/// A TCP address to listen on, or `off`.
+#[derive(Clone, Copy)]
+struct Listen(Option<SocketAddr>);
+
+impl std::str::FromStr for Listen {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Listen, String> {
+        if s.eq_ignore_ascii_case("off") {
+            return Ok(Listen(None));
+        }
+        s.parse()
+            .map(|addr| Listen(Some(addr)))
+            .map_err(|_| format!("'{s}' is not an address like 127.0.0.1:8000, nor 'off'"))
+    }
 }
 
 fn main() -> ExitCode {
@@ -92,7 +123,10 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
 
     let config = ServerConfig {
         models_dir: args.models,
-        http_addr: args.http,
+        http_addr: args.http.0,
+        grpc_addr: args.grpc.0,
+        http_uds: args.http_uds,
+        grpc_uds: args.grpc_uds,
         max_body_bytes: args.max_body_bytes,
         ..ServerConfig::default()
     };

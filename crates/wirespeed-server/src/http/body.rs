@@ -484,7 +484,7 @@ fn raw_shape(spec: &TensorSpec, size: usize, element: usize) -> Result<Vec<usize
             spec.shape_display()
         ))
     };
-    if size % element != 0 {
+    if !size.is_multiple_of(element) {
         return Err(wrong(format!(
             "it is not a whole number of {element}-byte elements"
         )));
@@ -504,7 +504,7 @@ fn raw_shape(spec: &TensorSpec, size: usize, element: usize) -> Result<Vec<usize
                 "the shape takes {fixed} elements, not {count}"
             )))
         }
-        1 if fixed > 0 && count % fixed == 0 => count / fixed,
+        1 if fixed > 0 && count.is_multiple_of(fixed) => count / fixed,
         1 => {
             return Err(wrong(format!(
                 "{count} elements are not a multiple of {fixed}"

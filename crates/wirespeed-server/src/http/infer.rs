@@ -6,18 +6,12 @@ use std::sync::Arc;
 
 use hyper::body::Incoming;
 use hyper::{Request, Response};
-use wirespeed_core::{raw, Error, InferRequest, InferResponse, Model, ParameterValue, Parameters};
+use wirespeed_core::{raw, Error, InferRequest, InferResponse, ParameterValue, Parameters};
 
 use super::body::{decode_body, discard_body, DecodedBody};
 use super::response::{self, Body};
 use super::router::ModelRef;
-use crate::AppState;
-
-/// Requests with fewer input elements than this run on the async worker that
-/// read them: a Titanic row takes well under a microsecond, far less than a
-/// hop to another thread. Larger ones move to the blocking pool so one big
-/// batch cannot stall other connections.
-const INLINE_COMPUTE_ELEMENTS: usize = 16 * 1024;
+use crate::{compute, AppState};
 
 pub(crate) async fn infer(
     state: &AppState,
@@ -38,24 +32,12 @@ pub(crate) async fn infer(
     // The body is decoded as it arrives, and read to its end before any
     // error is answered, so the connection stays clean for the next request.
     let metadata = model.metadata();
-    let DecodedBody { request, raw } =
+    let DecodedBody { mut request, raw } =
         decode_body(&parts.headers, body, limit, &state.decode_options, metadata).await?;
-
-    metadata.check_inputs(&request.inputs)?;
-    let outputs = metadata.resolve_outputs(request.outputs.iter().map(|o| o.name.as_str()))?;
-
-    let names = outputs.iter().map(|&i| metadata.outputs[i].name.as_str());
-    let binary = binary_outputs(&request, raw, names)?;
-    let elements: usize = request.inputs.iter().map(|t| t.data.len()).sum();
-    let inputs = request.inputs;
-    let tensors = if elements < INLINE_COMPUTE_ELEMENTS {
-        model.infer(&inputs, &outputs)?
-    } else {
-        let model: Arc<dyn Model> = Arc::clone(&model);
-        tokio::task::spawn_blocking(move || model.infer(&inputs, &outputs))
-            .await
-            .map_err(|e| Error::internal(format!("model task failed: {e}")))??
-    };
+    let binary = binary_outputs(&request, raw)?;
+    let inputs = std::mem::take(&mut request.inputs);
+    let tensors = compute::run(&model, inputs, &request.outputs).await?;
+    let binary: Vec<bool> = tensors.iter().map(|t| binary(&t.name)).collect();
 
     let response = InferResponse {
         model_name: metadata.name.clone(),
@@ -86,12 +68,9 @@ pub(crate) async fn infer(
 
 /// Which outputs go back as raw bytes: those asked for with `binary_data`,
 /// or all of them with the request's `binary_data_output` (an output's own
-/// setting wins), or all of them after a raw request body.
-fn binary_outputs<'a>(
-    request: &InferRequest,
-    raw: bool,
-    names: impl Iterator<Item = &'a str>,
-) -> Result<Vec<bool>, Error> {
+/// setting wins), or all of them after a raw request body. Checked before
+/// the model runs, so a bad setting costs no compute.
+fn binary_outputs(request: &InferRequest, raw: bool) -> Result<impl Fn(&str) -> bool, Error> {
     let flag = |parameters: &Parameters, key: &str| -> Result<Option<bool>, Error> {
         match parameters.iter().find(|(k, _)| k == key) {
             None => Ok(None),
@@ -102,13 +81,15 @@ fn binary_outputs<'a>(
         }
     };
     let all = raw || flag(&request.parameters, "binary_data_output")?.unwrap_or(false);
-    names
-        .map(|name| {
-            let own = match request.outputs.iter().find(|o| o.name == name) {
-                Some(output) => flag(&output.parameters, "binary_data")?,
-                None => None,
-            };
-            Ok(own.unwrap_or(all))
-        })
-        .collect()
+    let mut own = Vec::new();
+    for output in &request.outputs {
+        if let Some(b) = flag(&output.parameters, "binary_data")? {
+            own.push((output.name.clone(), b));
+        }
+    }
+    Ok(move |name: &str| {
+        own.iter()
+            .find(|(n, _)| *n == name)
+            .map_or(all, |&(_, b)| b)
+    })
 }

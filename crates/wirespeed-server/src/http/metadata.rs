@@ -8,15 +8,12 @@ use super::response::{self, Body};
 use super::router::ModelRef;
 use crate::AppState;
 
-/// The protocol extensions this server implements, as `GET /v2` lists them.
-pub(crate) const EXTENSIONS: &[&str] = &["binary_tensor_data"];
-
 /// Server metadata: name, version and extensions.
 pub(crate) fn server() -> Response<Body> {
     response::json_value(&json!({
         "name": "wirespeed",
         "version": env!("CARGO_PKG_VERSION"),
-        "extensions": EXTENSIONS,
+        "extensions": crate::EXTENSIONS,
     }))
 }
 

@@ -22,16 +22,45 @@ use hyper::{Request, Response};
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::server::conn::auto;
 use hyper_util::server::graceful::GracefulShutdown;
-use tokio::net::TcpListener;
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::net::{TcpListener, TcpStream, UnixListener, UnixStream};
 
 use crate::AppState;
 use response::Body;
 use router::Route;
 
+/// A listening socket the REST API accepts connections on.
+pub(crate) trait Listener {
+    /// One accepted connection.
+    type Io: AsyncRead + AsyncWrite + Unpin + Send + 'static;
+
+    /// The next connection, with a description of the peer for logs.
+    fn accept(&self) -> impl Future<Output = std::io::Result<(Self::Io, String)>>;
+}
+
+impl Listener for TcpListener {
+    type Io = TcpStream;
+
+    async fn accept(&self) -> std::io::Result<(TcpStream, String)> {
+        let (stream, peer) = TcpListener::accept(self).await?;
+        let _ = stream.set_nodelay(true);
+        Ok((stream, peer.to_string()))
+    }
+}
+
+impl Listener for UnixListener {
+    type Io = UnixStream;
+
+    async fn accept(&self) -> std::io::Result<(UnixStream, String)> {
+        let (stream, _) = UnixListener::accept(self).await?;
+        Ok((stream, "unix".to_owned()))
+    }
+}
+
 /// Accepts connections on `listener` until `shutdown` resolves, then waits
 /// up to `drain` for open connections to finish their requests.
 pub(crate) async fn serve(
-    listener: TcpListener,
+    listener: impl Listener,
     state: Arc<AppState>,
     drain: Duration,
     shutdown: impl Future<Output = ()>,
@@ -52,7 +81,6 @@ pub(crate) async fn serve(
                         continue;
                     }
                 };
-                let _ = stream.set_nodelay(true);
                 let state = Arc::clone(&state);
                 let service = service_fn(move |request| {
                     let state = Arc::clone(&state);
@@ -70,13 +98,6 @@ pub(crate) async fn serve(
         }
     }
     drop(listener);
-    state
-        .ready
-        .store(false, std::sync::atomic::Ordering::Release);
-    tracing::info!(
-        "shutting down: draining open connections for up to {:?}",
-        drain
-    );
     if tokio::time::timeout(drain, graceful.shutdown())
         .await
         .is_err()

@@ -1,0 +1,360 @@
+//! Between the gRPC messages and wirespeed's own request and response types.
+//!
+//! Inputs come either as typed `contents` (prost has already decoded them
+//! into the `Vec` the tensor keeps, so they move, not copy) or as
+//! `raw_input_contents` (sliced out of the received message, then copied
+//! once into the typed tensor). Outputs always go back as
+//! `raw_output_contents`, as Triton answers.
+
+use bytes::Bytes;
+use wirespeed_core::raw::{from_raw, raw_len, write_raw};
+use wirespeed_core::{
+    element_count, DataType, Error, ErrorKind, InferRequest, ParameterValue, Parameters,
+    RequestedOutput, Tensor, TensorData,
+};
+use wirespeed_json::DecodeOptions;
+
+use super::pb;
+use pb::infer_parameter::ParameterChoice;
+
+/// A client error about one input.
+fn input_error(name: &str, message: impl std::fmt::Display) -> Error {
+    Error::invalid_input(format!("input '{name}': {message}"))
+}
+
+/// Converts a gRPC infer request, enforcing the decoder's limits.
+pub(crate) fn request(
+    message: pb::ModelInferRequest,
+    limits: &DecodeOptions,
+) -> Result<InferRequest, Error> {
+    if message.inputs.len() > limits.max_inputs {
+        return Err(Error::new(
+            ErrorKind::LimitExceeded,
+            format!(
+                "the request has {} inputs, over the limit of {}",
+                message.inputs.len(),
+                limits.max_inputs
+            ),
+        ));
+    }
+    let raw = !message.raw_input_contents.is_empty();
+    if raw && message.raw_input_contents.len() != message.inputs.len() {
+        return Err(Error::invalid_input(format!(
+            "raw_input_contents has {} entries for {} inputs; give one per input, in order, \
+             or none",
+            message.raw_input_contents.len(),
+            message.inputs.len()
+        )));
+    }
+    let mut raw_contents = message.raw_input_contents.into_iter();
+    let mut elements = 0usize;
+    let mut inputs = Vec::with_capacity(message.inputs.len());
+    for input in message.inputs {
+        let name = input.name;
+        let datatype: DataType = input.datatype.parse().map_err(|e| input_error(&name, e))?;
+        let shape = input
+            .shape
+            .iter()
+            .map(|&d| usize::try_from(d))
+            .collect::<Result<Vec<usize>, _>>()
+            .map_err(|_| {
+                input_error(
+                    &name,
+                    format!("shape {:?} has a negative dimension", input.shape),
+                )
+            })?;
+        let count = element_count(&shape)
+            .filter(|&n| elements.saturating_add(n) <= limits.max_elements)
+            .ok_or_else(|| {
+                Error::new(
+                    ErrorKind::LimitExceeded,
+                    format!(
+                        "input '{name}': shape {:?} brings the request over the limit of {} \
+                         elements",
+                        input.shape, limits.max_elements
+                    ),
+                )
+            })?;
+        elements += count;
+        let data = match (raw_contents.next(), input.contents) {
+            (Some(_), Some(_)) => {
+                return Err(input_error(
+                    &name,
+                    "has both contents and raw_input_contents; send one",
+                ))
+            }
+            (Some(bytes), None) => from_raw(datatype, count, &bytes, limits.max_string_bytes)
+                .map_err(|e| input_error(&name, e))?,
+            (None, Some(contents)) => {
+                typed(&name, datatype, count, contents, limits.max_string_bytes)?
+            }
+            (None, None) => {
+                return Err(input_error(
+                    &name,
+                    "has no data; set contents or raw_input_contents",
+                ))
+            }
+        };
+        inputs.push(Tensor { name, shape, data });
+    }
+    let outputs = message
+        .outputs
+        .into_iter()
+        .map(|o| {
+            Ok(RequestedOutput {
+                parameters: parameters(o.parameters)?,
+                name: o.name,
+            })
+        })
+        .collect::<Result<Vec<_>, Error>>()?;
+    Ok(InferRequest {
+        id: (!message.id.is_empty()).then_some(message.id),
+        parameters: parameters(message.parameters)?,
+        inputs,
+        outputs,
+        binary_inputs: Vec::new(),
+    })
+}
+
+/// The typed `contents` of an input: the field its datatype uses must hold
+/// exactly `count` values, and the others nothing.
+fn typed(
+    name: &str,
+    datatype: DataType,
+    count: usize,
+    contents: pb::InferTensorContents,
+    max_string: usize,
+) -> Result<TensorData, Error> {
+    let filled: Vec<(&str, usize)> = [
+        ("bool_contents", contents.bool_contents.len()),
+        ("int_contents", contents.int_contents.len()),
+        ("int64_contents", contents.int64_contents.len()),
+        ("uint_contents", contents.uint_contents.len()),
+        ("uint64_contents", contents.uint64_contents.len()),
+        ("fp32_contents", contents.fp32_contents.len()),
+        ("fp64_contents", contents.fp64_contents.len()),
+        ("bytes_contents", contents.bytes_contents.len()),
+    ]
+    .into_iter()
+    .filter(|&(_, n)| n > 0)
+    .collect();
+    let field = match datatype {
+        DataType::Bool => "bool_contents",
+        DataType::Int8 | DataType::Int16 | DataType::Int32 => "int_contents",
+        DataType::Int64 => "int64_contents",
+        DataType::Uint8 | DataType::Uint16 | DataType::Uint32 => "uint_contents",
+        DataType::Uint64 => "uint64_contents",
+        DataType::Fp32 => "fp32_contents",
+        DataType::Fp64 => "fp64_contents",
+        DataType::Bytes => "bytes_contents",
+        DataType::Fp16 | DataType::Bf16 => {
+            return Err(input_error(
+                name,
+                format!("{datatype} has no contents field; send it in raw_input_contents"),
+            ))
+        }
+    };
+    if let Some((other, _)) = filled.iter().find(|(f, _)| *f != field) {
+        return Err(input_error(
+            name,
+            format!("is {datatype}, whose values go in {field}, but {other} holds values"),
+        ));
+    }
+    let given = filled.first().map_or(0, |&(_, n)| n);
+    if given != count {
+        return Err(input_error(
+            name,
+            format!("its shape has {count} elements, but {field} holds {given}"),
+        ));
+    }
+    fn narrow<S: Copy + std::fmt::Display, T: TryFrom<S>>(
+        name: &str,
+        datatype: DataType,
+        values: Vec<S>,
+    ) -> Result<Vec<T>, Error> {
+        values
+            .into_iter()
+            .enumerate()
+            .map(|(i, v)| {
+                T::try_from(v).map_err(|_| {
+                    input_error(
+                        name,
+                        format!("element {i} ({v}) is out of range for {datatype}"),
+                    )
+                })
+            })
+            .collect()
+    }
+    Ok(match datatype {
+        DataType::Bool => TensorData::Bool(contents.bool_contents),
+        DataType::Int8 => TensorData::Int8(narrow(name, datatype, contents.int_contents)?),
+        DataType::Int16 => TensorData::Int16(narrow(name, datatype, contents.int_contents)?),
+        DataType::Int32 => TensorData::Int32(contents.int_contents),
+        DataType::Int64 => TensorData::Int64(contents.int64_contents),
+        DataType::Uint8 => TensorData::Uint8(narrow(name, datatype, contents.uint_contents)?),
+        DataType::Uint16 => TensorData::Uint16(narrow(name, datatype, contents.uint_contents)?),
+        DataType::Uint32 => TensorData::Uint32(contents.uint_contents),
+        DataType::Uint64 => TensorData::Uint64(contents.uint64_contents),
+        DataType::Fp32 => TensorData::Fp32(contents.fp32_contents),
+        DataType::Fp64 => TensorData::Fp64(contents.fp64_contents),
+        DataType::Bytes => {
+            let mut elements = Vec::with_capacity(count);
+            for (i, b) in contents.bytes_contents.into_iter().enumerate() {
+                if b.len() > max_string {
+                    return Err(Error::new(
+                        ErrorKind::LimitExceeded,
+                        format!(
+                            "input '{name}': BYTES element {i} is {} bytes, over the limit of \
+                             {max_string}",
+                            b.len()
+                        ),
+                    ));
+                }
+                elements.push(Vec::from(b));
+            }
+            TensorData::Bytes(elements)
+        }
+        DataType::Fp16 | DataType::Bf16 => unreachable!("refused above"),
+    })
+}
+
+/// A `parameters` map, sorted by key so its order does not depend on hashing.
+fn parameters(
+    map: std::collections::HashMap<String, pb::InferParameter>,
+) -> Result<Parameters, Error> {
+    let mut out = Vec::with_capacity(map.len());
+    for (key, value) in map {
+        let value = match value.parameter_choice {
+            Some(ParameterChoice::BoolParam(b)) => ParameterValue::Bool(b),
+            Some(ParameterChoice::Int64Param(i)) => ParameterValue::Int(i),
+            Some(ParameterChoice::StringParam(s)) => ParameterValue::String(s),
+            Some(ParameterChoice::DoubleParam(x)) => ParameterValue::Float(x),
+            Some(ParameterChoice::Uint64Param(u)) => match i64::try_from(u) {
+                Ok(i) => ParameterValue::Int(i),
+                Err(_) => ParameterValue::Float(u as f64),
+            },
+            None => {
+                return Err(Error::invalid_input(format!(
+                    "parameter '{key}' has no value"
+                )))
+            }
+        };
+        out.push((key, value));
+    }
+    out.sort_by(|a, b| a.0.cmp(&b.0));
+    Ok(out)
+}
+
+/// Builds the gRPC response: outputs' metadata, and their data as raw bytes.
+pub(crate) fn response(
+    model_name: &str,
+    model_version: &str,
+    id: Option<String>,
+    outputs: Vec<Tensor>,
+) -> pb::ModelInferResponse {
+    let mut metadata = Vec::with_capacity(outputs.len());
+    let mut raw = Vec::with_capacity(outputs.len());
+    for tensor in outputs {
+        let mut bytes = Vec::with_capacity(raw_len(&tensor.data));
+        write_raw(&tensor.data, &mut bytes);
+        raw.push(Bytes::from(bytes));
+        metadata.push(pb::model_infer_response::InferOutputTensor {
+            datatype: tensor.datatype().as_str().to_owned(),
+            shape: tensor.shape.iter().map(|&d| d as i64).collect(),
+            name: tensor.name,
+            parameters: Default::default(),
+            contents: None,
+        });
+    }
+    pb::ModelInferResponse {
+        model_name: model_name.to_owned(),
+        model_version: model_version.to_owned(),
+        id: id.unwrap_or_default(),
+        parameters: Default::default(),
+        outputs: metadata,
+        raw_output_contents: raw,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use pb::model_infer_request::InferInputTensor;
+
+    fn input(
+        datatype: &str,
+        shape: Vec<i64>,
+        contents: pb::InferTensorContents,
+    ) -> InferInputTensor {
+        InferInputTensor {
+            name: "x".into(),
+            datatype: datatype.into(),
+            shape,
+            parameters: Default::default(),
+            contents: Some(contents),
+        }
+    }
+
+    fn convert(inputs: Vec<InferInputTensor>, raw: Vec<Bytes>) -> Result<InferRequest, Error> {
+        request(
+            pb::ModelInferRequest {
+                inputs,
+                raw_input_contents: raw,
+                ..Default::default()
+            },
+            &DecodeOptions::default(),
+        )
+    }
+
+    #[test]
+    fn typed_contents_become_tensors() {
+        let contents = pb::InferTensorContents {
+            int_contents: vec![-128, 127],
+            ..Default::default()
+        };
+        let r = convert(vec![input("INT8", vec![2], contents)], vec![]).unwrap();
+        assert_eq!(r.inputs[0].data, TensorData::Int8(vec![-128, 127]));
+    }
+
+    #[test]
+    fn out_of_range_and_misplaced_values_are_refused() {
+        let contents = pb::InferTensorContents {
+            int_contents: vec![128],
+            ..Default::default()
+        };
+        let e = convert(vec![input("INT8", vec![1], contents)], vec![]).unwrap_err();
+        assert!(e.message().contains("out of range for INT8"), "{e}");
+        let contents = pb::InferTensorContents {
+            fp64_contents: vec![1.0],
+            ..Default::default()
+        };
+        let e = convert(vec![input("FP32", vec![1], contents)], vec![]).unwrap_err();
+        assert!(e.message().contains("fp64_contents holds values"), "{e}");
+        let contents = pb::InferTensorContents {
+            fp32_contents: vec![1.0],
+            ..Default::default()
+        };
+        let e = convert(vec![input("FP32", vec![2], contents)], vec![]).unwrap_err();
+        assert!(e.message().contains("has 2 elements"), "{e}");
+    }
+
+    #[test]
+    fn raw_contents_are_checked_against_the_shape() {
+        let mut x = input("FP32", vec![2], Default::default());
+        x.contents = None;
+        let ok = convert(vec![x.clone()], vec![Bytes::from_static(&[0; 8])]).unwrap();
+        assert_eq!(ok.inputs[0].data, TensorData::Fp32(vec![0.0, 0.0]));
+        let e = convert(vec![x.clone()], vec![Bytes::from_static(&[0; 6])]).unwrap_err();
+        assert!(e.message().contains("take 8 bytes"), "{e}");
+        let e = convert(vec![x], vec![]).unwrap_err();
+        assert!(e.message().contains("has no data"), "{e}");
+    }
+
+    #[test]
+    fn a_huge_shape_is_a_limit_error_before_any_allocation() {
+        let mut x = input("FP32", vec![1_000_000_000_000], Default::default());
+        x.contents = None;
+        let e = convert(vec![x], vec![Bytes::from_static(&[0; 8])]).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::LimitExceeded);
+    }
+}
