@@ -38,6 +38,15 @@ pub(crate) struct TensorBuilder {
     layout: Layout,
     /// Elements seen so far in the open array at each depth.
     lens: Vec<usize>,
+    /// For a shape learned from the data's nesting (TF Serving, Clipper):
+    /// the rank once a value shows it, and each dimension once an array at
+    /// that depth closes. `count` is then the element limit.
+    inferred: Option<Inferred>,
+}
+
+struct Inferred {
+    rank: Option<usize>,
+    dims: Vec<Option<usize>>,
 }
 
 impl TensorBuilder {
@@ -56,6 +65,23 @@ impl TensorBuilder {
             count,
             layout: Layout::Unknown,
             lens: vec![0; rank.max(1)],
+            inferred: None,
+        }
+    }
+
+    /// A builder whose shape comes from how the data nests, which must be
+    /// fully nested and rectangular; at most `limit` elements.
+    pub(crate) fn inferred(datatype: DataType, limit: usize, reserve: usize) -> TensorBuilder {
+        TensorBuilder {
+            data: TensorData::with_capacity(datatype, reserve.min(limit)),
+            shape: Vec::new(),
+            count: limit,
+            layout: Layout::Nested,
+            lens: vec![0],
+            inferred: Some(Inferred {
+                rank: None,
+                dims: Vec::new(),
+            }),
         }
     }
 
@@ -65,6 +91,9 @@ impl TensorBuilder {
 
     /// Whether a scalar at `depth` (0 = inside the outer array) is an element.
     pub(crate) fn scalars_allowed_at(&self, depth: usize) -> bool {
+        if let Some(inferred) = &self.inferred {
+            return inferred.rank.is_none_or(|rank| depth + 1 == rank);
+        }
         match self.layout {
             Layout::Unknown => depth == 0,
             Layout::Flat => depth == 0,
@@ -74,6 +103,24 @@ impl TensorBuilder {
 
     /// An array opens inside the array at `depth`.
     pub(crate) fn open_array(&mut self, depth: usize) -> Result<(), BuildError> {
+        if let Some(inferred) = &self.inferred {
+            if inferred.rank.is_some_and(|rank| depth + 1 >= rank) {
+                return Err((
+                    Category::Shape,
+                    format!(
+                        "a list at depth {} where earlier values had {} levels of nesting; the data must be rectangular",
+                        depth + 1,
+                        inferred.rank.unwrap_or(0)
+                    ),
+                ));
+            }
+            if self.lens.len() < depth + 2 {
+                self.lens.resize(depth + 2, 0);
+            }
+            self.lens[depth] += 1;
+            self.lens[depth + 1] = 0;
+            return Ok(());
+        }
         if self.layout == Layout::Flat || depth + 1 >= self.shape.len() {
             return Err((
                 Category::Shape,
@@ -91,6 +138,23 @@ impl TensorBuilder {
 
     /// The array at `depth` closes.
     pub(crate) fn close_array(&mut self, depth: usize) -> Result<(), BuildError> {
+        if let Some(inferred) = &mut self.inferred {
+            let len = self.lens[depth];
+            if inferred.dims.len() <= depth {
+                inferred.dims.resize(depth + 1, None);
+            }
+            match inferred.dims[depth] {
+                None => inferred.dims[depth] = Some(len),
+                Some(first) if first != len => {
+                    return Err((
+                        Category::Shape,
+                        format!("a list at depth {depth} has {len} elements where an earlier one had {first}; the data must be rectangular"),
+                    ))
+                }
+                Some(_) => {}
+            }
+            return Ok(());
+        }
         if self.layout != Layout::Nested {
             // Flat: the total is checked by `finish`.
             return Ok(());
@@ -108,6 +172,29 @@ impl TensorBuilder {
     /// Checks layout and room for one more element at `depth`.
     #[inline]
     fn admit(&mut self, depth: usize) -> Result<(), BuildError> {
+        if let Some(inferred) = &mut self.inferred {
+            match inferred.rank {
+                None => inferred.rank = Some(depth + 1),
+                Some(rank) if rank != depth + 1 => {
+                    return Err((
+                        Category::Shape,
+                        format!("a value at depth {depth} where earlier values were at depth {}; the data must be rectangular", rank - 1),
+                    ))
+                }
+                Some(_) => {}
+            }
+            if self.data.len() == self.count {
+                return Err((
+                    Category::Limit,
+                    format!(
+                        "the data has more than the limit of {} elements",
+                        self.count
+                    ),
+                ));
+            }
+            self.lens[depth] += 1;
+            return Ok(());
+        }
         if !self.scalars_allowed_at(depth) {
             return Err((
                 Category::Shape,
@@ -192,11 +279,34 @@ impl TensorBuilder {
         if n > 0 && self.layout == Layout::Unknown {
             self.layout = Layout::Flat;
         }
+        if let Some(inferred) = &mut self.inferred {
+            if n > 0 && inferred.rank.is_none() {
+                inferred.rank = Some(depth + 1);
+            }
+        }
         self.lens[depth] += n;
     }
 
     /// The finished buffer, once every element is there.
     pub(crate) fn finish(self) -> Result<(Vec<usize>, TensorData), BuildError> {
+        if let Some(inferred) = self.inferred {
+            let rank = inferred.rank.unwrap_or(inferred.dims.len());
+            let shape: Vec<usize> = (0..rank)
+                .map(|d| inferred.dims.get(d).copied().flatten().unwrap_or(0))
+                .collect();
+            let count: usize = shape.iter().product();
+            if count != self.data.len() {
+                return Err((
+                    Category::Shape,
+                    format!(
+                        "the data has {} elements, which do not fill shape {}",
+                        self.data.len(),
+                        format_shape(&shape)
+                    ),
+                ));
+            }
+            return Ok((shape, self.data));
+        }
         if self.data.len() != self.count {
             return Err((
                 Category::Shape,

@@ -3,7 +3,10 @@
 //! round-trip (ryu), and non-finite ones as the `NaN`, `Infinity` and
 //! `-Infinity` tokens the decoder accepts.
 
-use wirespeed_core::{InferResponse, TensorData};
+use base64::Engine;
+use wirespeed_core::{InferResponse, Tensor, TensorData};
+
+use crate::Format;
 
 /// Appends the JSON of `response` to `out`.
 pub fn encode_infer_response(response: &InferResponse, out: &mut Vec<u8>) {
@@ -78,6 +81,12 @@ fn estimated_width(data: &TensorData) -> usize {
 }
 
 fn write_data(out: &mut Vec<u8>, data: &TensorData) {
+    write_range(out, data, 0..data.len(), false);
+}
+
+/// Writes elements `range` of `data`, comma-separated. BYTES that are not
+/// UTF-8 become `{"b64": ...}` objects with `b64`, else lossy strings.
+fn write_range(out: &mut Vec<u8>, data: &TensorData, range: std::ops::Range<usize>, b64: bool) {
     fn each<T: Copy>(out: &mut Vec<u8>, values: &[T], mut write: impl FnMut(&mut Vec<u8>, T)) {
         for (i, &v) in values.iter().enumerate() {
             if i > 0 {
@@ -100,45 +109,169 @@ fn write_data(out: &mut Vec<u8>, data: &TensorData) {
         }
     };
     match data {
-        TensorData::Fp32(v) => each(out, v, |o, x| float(o, f64::from(x), Some(x))),
-        TensorData::Fp64(v) => each(out, v, |o, x| float(o, x, None)),
-        TensorData::Fp16(v) => each(out, v, |o, x| float(o, x.to_f64(), Some(x.to_f32()))),
-        TensorData::Bf16(v) => each(out, v, |o, x| float(o, x.to_f64(), Some(x.to_f32()))),
-        TensorData::Bool(v) => each(out, v, |o, b| {
+        TensorData::Fp32(v) => each(out, &v[range.clone()], |o, x| {
+            float(o, f64::from(x), Some(x))
+        }),
+        TensorData::Fp64(v) => each(out, &v[range.clone()], |o, x| float(o, x, None)),
+        TensorData::Fp16(v) => each(out, &v[range.clone()], |o, x| {
+            float(o, x.to_f64(), Some(x.to_f32()))
+        }),
+        TensorData::Bf16(v) => each(out, &v[range.clone()], |o, x| {
+            float(o, x.to_f64(), Some(x.to_f32()))
+        }),
+        TensorData::Bool(v) => each(out, &v[range.clone()], |o, b| {
             o.extend_from_slice(if b { b"true" } else { b"false" })
         }),
-        TensorData::Uint8(v) => each(out, v, |o, x| {
+        TensorData::Uint8(v) => each(out, &v[range.clone()], |o, x| {
             o.extend_from_slice(ints.format(x).as_bytes())
         }),
-        TensorData::Uint16(v) => each(out, v, |o, x| {
+        TensorData::Uint16(v) => each(out, &v[range.clone()], |o, x| {
             o.extend_from_slice(ints.format(x).as_bytes())
         }),
-        TensorData::Uint32(v) => each(out, v, |o, x| {
+        TensorData::Uint32(v) => each(out, &v[range.clone()], |o, x| {
             o.extend_from_slice(ints.format(x).as_bytes())
         }),
-        TensorData::Uint64(v) => each(out, v, |o, x| {
+        TensorData::Uint64(v) => each(out, &v[range.clone()], |o, x| {
             o.extend_from_slice(ints.format(x).as_bytes())
         }),
-        TensorData::Int8(v) => each(out, v, |o, x| {
+        TensorData::Int8(v) => each(out, &v[range.clone()], |o, x| {
             o.extend_from_slice(ints.format(x).as_bytes())
         }),
-        TensorData::Int16(v) => each(out, v, |o, x| {
+        TensorData::Int16(v) => each(out, &v[range.clone()], |o, x| {
             o.extend_from_slice(ints.format(x).as_bytes())
         }),
-        TensorData::Int32(v) => each(out, v, |o, x| {
+        TensorData::Int32(v) => each(out, &v[range.clone()], |o, x| {
             o.extend_from_slice(ints.format(x).as_bytes())
         }),
-        TensorData::Int64(v) => each(out, v, |o, x| {
+        TensorData::Int64(v) => each(out, &v[range.clone()], |o, x| {
             o.extend_from_slice(ints.format(x).as_bytes())
         }),
         TensorData::Bytes(v) => {
-            for (i, s) in v.iter().enumerate() {
+            for (i, s) in v[range].iter().enumerate() {
                 if i > 0 {
                     out.push(b',');
                 }
-                write_string(out, String::from_utf8_lossy(s).as_bytes());
+                match std::str::from_utf8(s) {
+                    Ok(text) => write_string(out, text.as_bytes()),
+                    Err(_) if b64 => {
+                        out.extend_from_slice(b"{\"b64\":\"");
+                        let encoded = base64::engine::general_purpose::STANDARD.encode(s);
+                        out.extend_from_slice(encoded.as_bytes());
+                        out.extend_from_slice(b"\"}");
+                    }
+                    Err(_) => write_string(out, String::from_utf8_lossy(s).as_bytes()),
+                }
             }
         }
+    }
+}
+
+/// Writes the sub-tensor of `data` at flat offset `start` whose dimensions
+/// are `dims`, nested: a value when `dims` is empty, else a list of lists.
+fn write_nested(out: &mut Vec<u8>, data: &TensorData, dims: &[usize], start: usize) {
+    let Some((&outer, inner)) = dims.split_first() else {
+        write_range(out, data, start..start + 1, true);
+        return;
+    };
+    out.push(b'[');
+    if inner.is_empty() {
+        write_range(out, data, start..start + outer, true);
+    } else {
+        let stride: usize = inner.iter().product();
+        for i in 0..outer {
+            if i > 0 {
+                out.push(b',');
+            }
+            write_nested(out, data, inner, start + i * stride);
+        }
+    }
+    out.push(b']');
+}
+
+/// Row `row` of `tensor` (its first dimension), nested.
+fn write_row(out: &mut Vec<u8>, tensor: &Tensor, row: usize) {
+    let inner = tensor.shape.get(1..).unwrap_or(&[]);
+    let stride: usize = inner.iter().product();
+    write_nested(out, &tensor.data, inner, row * stride);
+}
+
+/// Appends TF Serving's answer: `{"predictions": [...]}`, one element per
+/// row, after a request in the row format; `{"outputs": ...}` after a
+/// columnar one. With one output each value is that output's; with several,
+/// an object by output name. BYTES that are not UTF-8 are `{"b64": ...}`.
+pub fn encode_tf_response(outputs: &[Tensor], format: Format, out: &mut Vec<u8>) {
+    let single = outputs.len() == 1;
+    if format == Format::TfColumns {
+        out.extend_from_slice(b"{\"outputs\":");
+        if single {
+            write_nested(out, &outputs[0].data, &outputs[0].shape, 0);
+        } else {
+            out.push(b'{');
+            for (i, t) in outputs.iter().enumerate() {
+                if i > 0 {
+                    out.push(b',');
+                }
+                write_string(out, t.name.as_bytes());
+                out.push(b':');
+                write_nested(out, &t.data, &t.shape, 0);
+            }
+            out.push(b'}');
+        }
+        out.push(b'}');
+        return;
+    }
+    let rows = outputs
+        .iter()
+        .map(|t| t.shape.first().copied().unwrap_or(1))
+        .min()
+        .unwrap_or(0);
+    out.extend_from_slice(b"{\"predictions\":[");
+    for row in 0..rows {
+        if row > 0 {
+            out.push(b',');
+        }
+        if single {
+            write_row(out, &outputs[0], row);
+            continue;
+        }
+        out.push(b'{');
+        for (i, t) in outputs.iter().enumerate() {
+            if i > 0 {
+                out.push(b',');
+            }
+            write_string(out, t.name.as_bytes());
+            out.push(b':');
+            write_row(out, t, row);
+        }
+        out.push(b'}');
+    }
+    out.extend_from_slice(b"]}");
+}
+
+/// Appends Clipper's answer from the model's first output: for one query
+/// `{"query_id", "output", "default": false}`, for a batch
+/// `{"batch_predictions": [...]}` of those, with ids from `first_id` on.
+pub fn encode_clipper_response(output: &Tensor, format: Format, first_id: u64, out: &mut Vec<u8>) {
+    let rows = output.shape.first().copied().unwrap_or(1);
+    let mut ints = itoa::Buffer::new();
+    let mut query = |out: &mut Vec<u8>, row: usize| {
+        out.extend_from_slice(b"{\"query_id\":");
+        out.extend_from_slice(ints.format(first_id + row as u64).as_bytes());
+        out.extend_from_slice(b",\"output\":");
+        write_row(out, output, row);
+        out.extend_from_slice(b",\"default\":false}");
+    };
+    if format == Format::ClipperBatch {
+        out.extend_from_slice(b"{\"batch_predictions\":[");
+        for row in 0..rows {
+            if row > 0 {
+                out.push(b',');
+            }
+            query(out, row);
+        }
+        out.extend_from_slice(b"]}");
+    } else {
+        query(out, 0);
     }
 }
 

@@ -36,8 +36,11 @@ mod options;
 mod parallel;
 mod string;
 
-pub use decoder::RequestDecoder;
-pub use encode::{encode_infer_response, encode_infer_response_header};
+pub use decoder::{Format, RequestDecoder};
+pub use encode::{
+    encode_clipper_response, encode_infer_response, encode_infer_response_header,
+    encode_tf_response,
+};
 pub use error::{Category, DecodeError};
 pub use options::DecodeOptions;
 

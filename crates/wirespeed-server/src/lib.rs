@@ -127,6 +127,8 @@ pub(crate) struct AppState {
     pub(crate) ready: AtomicBool,
     pub(crate) max_body_bytes: usize,
     pub(crate) decode_options: wirespeed_json::DecodeOptions,
+    /// Clipper's query ids, counted from server start.
+    pub(crate) clipper_queries: std::sync::atomic::AtomicU64,
 }
 
 /// A server with its models loaded and its sockets bound, not yet serving.
@@ -198,6 +200,7 @@ impl Server {
                 ready: AtomicBool::new(true),
                 max_body_bytes: config.max_body_bytes,
                 decode_options: config.decode_options.clone(),
+                clipper_queries: std::sync::atomic::AtomicU64::new(0),
             }),
             drain_timeout: config.drain_timeout,
         })

@@ -24,6 +24,9 @@ use crate::string::{Scan, StringScanner};
 use crate::DecodeOptions;
 
 mod request;
+mod rows;
+
+pub use rows::Format;
 
 /// The longest bare token (number or literal) carried across chunks.
 const MAX_TOKEN_BYTES: usize = 4096;
@@ -56,6 +59,8 @@ pub struct RequestDecoder {
     data_root: Option<TensorBuilder>,
     /// Inputs may carry `binary_data_size` instead of `data`.
     binary_data: bool,
+    /// The model's inputs, for TF Serving and Clipper requests.
+    named: Option<Box<rows::Named>>,
     failed: bool,
 }
 
@@ -116,6 +121,18 @@ enum Ctx {
     Skip,
     /// A `data` array captured verbatim until its input's shape and datatype are known.
     Capture,
+    /// A TF Serving request object.
+    TfRoot,
+    /// TF Serving's `instances` array.
+    TfInstances,
+    /// One instance naming the model's inputs.
+    TfInstance,
+    /// TF Serving's columnar `inputs` object naming the model's inputs.
+    TfColumns,
+    /// A Clipper request object.
+    ClipperRoot,
+    /// A `{"b64": ...}` value at this depth of data.
+    B64(usize),
 }
 
 struct Frame {
@@ -136,6 +153,12 @@ enum Key {
     Datatype,
     Data,
     Param,
+    Instances,
+    Input,
+    InputBatch,
+    /// A model input named in a TF instance or columns object.
+    NamedInput,
+    B64,
     Unknown,
 }
 
@@ -151,7 +174,10 @@ impl Key {
             Key::Shape => 32,
             Key::Datatype => 64,
             Key::Data => 128,
-            Key::None | Key::Param | Key::Unknown => 0,
+            Key::Instances => 256,
+            Key::Input => 512,
+            Key::InputBatch => 1024,
+            Key::None | Key::Param | Key::NamedInput | Key::B64 | Key::Unknown => 0,
         }
     }
 }
@@ -174,6 +200,14 @@ enum Slot {
     Data,
     DataElement(usize),
     Param(Owner),
+    TfInstances,
+    TfInputs,
+    TfInstance,
+    /// The value of a named input in a TF instance or columns object.
+    NamedValue,
+    ClipperInput,
+    ClipperBatch,
+    B64(usize),
     Ignore,
 }
 
@@ -229,15 +263,17 @@ fn schema(offset: u64, message: impl Into<String>) -> DecodeError {
     DecodeError::new(Category::Schema, offset, message)
 }
 
-/// The builder that `Ctx::Data` frames feed: the data-only root's, or the
-/// current input's.
+/// The builder that `Ctx::Data` frames feed: the data-only root's, the
+/// current named input's (TF Serving, Clipper), or the current V2 input's.
 fn builder_of<'a>(
     data_root: &'a mut Option<TensorBuilder>,
+    named: &'a mut Option<Box<rows::Named>>,
     inputs: &'a mut [InputState],
 ) -> Option<&'a mut TensorBuilder> {
-    match data_root {
-        Some(b) => Some(b),
-        None => inputs.last_mut().and_then(|i| i.builder.as_mut()),
+    match (data_root, named) {
+        (Some(b), _) => Some(b),
+        (None, Some(named)) => named.builder(),
+        (None, None) => inputs.last_mut().and_then(|i| i.builder.as_mut()),
     }
 }
 
@@ -259,6 +295,7 @@ impl RequestDecoder {
             capture: None,
             data_root: None,
             binary_data: false,
+            named: None,
             failed: false,
         }
     }
@@ -291,7 +328,10 @@ impl RequestDecoder {
 
     /// The input name for error messages.
     fn input_name(&self) -> Option<&str> {
-        self.request.inputs.last().and_then(|i| i.name.as_deref())
+        match &self.named {
+            Some(named) => named.current_name(),
+            None => self.request.inputs.last().and_then(|i| i.name.as_deref()),
+        }
     }
 
     fn build_error(&self, (category, message): BuildError, offset: u64) -> DecodeError {
@@ -438,7 +478,13 @@ impl RequestDecoder {
         pos: usize,
         depth: usize,
     ) -> Result<usize, DecodeError> {
-        match builder_of(&mut self.data_root, &mut self.request.inputs).map(|b| b.datatype()) {
+        match builder_of(
+            &mut self.data_root,
+            &mut self.named,
+            &mut self.request.inputs,
+        )
+        .map(|b| b.datatype())
+        {
             Some(DataType::Fp32) => self.float_run::<f32>(chunk, pos, depth),
             Some(DataType::Fp64) => self.float_run::<f64>(chunk, pos, depth),
             _ => Ok(pos),
@@ -451,7 +497,11 @@ impl RequestDecoder {
         mut pos: usize,
         depth: usize,
     ) -> Result<usize, DecodeError> {
-        let Some(builder) = builder_of(&mut self.data_root, &mut self.request.inputs) else {
+        let Some(builder) = builder_of(
+            &mut self.data_root,
+            &mut self.named,
+            &mut self.request.inputs,
+        ) else {
             return Ok(pos);
         };
         let Some((values, room)) = builder.float_run::<T>(depth) else {
@@ -536,7 +586,7 @@ impl RequestDecoder {
             self.expect = Expect::Value;
         };
         builder.end_run(depth, added);
-        stop.map_err(|e| e.with_input(self.request.inputs.last().and_then(|i| i.name.as_deref())))
+        stop.map_err(|e| e.with_input(self.input_name()))
     }
 
     fn begin_bare(&mut self, chunk: &[u8], pos: usize) -> Result<usize, DecodeError> {
@@ -715,8 +765,20 @@ impl RequestDecoder {
         }
     }
 
+    /// Completes the request after the last chunk, with the format it was
+    /// in: always [`Format::V2`] but for the TF Serving and Clipper decoders.
+    pub fn finish_with_format(self) -> Result<(InferRequest, Format), DecodeError> {
+        if self.named.is_some() {
+            return self.finish_named();
+        }
+        self.finish().map(|request| (request, Format::V2))
+    }
+
     /// Completes the request after the last chunk.
     pub fn finish(mut self) -> Result<InferRequest, DecodeError> {
+        if self.named.is_some() {
+            return self.finish_named().map(|(request, _)| request);
+        }
         self.finish_value()?;
         let request = self.request;
         if request.seen & Key::Inputs.bit() == 0 {

@@ -49,6 +49,12 @@ impl RequestDecoder {
             Ctx::Data(depth) => Slot::DataElement(depth),
             Ctx::Params(owner) => Slot::Param(owner),
             Ctx::Skip | Ctx::Capture => Slot::Ignore,
+            Ctx::TfRoot
+            | Ctx::ClipperRoot
+            | Ctx::TfInstances
+            | Ctx::TfInstance
+            | Ctx::TfColumns
+            | Ctx::B64(_) => self.named_slot(frame.ctx),
         }
     }
 
@@ -71,6 +77,15 @@ impl RequestDecoder {
                 "parameter '{}' must be a string, number or bool",
                 self.param_name
             ),
+            Slot::TfInstances => "'instances' must be a list, one element per row".to_owned(),
+            Slot::TfInputs => "'inputs' must be a list or an object naming the inputs".to_owned(),
+            Slot::TfInstance => {
+                "an instance must be a value, a list, or an object naming the inputs".to_owned()
+            }
+            Slot::NamedValue => "an input's value must be a value or a list".to_owned(),
+            Slot::ClipperInput => "'input' must be a value or a list".to_owned(),
+            Slot::ClipperBatch => "'input_batch' must be a list of inputs".to_owned(),
+            Slot::B64(_) => "'b64' must be a string".to_owned(),
             Slot::Ignore => "unexpected value".to_owned(),
         };
         let category = if matches!(slot, Slot::DataElement(_)) {
@@ -101,6 +116,17 @@ impl RequestDecoder {
         } else {
             "an array"
         };
+        if self.named.is_some() {
+            let named = match (slot, container) {
+                (Slot::DataElement(depth), Container::Object) => Some(self.b64_open(depth, at)?),
+                _ => self.named_open(slot, container, at)?,
+            };
+            if let Some(ctx) = named {
+                self.stack.push(Frame { container, ctx });
+                self.key = Key::None;
+                return Ok(());
+            }
+        }
         let ctx = match (slot, container) {
             (Slot::Top, Container::Object) if self.data_root.is_none() => Ctx::Root,
             (Slot::Top, Container::Array) if self.data_root.is_some() => Ctx::Data(0),
@@ -136,7 +162,11 @@ impl RequestDecoder {
             }
             (Slot::Data, Container::Array) => self.start_data(pos, at)?,
             (Slot::DataElement(depth), Container::Array) => {
-                let builder = builder_of(&mut self.data_root, &mut self.request.inputs);
+                let builder = builder_of(
+                    &mut self.data_root,
+                    &mut self.named,
+                    &mut self.request.inputs,
+                );
                 let opened = builder.map_or(Ok(()), |b| b.open_array(depth));
                 opened.map_err(|e| self.build_error(e, at))?;
                 Ctx::Data(depth + 1)
@@ -241,7 +271,11 @@ impl RequestDecoder {
                 }
             }
             Ctx::Data(depth) => {
-                let builder = builder_of(&mut self.data_root, &mut self.request.inputs);
+                let builder = builder_of(
+                    &mut self.data_root,
+                    &mut self.named,
+                    &mut self.request.inputs,
+                );
                 let closed = builder.map_or(Ok(()), |b| b.close_array(depth));
                 closed.map_err(|e| self.build_error(e, at))?;
             }
@@ -254,6 +288,9 @@ impl RequestDecoder {
             }
             Ctx::Output if self.request.output_seen & Key::Name.bit() == 0 => {
                 return Err(schema(at, "an output has no 'name'"));
+            }
+            Ctx::TfInstance | Ctx::TfColumns | Ctx::TfInstances => {
+                self.named_close(frame.ctx, at)?
             }
             _ => {}
         }
@@ -300,10 +337,23 @@ impl RequestDecoder {
                 self.param_name = String::from_utf8_lossy(key).into_owned();
                 Key::Param
             }
+            Some(Ctx::TfRoot) => match key {
+                b"instances" => Key::Instances,
+                b"inputs" => Key::Inputs,
+                _ => Key::Unknown,
+            },
+            Some(Ctx::ClipperRoot) => match key {
+                b"input" => Key::Input,
+                b"input_batch" => Key::InputBatch,
+                _ => Key::Unknown,
+            },
+            Some(ctx @ (Ctx::TfInstance | Ctx::TfColumns | Ctx::B64(_))) => {
+                self.named_key(ctx, key, at)?
+            }
             _ => Key::Unknown,
         };
         let seen = match ctx {
-            Some(Ctx::Root) => Some(&mut self.request.seen),
+            Some(Ctx::Root | Ctx::TfRoot | Ctx::ClipperRoot) => Some(&mut self.request.seen),
             Some(Ctx::Input) => self.request.inputs.last_mut().map(|i| &mut i.seen),
             Some(Ctx::Output) => Some(&mut self.request.output_seen),
             _ => None,
@@ -323,6 +373,9 @@ impl RequestDecoder {
 
     pub(super) fn on_scalar(&mut self, scalar: Scalar<'_>, at: u64) -> Result<(), DecodeError> {
         let slot = self.slot();
+        if self.named.is_some() && self.named_scalar(slot, scalar, at)? {
+            return Ok(());
+        }
         let text = |s: &[u8]| String::from_utf8_lossy(s).into_owned();
         match (slot, scalar) {
             (Slot::Id, Scalar::String(s)) => self.request.id = Some(text(s)),
@@ -356,7 +409,11 @@ impl RequestDecoder {
                 }
             }
             (Slot::DataElement(depth), scalar) => {
-                let builder = builder_of(&mut self.data_root, &mut self.request.inputs);
+                let builder = builder_of(
+                    &mut self.data_root,
+                    &mut self.named,
+                    &mut self.request.inputs,
+                );
                 let pushed = builder.map_or(Ok(()), |b| b.push(scalar, depth));
                 pushed.map_err(|e| self.build_error(e, at))?;
             }

@@ -22,7 +22,7 @@ use wirespeed_core::raw::{RawError, RawFiller};
 use wirespeed_core::{
     element_count, Error, ErrorKind, InferRequest, ModelMetadata, Tensor, TensorSpec,
 };
-use wirespeed_json::{Category, DecodeError, DecodeOptions, RequestDecoder};
+use wirespeed_json::{Category, DecodeError, DecodeOptions, Format, RequestDecoder};
 
 /// Decoding more than this inline would hold an async worker for more than
 /// about 100 µs (the decoder runs at roughly 500 MB/s).
@@ -161,7 +161,7 @@ enum Decoding {
     Inline(RequestDecoder),
     Offloaded {
         frames: mpsc::Sender<Bytes>,
-        task: JoinHandle<Result<InferRequest, DecodeError>>,
+        task: JoinHandle<Result<(InferRequest, Format), DecodeError>>,
     },
 }
 
@@ -186,7 +186,7 @@ impl Decoding {
                 }
                 decoder.feed(&span)?;
             }
-            decoder.finish()
+            decoder.finish_with_format()
         });
         Decoding::Offloaded { frames, task }
     }
@@ -250,7 +250,8 @@ async fn read(
         decoder = decoder.with_binary_data();
     }
     let offload = json_len.or(declared).is_some_and(|n| n > OFFLOAD_BYTES);
-    let (mut request, leftover) = decode_json(reader, decoder, offload, json_len, options).await?;
+    let (mut request, _, leftover) =
+        decode_json(reader, decoder, offload, json_len, options).await?;
     if let Some(n) = json_len {
         let after_header = declared.map(|total| total - n);
         read_binary(
@@ -268,6 +269,49 @@ async fn read(
     })
 }
 
+/// Reads and decodes a whole-JSON body (TF Serving, Clipper) with
+/// `decoder`, as it arrives, enforcing `limit` bytes. Like
+/// [`decode_body`], it reads the body to its end before returning an error.
+pub(crate) async fn decode_json_body(
+    headers: &HeaderMap,
+    body: Incoming,
+    limit: u64,
+    decoder: RequestDecoder,
+    options: &DecodeOptions,
+) -> Result<(InferRequest, Format), Error> {
+    let mut reader = BodyReader::new(body, limit);
+    let declared = headers
+        .get(CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
+    if declared.is_some_and(|n| n > limit) {
+        return Err(too_large(limit));
+    }
+    let result = async {
+        if layout(headers, declared)? != Layout::Json {
+            return Err(Error::new(
+                ErrorKind::Unsupported,
+                "the binary tensor data extension (Inference-Header-Content-Length) belongs to \
+                 the V2 API; this endpoint takes JSON",
+            ));
+        }
+        let decoder = match declared {
+            Some(len) => decoder.with_body_len(len),
+            None => decoder,
+        };
+        let offload = declared.is_some_and(|n| n > OFFLOAD_BYTES);
+        let (request, format, _) =
+            decode_json(&mut reader, decoder, offload, None, options).await?;
+        Ok((request, format))
+    }
+    .await;
+    if let Err(e) = &result {
+        if e.kind() != ErrorKind::PayloadTooLarge {
+            reader.discard().await;
+        }
+    }
+    result
+}
+
 /// Feeds the JSON part of the body (all of it, or its first `json_len`
 /// bytes) to the decoder. Returns the request and the bytes of the last
 /// frame that came after the JSON.
@@ -277,7 +321,7 @@ async fn decode_json(
     offload: bool,
     json_len: Option<u64>,
     options: &DecodeOptions,
-) -> Result<(InferRequest, Bytes), Error> {
+) -> Result<(InferRequest, Format, Bytes), Error> {
     let mut decoding = if offload {
         Decoding::offload(decoder)
     } else {
@@ -326,7 +370,7 @@ async fn decode_json(
     let result = match decoding {
         Decoding::Inline(decoder) => match failure {
             Some(e) => Err(e),
-            None => decoder.finish().map_err(decode_error),
+            None => decoder.finish_with_format().map_err(decode_error),
         },
         Decoding::Offloaded { frames, task } => {
             drop(frames);
@@ -341,7 +385,7 @@ async fn decode_json(
             "the body ended after {fed} bytes, inside the {n}-byte JSON header that \
              Inference-Header-Content-Length announces"
         ))),
-        _ => result.map(|request| (request, leftover)),
+        _ => result.map(|(request, format)| (request, format, leftover)),
     }
 }
 

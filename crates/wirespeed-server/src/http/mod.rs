@@ -5,11 +5,13 @@
 //! error body.
 
 mod body;
+mod clipper;
 mod health;
 mod infer;
 mod metadata;
 mod response;
 mod router;
+mod tfserving;
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -118,6 +120,11 @@ async fn dispatch(state: &AppState, request: Request<Incoming>) -> Response<Body
         Ok(Route::ModelMetadata(model)) => metadata::model(state, model),
         Ok(Route::ModelReady(model)) => health::model_ready(state, model),
         Ok(Route::Infer(model)) => infer::infer(state, model, request).await,
+        Ok(Route::TfStatus(model)) => tfserving::status(state, model),
+        Ok(Route::TfMetadata(model)) => tfserving::metadata(state, model),
+        Ok(Route::TfPredict(model)) => tfserving::predict(state, model, request).await,
+        Ok(Route::TfOtherVerb(verb)) => Err(tfserving::other_verb(verb)),
+        Ok(Route::ClipperPredict(app)) => return clipper::predict(state, app, request).await,
         Err(e) => Err(e),
     };
     result.unwrap_or_else(|e| response::error(&e))

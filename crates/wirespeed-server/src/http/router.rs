@@ -25,12 +25,25 @@ pub(crate) enum Route<'a> {
     ModelReady(ModelRef<'a>),
     /// `POST /v2/models/{name}[/versions/{v}]/infer`
     Infer(ModelRef<'a>),
+    /// TF Serving: `GET /v1/models/{name}[/versions/{v}]`
+    TfStatus(ModelRef<'a>),
+    /// TF Serving: `GET /v1/models/{name}[/versions/{v}]/metadata`
+    TfMetadata(ModelRef<'a>),
+    /// TF Serving: `POST /v1/models/{name}[/versions/{v}|/labels/{l}]:predict`
+    TfPredict(ModelRef<'a>),
+    /// TF Serving's `:classify` and `:regress`, which need TF signatures.
+    TfOtherVerb(&'a str),
+    /// Clipper: `POST /{app}/predict`
+    ClipperPredict(&'a str),
 }
 
 impl Route<'_> {
     fn method(&self) -> Method {
         match self {
-            Route::Infer(_) => Method::POST,
+            Route::Infer(_)
+            | Route::TfPredict(_)
+            | Route::TfOtherVerb(_)
+            | Route::ClipperPredict(_) => Method::POST,
             _ => Method::GET,
         }
     }
@@ -45,6 +58,8 @@ pub(crate) fn route<'a>(method: &Method, path: &'a str) -> Result<Route<'a>, Err
         ["v2", "health", "live"] => Some(Route::Live),
         ["v2", "health", "ready"] => Some(Route::Ready),
         ["v2", "models", name, rest @ ..] if !name.is_empty() => model_route(name, rest),
+        ["v1", "models", rest @ ..] => tf_route(rest),
+        [app, "predict"] if !app.is_empty() => Some(Route::ClipperPredict(app)),
         _ => None,
     };
     let Some(route) = found else {
@@ -75,6 +90,50 @@ fn model_route<'a>(name: &'a str, rest: &[&'a str]) -> Option<Route<'a>> {
         [] => Some(Route::ModelMetadata(model)),
         ["ready"] => Some(Route::ModelReady(model)),
         ["infer"] => Some(Route::Infer(model)),
+        _ => None,
+    }
+}
+
+/// TF Serving's paths under `/v1/models/`; the verb rides on the last
+/// segment, as in `titanic/versions/1:predict`. A label stands for the
+/// served version: wirespeed serves one version per model.
+fn tf_route<'a>(rest: &[&'a str]) -> Option<Route<'a>> {
+    let (last, head) = rest.split_last()?;
+    let (last, verb) = match last.rsplit_once(':') {
+        Some((segment, verb)) => (segment, Some(verb)),
+        None => (*last, None),
+    };
+    let mut segments: Vec<&str> = head.to_vec();
+    segments.push(last);
+    let (model, tail) = match segments.as_slice() {
+        [name, "versions", v, tail @ ..] if !name.is_empty() && !v.is_empty() => (
+            ModelRef {
+                name,
+                version: Some(v),
+            },
+            tail,
+        ),
+        [name, "labels", l, tail @ ..] if !name.is_empty() && !l.is_empty() && verb.is_some() => (
+            ModelRef {
+                name,
+                version: None,
+            },
+            tail,
+        ),
+        [name, tail @ ..] if !name.is_empty() => (
+            ModelRef {
+                name,
+                version: None,
+            },
+            tail,
+        ),
+        _ => return None,
+    };
+    match (tail, verb) {
+        ([], None) => Some(Route::TfStatus(model)),
+        (["metadata"], None) => Some(Route::TfMetadata(model)),
+        ([], Some("predict")) => Some(Route::TfPredict(model)),
+        ([], Some(other)) => Some(Route::TfOtherVerb(other)),
         _ => None,
     }
 }
@@ -113,6 +172,47 @@ mod tests {
         assert_eq!(
             route(&Method::POST, "/v2/models/t/versions/1/infer").unwrap(),
             Route::Infer(m("t", Some("1")))
+        );
+    }
+
+    #[test]
+    fn tf_serving_and_clipper_routes() {
+        let m = |name, version| ModelRef { name, version };
+        let post = |path| route(&Method::POST, path).unwrap();
+        assert_eq!(get("/v1/models/t").unwrap(), Route::TfStatus(m("t", None)));
+        assert_eq!(
+            get("/v1/models/t/versions/3").unwrap(),
+            Route::TfStatus(m("t", Some("3")))
+        );
+        assert_eq!(
+            get("/v1/models/t/metadata").unwrap(),
+            Route::TfMetadata(m("t", None))
+        );
+        assert_eq!(
+            get("/v1/models/t/versions/3/metadata").unwrap(),
+            Route::TfMetadata(m("t", Some("3")))
+        );
+        assert_eq!(post("/v1/models/t:predict"), Route::TfPredict(m("t", None)));
+        assert_eq!(
+            post("/v1/models/t/versions/2:predict"),
+            Route::TfPredict(m("t", Some("2")))
+        );
+        assert_eq!(
+            post("/v1/models/t/labels/stable:predict"),
+            Route::TfPredict(m("t", None))
+        );
+        assert_eq!(
+            post("/v1/models/t:classify"),
+            Route::TfOtherVerb("classify")
+        );
+        assert_eq!(post("/app/predict"), Route::ClipperPredict("app"));
+        assert_eq!(
+            get("/v1/models/t:predict").unwrap_err().kind(),
+            ErrorKind::MethodNotAllowed
+        );
+        assert_eq!(
+            get("/v1/models/t/labels/x").unwrap_err().kind(),
+            ErrorKind::RouteNotFound
         );
     }
 

@@ -1,0 +1,214 @@
+//! TF Serving and Clipper request bodies: shapes learned from nesting, named
+//! inputs, b64 values, and their errors; checked against serde_json.
+
+use wirespeed_core::{DataType, InferRequest, TensorData};
+use wirespeed_json::{Category, DecodeError, DecodeOptions, Format, RequestDecoder};
+
+fn tf(
+    inputs: &[(&str, DataType)],
+    body: &str,
+    chunk: usize,
+) -> Result<(InferRequest, Format), DecodeError> {
+    let specs: Vec<(String, DataType)> = inputs.iter().map(|(n, d)| (n.to_string(), *d)).collect();
+    let mut d = RequestDecoder::tf_serving(DecodeOptions::default(), &specs);
+    for piece in body.as_bytes().chunks(chunk) {
+        d.feed(piece)?;
+    }
+    d.finish_with_format()
+}
+
+fn clipper(datatype: DataType, body: &str) -> Result<(InferRequest, Format), DecodeError> {
+    let mut d = RequestDecoder::clipper(DecodeOptions::default(), ("x".into(), datatype));
+    d.feed(body.as_bytes())?;
+    d.finish_with_format()
+}
+
+/// Every chunking gives the same answer as one chunk.
+fn tf_all_chunkings(inputs: &[(&str, DataType)], body: &str) -> (InferRequest, Format) {
+    let whole = tf(inputs, body, body.len()).unwrap();
+    for chunk in [1, 2, 3, 7] {
+        assert_eq!(tf(inputs, body, chunk).unwrap(), whole, "chunks of {chunk}");
+    }
+    whole
+}
+
+#[test]
+fn row_format_learns_the_shape() {
+    let (r, format) = tf_all_chunkings(
+        &[("x", DataType::Fp32)],
+        r#"{"signature_name": "serving_default", "instances": [[1, 2.5, -3], [4, 5, 6e-1]]}"#,
+    );
+    assert_eq!(format, Format::TfRows);
+    assert_eq!(r.inputs[0].shape, [2, 3]);
+    assert_eq!(
+        r.inputs[0].data,
+        TensorData::Fp32(vec![1.0, 2.5, -3.0, 4.0, 5.0, 0.6])
+    );
+    let (r, _) = tf_all_chunkings(&[("x", DataType::Int64)], r#"{"instances": [1, 2, 3]}"#);
+    assert_eq!(r.inputs[0].shape, [3]);
+}
+
+#[test]
+fn named_instances_feed_each_input() {
+    let body = r#"{"instances": [{"a": [1, 2], "b": "x"}, {"b": {"b64": "/wA="}, "a": [3, 4]}]}"#;
+    let (r, _) = tf_all_chunkings(&[("a", DataType::Int32), ("b", DataType::Bytes)], body);
+    assert_eq!(r.inputs[0].shape, [2, 2]);
+    assert_eq!(r.inputs[0].data, TensorData::Int32(vec![1, 2, 3, 4]));
+    assert_eq!(r.inputs[1].shape, [2]);
+    assert_eq!(
+        r.inputs[1].data,
+        TensorData::Bytes(vec![b"x".to_vec(), vec![0xff, 0]])
+    );
+}
+
+#[test]
+fn columnar_format_takes_whole_tensors() {
+    let body = r#"{"inputs": {"b": ["p", "q"], "a": [[1.5], [2.5]]}}"#;
+    let (r, format) = tf_all_chunkings(&[("a", DataType::Fp64), ("b", DataType::Bytes)], body);
+    assert_eq!(format, Format::TfColumns);
+    assert_eq!(r.inputs[0].shape, [2, 1]);
+    assert_eq!(r.inputs[1].shape, [2]);
+    let (r, _) = tf_all_chunkings(
+        &[("a", DataType::Fp32)],
+        r#"{"inputs": [[1, 2], [3, 4], [5, 6]]}"#,
+    );
+    assert_eq!(r.inputs[0].shape, [3, 2]);
+}
+
+#[test]
+fn large_bodies_take_the_float_fast_path_exactly() {
+    let rows: Vec<Vec<f64>> = (0..3000)
+        .map(|i| {
+            (0..20)
+                .map(|j| ((i * 31 + j * 7) as f64).sin() * 1e3)
+                .collect()
+        })
+        .collect();
+    let body = serde_json::json!({ "instances": rows }).to_string();
+    let (r, _) = tf(&[("x", DataType::Fp32)], &body, 65536).unwrap();
+    assert_eq!(r.inputs[0].shape, [3000, 20]);
+    let want: Vec<f32> = rows
+        .iter()
+        .flatten()
+        .map(|v| serde_json::to_string(v).unwrap().parse::<f32>().unwrap())
+        .collect();
+    assert_eq!(r.inputs[0].data, TensorData::Fp32(want));
+}
+
+fn err(inputs: &[(&str, DataType)], body: &str) -> DecodeError {
+    tf(inputs, body, body.len()).expect_err(body)
+}
+
+#[test]
+fn bad_bodies_say_what_is_wrong() {
+    let x = &[("x", DataType::Fp32)];
+    let ab = &[("a", DataType::Fp32), ("b", DataType::Fp32)];
+    type Case<'a> = (&'a [(&'a str, DataType)], &'a str, Category, &'a str);
+    let cases: &[Case<'_>] = &[
+        (
+            x,
+            r#"{"instances": [[1, 2], [3]]}"#,
+            Category::Shape,
+            "rectangular",
+        ),
+        (
+            x,
+            r#"{"instances": [[1, 2], [[3, 4]]]}"#,
+            Category::Shape,
+            "rectangular",
+        ),
+        (
+            x,
+            r#"{"instances": [[1, 2], 3]}"#,
+            Category::Shape,
+            "rectangular",
+        ),
+        (x, r#"{"instances": []}"#, Category::Schema, "no rows"),
+        (
+            x,
+            r#"{"instances": [[1]], "inputs": [[1]]}"#,
+            Category::Schema,
+            "not both",
+        ),
+        (
+            x,
+            r#"{"signature_name": "s"}"#,
+            Category::Schema,
+            "neither 'instances' nor 'inputs'",
+        ),
+        (
+            x,
+            r#"{"instances": [{"y": 1}]}"#,
+            Category::Schema,
+            "no input 'y'",
+        ),
+        (
+            ab,
+            r#"{"instances": [{"a": 1}]}"#,
+            Category::Schema,
+            "has no 'b'",
+        ),
+        (
+            ab,
+            r#"{"instances": [{"a": 1, "a": 2, "b": 3}]}"#,
+            Category::Schema,
+            "given twice",
+        ),
+        (
+            ab,
+            r#"{"instances": [[1, 2]]}"#,
+            Category::Schema,
+            "one input",
+        ),
+        (
+            ab,
+            r#"{"inputs": {"a": 1, "b": [2]}}"#,
+            Category::Shape,
+            "must be a list",
+        ),
+        (
+            x,
+            r#"{"instances": [["a"]]}"#,
+            Category::Type,
+            "expected a number",
+        ),
+        (
+            x,
+            r#"{"instances": [{"b64": "AA=="}]}"#,
+            Category::Type,
+            "BYTES",
+        ),
+        (
+            &[("s", DataType::Bytes)],
+            r#"{"instances": [{"b64": "!!"}]}"#,
+            Category::Syntax,
+            "base64",
+        ),
+    ];
+    for (inputs, body, category, words) in cases {
+        let e = err(inputs, body);
+        assert_eq!(e.category(), *category, "{body}: {e}");
+        assert!(e.to_string().contains(words), "{body}: {e}");
+    }
+}
+
+#[test]
+fn clipper_input_and_input_batch() {
+    let (r, format) = clipper(DataType::Fp32, r#"{"input": [1, 2, 3]}"#).unwrap();
+    assert_eq!(format, Format::ClipperOne);
+    assert_eq!(r.inputs[0].shape, [1, 3]);
+    // Integer literals for a float input: Clipper refused them, we take them.
+    let (r, format) = clipper(DataType::Fp64, r#"{"input_batch": [[1, 2], [3, 4.5]]}"#).unwrap();
+    assert_eq!(format, Format::ClipperBatch);
+    assert_eq!(r.inputs[0].shape, [2, 2]);
+    assert_eq!(r.inputs[0].data, TensorData::Fp64(vec![1.0, 2.0, 3.0, 4.5]));
+    let (r, _) = clipper(DataType::Bytes, r#"{"input": "some text"}"#).unwrap();
+    assert_eq!(r.inputs[0].shape, [1]);
+    let e = clipper(DataType::Fp32, r#"{"inputs": [1]}"#).unwrap_err();
+    assert!(
+        e.to_string().contains("neither 'input' nor 'input_batch'"),
+        "{e}"
+    );
+    let e = clipper(DataType::Fp32, r#"{"input_batch": [[1, 2], [3]]}"#).unwrap_err();
+    assert_eq!(e.category(), Category::Shape);
+}

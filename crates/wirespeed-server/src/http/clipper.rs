@@ -1,0 +1,98 @@
+//! Clipper's query frontend: `POST /{app}/predict`, where the application
+//! is the model of the same name. `{"input": ...}` is one query and
+//! `{"input_batch": [...]}` one query per row; the answer is the model's
+//! first output for each. Clipper refused integer literals for float
+//! inputs; wirespeed takes them. Errors are Clipper's `{"error", "cause"}`.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use hyper::body::Incoming;
+use hyper::{Request, Response, StatusCode};
+use serde_json::json;
+use wirespeed_core::{Error, ErrorKind};
+use wirespeed_json::RequestDecoder;
+
+use super::body::{decode_json_body, discard_body};
+use super::response::{self, Body};
+use crate::{compute, AppState};
+
+/// `POST /{app}/predict`, answering errors in Clipper's own shape.
+pub(crate) async fn predict(
+    state: &AppState,
+    app: &str,
+    request: Request<Incoming>,
+) -> Response<Body> {
+    answer(state, app, request)
+        .await
+        .unwrap_or_else(|e| error(&e))
+}
+
+async fn answer(
+    state: &AppState,
+    app: &str,
+    request: Request<Incoming>,
+) -> Result<Response<Body>, Error> {
+    let (parts, mut body) = request.into_parts();
+    let limit = state.max_body_bytes as u64;
+    let model = match state.repository.get(app, None) {
+        Ok(model) => Arc::clone(model),
+        Err(e) => {
+            discard_body(&mut body, limit).await;
+            return Err(Error::new(
+                e.kind(),
+                format!("no application '{app}': {}", e.message()),
+            ));
+        }
+    };
+    let metadata = model.metadata();
+    let [input] = metadata.inputs.as_slice() else {
+        discard_body(&mut body, limit).await;
+        return Err(Error::invalid_input(format!(
+            "application '{app}' is model '{}', which has {} inputs; Clipper queries feed one",
+            metadata.name,
+            metadata.inputs.len()
+        )));
+    };
+    let decoder = RequestDecoder::clipper(
+        state.decode_options.clone(),
+        (input.name.clone(), input.datatype),
+    );
+    let (request, format) =
+        decode_json_body(&parts.headers, body, limit, decoder, &state.decode_options).await?;
+    let mut outputs = compute::run(&model, request.inputs, &[]).await?;
+    if outputs.is_empty() {
+        return Err(Error::internal(format!(
+            "model '{}' produced no output",
+            metadata.name
+        )));
+    }
+    let output = outputs.swap_remove(0);
+    let rows = output.shape.first().copied().unwrap_or(1) as u64;
+    let first_id = state.clipper_queries.fetch_add(rows, Ordering::Relaxed);
+    let mut out = Vec::new();
+    wirespeed_json::encode_clipper_response(&output, format, first_id, &mut out);
+    Ok(response::json(out))
+}
+
+/// Clipper's error body: a short title and the cause.
+fn error(e: &Error) -> Response<Body> {
+    let kind = e.kind();
+    if !kind.is_client_error() {
+        tracing::error!(error = %e, "request failed");
+    }
+    let title = match kind {
+        ErrorKind::MalformedRequest => "Json error",
+        ErrorKind::InvalidInput => "Invalid input",
+        ErrorKind::ModelNotFound | ErrorKind::VersionNotFound => "Application not found",
+        ErrorKind::PayloadTooLarge | ErrorKind::LimitExceeded => "Request too large",
+        ErrorKind::Internal => "Internal error",
+        _ => "Bad request",
+    };
+    let status =
+        StatusCode::from_u16(kind.http_status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    response::json_with_status(
+        status,
+        json!({ "error": title, "cause": e.public_message() }).to_string(),
+    )
+}

@@ -1,0 +1,127 @@
+//! TF Serving's REST API: `:predict` in the row (`instances`) and columnar
+//! (`inputs`) formats, model status and model metadata. Bodies go through
+//! the same incremental decoder as V2 (`RequestDecoder::tf_serving`); the
+//! model's input names and datatypes stand in for TF's signature.
+
+use std::sync::Arc;
+
+use hyper::body::Incoming;
+use hyper::{Request, Response};
+use serde_json::{json, Map, Value};
+use wirespeed_core::{DataType, Error, ErrorKind, TensorSpec};
+use wirespeed_json::RequestDecoder;
+
+use super::body::{decode_json_body, discard_body};
+use super::response::{self, Body};
+use super::router::ModelRef;
+use crate::{compute, AppState};
+
+/// `POST /v1/models/{name}[/versions/{v}|/labels/{l}]:predict`
+pub(crate) async fn predict(
+    state: &AppState,
+    target: ModelRef<'_>,
+    request: Request<Incoming>,
+) -> Result<Response<Body>, Error> {
+    let (parts, mut body) = request.into_parts();
+    let limit = state.max_body_bytes as u64;
+    let model = match state.repository.get(target.name, target.version) {
+        Ok(model) => Arc::clone(model),
+        Err(e) => {
+            discard_body(&mut body, limit).await;
+            return Err(e);
+        }
+    };
+    let specs: Vec<(String, DataType)> = model
+        .metadata()
+        .inputs
+        .iter()
+        .map(|s| (s.name.clone(), s.datatype))
+        .collect();
+    let decoder = RequestDecoder::tf_serving(state.decode_options.clone(), &specs);
+    let (request, format) =
+        decode_json_body(&parts.headers, body, limit, decoder, &state.decode_options).await?;
+    let outputs = compute::run(&model, request.inputs, &[]).await?;
+    let mut out = Vec::new();
+    wirespeed_json::encode_tf_response(&outputs, format, &mut out);
+    Ok(response::json(out))
+}
+
+/// `:classify` and `:regress` need TF's classification and regression
+/// signatures, which tree models do not have.
+pub(crate) fn other_verb(verb: &str) -> Error {
+    Error::new(
+        ErrorKind::Unsupported,
+        format!("':{verb}' is not supported; wirespeed serves TF Serving's ':predict'"),
+    )
+}
+
+/// `GET /v1/models/{name}[/versions/{v}]`: the served version is AVAILABLE.
+pub(crate) fn status(state: &AppState, target: ModelRef<'_>) -> Result<Response<Body>, Error> {
+    let model = state.repository.get(target.name, target.version)?;
+    let version = target.version.unwrap_or(&model.metadata().versions[0]);
+    Ok(response::json_value(&json!({
+        "model_version_status": [{
+            "version": version,
+            "state": "AVAILABLE",
+            "status": { "error_code": "OK", "error_message": "" },
+        }]
+    })))
+}
+
+/// `GET /v1/models/{name}[/versions/{v}]/metadata`: the model's inputs and
+/// outputs as a `serving_default` signature.
+pub(crate) fn metadata(state: &AppState, target: ModelRef<'_>) -> Result<Response<Body>, Error> {
+    let model = state.repository.get(target.name, target.version)?;
+    let m = model.metadata();
+    let tensors = |specs: &[TensorSpec]| -> Value {
+        let mut map = Map::new();
+        for spec in specs {
+            let dims: Vec<Value> = spec
+                .shape
+                .iter()
+                .map(|d| json!({ "size": d.to_string(), "name": "" }))
+                .collect();
+            map.insert(
+                spec.name.clone(),
+                json!({
+                    "dtype": tf_dtype(spec.datatype),
+                    "tensor_shape": { "dim": dims, "unknown_rank": false },
+                    "name": spec.name,
+                }),
+            );
+        }
+        Value::Object(map)
+    };
+    Ok(response::json_value(&json!({
+        "model_spec": {
+            "name": m.name,
+            "signature_name": "",
+            "version": target.version.unwrap_or(&m.versions[0]),
+        },
+        "metadata": { "signature_def": { "signature_def": { "serving_default": {
+            "inputs": tensors(&m.inputs),
+            "outputs": tensors(&m.outputs),
+            "method_name": "tensorflow/serving/predict",
+        }}}}
+    })))
+}
+
+/// TensorFlow's name for a datatype.
+fn tf_dtype(datatype: DataType) -> &'static str {
+    match datatype {
+        DataType::Bool => "DT_BOOL",
+        DataType::Uint8 => "DT_UINT8",
+        DataType::Uint16 => "DT_UINT16",
+        DataType::Uint32 => "DT_UINT32",
+        DataType::Uint64 => "DT_UINT64",
+        DataType::Int8 => "DT_INT8",
+        DataType::Int16 => "DT_INT16",
+        DataType::Int32 => "DT_INT32",
+        DataType::Int64 => "DT_INT64",
+        DataType::Fp16 => "DT_HALF",
+        DataType::Fp32 => "DT_FLOAT",
+        DataType::Fp64 => "DT_DOUBLE",
+        DataType::Bf16 => "DT_BFLOAT16",
+        DataType::Bytes => "DT_STRING",
+    }
+}

@@ -1,0 +1,162 @@
+"""TF Serving's REST API and Clipper's query frontend, driven with
+`requests` the way their users' scripts do, and checked against the V2
+answers for the same rows."""
+
+import base64
+import shutil
+
+import numpy as np
+import pytest
+import requests
+import tritonclient.http as httpclient
+
+from conftest import MODELS, RunningServer
+from test_binary_http import write_repo
+from titanic import features, load_params, passenger_rows
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    root = tmp_path_factory.mktemp("repo")
+    shutil.copytree(MODELS / "titanic", root / "titanic")
+    write_repo(root, "text", [("s", "BYTES", "[-1]")])
+    write_repo(root, "pair", [("a", "FP32", "[-1, 2]"), ("b", "INT64", "[-1]")])
+    running = RunningServer(root)
+    yield running
+    running.stop()
+
+
+@pytest.fixture(scope="module")
+def rows():
+    params = load_params()
+    return np.array([features(r, params) for r in passenger_rows()[:25]], dtype=np.float32)
+
+
+@pytest.fixture(scope="module")
+def v2(server, rows):
+    """The V2 answers for the same rows: the reference."""
+    client = httpclient.InferenceServerClient(url=server.address)
+    inp = httpclient.InferInput("features", list(rows.shape), "FP32")
+    inp.set_data_from_numpy(rows)
+    result = client.infer("titanic", [inp])
+    return result.as_numpy("probability"), result.as_numpy("margin")
+
+
+def url(server, path):
+    return f"http://{server.address}{path}"
+
+
+@pytest.mark.parametrize("path", ["/v1/models/titanic:predict", "/v1/models/titanic/versions/1:predict",
+                                  "/v1/models/titanic/labels/stable:predict"])
+def test_tf_row_format_matches_v2(server, rows, v2, path):
+    # json.dumps of float32 values widened to float64, as TF Serving clients send them.
+    answer = requests.post(url(server, path), json={"signature_name": "serving_default", "instances": rows.tolist()})
+    assert answer.status_code == 200, answer.text
+    predictions = answer.json()["predictions"]
+    assert len(predictions) == len(rows)
+    np.testing.assert_array_equal(np.array([p["probability"] for p in predictions], dtype=np.float32), v2[0])
+    np.testing.assert_array_equal(np.array([p["margin"] for p in predictions], dtype=np.float32), v2[1])
+
+
+def test_tf_named_instances_and_columnar_format_match_v2(server, rows, v2):
+    named = requests.post(url(server, "/v1/models/titanic:predict"),
+                          json={"instances": [{"features": r} for r in rows.tolist()]})
+    assert named.status_code == 200, named.text
+    np.testing.assert_array_equal(np.array([p["probability"] for p in named.json()["predictions"]], dtype=np.float32),
+                                  v2[0])
+    columnar = requests.post(url(server, "/v1/models/titanic:predict"), json={"inputs": rows.tolist()})
+    assert columnar.status_code == 200, columnar.text
+    outputs = columnar.json()["outputs"]
+    np.testing.assert_array_equal(np.array(outputs["probability"], dtype=np.float32), v2[0])
+    np.testing.assert_array_equal(np.array(outputs["margin"], dtype=np.float32), v2[1])
+
+
+def test_tf_several_inputs_and_b64(server):
+    pair = requests.post(url(server, "/v1/models/pair:predict"),
+                         json={"instances": [{"a": [1.5, 2], "b": 7}, {"b": -1, "a": [3, 4]}]})
+    assert pair.status_code == 200, pair.text
+    assert pair.json()["predictions"] == [{"a_out": [1.5, 2.0], "b_out": 7}, {"a_out": [3.0, 4.0], "b_out": -1}]
+    raw = bytes([0xFF, 0, 1])
+    text = requests.post(url(server, "/v1/models/text:predict"),
+                         json={"instances": [{"b64": base64.b64encode(raw).decode()}, "plain é"]})
+    assert text.status_code == 200, text.text
+    first, second = text.json()["predictions"]
+    assert base64.b64decode(first["b64"]) == raw
+    assert second == "plain é"
+
+
+def test_tf_status_and_metadata(server):
+    status = requests.get(url(server, "/v1/models/titanic"))
+    assert status.status_code == 200
+    assert status.json()["model_version_status"][0]["state"] == "AVAILABLE"
+    meta = requests.get(url(server, "/v1/models/titanic/versions/1/metadata")).json()
+    signature = meta["metadata"]["signature_def"]["signature_def"]["serving_default"]
+    features_spec = signature["inputs"]["features"]
+    assert features_spec["dtype"] == "DT_FLOAT"
+    assert [d["size"] for d in features_spec["tensor_shape"]["dim"]] == ["-1", "12"]
+    assert set(signature["outputs"]) == {"probability", "margin"}
+
+
+@pytest.mark.parametrize(
+    "method, path, body, status, needle",
+    [
+        ("POST", "/v1/models/nope:predict", {"instances": [[1]]}, 404, "nope"),
+        ("POST", "/v1/models/titanic:predict", {"instances": [[1] * 12, [1] * 11]}, 400, "rectangular"),
+        ("POST", "/v1/models/titanic:predict", {"instances": [[1] * 11]}, 400, "[1, 11]"),
+        ("POST", "/v1/models/titanic:predict", {"instances": [["a"] * 12]}, 400, "expected a number"),
+        ("POST", "/v1/models/titanic:predict", {"instance": [[1] * 12]}, 400, "neither 'instances' nor 'inputs'"),
+        ("POST", "/v1/models/titanic:classify", {"examples": []}, 400, ":classify"),
+        ("GET", "/v1/models/titanic:predict", None, 405, "takes POST"),
+        ("GET", "/v1/models/titanic/versions/9", None, 404, "version"),
+    ],
+)
+def test_tf_errors(server, method, path, body, status, needle):
+    answer = requests.request(method, url(server, path), json=body)
+    assert answer.status_code == status, answer.text
+    assert needle in answer.json()["error"]
+
+
+def test_tf_unknown_fields_are_ignored(server, rows, v2):
+    answer = requests.post(url(server, "/v1/models/titanic:predict"),
+                           json={"instances": rows.tolist(), "extra": {"deep": [1, {"x": None}]}})
+    assert answer.status_code == 200, answer.text
+
+
+def test_clipper_input_and_input_batch_match_v2(server, rows, v2):
+    one = requests.post(url(server, "/titanic/predict"), json={"input": rows[0].tolist()})
+    assert one.status_code == 200, one.text
+    body = one.json()
+    assert body["default"] is False and isinstance(body["query_id"], int)
+    assert np.float32(body["output"]) == v2[0][0]
+    batch = requests.post(url(server, "/titanic/predict"), json={"input_batch": rows.tolist()})
+    assert batch.status_code == 200, batch.text
+    predictions = batch.json()["batch_predictions"]
+    np.testing.assert_array_equal(np.array([p["output"] for p in predictions], dtype=np.float32), v2[0])
+    ids = [p["query_id"] for p in predictions]
+    assert ids == list(range(ids[0], ids[0] + len(rows)))
+
+
+def test_clipper_accepts_integer_literals_for_floats(server):
+    ints = requests.post(url(server, "/titanic/predict"), json={"input": [1, 0, 1, 0, 0, 0, 0, 0, 1, 0, 0, 0]})
+    floats = requests.post(url(server, "/titanic/predict"),
+                           json={"input": [1.0, 0.0, 1.0, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0]})
+    assert ints.status_code == 200, ints.text
+    assert ints.json()["output"] == floats.json()["output"]
+
+
+@pytest.mark.parametrize(
+    "path, body, status, needle",
+    [
+        ("/nope/predict", b'{"input": [1]}', 404, "no application 'nope'"),
+        ("/titanic/predict", b'{"input": [1, 2', 400, "ends"),
+        ("/titanic/predict", b'{"inputs": [1]}', 400, "neither 'input' nor 'input_batch'"),
+        ("/titanic/predict", b'{"input_batch": [[1, 2], [3]]}', 400, "rectangular"),
+        ("/pair/predict", b'{"input": [1, 2]}', 400, "2 inputs"),
+    ],
+)
+def test_clipper_errors(server, path, body, status, needle):
+    answer = requests.post(url(server, path), data=body, headers={"Content-Type": "application/json"})
+    assert answer.status_code == status, answer.text
+    error = answer.json()
+    assert set(error) == {"error", "cause"}
+    assert needle in error["cause"], error
