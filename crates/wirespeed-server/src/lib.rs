@@ -39,6 +39,9 @@ use std::time::Duration;
 
 use tokio::net::{TcpListener, UnixListener};
 
+/// The Open Inference Protocol's gRPC messages and a tonic client for them,
+/// generated from `proto/grpc_service.proto`.
+pub use grpc::pb as proto;
 pub use identity_model::IdentityModel;
 pub use repository::{ModelRepository, RepositoryError};
 pub use tree_model::TreeModel;

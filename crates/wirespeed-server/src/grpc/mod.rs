@@ -25,8 +25,8 @@ use wirespeed_core::{Error, Model};
 
 use crate::{compute, AppState};
 
-/// The messages and service generated from `proto/grpc_service.proto`.
-pub(crate) mod pb {
+/// The messages, client and service generated from `proto/grpc_service.proto`.
+pub mod pb {
     #![allow(missing_docs, unreachable_pub, clippy::all)]
     tonic::include_proto!("inference");
 }
@@ -40,6 +40,16 @@ const FILE_DESCRIPTOR_SET: &[u8] =
 /// Raw input bytes above this are converted on the blocking pool: copying
 /// them takes long enough to hold up other requests on the async worker.
 const OFFLOAD_RAW_BYTES: usize = 1 << 20;
+
+/// HTTP/2 flow-control windows. h2's default of 64 KiB makes a large
+/// tensor wait for a WINDOW_UPDATE round trip every 64 KiB; these let a
+/// few MiB arrive at once (and bound what one connection can buffer).
+const STREAM_WINDOW_BYTES: u32 = 4 << 20;
+const CONNECTION_WINDOW_BYTES: u32 = 8 << 20;
+
+/// The largest HTTP/2 frame clients may send: 512 KiB rather than h2's
+/// 16 KiB, so a large tensor arrives in a few frames rather than hundreds.
+const MAX_FRAME_BYTES: u32 = 512 << 10;
 
 /// Requests in flight on one ModelStreamInfer stream before reading pauses.
 const STREAM_BACKLOG: usize = 16;
@@ -275,6 +285,9 @@ pub(crate) async fn serve<I, IO, IE>(
         let _ = stopping_tx.send(true);
     };
     let server = tonic::transport::Server::builder()
+        .initial_stream_window_size(STREAM_WINDOW_BYTES)
+        .initial_connection_window_size(CONNECTION_WINDOW_BYTES)
+        .max_frame_size(MAX_FRAME_BYTES)
         .add_service(health_service)
         .add_service(v1)
         .add_service(v1alpha)
