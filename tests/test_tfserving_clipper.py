@@ -144,6 +144,12 @@ def test_clipper_accepts_integer_literals_for_floats(server):
     assert ints.json()["output"] == floats.json()["output"]
 
 
+def test_clipper_wrong_method_is_a_clipper_error(server):
+    answer = requests.get(url(server, "/titanic/predict"))
+    assert answer.status_code == 405
+    assert "takes POST" in answer.json()["cause"]
+
+
 @pytest.mark.parametrize(
     "path, body, status, needle",
     [

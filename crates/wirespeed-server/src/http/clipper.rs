@@ -76,7 +76,7 @@ async fn answer(
 }
 
 /// Clipper's error body: a short title and the cause.
-fn error(e: &Error) -> Response<Body> {
+pub(crate) fn error(e: &Error) -> Response<Body> {
     let kind = e.kind();
     if !kind.is_client_error() {
         tracing::error!(error = %e, "request failed");

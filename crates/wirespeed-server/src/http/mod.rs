@@ -125,6 +125,8 @@ async fn dispatch(state: &AppState, request: Request<Incoming>) -> Response<Body
         Ok(Route::TfPredict(model)) => tfserving::predict(state, model, request).await,
         Ok(Route::TfOtherVerb(verb)) => Err(tfserving::other_verb(verb)),
         Ok(Route::ClipperPredict(app)) => return clipper::predict(state, app, request).await,
+        // Clipper's clients expect Clipper's error shape, even for a wrong method.
+        Err(e) if router::is_clipper(uri.path()) => return clipper::error(&e),
         Err(e) => Err(e),
     };
     result.unwrap_or_else(|e| response::error(&e))

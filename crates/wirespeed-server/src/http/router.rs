@@ -59,7 +59,7 @@ pub(crate) fn route<'a>(method: &Method, path: &'a str) -> Result<Route<'a>, Err
         ["v2", "health", "ready"] => Some(Route::Ready),
         ["v2", "models", name, rest @ ..] if !name.is_empty() => model_route(name, rest),
         ["v1", "models", rest @ ..] => tf_route(rest),
-        [app, "predict"] if !app.is_empty() => Some(Route::ClipperPredict(app)),
+        [app, "predict"] if is_clipper(path) => Some(Route::ClipperPredict(app)),
         _ => None,
     };
     let Some(route) = found else {
@@ -92,6 +92,13 @@ fn model_route<'a>(name: &'a str, rest: &[&'a str]) -> Option<Route<'a>> {
         ["infer"] => Some(Route::Infer(model)),
         _ => None,
     }
+}
+
+/// Whether `path` is Clipper's `/{app}/predict` (an app may not be called
+/// `v1` or `v2`, whose paths belong to TF Serving and V2).
+pub(crate) fn is_clipper(path: &str) -> bool {
+    let segments: Vec<&str> = path.trim_end_matches('/').split('/').skip(1).collect();
+    matches!(segments.as_slice(), [app, "predict"] if !app.is_empty() && *app != "v1" && *app != "v2")
 }
 
 /// TF Serving's paths under `/v1/models/`; the verb rides on the last
