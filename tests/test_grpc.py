@@ -180,6 +180,19 @@ def test_bad_requests_get_invalid_argument(server, case, build, code, needle):
     assert stub.ServerLive(pb.ServerLiveRequest()).live
 
 
+def test_a_message_over_the_limit_is_refused(tmp_path):
+    small = RunningServer(MODELS, ["--max-body-bytes", "1000"], http="off")
+    try:
+        with grpcclient.InferenceServerClient(url=small.grpc_address) as client:
+            x = grpcclient.InferInput("features", [100, 12], "FP32")
+            x.set_data_from_numpy(np.zeros((100, 12), dtype=np.float32))
+            e = infer_error(client, "titanic", [x])
+            assert e.status() == "StatusCode.OUT_OF_RANGE" and "limit is: 1000 bytes" in e.message()
+            assert client.is_server_live()
+    finally:
+        small.stop()
+
+
 def test_an_unimplemented_rpc_is_unimplemented(server):
     pb, _ = raw_stub(server)
     channel = grpc.insecure_channel(server.grpc_address)
