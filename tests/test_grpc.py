@@ -181,7 +181,7 @@ def test_bad_requests_get_invalid_argument(server, case, build, code, needle):
 
 
 def test_a_message_over_the_limit_is_refused(tmp_path):
-    small = RunningServer(MODELS, ["--max-body-bytes", "1000"], http="off")
+    small = RunningServer(MODELS, ["--max-grpc-message-bytes", "1000"], http="off")
     try:
         with grpcclient.InferenceServerClient(url=small.grpc_address) as client:
             x = grpcclient.InferInput("features", [100, 12], "FP32")

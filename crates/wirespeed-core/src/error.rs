@@ -6,6 +6,15 @@
 
 use std::fmt;
 
+/// Whose fault an error is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fault {
+    /// The request was wrong: fix it before sending it again.
+    Client,
+    /// The server failed or was too busy: the same request may succeed later.
+    Server,
+}
+
 /// What went wrong, coarsely enough to pick a status code.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
@@ -30,15 +39,33 @@ pub enum ErrorKind {
     MethodNotAllowed,
     /// A feature of the protocol this server does not implement.
     Unsupported,
+    /// The request lacks the bearer token the server requires.
+    Unauthenticated,
+    /// The client took too long: a request body that stalled or ran past
+    /// its deadline, or a gRPC deadline that passed.
+    Timeout,
+    /// The model's queue is full: try again shortly. The client did nothing
+    /// wrong, but the server is not at fault either; it sheds load.
+    Overloaded,
     /// Our fault: a bug or a failed resource. Its message is never shown to
     /// the client.
     Internal,
 }
 
 impl ErrorKind {
-    /// Whether the client caused it (and so may be told exactly why).
+    /// Whether the client may be told exactly what went wrong: every kind
+    /// but [`ErrorKind::Internal`].
     pub const fn is_client_error(self) -> bool {
         !matches!(self, ErrorKind::Internal)
+    }
+
+    /// Whose fault it is: the client's, or the server's (a bug, or not
+    /// enough capacity). Only [`ErrorKind::Internal`] hides its message.
+    pub const fn fault(self) -> Fault {
+        match self {
+            ErrorKind::Internal | ErrorKind::Overloaded => Fault::Server,
+            _ => Fault::Client,
+        }
     }
 
     /// The HTTP status for this kind.
@@ -51,6 +78,9 @@ impl ErrorKind {
             ErrorKind::ModelNotFound | ErrorKind::VersionNotFound | ErrorKind::RouteNotFound => 404,
             ErrorKind::MethodNotAllowed => 405,
             ErrorKind::PayloadTooLarge => 413,
+            ErrorKind::Unauthenticated => 401,
+            ErrorKind::Timeout => 408,
+            ErrorKind::Overloaded => 503,
             ErrorKind::Internal => 500,
         }
     }
@@ -61,8 +91,10 @@ impl ErrorKind {
         match self {
             ErrorKind::MalformedRequest | ErrorKind::InvalidInput | ErrorKind::LimitExceeded => 3,
             ErrorKind::ModelNotFound | ErrorKind::VersionNotFound | ErrorKind::RouteNotFound => 5,
-            ErrorKind::PayloadTooLarge => 8,
+            ErrorKind::PayloadTooLarge | ErrorKind::Overloaded => 8,
             ErrorKind::MethodNotAllowed | ErrorKind::Unsupported => 12,
+            ErrorKind::Unauthenticated => 16,
+            ErrorKind::Timeout => 4,
             ErrorKind::Internal => 13,
         }
     }

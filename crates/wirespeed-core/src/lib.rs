@@ -26,7 +26,7 @@ pub mod raw;
 mod tensor;
 
 pub use datatype::{DataType, UnknownDataType};
-pub use error::{Error, ErrorKind};
+pub use error::{Error, ErrorKind, Fault};
 pub use half::{bf16, f16};
 pub use infer::{
     BinaryInput, InferRequest, InferResponse, ParameterValue, Parameters, RequestedOutput,

@@ -6,6 +6,9 @@
 pub struct DecodeOptions {
     /// Most tensor elements over all inputs of one request.
     pub max_elements: usize,
+    /// Most bytes of tensor data over all inputs of one request (elements
+    /// times their size; a BYTES element counts its length prefix, 4).
+    pub max_tensor_bytes: usize,
     /// Most bytes in one string: a BYTES element, a name, a key, a parameter.
     pub max_string_bytes: usize,
     /// Deepest nesting of arrays and objects.
@@ -26,6 +29,8 @@ impl Default for DecodeOptions {
         DecodeOptions {
             // A 64 MiB body holds at most 32 Mi numbers ("0,").
             max_elements: 32 << 20,
+            // The elements limit in FP64: no datatype decodes to more.
+            max_tensor_bytes: 256 << 20,
             max_string_bytes: 16 << 20,
             max_depth: 64,
             max_inputs: 1024,

@@ -9,6 +9,7 @@ use crate::model_config::ModelConfig;
 /// A model whose outputs echo its inputs, pairwise in declaration order.
 pub struct IdentityModel {
     metadata: ModelMetadata,
+    delay: std::time::Duration,
 }
 
 impl IdentityModel {
@@ -52,6 +53,7 @@ impl IdentityModel {
                 inputs,
                 outputs,
             },
+            delay: std::time::Duration::from_millis(config.delay_ms.unwrap_or(0)),
         })
     }
 }
@@ -62,6 +64,9 @@ impl Model for IdentityModel {
     }
 
     fn infer(&self, inputs: &[Tensor], outputs: &[usize]) -> Result<Vec<Tensor>, Error> {
+        if !self.delay.is_zero() {
+            std::thread::sleep(self.delay);
+        }
         outputs
             .iter()
             .map(|&index| {

@@ -25,8 +25,10 @@ mod compute;
 mod grpc;
 mod http;
 mod identity_model;
+mod listen;
 pub mod model_config;
 mod repository;
+mod tls;
 mod tree_model;
 mod uds;
 
@@ -45,6 +47,7 @@ pub use grpc::pb as proto;
 pub use identity_model::IdentityModel;
 pub use repository::{ModelRepository, RepositoryError};
 pub use tree_model::TreeModel;
+pub use wirespeed_json::DecodeOptions;
 
 /// The protocol extensions this server implements, as server metadata
 /// lists them on REST and gRPC.
@@ -63,12 +66,66 @@ pub struct ServerConfig {
     pub grpc_addr: Option<SocketAddr>,
     /// Where the gRPC API listens on a Unix socket, if it does.
     pub grpc_uds: Option<PathBuf>,
-    /// The largest request body (REST) or message (gRPC) accepted, in bytes.
-    pub max_body_bytes: usize,
+    /// Sizes, counts and timeouts.
+    pub limits: Limits,
     /// How long shutdown waits for open requests to finish.
     pub drain_timeout: Duration,
     /// Limits of the request decoders.
     pub decode_options: wirespeed_json::DecodeOptions,
+    /// The bearer token every request but health checks must carry.
+    pub auth_token: Option<String>,
+    /// TLS for every listener, from PEM files.
+    pub tls: Option<TlsFiles>,
+}
+
+/// A certificate chain and its private key, as PEM files.
+#[derive(Debug, Clone)]
+pub struct TlsFiles {
+    /// The certificate chain, leaf first.
+    pub cert: PathBuf,
+    /// The private key (PKCS#8, PKCS#1 or SEC1).
+    pub key: PathBuf,
+}
+
+/// Sizes, counts and timeouts that keep one client from taking more than
+/// its share. `docs/limits.md` gives the reason for each default.
+#[derive(Debug, Clone)]
+pub struct Limits {
+    /// The largest REST request body, in bytes.
+    pub max_body_bytes: usize,
+    /// The largest gRPC message, in bytes.
+    pub max_grpc_message_bytes: usize,
+    /// The most bytes of request headers (HTTP/1: the whole head).
+    pub max_header_bytes: usize,
+    /// The most request headers (HTTP/1).
+    pub max_headers: usize,
+    /// The most open connections over all listeners.
+    pub max_connections: usize,
+    /// Time to receive a request's headers (HTTP/1; also how long an idle
+    /// keep-alive connection may wait before its next request starts).
+    pub header_timeout: Duration,
+    /// The longest pause between two pieces of a request body.
+    pub body_timeout: Duration,
+    /// Time to receive a whole request body.
+    pub request_timeout: Duration,
+    /// How long a connection with nothing in flight may stay silent.
+    pub keep_alive_timeout: Duration,
+}
+
+impl Default for Limits {
+    fn default() -> Limits {
+        Limits {
+            max_body_bytes: 64 << 20,
+            max_grpc_message_bytes: 64 << 20,
+            max_header_bytes: 64 << 10,
+            max_headers: 100,
+            max_connections: 4096,
+            header_timeout: Duration::from_secs(10),
+            body_timeout: Duration::from_secs(10),
+            request_timeout: Duration::from_secs(60),
+            keep_alive_timeout: Duration::from_secs(60),
+        }
+    }
 }
 
 impl Default for ServerConfig {
@@ -79,12 +136,14 @@ impl Default for ServerConfig {
             http_uds: None,
             grpc_addr: Some(SocketAddr::from(([127, 0, 0, 1], 8001))),
             grpc_uds: None,
-            max_body_bytes: 64 * 1024 * 1024,
+            limits: Limits::default(),
             drain_timeout: Duration::from_secs(10),
             decode_options: wirespeed_json::DecodeOptions {
                 threads: std::thread::available_parallelism().map_or(1, |n| n.get()),
                 ..wirespeed_json::DecodeOptions::default()
             },
+            auth_token: None,
+            tls: None,
         }
     }
 }
@@ -108,6 +167,9 @@ pub enum StartError {
     /// Every listener is turned off.
     #[error("nothing to listen on: give at least one of --http, --grpc, --http-uds, --grpc-uds")]
     NoListener,
+    /// The TLS certificate or key could not be used.
+    #[error("cannot set up TLS: {0}")]
+    Tls(String),
 }
 
 impl From<RepositoryError> for StartError {
@@ -128,8 +190,12 @@ fn bind_hint(e: &std::io::Error, flag: &str) -> String {
 pub(crate) struct AppState {
     pub(crate) repository: ModelRepository,
     pub(crate) ready: AtomicBool,
-    pub(crate) max_body_bytes: usize,
+    pub(crate) limits: Limits,
     pub(crate) decode_options: wirespeed_json::DecodeOptions,
+    /// The bearer token, when requests must carry one.
+    pub(crate) auth_token: Option<String>,
+    /// Numbers requests for error messages and the log.
+    pub(crate) request_ids: std::sync::atomic::AtomicU64,
     /// Clipper's query ids, counted from server start.
     pub(crate) clipper_queries: std::sync::atomic::AtomicU64,
 }
@@ -140,6 +206,7 @@ pub struct Server {
     http_uds: Option<(UnixListener, PathBuf)>,
     grpc_tcp: Option<TcpListener>,
     grpc_uds: Option<(UnixListener, PathBuf)>,
+    tls: Option<tokio_rustls::TlsAcceptor>,
     state: Arc<AppState>,
     drain_timeout: Duration,
 }
@@ -174,6 +241,7 @@ impl Server {
         {
             return Err(StartError::NoListener);
         }
+        let tls = config.tls.as_ref().map(tls::acceptor).transpose()?;
         let repository = ModelRepository::load(&config.models_dir)?;
         let http_tcp = match config.http_addr {
             Some(addr) => Some(bind_tcp("--http", addr).await?),
@@ -198,11 +266,14 @@ impl Server {
             http_uds,
             grpc_tcp,
             grpc_uds,
+            tls,
             state: Arc::new(AppState {
                 repository,
                 ready: AtomicBool::new(true),
-                max_body_bytes: config.max_body_bytes,
+                limits: config.limits.clone(),
                 decode_options: config.decode_options.clone(),
+                auth_token: config.auth_token.clone(),
+                request_ids: std::sync::atomic::AtomicU64::new(1),
                 clipper_queries: std::sync::atomic::AtomicU64::new(0),
             }),
             drain_timeout: config.drain_timeout,
@@ -220,55 +291,72 @@ impl Server {
     }
 
     /// Serves every listener until `shutdown` resolves. Then readiness turns
-    /// false, the listeners close, and open requests get up to the drain
-    /// timeout to finish. Unix socket files are removed at the end.
+    /// false (and gRPC health NOT_SERVING), the listeners close, open
+    /// connections finish their requests within the drain timeout, and Unix
+    /// socket files are removed.
     pub async fn serve(self, shutdown: impl Future<Output = ()>) {
-        let (stop, stopped) = tokio::sync::watch::channel(false);
-        let signal = |mut stopped: tokio::sync::watch::Receiver<bool>| async move {
-            let _ = stopped.wait_for(|&s| s).await;
-        };
+        let scheme = if self.tls.is_some() { "s" } else { "" };
         if let Some(addr) = self.http_addr() {
-            tracing::info!("listening on http://{addr}");
+            tracing::info!("listening on http{scheme}://{addr}");
         }
         if let Some(addr) = self.grpc_addr() {
-            tracing::info!("listening on grpc://{addr}");
+            tracing::info!("listening on grpc{scheme}://{addr}");
         }
-        let drain = self.drain_timeout;
         let state = self.state;
+        let limits = state.limits.clone();
+        let (stop, stopping) = tokio::sync::watch::channel(false);
+        let shared = Arc::new(listen::Shared {
+            connections: Arc::new(tokio::sync::Semaphore::new(limits.max_connections)),
+            stopping,
+            tls: self.tls,
+            keep_alive: limits.keep_alive_timeout,
+            header_timeout: limits.header_timeout,
+        });
+        let rest = Arc::new(listen::builder(listen::Protocol::Rest, &limits));
+        let grpc = Arc::new(listen::builder(listen::Protocol::Grpc, &limits));
+        let (grpc_service, health) = grpc::service(Arc::clone(&state)).await;
         let mut sockets = Vec::new();
-        let http_tcp = self
-            .http_tcp
-            .map(|l| http::serve(l, Arc::clone(&state), drain, signal(stopped.clone())));
+        let http_tcp = self.http_tcp.map(|l| {
+            listen::serve(
+                l,
+                Arc::clone(&rest),
+                http::service(Arc::clone(&state)),
+                Arc::clone(&shared),
+            )
+        });
         let http_uds = self.http_uds.map(|(l, path)| {
-            tracing::info!("listening on http+unix://{}", path.display());
+            tracing::info!("listening on http{scheme}+unix://{}", path.display());
             sockets.push(path);
-            http::serve(l, Arc::clone(&state), drain, signal(stopped.clone()))
+            listen::serve(
+                l,
+                Arc::clone(&rest),
+                http::service(Arc::clone(&state)),
+                Arc::clone(&shared),
+            )
         });
         let grpc_tcp = self.grpc_tcp.map(|l| {
-            let incoming = tonic::transport::server::TcpIncoming::from(l).with_nodelay(Some(true));
-            grpc::serve(
-                incoming,
-                Arc::clone(&state),
-                state.max_body_bytes,
-                drain,
-                signal(stopped.clone()),
+            listen::serve(
+                l,
+                Arc::clone(&grpc),
+                grpc_service.factory(),
+                Arc::clone(&shared),
             )
         });
         let grpc_uds = self.grpc_uds.map(|(l, path)| {
-            tracing::info!("listening on grpc+unix://{}", path.display());
+            tracing::info!("listening on grpc{scheme}+unix://{}", path.display());
             sockets.push(path);
-            let incoming = tokio_stream::wrappers::UnixListenerStream::new(l);
-            grpc::serve(
-                incoming,
-                Arc::clone(&state),
-                state.max_body_bytes,
-                drain,
-                signal(stopped.clone()),
+            listen::serve(
+                l,
+                Arc::clone(&grpc),
+                grpc_service.factory(),
+                Arc::clone(&shared),
             )
         });
+        let drain = self.drain_timeout;
         let on_signal = async {
             shutdown.await;
             state.ready.store(false, Ordering::Release);
+            grpc::not_serving(&health).await;
             tracing::info!(
                 "shutting down: draining open requests for up to {:?}",
                 drain
@@ -282,10 +370,23 @@ impl Server {
             maybe(grpc_tcp),
             maybe(grpc_uds),
         );
+        // Every connection holds a permit; all back means all closed.
+        let all = u32::try_from(limits.max_connections).unwrap_or(u32::MAX);
+        if tokio::time::timeout(drain, shared.connections.acquire_many(all))
+            .await
+            .is_err()
+        {
+            tracing::warn!("drain deadline passed; closing remaining connections");
+        }
         for path in sockets {
             let _ = std::fs::remove_file(path);
         }
     }
+}
+
+/// Compares two secrets in time that depends on their lengths only.
+pub(crate) fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
 async fn maybe(future: Option<impl Future<Output = ()>>) {

@@ -22,6 +22,19 @@ pub struct ModelConfig {
     pub inputs: Vec<TensorConfig>,
     /// The outputs clients may ask for.
     pub outputs: Vec<OutputConfig>,
+    /// Requests computed at once; the server's cores unless set.
+    #[serde(default)]
+    pub max_concurrency: Option<usize>,
+    /// Requests that may wait for a turn; more are refused at once with
+    /// 503 (REST) or RESOURCE_EXHAUSTED (gRPC). 64 per unit of concurrency
+    /// unless set.
+    #[serde(default)]
+    pub max_queue: Option<usize>,
+    /// Identity models only: milliseconds each inference takes, to test and
+    /// measure what the server does when a model is slow (overload,
+    /// draining).
+    #[serde(default)]
+    pub delay_ms: Option<u64>,
 }
 
 /// The runtimes a model can be served by.

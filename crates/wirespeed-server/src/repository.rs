@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use wirespeed_core::{Error, ErrorKind, Model};
 
+use crate::compute::Gate;
 use crate::identity_model::IdentityModel;
 use crate::model_config::{Backend, ModelConfig};
 use crate::tree_model::TreeModel;
@@ -14,6 +15,7 @@ use crate::tree_model::TreeModel;
 /// Every model the server serves, by name.
 pub struct ModelRepository {
     models: BTreeMap<String, Arc<dyn Model>>,
+    gates: BTreeMap<String, Gate>,
 }
 
 /// Why the repository could not be loaded; names the folder at fault.
@@ -55,6 +57,7 @@ impl ModelRepository {
         folders.sort();
 
         let mut models: BTreeMap<String, Arc<dyn Model>> = BTreeMap::new();
+        let mut gates = BTreeMap::new();
         for folder in folders {
             let name = folder
                 .file_name()
@@ -75,6 +78,23 @@ impl ModelRepository {
                 ));
             }
             let config = ModelConfig::load(&config_path).map_err(|m| error(&config_path, m))?;
+            if config.delay_ms.is_some() && config.backend != Backend::Identity {
+                return Err(error(
+                    &config_path,
+                    "delay_ms is for identity models only".into(),
+                ));
+            }
+            let concurrency = config
+                .max_concurrency
+                .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+            if concurrency == 0 {
+                return Err(error(
+                    &config_path,
+                    "max_concurrency must be at least 1".into(),
+                ));
+            }
+            let queue = config.max_queue.unwrap_or(64 * concurrency);
+            gates.insert(name.clone(), Gate::new(&name, concurrency, queue));
             let model: Arc<dyn Model> = match config.backend {
                 Backend::Xgboost => {
                     let model =
@@ -106,7 +126,12 @@ impl ModelRepository {
                 "contains no models; each model is a folder with a config.toml".into(),
             ));
         }
-        Ok(ModelRepository { models })
+        Ok(ModelRepository { models, gates })
+    }
+
+    /// The admission gate in front of model `name`'s compute.
+    pub(crate) fn gate(&self, name: &str) -> Option<&Gate> {
+        self.gates.get(name)
     }
 
     /// The models, by name.

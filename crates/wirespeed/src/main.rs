@@ -6,11 +6,12 @@ use std::io::IsTerminal;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::time::Duration;
 
 use anyhow::Context;
 use clap::{Args, Parser, Subcommand};
 use tracing_subscriber::EnvFilter;
-use wirespeed_server::{ModelRepository, Server, ServerConfig};
+use wirespeed_server::{DecodeOptions, Limits, ModelRepository, Server, ServerConfig, TlsFiles};
 
 /// A model server whose request path runs at wire speed.
 #[derive(Parser)]
@@ -23,7 +24,7 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Serve a model repository over the Open Inference Protocol (KServe V2), REST and gRPC.
-    Serve(ServeArgs),
+    Serve(Box<ServeArgs>),
     /// Predict rows from a CSV file with a tree model, offline, and print one line per row.
     Predict(predict::PredictArgs),
 }
@@ -57,13 +58,92 @@ struct ServeArgs {
     #[arg(long, env = "WIRESPEED_LOG_LEVEL", default_value = "info")]
     log_level: String,
 
-    /// The largest request body (REST) or message (gRPC) accepted, in bytes.
-    #[arg(long, env = "WIRESPEED_MAX_BODY_BYTES", default_value_t = 64 * 1024 * 1024)]
+    /// The largest REST request body, in bytes (Triton's default).
+    #[arg(long, env = "WIRESPEED_MAX_BODY_BYTES", default_value_t = 64 << 20)]
     max_body_bytes: usize,
+
+    /// The largest gRPC message, in bytes.
+    #[arg(long, env = "WIRESPEED_MAX_GRPC_MESSAGE_BYTES", default_value_t = 64 << 20)]
+    max_grpc_message_bytes: usize,
+
+    /// The most bytes of a request's headers.
+    #[arg(long, env = "WIRESPEED_MAX_HEADER_BYTES", default_value_t = 64 << 10)]
+    max_header_bytes: usize,
+
+    /// The most headers in a request (HTTP/1).
+    #[arg(long, env = "WIRESPEED_MAX_HEADERS", default_value_t = 100)]
+    max_headers: usize,
+
+    /// The most open connections over all listeners; more wait to be accepted.
+    #[arg(long, env = "WIRESPEED_MAX_CONNECTIONS", default_value_t = 4096)]
+    max_connections: usize,
+
+    /// The most tensor elements in one request, over all inputs.
+    #[arg(long, env = "WIRESPEED_MAX_ELEMENTS", default_value_t = 32 << 20)]
+    max_elements: usize,
+
+    /// The most bytes of tensor data one request may decode to.
+    #[arg(long, env = "WIRESPEED_MAX_TENSOR_BYTES", default_value_t = 256 << 20)]
+    max_tensor_bytes: usize,
+
+    /// The most inputs in one request.
+    #[arg(long, env = "WIRESPEED_MAX_INPUTS", default_value_t = 1024)]
+    max_inputs: usize,
+
+    /// The most bytes in one string: a BYTES element, a name, a key.
+    #[arg(long, env = "WIRESPEED_MAX_STRING_BYTES", default_value_t = 16 << 20)]
+    max_string_bytes: usize,
+
+    /// The deepest JSON nesting.
+    #[arg(long, env = "WIRESPEED_MAX_DEPTH", default_value_t = 64)]
+    max_depth: usize,
+
+    /// Seconds to receive a request's headers; on HTTP/1 also how long an
+    /// idle keep-alive connection waits for its next request.
+    #[arg(long, env = "WIRESPEED_HEADER_TIMEOUT", default_value = "10", value_parser = seconds)]
+    header_timeout: Duration,
+
+    /// The longest pause, in seconds, between two pieces of a request body.
+    #[arg(long, env = "WIRESPEED_BODY_TIMEOUT", default_value = "10", value_parser = seconds)]
+    body_timeout: Duration,
+
+    /// Seconds to receive a whole request body.
+    #[arg(long, env = "WIRESPEED_REQUEST_TIMEOUT", default_value = "60", value_parser = seconds)]
+    request_timeout: Duration,
+
+    /// Seconds a connection with nothing in flight may stay silent.
+    #[arg(long, env = "WIRESPEED_KEEP_ALIVE_TIMEOUT", default_value = "60", value_parser = seconds)]
+    keep_alive_timeout: Duration,
+
+    /// Seconds shutdown waits for open requests; a second signal exits at once.
+    #[arg(long, env = "WIRESPEED_DRAIN_TIMEOUT", default_value = "10", value_parser = seconds)]
+    drain_timeout: Duration,
+
+    /// A file holding the bearer token every request but health checks must
+    /// carry (`Authorization: Bearer <token>`).
+    #[arg(long, env = "WIRESPEED_AUTH_TOKEN_FILE")]
+    auth_token_file: Option<PathBuf>,
+
+    /// A PEM certificate chain: serve every listener over TLS (with --tls-key).
+    #[arg(long, env = "WIRESPEED_TLS_CERT", requires = "tls_key")]
+    tls_cert: Option<PathBuf>,
+
+    /// The PEM private key of --tls-cert.
+    #[arg(long, env = "WIRESPEED_TLS_KEY", requires = "tls_cert")]
+    tls_key: Option<PathBuf>,
 
     /// Validate the model repository, print what it serves, and exit.
     #[arg(long, env = "WIRESPEED_CHECK")]
     check: bool,
+}
+
+/// A duration given in (possibly fractional) seconds.
+fn seconds(text: &str) -> Result<Duration, String> {
+    text.parse::<f64>()
+        .ok()
+        .and_then(|s| Duration::try_from_secs_f64(s).ok())
+        .filter(|d| !d.is_zero())
+        .ok_or_else(|| format!("'{text}' is not a positive number of seconds"))
 }
 
 /// A TCP address to listen on, or `off`.
@@ -86,7 +166,7 @@ impl std::str::FromStr for Listen {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
-        Command::Serve(args) => serve(args),
+        Command::Serve(args) => serve(*args),
         Command::Predict(args) => predict::run(&args),
     };
     match result {
@@ -121,14 +201,52 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
         return Ok(());
     }
 
+    let auth_token = match &args.auth_token_file {
+        Some(path) => {
+            let text = std::fs::read_to_string(path)
+                .with_context(|| format!("cannot read --auth-token-file {}", path.display()))?;
+            let token = text.trim().to_owned();
+            anyhow::ensure!(
+                !token.is_empty(),
+                "--auth-token-file {} is empty",
+                path.display()
+            );
+            Some(token)
+        }
+        None => None,
+    };
+    let defaults = ServerConfig::default();
     let config = ServerConfig {
         models_dir: args.models,
         http_addr: args.http.0,
         grpc_addr: args.grpc.0,
         http_uds: args.http_uds,
         grpc_uds: args.grpc_uds,
-        max_body_bytes: args.max_body_bytes,
-        ..ServerConfig::default()
+        limits: Limits {
+            max_body_bytes: args.max_body_bytes,
+            max_grpc_message_bytes: args.max_grpc_message_bytes,
+            max_header_bytes: args.max_header_bytes,
+            max_headers: args.max_headers,
+            max_connections: args.max_connections,
+            header_timeout: args.header_timeout,
+            body_timeout: args.body_timeout,
+            request_timeout: args.request_timeout,
+            keep_alive_timeout: args.keep_alive_timeout,
+        },
+        drain_timeout: args.drain_timeout,
+        decode_options: DecodeOptions {
+            max_elements: args.max_elements,
+            max_tensor_bytes: args.max_tensor_bytes,
+            max_inputs: args.max_inputs,
+            max_string_bytes: args.max_string_bytes,
+            max_depth: args.max_depth,
+            ..defaults.decode_options
+        },
+        auth_token,
+        tls: args
+            .tls_cert
+            .zip(args.tls_key)
+            .map(|(cert, key)| TlsFiles { cert, key }),
     };
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -155,5 +273,14 @@ fn shutdown_signal() -> anyhow::Result<impl std::future::Future<Output = ()>> {
             _ = interrupt.recv() => tracing::info!("SIGINT received"),
             _ = terminate.recv() => tracing::info!("SIGTERM received"),
         }
+        // A second signal means: stop now, without draining.
+        tokio::spawn(async move {
+            tokio::select! {
+                _ = interrupt.recv() => {}
+                _ = terminate.recv() => {}
+            }
+            tracing::warn!("second signal: exiting without draining");
+            std::process::exit(130);
+        });
     })
 }

@@ -222,6 +222,7 @@ struct RequestState {
     output_seen: u16,
     seen: u16,
     elements: usize,
+    tensor_bytes: usize,
 }
 
 struct InputState {

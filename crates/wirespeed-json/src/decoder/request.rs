@@ -209,7 +209,7 @@ impl RequestDecoder {
         shape: Vec<usize>,
         at: u64,
     ) -> Result<TensorBuilder, DecodeError> {
-        let count = self.count_elements(name, &shape, at)?;
+        let count = self.count_elements(name, datatype, &shape, at)?;
         // Each element takes at least two bytes of JSON ("0,").
         let room = match self.body_len {
             Some(len) => (len.saturating_sub(at) / 2 + 1) as usize,
@@ -222,6 +222,7 @@ impl RequestDecoder {
     fn count_elements(
         &mut self,
         name: Option<&str>,
+        datatype: DataType,
         shape: &[usize],
         at: u64,
     ) -> Result<usize, DecodeError> {
@@ -241,7 +242,20 @@ impl RequestDecoder {
                 self.options.max_elements
             )));
         }
+        let size = datatype.element_size().unwrap_or(4);
+        let bytes = self
+            .request
+            .tensor_bytes
+            .saturating_add(count.saturating_mul(size));
+        if bytes > self.options.max_tensor_bytes {
+            return Err(limit(format!(
+                "shape {} of {datatype} would bring the request to {bytes} bytes of tensor data, over the limit of {}",
+                format_shape(shape),
+                self.options.max_tensor_bytes
+            )));
+        }
         self.request.elements = total;
+        self.request.tensor_bytes = bytes;
         Ok(count)
     }
 
@@ -516,7 +530,7 @@ impl RequestDecoder {
                 }
                 // Counted against the element limit now, allocated by the
                 // reader of the binary part once its size is checked.
-                self.count_elements(Some(&name), &shape, at)?;
+                self.count_elements(Some(&name), datatype, &shape, at)?;
                 let data = TensorData::with_capacity(datatype, 0);
                 let index = self.request.finished_inputs.len();
                 self.request

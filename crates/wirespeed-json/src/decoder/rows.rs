@@ -118,7 +118,7 @@ impl RequestDecoder {
             Some(len) => (len.saturating_sub(at) / 2 + 1) as usize,
             None => super::DEFAULT_RESERVE,
         };
-        let limit = self.options.max_elements;
+        let (elements, bytes) = (self.options.max_elements, self.options.max_tensor_bytes);
         let named = self.named_mut();
         if named.format.is_some() {
             let both = match named.dialect {
@@ -130,6 +130,10 @@ impl RequestDecoder {
         named.format = Some(format);
         let share = room / named.inputs.len().max(1);
         for input in &mut named.inputs {
+            // Each input alone within both limits (their shapes are not
+            // known until the data ends).
+            let size = input.datatype.element_size().unwrap_or(4);
+            let limit = elements.min(bytes / size);
             input.builder = Some(TensorBuilder::inferred(input.datatype, limit, share));
         }
         Ok(())

@@ -48,6 +48,7 @@ pub(crate) fn request(
     }
     let mut raw_contents = message.raw_input_contents.into_iter();
     let mut elements = 0usize;
+    let mut tensor_bytes = 0usize;
     let mut inputs = Vec::with_capacity(message.inputs.len());
     for input in message.inputs {
         let name = input.name;
@@ -76,6 +77,17 @@ pub(crate) fn request(
                 )
             })?;
         elements += count;
+        tensor_bytes =
+            tensor_bytes.saturating_add(count.saturating_mul(datatype.element_size().unwrap_or(4)));
+        if tensor_bytes > limits.max_tensor_bytes {
+            return Err(Error::new(
+                ErrorKind::LimitExceeded,
+                format!(
+                    "input '{name}': shape {:?} of {datatype} brings the request to {tensor_bytes} bytes of tensor data, over the limit of {}",
+                    input.shape, limits.max_tensor_bytes
+                ),
+            ));
+        }
         let data = match (raw_contents.next(), input.contents) {
             (Some(_), Some(_)) => {
                 return Err(input_error(

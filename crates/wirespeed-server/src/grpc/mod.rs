@@ -13,16 +13,15 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::Duration;
 
-use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tokio_stream::{Stream, StreamExt};
-use tonic::transport::server::Connected;
 use tonic::{Code, Request, Response, Status, Streaming};
-use wirespeed_core::{Error, Model};
+use tonic_health::server::HealthReporter;
+use wirespeed_core::{Error, ErrorKind, Model};
 
+use crate::listen::Activity;
 use crate::{compute, AppState};
 
 /// The messages, client and service generated from `proto/grpc_service.proto`.
@@ -41,16 +40,6 @@ const FILE_DESCRIPTOR_SET: &[u8] =
 /// them takes long enough to hold up other requests on the async worker.
 const OFFLOAD_RAW_BYTES: usize = 1 << 20;
 
-/// HTTP/2 flow-control windows. h2's default of 64 KiB makes a large
-/// tensor wait for a WINDOW_UPDATE round trip every 64 KiB; these let a
-/// few MiB arrive at once (and bound what one connection can buffer).
-const STREAM_WINDOW_BYTES: u32 = 4 << 20;
-const CONNECTION_WINDOW_BYTES: u32 = 8 << 20;
-
-/// The largest HTTP/2 frame clients may send: 512 KiB rather than h2's
-/// 16 KiB, so a large tensor arrives in a few frames rather than hundreds.
-const MAX_FRAME_BYTES: u32 = 512 << 10;
-
 /// Requests in flight on one ModelStreamInfer stream before reading pauses.
 const STREAM_BACKLOG: usize = 16;
 
@@ -62,6 +51,23 @@ fn status(error: &Error) -> Status {
         tracing::error!(error = %error, "gRPC request failed");
     }
     Status::new(Code::from_i32(kind.grpc_code()), error.public_message())
+}
+
+/// The client's deadline, from the `grpc-timeout` header: up to eight
+/// digits and a unit (H, M, S, m, u, n).
+fn deadline(metadata: &tonic::metadata::MetadataMap) -> Option<std::time::Duration> {
+    let text = metadata.get("grpc-timeout")?.to_str().ok()?;
+    let (digits, unit) = text.split_at(text.len().checked_sub(1)?);
+    let n: u64 = digits.parse().ok()?;
+    Some(match unit {
+        "H" => std::time::Duration::from_secs(n.saturating_mul(3600)),
+        "M" => std::time::Duration::from_secs(n.saturating_mul(60)),
+        "S" => std::time::Duration::from_secs(n),
+        "m" => std::time::Duration::from_millis(n),
+        "u" => std::time::Duration::from_micros(n),
+        "n" => std::time::Duration::from_nanos(n),
+        _ => return None,
+    })
 }
 
 /// The protocol's empty version means the served one.
@@ -90,7 +96,7 @@ impl Inference {
         } else {
             convert::request(message, &self.state.decode_options)?
         };
-        let outputs = compute::run(&model, request.inputs, &request.outputs).await?;
+        let outputs = compute::run(&self.state, &model, request.inputs, &request.outputs).await?;
         let metadata = model.metadata();
         let served = version(&requested_version).unwrap_or(&metadata.versions[0]);
         Ok(convert::response(
@@ -183,10 +189,20 @@ impl GrpcInferenceService for Inference {
         &self,
         request: Request<pb::ModelInferRequest>,
     ) -> Result<Response<pb::ModelInferResponse>, Status> {
-        self.infer(request.into_inner())
-            .await
-            .map(Response::new)
-            .map_err(|e| status(&e))
+        let deadline = deadline(request.metadata());
+        let answer = self.infer(request.into_inner());
+        let answer = match deadline {
+            Some(after) => tokio::time::timeout(after, answer)
+                .await
+                .unwrap_or_else(|_| {
+                    Err(Error::new(
+                        ErrorKind::Timeout,
+                        format!("the client's deadline of {after:?} passed before the answer"),
+                    ))
+                }),
+            None => answer.await,
+        };
+        answer.map(Response::new).map_err(|e| status(&e))
     }
 
     type ModelStreamInferStream =
@@ -239,20 +255,28 @@ impl GrpcInferenceService for Inference {
     }
 }
 
-/// Serves the gRPC services on the connections `incoming` yields until
-/// `shutdown` resolves; then reports NOT_SERVING, stops accepting, and
-/// waits up to `drain` for open calls.
-pub(crate) async fn serve<I, IO, IE>(
-    incoming: I,
+/// The gRPC routes shared by every connection.
+pub(crate) struct GrpcRoutes {
+    routes: tonic::service::Routes,
     state: Arc<AppState>,
-    max_message_bytes: usize,
-    drain: Duration,
-    shutdown: impl Future<Output = ()>,
-) where
-    I: Stream<Item = Result<IO, IE>>,
-    IO: AsyncRead + AsyncWrite + Connected + Unpin + Send + 'static,
-    IE: Into<Box<dyn std::error::Error + Send + Sync>>,
-{
+}
+
+impl GrpcRoutes {
+    /// Makes the gRPC service for each new connection.
+    pub(crate) fn factory(&self) -> impl Fn(Arc<Activity>) -> GrpcService {
+        let routes = self.routes.clone();
+        let state = Arc::clone(&self.state);
+        move |activity| GrpcService {
+            routes: routes.clone(),
+            state: Arc::clone(&state),
+            activity,
+        }
+    }
+}
+
+/// Builds the inference, health and reflection services, with health
+/// SERVING until [`not_serving`].
+pub(crate) async fn service(state: Arc<AppState>) -> (GrpcRoutes, HealthReporter) {
     let (health, health_service) = tonic_health::server::health_reporter();
     health
         .set_serving::<GrpcInferenceServiceServer<Inference>>()
@@ -269,41 +293,75 @@ pub(crate) async fn serve<I, IO, IE>(
     let v1alpha = descriptors()
         .build_v1alpha()
         .expect("the bundled descriptors are valid");
-    let inference = GrpcInferenceServiceServer::new(Inference { state })
-        .max_decoding_message_size(max_message_bytes)
-        .max_encoding_message_size(usize::MAX);
-
-    let (stopping_tx, mut stopping) = tokio::sync::watch::channel(false);
-    let signal = async move {
-        shutdown.await;
-        health
-            .set_not_serving::<GrpcInferenceServiceServer<Inference>>()
-            .await;
-        health
-            .set_service_status("", tonic_health::ServingStatus::NotServing)
-            .await;
-        let _ = stopping_tx.send(true);
-    };
-    let server = tonic::transport::Server::builder()
-        .initial_stream_window_size(STREAM_WINDOW_BYTES)
-        .initial_connection_window_size(CONNECTION_WINDOW_BYTES)
-        .max_frame_size(MAX_FRAME_BYTES)
-        .add_service(health_service)
+    let inference = GrpcInferenceServiceServer::new(Inference {
+        state: Arc::clone(&state),
+    })
+    .max_decoding_message_size(state.limits.max_grpc_message_bytes)
+    .max_encoding_message_size(usize::MAX);
+    let routes = tonic::service::Routes::new(health_service)
         .add_service(v1)
         .add_service(v1alpha)
         .add_service(inference)
-        .serve_with_incoming_shutdown(incoming, signal);
-    tokio::pin!(server);
-    let deadline = async {
-        let _ = stopping.wait_for(|&stop| stop).await;
-        tokio::time::sleep(drain).await;
-    };
-    tokio::select! {
-        result = &mut server => {
-            if let Err(e) = result {
-                tracing::error!(error = %e, "the gRPC server stopped");
+        .prepare();
+    (GrpcRoutes { routes, state }, health)
+}
+
+/// Reports NOT_SERVING for the server and the inference service.
+pub(crate) async fn not_serving(health: &HealthReporter) {
+    health
+        .set_not_serving::<GrpcInferenceServiceServer<Inference>>()
+        .await;
+    health
+        .set_service_status("", tonic_health::ServingStatus::NotServing)
+        .await;
+}
+
+/// The gRPC service of one connection: the bearer-token check, then tonic's
+/// routes.
+pub(crate) struct GrpcService {
+    routes: tonic::service::Routes,
+    state: Arc<AppState>,
+    activity: Arc<Activity>,
+}
+
+/// The RPCs that answer without the bearer token: health checks.
+fn is_health(path: &str) -> bool {
+    path.starts_with("/grpc.health.v1.Health/")
+        || matches!(
+            path,
+            "/inference.GRPCInferenceService/ServerLive"
+                | "/inference.GRPCInferenceService/ServerReady"
+                | "/inference.GRPCInferenceService/ModelReady"
+        )
+}
+
+impl hyper::service::Service<hyper::Request<hyper::body::Incoming>> for GrpcService {
+    type Response = hyper::Response<tonic::body::Body>;
+    type Error = std::convert::Infallible;
+    type Future = Pin<Box<dyn Future<Output = Result<Self::Response, Self::Error>> + Send>>;
+
+    fn call(&self, request: hyper::Request<hyper::body::Incoming>) -> Self::Future {
+        if let Some(token) = &self.state.auth_token {
+            let given = request
+                .headers()
+                .get(hyper::header::AUTHORIZATION)
+                .and_then(|v| v.as_bytes().strip_prefix(b"Bearer "));
+            let ok = given.is_some_and(|g| crate::constant_time_eq(g, token.as_bytes()));
+            if !ok && !is_health(request.uri().path()) {
+                let e = Error::new(
+                    ErrorKind::Unauthenticated,
+                    "this server needs 'authorization: Bearer <token>' metadata",
+                );
+                let response = status(&e).into_http();
+                return Box::pin(async move { Ok(response) });
             }
         }
-        () = deadline => tracing::warn!("gRPC drain deadline passed; closing remaining calls"),
+        let routes = self.routes.clone();
+        let in_flight = self.activity.begin();
+        Box::pin(async move {
+            let response = tower::ServiceExt::oneshot(routes, request).await;
+            drop(in_flight);
+            response
+        })
     }
 }

@@ -12,6 +12,9 @@
 //! splits over several cores; a trickle is decoded frame by frame, so little
 //! is left to do when its last byte arrives.
 
+use std::time::{Duration, Instant};
+
+use crate::Limits;
 use bytes::Bytes;
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
@@ -110,25 +113,58 @@ fn layout(headers: &HeaderMap, declared: Option<u64>) -> Result<Layout, Error> {
     })
 }
 
-/// The body's frames, with the size limit enforced as they arrive.
+/// The body's frames, with the size limit and the timeouts enforced as
+/// they arrive: each frame must come within the idle timeout, and the whole
+/// body within the request timeout.
 pub(crate) struct BodyReader {
     body: Incoming,
     received: u64,
     limit: u64,
+    idle: Duration,
+    deadline: Instant,
+    timeout: Duration,
 }
 
 impl BodyReader {
-    pub(crate) fn new(body: Incoming, limit: u64) -> BodyReader {
+    pub(crate) fn new(body: Incoming, limits: &Limits) -> BodyReader {
         BodyReader {
             body,
             received: 0,
-            limit,
+            limit: limits.max_body_bytes as u64,
+            idle: limits.body_timeout,
+            deadline: Instant::now() + limits.request_timeout,
+            timeout: limits.request_timeout,
         }
     }
 
     /// The next data frame, or `None` at the end of the body.
     pub(crate) async fn next(&mut self) -> Result<Option<Bytes>, Error> {
-        while let Some(frame) = self.body.frame().await {
+        loop {
+            let wait = (Instant::now() + self.idle).min(self.deadline);
+            let frame = match tokio::time::timeout_at(wait.into(), self.body.frame()).await {
+                Ok(Some(frame)) => frame,
+                Ok(None) => return Ok(None),
+                Err(_) if Instant::now() >= self.deadline => {
+                    return Err(Error::new(
+                        ErrorKind::Timeout,
+                        format!(
+                            "the request body did not arrive within {} s ({} bytes came)",
+                            self.timeout.as_secs_f64(),
+                            self.received
+                        ),
+                    ))
+                }
+                Err(_) => {
+                    return Err(Error::new(
+                        ErrorKind::Timeout,
+                        format!(
+                            "the request body stalled for {} s after {} bytes",
+                            self.idle.as_secs_f64(),
+                            self.received
+                        ),
+                    ))
+                }
+            };
             let frame = frame
                 .map_err(|e| Error::malformed(format!("could not read the request body: {e}")))?;
             let Ok(data) = frame.into_data() else {
@@ -140,16 +176,16 @@ impl BodyReader {
             }
             return Ok(Some(data));
         }
-        Ok(None)
     }
 
     /// Reads and drops the rest of the body, up to what the limit still
-    /// allows, before an error is answered. A client that sends its whole
-    /// body before reading the answer (most do) then gets the error rather
-    /// than a broken pipe, and the connection stays usable. It costs no more
-    /// than accepting the body would have: the bytes are read, not decoded.
+    /// allows and within the timeouts, before an error is answered. A client
+    /// that sends its whole body before reading the answer (most do) then
+    /// gets the error rather than a broken pipe, and the connection stays
+    /// usable. It costs no more than accepting the body would have: the
+    /// bytes are read, not decoded.
     pub(crate) async fn discard(&mut self) {
-        discard_body(&mut self.body, self.limit.saturating_sub(self.received)).await;
+        while let Ok(Some(_)) = self.next().await {}
     }
 }
 
@@ -206,11 +242,12 @@ pub(crate) struct DecodedBody {
 pub(crate) async fn decode_body(
     headers: &HeaderMap,
     body: Incoming,
-    limit: u64,
+    limits: &Limits,
     options: &DecodeOptions,
     model: &ModelMetadata,
 ) -> Result<DecodedBody, Error> {
-    let mut reader = BodyReader::new(body, limit);
+    let limit = limits.max_body_bytes as u64;
+    let mut reader = BodyReader::new(body, limits);
     let declared = headers
         .get(CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
@@ -219,7 +256,7 @@ pub(crate) async fn decode_body(
     }
     let result = read(&mut reader, headers, declared, options, model).await;
     if let Err(e) = &result {
-        if e.kind() != ErrorKind::PayloadTooLarge {
+        if !matches!(e.kind(), ErrorKind::PayloadTooLarge | ErrorKind::Timeout) {
             reader.discard().await;
         }
     }
@@ -275,11 +312,12 @@ async fn read(
 pub(crate) async fn decode_json_body(
     headers: &HeaderMap,
     body: Incoming,
-    limit: u64,
+    limits: &Limits,
     decoder: RequestDecoder,
     options: &DecodeOptions,
 ) -> Result<(InferRequest, Format), Error> {
-    let mut reader = BodyReader::new(body, limit);
+    let limit = limits.max_body_bytes as u64;
+    let mut reader = BodyReader::new(body, limits);
     let declared = headers
         .get(CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
@@ -305,7 +343,7 @@ pub(crate) async fn decode_json_body(
     }
     .await;
     if let Err(e) = &result {
-        if e.kind() != ErrorKind::PayloadTooLarge {
+        if !matches!(e.kind(), ErrorKind::PayloadTooLarge | ErrorKind::Timeout) {
             reader.discard().await;
         }
     }
@@ -568,18 +606,8 @@ fn raw_shape(spec: &TensorSpec, size: usize, element: usize) -> Result<Vec<usize
         .collect())
 }
 
-/// Reads and drops the rest of the body, up to `budget` bytes (what the body
-/// limit still allows), before an error is answered. A client that sends its
-/// whole body before reading the answer (most do) then gets the error rather
-/// than a broken pipe, and the connection stays usable. It costs no more
-/// than accepting the body would have: the bytes are read, not decoded.
-pub(crate) async fn discard_body(body: &mut Incoming, budget: u64) {
-    let mut left = budget;
-    while let Some(Ok(frame)) = body.frame().await {
-        let n = frame.data_ref().map_or(0, |d| d.len() as u64);
-        if n >= left {
-            return;
-        }
-        left -= n;
-    }
+/// Reads and drops a body that will not be used (an unknown model's),
+/// within the limits; see [`BodyReader::discard`].
+pub(crate) async fn discard_body(body: Incoming, limits: &Limits) {
+    BodyReader::new(body, limits).discard().await;
 }

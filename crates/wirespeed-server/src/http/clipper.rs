@@ -22,10 +22,11 @@ pub(crate) async fn predict(
     state: &AppState,
     app: &str,
     request: Request<Incoming>,
+    id: u64,
 ) -> Response<Body> {
     answer(state, app, request)
         .await
-        .unwrap_or_else(|e| error(&e))
+        .unwrap_or_else(|e| error(&e, id))
 }
 
 async fn answer(
@@ -33,12 +34,11 @@ async fn answer(
     app: &str,
     request: Request<Incoming>,
 ) -> Result<Response<Body>, Error> {
-    let (parts, mut body) = request.into_parts();
-    let limit = state.max_body_bytes as u64;
+    let (parts, body) = request.into_parts();
     let model = match state.repository.get(app, None) {
         Ok(model) => Arc::clone(model),
         Err(e) => {
-            discard_body(&mut body, limit).await;
+            discard_body(body, &state.limits).await;
             return Err(Error::new(
                 e.kind(),
                 format!("no application '{app}': {}", e.message()),
@@ -47,7 +47,7 @@ async fn answer(
     };
     let metadata = model.metadata();
     let [input] = metadata.inputs.as_slice() else {
-        discard_body(&mut body, limit).await;
+        discard_body(body, &state.limits).await;
         return Err(Error::invalid_input(format!(
             "application '{app}' is model '{}', which has {} inputs; Clipper queries feed one",
             metadata.name,
@@ -58,9 +58,15 @@ async fn answer(
         state.decode_options.clone(),
         (input.name.clone(), input.datatype),
     );
-    let (request, format) =
-        decode_json_body(&parts.headers, body, limit, decoder, &state.decode_options).await?;
-    let mut outputs = compute::run(&model, request.inputs, &[]).await?;
+    let (request, format) = decode_json_body(
+        &parts.headers,
+        body,
+        &state.limits,
+        decoder,
+        &state.decode_options,
+    )
+    .await?;
+    let mut outputs = compute::run(state, &model, request.inputs, &[]).await?;
     if outputs.is_empty() {
         return Err(Error::internal(format!(
             "model '{}' produced no output",
@@ -76,16 +82,17 @@ async fn answer(
 }
 
 /// Clipper's error body: a short title and the cause.
-pub(crate) fn error(e: &Error) -> Response<Body> {
+pub(crate) fn error(e: &Error, id: u64) -> Response<Body> {
     let kind = e.kind();
-    if !kind.is_client_error() {
-        tracing::error!(error = %e, "request failed");
-    }
+    let cause = response::public_message(e, id);
     let title = match kind {
         ErrorKind::MalformedRequest => "Json error",
         ErrorKind::InvalidInput => "Invalid input",
         ErrorKind::ModelNotFound | ErrorKind::VersionNotFound => "Application not found",
         ErrorKind::PayloadTooLarge | ErrorKind::LimitExceeded => "Request too large",
+        ErrorKind::Overloaded => "Overloaded",
+        ErrorKind::Unauthenticated => "Unauthenticated",
+        ErrorKind::Timeout => "Request timeout",
         ErrorKind::Internal => "Internal error",
         _ => "Bad request",
     };
@@ -93,6 +100,6 @@ pub(crate) fn error(e: &Error) -> Response<Body> {
         StatusCode::from_u16(kind.http_status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
     response::json_with_status(
         status,
-        json!({ "error": title, "cause": e.public_message() }).to_string(),
+        json!({ "error": title, "cause": cause }).to_string(),
     )
 }

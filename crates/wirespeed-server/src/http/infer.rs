@@ -18,25 +18,30 @@ pub(crate) async fn infer(
     target: ModelRef<'_>,
     request: Request<Incoming>,
 ) -> Result<Response<Body>, Error> {
-    let (parts, mut body) = request.into_parts();
-    let limit = state.max_body_bytes as u64;
+    let (parts, body) = request.into_parts();
     // An unknown model's body is read and dropped, not decoded: the client
     // still gets its answer and the connection stays usable.
     let model = match state.repository.get(target.name, target.version) {
         Ok(model) => Arc::clone(model),
         Err(e) => {
-            discard_body(&mut body, limit).await;
+            discard_body(body, &state.limits).await;
             return Err(e);
         }
     };
     // The body is decoded as it arrives, and read to its end before any
     // error is answered, so the connection stays clean for the next request.
     let metadata = model.metadata();
-    let DecodedBody { mut request, raw } =
-        decode_body(&parts.headers, body, limit, &state.decode_options, metadata).await?;
+    let DecodedBody { mut request, raw } = decode_body(
+        &parts.headers,
+        body,
+        &state.limits,
+        &state.decode_options,
+        metadata,
+    )
+    .await?;
     let binary = binary_outputs(&request, raw)?;
     let inputs = std::mem::take(&mut request.inputs);
-    let tensors = compute::run(&model, inputs, &request.outputs).await?;
+    let tensors = compute::run(state, &model, inputs, &request.outputs).await?;
     let binary: Vec<bool> = tensors.iter().map(|t| binary(&t.name)).collect();
 
     let response = InferResponse {

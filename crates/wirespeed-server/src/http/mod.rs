@@ -1,8 +1,9 @@
-//! The Open Inference Protocol over HTTP/1.1 and HTTP/2 (h2c), on hyper.
+//! The REST APIs over HTTP/1.1 and HTTP/2 (h2c), on hyper: the Open
+//! Inference Protocol, TF Serving's and Clipper's.
 //!
-//! `serve` accepts connections and hands each to hyper; `dispatch` routes
-//! every request to one endpoint module and turns errors into the protocol's
-//! error body.
+//! `listen.rs` accepts connections; [`RestService`] answers each request:
+//! it checks the bearer token, `dispatch` routes the request to one
+//! endpoint module and turns errors into the protocol's error body.
 
 mod body;
 mod clipper;
@@ -13,106 +14,103 @@ mod response;
 mod router;
 mod tfserving;
 
-use std::convert::Infallible;
 use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::Instant;
 
 use hyper::body::Incoming;
-use hyper::service::service_fn;
+use hyper::header::{HeaderValue, AUTHORIZATION, WWW_AUTHENTICATE};
 use hyper::{Request, Response};
-use hyper_util::rt::{TokioExecutor, TokioIo};
-use hyper_util::server::conn::auto;
-use hyper_util::server::graceful::GracefulShutdown;
-use tokio::io::{AsyncRead, AsyncWrite};
-use tokio::net::{TcpListener, TcpStream, UnixListener, UnixStream};
+use wirespeed_core::{Error, ErrorKind};
 
+use crate::listen::Activity;
 use crate::AppState;
 use response::Body;
 use router::Route;
 
-/// A listening socket the REST API accepts connections on.
-pub(crate) trait Listener {
-    /// One accepted connection.
-    type Io: AsyncRead + AsyncWrite + Unpin + Send + 'static;
-
-    /// The next connection, with a description of the peer for logs.
-    fn accept(&self) -> impl Future<Output = std::io::Result<(Self::Io, String)>>;
-}
-
-impl Listener for TcpListener {
-    type Io = TcpStream;
-
-    async fn accept(&self) -> std::io::Result<(TcpStream, String)> {
-        let (stream, peer) = TcpListener::accept(self).await?;
-        let _ = stream.set_nodelay(true);
-        Ok((stream, peer.to_string()))
-    }
-}
-
-impl Listener for UnixListener {
-    type Io = UnixStream;
-
-    async fn accept(&self) -> std::io::Result<(UnixStream, String)> {
-        let (stream, _) = UnixListener::accept(self).await?;
-        Ok((stream, "unix".to_owned()))
-    }
-}
-
-/// Accepts connections on `listener` until `shutdown` resolves, then waits
-/// up to `drain` for open connections to finish their requests.
-pub(crate) async fn serve(
-    listener: impl Listener,
+/// The REST service of one connection.
+pub(crate) struct RestService {
     state: Arc<AppState>,
-    drain: Duration,
-    shutdown: impl Future<Output = ()>,
-) {
-    let builder = auto::Builder::new(TokioExecutor::new());
-    let graceful = GracefulShutdown::new();
-    tokio::pin!(shutdown);
-    loop {
-        tokio::select! {
-            accepted = listener.accept() => {
-                let (stream, peer) = match accepted {
-                    Ok(conn) => conn,
-                    Err(e) => {
-                        // Out of file descriptors and the like: back off
-                        // instead of spinning, and keep serving.
-                        tracing::warn!(error = %e, "accept failed");
-                        tokio::time::sleep(Duration::from_millis(50)).await;
-                        continue;
-                    }
-                };
-                let state = Arc::clone(&state);
-                let service = service_fn(move |request| {
-                    let state = Arc::clone(&state);
-                    async move { Ok::<_, Infallible>(dispatch(&state, request).await) }
-                });
-                let connection = builder.serve_connection(TokioIo::new(stream), service).into_owned();
-                let connection = graceful.watch(connection);
-                tokio::spawn(async move {
-                    if let Err(e) = connection.await {
-                        tracing::debug!(%peer, error = %e, "connection ended with an error");
-                    }
-                });
-            }
-            () = &mut shutdown => break,
-        }
+    activity: Arc<Activity>,
+}
+
+/// Makes the REST service for each new connection.
+pub(crate) fn service(state: Arc<AppState>) -> impl Fn(Arc<Activity>) -> RestService {
+    move |activity| RestService {
+        state: Arc::clone(&state),
+        activity,
     }
-    drop(listener);
-    if tokio::time::timeout(drain, graceful.shutdown())
-        .await
-        .is_err()
-    {
-        tracing::warn!("drain deadline passed; closing remaining connections");
+}
+
+impl hyper::service::Service<Request<Incoming>> for RestService {
+    type Response = Response<Body>;
+    type Error = std::convert::Infallible;
+    type Future = Pin<Box<dyn Future<Output = Result<Response<Body>, Self::Error>> + Send>>;
+
+    fn call(&self, request: Request<Incoming>) -> Self::Future {
+        let state = Arc::clone(&self.state);
+        let in_flight = self.activity.begin();
+        Box::pin(async move {
+            let response = answer(&state, request).await;
+            drop(in_flight);
+            Ok(response)
+        })
     }
+}
+
+/// Answers one request, with its id in the log and in server errors.
+async fn answer(state: &AppState, request: Request<Incoming>) -> Response<Body> {
+    let id = state.request_ids.fetch_add(1, Ordering::Relaxed);
+    let started = Instant::now();
+    let method = request.method().clone();
+    let path = request.uri().path().to_owned();
+    let response = dispatch(state, request, id).await;
+    // The access log: never the body, so never tensor data.
+    tracing::debug!(
+        target: "wirespeed_server::access",
+        request_id = id,
+        %method,
+        path,
+        status = response.status().as_u16(),
+        micros = started.elapsed().as_micros() as u64,
+    );
+    response
+}
+
+/// Whether `request` carries the server's bearer token, when it has one.
+/// The comparison takes the same time wherever the first difference is.
+fn authorized(state: &AppState, request: &Request<Incoming>) -> bool {
+    let Some(token) = &state.auth_token else {
+        return true;
+    };
+    let Some(given) = request
+        .headers()
+        .get(AUTHORIZATION)
+        .and_then(|v| v.as_bytes().strip_prefix(b"Bearer "))
+    else {
+        return false;
+    };
+    crate::constant_time_eq(given, token.as_bytes())
 }
 
 /// Routes one request and answers it.
-async fn dispatch(state: &AppState, request: Request<Incoming>) -> Response<Body> {
+async fn dispatch(state: &AppState, request: Request<Incoming>, id: u64) -> Response<Body> {
     // A cheap reference-counted clone, so the route can borrow the path
     // while the request moves into its handler.
     let uri = request.uri().clone();
+    if !uri.path().starts_with("/v2/health/") && !authorized(state, &request) {
+        let e = Error::new(
+            ErrorKind::Unauthenticated,
+            "this server needs 'Authorization: Bearer <token>'",
+        );
+        let mut response = response::error(&e, id);
+        response
+            .headers_mut()
+            .insert(WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+        return response;
+    }
     let result = match router::route(request.method(), uri.path()) {
         Ok(Route::Live) => Ok(health::live()),
         Ok(Route::Ready) => Ok(health::ready(state)),
@@ -124,10 +122,10 @@ async fn dispatch(state: &AppState, request: Request<Incoming>) -> Response<Body
         Ok(Route::TfMetadata(model)) => tfserving::metadata(state, model),
         Ok(Route::TfPredict(model)) => tfserving::predict(state, model, request).await,
         Ok(Route::TfOtherVerb(verb)) => Err(tfserving::other_verb(verb)),
-        Ok(Route::ClipperPredict(app)) => return clipper::predict(state, app, request).await,
+        Ok(Route::ClipperPredict(app)) => return clipper::predict(state, app, request, id).await,
         // Clipper's clients expect Clipper's error shape, even for a wrong method.
-        Err(e) if router::is_clipper(uri.path()) => return clipper::error(&e),
+        Err(e) if router::is_clipper(uri.path()) => return clipper::error(&e, id),
         Err(e) => Err(e),
     };
-    result.unwrap_or_else(|e| response::error(&e))
+    result.unwrap_or_else(|e| response::error(&e, id))
 }

@@ -3,7 +3,7 @@
 
 use bytes::Bytes;
 use http_body_util::Full;
-use hyper::header::{HeaderValue, CONNECTION, CONTENT_TYPE};
+use hyper::header::{HeaderValue, CONNECTION, CONTENT_TYPE, RETRY_AFTER};
 use hyper::{Response, StatusCode};
 use wirespeed_core::{Error, ErrorKind};
 
@@ -46,22 +46,37 @@ pub(crate) fn json_value(value: &serde_json::Value) -> Response<Body> {
     json(value.to_string())
 }
 
-/// The error response for `error`. Server errors are logged here in full and
-/// reach the client only as a generic message.
-pub(crate) fn error(error: &Error) -> Response<Body> {
+/// The error response for `error` to request `id`. Server errors are
+/// logged here in full, with the id, and reach the client only as a generic
+/// message with the same id.
+pub(crate) fn error(error: &Error, id: u64) -> Response<Body> {
     let kind = error.kind();
-    if !kind.is_client_error() {
-        tracing::error!(error = %error, "request failed");
-    }
+    let message = public_message(error, id);
     let status =
         StatusCode::from_u16(kind.http_status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-    let body = serde_json::json!({ "error": error.public_message() });
+    let body = serde_json::json!({ "error": message });
     let mut response = json_with_status(status, body.to_string());
-    if kind == ErrorKind::PayloadTooLarge {
+    let headers = response.headers_mut();
+    match kind {
         // The body was left unread, so this connection cannot carry another request.
-        response
-            .headers_mut()
-            .insert(CONNECTION, HeaderValue::from_static("close"));
+        ErrorKind::PayloadTooLarge | ErrorKind::Timeout => {
+            headers.insert(CONNECTION, HeaderValue::from_static("close"));
+        }
+        ErrorKind::Overloaded => {
+            headers.insert(RETRY_AFTER, HeaderValue::from_static("1"));
+        }
+        _ => {}
     }
     response
+}
+
+/// What the client is told of `error`: the message of a client error; for
+/// a server error, only that it happened and the request id, which the log
+/// line (written here) also carries.
+pub(crate) fn public_message(error: &Error, id: u64) -> String {
+    if error.kind().is_client_error() {
+        return error.message().to_owned();
+    }
+    tracing::error!(request_id = id, error = %error, "request failed");
+    format!("internal server error (request id {id}); the server log has the details")
 }

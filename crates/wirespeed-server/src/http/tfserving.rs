@@ -22,12 +22,11 @@ pub(crate) async fn predict(
     target: ModelRef<'_>,
     request: Request<Incoming>,
 ) -> Result<Response<Body>, Error> {
-    let (parts, mut body) = request.into_parts();
-    let limit = state.max_body_bytes as u64;
+    let (parts, body) = request.into_parts();
     let model = match state.repository.get(target.name, target.version) {
         Ok(model) => Arc::clone(model),
         Err(e) => {
-            discard_body(&mut body, limit).await;
+            discard_body(body, &state.limits).await;
             return Err(e);
         }
     };
@@ -38,9 +37,15 @@ pub(crate) async fn predict(
         .map(|s| (s.name.clone(), s.datatype))
         .collect();
     let decoder = RequestDecoder::tf_serving(state.decode_options.clone(), &specs);
-    let (request, format) =
-        decode_json_body(&parts.headers, body, limit, decoder, &state.decode_options).await?;
-    let outputs = compute::run(&model, request.inputs, &[]).await?;
+    let (request, format) = decode_json_body(
+        &parts.headers,
+        body,
+        &state.limits,
+        decoder,
+        &state.decode_options,
+    )
+    .await?;
+    let outputs = compute::run(state, &model, request.inputs, &[]).await?;
     let mut out = Vec::new();
     wirespeed_json::encode_tf_response(&outputs, format, &mut out);
     Ok(response::json(out))
