@@ -47,10 +47,10 @@ class RunningServer:
         def drain():
             for line in self.process.stderr:
                 self.log.append(line)
-                match = re.search(r"listening on grpc://127\.0\.0\.1:(\d+)", line)
+                match = re.search(r"listening on grpcs?://127\.0\.0\.1:(\d+)", line)
                 if match:
                     self.grpc_port = int(match.group(1))
-                match = re.search(r"listening on http://127\.0\.0\.1:(\d+)", line)
+                match = re.search(r"listening on https?://127\.0\.0\.1:(\d+)", line)
                 if match:
                     self.port = int(match.group(1))
                 if (self.port or http == "off") and (self.grpc_port or grpc == "off"):

@@ -155,6 +155,14 @@ pub trait Model: Send + Sync {
     /// `outputs` are indices into `metadata().outputs`, in the order the
     /// result must follow.
     fn infer(&self, inputs: &[Tensor], outputs: &[usize]) -> Result<Vec<Tensor>, Error>;
+
+    /// Whether a request of `elements` input elements is quick enough (well
+    /// under a millisecond) to run on the async worker that read it, rather
+    /// than moving to the blocking pool. By default: fewer than 16 Ki
+    /// elements, which holds for tree ensembles.
+    fn runs_inline(&self, elements: usize) -> bool {
+        elements < 16 * 1024
+    }
 }
 
 #[cfg(test)]

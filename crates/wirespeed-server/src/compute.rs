@@ -70,12 +70,6 @@ impl Gate {
     }
 }
 
-/// Requests with fewer input elements than this run on the async worker that
-/// read them: a Titanic row takes well under a microsecond, far less than a
-/// hop to another thread. Larger ones move to the blocking pool so one big
-/// batch cannot stall other connections.
-const INLINE_COMPUTE_ELEMENTS: usize = 16 * 1024;
-
 /// Checks `inputs`, runs `model`, and returns the `requested` outputs (all
 /// of them when none are named), in request order.
 pub(crate) async fn run(
@@ -93,7 +87,10 @@ pub(crate) async fn run(
         .ok_or_else(|| Error::internal(format!("model '{}' has no gate", metadata.name)))?;
     let _turn = gate.admit().await?;
     let elements: usize = inputs.iter().map(|t| t.data.len()).sum();
-    if elements < INLINE_COMPUTE_ELEMENTS {
+    // A Titanic row takes well under a microsecond, far less than a hop to
+    // another thread; a big batch or a slow model moves to the blocking pool
+    // so it cannot stall other connections.
+    if model.runs_inline(elements) {
         return model.infer(&inputs, &outputs);
     }
     let model = Arc::clone(model);

@@ -63,6 +63,10 @@ impl Model for IdentityModel {
         &self.metadata
     }
 
+    fn runs_inline(&self, elements: usize) -> bool {
+        self.delay.is_zero() && elements < 16 * 1024
+    }
+
     fn infer(&self, inputs: &[Tensor], outputs: &[usize]) -> Result<Vec<Tensor>, Error> {
         if !self.delay.is_zero() {
             std::thread::sleep(self.delay);

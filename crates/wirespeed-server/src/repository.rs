@@ -142,6 +142,16 @@ impl ModelRepository {
     /// The model `name` in `version` (any served version when `None`), or a
     /// not-found error that says which part did not match.
     pub fn get(&self, name: &str, version: Option<&str>) -> Result<&Arc<dyn Model>, Error> {
+        // Names come from URLs and messages; the repository is a map, so
+        // nothing can reach a file, but a name that could never be a model
+        // folder's is refused as such rather than looked up.
+        if !is_valid_model_name(name) {
+            let shown: String = name.chars().take(64).collect();
+            return Err(Error::malformed(format!(
+                "'{}' cannot be a model name: names use only letters, digits, '_', '-' and '.', and are not '.' or '..'",
+                shown.escape_debug()
+            )));
+        }
         let model = self.models.get(name).ok_or_else(|| {
             Error::new(ErrorKind::ModelNotFound, format!("unknown model '{name}'"))
         })?;
@@ -163,6 +173,8 @@ impl ModelRepository {
 
 fn is_valid_model_name(name: &str) -> bool {
     !name.is_empty()
+        && name != "."
+        && name != ".."
         && name
             .bytes()
             .all(|b| b.is_ascii_alphanumeric() || b"_-.".contains(&b))
