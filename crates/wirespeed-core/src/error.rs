@@ -30,6 +30,8 @@ pub enum ErrorKind {
     VersionNotFound,
     /// The body is larger than the server accepts.
     PayloadTooLarge,
+    /// The request's headers are larger than the server accepts.
+    HeadersTooLarge,
     /// The request exceeds a configured limit other than the body size:
     /// tensor elements, string length, nesting depth, number of inputs.
     LimitExceeded,
@@ -78,6 +80,7 @@ impl ErrorKind {
             ErrorKind::ModelNotFound | ErrorKind::VersionNotFound | ErrorKind::RouteNotFound => 404,
             ErrorKind::MethodNotAllowed => 405,
             ErrorKind::PayloadTooLarge => 413,
+            ErrorKind::HeadersTooLarge => 431,
             ErrorKind::Unauthenticated => 401,
             ErrorKind::Timeout => 408,
             ErrorKind::Overloaded => 503,
@@ -91,7 +94,7 @@ impl ErrorKind {
         match self {
             ErrorKind::MalformedRequest | ErrorKind::InvalidInput | ErrorKind::LimitExceeded => 3,
             ErrorKind::ModelNotFound | ErrorKind::VersionNotFound | ErrorKind::RouteNotFound => 5,
-            ErrorKind::PayloadTooLarge | ErrorKind::Overloaded => 8,
+            ErrorKind::PayloadTooLarge | ErrorKind::HeadersTooLarge | ErrorKind::Overloaded => 8,
             ErrorKind::MethodNotAllowed | ErrorKind::Unsupported => 12,
             ErrorKind::Unauthenticated => 16,
             ErrorKind::Timeout => 4,

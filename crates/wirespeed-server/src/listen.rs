@@ -88,8 +88,7 @@ pub(crate) fn builder(protocol: Protocol, limits: &Limits) -> auto::Builder<Toki
         .http1()
         .timer(TokioTimer::new())
         .header_read_timeout(limits.header_timeout)
-        .max_headers(limits.max_headers)
-        .max_buf_size(limits.max_header_bytes.max(8192));
+        .max_headers(limits.max_headers);
     let mut http2 = builder.http2();
     http2
         .timer(TokioTimer::new())

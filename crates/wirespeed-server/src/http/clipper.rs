@@ -89,7 +89,9 @@ pub(crate) fn error(e: &Error, id: u64) -> Response<Body> {
         ErrorKind::MalformedRequest => "Json error",
         ErrorKind::InvalidInput => "Invalid input",
         ErrorKind::ModelNotFound | ErrorKind::VersionNotFound => "Application not found",
-        ErrorKind::PayloadTooLarge | ErrorKind::LimitExceeded => "Request too large",
+        ErrorKind::PayloadTooLarge | ErrorKind::LimitExceeded | ErrorKind::HeadersTooLarge => {
+            "Request too large"
+        }
         ErrorKind::Overloaded => "Overloaded",
         ErrorKind::Unauthenticated => "Unauthenticated",
         ErrorKind::Timeout => "Request timeout",

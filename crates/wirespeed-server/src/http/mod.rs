@@ -100,6 +100,29 @@ async fn dispatch(state: &AppState, request: Request<Incoming>, id: u64) -> Resp
     // A cheap reference-counted clone, so the route can borrow the path
     // while the request moves into its handler.
     let uri = request.uri().clone();
+    // hyper reads headers into its ~400 KiB connection buffer, which large
+    // bodies also stream through (a smaller one costs large JSON bodies
+    // ~15 %), so the header limit is checked here, once they are parsed.
+    let header_bytes: usize = request
+        .headers()
+        .iter()
+        .map(|(name, value)| name.as_str().len() + value.len() + 4)
+        .sum::<usize>()
+        + uri.to_string().len();
+    if header_bytes > state.limits.max_header_bytes {
+        let e = Error::new(
+            ErrorKind::HeadersTooLarge,
+            format!(
+                "the request line and headers are {header_bytes} bytes, over the limit of {}",
+                state.limits.max_header_bytes
+            ),
+        );
+        let mut response = response::error(&e, id);
+        response
+            .headers_mut()
+            .insert(hyper::header::CONNECTION, HeaderValue::from_static("close"));
+        return response;
+    }
     if !uri.path().starts_with("/v2/health/") && !authorized(state, &request) {
         let e = Error::new(
             ErrorKind::Unauthenticated,
