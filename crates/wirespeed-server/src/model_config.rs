@@ -43,6 +43,8 @@ pub struct ModelConfig {
 pub enum Backend {
     /// An XGBoost model saved as JSON, run by `wirespeed-trees`.
     Xgboost,
+    /// A LightGBM model saved as text (`save_model`), run by `wirespeed-trees`.
+    Lightgbm,
     /// Outputs that echo the inputs, for testing and measuring the server.
     Identity,
 }
@@ -52,6 +54,7 @@ impl Backend {
     pub fn platform(self) -> &'static str {
         match self {
             Backend::Xgboost => "xgboost_json",
+            Backend::Lightgbm => "lightgbm_text",
             Backend::Identity => "identity",
         }
     }

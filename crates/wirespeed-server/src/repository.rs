@@ -96,7 +96,7 @@ impl ModelRepository {
             let queue = config.max_queue.unwrap_or(64 * concurrency);
             gates.insert(name.clone(), Gate::new(&name, concurrency, queue));
             let model: Arc<dyn Model> = match config.backend {
-                Backend::Xgboost => {
+                Backend::Xgboost | Backend::Lightgbm => {
                     let model =
                         TreeModel::load(&name, &folder, &config).map_err(|m| error(&folder, m))?;
                     let e = model.ensemble();

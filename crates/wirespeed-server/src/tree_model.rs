@@ -1,12 +1,13 @@
-//! The XGBoost backend: a [`TreeEnsemble`] behind the [`Model`] trait, with
-//! the model's config checked against the ensemble at load time.
+//! The XGBoost and LightGBM backends: a [`TreeEnsemble`] behind the
+//! [`Model`] trait, with the model's config checked against the ensemble at
+//! load time.
 
 use std::path::Path;
 
 use wirespeed_core::{DataType, Error, Model, ModelMetadata, Tensor, TensorData, TensorSpec};
 use wirespeed_trees::TreeEnsemble;
 
-use crate::model_config::{ModelConfig, OutputKind};
+use crate::model_config::{Backend, ModelConfig, OutputKind};
 
 /// A loaded tree ensemble served as a model.
 pub struct TreeModel {
@@ -21,8 +22,11 @@ impl TreeModel {
     /// input and outputs fit the ensemble.
     pub fn load(name: &str, dir: &Path, config: &ModelConfig) -> Result<TreeModel, String> {
         let path = dir.join(&config.model_file);
-        let ensemble = wirespeed_trees::load_xgboost_json(&path)
-            .map_err(|e| format!("{}: {e}", path.display()))?;
+        let ensemble = match config.backend {
+            Backend::Lightgbm => wirespeed_trees::load_lightgbm(&path),
+            _ => wirespeed_trees::load_xgboost_json(&path),
+        }
+        .map_err(|e| format!("{}: {e}", path.display()))?;
 
         let [input] = config.inputs.as_slice() else {
             return Err(format!(
@@ -120,15 +124,14 @@ impl Model for TreeModel {
         let kind = |index: usize| self.output_kinds[index];
 
         let mut margins = vec![0.0f32; n_rows * e.num_groups()];
-        e.predict_margins(rows, &mut margins);
-        let predictions = outputs
-            .iter()
-            .any(|&i| kind(i) == OutputKind::Prediction)
-            .then(|| {
-                let mut predictions = vec![0.0f32; n_rows * e.prediction_width()];
-                e.transform(&margins, &mut predictions);
-                predictions
-            });
+        let predictions = if outputs.iter().any(|&i| kind(i) == OutputKind::Prediction) {
+            let mut predictions = vec![0.0f32; n_rows * e.prediction_width()];
+            e.predict_margins_and_predictions(rows, &mut margins, &mut predictions);
+            Some(predictions)
+        } else {
+            e.predict_margins(rows, &mut margins);
+            None
+        };
 
         // Each buffer moves into the last output that uses it; only a kind
         // declared under two names is copied.

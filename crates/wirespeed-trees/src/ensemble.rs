@@ -1,13 +1,47 @@
 //! The in-memory tree ensemble and its prediction loops.
 //!
 //! All trees live in one flat node array. A node is 16 bytes: the split
-//! feature with the default-left flag in its top bit, the threshold (or the
-//! leaf value), and two absolute child indices. Index 0 is the first tree's
-//! root, which is nobody's child, so `left == 0` marks a leaf.
+//! feature with flags in its top bits, the threshold (or the leaf value, or
+//! a categorical split's bitset offset), and two absolute child indices.
+//! Index 0 is the first tree's root, which is nobody's child, so
+//! `left == 0` marks a leaf.
+//!
+//! Every split is `x < threshold`, NaN following the default branch: that
+//! is XGBoost's rule, and LightGBM's `x <= t` on doubles becomes it exactly
+//! for `f32` inputs by taking the least `f32` above `t` as the threshold.
+//! Splits that need more (LightGBM's zero-as-missing and NaN-as-zero,
+//! categorical sets) carry [`SPECIAL`] and take a slower branch; an
+//! ensemble without them never looks.
+//!
+//! LightGBM sums its leaves in `f64`; its ensembles keep `f64` leaf values
+//! beside the nodes and sum and transform in `f64`, so predictions match
+//! the package to the last bits of an `f32`.
 
 use crate::Objective;
 
 const DEFAULT_LEFT: u32 = 1 << 31;
+/// The split needs the general decision below.
+const SPECIAL: u32 = 1 << 30;
+/// Categorical: `value`'s bits index the set in `cat_sets`.
+const CATEGORICAL: u32 = 1 << 29;
+/// Categories in the set go left (LightGBM); otherwise they go right (XGBoost).
+const CAT_IN_SET_LEFT: u32 = 1 << 28;
+/// A value within 1e-35 of zero is missing (LightGBM's `missing_type=Zero`).
+const ZERO_MISSING: u32 = 1 << 27;
+/// NaN is read as 0 rather than missing (LightGBM's `missing_type` None or Zero).
+const NAN_AS_ZERO: u32 = 1 << 26;
+const FLAGS: u32 =
+    DEFAULT_LEFT | SPECIAL | CATEGORICAL | CAT_IN_SET_LEFT | ZERO_MISSING | NAN_AS_ZERO;
+/// Feature indices must stay below the flags.
+pub(crate) const MAX_FEATURES: usize = 1 << 26;
+
+/// How a special split decides.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub(crate) struct SplitRule {
+    pub(crate) default_left: bool,
+    pub(crate) zero_missing: bool,
+    pub(crate) nan_as_zero: bool,
+}
 
 /// One node of the flattened ensemble.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -47,6 +81,54 @@ impl Node {
         }
     }
 
+    /// A numerical split with LightGBM's missing-value rules.
+    pub(crate) fn rule_split(
+        feature: u32,
+        threshold: f32,
+        rule: SplitRule,
+        left: u32,
+        right: u32,
+    ) -> Node {
+        debug_assert!((feature as usize) < MAX_FEATURES && left != 0 && right != 0);
+        let mut flags = 0;
+        if rule.default_left {
+            flags |= DEFAULT_LEFT;
+        }
+        if rule.zero_missing {
+            flags |= ZERO_MISSING | SPECIAL;
+        }
+        if rule.nan_as_zero {
+            flags |= NAN_AS_ZERO | SPECIAL;
+        }
+        Node {
+            feature: feature | flags,
+            value: threshold,
+            left,
+            right,
+        }
+    }
+
+    /// A categorical split on the set at `set` in `cat_sets`.
+    pub(crate) fn categorical(
+        feature: u32,
+        set: u32,
+        in_set_left: bool,
+        rule: SplitRule,
+        left: u32,
+        right: u32,
+    ) -> Node {
+        let mut node = Node::rule_split(feature, f32::from_bits(set), rule, left, right);
+        node.feature |= SPECIAL | CATEGORICAL;
+        if in_set_left {
+            node.feature |= CAT_IN_SET_LEFT;
+        }
+        node
+    }
+
+    pub(crate) fn is_special(&self) -> bool {
+        self.feature & SPECIAL != 0
+    }
+
     #[inline(always)]
     fn is_leaf(&self) -> bool {
         self.left == 0
@@ -54,7 +136,7 @@ impl Node {
 
     #[inline(always)]
     fn feature_index(&self) -> usize {
-        (self.feature & !DEFAULT_LEFT) as usize
+        (self.feature & !FLAGS) as usize
     }
 }
 
@@ -74,6 +156,14 @@ pub struct TreeEnsemble {
     pub(crate) base_margins: Vec<f32>,
     pub(crate) num_features: usize,
     pub(crate) objective: Objective,
+    /// Categorical sets: each a word count, then that many bitset words.
+    pub(crate) cat_sets: Vec<u32>,
+    /// Whether any split is [`SPECIAL`].
+    pub(crate) special: bool,
+    /// LightGBM's leaf values in `f64`, by node index; empty for XGBoost.
+    pub(crate) leaf64: Vec<f64>,
+    /// LightGBM's `sigmoid:` parameter for binary models.
+    pub(crate) sigmoid_scale: f64,
 }
 
 /// Rows per block in batch prediction: small enough that a block's rows and
@@ -106,21 +196,68 @@ impl TreeEnsemble {
         self.objective.prediction_width(self.num_groups())
     }
 
+    /// The index of the leaf `row` reaches from `root`.
     #[inline(always)]
-    fn leaf_value(&self, root: u32, row: &[f32]) -> f32 {
-        let mut node = &self.nodes[root as usize];
-        while !node.is_leaf() {
+    fn leaf<const SPECIAL_SPLITS: bool>(&self, root: u32, row: &[f32]) -> usize {
+        let mut index = root as usize;
+        loop {
+            let node = &self.nodes[index];
+            if node.is_leaf() {
+                return index;
+            }
             let x = row[node.feature_index()];
-            // `x < threshold` is false for NaN, so missing values take the
-            // default branch only through the explicit check.
-            let go_left = if x.is_nan() {
+            let go_left = if SPECIAL_SPLITS && node.feature & SPECIAL != 0 {
+                self.special_goes_left(node, x)
+            } else if x.is_nan() {
+                // `x < threshold` is false for NaN, so missing values take
+                // the default branch only through this check.
                 node.feature & DEFAULT_LEFT != 0
             } else {
                 x < node.value
             };
-            node = &self.nodes[if go_left { node.left } else { node.right } as usize];
+            index = if go_left { node.left } else { node.right } as usize;
         }
-        node.value
+    }
+
+    /// LightGBM's missing-value rules and both libraries' categorical splits.
+    #[cold]
+    fn special_goes_left(&self, node: &Node, x: f32) -> bool {
+        let f = node.feature;
+        let mut x = x;
+        if x.is_nan() {
+            if f & NAN_AS_ZERO == 0 {
+                return f & DEFAULT_LEFT != 0;
+            }
+            x = 0.0;
+        }
+        if f & CATEGORICAL != 0 {
+            let in_set_left = f & CAT_IN_SET_LEFT != 0;
+            // XGBoost: a negative category is invalid (not in the set).
+            // LightGBM truncates first, so -0.5 is category 0.
+            let category = x as i64;
+            let valid = category >= 0 && (in_set_left || x >= 0.0);
+            let at = node.value.to_bits() as usize;
+            let words = self.cat_sets[at] as usize;
+            let set = &self.cat_sets[at + 1..at + 1 + words];
+            let in_set = valid
+                && set
+                    .get((category / 32) as usize)
+                    .is_some_and(|w| w >> (category % 32) & 1 == 1);
+            return in_set == in_set_left;
+        }
+        if f & ZERO_MISSING != 0 && x.abs() <= 1e-35 {
+            return f & DEFAULT_LEFT != 0;
+        }
+        x < node.value
+    }
+
+    #[inline(always)]
+    fn leaf_index(&self, root: u32, row: &[f32]) -> usize {
+        if self.special {
+            self.leaf::<true>(root, row)
+        } else {
+            self.leaf::<false>(root, row)
+        }
     }
 
     /// Sums the trees for `rows` (row-major, `num_features` per row; NaN is
@@ -145,6 +282,10 @@ impl TreeEnsemble {
             "margins must hold {groups} values per row"
         );
 
+        if !self.leaf64.is_empty() {
+            self.predict64(rows, margins, None);
+            return;
+        }
         for (row_block, margin_block) in rows
             .chunks(ROW_BLOCK * nf)
             .zip(margins.chunks_mut(ROW_BLOCK * groups))
@@ -157,9 +298,68 @@ impl TreeEnsemble {
                     .chunks_exact(nf)
                     .zip(margin_block.chunks_exact_mut(groups))
                 {
-                    m[group as usize] += self.leaf_value(root, row);
+                    m[group as usize] += self.nodes[self.leaf_index(root, row)].value;
                 }
             }
+        }
+    }
+
+    /// LightGBM's arithmetic: leaves summed in `f64`, and the transform
+    /// (when `predictions` is given) applied in `f64` before rounding.
+    fn predict64(&self, rows: &[f32], margins: &mut [f32], mut predictions: Option<&mut [f32]>) {
+        let nf = self.num_features;
+        let groups = self.num_groups();
+        let width = self.prediction_width();
+        let mut block = vec![0f64; ROW_BLOCK * groups];
+        for (b, row_block) in rows.chunks(ROW_BLOCK * nf).enumerate() {
+            let n = row_block.len() / nf;
+            let sums = &mut block[..n * groups];
+            for m in sums.chunks_exact_mut(groups) {
+                for (m, &base) in m.iter_mut().zip(&self.base_margins) {
+                    *m = f64::from(base);
+                }
+            }
+            for (&root, &group) in self.roots.iter().zip(&self.tree_groups) {
+                for (row, m) in row_block
+                    .chunks_exact(nf)
+                    .zip(sums.chunks_exact_mut(groups))
+                {
+                    m[group as usize] += self.leaf64[self.leaf_index(root, row)];
+                }
+            }
+            let first = b * ROW_BLOCK;
+            for (r, m) in sums.chunks_exact(groups).enumerate() {
+                let row = first + r;
+                for (out, &v) in margins[row * groups..(row + 1) * groups].iter_mut().zip(m) {
+                    *out = v as f32;
+                }
+                if let Some(p) = predictions.as_deref_mut() {
+                    self.objective.transform_row64(
+                        m,
+                        self.sigmoid_scale,
+                        &mut p[row * width..(row + 1) * width],
+                    );
+                }
+            }
+        }
+    }
+
+    /// Margins and predictions in one pass (`margins`: `num_groups` per
+    /// row, `predictions`: `prediction_width` per row).
+    pub fn predict_margins_and_predictions(
+        &self,
+        rows: &[f32],
+        margins: &mut [f32],
+        predictions: &mut [f32],
+    ) {
+        if self.leaf64.is_empty() {
+            self.predict_margins(rows, margins);
+            self.transform(margins, predictions);
+        } else {
+            let n_rows = rows.len() / self.num_features.max(1);
+            assert_eq!(margins.len(), n_rows * self.num_groups());
+            assert_eq!(predictions.len(), n_rows * self.prediction_width());
+            self.predict64(rows, margins, Some(predictions));
         }
     }
 
@@ -169,11 +369,57 @@ impl TreeEnsemble {
         let groups = self.num_groups();
         let width = self.prediction_width();
         assert_eq!(margins.len() / groups * width, predictions.len());
+        let mut wide = vec![0f64; groups];
         for (m, p) in margins
             .chunks_exact(groups)
             .zip(predictions.chunks_exact_mut(width))
         {
-            self.objective.transform_row(m, p);
+            if self.objective.is_lightgbm() {
+                for (w, &v) in wide.iter_mut().zip(m) {
+                    *w = f64::from(v);
+                }
+                self.objective.transform_row64(&wide, self.sigmoid_scale, p);
+            } else {
+                self.objective.transform_row(m, p);
+            }
+        }
+    }
+
+    /// Predicts one row into `out` (`prediction_width` values), without
+    /// allocating for models of up to 16 classes: the embedded path.
+    ///
+    /// # Panics
+    /// If `row` does not have `num_features` values or `out` the wrong length.
+    pub fn predict_row(&self, row: &[f32], out: &mut [f32]) {
+        assert_eq!(
+            row.len(),
+            self.num_features,
+            "a row has num_features values"
+        );
+        let groups = self.num_groups();
+        if groups > 16 {
+            out.copy_from_slice(&self.predict(row));
+            return;
+        }
+        if self.leaf64.is_empty() {
+            let mut margins = [0f32; 16];
+            let margins = &mut margins[..groups];
+            margins.copy_from_slice(&self.base_margins);
+            for (&root, &group) in self.roots.iter().zip(&self.tree_groups) {
+                margins[group as usize] += self.nodes[self.leaf_index(root, row)].value;
+            }
+            self.objective.transform_row(margins, out);
+        } else {
+            let mut margins = [0f64; 16];
+            let margins = &mut margins[..groups];
+            for (m, &b) in margins.iter_mut().zip(&self.base_margins) {
+                *m = f64::from(b);
+            }
+            for (&root, &group) in self.roots.iter().zip(&self.tree_groups) {
+                margins[group as usize] += self.leaf64[self.leaf_index(root, row)];
+            }
+            self.objective
+                .transform_row64(margins, self.sigmoid_scale, out);
         }
     }
 
@@ -181,9 +427,8 @@ impl TreeEnsemble {
     pub fn predict(&self, rows: &[f32]) -> Vec<f32> {
         let n_rows = rows.len() / self.num_features.max(1);
         let mut margins = vec![0.0; n_rows * self.num_groups()];
-        self.predict_margins(rows, &mut margins);
         let mut predictions = vec![0.0; n_rows * self.prediction_width()];
-        self.transform(&margins, &mut predictions);
+        self.predict_margins_and_predictions(rows, &mut margins, &mut predictions);
         predictions
     }
 }
@@ -210,6 +455,10 @@ mod tests {
             base_margins: vec![0.0],
             num_features: 2,
             objective: Objective::RegSquaredError,
+            cat_sets: Vec::new(),
+            special: false,
+            leaf64: Vec::new(),
+            sigmoid_scale: 1.0,
         }
     }
 

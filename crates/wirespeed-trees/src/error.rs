@@ -10,6 +10,9 @@ pub enum LoadError {
     /// The file is not a model of the format it claims.
     #[error("not a valid XGBoost JSON model: {0}")]
     Format(String),
+    /// The file is not a valid LightGBM text model.
+    #[error("not a valid LightGBM model: {0}")]
+    LightGbm(String),
     /// The model uses a feature this runtime refuses rather than mispredict.
     #[error("unsupported model: {0}")]
     Unsupported(String),

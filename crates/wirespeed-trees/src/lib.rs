@@ -1,5 +1,6 @@
-//! The tree-ensemble runtime of wirespeed: XGBoost models loaded and
-//! predicted in-process, in pure Rust, with no libxgboost and no Python.
+//! The tree-ensemble runtime of wirespeed: XGBoost (JSON) and LightGBM
+//! (text) models loaded and predicted in-process, in pure Rust, with no
+//! libxgboost, no lib_lightgbm and no Python.
 //!
 //! Predictions reproduce XGBoost's own float arithmetic: splits compare
 //! `f32` feature values with `x < threshold`, NaN is missing and follows
@@ -21,10 +22,34 @@
 
 mod ensemble;
 mod error;
+mod lightgbm;
 mod objective;
 mod xgboost;
 
 pub use ensemble::TreeEnsemble;
 pub use error::LoadError;
+pub use lightgbm::{load_lightgbm, parse_lightgbm};
 pub use objective::Objective;
 pub use xgboost::{load_xgboost_json, parse_xgboost_json};
+
+/// Loads a model file of either format, told apart by its first bytes: a
+/// JSON object is XGBoost's, a `tree` header is LightGBM's.
+pub fn load(path: impl AsRef<std::path::Path>) -> Result<TreeEnsemble, LoadError> {
+    let bytes = std::fs::read(path)?;
+    let start = bytes
+        .iter()
+        .position(|b| !b.is_ascii_whitespace())
+        .unwrap_or(0);
+    match bytes.get(start) {
+        Some(b'{') => parse_xgboost_json(&bytes),
+        _ if bytes[start..].starts_with(b"tree") => {
+            let text = std::str::from_utf8(&bytes)
+                .map_err(|e| LoadError::LightGbm(format!("not UTF-8 text: {e}")))?;
+            parse_lightgbm(text)
+        }
+        _ => Err(LoadError::Unsupported(
+            "not an XGBoost JSON model nor a LightGBM text model (UBJSON and binary formats are not read)"
+                .to_owned(),
+        )),
+    }
+}

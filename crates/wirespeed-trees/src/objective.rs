@@ -18,6 +18,13 @@ pub enum Objective {
     MultiSoftprob,
     /// The index of the largest class margin.
     MultiSoftmax,
+    /// LightGBM `binary`: sigmoid of the margin times the model's `sigmoid:` scale.
+    LgbBinary,
+    /// LightGBM `regression` and its relatives with an identity link
+    /// (`regression_l1`, `huber`, `fair`, `quantile`, `mape`): the margin.
+    LgbRegression,
+    /// LightGBM `multiclass`: softmax over the class margins.
+    LgbMulticlass,
 }
 
 impl Objective {
@@ -39,6 +46,70 @@ impl Objective {
         })
     }
 
+    /// Parses the `objective=` line of a LightGBM model file.
+    pub fn from_lightgbm_line(line: &str) -> Result<(Objective, f64), LoadError> {
+        let mut parts = line.split_whitespace();
+        let name = parts.next().unwrap_or("");
+        let mut scale = 1.0;
+        for part in parts {
+            if let Some(v) = part.strip_prefix("sigmoid:") {
+                scale = v
+                    .parse::<f64>()
+                    .ok()
+                    .filter(|s| s.is_finite() && *s > 0.0)
+                    .ok_or_else(|| LoadError::format(format!("invalid sigmoid parameter '{v}'")))?;
+            }
+        }
+        let objective = match name {
+            "binary" => Objective::LgbBinary,
+            "regression" | "regression_l2" | "l2" | "mean_squared_error" | "mse"
+            | "regression_l1" | "l1" | "huber" | "fair" | "quantile" | "mape" => {
+                Objective::LgbRegression
+            }
+            "multiclass" | "softmax" => Objective::LgbMulticlass,
+            other => {
+                return Err(LoadError::unsupported(format!(
+                    "LightGBM objective '{other}' is not supported; supported: binary, multiclass, \
+                     and regression with an identity link (regression, regression_l1, huber, fair, \
+                     quantile, mape)"
+                )))
+            }
+        };
+        Ok((objective, scale))
+    }
+
+    /// Whether this is a LightGBM objective, computed in `f64`.
+    pub fn is_lightgbm(self) -> bool {
+        matches!(
+            self,
+            Objective::LgbBinary | Objective::LgbRegression | Objective::LgbMulticlass
+        )
+    }
+
+    /// LightGBM's transform in `f64`, rounded to `f32` at the end.
+    pub(crate) fn transform_row64(self, margins: &[f64], scale: f64, out: &mut [f32]) {
+        match self {
+            Objective::LgbBinary => {
+                for (o, &m) in out.iter_mut().zip(margins) {
+                    *o = (1.0 / (1.0 + (-scale * m).exp())) as f32;
+                }
+            }
+            Objective::LgbMulticlass => {
+                let max = margins.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+                let exps: Vec<f64> = margins.iter().map(|m| (m - max).exp()).collect();
+                let sum: f64 = exps.iter().sum();
+                for (o, e) in out.iter_mut().zip(&exps) {
+                    *o = (e / sum) as f32;
+                }
+            }
+            _ => {
+                for (o, &m) in out.iter_mut().zip(margins) {
+                    *o = m as f32;
+                }
+            }
+        }
+    }
+
     /// XGBoost's spelling.
     pub fn name(self) -> &'static str {
         match self {
@@ -48,12 +119,18 @@ impl Objective {
             Objective::RegLogistic => "reg:logistic",
             Objective::MultiSoftprob => "multi:softprob",
             Objective::MultiSoftmax => "multi:softmax",
+            Objective::LgbBinary => "binary",
+            Objective::LgbRegression => "regression",
+            Objective::LgbMulticlass => "multiclass",
         }
     }
 
     /// Whether the objective classifies into several classes.
     pub fn is_multiclass(self) -> bool {
-        matches!(self, Objective::MultiSoftprob | Objective::MultiSoftmax)
+        matches!(
+            self,
+            Objective::MultiSoftprob | Objective::MultiSoftmax | Objective::LgbMulticlass
+        )
     }
 
     /// Whether `base_score` is a probability that [`base_margin`](Self::base_margin)
@@ -93,6 +170,10 @@ impl Objective {
                 }
             }
             Objective::BinaryLogitRaw | Objective::RegSquaredError => out.copy_from_slice(margins),
+            Objective::LgbBinary | Objective::LgbRegression | Objective::LgbMulticlass => {
+                let wide: Vec<f64> = margins.iter().map(|&m| f64::from(m)).collect();
+                self.transform_row64(&wide, 1.0, out);
+            }
             Objective::MultiSoftprob => softmax(margins, out),
             Objective::MultiSoftmax => {
                 // The first maximum wins, as in XGBoost.

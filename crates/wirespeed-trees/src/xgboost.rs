@@ -10,7 +10,7 @@ use std::path::Path;
 
 use serde::Deserialize;
 
-use crate::ensemble::{Node, TreeEnsemble};
+use crate::ensemble::{Node, SplitRule, TreeEnsemble};
 use crate::{LoadError, Objective};
 
 #[derive(Deserialize)]
@@ -80,6 +80,12 @@ struct TreeSection {
     split_type: Vec<i64>,
     #[serde(default)]
     categories_nodes: Vec<i64>,
+    #[serde(default)]
+    categories_segments: Vec<i64>,
+    #[serde(default)]
+    categories_sizes: Vec<i64>,
+    #[serde(default)]
+    categories: Vec<i64>,
     tree_param: TreeParam,
 }
 
@@ -156,6 +162,7 @@ pub fn parse_xgboost_json(bytes: &[u8]) -> Result<TreeEnsemble, LoadError> {
     }
 
     let mut nodes = Vec::new();
+    let mut cat_sets = Vec::new();
     let mut roots = Vec::with_capacity(model.trees.len());
     let mut tree_groups = Vec::with_capacity(model.trees.len());
     for (t, (tree, &group)) in model.trees.iter().zip(&model.tree_info).enumerate() {
@@ -166,7 +173,7 @@ pub fn parse_xgboost_json(bytes: &[u8]) -> Result<TreeEnsemble, LoadError> {
         }
         let root = u32::try_from(nodes.len()).ok().filter(|&r| r < (1 << 31));
         let root = root.ok_or_else(|| LoadError::unsupported("more than 2^31 nodes"))?;
-        flatten_tree(t, tree, num_features, &mut nodes)?;
+        flatten_tree(t, tree, num_features, &mut nodes, &mut cat_sets)?;
         roots.push(root);
         tree_groups.push(group as u32);
     }
@@ -177,7 +184,79 @@ pub fn parse_xgboost_json(bytes: &[u8]) -> Result<TreeEnsemble, LoadError> {
         base_margins,
         num_features,
         objective,
+        special: !cat_sets.is_empty(),
+        cat_sets,
+        leaf64: Vec::new(),
+        sigmoid_scale: 1.0,
     })
+}
+
+/// The categories of each categorical split of tree `t`, by node.
+fn categorical_sets(t: usize, tree: &TreeSection) -> Result<Vec<(usize, Vec<i64>)>, LoadError> {
+    let n = tree.categories_nodes.len();
+    if tree.categories_segments.len() != n || tree.categories_sizes.len() != n {
+        return Err(LoadError::format(format!(
+            "tree {t}: categories_nodes, categories_segments and categories_sizes differ in length"
+        )));
+    }
+    let mut sets = Vec::with_capacity(n);
+    for k in 0..n {
+        let (node, start, size) = (
+            tree.categories_nodes[k],
+            tree.categories_segments[k],
+            tree.categories_sizes[k],
+        );
+        let range = usize::try_from(start)
+            .ok()
+            .zip(usize::try_from(size).ok())
+            .and_then(|(s, n)| Some(s..s.checked_add(n)?))
+            .filter(|r| r.end <= tree.categories.len());
+        let (Ok(node), Some(range)) = (usize::try_from(node), range) else {
+            return Err(LoadError::format(format!(
+                "tree {t}: categorical split {k} points outside its node or category lists"
+            )));
+        };
+        if tree.split_type.get(node) != Some(&1) {
+            return Err(LoadError::format(format!(
+                "tree {t}: node {node} has categories but is not a categorical split"
+            )));
+        }
+        let categories = tree.categories[range].to_vec();
+        if categories.iter().any(|&c| !(0..1 << 24).contains(&c)) {
+            return Err(LoadError::format(format!(
+                "tree {t}: node {node} has a category outside 0..2^24"
+            )));
+        }
+        sets.push((node, categories));
+    }
+    if let Some(node) = tree
+        .split_type
+        .iter()
+        .enumerate()
+        .find(|&(i, &s)| s != 0 && !sets.iter().any(|(n, _)| *n == i))
+        .map(|(i, _)| i)
+    {
+        return Err(LoadError::format(format!(
+            "tree {t}: node {node} is a categorical split with no categories"
+        )));
+    }
+    Ok(sets)
+}
+
+/// Appends a bitset of `categories` (all in 0..2^24) to `cat_sets`: its
+/// word count, then the words.
+pub(crate) fn push_set(cat_sets: &mut Vec<u32>, categories: &[i64]) {
+    let words = categories
+        .iter()
+        .map(|&c| c as usize / 32 + 1)
+        .max()
+        .unwrap_or(0);
+    cat_sets.push(words as u32);
+    let at = cat_sets.len();
+    cat_sets.resize(at + words, 0);
+    for &c in categories {
+        cat_sets[at + c as usize / 32] |= 1 << (c % 32);
+    }
 }
 
 fn parse_param<T: std::str::FromStr>(name: &str, value: &str) -> Result<T, LoadError> {
@@ -223,6 +302,7 @@ fn flatten_tree(
     tree: &TreeSection,
     num_features: usize,
     nodes: &mut Vec<Node>,
+    cat_sets: &mut Vec<u32>,
 ) -> Result<(), LoadError> {
     let n: usize = parse_param("num_nodes", &tree.tree_param.num_nodes)?;
     if let Some(size) = &tree.tree_param.size_leaf_vector {
@@ -232,11 +312,7 @@ fn flatten_tree(
             ));
         }
     }
-    if tree.split_type.iter().any(|&s| s != 0) || !tree.categories_nodes.is_empty() {
-        return Err(LoadError::unsupported(format!(
-            "tree {t} has categorical splits, which this runtime does not support yet"
-        )));
-    }
+    let categorical = categorical_sets(t, tree)?;
     let lengths = [
         ("left_children", tree.left_children.len()),
         ("right_children", tree.right_children.len()),
@@ -287,13 +363,28 @@ fn flatten_tree(
             stack.push(child as usize);
         }
         let abs = |c: i64| (offset + c as usize) as u32;
-        flat[i] = Node::split(
-            feature as u32,
-            tree.split_conditions[i],
-            tree.default_left[i].is_set(),
-            abs(left),
-            abs(right),
-        );
+        let default_left = tree.default_left[i].is_set();
+        flat[i] = match categorical.iter().find(|(node, _)| *node == i) {
+            // XGBoost sends the listed categories right, everything else
+            // (an unlisted or negative category) left, NaN by default_left.
+            Some((_, categories)) => {
+                let set = u32::try_from(cat_sets.len())
+                    .map_err(|_| LoadError::unsupported("too many categorical splits"))?;
+                push_set(cat_sets, categories);
+                let rule = SplitRule {
+                    default_left,
+                    ..SplitRule::default()
+                };
+                Node::categorical(feature as u32, set, false, rule, abs(left), abs(right))
+            }
+            None => Node::split(
+                feature as u32,
+                tree.split_conditions[i],
+                default_left,
+                abs(left),
+                abs(right),
+            ),
+        };
     }
     nodes.extend(flat);
     Ok(())

@@ -19,7 +19,7 @@ pub(crate) enum Output {
 
 #[derive(Args)]
 pub(crate) struct PredictArgs {
-    /// An XGBoost model saved as JSON.
+    /// An XGBoost model saved as JSON, or a LightGBM model saved as text.
     #[arg(long, env = "WIRESPEED_PREDICT_MODEL")]
     model: PathBuf,
     /// A CSV file of feature rows, without a header.
@@ -36,7 +36,7 @@ pub(crate) struct PredictArgs {
 }
 
 pub(crate) fn run(args: &PredictArgs) -> anyhow::Result<()> {
-    let ensemble = wirespeed_trees::load_xgboost_json(&args.model)
+    let ensemble = wirespeed_trees::load(&args.model)
         .with_context(|| format!("cannot load {}", args.model.display()))?;
     let nf = ensemble.num_features();
     let text = std::fs::read_to_string(&args.input)
@@ -71,14 +71,11 @@ pub(crate) fn run(args: &PredictArgs) -> anyhow::Result<()> {
 
     let n_rows = rows.len() / nf;
     let mut margins = vec![0.0f32; n_rows * ensemble.num_groups()];
-    ensemble.predict_margins(&rows, &mut margins);
+    let mut predictions = vec![0.0f32; n_rows * ensemble.prediction_width()];
+    ensemble.predict_margins_and_predictions(&rows, &mut margins, &mut predictions);
     let (values, width) = match args.output {
         Output::Margin => (margins, ensemble.num_groups()),
-        Output::Prediction => {
-            let mut predictions = vec![0.0f32; n_rows * ensemble.prediction_width()];
-            ensemble.transform(&margins, &mut predictions);
-            (predictions, ensemble.prediction_width())
-        }
+        Output::Prediction => (predictions, ensemble.prediction_width()),
     };
 
     let mut out = BufWriter::new(std::io::stdout().lock());
