@@ -128,18 +128,34 @@ def test_served_predictions_match_xgboost(trained):
         server.stop()
 
 
-def test_categorical_models_are_refused_not_mispredicted(tmp_path):
-    rng = np.random.default_rng(7)
-    cat = rng.integers(0, 5, size=500)
-    x = np.column_stack([cat, rng.normal(size=500)]).astype(np.float32)
+@pytest.mark.parametrize("onehot", [1, 64], ids=["partition", "one-hot"])
+def test_categorical_splits_match_xgboost(tmp_path, onehot):
+    """Categorical features, split by partition (max_cat_to_onehot=1) or
+    one-hot; tested with unseen, negative, fractional and missing categories."""
+    rng = np.random.default_rng(7 + onehot)
+    n = 3000
+    cat = rng.integers(0, 20, size=n).astype(np.float32)
+    cat2 = rng.integers(0, 5, size=n).astype(np.float32)
+    x = np.column_stack([cat, rng.normal(size=n), cat2]).astype(np.float32)
+    x[rng.random(n) < 0.1, 0] = np.nan
+    y = (cat % 3) * 2.0 + np.nan_to_num(x[:, 1]) + (cat2 == 2)
     booster = xgb.train(
-        {"objective": "reg:squarederror", "max_cat_to_onehot": 1, "nthread": 1},
-        xgb.DMatrix(x, label=cat * 2.0, feature_types=["c", "q"], enable_categorical=True),
-        5,
+        {"objective": "reg:squarederror", "max_cat_to_onehot": onehot, "nthread": 1, "max_depth": 6},
+        xgb.DMatrix(x, label=y, feature_types=["c", "q", "c"], enable_categorical=True),
+        20,
     )
     booster.save_model(str(tmp_path / "model.json"))
-    assert "categories" in json.loads((tmp_path / "model.json").read_text())["learner"]["gradient_booster"]["model"]["trees"][0]
-    (tmp_path / "rows.csv").write_text("1,0.5\n")
-    result = run_wirespeed("predict", "--model", tmp_path / "model.json", "--input", tmp_path / "rows.csv")
-    assert result.returncode != 0
-    assert "categorical splits" in result.stderr, result.stderr
+    trees = json.loads((tmp_path / "model.json").read_text())["learner"]["gradient_booster"]["model"]["trees"]
+    assert any(t["categories_nodes"] for t in trees), "the model has categorical splits"
+    test = np.column_stack([
+        rng.choice([0, 3, 7, 19, 25, 100, -1, -0.5, 2.5, np.nan], size=4000),
+        rng.normal(size=4000),
+        rng.choice([0, 2, 4, 9, np.nan], size=4000),
+    ]).astype(np.float32)
+    csv = tmp_path / "rows.csv"
+    np.savetxt(csv, test, delimiter=",", fmt="%.9g")
+    want = booster.predict(xgb.DMatrix(test, feature_types=["c", "q", "c"], enable_categorical=True))
+    result = run_wirespeed("predict", "--model", tmp_path / "model.json", "--input", csv)
+    assert result.returncode == 0, result.stderr
+    got = np.array([float(v) for v in result.stdout.split()], dtype=np.float32)
+    np.testing.assert_allclose(got, want, rtol=1e-6, atol=0)
