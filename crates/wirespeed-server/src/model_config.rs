@@ -18,8 +18,14 @@ pub struct ModelConfig {
     /// The version served; `"1"` unless set.
     #[serde(default = "default_version")]
     pub version: String,
-    /// The inputs, as clients must send them.
+    /// The inputs, as clients must send them (tree models with
+    /// `preprocess` take one input per column instead, and declare none).
+    #[serde(default)]
     pub inputs: Vec<TensorConfig>,
+    /// Tree models: raw named columns turned into the feature vector, in
+    /// feature order. See `docs/model-repository.md`.
+    #[serde(default)]
+    pub preprocess: Vec<PreprocessConfig>,
     /// The outputs clients may ask for.
     pub outputs: Vec<OutputConfig>,
     /// Requests computed at once; the server's cores unless set.
@@ -85,6 +91,50 @@ pub struct OutputConfig {
     /// What the output holds (tree models only).
     #[serde(default)]
     pub kind: Option<OutputKind>,
+}
+
+/// One raw input column of a tree model and its transform.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PreprocessConfig {
+    /// The column: also the name of its input tensor.
+    pub column: String,
+    /// `identity`, `min_max`, `standard`, `quantile` (numbers), `ordinal`,
+    /// `one_hot` (strings).
+    pub transform: String,
+    /// The input's datatype for numbers: `FP32` (default), `FP64` or `INT64`.
+    #[serde(default)]
+    pub datatype: Option<String>,
+    /// The number a missing value (NaN) is read as.
+    #[serde(default)]
+    pub fill: Option<f64>,
+    /// `min_max`: the value that maps to 0.
+    #[serde(default)]
+    pub min: Option<f64>,
+    /// `min_max`: the value that maps to 1.
+    #[serde(default)]
+    pub max: Option<f64>,
+    /// `standard`: the mean subtracted.
+    #[serde(default)]
+    pub mean: Option<f64>,
+    /// `standard`: the standard deviation divided by.
+    #[serde(default)]
+    pub std: Option<f64>,
+    /// `quantile`: sorted cut points.
+    #[serde(default)]
+    pub quantiles: Option<Vec<f64>>,
+    /// `ordinal`: string to code.
+    #[serde(default)]
+    pub mapping: Option<std::collections::BTreeMap<String, f64>>,
+    /// `ordinal`: the code of an unknown string (0 unless set).
+    #[serde(default)]
+    pub default: Option<f64>,
+    /// `one_hot`: the categories, in feature order.
+    #[serde(default)]
+    pub categories: Option<Vec<String>>,
+    /// `one_hot`: whether unknown strings get a feature of their own.
+    #[serde(default)]
+    pub unknown_bucket: bool,
 }
 
 /// What a tree model output holds.

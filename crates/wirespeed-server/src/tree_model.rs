@@ -5,7 +5,7 @@
 use std::path::Path;
 
 use wirespeed_core::{DataType, Error, Model, ModelMetadata, Tensor, TensorData, TensorSpec};
-use wirespeed_trees::TreeEnsemble;
+use wirespeed_trees::{Column, Preprocessor, RawValue, Transform, TreeEnsemble};
 
 use crate::model_config::{Backend, ModelConfig, OutputKind};
 
@@ -13,6 +13,8 @@ use crate::model_config::{Backend, ModelConfig, OutputKind};
 pub struct TreeModel {
     metadata: ModelMetadata,
     ensemble: TreeEnsemble,
+    /// Raw columns into features, when the config declares `preprocess`.
+    preprocessor: Option<Preprocessor>,
     /// What each output in `metadata.outputs` holds.
     output_kinds: Vec<OutputKind>,
 }
@@ -28,14 +30,40 @@ impl TreeModel {
         }
         .map_err(|e| format!("{}: {e}", path.display()))?;
 
-        let [input] = config.inputs.as_slice() else {
-            return Err(format!(
-                "a tree model takes exactly one input, the config declares {}",
-                config.inputs.len()
-            ));
-        };
-        let input = input.to_spec()?;
         let nf = ensemble.num_features() as i64;
+        let (preprocessor, inputs) = if config.preprocess.is_empty() {
+            let [input] = config.inputs.as_slice() else {
+                return Err(format!(
+                    "a tree model takes exactly one input, the config declares {}",
+                    config.inputs.len()
+                ));
+            };
+            (None, vec![input.to_spec()?])
+        } else {
+            if !config.inputs.is_empty() {
+                return Err(
+                    "a model with 'preprocess' takes one input per column; declare no [[inputs]]"
+                        .to_owned(),
+                );
+            }
+            let (pre, specs) = preprocessor(config)?;
+            if pre.width() as i64 != nf {
+                return Err(format!(
+                    "the preprocess columns make {} features, but the model takes {nf}",
+                    pre.width()
+                ));
+            }
+            (Some(pre), specs)
+        };
+        // The batch dimension of outputs: the features' first dimension.
+        let input = match &preprocessor {
+            Some(_) => TensorSpec {
+                name: String::new(),
+                datatype: DataType::Fp32,
+                shape: vec![-1, nf],
+            },
+            None => inputs[0].clone(),
+        };
         if input.datatype != DataType::Fp32 || input.shape.len() != 2 || input.shape[1] != nf {
             return Err(format!(
                 "input '{}' must be FP32 [-1, {nf}] for this model ({nf} features), the config says {} {}",
@@ -93,11 +121,12 @@ impl TreeModel {
                 name: name.to_owned(),
                 versions: vec![config.version.clone()],
                 platform: config.backend.platform().to_owned(),
-                inputs: vec![input],
+                inputs,
                 outputs,
             },
             output_kinds,
             ensemble,
+            preprocessor,
         })
     }
 
@@ -113,13 +142,22 @@ impl Model for TreeModel {
     }
 
     fn infer(&self, inputs: &[Tensor], outputs: &[usize]) -> Result<Vec<Tensor>, Error> {
-        let input = &inputs[0];
-        let TensorData::Fp32(rows) = &input.data else {
-            return Err(Error::internal(
-                "tree model received a non-FP32 input after validation",
-            ));
+        let computed;
+        let (n_rows, rows) = match &self.preprocessor {
+            Some(pre) => {
+                computed = features(pre, inputs)?;
+                (computed.0, computed.1.as_slice())
+            }
+            None => {
+                let input = &inputs[0];
+                let TensorData::Fp32(rows) = &input.data else {
+                    return Err(Error::internal(
+                        "tree model received a non-FP32 input after validation",
+                    ));
+                };
+                (input.shape[0], rows.as_slice())
+            }
         };
-        let n_rows = input.shape[0];
         let e = &self.ensemble;
         let kind = |index: usize| self.output_kinds[index];
 
@@ -167,4 +205,134 @@ impl Model for TreeModel {
         }
         Ok(result)
     }
+}
+
+/// The feature pipeline a config declares, with each column's input spec.
+fn preprocessor(config: &ModelConfig) -> Result<(Preprocessor, Vec<TensorSpec>), String> {
+    let mut columns = Vec::new();
+    let mut specs = Vec::new();
+    for p in &config.preprocess {
+        let need = |value: Option<f64>, key: &str| {
+            value.ok_or_else(|| format!("column '{}': {} needs '{key}'", p.column, p.transform))
+        };
+        let transform = match p.transform.as_str() {
+            "identity" => Transform::Identity,
+            "min_max" => Transform::MinMax {
+                min: need(p.min, "min")?,
+                max: need(p.max, "max")?,
+            },
+            "standard" => Transform::Standard {
+                mean: need(p.mean, "mean")?,
+                std: need(p.std, "std")?,
+            },
+            "quantile" => Transform::Quantile {
+                quantiles: p.quantiles.clone().ok_or_else(|| {
+                    format!("column '{}': quantile needs 'quantiles'", p.column)
+                })?,
+            },
+            "ordinal" => Transform::Ordinal {
+                mapping: p
+                    .mapping
+                    .clone()
+                    .ok_or_else(|| format!("column '{}': ordinal needs 'mapping'", p.column))?
+                    .into_iter()
+                    .collect(),
+                default: p.default.unwrap_or(0.0),
+            },
+            "one_hot" => Transform::OneHot {
+                categories: p.categories.clone().ok_or_else(|| {
+                    format!("column '{}': one_hot needs 'categories'", p.column)
+                })?,
+                unknown_bucket: p.unknown_bucket,
+            },
+            other => {
+                return Err(format!(
+                    "column '{}': unknown transform '{other}'; use identity, min_max, standard, quantile, ordinal or one_hot",
+                    p.column
+                ))
+            }
+        };
+        let text = matches!(
+            transform,
+            Transform::Ordinal { .. } | Transform::OneHot { .. }
+        );
+        let datatype = match (&p.datatype, text) {
+            (None, true) => DataType::Bytes,
+            (None, false) => DataType::Fp32,
+            (Some(d), _) => d
+                .parse()
+                .map_err(|e| format!("column '{}': {e}", p.column))?,
+        };
+        let fits = if text {
+            datatype == DataType::Bytes
+        } else {
+            matches!(datatype, DataType::Fp32 | DataType::Fp64 | DataType::Int64)
+        };
+        if !fits {
+            return Err(format!(
+                "column '{}': a {} column cannot be {datatype}",
+                p.column, p.transform
+            ));
+        }
+        let column = if text {
+            Column::text(&p.column, transform)
+        } else {
+            let c = Column::number(&p.column, transform);
+            match p.fill {
+                Some(v) => c.fill(v),
+                None => c,
+            }
+        };
+        columns.push(column);
+        specs.push(TensorSpec {
+            name: p.column.clone(),
+            datatype,
+            shape: vec![-1],
+        });
+    }
+    let pre = Preprocessor::new(columns)?;
+    Ok((pre, specs))
+}
+
+/// The feature rows of a batch of raw columns.
+fn features(pre: &Preprocessor, inputs: &[Tensor]) -> Result<(usize, Vec<f32>), Error> {
+    let columns = pre.columns();
+    let by_column: Vec<&Tensor> = columns
+        .iter()
+        .map(|c| {
+            inputs
+                .iter()
+                .find(|t| t.name == c.name)
+                .ok_or_else(|| Error::internal(format!("column '{}' went missing", c.name)))
+        })
+        .collect::<Result<_, _>>()?;
+    let rows = by_column.first().map_or(0, |t| t.data.len());
+    if let Some(t) = by_column.iter().find(|t| t.data.len() != rows) {
+        return Err(Error::invalid_input(format!(
+            "every column needs the same number of rows: '{}' has {}, '{}' has {rows}",
+            t.name,
+            t.data.len(),
+            by_column[0].name
+        )));
+    }
+    let width = pre.width();
+    let mut out = vec![0f32; rows * width];
+    let mut record = Vec::with_capacity(columns.len());
+    for (r, row) in out.chunks_exact_mut(width).enumerate() {
+        record.clear();
+        for t in &by_column {
+            record.push(match &t.data {
+                TensorData::Fp32(v) => RawValue::Number(f64::from(v[r])),
+                TensorData::Fp64(v) => RawValue::Number(v[r]),
+                TensorData::Int64(v) => RawValue::Number(v[r] as f64),
+                TensorData::Bytes(v) => match std::str::from_utf8(&v[r]) {
+                    Ok(text) => RawValue::Text(text),
+                    Err(_) => RawValue::Missing,
+                },
+                _ => RawValue::Missing,
+            });
+        }
+        pre.transform_row(&record, row);
+    }
+    Ok((rows, out))
 }

@@ -24,12 +24,14 @@ mod ensemble;
 mod error;
 mod lightgbm;
 mod objective;
+mod preprocess;
 mod xgboost;
 
 pub use ensemble::TreeEnsemble;
 pub use error::LoadError;
 pub use lightgbm::{load_lightgbm, parse_lightgbm};
 pub use objective::Objective;
+pub use preprocess::{Column, ColumnKind, Preprocessor, RawValue, Transform};
 pub use xgboost::{load_xgboost_json, parse_xgboost_json};
 
 /// Loads a model file of either format, told apart by its first bytes: a

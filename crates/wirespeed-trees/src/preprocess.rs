@@ -1,0 +1,397 @@
+//! Feature preprocessing: raw records (named numbers and strings, some
+//! missing) into the feature vector a tree ensemble takes, the way
+//! go-featureprocessing and scikit-learn's transformers do, declared in
+//! data rather than code.
+//!
+//! ```
+//! use wirespeed_trees::{Column, Preprocessor, RawValue, Transform};
+//!
+//! let p = Preprocessor::new(vec![
+//!     Column::number("age", Transform::MinMax { min: 0.0, max: 80.0 }).fill(0.0),
+//!     Column::text("sex", Transform::OneHot { categories: vec!["male".into(), "female".into()], unknown_bucket: false }),
+//! ]).unwrap();
+//! let mut features = vec![0.0; p.width()];
+//! p.transform_row(&[RawValue::Number(20.0), RawValue::Text("female")], &mut features);
+//! assert_eq!(features, [0.25, 0.0, 1.0]);
+//! ```
+
+use std::collections::HashMap;
+
+/// One value of a raw record.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum RawValue<'a> {
+    /// A number (NaN is missing).
+    Number(f64),
+    /// A string.
+    Text(&'a str),
+    /// No value.
+    Missing,
+}
+
+/// What a column turns its value into.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Transform {
+    /// The number itself (1 feature).
+    Identity,
+    /// `(x - min) / (max - min)`, clamped to [0, 1] (1 feature).
+    MinMax {
+        /// The value that maps to 0.
+        min: f64,
+        /// The value that maps to 1.
+        max: f64,
+    },
+    /// `(x - mean) / std` (1 feature).
+    Standard {
+        /// Subtracted.
+        mean: f64,
+        /// Divided by.
+        std: f64,
+    },
+    /// The rank among sorted `quantiles`: `(i + 1) / n` for the first
+    /// quantile `>= x` at index `i`, and 1 past the last (1 feature).
+    Quantile {
+        /// Sorted cut points.
+        quantiles: Vec<f64>,
+    },
+    /// A string's code from `mapping`, or `default` when it is not there (1 feature).
+    Ordinal {
+        /// String to code.
+        mapping: Vec<(String, f64)>,
+        /// The code of an unknown string.
+        default: f64,
+    },
+    /// One feature per category, 1 for the value's; an unknown string is
+    /// all zeros, or 1 in one more feature with `unknown_bucket`.
+    OneHot {
+        /// The categories, in feature order.
+        categories: Vec<String>,
+        /// Whether unknown strings get a feature of their own.
+        unknown_bucket: bool,
+    },
+}
+
+/// Whether a column holds numbers or strings.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ColumnKind {
+    /// Numbers.
+    Number,
+    /// Strings.
+    Text,
+}
+
+/// One named input column and its transform.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Column {
+    /// The column's name in the record.
+    pub name: String,
+    /// Numbers or strings.
+    pub kind: ColumnKind,
+    /// What it becomes.
+    pub transform: Transform,
+    /// The number a missing numeric value is read as (else NaN, which the
+    /// trees treat as missing).
+    pub fill_number: Option<f64>,
+    /// The string a missing string is read as (else it is unknown).
+    pub fill_text: Option<String>,
+}
+
+impl Column {
+    /// A numeric column.
+    pub fn number(name: &str, transform: Transform) -> Column {
+        Column {
+            name: name.to_owned(),
+            kind: ColumnKind::Number,
+            transform,
+            fill_number: None,
+            fill_text: None,
+        }
+    }
+
+    /// A string column.
+    pub fn text(name: &str, transform: Transform) -> Column {
+        Column {
+            name: name.to_owned(),
+            kind: ColumnKind::Text,
+            transform,
+            fill_number: None,
+            fill_text: None,
+        }
+    }
+
+    /// Reads a missing number as `value`.
+    pub fn fill(mut self, value: f64) -> Column {
+        self.fill_number = Some(value);
+        self
+    }
+
+    /// Features this column produces.
+    pub fn width(&self) -> usize {
+        match &self.transform {
+            Transform::OneHot {
+                categories,
+                unknown_bucket,
+            } => categories.len() + usize::from(*unknown_bucket),
+            _ => 1,
+        }
+    }
+}
+
+/// Compiled string lookups, per column.
+#[derive(Debug, Clone)]
+enum Lookup {
+    None,
+    Codes(HashMap<String, f64>),
+    Positions(HashMap<String, usize>),
+}
+
+/// A declared feature pipeline: columns in feature order.
+#[derive(Debug, Clone)]
+pub struct Preprocessor {
+    columns: Vec<Column>,
+    lookups: Vec<Lookup>,
+    width: usize,
+}
+
+impl Preprocessor {
+    /// Checks the columns (names unique, transforms fit their kind,
+    /// parameters usable) and compiles their lookups.
+    pub fn new(columns: Vec<Column>) -> Result<Preprocessor, String> {
+        let mut lookups = Vec::with_capacity(columns.len());
+        for (i, c) in columns.iter().enumerate() {
+            if columns[..i].iter().any(|d| d.name == c.name) {
+                return Err(format!("column '{}' is declared twice", c.name));
+            }
+            let text = matches!(
+                c.transform,
+                Transform::Ordinal { .. } | Transform::OneHot { .. }
+            );
+            if text != (c.kind == ColumnKind::Text) {
+                return Err(format!(
+                    "column '{}': {} transforms take {}",
+                    c.name,
+                    if text {
+                        "ordinal and one-hot"
+                    } else {
+                        "numeric"
+                    },
+                    if text { "strings" } else { "numbers" }
+                ));
+            }
+            let lookup = match &c.transform {
+                Transform::MinMax { min, max }
+                    if max.partial_cmp(min) != Some(std::cmp::Ordering::Greater) =>
+                {
+                    return Err(format!("column '{}': min-max needs max > min", c.name))
+                }
+                Transform::Standard { std, .. }
+                    if std.partial_cmp(&0.0) != Some(std::cmp::Ordering::Greater) =>
+                {
+                    return Err(format!(
+                        "column '{}': standard scaling needs std > 0",
+                        c.name
+                    ))
+                }
+                Transform::Quantile { quantiles }
+                    if quantiles.is_empty()
+                        || !quantiles.is_sorted()
+                        || quantiles.iter().any(|q| q.is_nan()) =>
+                {
+                    return Err(format!(
+                        "column '{}': quantiles must be a non-empty sorted list",
+                        c.name
+                    ))
+                }
+                Transform::Ordinal { mapping, .. } => {
+                    Lookup::Codes(mapping.iter().cloned().collect())
+                }
+                Transform::OneHot { categories, .. } => {
+                    let mut positions = HashMap::new();
+                    for (k, cat) in categories.iter().enumerate() {
+                        if positions.insert(cat.clone(), k).is_some() {
+                            return Err(format!(
+                                "column '{}': category '{cat}' is listed twice",
+                                c.name
+                            ));
+                        }
+                    }
+                    Lookup::Positions(positions)
+                }
+                _ => Lookup::None,
+            };
+            lookups.push(lookup);
+        }
+        let width = columns.iter().map(Column::width).sum();
+        Ok(Preprocessor {
+            columns,
+            lookups,
+            width,
+        })
+    }
+
+    /// The columns, in order.
+    pub fn columns(&self) -> &[Column] {
+        &self.columns
+    }
+
+    /// Features per row.
+    pub fn width(&self) -> usize {
+        self.width
+    }
+
+    /// Writes the features of one record (one value per column, in column
+    /// order) to `out` (`width` values). A string where a number belongs,
+    /// or the reverse, counts as missing.
+    pub fn transform_row(&self, values: &[RawValue<'_>], out: &mut [f32]) {
+        assert_eq!(values.len(), self.columns.len(), "one value per column");
+        assert_eq!(out.len(), self.width, "width features");
+        let mut at = 0;
+        for ((column, lookup), value) in self.columns.iter().zip(&self.lookups).zip(values) {
+            let w = column.width();
+            let slot = &mut out[at..at + w];
+            at += w;
+            match column.kind {
+                ColumnKind::Number => {
+                    let x = match value {
+                        RawValue::Number(x) if !x.is_nan() => *x,
+                        _ => column.fill_number.unwrap_or(f64::NAN),
+                    };
+                    slot[0] = number(&column.transform, x) as f32;
+                }
+                ColumnKind::Text => {
+                    let text = match value {
+                        RawValue::Text(t) => Some(*t),
+                        _ => column.fill_text.as_deref(),
+                    };
+                    match (&column.transform, lookup) {
+                        (Transform::Ordinal { default, .. }, Lookup::Codes(codes)) => {
+                            slot[0] =
+                                text.and_then(|t| codes.get(t)).copied().unwrap_or(*default) as f32;
+                        }
+                        (
+                            Transform::OneHot { unknown_bucket, .. },
+                            Lookup::Positions(positions),
+                        ) => {
+                            slot.fill(0.0);
+                            match text.and_then(|t| positions.get(t)) {
+                                Some(&k) => slot[k] = 1.0,
+                                None if *unknown_bucket => slot[w - 1] = 1.0,
+                                None => {}
+                            }
+                        }
+                        _ => unreachable!("checked by new"),
+                    }
+                }
+            }
+        }
+    }
+}
+
+fn number(transform: &Transform, x: f64) -> f64 {
+    if x.is_nan() {
+        return f64::NAN;
+    }
+    match transform {
+        Transform::Identity => x,
+        Transform::MinMax { min, max } => ((x - min) / (max - min)).clamp(0.0, 1.0),
+        Transform::Standard { mean, std } => (x - mean) / std,
+        Transform::Quantile { quantiles } => {
+            let i = quantiles.partition_point(|&q| q < x);
+            if i >= quantiles.len() {
+                1.0
+            } else {
+                (i + 1) as f64 / quantiles.len() as f64
+            }
+        }
+        Transform::Ordinal { .. } | Transform::OneHot { .. } => unreachable!("string transforms"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_transform() {
+        let p = Preprocessor::new(vec![
+            Column::number("a", Transform::Identity),
+            Column::number(
+                "b",
+                Transform::Standard {
+                    mean: 50.0,
+                    std: 100.0,
+                },
+            )
+            .fill(0.0),
+            Column::number(
+                "c",
+                Transform::Quantile {
+                    quantiles: vec![0.0, 1.0, 2.0, 3.0],
+                },
+            ),
+            Column::text(
+                "d",
+                Transform::Ordinal {
+                    mapping: vec![("x".into(), 1.0), ("y".into(), 2.0)],
+                    default: 0.0,
+                },
+            ),
+            Column::text(
+                "e",
+                Transform::OneHot {
+                    categories: vec!["p".into(), "q".into()],
+                    unknown_bucket: true,
+                },
+            ),
+        ])
+        .unwrap();
+        assert_eq!(p.width(), 7);
+        let mut out = vec![0.0; 7];
+        p.transform_row(
+            &[
+                RawValue::Missing,
+                RawValue::Missing,
+                RawValue::Number(1.5),
+                RawValue::Text("y"),
+                RawValue::Text("zz"),
+            ],
+            &mut out,
+        );
+        assert!(out[0].is_nan());
+        assert_eq!(&out[1..], [-0.5, 0.75, 2.0, 0.0, 0.0, 1.0]);
+        p.transform_row(
+            &[
+                RawValue::Number(3.0),
+                RawValue::Number(150.0),
+                RawValue::Number(9.0),
+                RawValue::Missing,
+                RawValue::Text("p"),
+            ],
+            &mut out,
+        );
+        assert_eq!(out, [3.0, 1.0, 1.0, 0.0, 1.0, 0.0, 0.0]);
+    }
+
+    #[test]
+    fn bad_declarations_are_refused() {
+        let bad = [
+            Column::number("a", Transform::MinMax { min: 1.0, max: 1.0 }),
+            Column::number(
+                "a",
+                Transform::Quantile {
+                    quantiles: vec![2.0, 1.0],
+                },
+            ),
+            Column::text("a", Transform::Identity),
+            Column::number(
+                "a",
+                Transform::Ordinal {
+                    mapping: vec![],
+                    default: 0.0,
+                },
+            ),
+        ];
+        for column in bad {
+            assert!(Preprocessor::new(vec![column]).is_err());
+        }
+    }
+}
