@@ -344,6 +344,37 @@ impl TreeEnsemble {
         }
     }
 
+    /// [`predict_margins_and_predictions`](Self::predict_margins_and_predictions)
+    /// split over `threads` threads by contiguous rows: the same results,
+    /// bit for bit (each row is summed by one thread, in tree order).
+    pub fn predict_parallel(
+        &self,
+        rows: &[f32],
+        margins: &mut [f32],
+        predictions: &mut [f32],
+        threads: usize,
+    ) {
+        let nf = self.num_features.max(1);
+        let n_rows = rows.len() / nf;
+        let threads = threads.clamp(1, n_rows.div_ceil(ROW_BLOCK).max(1));
+        if threads == 1 {
+            self.predict_margins_and_predictions(rows, margins, predictions);
+            return;
+        }
+        // Whole blocks per thread, so block boundaries match the serial path.
+        let per = n_rows.div_ceil(ROW_BLOCK).div_ceil(threads) * ROW_BLOCK;
+        let (groups, width) = (self.num_groups(), self.prediction_width());
+        std::thread::scope(|scope| {
+            for ((r, m), p) in rows
+                .chunks(per * nf)
+                .zip(margins.chunks_mut(per * groups))
+                .zip(predictions.chunks_mut(per * width))
+            {
+                scope.spawn(move || self.predict_margins_and_predictions(r, m, p));
+            }
+        });
+    }
+
     /// Margins and predictions in one pass (`margins`: `num_groups` per
     /// row, `predictions`: `prediction_width` per row).
     pub fn predict_margins_and_predictions(
@@ -382,6 +413,23 @@ impl TreeEnsemble {
             } else {
                 self.objective.transform_row(m, p);
             }
+        }
+    }
+
+    /// The margins of one row into `out` (`num_groups` values), without
+    /// allocating: the embedded path when the raw score is wanted.
+    ///
+    /// # Panics
+    /// If `row` does not have `num_features` values or `out` the wrong length.
+    pub fn predict_row_margins(&self, row: &[f32], out: &mut [f32]) {
+        assert_eq!(row.len(), self.num_features, "a row has num_features values");
+        if self.leaf64.is_empty() {
+            out.copy_from_slice(&self.base_margins);
+            for (&root, &group) in self.roots.iter().zip(&self.tree_groups) {
+                out[group as usize] += self.nodes[self.leaf_index(root, row)].value;
+            }
+        } else {
+            self.predict64(row, out, None);
         }
     }
 
