@@ -14,7 +14,20 @@ use std::path::Path;
 use criterion::{criterion_group, criterion_main, Criterion};
 use wirespeed_trees::{Column, Preprocessor, RawValue, Transform};
 
-const ROW: [f32; 12] = [1.0, 0.0, 1.0, 0.2875, 0.333_333_34, 0.0, 0.322667, 0.0, 1.0, 0.0, 0.0, 0.0];
+const ROW: [f32; 12] = [
+    1.0,
+    0.0,
+    1.0,
+    0.2875,
+    0.333_333_34,
+    0.0,
+    0.322667,
+    0.0,
+    1.0,
+    0.0,
+    0.0,
+    0.0,
+];
 
 fn titanic_preprocessor() -> Preprocessor {
     let one_hot = |cats: &[&str]| Transform::OneHot {
@@ -24,13 +37,36 @@ fn titanic_preprocessor() -> Preprocessor {
     Preprocessor::new(vec![
         Column::number("Pclass", Transform::Identity).fill(0.0),
         Column::text("Sex", one_hot(&["male", "female"])),
-        Column::number("Age", Transform::MinMax { min: 0.0, max: 80.0 }).fill(0.0),
-        Column::number("SibSp", Transform::Quantile { quantiles: vec![0.0, 1.0, 2.0, 3.0, 4.0, 5.0] }).fill(0.0),
+        Column::number(
+            "Age",
+            Transform::MinMax {
+                min: 0.0,
+                max: 80.0,
+            },
+        )
+        .fill(0.0),
+        Column::number(
+            "SibSp",
+            Transform::Quantile {
+                quantiles: vec![0.0, 1.0, 2.0, 3.0, 4.0, 5.0],
+            },
+        )
+        .fill(0.0),
         Column::number("Parch", Transform::Identity).fill(0.0),
-        Column::number("Fare", Transform::Standard { mean: 50.0, std: 100.0 }).fill(0.0),
+        Column::number(
+            "Fare",
+            Transform::Standard {
+                mean: 50.0,
+                std: 100.0,
+            },
+        )
+        .fill(0.0),
         Column::text(
             "Cabin",
-            Transform::Ordinal { mapping: vec![("C85".into(), 1.0), ("C123".into(), 2.0)], default: 0.0 },
+            Transform::Ordinal {
+                mapping: vec![("C85".into(), 1.0), ("C123".into(), 2.0)],
+                default: 0.0,
+            },
         ),
         Column::text("Embarked", one_hot(&["S", "C", "Q", "None"])),
     ])

@@ -3,8 +3,10 @@
 //! All trees live in one flat node array. A node is 16 bytes: the split
 //! feature with flags in its top bits, the threshold (or the leaf value, or
 //! a categorical split's bitset offset), and two absolute child indices.
-//! Index 0 is the first tree's root, which is nobody's child, so
-//! `left == 0` marks a leaf.
+//! While a loader builds the array, `left == 0` marks a leaf (index 0 is
+//! the first tree's root, nobody's child); [`TreeEnsemble::finalize`] then
+//! points each leaf's children at itself, so a walk can take a tree's full
+//! depth in steps without asking whether it has arrived.
 //!
 //! Every split is `x < threshold`, NaN following the default branch: that
 //! is XGBoost's rule, and LightGBM's `x <= t` on doubles becomes it exactly
@@ -91,14 +93,19 @@ impl Node {
     ) -> Node {
         debug_assert!((feature as usize) < MAX_FEATURES && left != 0 && right != 0);
         let mut flags = 0;
-        if rule.default_left {
-            flags |= DEFAULT_LEFT;
-        }
         if rule.zero_missing {
+            // NaN is read as 0, which is missing: NaN takes the default too.
             flags |= ZERO_MISSING | SPECIAL;
-        }
-        if rule.nan_as_zero {
-            flags |= NAN_AS_ZERO | SPECIAL;
+            if rule.default_left {
+                flags |= DEFAULT_LEFT;
+            }
+        } else if rule.nan_as_zero {
+            // NaN read as 0 goes where 0 goes: a default branch, fixed now.
+            if 0.0 < threshold {
+                flags |= DEFAULT_LEFT;
+            }
+        } else if rule.default_left {
+            flags |= DEFAULT_LEFT;
         }
         Node {
             feature: feature | flags,
@@ -117,21 +124,30 @@ impl Node {
         left: u32,
         right: u32,
     ) -> Node {
-        let mut node = Node::rule_split(feature, f32::from_bits(set), rule, left, right);
+        let mut node = Node::rule_split(
+            feature,
+            f32::from_bits(set),
+            SplitRule::default(),
+            left,
+            right,
+        );
         node.feature |= SPECIAL | CATEGORICAL;
+        if rule.default_left {
+            node.feature |= DEFAULT_LEFT;
+        }
+        if rule.nan_as_zero {
+            node.feature |= NAN_AS_ZERO;
+        }
         if in_set_left {
             node.feature |= CAT_IN_SET_LEFT;
         }
         node
     }
 
-    pub(crate) fn is_special(&self) -> bool {
-        self.feature & SPECIAL != 0
-    }
-
+    /// A leaf, once finalized: both children are itself.
     #[inline(always)]
     fn is_leaf(&self) -> bool {
-        self.left == 0
+        self.left == self.right
     }
 
     #[inline(always)]
@@ -164,13 +180,52 @@ pub struct TreeEnsemble {
     pub(crate) leaf64: Vec<f64>,
     /// LightGBM's `sigmoid:` parameter for binary models.
     pub(crate) sigmoid_scale: f64,
+    /// Each tree's depth in splits, set by [`finalize`](Self::finalize).
+    pub(crate) depths: Vec<u32>,
 }
 
 /// Rows per block in batch prediction: small enough that a block's rows and
 /// its margins stay in L1 while every tree walks over them.
 const ROW_BLOCK: usize = 64;
 
+/// Rows walked down one tree together.
+const LANES: usize = 8;
+
 impl TreeEnsemble {
+    /// Completes a loader's ensemble, whose trees it has validated: leaves
+    /// point at themselves, and each tree's depth is measured.
+    pub(crate) fn finalize(&mut self) {
+        for (i, node) in self.nodes.iter_mut().enumerate() {
+            if node.left == 0 {
+                *node = Node {
+                    feature: 0,
+                    value: node.value,
+                    left: i as u32,
+                    right: i as u32,
+                };
+            }
+        }
+        self.special = self.nodes.iter().any(|n| n.feature & SPECIAL != 0);
+        self.depths = self
+            .roots
+            .iter()
+            .map(|&root| {
+                let mut deepest = 0;
+                let mut stack = vec![(root as usize, 0u32)];
+                while let Some((i, d)) = stack.pop() {
+                    let node = &self.nodes[i];
+                    if node.is_leaf() {
+                        deepest = deepest.max(d);
+                    } else {
+                        stack.push((node.left as usize, d + 1));
+                        stack.push((node.right as usize, d + 1));
+                    }
+                }
+                deepest
+            })
+            .collect();
+    }
+
     /// The number of features each row must have.
     pub fn num_features(&self) -> usize {
         self.num_features
@@ -251,6 +306,70 @@ impl TreeEnsemble {
         x < node.value
     }
 
+    /// The leaves [`LANES`] rows reach from `root`, walked in lockstep for
+    /// the tree's full `depth`: the rows' node loads do not depend on each
+    /// other, so the CPU overlaps them, and with leaves pointing at
+    /// themselves no step asks whether a row has arrived. The choice of
+    /// child is a select, not a branch.
+    #[inline(always)]
+    fn leaves<const SPECIAL_SPLITS: bool>(
+        &self,
+        root: u32,
+        depth: u32,
+        rows: &[f32],
+        nf: usize,
+        out: &mut [usize; LANES],
+    ) {
+        *out = [root as usize; LANES];
+        for _ in 0..depth {
+            for (k, index) in out.iter_mut().enumerate() {
+                let node = &self.nodes[*index];
+                let x = rows[k * nf + node.feature_index()];
+                let go_left = if SPECIAL_SPLITS && node.feature & SPECIAL != 0 {
+                    self.special_goes_left(node, x)
+                } else {
+                    (x < node.value) | (x.is_nan() & (node.feature & DEFAULT_LEFT != 0))
+                };
+                *index = if go_left { node.left } else { node.right } as usize;
+            }
+        }
+    }
+
+    /// Adds each tree's leaf for the rows of `block` (whole rows) to their
+    /// margins, tree by tree, [`LANES`] rows at a time.
+    #[inline(always)]
+    fn add_block<T: Copy + std::ops::AddAssign>(
+        &self,
+        block: &[f32],
+        sums: &mut [T],
+        leaf: impl Fn(usize) -> T,
+    ) {
+        let nf = self.num_features;
+        let groups = self.num_groups();
+        let n = block.len() / nf;
+        let whole = n / LANES * LANES;
+        let mut lanes = [0usize; LANES];
+        for ((&root, &group), &depth) in self.roots.iter().zip(&self.tree_groups).zip(&self.depths)
+        {
+            let group = group as usize;
+            for first in (0..whole).step_by(LANES) {
+                let rows = &block[first * nf..(first + LANES) * nf];
+                if self.special {
+                    self.leaves::<true>(root, depth, rows, nf, &mut lanes);
+                } else {
+                    self.leaves::<false>(root, depth, rows, nf, &mut lanes);
+                }
+                for (k, &index) in lanes.iter().enumerate() {
+                    sums[(first + k) * groups + group] += leaf(index);
+                }
+            }
+            for r in whole..n {
+                let index = self.leaf_index(root, &block[r * nf..(r + 1) * nf]);
+                sums[r * groups + group] += leaf(index);
+            }
+        }
+    }
+
     #[inline(always)]
     fn leaf_index(&self, root: u32, row: &[f32]) -> usize {
         if self.special {
@@ -293,14 +412,7 @@ impl TreeEnsemble {
             for m in margin_block.chunks_exact_mut(groups) {
                 m.copy_from_slice(&self.base_margins);
             }
-            for (&root, &group) in self.roots.iter().zip(&self.tree_groups) {
-                for (row, m) in row_block
-                    .chunks_exact(nf)
-                    .zip(margin_block.chunks_exact_mut(groups))
-                {
-                    m[group as usize] += self.nodes[self.leaf_index(root, row)].value;
-                }
-            }
+            self.add_block(row_block, margin_block, |i| self.nodes[i].value);
         }
     }
 
@@ -319,14 +431,7 @@ impl TreeEnsemble {
                     *m = f64::from(base);
                 }
             }
-            for (&root, &group) in self.roots.iter().zip(&self.tree_groups) {
-                for (row, m) in row_block
-                    .chunks_exact(nf)
-                    .zip(sums.chunks_exact_mut(groups))
-                {
-                    m[group as usize] += self.leaf64[self.leaf_index(root, row)];
-                }
-            }
+            self.add_block(row_block, sums, |i| self.leaf64[i]);
             let first = b * ROW_BLOCK;
             for (r, m) in sums.chunks_exact(groups).enumerate() {
                 let row = first + r;
@@ -422,7 +527,11 @@ impl TreeEnsemble {
     /// # Panics
     /// If `row` does not have `num_features` values or `out` the wrong length.
     pub fn predict_row_margins(&self, row: &[f32], out: &mut [f32]) {
-        assert_eq!(row.len(), self.num_features, "a row has num_features values");
+        assert_eq!(
+            row.len(),
+            self.num_features,
+            "a row has num_features values"
+        );
         if self.leaf64.is_empty() {
             out.copy_from_slice(&self.base_margins);
             for (&root, &group) in self.roots.iter().zip(&self.tree_groups) {
@@ -496,7 +605,7 @@ mod tests {
             Node::leaf(0.25),
             Node::leaf(0.5),
         ];
-        TreeEnsemble {
+        let mut e = TreeEnsemble {
             nodes,
             roots: vec![0, 3],
             tree_groups: vec![0, 0],
@@ -507,7 +616,10 @@ mod tests {
             special: false,
             leaf64: Vec::new(),
             sigmoid_scale: 1.0,
-        }
+            depths: Vec::new(),
+        };
+        e.finalize();
+        e
     }
 
     #[test]

@@ -159,6 +159,7 @@ pub fn parse_lightgbm(text: &str) -> Result<TreeEnsemble, LoadError> {
         special: false,
         leaf64: Vec::new(),
         sigmoid_scale,
+        depths: Vec::new(),
     };
     loop {
         match lines.peek().map(|l| l.trim_end_matches('\r')) {
@@ -183,7 +184,7 @@ pub fn parse_lightgbm(text: &str) -> Result<TreeEnsemble, LoadError> {
     if ensemble.roots.is_empty() {
         return Err(invalid("the model has no trees"));
     }
-    ensemble.special = ensemble.nodes.iter().any(|n| n.is_special());
+    ensemble.finalize();
     Ok(ensemble)
 }
 

@@ -177,18 +177,21 @@ pub fn parse_xgboost_json(bytes: &[u8]) -> Result<TreeEnsemble, LoadError> {
         roots.push(root);
         tree_groups.push(group as u32);
     }
-    Ok(TreeEnsemble {
+    let mut ensemble = TreeEnsemble {
         nodes,
         roots,
         tree_groups,
         base_margins,
         num_features,
         objective,
-        special: !cat_sets.is_empty(),
+        special: false,
         cat_sets,
         leaf64: Vec::new(),
         sigmoid_scale: 1.0,
-    })
+        depths: Vec::new(),
+    };
+    ensemble.finalize();
+    Ok(ensemble)
 }
 
 /// The categories of each categorical split of tree `t`, by node.
