@@ -140,8 +140,36 @@ impl Column {
 #[derive(Debug, Clone)]
 enum Lookup {
     None,
-    Codes(HashMap<String, f64>),
-    Positions(HashMap<String, usize>),
+    Codes(Table<f64>),
+    Positions(Table<usize>),
+}
+
+/// A string table: a linear scan while it is small (faster than hashing a
+/// short string), a hash map past [`SCAN_MAX`] entries.
+#[derive(Debug, Clone)]
+enum Table<T> {
+    Scan(Vec<(String, T)>),
+    Hash(HashMap<String, T>),
+}
+
+const SCAN_MAX: usize = 16;
+
+impl<T: Copy> Table<T> {
+    fn new(entries: Vec<(String, T)>) -> Table<T> {
+        if entries.len() <= SCAN_MAX {
+            Table::Scan(entries)
+        } else {
+            Table::Hash(entries.into_iter().collect())
+        }
+    }
+
+    #[inline]
+    fn get(&self, key: &str) -> Option<T> {
+        match self {
+            Table::Scan(entries) => entries.iter().find(|(k, _)| k == key).map(|&(_, v)| v),
+            Table::Hash(map) => map.get(key).copied(),
+        }
+    }
 }
 
 /// A declared feature pipeline: columns in feature order.
@@ -201,20 +229,17 @@ impl Preprocessor {
                         c.name
                     ))
                 }
-                Transform::Ordinal { mapping, .. } => {
-                    Lookup::Codes(mapping.iter().cloned().collect())
-                }
+                Transform::Ordinal { mapping, .. } => Lookup::Codes(Table::new(mapping.clone())),
                 Transform::OneHot { categories, .. } => {
-                    let mut positions = HashMap::new();
                     for (k, cat) in categories.iter().enumerate() {
-                        if positions.insert(cat.clone(), k).is_some() {
+                        if categories[..k].contains(cat) {
                             return Err(format!(
                                 "column '{}': category '{cat}' is listed twice",
                                 c.name
                             ));
                         }
                     }
-                    Lookup::Positions(positions)
+                    Lookup::Positions(Table::new(categories.iter().cloned().zip(0..).collect()))
                 }
                 _ => Lookup::None,
             };
@@ -264,8 +289,7 @@ impl Preprocessor {
                     };
                     match (&column.transform, lookup) {
                         (Transform::Ordinal { default, .. }, Lookup::Codes(codes)) => {
-                            slot[0] =
-                                text.and_then(|t| codes.get(t)).copied().unwrap_or(*default) as f32;
+                            slot[0] = text.and_then(|t| codes.get(t)).unwrap_or(*default) as f32;
                         }
                         (
                             Transform::OneHot { unknown_bucket, .. },
@@ -273,7 +297,7 @@ impl Preprocessor {
                         ) => {
                             slot.fill(0.0);
                             match text.and_then(|t| positions.get(t)) {
-                                Some(&k) => slot[k] = 1.0,
+                                Some(k) => slot[k] = 1.0,
                                 None if *unknown_bucket => slot[w - 1] = 1.0,
                                 None => {}
                             }
