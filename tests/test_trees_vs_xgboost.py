@@ -159,3 +159,33 @@ def test_categorical_splits_match_xgboost(tmp_path, onehot):
     assert result.returncode == 0, result.stderr
     got = np.array([float(v) for v in result.stdout.split()], dtype=np.float32)
     np.testing.assert_allclose(got, want, rtol=1e-6, atol=0)
+
+
+@pytest.mark.parametrize("case", range(len(CASES)), ids=IDS)
+def test_ubjson_models_match_xgboost(trained, tmp_path, case):
+    """The same boosters saved as UBJSON (`.ubj`, XGBoost's default binary
+    format) predict the same, NaNs included."""
+    booster, _ = trained[case]
+    model = tmp_path / "model.ubj"
+    booster.save_model(str(model))
+    assert model.read_bytes()[:1] == b"{" and model.read_bytes()[1:2] != b'"'
+    x = data(np.random.default_rng(100 + case), 3000, 0.2)
+    csv = tmp_path / "rows.csv"
+    np.savetxt(csv, x, delimiter=",", fmt="%.9g")
+    want = booster.predict(xgb.DMatrix(x, missing=np.nan))
+    result = run_wirespeed("predict", "--model", model, "--input", csv)
+    assert result.returncode == 0, result.stderr
+    got = np.array([[float(v) for v in line.split(",")] for line in result.stdout.split()], dtype=np.float32)
+    np.testing.assert_allclose(got.reshape(want.shape), want, rtol=1e-6, atol=0)
+
+
+def test_corrupt_ubjson_is_refused_by_name(trained, tmp_path):
+    booster, _ = trained[0]
+    model = tmp_path / "model.ubj"
+    booster.save_model(str(model))
+    bad = tmp_path / "bad.ubj"
+    bad.write_bytes(model.read_bytes()[:-200])
+    (tmp_path / "rows.csv").write_text(",".join(["0"] * FEATURES) + "\n")
+    result = run_wirespeed("predict", "--model", bad, "--input", tmp_path / "rows.csv")
+    assert result.returncode != 0 and "UBJSON at byte" in result.stderr, result.stderr
+    assert "panicked" not in result.stderr

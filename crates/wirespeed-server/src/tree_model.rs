@@ -26,7 +26,8 @@ impl TreeModel {
         let path = dir.join(&config.model_file);
         let ensemble = match config.backend {
             Backend::Lightgbm => wirespeed_trees::load_lightgbm(&path),
-            _ => wirespeed_trees::load_xgboost_json(&path),
+            // JSON or UBJSON, told apart by the file's first bytes.
+            _ => wirespeed_trees::load(&path),
         }
         .map_err(|e| format!("{}: {e}", path.display()))?;
 

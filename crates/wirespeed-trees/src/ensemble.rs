@@ -580,6 +580,13 @@ impl TreeEnsemble {
         }
     }
 
+    /// Predicts `rows` (row-major, `num_features` per row; NaN is missing),
+    /// returning `prediction_width` values per row. The same as
+    /// [`predict`](Self::predict).
+    pub fn predict_batch(&self, rows: &[f32]) -> Vec<f32> {
+        self.predict(rows)
+    }
+
     /// Predicts `rows`, returning `prediction_width` values per row.
     pub fn predict(&self, rows: &[f32]) -> Vec<f32> {
         let n_rows = rows.len() / self.num_features.max(1);

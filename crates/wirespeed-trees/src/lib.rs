@@ -1,5 +1,5 @@
-//! The tree-ensemble runtime of wirespeed: XGBoost (JSON) and LightGBM
-//! (text) models loaded and predicted in-process, in pure Rust, with no
+//! The tree-ensemble runtime of wirespeed: XGBoost (JSON and UBJSON) and
+//! LightGBM (text) models loaded and predicted in-process, in pure Rust, with no
 //! libxgboost, no lib_lightgbm and no Python.
 //!
 //! Predictions reproduce XGBoost's own float arithmetic: splits compare
@@ -19,12 +19,28 @@
 //! let p = ensemble.predict(&[0.0, 1.0, f32::NAN]);
 //! assert!(p[0] < 0.5 && p[1] > 0.5 && p[2] == p[0]);
 //! ```
+//!
+//! The embedded path: load a model file (any supported format), then
+//! predict one row without allocating, or a batch.
+//!
+//! ```
+//! let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../models/titanic/model.json");
+//! let model = wirespeed_trees::load(path).unwrap();
+//! // Passenger 904 of the Titanic test set, as 12 features.
+//! let row = [1.0, 0.0, 1.0, 0.2875, 0.33333334, 0.0, 0.322667, 0.0, 1.0, 0.0, 0.0, 0.0];
+//! let mut probability = [0.0f32];
+//! model.predict_row(&row, &mut probability);
+//! assert!((probability[0] - 0.4540421).abs() < 1e-6);
+//! let batch = model.predict_batch(&[row, row].concat());
+//! assert_eq!(batch, [probability[0], probability[0]]);
+//! ```
 
 mod ensemble;
 mod error;
 mod lightgbm;
 mod objective;
 mod preprocess;
+mod ubjson;
 mod xgboost;
 
 pub use ensemble::TreeEnsemble;
@@ -32,10 +48,13 @@ pub use error::LoadError;
 pub use lightgbm::{load_lightgbm, parse_lightgbm};
 pub use objective::Objective;
 pub use preprocess::{Column, ColumnKind, Preprocessor, RawValue, Transform};
-pub use xgboost::{load_xgboost_json, parse_xgboost_json};
+pub use xgboost::{
+    load_xgboost_json, load_xgboost_ubjson, parse_xgboost_json, parse_xgboost_ubjson,
+};
 
-/// Loads a model file of either format, told apart by its first bytes: a
-/// JSON object is XGBoost's, a `tree` header is LightGBM's.
+/// Loads a model file of any supported format, told apart by its first
+/// bytes: XGBoost's UBJSON (`{` and a length marker), XGBoost's JSON (`{`),
+/// LightGBM's text (a `tree` header).
 pub fn load(path: impl AsRef<std::path::Path>) -> Result<TreeEnsemble, LoadError> {
     let bytes = std::fs::read(path)?;
     let start = bytes
@@ -43,6 +62,7 @@ pub fn load(path: impl AsRef<std::path::Path>) -> Result<TreeEnsemble, LoadError
         .position(|b| !b.is_ascii_whitespace())
         .unwrap_or(0);
     match bytes.get(start) {
+        Some(b'{') if ubjson::looks_like(&bytes[start..]) => parse_xgboost_ubjson(&bytes),
         Some(b'{') => parse_xgboost_json(&bytes),
         _ if bytes[start..].starts_with(b"tree") => {
             let text = std::str::from_utf8(&bytes)
@@ -50,7 +70,7 @@ pub fn load(path: impl AsRef<std::path::Path>) -> Result<TreeEnsemble, LoadError
             parse_lightgbm(text)
         }
         _ => Err(LoadError::Unsupported(
-            "not an XGBoost JSON model nor a LightGBM text model (UBJSON and binary formats are not read)"
+            "not an XGBoost JSON or UBJSON model nor a LightGBM text model (XGBoost's legacy binary format is not read: load and save it again as .json or .ubj)"
                 .to_owned(),
         )),
     }

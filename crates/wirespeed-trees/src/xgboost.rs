@@ -105,6 +105,24 @@ pub fn load_xgboost_json(path: impl AsRef<Path>) -> Result<TreeEnsemble, LoadErr
 pub fn parse_xgboost_json(bytes: &[u8]) -> Result<TreeEnsemble, LoadError> {
     let file: ModelFile =
         serde_json::from_slice(bytes).map_err(|e| LoadError::format(e.to_string()))?;
+    from_file(file)
+}
+
+/// Loads an XGBoost UBJSON model file (`save_model("model.ubj")`).
+pub fn load_xgboost_ubjson(path: impl AsRef<Path>) -> Result<TreeEnsemble, LoadError> {
+    parse_xgboost_ubjson(&std::fs::read(path)?)
+}
+
+/// Parses an XGBoost UBJSON model from memory: the same document as the
+/// JSON format, in binary, checked the same way.
+pub fn parse_xgboost_ubjson(bytes: &[u8]) -> Result<TreeEnsemble, LoadError> {
+    let value = crate::ubjson::parse(bytes)?;
+    let file: ModelFile =
+        serde_json::from_value(value).map_err(|e| LoadError::format(e.to_string()))?;
+    from_file(file)
+}
+
+fn from_file(file: ModelFile) -> Result<TreeEnsemble, LoadError> {
     let learner = file.learner;
     let param = &learner.learner_model_param;
 
@@ -442,5 +460,29 @@ mod tests {
         }
         let r = parse_xgboost_json(model("binary:logistic", 0, STUMP, "[3]").as_bytes());
         assert!(r.is_err());
+    }
+
+    #[test]
+    fn malformed_files_name_the_problem() {
+        let good = model("binary:logistic", 0, STUMP, "[0]");
+        let cases = [
+            // Truncated JSON.
+            (good[..good.len() / 2].to_owned(), "EOF"),
+            // A node missing from the arrays.
+            (
+                good.replace(r#""num_nodes":"3""#, r#""num_nodes":"4""#),
+                "3 entries for 4 nodes",
+            ),
+            // A child index out of range.
+            (good.replace("[2,-1,-1]", "[9,-1,-1]"), "invalid child 9"),
+            // A cycle back to the root.
+            (good.replace("[2,-1,-1]", "[0,-1,-1]"), "invalid child 0"),
+            // A feature beyond the input width.
+            (good.replace("[1,0,0]", "[2,0,0]"), "feature 2"),
+        ];
+        for (text, words) in cases {
+            let e = parse_xgboost_json(text.as_bytes()).unwrap_err().to_string();
+            assert!(e.contains(words), "{words}: {e}");
+        }
     }
 }
