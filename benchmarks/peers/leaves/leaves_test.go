@@ -9,7 +9,9 @@
 package leaves
 
 import (
+	"encoding/json"
 	"math"
+	"os"
 	"testing"
 
 	"github.com/dmitryikh/leaves"
@@ -36,6 +38,35 @@ func BenchmarkLeavesTitanicSingleRow(b *testing.B) {
 	var sink float64
 	for i := 0; i < b.N; i++ {
 		sink += model.PredictSingle(features, 100)
+	}
+	_ = sink
+}
+
+// The ladder's GoFeatureProcessing_GoLeaves case: passenger 904's raw
+// record through go-featureprocessing (go-featureprocessor.json), then
+// leaves, with the probability (the sigmoid) as the answer.
+func BenchmarkFeatureProcessingLeavesTitanicSingleRow(b *testing.B) {
+	model := load(b)
+	raw, err := os.ReadFile("../../../tests/data/titanic/go-featureprocessor.json")
+	if err != nil {
+		b.Fatal(err)
+	}
+	var transformer PassengerFeatureTransformer
+	if err := json.Unmarshal(raw, &transformer); err != nil {
+		b.Fatal(err)
+	}
+	passenger := Passenger{PClass: 1, Sex: "female", Age: 23, SibSp: 1, Parch: 0, Fare: 82.2667, Cabin: "B45", Embarked: "S"}
+	features := make([]float64, transformer.NumFeatures())
+	transformer.TransformInplace(features, &passenger)
+	margin := model.PredictSingle(features, 100)
+	if p := 1 / (1 + math.Exp(-margin)); math.Abs(p-0.4540421065) > 1e-6 {
+		b.Fatalf("probability %v, want 0.4540421065", p)
+	}
+	b.ResetTimer()
+	var sink float64
+	for i := 0; i < b.N; i++ {
+		transformer.TransformInplace(features, &passenger)
+		sink += 1 / (1 + math.Exp(-model.PredictSingle(features, 100)))
 	}
 	_ = sink
 }

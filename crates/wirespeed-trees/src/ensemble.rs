@@ -370,6 +370,65 @@ impl TreeEnsemble {
         }
     }
 
+    /// Calls `visit(tree, leaf)` for every tree's leaf for one row, walking
+    /// [`LANES`] trees in lockstep: for one row the trees are the
+    /// independent walks whose loads the CPU can overlap.
+    #[inline(always)]
+    fn row_leaves<const SPECIAL_SPLITS: bool>(
+        &self,
+        row: &[f32],
+        mut visit: impl FnMut(usize, usize),
+    ) {
+        let n = self.roots.len();
+        let whole = n / LANES * LANES;
+        for first in (0..whole).step_by(LANES) {
+            let mut lanes = [0usize; LANES];
+            for (lane, &root) in lanes.iter_mut().zip(&self.roots[first..first + LANES]) {
+                *lane = root as usize;
+            }
+            let depth = self.depths[first..first + LANES]
+                .iter()
+                .copied()
+                .max()
+                .unwrap_or(0);
+            for _ in 0..depth {
+                for index in lanes.iter_mut() {
+                    let node = &self.nodes[*index];
+                    let x = row[node.feature_index()];
+                    let go_left = if SPECIAL_SPLITS && node.feature & SPECIAL != 0 {
+                        self.special_goes_left(node, x)
+                    } else {
+                        (x < node.value) | (x.is_nan() & (node.feature & DEFAULT_LEFT != 0))
+                    };
+                    *index = if go_left { node.left } else { node.right } as usize;
+                }
+            }
+            for (k, &index) in lanes.iter().enumerate() {
+                visit(first + k, index);
+            }
+        }
+        for t in whole..n {
+            visit(t, self.leaf::<SPECIAL_SPLITS>(self.roots[t], row));
+        }
+    }
+
+    /// One row's margins into `margins` (`num_groups`, starting from the base).
+    #[inline(always)]
+    fn row_margins<T: Copy + std::ops::AddAssign>(
+        &self,
+        row: &[f32],
+        margins: &mut [T],
+        leaf: impl Fn(usize) -> T,
+    ) {
+        let groups = &self.tree_groups;
+        let mut add = |t: usize, i: usize| margins[groups[t] as usize] += leaf(i);
+        if self.special {
+            self.row_leaves::<true>(row, &mut add);
+        } else {
+            self.row_leaves::<false>(row, &mut add);
+        }
+    }
+
     #[inline(always)]
     fn leaf_index(&self, root: u32, row: &[f32]) -> usize {
         if self.special {
@@ -534,9 +593,7 @@ impl TreeEnsemble {
         );
         if self.leaf64.is_empty() {
             out.copy_from_slice(&self.base_margins);
-            for (&root, &group) in self.roots.iter().zip(&self.tree_groups) {
-                out[group as usize] += self.nodes[self.leaf_index(root, row)].value;
-            }
+            self.row_margins(row, out, |i| self.nodes[i].value);
         } else {
             self.predict64(row, out, None);
         }
@@ -562,9 +619,7 @@ impl TreeEnsemble {
             let mut margins = [0f32; 16];
             let margins = &mut margins[..groups];
             margins.copy_from_slice(&self.base_margins);
-            for (&root, &group) in self.roots.iter().zip(&self.tree_groups) {
-                margins[group as usize] += self.nodes[self.leaf_index(root, row)].value;
-            }
+            self.row_margins(row, margins, |i| self.nodes[i].value);
             self.objective.transform_row(margins, out);
         } else {
             let mut margins = [0f64; 16];
@@ -572,9 +627,7 @@ impl TreeEnsemble {
             for (m, &b) in margins.iter_mut().zip(&self.base_margins) {
                 *m = f64::from(b);
             }
-            for (&root, &group) in self.roots.iter().zip(&self.tree_groups) {
-                margins[group as usize] += self.leaf64[self.leaf_index(root, row)];
-            }
+            self.row_margins(row, margins, |i| self.leaf64[i]);
             self.objective
                 .transform_row64(margins, self.sigmoid_scale, out);
         }
