@@ -9,7 +9,7 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 for round in 1 2; do
     echo "== round $round: leaves"
-    (cd benchmarks/peers/leaves && GOFLAGS=-mod=mod go generate ./... 2>/dev/null && go test -bench . -count 3 | grep ns/op)
+    (cd benchmarks/peers/leaves && export GOFLAGS=-mod=mod && go generate ./... 2>/dev/null && go test -run '^$' -bench Titanic -benchtime 2s -count 3 -timeout 5m | grep ns/op)
     echo "== round $round: wirespeed"
     cargo bench -q -p wirespeed-trees --bench single_row -- --noplot 2>/dev/null | grep -E "^titanic|time:"
 done
