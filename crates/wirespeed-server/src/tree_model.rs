@@ -9,6 +9,9 @@ use wirespeed_trees::{Column, Preprocessor, RawValue, Transform, TreeEnsemble};
 
 use crate::model_config::{Backend, ModelConfig, OutputKind};
 
+/// Batches of at least this many rows are predicted on all cores.
+const PARALLEL_ROWS: usize = 4096;
+
 /// A loaded tree ensemble served as a model.
 pub struct TreeModel {
     metadata: ModelMetadata,
@@ -165,7 +168,14 @@ impl Model for TreeModel {
         let mut margins = vec![0.0f32; n_rows * e.num_groups()];
         let predictions = if outputs.iter().any(|&i| kind(i) == OutputKind::Prediction) {
             let mut predictions = vec![0.0f32; n_rows * e.prediction_width()];
-            e.predict_margins_and_predictions(rows, &mut margins, &mut predictions);
+            // A large batch is split over the cores by rows (bit-identical
+            // to one thread); it already runs on the blocking pool.
+            let threads = if n_rows >= PARALLEL_ROWS {
+                std::thread::available_parallelism().map_or(1, |n| n.get())
+            } else {
+                1
+            };
+            e.predict_parallel(rows, &mut margins, &mut predictions, threads);
             Some(predictions)
         } else {
             e.predict_margins(rows, &mut margins);

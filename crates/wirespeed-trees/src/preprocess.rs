@@ -177,6 +177,8 @@ impl<T: Copy> Table<T> {
 pub struct Preprocessor {
     columns: Vec<Column>,
     lookups: Vec<Lookup>,
+    /// Each column's first feature, and one past the last column's.
+    offsets: Vec<usize>,
     width: usize,
 }
 
@@ -245,10 +247,15 @@ impl Preprocessor {
             };
             lookups.push(lookup);
         }
-        let width = columns.iter().map(Column::width).sum();
+        let mut offsets = vec![0];
+        for c in &columns {
+            offsets.push(offsets.last().copied().unwrap_or(0) + c.width());
+        }
+        let width = offsets.last().copied().unwrap_or(0);
         Ok(Preprocessor {
             columns,
             lookups,
+            offsets,
             width,
         })
     }
@@ -269,11 +276,15 @@ impl Preprocessor {
     pub fn transform_row(&self, values: &[RawValue<'_>], out: &mut [f32]) {
         assert_eq!(values.len(), self.columns.len(), "one value per column");
         assert_eq!(out.len(), self.width, "width features");
-        let mut at = 0;
-        for ((column, lookup), value) in self.columns.iter().zip(&self.lookups).zip(values) {
-            let w = column.width();
-            let slot = &mut out[at..at + w];
-            at += w;
+        for (((column, lookup), value), span) in self
+            .columns
+            .iter()
+            .zip(&self.lookups)
+            .zip(values)
+            .zip(self.offsets.windows(2))
+        {
+            let w = span[1] - span[0];
+            let slot = &mut out[span[0]..span[1]];
             match column.kind {
                 ColumnKind::Number => {
                     let x = match value {
@@ -310,6 +321,7 @@ impl Preprocessor {
     }
 }
 
+#[inline]
 fn number(transform: &Transform, x: f64) -> f64 {
     if x.is_nan() {
         return f64::NAN;
