@@ -15,7 +15,8 @@ import xgboost as xgb
 from tritonclient.utils import InferenceServerException
 
 from conftest import MODELS, RunningServer
-from test_binary_http import TENSORS, as_bytes, sample, write_repo
+from test_binary_http import TENSORS, sample, write_repo
+from test_binary_http import check_outputs as check
 
 
 @pytest.fixture(scope="module")
@@ -41,17 +42,6 @@ def make_inputs(arrays):
         inp.set_data_from_numpy(array)
         inputs.append(inp)
     return inputs
-
-
-def check(result, arrays):
-    for (name, _, _), array in zip(TENSORS, arrays):
-        got = result.as_numpy(f"{name}_out")
-        assert got.shape == array.shape, name
-        if array.dtype == np.object_:
-            assert as_bytes(got) == list(array)
-        else:
-            assert got.dtype == array.dtype, name
-            np.testing.assert_array_equal(got, array)  # bit-exact, NaN == NaN
 
 
 def test_health_and_metadata(client):

@@ -246,15 +246,32 @@ pub(crate) async fn decode_body(
     options: &DecodeOptions,
     model: &ModelMetadata,
 ) -> Result<DecodedBody, Error> {
+    let (mut reader, declared) = begin(headers, body, limits)?;
+    let result = read(&mut reader, headers, declared, options, model).await;
+    settle(&mut reader, result).await
+}
+
+/// The reader of a body and its declared length; a declared length over
+/// the limit is refused before a byte is read.
+fn begin(
+    headers: &HeaderMap,
+    body: Incoming,
+    limits: &Limits,
+) -> Result<(BodyReader, Option<u64>), Error> {
     let limit = limits.max_body_bytes as u64;
-    let mut reader = BodyReader::new(body, limits);
     let declared = headers
         .get(CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
     if declared.is_some_and(|n| n > limit) {
         return Err(too_large(limit));
     }
-    let result = read(&mut reader, headers, declared, options, model).await;
+    Ok((BodyReader::new(body, limits), declared))
+}
+
+/// Before an error is answered, reads and drops the rest of the body
+/// (unless it is too large or too slow to wait for), so the connection
+/// stays usable.
+async fn settle<T>(reader: &mut BodyReader, result: Result<T, Error>) -> Result<T, Error> {
     if let Err(e) = &result {
         if !matches!(e.kind(), ErrorKind::PayloadTooLarge | ErrorKind::Timeout) {
             reader.discard().await;
@@ -316,14 +333,7 @@ pub(crate) async fn decode_json_body(
     decoder: RequestDecoder,
     options: &DecodeOptions,
 ) -> Result<(InferRequest, Format), Error> {
-    let limit = limits.max_body_bytes as u64;
-    let mut reader = BodyReader::new(body, limits);
-    let declared = headers
-        .get(CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
-    if declared.is_some_and(|n| n > limit) {
-        return Err(too_large(limit));
-    }
+    let (mut reader, declared) = begin(headers, body, limits)?;
     let result = async {
         if layout(headers, declared)? != Layout::Json {
             return Err(Error::new(
@@ -342,12 +352,7 @@ pub(crate) async fn decode_json_body(
         Ok((request, format))
     }
     .await;
-    if let Err(e) = &result {
-        if !matches!(e.kind(), ErrorKind::PayloadTooLarge | ErrorKind::Timeout) {
-            reader.discard().await;
-        }
-    }
-    result
+    settle(&mut reader, result).await
 }
 
 /// Feeds the JSON part of the body (all of it, or its first `json_len`
