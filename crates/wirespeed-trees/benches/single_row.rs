@@ -109,6 +109,12 @@ fn single_row(c: &mut Criterion) {
     pre.transform_row(&record, &mut features);
     model.predict_row(&features, &mut p);
     assert!((p[0] - 0.454_042_1).abs() < 1e-6, "{p:?}");
+    c.bench_function("titanic/raw_record_features", |b| {
+        b.iter(|| {
+            pre.transform_row(black_box(&record), &mut features);
+            black_box(features[0])
+        })
+    });
     c.bench_function("titanic/raw_record_probability", |b| {
         b.iter(|| {
             pre.transform_row(black_box(&record), &mut features);

@@ -166,7 +166,13 @@ impl<T: Copy> Table<T> {
     #[inline]
     fn get(&self, key: &str) -> Option<T> {
         match self {
-            Table::Scan(entries) => entries.iter().find(|(k, _)| k == key).map(|&(_, v)| v),
+            // Short keys: comparing bytes inline beats a call to memcmp.
+            Table::Scan(entries) => entries
+                .iter()
+                .find(|(k, _)| {
+                    k.len() == key.len() && k.bytes().zip(key.bytes()).all(|(a, b)| a == b)
+                })
+                .map(|&(_, v)| v),
             Table::Hash(map) => map.get(key).copied(),
         }
     }
@@ -176,10 +182,37 @@ impl<T: Copy> Table<T> {
 #[derive(Debug, Clone)]
 pub struct Preprocessor {
     columns: Vec<Column>,
-    lookups: Vec<Lookup>,
-    /// Each column's first feature, and one past the last column's.
-    offsets: Vec<usize>,
+    /// The columns compiled: flat parameters, fills resolved, tables built.
+    ops: Vec<Op>,
     width: usize,
+}
+
+/// One column, compiled for [`Preprocessor::transform_row`].
+#[derive(Debug, Clone)]
+enum Op {
+    Number {
+        fill: f64,
+        kind: NumberOp,
+    },
+    Ordinal {
+        table: Table<f64>,
+        default: f64,
+        fill: Option<Box<str>>,
+    },
+    OneHot {
+        table: Table<usize>,
+        width: usize,
+        unknown_bucket: bool,
+        fill: Option<Box<str>>,
+    },
+}
+
+#[derive(Debug, Clone)]
+enum NumberOp {
+    Identity,
+    MinMax { min: f64, range: f64 },
+    Standard { mean: f64, std: f64 },
+    Quantile { quantiles: Box<[f64]> },
 }
 
 impl Preprocessor {
@@ -247,15 +280,46 @@ impl Preprocessor {
             };
             lookups.push(lookup);
         }
-        let mut offsets = vec![0];
-        for c in &columns {
-            offsets.push(offsets.last().copied().unwrap_or(0) + c.width());
-        }
-        let width = offsets.last().copied().unwrap_or(0);
+        let ops = columns
+            .iter()
+            .zip(lookups)
+            .map(|(c, lookup)| match (&c.transform, lookup) {
+                (Transform::Ordinal { default, .. }, Lookup::Codes(table)) => Op::Ordinal {
+                    table,
+                    default: *default,
+                    fill: c.fill_text.as_deref().map(Box::from),
+                },
+                (Transform::OneHot { unknown_bucket, .. }, Lookup::Positions(table)) => {
+                    Op::OneHot {
+                        table,
+                        width: c.width(),
+                        unknown_bucket: *unknown_bucket,
+                        fill: c.fill_text.as_deref().map(Box::from),
+                    }
+                }
+                (transform, _) => Op::Number {
+                    fill: c.fill_number.unwrap_or(f64::NAN),
+                    kind: match transform {
+                        Transform::MinMax { min, max } => NumberOp::MinMax {
+                            min: *min,
+                            range: max - min,
+                        },
+                        Transform::Standard { mean, std } => NumberOp::Standard {
+                            mean: *mean,
+                            std: *std,
+                        },
+                        Transform::Quantile { quantiles } => NumberOp::Quantile {
+                            quantiles: quantiles.clone().into_boxed_slice(),
+                        },
+                        _ => NumberOp::Identity,
+                    },
+                },
+            })
+            .collect();
+        let width = columns.iter().map(Column::width).sum();
         Ok(Preprocessor {
             columns,
-            lookups,
-            offsets,
+            ops,
             width,
         })
     }
@@ -276,45 +340,47 @@ impl Preprocessor {
     pub fn transform_row(&self, values: &[RawValue<'_>], out: &mut [f32]) {
         assert_eq!(values.len(), self.columns.len(), "one value per column");
         assert_eq!(out.len(), self.width, "width features");
-        for (((column, lookup), value), span) in self
-            .columns
-            .iter()
-            .zip(&self.lookups)
-            .zip(values)
-            .zip(self.offsets.windows(2))
-        {
-            let w = span[1] - span[0];
-            let slot = &mut out[span[0]..span[1]];
-            match column.kind {
-                ColumnKind::Number => {
+        let mut at = 0;
+        for (op, value) in self.ops.iter().zip(values) {
+            match op {
+                Op::Number { fill, kind } => {
                     let x = match value {
                         RawValue::Number(x) if !x.is_nan() => *x,
-                        _ => column.fill_number.unwrap_or(f64::NAN),
+                        _ => *fill,
                     };
-                    slot[0] = number(&column.transform, x) as f32;
+                    out[at] = number(kind, x) as f32;
+                    at += 1;
                 }
-                ColumnKind::Text => {
+                Op::Ordinal {
+                    table,
+                    default,
+                    fill,
+                } => {
                     let text = match value {
                         RawValue::Text(t) => Some(*t),
-                        _ => column.fill_text.as_deref(),
+                        _ => fill.as_deref(),
                     };
-                    match (&column.transform, lookup) {
-                        (Transform::Ordinal { default, .. }, Lookup::Codes(codes)) => {
-                            slot[0] = text.and_then(|t| codes.get(t)).unwrap_or(*default) as f32;
-                        }
-                        (
-                            Transform::OneHot { unknown_bucket, .. },
-                            Lookup::Positions(positions),
-                        ) => {
-                            slot.fill(0.0);
-                            match text.and_then(|t| positions.get(t)) {
-                                Some(k) => slot[k] = 1.0,
-                                None if *unknown_bucket => slot[w - 1] = 1.0,
-                                None => {}
-                            }
-                        }
-                        _ => unreachable!("checked by new"),
+                    out[at] = text.and_then(|t| table.get(t)).unwrap_or(*default) as f32;
+                    at += 1;
+                }
+                Op::OneHot {
+                    table,
+                    width,
+                    unknown_bucket,
+                    fill,
+                } => {
+                    let text = match value {
+                        RawValue::Text(t) => Some(*t),
+                        _ => fill.as_deref(),
+                    };
+                    let slot = &mut out[at..at + width];
+                    slot.fill(0.0);
+                    match text.and_then(|t| table.get(t)) {
+                        Some(k) => slot[k] = 1.0,
+                        None if *unknown_bucket => slot[width - 1] = 1.0,
+                        None => {}
                     }
+                    at += width;
                 }
             }
         }
@@ -322,15 +388,15 @@ impl Preprocessor {
 }
 
 #[inline]
-fn number(transform: &Transform, x: f64) -> f64 {
+fn number(op: &NumberOp, x: f64) -> f64 {
     if x.is_nan() {
         return f64::NAN;
     }
-    match transform {
-        Transform::Identity => x,
-        Transform::MinMax { min, max } => ((x - min) / (max - min)).clamp(0.0, 1.0),
-        Transform::Standard { mean, std } => (x - mean) / std,
-        Transform::Quantile { quantiles } => {
+    match op {
+        NumberOp::Identity => x,
+        NumberOp::MinMax { min, range } => ((x - min) / range).clamp(0.0, 1.0),
+        NumberOp::Standard { mean, std } => (x - mean) / std,
+        NumberOp::Quantile { quantiles } => {
             let i = quantiles.partition_point(|&q| q < x);
             if i >= quantiles.len() {
                 1.0
@@ -338,7 +404,6 @@ fn number(transform: &Transform, x: f64) -> f64 {
                 (i + 1) as f64 / quantiles.len() as f64
             }
         }
-        Transform::Ordinal { .. } | Transform::OneHot { .. } => unreachable!("string transforms"),
     }
 }
 
