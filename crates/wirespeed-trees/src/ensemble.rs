@@ -611,6 +611,13 @@ impl TreeEnsemble {
             "a row has num_features values"
         );
         let groups = self.num_groups();
+        if groups == 1 && self.leaf64.is_empty() {
+            // The common case, without the general path's buffer.
+            let mut margin = [self.base_margins[0]];
+            self.row_margins(row, &mut margin, |i| self.nodes[i].value);
+            self.objective.transform_row(&margin, out);
+            return;
+        }
         if groups > 16 {
             out.copy_from_slice(&self.predict(row));
             return;
