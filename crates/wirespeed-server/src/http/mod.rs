@@ -63,6 +63,9 @@ impl hyper::service::Service<Request<Incoming>> for RestService {
 /// Answers one request, with its id in the log and in server errors.
 async fn answer(state: &AppState, request: Request<Incoming>) -> Response<Body> {
     let id = state.request_ids.fetch_add(1, Ordering::Relaxed);
+    if !tracing::enabled!(target: "wirespeed_server::access", tracing::Level::DEBUG) {
+        return dispatch(state, request, id).await;
+    }
     let started = Instant::now();
     let method = request.method().clone();
     let path = request.uri().path().to_owned();
@@ -108,7 +111,7 @@ async fn dispatch(state: &AppState, request: Request<Incoming>, id: u64) -> Resp
         .iter()
         .map(|(name, value)| name.as_str().len() + value.len() + 4)
         .sum::<usize>()
-        + uri.to_string().len();
+        + uri.path_and_query().map_or(0, |p| p.as_str().len());
     if header_bytes > state.limits.max_header_bytes {
         let e = Error::new(
             ErrorKind::HeadersTooLarge,
