@@ -260,18 +260,22 @@ impl TreeEnsemble {
             if node.is_leaf() {
                 return index;
             }
-            let x = row[node.feature_index()];
-            let go_left = if SPECIAL_SPLITS && node.feature & SPECIAL != 0 {
-                self.special_goes_left(node, x)
-            } else if x.is_nan() {
-                // `x < threshold` is false for NaN, so missing values take
-                // the default branch only through this check.
-                node.feature & DEFAULT_LEFT != 0
-            } else {
-                x < node.value
-            };
-            index = if go_left { node.left } else { node.right } as usize;
+            index = self.child::<SPECIAL_SPLITS>(node, row[node.feature_index()]);
         }
+    }
+
+    /// The child of split `node` that feature value `x` goes to: every walk
+    /// takes this one step. `x < threshold` is false for NaN, so a missing
+    /// value takes the default branch only through the NaN test; the choice
+    /// is a select, not a branch on the data.
+    #[inline(always)]
+    fn child<const SPECIAL_SPLITS: bool>(&self, node: &Node, x: f32) -> usize {
+        let go_left = if SPECIAL_SPLITS && node.feature & SPECIAL != 0 {
+            self.special_goes_left(node, x)
+        } else {
+            (x < node.value) | (x.is_nan() & (node.feature & DEFAULT_LEFT != 0))
+        };
+        (if go_left { node.left } else { node.right }) as usize
     }
 
     /// LightGBM's missing-value rules and both libraries' categorical splits.
@@ -324,13 +328,7 @@ impl TreeEnsemble {
         for _ in 0..depth {
             for (k, index) in out.iter_mut().enumerate() {
                 let node = &self.nodes[*index];
-                let x = rows[k * nf + node.feature_index()];
-                let go_left = if SPECIAL_SPLITS && node.feature & SPECIAL != 0 {
-                    self.special_goes_left(node, x)
-                } else {
-                    (x < node.value) | (x.is_nan() & (node.feature & DEFAULT_LEFT != 0))
-                };
-                *index = if go_left { node.left } else { node.right } as usize;
+                *index = self.child::<SPECIAL_SPLITS>(node, rows[k * nf + node.feature_index()]);
             }
         }
     }
@@ -394,13 +392,7 @@ impl TreeEnsemble {
             for _ in 0..depth {
                 for index in lanes.iter_mut() {
                     let node = &self.nodes[*index];
-                    let x = row[node.feature_index()];
-                    let go_left = if SPECIAL_SPLITS && node.feature & SPECIAL != 0 {
-                        self.special_goes_left(node, x)
-                    } else {
-                        (x < node.value) | (x.is_nan() & (node.feature & DEFAULT_LEFT != 0))
-                    };
-                    *index = if go_left { node.left } else { node.right } as usize;
+                    *index = self.child::<SPECIAL_SPLITS>(node, row[node.feature_index()]);
                 }
             }
             for (k, &index) in lanes.iter().enumerate() {
