@@ -14,7 +14,11 @@
 
 use std::time::{Duration, Instant};
 
-use crate::Limits;
+use std::sync::Arc;
+
+use wirespeed_core::Model;
+
+use crate::{AppState, Limits};
 use bytes::Bytes;
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
@@ -611,8 +615,24 @@ fn raw_shape(spec: &TensorSpec, size: usize, element: usize) -> Result<Vec<usize
         .collect())
 }
 
-/// Reads and drops a body that will not be used (an unknown model's),
-/// within the limits; see [`BodyReader::discard`].
-pub(crate) async fn discard_body(body: Incoming, limits: &Limits) {
+/// Answers `error` for a request whose body will not be used: the body is
+/// read and dropped first (within the limits; see [`BodyReader::discard`]),
+/// not decoded, so the client gets the error and the connection stays usable.
+pub(crate) async fn refuse(body: Incoming, limits: &Limits, error: Error) -> Error {
     BodyReader::new(body, limits).discard().await;
+    error
+}
+
+/// The model a request with a body names, handed back with the body; an
+/// unknown model or version is [`refuse`]d.
+pub(crate) async fn model_for(
+    state: &AppState,
+    name: &str,
+    version: Option<&str>,
+    body: Incoming,
+) -> Result<(Arc<dyn Model>, Incoming), Error> {
+    match state.repository.get(name, version) {
+        Ok(model) => Ok((Arc::clone(model), body)),
+        Err(e) => Err(refuse(body, &state.limits, e).await),
+    }
 }

@@ -5,7 +5,6 @@
 //! inputs; wirespeed takes them. Errors are Clipper's `{"error", "cause"}`.
 
 use std::sync::atomic::Ordering;
-use std::sync::Arc;
 
 use hyper::body::Incoming;
 use hyper::{Request, Response, StatusCode};
@@ -13,7 +12,7 @@ use serde_json::json;
 use wirespeed_core::{Error, ErrorKind};
 use wirespeed_json::RequestDecoder;
 
-use super::body::{decode_json_body, discard_body};
+use super::body::{decode_json_body, model_for, refuse};
 use super::response::{self, Body};
 use crate::{compute, AppState};
 
@@ -35,24 +34,17 @@ async fn answer(
     request: Request<Incoming>,
 ) -> Result<Response<Body>, Error> {
     let (parts, body) = request.into_parts();
-    let model = match state.repository.get(app, None) {
-        Ok(model) => Arc::clone(model),
-        Err(e) => {
-            discard_body(body, &state.limits).await;
-            return Err(Error::new(
-                e.kind(),
-                format!("no application '{app}': {}", e.message()),
-            ));
-        }
-    };
+    let (model, body) = model_for(state, app, None, body)
+        .await
+        .map_err(|e| Error::new(e.kind(), format!("no application '{app}': {}", e.message())))?;
     let metadata = model.metadata();
     let [input] = metadata.inputs.as_slice() else {
-        discard_body(body, &state.limits).await;
-        return Err(Error::invalid_input(format!(
+        let e = Error::invalid_input(format!(
             "application '{app}' is model '{}', which has {} inputs; Clipper queries feed one",
             metadata.name,
             metadata.inputs.len()
-        )));
+        ));
+        return Err(refuse(body, &state.limits, e).await);
     };
     let decoder = RequestDecoder::clipper(
         state.decode_options.clone(),

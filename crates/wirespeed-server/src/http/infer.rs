@@ -2,13 +2,11 @@
 //! into typed tensors, check them against the model, run the model, encode
 //! the outputs.
 
-use std::sync::Arc;
-
 use hyper::body::Incoming;
 use hyper::{Request, Response};
 use wirespeed_core::{raw, Error, InferRequest, InferResponse, ParameterValue, Parameters};
 
-use super::body::{decode_body, discard_body, DecodedBody};
+use super::body::{decode_body, model_for, DecodedBody};
 use super::response::{self, Body};
 use super::router::ModelRef;
 use crate::{compute, AppState};
@@ -19,15 +17,7 @@ pub(crate) async fn infer(
     request: Request<Incoming>,
 ) -> Result<Response<Body>, Error> {
     let (parts, body) = request.into_parts();
-    // An unknown model's body is read and dropped, not decoded: the client
-    // still gets its answer and the connection stays usable.
-    let model = match state.repository.get(target.name, target.version) {
-        Ok(model) => Arc::clone(model),
-        Err(e) => {
-            discard_body(body, &state.limits).await;
-            return Err(e);
-        }
-    };
+    let (model, body) = model_for(state, target.name, target.version, body).await?;
     // The body is decoded as it arrives, and read to its end before any
     // error is answered, so the connection stays clean for the next request.
     let metadata = model.metadata();

@@ -3,15 +3,13 @@
 //! the same incremental decoder as V2 (`RequestDecoder::tf_serving`); the
 //! model's input names and datatypes stand in for TF's signature.
 
-use std::sync::Arc;
-
 use hyper::body::Incoming;
 use hyper::{Request, Response};
 use serde_json::{json, Map, Value};
 use wirespeed_core::{DataType, Error, ErrorKind, TensorSpec};
 use wirespeed_json::RequestDecoder;
 
-use super::body::{decode_json_body, discard_body};
+use super::body::{decode_json_body, model_for};
 use super::response::{self, Body};
 use super::router::ModelRef;
 use crate::{compute, AppState};
@@ -23,13 +21,7 @@ pub(crate) async fn predict(
     request: Request<Incoming>,
 ) -> Result<Response<Body>, Error> {
     let (parts, body) = request.into_parts();
-    let model = match state.repository.get(target.name, target.version) {
-        Ok(model) => Arc::clone(model),
-        Err(e) => {
-            discard_body(body, &state.limits).await;
-            return Err(e);
-        }
-    };
+    let (model, body) = model_for(state, target.name, target.version, body).await?;
     let specs: Vec<(String, DataType)> = model
         .metadata()
         .inputs
