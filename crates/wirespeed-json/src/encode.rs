@@ -95,8 +95,13 @@ fn write_range(out: &mut Vec<u8>, data: &TensorData, range: std::ops::Range<usiz
             write(out, v);
         }
     }
+    fn ints<T: Copy + itoa::Integer>(out: &mut Vec<u8>, values: &[T]) {
+        let mut buffer = itoa::Buffer::new();
+        each(out, values, |o, x| {
+            o.extend_from_slice(buffer.format(x).as_bytes())
+        });
+    }
     let mut floats = ryu::Buffer::new();
-    let mut ints = itoa::Buffer::new();
     let mut float = |out: &mut Vec<u8>, x: f64, narrow: Option<f32>| {
         if x.is_nan() {
             out.extend_from_slice(b"NaN");
@@ -122,30 +127,14 @@ fn write_range(out: &mut Vec<u8>, data: &TensorData, range: std::ops::Range<usiz
         TensorData::Bool(v) => each(out, &v[range.clone()], |o, b| {
             o.extend_from_slice(if b { b"true" } else { b"false" })
         }),
-        TensorData::Uint8(v) => each(out, &v[range.clone()], |o, x| {
-            o.extend_from_slice(ints.format(x).as_bytes())
-        }),
-        TensorData::Uint16(v) => each(out, &v[range.clone()], |o, x| {
-            o.extend_from_slice(ints.format(x).as_bytes())
-        }),
-        TensorData::Uint32(v) => each(out, &v[range.clone()], |o, x| {
-            o.extend_from_slice(ints.format(x).as_bytes())
-        }),
-        TensorData::Uint64(v) => each(out, &v[range.clone()], |o, x| {
-            o.extend_from_slice(ints.format(x).as_bytes())
-        }),
-        TensorData::Int8(v) => each(out, &v[range.clone()], |o, x| {
-            o.extend_from_slice(ints.format(x).as_bytes())
-        }),
-        TensorData::Int16(v) => each(out, &v[range.clone()], |o, x| {
-            o.extend_from_slice(ints.format(x).as_bytes())
-        }),
-        TensorData::Int32(v) => each(out, &v[range.clone()], |o, x| {
-            o.extend_from_slice(ints.format(x).as_bytes())
-        }),
-        TensorData::Int64(v) => each(out, &v[range.clone()], |o, x| {
-            o.extend_from_slice(ints.format(x).as_bytes())
-        }),
+        TensorData::Uint8(v) => ints(out, &v[range.clone()]),
+        TensorData::Uint16(v) => ints(out, &v[range.clone()]),
+        TensorData::Uint32(v) => ints(out, &v[range.clone()]),
+        TensorData::Uint64(v) => ints(out, &v[range.clone()]),
+        TensorData::Int8(v) => ints(out, &v[range.clone()]),
+        TensorData::Int16(v) => ints(out, &v[range.clone()]),
+        TensorData::Int32(v) => ints(out, &v[range.clone()]),
+        TensorData::Int64(v) => ints(out, &v[range.clone()]),
         TensorData::Bytes(v) => {
             for (i, s) in v[range].iter().enumerate() {
                 if i > 0 {
