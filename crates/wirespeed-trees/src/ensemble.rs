@@ -73,7 +73,7 @@ impl Node {
         left: u32,
         right: u32,
     ) -> Node {
-        debug_assert!(feature < DEFAULT_LEFT && left != 0 && right != 0);
+        debug_assert!((feature as usize) < MAX_FEATURES && left != 0 && right != 0);
         let flag = if default_left { DEFAULT_LEFT } else { 0 };
         Node {
             feature: feature | flag,

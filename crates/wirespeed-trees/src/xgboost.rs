@@ -10,7 +10,7 @@ use std::path::Path;
 
 use serde::Deserialize;
 
-use crate::ensemble::{Node, SplitRule, TreeEnsemble};
+use crate::ensemble::{Node, SplitRule, TreeEnsemble, MAX_FEATURES};
 use crate::{LoadError, Objective};
 
 #[derive(Deserialize)]
@@ -149,8 +149,15 @@ fn from_file(file: ModelFile) -> Result<TreeEnsemble, LoadError> {
             )));
         }
     }
-    if num_features == 0 || num_features >= (1 << 31) {
-        return Err(LoadError::format(format!("num_feature is {num_features}")));
+    if num_features == 0 {
+        return Err(LoadError::format("num_feature is 0"));
+    }
+    // Feature indices share their word with the split flags.
+    if num_features >= MAX_FEATURES {
+        return Err(LoadError::unsupported(format!(
+            "{num_features} features are too many (at most {})",
+            MAX_FEATURES - 1
+        )));
     }
     let groups = if objective.is_multiclass() {
         if num_class < 2 {
@@ -479,6 +486,11 @@ mod tests {
             (good.replace("[2,-1,-1]", "[0,-1,-1]"), "invalid child 0"),
             // A feature beyond the input width.
             (good.replace("[1,0,0]", "[2,0,0]"), "feature 2"),
+            // So many features that indices would reach the split flags.
+            (
+                good.replace(r#""num_feature":"2""#, r#""num_feature":"100000000""#),
+                "too many",
+            ),
         ];
         for (text, words) in cases {
             let e = parse_xgboost_json(text.as_bytes()).unwrap_err().to_string();
