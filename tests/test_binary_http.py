@@ -184,6 +184,20 @@ def test_a_raw_body_is_the_single_input(server):
     still_serves(conn)
 
 
+def test_a_raw_body_is_held_to_the_element_limit(tmp_path):
+    root = tmp_path / "repo"
+    root.mkdir()
+    write_repo(root, "single", [("x", "FP32", "[-1, 4]")])
+    small = RunningServer(root, ["--max-elements", "8"], grpc="off")
+    try:
+        conn, response, data = post(small, "/v2/models/single/infer", bytes(48),
+                                    {"Inference-Header-Content-Length": "0"})
+        assert response.status == 400
+        assert "over the limits of 8 elements" in json.loads(data)["error"]
+    finally:
+        small.stop()
+
+
 def header_for(inputs, extra=None):
     body = {"inputs": inputs}
     body.update(extra or {})

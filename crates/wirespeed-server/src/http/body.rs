@@ -294,7 +294,7 @@ async fn read(
     let layout = layout(headers, declared)?;
     let json_len = match layout {
         Layout::Raw => {
-            let request = read_raw(reader, declared, model).await?;
+            let request = read_raw(reader, declared, model, options).await?;
             return Ok(DecodedBody { request, raw: true });
         }
         Layout::Binary(n) => Some(n),
@@ -504,6 +504,7 @@ async fn read_raw(
     reader: &mut BodyReader,
     declared: Option<u64>,
     model: &ModelMetadata,
+    options: &DecodeOptions,
 ) -> Result<InferRequest, Error> {
     let [spec] = model.inputs.as_slice() else {
         return Err(Error::invalid_input(format!(
@@ -539,6 +540,17 @@ async fn read_raw(
     let size = declared.map_or_else(|| gathered.as_ref().map_or(0, Vec::len), |n| n as usize);
     let shape = raw_shape(spec, size, element)?;
     let count = element_count(&shape).expect("derived from a byte count");
+    // The same request limits as a JSON header's inputs, before allocating.
+    if count > options.max_elements || size > options.max_tensor_bytes {
+        return Err(Error::new(
+            ErrorKind::LimitExceeded,
+            format!(
+                "a raw body of {count} elements ({size} bytes) is over the limits of {} elements \
+                 and {} bytes of tensor data",
+                options.max_elements, options.max_tensor_bytes
+            ),
+        ));
+    }
     let invalid = |e: RawError| Error::invalid_input(format!("input '{}': {e}", spec.name));
     let mut filler = RawFiller::new(spec.datatype, count, size, 0).map_err(invalid)?;
     if let Some(all) = gathered {
