@@ -437,6 +437,10 @@ impl RequestDecoder {
         }
         let named = self.named.take().expect("a named-input decoder");
         let mut inputs = Vec::with_capacity(named.inputs.len());
+        // Each input was held to the limits alone while it grew (its shape
+        // was not known before its data ended); the request is held to them
+        // together here.
+        let (mut elements, mut bytes) = (0usize, 0usize);
         for input in named.inputs {
             let builder = input.builder.expect("made when the format showed");
             let (shape, data) = builder
@@ -444,6 +448,20 @@ impl RequestDecoder {
                 .map_err(|(c, m)| DecodeError::new(c, end, m).with_input(Some(&input.name)))?;
             if shape.first() == Some(&0) || shape.is_empty() && data.is_empty() {
                 return Err(schema(0, "the request has no rows").with_input(Some(&input.name)));
+            }
+            elements += data.len();
+            bytes += data.len() * input.datatype.element_size().unwrap_or(4);
+            if elements > self.options.max_elements || bytes > self.options.max_tensor_bytes {
+                return Err(DecodeError::new(
+                    Category::Limit,
+                    end,
+                    format!(
+                        "the inputs hold {elements} elements ({bytes} bytes of tensor data) up to \
+                         '{}', over the limits of {} elements and {} bytes",
+                        input.name, self.options.max_elements, self.options.max_tensor_bytes
+                    ),
+                )
+                .with_input(Some(&input.name)));
             }
             inputs.push(Tensor {
                 name: input.name,

@@ -193,6 +193,24 @@ fn bad_bodies_say_what_is_wrong() {
 }
 
 #[test]
+fn several_inputs_are_held_to_the_limits_together() {
+    let specs = [
+        ("a".to_owned(), DataType::Fp32),
+        ("b".to_owned(), DataType::Fp32),
+    ];
+    let options = DecodeOptions {
+        max_elements: 5,
+        ..DecodeOptions::default()
+    };
+    let body = r#"{"inputs": {"a": [[1, 2, 3]], "b": [[4, 5, 6]]}}"#;
+    let mut d = RequestDecoder::tf_serving(options, &specs);
+    d.feed(body.as_bytes()).unwrap();
+    let e = d.finish_with_format().unwrap_err();
+    assert_eq!(e.category(), Category::Limit);
+    assert!(e.to_string().contains("6 elements"), "{e}");
+}
+
+#[test]
 fn clipper_input_and_input_batch() {
     let (r, format) = clipper(DataType::Fp32, r#"{"input": [1, 2, 3]}"#).unwrap();
     assert_eq!(format, Format::ClipperOne);
