@@ -356,11 +356,9 @@ impl Preprocessor {
                     default,
                     fill,
                 } => {
-                    let text = match value {
-                        RawValue::Text(t) => Some(*t),
-                        _ => fill.as_deref(),
-                    };
-                    out[at] = text.and_then(|t| table.get(t)).unwrap_or(*default) as f32;
+                    out[at] = text(value, fill)
+                        .and_then(|t| table.get(t))
+                        .unwrap_or(*default) as f32;
                     at += 1;
                 }
                 Op::OneHot {
@@ -369,13 +367,9 @@ impl Preprocessor {
                     unknown_bucket,
                     fill,
                 } => {
-                    let text = match value {
-                        RawValue::Text(t) => Some(*t),
-                        _ => fill.as_deref(),
-                    };
                     let slot = &mut out[at..at + width];
                     slot.fill(0.0);
-                    match text.and_then(|t| table.get(t)) {
+                    match text(value, fill).and_then(|t| table.get(t)) {
                         Some(k) => slot[k] = 1.0,
                         None if *unknown_bucket => slot[width - 1] = 1.0,
                         None => {}
@@ -384,6 +378,15 @@ impl Preprocessor {
                 }
             }
         }
+    }
+}
+
+/// A string column's value: its text, or the fill when it has none.
+#[inline]
+fn text<'a>(value: &RawValue<'a>, fill: &'a Option<Box<str>>) -> Option<&'a str> {
+    match value {
+        RawValue::Text(t) => Some(t),
+        _ => fill.as_deref(),
     }
 }
 
