@@ -5,10 +5,12 @@
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use tokio::sync::{Semaphore, SemaphorePermit};
 use wirespeed_core::{Error, ErrorKind, Model, RequestedOutput, Tensor};
 
+use crate::timing::{timed, Stages};
 use crate::AppState;
 
 /// The admission queue in front of one model: at most `concurrency`
@@ -71,12 +73,14 @@ impl Gate {
 }
 
 /// Checks `inputs`, runs `model`, and returns the `requested` outputs (all
-/// of them when none are named), in request order.
+/// of them when none are named), in request order. The wait for a turn and
+/// the model's time go into `stages`.
 pub(crate) async fn run(
     state: &AppState,
     model: &Arc<dyn Model>,
     inputs: Vec<Tensor>,
     requested: &[RequestedOutput],
+    stages: &mut Stages,
 ) -> Result<Vec<Tensor>, Error> {
     let metadata = model.metadata();
     metadata.check_inputs(&inputs)?;
@@ -85,16 +89,24 @@ pub(crate) async fn run(
         .repository
         .gate(&metadata.name)
         .ok_or_else(|| Error::internal(format!("model '{}' has no gate", metadata.name)))?;
+    let waited = Instant::now();
     let _turn = gate.admit().await?;
+    stages.queue = waited.elapsed();
     let elements: usize = inputs.iter().map(|t| t.data.len()).sum();
     // A Titanic row takes well under a microsecond, far less than a hop to
     // another thread; a big batch or a slow model moves to the blocking pool
     // so it cannot stall other connections.
     if model.runs_inline(elements) {
-        return model.infer(&inputs, &outputs);
+        return timed(&mut stages.compute, || model.infer(&inputs, &outputs));
     }
     let model = Arc::clone(model);
-    tokio::task::spawn_blocking(move || model.infer(&inputs, &outputs))
-        .await
-        .map_err(|e| Error::internal(format!("model task failed: {e}")))?
+    let (result, spent) = tokio::task::spawn_blocking(move || {
+        let mut spent = Duration::ZERO;
+        let result = timed(&mut spent, || model.infer(&inputs, &outputs));
+        (result, spent)
+    })
+    .await
+    .map_err(|e| Error::internal(format!("model task failed: {e}")))?;
+    stages.compute = spent;
+    result
 }

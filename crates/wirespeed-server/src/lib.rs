@@ -28,6 +28,7 @@ mod identity_model;
 mod listen;
 pub mod model_config;
 mod repository;
+mod timing;
 mod tls;
 mod tree_model;
 mod uds;

@@ -13,6 +13,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
+use std::time::Duration;
 
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
@@ -22,6 +23,7 @@ use tonic_health::server::HealthReporter;
 use wirespeed_core::{Error, ErrorKind, Model};
 
 use crate::listen::Activity;
+use crate::timing::{timed, Stages, SERVER_TIMING};
 use crate::{compute, AppState};
 
 /// The messages, client and service generated from `proto/grpc_service.proto`.
@@ -80,7 +82,12 @@ struct Inference {
 }
 
 impl Inference {
-    async fn infer(&self, message: pb::ModelInferRequest) -> Result<pb::ModelInferResponse, Error> {
+    /// Answers one infer request; also returns where its time went.
+    async fn infer(
+        &self,
+        message: pb::ModelInferRequest,
+    ) -> Result<(pb::ModelInferResponse, Stages), Error> {
+        let mut stages = Stages::start();
         let model: Arc<dyn Model> = Arc::clone(
             self.state
                 .repository
@@ -90,21 +97,35 @@ impl Inference {
         let raw_bytes: usize = message.raw_input_contents.iter().map(|b| b.len()).sum();
         let request = if raw_bytes > OFFLOAD_RAW_BYTES {
             let options = self.state.decode_options.clone();
-            tokio::task::spawn_blocking(move || convert::request(message, &options))
-                .await
-                .map_err(|e| Error::internal(format!("conversion task failed: {e}")))??
+            let (request, spent) = tokio::task::spawn_blocking(move || {
+                let mut spent = Duration::ZERO;
+                let request = timed(&mut spent, || convert::request(message, &options));
+                (request, spent)
+            })
+            .await
+            .map_err(|e| Error::internal(format!("conversion task failed: {e}")))?;
+            stages.decode = spent;
+            request?
         } else {
-            convert::request(message, &self.state.decode_options)?
+            timed(&mut stages.decode, || {
+                convert::request(message, &self.state.decode_options)
+            })?
         };
-        let outputs = compute::run(&self.state, &model, request.inputs, &request.outputs).await?;
+        stages.body_read();
+        let outputs = compute::run(
+            &self.state,
+            &model,
+            request.inputs,
+            &request.outputs,
+            &mut stages,
+        )
+        .await?;
         let metadata = model.metadata();
         let served = version(&requested_version).unwrap_or(&metadata.versions[0]);
-        Ok(convert::response(
-            &metadata.name,
-            served,
-            request.id,
-            outputs,
-        ))
+        let response = timed(&mut stages.encode, || {
+            convert::response(&metadata.name, served, request.id, outputs)
+        });
+        Ok((response, stages))
     }
 
     fn ready(&self) -> bool {
@@ -202,7 +223,12 @@ impl GrpcInferenceService for Inference {
                 }),
             None => answer.await,
         };
-        answer.map(Response::new).map_err(|e| status(&e))
+        let (answer, stages) = answer.map_err(|e| status(&e))?;
+        let mut response = Response::new(answer);
+        if let Ok(value) = stages.text().parse() {
+            response.metadata_mut().insert(SERVER_TIMING, value);
+        }
+        Ok(response)
     }
 
     type ModelStreamInferStream =
@@ -227,7 +253,7 @@ impl GrpcInferenceService for Inference {
                     Ok(message) => {
                         let id = message.id.clone();
                         match service.infer(message).await {
-                            Ok(response) => Ok(pb::ModelStreamInferResponse {
+                            Ok((response, _)) => Ok(pb::ModelStreamInferResponse {
                                 error_message: String::new(),
                                 infer_response: Some(response),
                             }),

@@ -18,6 +18,7 @@ use std::sync::Arc;
 
 use wirespeed_core::Model;
 
+use crate::timing::timed;
 use crate::{AppState, Limits};
 use bytes::Bytes;
 use http_body_util::BodyExt;
@@ -127,6 +128,8 @@ pub(crate) struct BodyReader {
     idle: Duration,
     deadline: Instant,
     timeout: Duration,
+    /// Time spent decoding what was read: parsing JSON, copying raw bytes.
+    pub(crate) decode: Duration,
 }
 
 impl BodyReader {
@@ -138,6 +141,7 @@ impl BodyReader {
             idle: limits.body_timeout,
             deadline: Instant::now() + limits.request_timeout,
             timeout: limits.request_timeout,
+            decode: Duration::ZERO,
         }
     }
 
@@ -193,6 +197,9 @@ impl BodyReader {
     }
 }
 
+/// What the decoder made of a body.
+type Decoded = Result<(InferRequest, Format), DecodeError>;
+
 /// Where the decoder runs.
 // One local per request: boxing the large variant would cost every request
 // an allocation to save stack space nobody needs.
@@ -201,7 +208,7 @@ enum Decoding {
     Inline(RequestDecoder),
     Offloaded {
         frames: mpsc::Sender<Bytes>,
-        task: JoinHandle<Result<(InferRequest, Format), DecodeError>>,
+        task: JoinHandle<(Decoded, Duration)>,
     },
 }
 
@@ -211,22 +218,26 @@ impl Decoding {
         let task = tokio::task::spawn_blocking(move || {
             let mut decoder = decoder;
             let mut span = Vec::new();
-            while let Some(frame) = incoming.blocking_recv() {
-                if incoming.is_empty() {
-                    decoder.feed(&frame)?;
-                    continue;
-                }
-                span.clear();
-                span.extend_from_slice(&frame);
-                while span.len() < SPAN_BYTES {
-                    match incoming.try_recv() {
-                        Ok(next) => span.extend_from_slice(&next),
-                        Err(_) => break,
+            let mut spent = Duration::ZERO;
+            let result = (|| {
+                while let Some(frame) = incoming.blocking_recv() {
+                    if incoming.is_empty() {
+                        timed(&mut spent, || decoder.feed(&frame))?;
+                        continue;
                     }
+                    span.clear();
+                    span.extend_from_slice(&frame);
+                    while span.len() < SPAN_BYTES {
+                        match incoming.try_recv() {
+                            Ok(next) => span.extend_from_slice(&next),
+                            Err(_) => break,
+                        }
+                    }
+                    timed(&mut spent, || decoder.feed(&span))?;
                 }
-                decoder.feed(&span)?;
-            }
-            decoder.finish_with_format()
+                timed(&mut spent, || decoder.finish_with_format())
+            })();
+            (result, spent)
         });
         Decoding::Offloaded { frames, task }
     }
@@ -238,6 +249,8 @@ pub(crate) struct DecodedBody {
     /// The body was a raw tensor (`Inference-Header-Content-Length: 0`):
     /// every output goes back as binary.
     pub(crate) raw: bool,
+    /// The time spent decoding it.
+    pub(crate) decode: Duration,
 }
 
 /// Reads and decodes the body of an infer request for `model`, enforcing
@@ -252,7 +265,9 @@ pub(crate) async fn decode_body(
 ) -> Result<DecodedBody, Error> {
     let (mut reader, declared) = begin(headers, body, limits)?;
     let result = read(&mut reader, headers, declared, options, model).await;
-    settle(&mut reader, result).await
+    let mut decoded = settle(&mut reader, result).await?;
+    decoded.decode = reader.decode;
+    Ok(decoded)
 }
 
 /// The reader of a body and its declared length; a declared length over
@@ -295,7 +310,11 @@ async fn read(
     let json_len = match layout {
         Layout::Raw => {
             let request = read_raw(reader, declared, model, options).await?;
-            return Ok(DecodedBody { request, raw: true });
+            return Ok(DecodedBody {
+                request,
+                raw: true,
+                decode: Duration::ZERO,
+            });
         }
         Layout::Binary(n) => Some(n),
         Layout::Json => None,
@@ -324,19 +343,21 @@ async fn read(
     Ok(DecodedBody {
         request,
         raw: false,
+        decode: Duration::ZERO,
     })
 }
 
 /// Reads and decodes a whole-JSON body (TF Serving, Clipper) with
 /// `decoder`, as it arrives, enforcing `limit` bytes. Like
 /// [`decode_body`], it reads the body to its end before returning an error.
+/// Also returns the time spent decoding.
 pub(crate) async fn decode_json_body(
     headers: &HeaderMap,
     body: Incoming,
     limits: &Limits,
     decoder: RequestDecoder,
     options: &DecodeOptions,
-) -> Result<(InferRequest, Format), Error> {
+) -> Result<(InferRequest, Format, Duration), Error> {
     let (mut reader, declared) = begin(headers, body, limits)?;
     let result = async {
         if layout(headers, declared)? != Layout::Json {
@@ -356,7 +377,8 @@ pub(crate) async fn decode_json_body(
         Ok((request, format))
     }
     .await;
-    settle(&mut reader, result).await
+    let (request, format) = settle(&mut reader, result).await?;
+    Ok((request, format, reader.decode))
 }
 
 /// Feeds the JSON part of the body (all of it, or its first `json_len`
@@ -390,7 +412,7 @@ async fn decode_json(
         fed += data.len() as u64;
         match &mut decoding {
             Decoding::Inline(decoder) => {
-                if let Err(e) = decoder.feed(&data) {
+                if let Err(e) = timed(&mut reader.decode, || decoder.feed(&data)) {
                     failure = Some(decode_error(e));
                     break;
                 }
@@ -417,13 +439,17 @@ async fn decode_json(
     let result = match decoding {
         Decoding::Inline(decoder) => match failure {
             Some(e) => Err(e),
-            None => decoder.finish_with_format().map_err(decode_error),
+            None => {
+                timed(&mut reader.decode, || decoder.finish_with_format()).map_err(decode_error)
+            }
         },
         Decoding::Offloaded { frames, task } => {
             drop(frames);
-            task.await
-                .map_err(|e| Error::internal(format!("decoder task failed: {e}")))?
-                .map_err(decode_error)
+            let (result, spent) = task
+                .await
+                .map_err(|e| Error::internal(format!("decoder task failed: {e}")))?;
+            reader.decode += spent;
+            result.map_err(decode_error)
         }
     };
     match json_len {
@@ -481,7 +507,7 @@ async fn read_binary(
                 })?;
             }
             let part = leftover.split_to(filler.remaining().min(leftover.len()));
-            filler.push(&part).map_err(invalid)?;
+            timed(&mut reader.decode, || filler.push(&part)).map_err(invalid)?;
         }
         tensor.data = filler.finish().map_err(invalid)?;
     }
@@ -554,7 +580,7 @@ async fn read_raw(
     let invalid = |e: RawError| Error::invalid_input(format!("input '{}': {e}", spec.name));
     let mut filler = RawFiller::new(spec.datatype, count, size, 0).map_err(invalid)?;
     if let Some(all) = gathered {
-        filler.push(&all).map_err(invalid)?;
+        timed(&mut reader.decode, || filler.push(&all)).map_err(invalid)?;
     } else {
         while let Some(frame) = reader.next().await? {
             if frame.len() > filler.remaining() {
@@ -562,7 +588,7 @@ async fn read_raw(
                     "the body is longer than its Content-Length".to_owned(),
                 ));
             }
-            filler.push(&frame).map_err(invalid)?;
+            timed(&mut reader.decode, || filler.push(&frame)).map_err(invalid)?;
         }
     }
     let data = filler.finish().map_err(invalid)?;

@@ -14,6 +14,7 @@ use wirespeed_json::RequestDecoder;
 
 use super::body::{decode_json_body, model_for, refuse};
 use super::response::{self, Body};
+use crate::timing::{timed, Stages, SERVER_TIMING};
 use crate::{compute, AppState};
 
 /// `POST /{app}/predict`, answering errors in Clipper's own shape.
@@ -33,6 +34,7 @@ async fn answer(
     app: &str,
     request: Request<Incoming>,
 ) -> Result<Response<Body>, Error> {
+    let mut stages = Stages::start();
     let (parts, body) = request.into_parts();
     let (model, body) = model_for(state, app, None, body)
         .await
@@ -50,7 +52,7 @@ async fn answer(
         state.decode_options.clone(),
         (input.name.clone(), input.datatype),
     );
-    let (request, format) = decode_json_body(
+    let (request, format, decode) = decode_json_body(
         &parts.headers,
         body,
         &state.limits,
@@ -58,7 +60,9 @@ async fn answer(
         &state.decode_options,
     )
     .await?;
-    let mut outputs = compute::run(state, &model, request.inputs, &[]).await?;
+    stages.body_read();
+    stages.decode = decode;
+    let mut outputs = compute::run(state, &model, request.inputs, &[], &mut stages).await?;
     if outputs.is_empty() {
         return Err(Error::internal(format!(
             "model '{}' produced no output",
@@ -69,8 +73,14 @@ async fn answer(
     let rows = output.shape.first().copied().unwrap_or(1) as u64;
     let first_id = state.clipper_queries.fetch_add(rows, Ordering::Relaxed);
     let mut out = Vec::new();
-    wirespeed_json::encode_clipper_response(&output, format, first_id, &mut out);
-    Ok(response::json(out))
+    timed(&mut stages.encode, || {
+        wirespeed_json::encode_clipper_response(&output, format, first_id, &mut out);
+    });
+    let mut answer = response::json(out);
+    answer
+        .headers_mut()
+        .insert(SERVER_TIMING, stages.header_value());
+    Ok(answer)
 }
 
 /// Clipper's error body: a short title and the cause.

@@ -9,6 +9,7 @@ use wirespeed_core::{raw, Error, InferRequest, InferResponse, ParameterValue, Pa
 use super::body::{decode_body, model_for, DecodedBody};
 use super::response::{self, Body};
 use super::router::ModelRef;
+use crate::timing::{timed, Stages, SERVER_TIMING};
 use crate::{compute, AppState};
 
 pub(crate) async fn infer(
@@ -16,12 +17,17 @@ pub(crate) async fn infer(
     target: ModelRef<'_>,
     request: Request<Incoming>,
 ) -> Result<Response<Body>, Error> {
+    let mut stages = Stages::start();
     let (parts, body) = request.into_parts();
     let (model, body) = model_for(state, target.name, target.version, body).await?;
     // The body is decoded as it arrives, and read to its end before any
     // error is answered, so the connection stays clean for the next request.
     let metadata = model.metadata();
-    let DecodedBody { mut request, raw } = decode_body(
+    let DecodedBody {
+        mut request,
+        raw,
+        decode,
+    } = decode_body(
         &parts.headers,
         body,
         &state.limits,
@@ -29,9 +35,11 @@ pub(crate) async fn infer(
         metadata,
     )
     .await?;
+    stages.body_read();
+    stages.decode = decode;
     let binary = binary_outputs(&request, raw)?;
     let inputs = std::mem::take(&mut request.inputs);
-    let tensors = compute::run(state, &model, inputs, &request.outputs).await?;
+    let tensors = compute::run(state, &model, inputs, &request.outputs, &mut stages).await?;
     let binary: Vec<bool> = tensors.iter().map(|t| binary(&t.name)).collect();
 
     let response = InferResponse {
@@ -40,25 +48,35 @@ pub(crate) async fn infer(
         id: request.id,
         outputs: tensors,
     };
+    let mut answer = timed(&mut stages.encode, || encode(&response, &binary));
+    answer
+        .headers_mut()
+        .insert(SERVER_TIMING, stages.header_value());
+    Ok(answer)
+}
+
+/// The response for `response`: all JSON, or a JSON header and the raw
+/// bytes of the outputs marked `binary`.
+fn encode(response: &InferResponse, binary: &[bool]) -> Response<Body> {
     let mut body = Vec::new();
     if !binary.contains(&true) {
-        wirespeed_json::encode_infer_response(&response, &mut body);
-        return Ok(response::json(body));
+        wirespeed_json::encode_infer_response(response, &mut body);
+        return response::json(body);
     }
-    wirespeed_json::encode_infer_response_header(&response, &binary, &mut body);
+    wirespeed_json::encode_infer_response_header(response, binary, &mut body);
     let header_len = body.len();
     let raw_bytes: usize = response
         .outputs
         .iter()
-        .zip(&binary)
+        .zip(binary)
         .filter(|(_, &b)| b)
         .map(|(t, _)| raw::raw_len(&t.data))
         .sum();
     body.reserve_exact(raw_bytes);
-    for (tensor, _) in response.outputs.iter().zip(&binary).filter(|(_, &b)| b) {
+    for (tensor, _) in response.outputs.iter().zip(binary).filter(|(_, &b)| b) {
         raw::write_raw(&tensor.data, &mut body);
     }
-    Ok(response::binary(body, header_len))
+    response::binary(body, header_len)
 }
 
 /// Which outputs go back as raw bytes: those asked for with `binary_data`,

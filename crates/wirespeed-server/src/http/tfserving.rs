@@ -12,6 +12,7 @@ use wirespeed_json::RequestDecoder;
 use super::body::{decode_json_body, model_for};
 use super::response::{self, Body};
 use super::router::ModelRef;
+use crate::timing::{timed, Stages, SERVER_TIMING};
 use crate::{compute, AppState};
 
 /// `POST /v1/models/{name}[/versions/{v}|/labels/{l}]:predict`
@@ -20,6 +21,7 @@ pub(crate) async fn predict(
     target: ModelRef<'_>,
     request: Request<Incoming>,
 ) -> Result<Response<Body>, Error> {
+    let mut stages = Stages::start();
     let (parts, body) = request.into_parts();
     let (model, body) = model_for(state, target.name, target.version, body).await?;
     let specs: Vec<(String, DataType)> = model
@@ -29,7 +31,7 @@ pub(crate) async fn predict(
         .map(|s| (s.name.clone(), s.datatype))
         .collect();
     let decoder = RequestDecoder::tf_serving(state.decode_options.clone(), &specs);
-    let (request, format) = decode_json_body(
+    let (request, format, decode) = decode_json_body(
         &parts.headers,
         body,
         &state.limits,
@@ -37,10 +39,18 @@ pub(crate) async fn predict(
         &state.decode_options,
     )
     .await?;
-    let outputs = compute::run(state, &model, request.inputs, &[]).await?;
+    stages.body_read();
+    stages.decode = decode;
+    let outputs = compute::run(state, &model, request.inputs, &[], &mut stages).await?;
     let mut out = Vec::new();
-    wirespeed_json::encode_tf_response(&outputs, format, &mut out);
-    Ok(response::json(out))
+    timed(&mut stages.encode, || {
+        wirespeed_json::encode_tf_response(&outputs, format, &mut out);
+    });
+    let mut answer = response::json(out);
+    answer
+        .headers_mut()
+        .insert(SERVER_TIMING, stages.header_value());
+    Ok(answer)
 }
 
 /// `:classify` and `:regress` need TF's classification and regression

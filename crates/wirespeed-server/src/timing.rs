@@ -1,0 +1,124 @@
+//! Where a request's time went, stage by stage, told to the client in a
+//! `Server-Timing` response header (REST) or `server-timing` response
+//! metadata (gRPC), in the W3C Server Timing syntax:
+//!
+//! ```text
+//! server-timing: read;dur=0.412, decode;dur=0.301, queue;dur=0.001, compute;dur=0.004, encode;dur=0.010, total;dur=0.430
+//! ```
+//!
+//! Durations are in milliseconds. `read` is the wall time from the handler's
+//! start until the body was read and decoded (it overlaps the network and
+//! the decode); `decode` is the time spent in the decoder (JSON parsing, or
+//! copying raw tensor bytes) alone; `queue` is the wait at the model's gate;
+//! `compute` the model; `encode` the answer's body. `total` is the handler's
+//! time, all but writing the answer to the socket. `wirespeed bench` reads
+//! these to split a latency into server stages.
+
+use std::fmt::Write;
+use std::time::{Duration, Instant};
+
+use hyper::header::HeaderValue;
+
+/// The header's name.
+pub(crate) const SERVER_TIMING: &str = "server-timing";
+
+/// One request's stage times.
+pub(crate) struct Stages {
+    start: Instant,
+    pub(crate) read: Duration,
+    pub(crate) decode: Duration,
+    pub(crate) queue: Duration,
+    pub(crate) compute: Duration,
+    pub(crate) encode: Duration,
+}
+
+impl Stages {
+    /// Starts the clock of a request.
+    pub(crate) fn start() -> Stages {
+        Stages {
+            start: Instant::now(),
+            read: Duration::ZERO,
+            decode: Duration::ZERO,
+            queue: Duration::ZERO,
+            compute: Duration::ZERO,
+            encode: Duration::ZERO,
+        }
+    }
+
+    /// Marks the end of reading the body: `read` is the time since the start.
+    pub(crate) fn body_read(&mut self) {
+        self.read = self.start.elapsed();
+    }
+
+    /// The header value, with `total` the time since the start.
+    pub(crate) fn header_value(&self) -> HeaderValue {
+        HeaderValue::try_from(self.text()).expect("names and digits are valid header text")
+    }
+
+    /// The header's text, with `total` the time since the start.
+    pub(crate) fn text(&self) -> String {
+        let mut text = String::with_capacity(112);
+        let stages = [
+            ("read", self.read),
+            ("decode", self.decode),
+            ("queue", self.queue),
+            ("compute", self.compute),
+            ("encode", self.encode),
+            ("total", self.start.elapsed()),
+        ];
+        for (i, (name, duration)) in stages.into_iter().enumerate() {
+            if i > 0 {
+                text.push_str(", ");
+            }
+            let _ = write!(text, "{name};dur={:.3}", duration.as_secs_f64() * 1e3);
+        }
+        text
+    }
+}
+
+/// Runs `f` and adds the time it took to `total`.
+pub(crate) fn timed<T>(total: &mut Duration, f: impl FnOnce() -> T) -> T {
+    let start = Instant::now();
+    let value = f();
+    *total += start.elapsed();
+    value
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_header_names_every_stage_in_milliseconds() {
+        let mut stages = Stages::start();
+        stages.decode = Duration::from_micros(1500);
+        stages.compute = Duration::from_nanos(2_000_400);
+        let value = stages.header_value();
+        let text = value.to_str().unwrap();
+        let parts: Vec<&str> = text.split(", ").collect();
+        let names: Vec<&str> = parts.iter().map(|p| p.split(';').next().unwrap()).collect();
+        assert_eq!(
+            names,
+            ["read", "decode", "queue", "compute", "encode", "total"]
+        );
+        assert!(parts.contains(&"decode;dur=1.500"), "{text}");
+        assert!(parts.contains(&"compute;dur=2.000"), "{text}");
+        let total: f64 = parts[5]
+            .strip_prefix("total;dur=")
+            .unwrap()
+            .parse()
+            .unwrap();
+        assert!(total >= 0.0);
+    }
+
+    #[test]
+    fn timed_adds_up() {
+        let mut total = Duration::from_millis(1);
+        let v = timed(&mut total, || {
+            std::thread::sleep(Duration::from_millis(2));
+            7
+        });
+        assert_eq!(v, 7);
+        assert!(total >= Duration::from_millis(3));
+    }
+}
