@@ -27,6 +27,9 @@ enum Command {
     Serve(Box<ServeArgs>),
     /// Predict rows from a CSV file with a tree model, offline, and print one line per row.
     Predict(predict::PredictArgs),
+    /// Measure a server: latency corrected for coordinated omission, throughput,
+    /// errors; or re-measure a published benchmark (`bench scenario NAME`).
+    Bench(Box<wirespeed_bench::BenchArgs>),
 }
 
 #[derive(Args)]
@@ -168,6 +171,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Serve(args) => serve(*args),
         Command::Predict(args) => predict::run(&args),
+        Command::Bench(args) => wirespeed_bench::run(*args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -1,0 +1,35 @@
+//! `wirespeed bench`: a load generator for model servers that gets latency
+//! right, and the scenarios that re-measure the published figures of JSON
+//! serving side by side with a peer.
+//!
+//! - **Latency is corrected for coordinated omission.** In the open loop
+//!   (`--rate`), each request has an intended send time from a fixed
+//!   schedule (constant or Poisson; [`timer`]), and its latency counts from
+//!   then, as wrk2's does: a server that stalls for a second is charged for
+//!   every request that should have been sent during the stall. The
+//!   uncorrected figures (from the actual send) are reported beside them.
+//! - **Every figure comes from HDR histograms** ([`stats`]), merged over
+//!   connections, windows and rounds: p50 to p99.99 and max, mean, standard
+//!   deviation, throughput, errors by kind; the client's send / wait /
+//!   receive split on HTTP/1 ([`http1`]); the server's stages from its
+//!   `Server-Timing` header.
+//! - **Measurements are windows that must settle** ([`engine`]); with
+//!   `--compare`, windows of the targets interleave, so ratios are fair on
+//!   a noisy machine.
+//! - **Scenarios** ([`scenario`]) print their tables next to the published
+//!   ones.
+//!
+//! Targets must be this machine (loopback or a Unix socket) unless
+//! `--allow-remote` is given, and every run is bounded in time and requests.
+
+pub mod cli;
+pub mod engine;
+pub mod http1;
+pub mod report;
+pub mod scenario;
+pub mod stats;
+pub mod target;
+pub mod timer;
+pub mod workload;
+
+pub use cli::{run, BenchArgs};

@@ -1,0 +1,178 @@
+//! The open loop against a server that stalls once: the corrected
+//! percentiles must show the stall, the uncorrected ones must hide it, as
+//! they do in tools that start the clock at the actual send.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use indicatif::ProgressBar;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpListener;
+use wirespeed_bench::engine::{measure, Load, Plan, Windows};
+use wirespeed_bench::target::Target;
+use wirespeed_bench::timer::Arrival;
+use wirespeed_bench::workload::{Payload, Protocol, Workload};
+
+/// An HTTP/1.1 server that answers every GET with `{}` at once, except the
+/// `stall_at`-th request, which it answers after `stall`.
+async fn stalling_server(stall_at: usize, stall: Duration) -> (String, Arc<AtomicUsize>) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = listener.local_addr().unwrap();
+    let seen = Arc::new(AtomicUsize::new(0));
+    let counter = Arc::clone(&seen);
+    tokio::spawn(async move {
+        loop {
+            let (mut socket, _) = listener.accept().await.unwrap();
+            let counter = Arc::clone(&counter);
+            tokio::spawn(async move {
+                let mut buf = Vec::new();
+                let mut chunk = [0u8; 4096];
+                loop {
+                    while let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                        buf.drain(..end + 4);
+                        let n = counter.fetch_add(1, Ordering::SeqCst) + 1;
+                        if n == stall_at {
+                            tokio::time::sleep(stall).await;
+                        }
+                        let answer = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nServer-Timing: total;dur=0.001\r\n\r\n{}";
+                        if socket.write_all(answer).await.is_err() {
+                            return;
+                        }
+                    }
+                    match socket.read(&mut chunk).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                    }
+                }
+            });
+        }
+    });
+    (format!("http://{address}"), seen)
+}
+
+fn plan(load: Load, window: Duration, max_requests: Option<u64>) -> Plan {
+    let workload = Workload::new(Protocol::Get, "", "", Payload::Empty);
+    Plan {
+        protocol: Protocol::Get,
+        request: workload.build().unwrap(),
+        load,
+        windows: Windows {
+            warmup: Duration::ZERO,
+            window,
+            min_windows: 1,
+            max_windows: 1,
+            stable: 1.0,
+            max_requests,
+            timeout: Duration::from_secs(10),
+        },
+        pace: None,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stall_shows_in_the_corrected_percentiles_only() {
+    // 100 requests a second on one connection for 4 s; request 50 stalls
+    // for 1 s, so ~100 requests that were due during the stall go out late.
+    let (url, seen) = stalling_server(50, Duration::from_secs(1)).await;
+    let target: Target = url.parse().unwrap();
+    let load = Load::Open {
+        rate: 100.0,
+        arrival: Arrival::Constant,
+        connections: 1,
+    };
+    let m = measure(
+        &plan(load, Duration::from_secs(4), None),
+        &[target],
+        &ProgressBar::hidden(),
+    )
+    .await
+    .unwrap()
+    .remove(0);
+    let s = &m.summary;
+    // Every request that was sent was answered and counted.
+    assert_eq!(s.failed, 0, "{:?}", s.errors);
+    assert_eq!(s.answered as usize, seen.load(Ordering::SeqCst));
+    assert!((350..=400).contains(&s.answered), "answered {}", s.answered);
+    // One request in ~400 took the 1 s stall itself: the uncorrected p99
+    // does not see it, though its max does.
+    assert!(
+        s.uncorrected.p99 < 100.0,
+        "uncorrected p99 {} ms",
+        s.uncorrected.p99
+    );
+    assert!(
+        s.uncorrected.max >= 1000.0,
+        "uncorrected max {} ms",
+        s.uncorrected.max
+    );
+    // Corrected: the ~100 requests due during the stall waited 0-1 s
+    // each, a quarter of the run: p90 and p99 are hundreds of ms.
+    assert!(s.latency.p99 >= 800.0, "corrected p99 {} ms", s.latency.p99);
+    assert!(s.latency.p90 >= 100.0, "corrected p90 {} ms", s.latency.p90);
+    assert!(s.latency.max >= 1000.0);
+    // And both agree when nothing stalls: the median is a quick answer.
+    assert!(
+        s.latency.p50 < 50.0 && s.uncorrected.p50 < 50.0,
+        "{} {}",
+        s.latency.p50,
+        s.uncorrected.p50
+    );
+    // The figures are consistent.
+    let l = &s.latency;
+    assert!(
+        l.min <= l.p50 && l.p50 <= l.p90 && l.p90 <= l.p99 && l.p99 <= l.p99_9 && l.p99_9 <= l.max
+    );
+    assert_eq!(s.server["total"].count, s.answered);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_closed_loop_sends_exactly_the_request_budget() {
+    let (url, seen) = stalling_server(usize::MAX, Duration::ZERO).await;
+    let target: Target = url.parse().unwrap();
+    let m = measure(
+        &plan(
+            Load::Closed { connections: 4 },
+            Duration::from_secs(5),
+            Some(500),
+        ),
+        &[target],
+        &ProgressBar::hidden(),
+    )
+    .await
+    .unwrap()
+    .remove(0);
+    assert_eq!(m.summary.answered, 500);
+    assert_eq!(seen.load(Ordering::SeqCst), 500);
+    // In a closed loop a request is sent when it is meant to be.
+    assert_eq!(m.summary.latency, m.summary.uncorrected);
+    let phases = m.summary.wait.unwrap();
+    assert_eq!(phases.count, 500);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn errors_are_counted_by_kind() {
+    // Nothing listens on this port (bound, then closed).
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let target: Target = format!("http://127.0.0.1:{port}").parse().unwrap();
+    let e = measure(
+        &plan(
+            Load::Closed { connections: 1 },
+            Duration::from_millis(100),
+            None,
+        ),
+        &[target],
+        &ProgressBar::hidden(),
+    )
+    .await
+    .err()
+    .unwrap();
+    assert!(
+        format!("{e:#}").contains("cannot connect to http://127.0.0.1"),
+        "{e:#}"
+    );
+}
