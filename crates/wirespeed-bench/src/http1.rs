@@ -123,13 +123,15 @@ impl Connection {
             }
             return Ok(());
         };
+        // Each piece goes out when the bytes before it are due, so the last
+        // byte leaves on time and nothing is waited for after it.
         let mut done = 0usize;
         for piece in &request.body {
             for part in piece.chunks(PACE_PIECE) {
-                self.stream.write_all(part).await?;
-                done += part.len();
                 let due = start + Duration::from_secs_f64(done as f64 / pace.bytes_per_second);
                 timer.sleep_until(due).await;
+                self.stream.write_all(part).await?;
+                done += part.len();
             }
         }
         Ok(())

@@ -17,7 +17,6 @@ use crate::target::Target;
 use crate::workload::{Floats, Payload, Protocol, Values, Workload};
 
 struct Spec {
-    dimension: &'static str,
     label: String,
     model: &'static str,
     values: Values,
@@ -33,8 +32,7 @@ fn fp32(width: usize) -> Values {
 }
 
 fn specs(short: bool) -> (Vec<Spec>, Vec<(String, String)>) {
-    let spec = |dimension, label: String, model, values| Spec {
-        dimension,
+    let spec = |label: String, model, values| Spec {
         label,
         model,
         values,
@@ -49,16 +47,10 @@ fn specs(short: bool) -> (Vec<Spec>, Vec<(String, String)>) {
         &[1, 256, 1024, 16384]
     };
     for &n in lengths {
-        specs.push(spec(
-            "array length",
-            format!("array length {n}"),
-            "identity_fp32",
-            fp32(n),
-        ));
+        specs.push(spec(format!("array length {n}"), "identity_fp32", fp32(n)));
     }
     for nesting in [0, 1] {
         let mut s = spec(
-            "nested layers",
             format!("nested layers {nesting} (16 x 1024)"),
             "identity_fp32",
             Values::Fp32 {
@@ -90,7 +82,6 @@ fn specs(short: bool) -> (Vec<Spec>, Vec<(String, String)>) {
     };
     for &(len, name) in bodies {
         specs.push(spec(
-            "body length",
             format!("body length {name} (one BYTES element)"),
             "identity_bytes",
             Values::Bytes { len },
@@ -99,7 +90,6 @@ fn specs(short: bool) -> (Vec<Spec>, Vec<(String, String)>) {
     let segments: &[usize] = if short { &[1, 16] } else { &[1, 16, 256, 4096] };
     for &n in segments {
         let mut s = spec(
-            "message segments",
             format!("message segments {n} (16384 floats)"),
             "identity_fp32",
             fp32(16384),
@@ -120,15 +110,9 @@ fn specs(short: bool) -> (Vec<Spec>, Vec<(String, String)>) {
         ("INT64", "identity_int64", Values::Int64 { shape }),
         ("BOOL", "identity_bool", Values::Bool { shape }),
     ] {
-        specs.push(spec(
-            "value types",
-            format!("value type {name} (1024)"),
-            model,
-            values,
-        ));
+        specs.push(spec(format!("value type {name} (1024)"), model, values));
     }
     specs.push(spec(
-        "value types",
         "value type BYTES (1 x 1 KiB)".into(),
         "identity_bytes",
         Values::Bytes { len: 1024 },
@@ -154,7 +138,7 @@ pub(super) async fn run(context: &Context) -> anyhow::Result<Outcome> {
         json.binary_output = true;
         json.nesting = spec.nesting;
         json.segments = spec.segments;
-        let label = format!("{}: {}", spec.dimension, spec.label);
+        let label = spec.label;
         let mut cell = context
             .cell(
                 format!("{label} | json"),
@@ -199,7 +183,7 @@ pub(super) async fn run(context: &Context) -> anyhow::Result<Outcome> {
         cells.push(grpc_cell);
     }
     for (label, why) in missing {
-        cells.push(Cell::not_available(format!("nested layers: {label}"), why));
+        cells.push(Cell::not_available(label, why));
     }
     let table = table(&cells);
     Ok(Outcome {
