@@ -250,3 +250,17 @@ def test_bad_targets_and_arguments_are_refused(args, says):
     out = bench(*args, timeout=30)
     assert out.returncode != 0
     assert says in out.stderr, out.stderr
+
+
+def test_the_sink_takes_every_request_the_client_sends(tmp_path):
+    # `sink:` answers inside the bench process; with chunked bodies too.
+    out_json = tmp_path / "sink.json"
+    out = bench(
+        "sink:", "--body", "fp32:4x256", "--segments", "16", "-c", "4", "--requests", "400",
+        "--warmup", "0", "--window", "5", "--max-windows", "1", "--min-windows", "1", "--json", out_json,
+    )
+    assert out.returncode == 0, out.stderr
+    (m,) = json.loads(out_json.read_text())["measurements"]
+    check_measurement(m)
+    assert m["summary"]["answered"] == 400
+    assert m["target"] == "sink: (the client alone)"

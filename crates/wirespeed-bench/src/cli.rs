@@ -151,7 +151,9 @@ impl std::str::FromStr for BodySpec {
 #[derive(Args)]
 struct RunArgs {
     /// The server: http://HOST:PORT, unix:/PATH (HTTP over a Unix socket),
-    /// grpc://HOST:PORT or grpc+unix:/PATH.
+    /// grpc://HOST:PORT or grpc+unix:/PATH; or `sink:`, a responder inside
+    /// this process that answers at once, to show what the client alone
+    /// can push.
     #[arg(default_value = "http://127.0.0.1:8000")]
     target: String,
 
@@ -270,7 +272,16 @@ pub(crate) fn targets(
     texts
         .iter()
         .map(|text| {
-            let target: Target = text.parse()?;
+            let target: Target = if text == "sink:" {
+                let address = crate::sink::start().context("starting the sink")?;
+                Target {
+                    scheme: crate::target::Scheme::Http,
+                    transport: crate::target::Transport::Tcp(address),
+                    label: "sink: (the client alone)".into(),
+                }
+            } else {
+                text.parse()?
+            };
             target.check_local(allow_remote)?;
             if target.scheme != protocol.scheme() {
                 bail!(

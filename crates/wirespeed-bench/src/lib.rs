@@ -27,6 +27,7 @@ pub mod engine;
 pub mod http1;
 pub mod report;
 pub mod scenario;
+pub mod sink;
 pub mod stats;
 pub mod target;
 pub mod timer;

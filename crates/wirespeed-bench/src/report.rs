@@ -317,12 +317,21 @@ pub fn plot(path: &Path, title: &str, lines: &[(String, &Measurement)]) -> anyho
         .fold(2.0f64, f64::max)
         .ceil()
         .min(7.0);
-    let y_max = series
-        .iter()
-        .flat_map(|(_, p)| p.iter().map(|q| q.1))
-        .fold(0.0f64, f64::max)
-        * 1.1;
-    let y_max = if y_max > 0.0 { y_max } else { 1.0 };
+    // Latency on a log axis: a peer 40 times slower and wirespeed's tail
+    // both stay readable.
+    let values = || {
+        series
+            .iter()
+            .flat_map(|(_, p)| p.iter().map(|q| q.1))
+            .filter(|v| *v > 0.0)
+    };
+    let y_max = values().fold(0.0f64, f64::max) * 1.5;
+    let y_min = values().fold(f64::INFINITY, f64::min) / 1.5;
+    let (y_min, y_max) = if y_max > 0.0 && y_min.is_finite() {
+        (y_min, y_max)
+    } else {
+        (1e-3, 1.0)
+    };
     let root = SVGBackend::new(path, (960, 600)).into_drawing_area();
     root.fill(&WHITE).map_err(draw_error)?;
     let mut chart = ChartBuilder::on(&root)
@@ -330,7 +339,7 @@ pub fn plot(path: &Path, title: &str, lines: &[(String, &Measurement)]) -> anyho
         .margin(20)
         .x_label_area_size(40)
         .y_label_area_size(70)
-        .build_cartesian_2d(0.0..x_max, 0.0..y_max)
+        .build_cartesian_2d(0.0..x_max, (y_min..y_max).log_scale())
         .map_err(draw_error)?;
     chart
         .configure_mesh()
@@ -342,7 +351,7 @@ pub fn plot(path: &Path, title: &str, lines: &[(String, &Measurement)]) -> anyho
             format!("{text}%")
         })
         .x_desc("percentile")
-        .y_desc("latency (ms)")
+        .y_desc("latency (ms, log scale)")
         .draw()
         .map_err(draw_error)?;
     for (i, (label, points)) in series.into_iter().enumerate() {
