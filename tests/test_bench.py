@@ -178,8 +178,9 @@ def test_streaming_body(server, tmp_path):
     (m,) = cell["measurements"]
     check_measurement(m)
     s = m["summary"]
-    # 1 MB at 100 MB/s: the body took at least ~10 ms to send, as paced.
-    assert s["send"]["min"] >= 9.0, s["send"]
+    # 1 MB at 100 MB/s: the body took ~9.4 ms to send (its last 64 KiB piece
+    # leaves at 0.93 MB / 100 MB/s), as paced.
+    assert s["send"]["min"] >= 8.0, s["send"]
     assert s["answered"] == 2
     baseline = dict(report["extra"])["1 MB: serde_json buffered parse ms"]
     assert baseline > 0

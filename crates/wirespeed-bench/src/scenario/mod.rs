@@ -211,6 +211,12 @@ pub(crate) fn failure(m: &Measurement) -> Option<String> {
         return None;
     }
     let (kind, n) = m.summary.errors.iter().max_by_key(|(_, n)| **n)?;
+    // The whole message is in the JSON output; the table keeps its start.
+    let mut short: String = kind.chars().take(72).collect();
+    if short.len() < kind.len() {
+        short.push('…');
+    }
+    let kind = short;
     Some(format!("failed ({n} x {kind})"))
 }
 
