@@ -294,20 +294,19 @@ pub fn plot(path: &Path, title: &str, lines: &[(String, &Measurement)]) -> anyho
         .filter(|(_, m)| m.recorder.answered() > 0)
         .map(|(label, m)| {
             let h = m.recorder.latency();
+            // The last quantile a histogram of n values can tell apart is
+            // 1 - 1/n: its max sits there, not at "100 %".
+            let last = 1.0 - 1.0 / h.len().max(2) as f64;
             let mut points: Vec<(f64, f64)> = h
                 .iter_quantiles(2)
                 .map(|v| {
                     (
-                        tail(v.quantile_iterated_to()),
+                        tail(v.quantile_iterated_to().min(last)),
                         v.value_iterated_to() as f64 / 1e6,
                     )
                 })
-                .filter(|(x, _)| x.is_finite())
                 .collect();
-            points.push((
-                tail(1.0 - 1.0 / h.len().max(1) as f64).max(points.last().map_or(0.0, |p| p.0)),
-                h.max() as f64 / 1e6,
-            ));
+            points.push((tail(last), h.max() as f64 / 1e6));
             (label.clone(), points)
         })
         .collect();
