@@ -70,8 +70,8 @@ pub struct WindowArgs {
     pub stable: f64,
 
     /// The most requests per target over the whole measurement.
-    #[arg(long)]
-    pub requests: Option<u64>,
+    #[arg(long, default_value_t = 10_000_000)]
+    pub requests: u64,
 
     /// Seconds one request may take before it counts as failed.
     #[arg(long, default_value = "10", value_parser = seconds)]
@@ -89,7 +89,7 @@ impl WindowArgs {
             min_windows: self.min_windows.max(1),
             max_windows: self.max_windows.max(self.min_windows).max(1),
             stable: self.stable,
-            max_requests: self.requests,
+            max_requests: Some(self.requests),
             timeout: self.timeout,
         })
     }
