@@ -604,10 +604,16 @@ impl TreeEnsemble {
         );
         let groups = self.num_groups();
         if groups == 1 && self.leaf64.is_empty() {
-            // The common case, without the general path's buffer.
-            let mut margin = [self.base_margins[0]];
-            self.row_margins(row, &mut margin, |i| self.nodes[i].value);
-            self.objective.transform_row(&margin, out);
+            // The common case, without the general path's buffer or the
+            // per-tree group look-up; the trees are added in model order.
+            let mut margin = self.base_margins[0];
+            let mut add = |_: usize, i: usize| margin += self.nodes[i].value;
+            if self.special {
+                self.row_leaves::<true>(row, &mut add);
+            } else {
+                self.row_leaves::<false>(row, &mut add);
+            }
+            self.objective.transform_row(&[margin], out);
             return;
         }
         if groups > 16 {
