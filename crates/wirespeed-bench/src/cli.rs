@@ -244,12 +244,13 @@ struct RunArgs {
 /// A progress bar on standard error (hidden when it is not a terminal).
 pub(crate) fn progress(steps: u64) -> ProgressBar {
     let bar = ProgressBar::new(steps);
-    bar.set_style(
-        ProgressStyle::with_template(
-            "{spinner} [{elapsed_precise}] {bar:30} {pos}/{len} windows  {msg}",
-        )
-        .expect("a valid template"),
-    );
+    // A scenario does not know its windows in advance: it counts them.
+    let template = if steps == 0 {
+        "{spinner} [{elapsed_precise}] {pos} windows  {msg}"
+    } else {
+        "{spinner} [{elapsed_precise}] {bar:30} {pos}/{len} windows  {msg}"
+    };
+    bar.set_style(ProgressStyle::with_template(template).expect("a valid template"));
     bar.enable_steady_tick(Duration::from_millis(200));
     bar
 }
