@@ -9,7 +9,7 @@ use std::time::Duration;
 use indicatif::ProgressBar;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
-use wirespeed_bench::engine::{measure, Load, Plan, Windows};
+use wirespeed_bench::engine::{measure, sweep, Load, Plan, Windows};
 use wirespeed_bench::target::Target;
 use wirespeed_bench::timer::Arrival;
 use wirespeed_bench::workload::{Payload, Protocol, Workload};
@@ -49,6 +49,40 @@ async fn stalling_server(stall_at: usize, stall: Duration) -> (String, Arc<Atomi
         }
     });
     (format!("http://{address}"), seen)
+}
+
+/// An HTTP/1.1 server that answers one request at a time, each after
+/// `service`: its capacity is 1 / `service` whatever the connections.
+async fn one_at_a_time_server(service: Duration) -> String {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = listener.local_addr().unwrap();
+    let turn = Arc::new(tokio::sync::Mutex::new(()));
+    tokio::spawn(async move {
+        loop {
+            let (mut socket, _) = listener.accept().await.unwrap();
+            let turn = Arc::clone(&turn);
+            tokio::spawn(async move {
+                let mut buf = Vec::new();
+                let mut chunk = [0u8; 4096];
+                loop {
+                    while let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                        buf.drain(..end + 4);
+                        let _one = turn.lock().await;
+                        tokio::time::sleep(service).await;
+                        let answer = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}";
+                        if socket.write_all(answer).await.is_err() {
+                            return;
+                        }
+                    }
+                    match socket.read(&mut chunk).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                    }
+                }
+            });
+        }
+    });
+    format!("http://{address}")
 }
 
 fn plan(load: Load, window: Duration, max_requests: Option<u64>) -> Plan {
@@ -174,5 +208,49 @@ async fn errors_are_counted_by_kind() {
     assert!(
         format!("{e:#}").contains("cannot connect to http://127.0.0.1"),
         "{e:#}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_closed_loop_sweep_stops_where_connections_stop_adding_throughput() {
+    // 100 requests a second at most: one connection already takes all of
+    // it (each waits 10 ms), so two cannot add 5 %, and the sweep stops
+    // there without trying eight.
+    let url = one_at_a_time_server(Duration::from_millis(10)).await;
+    let target: Target = url.parse().unwrap();
+    let plan = plan(
+        Load::Closed { connections: 1 },
+        Duration::from_millis(600),
+        None,
+    );
+    let points = sweep(
+        &plan,
+        &[1.0, 2.0, 8.0],
+        None,
+        &[target],
+        &ProgressBar::hidden(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        points.len(),
+        2,
+        "{:?}",
+        points.iter().map(|p| p.offered).collect::<Vec<_>>()
+    );
+    assert!(points[0].saturated.is_none());
+    let why = points[1].saturated.as_deref().unwrap();
+    assert!(why.contains("within 5 %"), "{why}");
+    for p in &points {
+        let s = &p.measurements[0].summary;
+        assert_eq!(s.failed, 0);
+        assert!(s.throughput < 110.0, "{}", s.throughput);
+    }
+    // Two connections share the one server: each waits for the other.
+    let one = points[0].measurements[0].summary.latency.p50;
+    let two = points[1].measurements[0].summary.latency.p50;
+    assert!(
+        two > 1.5 * one,
+        "p50 {one} ms with one connection, {two} ms with two"
     );
 }
