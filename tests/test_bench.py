@@ -224,7 +224,7 @@ def test_a_run_counts_every_request_it_sends(server, tmp_path):
 def test_an_open_loop_sweep_stops_at_saturation(server, tmp_path):
     out_json = tmp_path / "sweep.json"
     out = bench(
-        f"http://{server.address}", "--rate", "1", "--sweep-rates", "200,400,1000000",
+        f"http://{server.address}", "--sweep-rates", "200,400,1000000",
         "-c", "4", "--warmup", "0", "--window", "0.3", "--max-windows", "1", "--min-windows", "1",
         "--json", out_json,
     )

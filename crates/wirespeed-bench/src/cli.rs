@@ -215,7 +215,7 @@ struct RunArgs {
     connections: usize,
 
     /// Sweep these open-loop rates (requests/s), up to saturation.
-    #[arg(long, value_delimiter = ',', conflicts_with = "sweep_connections")]
+    #[arg(long, value_delimiter = ',', conflicts_with_all = ["sweep_connections", "rate"])]
     sweep_rates: Vec<f64>,
 
     /// Sweep these closed-loop connection counts, up to saturation.
@@ -342,7 +342,12 @@ fn run_load(args: RunArgs) -> anyhow::Result<()> {
     workload.segments = args.segments;
     let request = workload.build().context("building the request")?;
     let windows = args.windows.windows()?;
-    let load = match args.rate {
+    if let Some(bad) = args.sweep_rates.iter().find(|r| r.is_nan() || **r <= 0.0) {
+        bail!("--sweep-rates must be positive rates, not {bad}");
+    }
+    // A rate sweep is an open loop; its first level stands for --rate.
+    let rate = args.rate.or(args.sweep_rates.first().copied());
+    let load = match rate {
         Some(rate) if rate > 0.0 => Load::Open {
             rate,
             arrival: args.arrival,
@@ -368,9 +373,6 @@ fn run_load(args: RunArgs) -> anyhow::Result<()> {
         pace,
     };
     let levels: Vec<f64> = if !args.sweep_rates.is_empty() {
-        if args.rate.is_none() {
-            bail!("--sweep-rates is an open-loop sweep: give --rate too (any value) to choose the open loop");
-        }
         args.sweep_rates.clone()
     } else {
         args.sweep_connections.iter().map(|&c| c as f64).collect()
