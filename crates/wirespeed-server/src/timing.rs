@@ -14,10 +14,10 @@
 //! time, all but writing the answer to the socket. `wirespeed bench` reads
 //! these to split a latency into server stages.
 
-use std::fmt::Write;
 use std::time::{Duration, Instant};
 
 use hyper::header::HeaderValue;
+use hyper::Response;
 
 /// The header's name.
 pub(crate) const SERVER_TIMING: &str = "server-timing";
@@ -45,19 +45,28 @@ impl Stages {
         }
     }
 
-    /// Marks the end of reading the body: `read` is the time since the start.
-    pub(crate) fn body_read(&mut self) {
+    /// Marks the end of reading the body, which took `decode` in the
+    /// decoder: `read` is the time since the start.
+    pub(crate) fn body_read(&mut self, decode: Duration) {
         self.read = self.start.elapsed();
+        self.decode = decode;
     }
 
-    /// The header value, with `total` the time since the start.
-    pub(crate) fn header_value(&self) -> HeaderValue {
-        HeaderValue::try_from(self.text()).expect("names and digits are valid header text")
+    /// Adds the `Server-Timing` header to `response`, with `total` the time
+    /// since the start.
+    pub(crate) fn stamp<B>(&self, response: &mut Response<B>) {
+        let value =
+            HeaderValue::try_from(self.text()).expect("names and digits are valid header text");
+        response.headers_mut().insert(SERVER_TIMING, value);
     }
 
-    /// The header's text, with `total` the time since the start.
+    /// The header's text, with `total` the time since the start. Every
+    /// answer carries it, so it is written with integer formatting (whole
+    /// microseconds as milliseconds with three decimals), not float
+    /// formatting.
     pub(crate) fn text(&self) -> String {
         let mut text = String::with_capacity(112);
+        let mut digits = itoa::Buffer::new();
         let stages = [
             ("read", self.read),
             ("decode", self.decode),
@@ -70,7 +79,13 @@ impl Stages {
             if i > 0 {
                 text.push_str(", ");
             }
-            let _ = write!(text, "{name};dur={:.3}", duration.as_secs_f64() * 1e3);
+            let micros = duration.as_micros();
+            text.push_str(name);
+            text.push_str(";dur=");
+            text.push_str(digits.format(micros / 1000));
+            let fraction = digits.format(1000 + micros % 1000);
+            text.push('.');
+            text.push_str(&fraction[1..]);
         }
         text
     }
@@ -93,8 +108,9 @@ mod tests {
         let mut stages = Stages::start();
         stages.decode = Duration::from_micros(1500);
         stages.compute = Duration::from_nanos(2_000_400);
-        let value = stages.header_value();
-        let text = value.to_str().unwrap();
+        stages.queue = Duration::from_micros(7);
+        stages.encode = Duration::from_micros(12_345_678);
+        let text = stages.text();
         let parts: Vec<&str> = text.split(", ").collect();
         let names: Vec<&str> = parts.iter().map(|p| p.split(';').next().unwrap()).collect();
         assert_eq!(
@@ -103,6 +119,9 @@ mod tests {
         );
         assert!(parts.contains(&"decode;dur=1.500"), "{text}");
         assert!(parts.contains(&"compute;dur=2.000"), "{text}");
+        assert!(parts.contains(&"queue;dur=0.007"), "{text}");
+        assert!(parts.contains(&"encode;dur=12345.678"), "{text}");
+        assert!(parts.contains(&"read;dur=0.000"), "{text}");
         let total: f64 = parts[5]
             .strip_prefix("total;dur=")
             .unwrap()

@@ -95,6 +95,7 @@ impl Inference {
         );
         let requested_version = message.model_version.clone();
         let raw_bytes: usize = message.raw_input_contents.iter().map(|b| b.len()).sum();
+        let mut decode = Duration::ZERO;
         let request = if raw_bytes > OFFLOAD_RAW_BYTES {
             let options = self.state.decode_options.clone();
             let (request, spent) = tokio::task::spawn_blocking(move || {
@@ -104,14 +105,14 @@ impl Inference {
             })
             .await
             .map_err(|e| Error::internal(format!("conversion task failed: {e}")))?;
-            stages.decode = spent;
+            decode = spent;
             request?
         } else {
-            timed(&mut stages.decode, || {
+            timed(&mut decode, || {
                 convert::request(message, &self.state.decode_options)
             })?
         };
-        stages.body_read();
+        stages.body_read(decode);
         let outputs = compute::run(
             &self.state,
             &model,

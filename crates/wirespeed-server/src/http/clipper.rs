@@ -14,7 +14,7 @@ use wirespeed_json::RequestDecoder;
 
 use super::body::{decode_json_body, model_for, refuse};
 use super::response::{self, Body};
-use crate::timing::{timed, Stages, SERVER_TIMING};
+use crate::timing::{timed, Stages};
 use crate::{compute, AppState};
 
 /// `POST /{app}/predict`, answering errors in Clipper's own shape.
@@ -60,8 +60,7 @@ async fn answer(
         &state.decode_options,
     )
     .await?;
-    stages.body_read();
-    stages.decode = decode;
+    stages.body_read(decode);
     let mut outputs = compute::run(state, &model, request.inputs, &[], &mut stages).await?;
     if outputs.is_empty() {
         return Err(Error::internal(format!(
@@ -77,9 +76,7 @@ async fn answer(
         wirespeed_json::encode_clipper_response(&output, format, first_id, &mut out);
     });
     let mut answer = response::json(out);
-    answer
-        .headers_mut()
-        .insert(SERVER_TIMING, stages.header_value());
+    stages.stamp(&mut answer);
     Ok(answer)
 }
 

@@ -9,7 +9,7 @@ use wirespeed_core::{raw, Error, InferRequest, InferResponse, ParameterValue, Pa
 use super::body::{decode_body, model_for, DecodedBody};
 use super::response::{self, Body};
 use super::router::ModelRef;
-use crate::timing::{timed, Stages, SERVER_TIMING};
+use crate::timing::{timed, Stages};
 use crate::{compute, AppState};
 
 pub(crate) async fn infer(
@@ -35,8 +35,7 @@ pub(crate) async fn infer(
         metadata,
     )
     .await?;
-    stages.body_read();
-    stages.decode = decode;
+    stages.body_read(decode);
     let binary = binary_outputs(&request, raw)?;
     let inputs = std::mem::take(&mut request.inputs);
     let tensors = compute::run(state, &model, inputs, &request.outputs, &mut stages).await?;
@@ -49,9 +48,7 @@ pub(crate) async fn infer(
         outputs: tensors,
     };
     let mut answer = timed(&mut stages.encode, || encode(&response, &binary));
-    answer
-        .headers_mut()
-        .insert(SERVER_TIMING, stages.header_value());
+    stages.stamp(&mut answer);
     Ok(answer)
 }
 

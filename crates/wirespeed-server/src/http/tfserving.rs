@@ -12,7 +12,7 @@ use wirespeed_json::RequestDecoder;
 use super::body::{decode_json_body, model_for};
 use super::response::{self, Body};
 use super::router::ModelRef;
-use crate::timing::{timed, Stages, SERVER_TIMING};
+use crate::timing::{timed, Stages};
 use crate::{compute, AppState};
 
 /// `POST /v1/models/{name}[/versions/{v}|/labels/{l}]:predict`
@@ -39,17 +39,14 @@ pub(crate) async fn predict(
         &state.decode_options,
     )
     .await?;
-    stages.body_read();
-    stages.decode = decode;
+    stages.body_read(decode);
     let outputs = compute::run(state, &model, request.inputs, &[], &mut stages).await?;
     let mut out = Vec::new();
     timed(&mut stages.encode, || {
         wirespeed_json::encode_tf_response(&outputs, format, &mut out);
     });
     let mut answer = response::json(out);
-    answer
-        .headers_mut()
-        .insert(SERVER_TIMING, stages.header_value());
+    stages.stamp(&mut answer);
     Ok(answer)
 }
 
