@@ -179,17 +179,13 @@ impl Connection {
                         }
                     }
                     self.buf.advance(head_len);
-                    let (body_len, body_start) = if chunked {
-                        self.read_chunked().await?
+                    let mut body_start = Vec::new();
+                    let body_len = if chunked {
+                        self.read_chunked(&mut body_start).await?
                     } else {
                         let length = length.unwrap_or(0);
-                        while self.buf.len() < length {
-                            self.fill().await?;
-                        }
-                        let start =
-                            String::from_utf8_lossy(&self.buf[..length.min(200)]).into_owned();
-                        self.buf.advance(length);
-                        (length, start)
+                        self.skip(length, &mut body_start).await?;
+                        length
                     };
                     let first = first_byte.expect("set above");
                     let done = Instant::now();
@@ -203,22 +199,50 @@ impl Connection {
                         server,
                         bytes_in: (head_len + body_len) as u64,
                         close,
-                        body_start,
+                        body_start: String::from_utf8_lossy(&body_start).into_owned(),
                     });
+                }
+                if self.buf.len() > MAX_HEAD_BYTES {
+                    return Err(io::Error::new(
+                        io::ErrorKind::InvalidData,
+                        format!("the response head is over {MAX_HEAD_BYTES} bytes"),
+                    ));
                 }
             }
             self.fill().await?;
         }
     }
 
-    /// Reads a chunked body; returns its length and its start.
-    async fn read_chunked(&mut self) -> io::Result<(usize, String)> {
-        let mut total = 0;
-        let mut start = String::new();
+    /// Reads and drops `n` body bytes as they arrive, keeping the first
+    /// [`KEPT_BYTES`] in `kept` (for error messages): an answer of any size
+    /// costs no more memory than the read buffer.
+    async fn skip(&mut self, mut n: usize, kept: &mut Vec<u8>) -> io::Result<()> {
+        loop {
+            let take = n.min(self.buf.len());
+            let keep = take.min(KEPT_BYTES.saturating_sub(kept.len()));
+            kept.extend_from_slice(&self.buf[..keep]);
+            self.buf.advance(take);
+            n -= take;
+            if n == 0 {
+                return Ok(());
+            }
+            self.fill().await?;
+        }
+    }
+
+    /// Reads a chunked body, keeping its start in `kept`; returns its length.
+    async fn read_chunked(&mut self, kept: &mut Vec<u8>) -> io::Result<usize> {
+        let mut total = 0usize;
         loop {
             let line = loop {
                 if let Some(end) = self.buf.windows(2).position(|w| w == b"\r\n") {
                     break end;
+                }
+                if self.buf.len() > MAX_HEAD_BYTES {
+                    return Err(io::Error::new(
+                        io::ErrorKind::InvalidData,
+                        "a chunk-size line is too long",
+                    ));
                 }
                 self.fill().await?;
             };
@@ -226,21 +250,24 @@ impl Connection {
             let size = usize::from_str_radix(size_text.split(';').next().unwrap_or("").trim(), 16)
                 .map_err(|_| io::Error::new(io::ErrorKind::InvalidData, "bad chunk size"))?;
             self.buf.advance(line + 2);
-            while self.buf.len() < size + 2 {
-                self.fill().await?;
-            }
-            if start.len() < 200 {
-                start.push_str(&String::from_utf8_lossy(&self.buf[..size.min(200)]));
-            }
-            self.buf.advance(size + 2);
-            total += size;
+            // The chunk and its CRLF; a chunked body ends with an empty
+            // chunk (wirespeed sends no trailers).
+            self.skip(size, kept).await?;
+            let mut crlf = Vec::new();
+            self.skip(2, &mut crlf).await?;
+            total = total.saturating_add(size);
             if size == 0 {
-                // A chunked body may end with trailers; wirespeed sends none.
-                return Ok((total, start));
+                return Ok(total);
             }
         }
     }
 }
+
+/// The most bytes of a response head (and of a chunk-size line).
+const MAX_HEAD_BYTES: usize = 64 * 1024;
+
+/// How much of an answer's body is kept, for error messages.
+const KEPT_BYTES: usize = 200;
 
 /// The stages of a `Server-Timing` value (`decode;dur=0.301, ...`), in the
 /// order of [`STAGES`]; `None` unless it names at least one of them.

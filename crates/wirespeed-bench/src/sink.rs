@@ -41,8 +41,13 @@ pub fn start() -> io::Result<SocketAddr> {
     Ok(address)
 }
 
+/// The most bytes of a request head, or of a chunk-size line.
+const MAX_HEAD_BYTES: usize = 64 * 1024;
+
 /// Reads requests (a head, then a `Content-Length` or chunked body) and
-/// answers each.
+/// answers each. Bodies are dropped as they arrive, so a request of any
+/// size costs the read buffer; a head or chunk-size line past
+/// [`MAX_HEAD_BYTES`] closes the connection.
 async fn answer(mut socket: TcpStream) -> io::Result<()> {
     socket.set_nodelay(true)?;
     let mut buf = BytesMut::with_capacity(64 * 1024);
@@ -64,16 +69,20 @@ async fn answer(mut socket: TcpStream) -> io::Result<()> {
                 let chunked = value("transfer-encoding").is_some_and(|v| v.contains("chunked"));
                 break (head, length, chunked);
             }
-            if socket.read_buf(&mut buf).await? == 0 {
+            if buf.len() > MAX_HEAD_BYTES || !fill(&mut socket, &mut buf).await? {
                 return Ok(());
             }
         };
         buf.advance(head);
-        if chunked {
+        if !chunked {
+            if !skip(&mut socket, &mut buf, length).await? {
+                return Ok(());
+            }
+        } else {
             // Skip chunks until the last (empty) one.
             loop {
                 let Some(line) = buf.windows(2).position(|w| w == b"\r\n") else {
-                    if socket.read_buf(&mut buf).await? == 0 {
+                    if buf.len() > MAX_HEAD_BYTES || !fill(&mut socket, &mut buf).await? {
                         return Ok(());
                     }
                     continue;
@@ -82,27 +91,35 @@ async fn answer(mut socket: TcpStream) -> io::Result<()> {
                     .ok()
                     .and_then(|s| usize::from_str_radix(s.split(';').next()?.trim(), 16).ok())
                     .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "bad chunk"))?;
-                while buf.len() < line + 2 + size + 2 {
-                    if socket.read_buf(&mut buf).await? == 0 {
-                        return Ok(());
-                    }
+                buf.advance(line + 2);
+                if !skip(&mut socket, &mut buf, size.saturating_add(2)).await? {
+                    return Ok(());
                 }
-                buf.advance(line + 2 + size + 2);
                 if size == 0 {
                     break;
                 }
             }
-        } else {
-            let mut left = length;
-            while left > 0 {
-                if buf.is_empty() && socket.read_buf(&mut buf).await? == 0 {
-                    return Ok(());
-                }
-                let take = left.min(buf.len());
-                buf.advance(take);
-                left -= take;
-            }
         }
         socket.write_all(ANSWER).await?;
+    }
+}
+
+/// Reads more; `false` when the client has gone.
+async fn fill(socket: &mut TcpStream, buf: &mut BytesMut) -> io::Result<bool> {
+    Ok(socket.read_buf(buf).await? > 0)
+}
+
+/// Drops the next `n` bytes as they arrive; `false` when the client has gone.
+async fn skip(socket: &mut TcpStream, buf: &mut BytesMut, mut n: usize) -> io::Result<bool> {
+    loop {
+        let take = n.min(buf.len());
+        buf.advance(take);
+        n -= take;
+        if n == 0 {
+            return Ok(true);
+        }
+        if !fill(socket, buf).await? {
+            return Ok(false);
+        }
     }
 }

@@ -1,6 +1,8 @@
-//! The open loop against a server that stalls once: the corrected
-//! percentiles must show the stall, the uncorrected ones must hide it, as
-//! they do in tools that start the clock at the actual send.
+//! The engine against small servers written here: one that stalls once
+//! (the corrected percentiles must show the stall, the uncorrected ones
+//! must hide it, as they do in tools that start the clock at the actual
+//! send), one of fixed capacity (a sweep stops there), and hostile ones
+//! (their answers are errors, with bounded memory, never a hang).
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -14,17 +16,21 @@ use wirespeed_bench::target::Target;
 use wirespeed_bench::timer::Arrival;
 use wirespeed_bench::workload::{Payload, Protocol, Workload};
 
-/// An HTTP/1.1 server that answers every GET with `{}` at once, except the
-/// `stall_at`-th request, which it answers after `stall`.
-async fn stalling_server(stall_at: usize, stall: Duration) -> (String, Arc<AtomicUsize>) {
+/// An HTTP/1.1 server on a free port: for the `n`-th request head (counted
+/// from 1 over all connections) it writes what `answer(n)` gives.
+async fn serve<F, Fut>(answer: F) -> String
+where
+    F: Fn(usize) -> Fut + Send + Sync + 'static,
+    Fut: std::future::Future<Output = &'static [u8]> + Send,
+{
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let address = listener.local_addr().unwrap();
-    let seen = Arc::new(AtomicUsize::new(0));
-    let counter = Arc::clone(&seen);
+    let answer = Arc::new(answer);
+    let counter = Arc::new(AtomicUsize::new(0));
     tokio::spawn(async move {
         loop {
             let (mut socket, _) = listener.accept().await.unwrap();
-            let counter = Arc::clone(&counter);
+            let (answer, counter) = (Arc::clone(&answer), Arc::clone(&counter));
             tokio::spawn(async move {
                 let mut buf = Vec::new();
                 let mut chunk = [0u8; 4096];
@@ -32,45 +38,7 @@ async fn stalling_server(stall_at: usize, stall: Duration) -> (String, Arc<Atomi
                     while let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
                         buf.drain(..end + 4);
                         let n = counter.fetch_add(1, Ordering::SeqCst) + 1;
-                        if n == stall_at {
-                            tokio::time::sleep(stall).await;
-                        }
-                        let answer = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nServer-Timing: total;dur=0.001\r\n\r\n{}";
-                        if socket.write_all(answer).await.is_err() {
-                            return;
-                        }
-                    }
-                    match socket.read(&mut chunk).await {
-                        Ok(0) | Err(_) => return,
-                        Ok(n) => buf.extend_from_slice(&chunk[..n]),
-                    }
-                }
-            });
-        }
-    });
-    (format!("http://{address}"), seen)
-}
-
-/// An HTTP/1.1 server that answers one request at a time, each after
-/// `service`: its capacity is 1 / `service` whatever the connections.
-async fn one_at_a_time_server(service: Duration) -> String {
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let address = listener.local_addr().unwrap();
-    let turn = Arc::new(tokio::sync::Mutex::new(()));
-    tokio::spawn(async move {
-        loop {
-            let (mut socket, _) = listener.accept().await.unwrap();
-            let turn = Arc::clone(&turn);
-            tokio::spawn(async move {
-                let mut buf = Vec::new();
-                let mut chunk = [0u8; 4096];
-                loop {
-                    while let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
-                        buf.drain(..end + 4);
-                        let _one = turn.lock().await;
-                        tokio::time::sleep(service).await;
-                        let answer = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}";
-                        if socket.write_all(answer).await.is_err() {
+                        if socket.write_all(answer(n).await).await.is_err() {
                             return;
                         }
                     }
@@ -83,6 +51,43 @@ async fn one_at_a_time_server(service: Duration) -> String {
         }
     });
     format!("http://{address}")
+}
+
+const ANSWER: &[u8] =
+    b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nServer-Timing: total;dur=0.001\r\n\r\n{}";
+
+/// A server that answers every GET with `{}` at once, except the
+/// `stall_at`-th request, which it answers after `stall`; and the count of
+/// requests it has seen.
+async fn stalling_server(stall_at: usize, stall: Duration) -> (String, Arc<AtomicUsize>) {
+    let seen = Arc::new(AtomicUsize::new(0));
+    let counter = Arc::clone(&seen);
+    let url = serve(move |n| {
+        counter.fetch_max(n, Ordering::SeqCst);
+        async move {
+            if n == stall_at {
+                tokio::time::sleep(stall).await;
+            }
+            ANSWER
+        }
+    })
+    .await;
+    (url, seen)
+}
+
+/// A server that answers one request at a time, each after `service`: its
+/// capacity is 1 / `service` whatever the connections.
+async fn one_at_a_time_server(service: Duration) -> String {
+    let turn = Arc::new(tokio::sync::Mutex::new(()));
+    serve(move |_| {
+        let turn = Arc::clone(&turn);
+        async move {
+            let _one = turn.lock().await;
+            tokio::time::sleep(service).await;
+            ANSWER
+        }
+    })
+    .await
 }
 
 fn plan(load: Load, window: Duration, max_requests: Option<u64>) -> Plan {
@@ -253,4 +258,45 @@ async fn a_closed_loop_sweep_stops_where_connections_stop_adding_throughput() {
         two > 1.5 * one,
         "p50 {one} ms with one connection, {two} ms with two"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hostile_answers_are_counted_errors() {
+    // A head that never ends: each request fails as invalid data, at once.
+    // A body announced far longer than what comes: the request times out
+    // (the run is bounded by the timeout), and the client, which drops a
+    // body as it reads it, holds no more than its read buffer.
+    static LONG_HEADER: [u8; 200_000] = [b'a'; 200_000];
+    let endless = serve(|_| async {
+        let mut all = b"HTTP/1.1 200 OK\r\nX-Long: ".to_vec();
+        all.extend_from_slice(&LONG_HEADER);
+        &*Box::leak(all.into_boxed_slice())
+    })
+    .await;
+    let short_body =
+        serve(|_| async { &b"HTTP/1.1 200 OK\r\nContent-Length: 1000000000000\r\n\r\n{}"[..] })
+            .await;
+    for (url, kind) in [(endless, "io: invalid data"), (short_body, "timeout")] {
+        let target: Target = url.parse().unwrap();
+        let mut plan = plan(
+            Load::Closed { connections: 1 },
+            Duration::from_millis(300),
+            Some(3),
+        );
+        plan.windows.timeout = Duration::from_millis(500);
+        let started = std::time::Instant::now();
+        let m = measure(&plan, &[target], &ProgressBar::hidden())
+            .await
+            .unwrap()
+            .remove(0);
+        assert!(started.elapsed() < Duration::from_secs(5));
+        assert_eq!(m.summary.answered, 0);
+        assert_eq!(
+            m.summary.errors.keys().collect::<Vec<_>>(),
+            [kind],
+            "{:?}",
+            m.summary.errors
+        );
+        assert!(m.summary.failed >= 1);
+    }
 }
