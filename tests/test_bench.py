@@ -245,6 +245,10 @@ def test_an_open_loop_sweep_stops_at_saturation(server, tmp_path):
         (["127.0.0.1:8000"], "unknown scheme"),
         (["http://127.0.0.1:1", "--requests", "5"], "cannot connect to http://127.0.0.1:1"),
         (["http://127.0.0.1:1", "--body", "fp32:3"], "is not BATCHxWIDTH"),
+        (["http://127.0.0.1:1", "--body", "fp32:100000x100000"], "values a generated body may hold"),
+        (["http://127.0.0.1:1", "--body", "fp32:18446744073709551615x2"], "values a generated body may hold"),
+        (["http://127.0.0.1:1", "--rate", "inf"], "--rate must be a positive, finite number"),
+        (["http://127.0.0.1:1", "--sweep-rates", "100,0"], "--sweep-rates must be positive"),
     ],
 )
 def test_bad_targets_and_arguments_are_refused(args, says):

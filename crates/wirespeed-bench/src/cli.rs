@@ -126,7 +126,20 @@ fn shape(text: &str) -> Result<[usize; 2], String> {
             .filter(|&n| n > 0)
             .ok_or_else(|| format!("'{s}' is not a positive size"))
     };
-    Ok([dim(a)?, dim(b)?])
+    let shape = [dim(a)?, dim(b)?];
+    elements(shape[0].checked_mul(shape[1]), text)?;
+    Ok(shape)
+}
+
+/// The most values a generated body may hold: the body is built in memory
+/// before the run (67 million long floats are ~1.4 GB of JSON), and a
+/// server's default limits refuse far less.
+const MAX_ELEMENTS: usize = 1 << 26;
+
+fn elements(count: Option<usize>, text: &str) -> Result<usize, String> {
+    count.filter(|&n| n <= MAX_ELEMENTS).ok_or_else(|| {
+        format!("'{text}' is over the {MAX_ELEMENTS} values a generated body may hold")
+    })
 }
 
 impl std::str::FromStr for BodySpec {
@@ -135,11 +148,20 @@ impl std::str::FromStr for BodySpec {
     fn from_str(text: &str) -> Result<BodySpec, String> {
         let (kind, arg) = text.split_once(':').unwrap_or((text, ""));
         let values = match kind {
-            "titanic" => Values::Titanic { rows: if arg.is_empty() { 1 } else { arg.parse().map_err(|_| format!("'{arg}' is not a row count"))? } },
+            "titanic" => {
+                let rows = if arg.is_empty() { 1 } else { arg.parse().map_err(|_| format!("'{arg}' is not a row count"))? };
+                elements(usize::checked_mul(rows, 12), arg)?;
+                Values::Titanic { rows }
+            }
             "fp32" => Values::Fp32 { shape: shape(arg)?, floats: Floats::Long },
             "int64" => Values::Int64 { shape: shape(arg)? },
             "bool" => Values::Bool { shape: shape(arg)? },
-            "bytes" => Values::Bytes { len: arg.parse().map_err(|_| format!("'{arg}' is not a length"))? },
+            "bytes" => {
+                let len = arg.parse().map_err(|_| format!("'{arg}' is not a length"))?;
+                // Four bytes a value, for the bound.
+                elements(Some(len / 4), arg)?;
+                Values::Bytes { len }
+            }
             "file" if !arg.is_empty() => return Ok(BodySpec(Payload::File(arg.into()))),
             "none" => return Ok(BodySpec(Payload::Empty)),
             _ => return Err(format!("'{text}': write titanic:ROWS, fp32:BATCHxWIDTH, int64:BATCHxWIDTH, bool:BATCHxWIDTH, bytes:LENGTH or file:PATH")),
@@ -342,18 +364,24 @@ fn run_load(args: RunArgs) -> anyhow::Result<()> {
     workload.segments = args.segments;
     let request = workload.build().context("building the request")?;
     let windows = args.windows.windows()?;
-    if let Some(bad) = args.sweep_rates.iter().find(|r| r.is_nan() || **r <= 0.0) {
+    if let Some(bad) = args
+        .sweep_rates
+        .iter()
+        .find(|r| !r.is_finite() || **r <= 0.0)
+    {
         bail!("--sweep-rates must be positive rates, not {bad}");
     }
     // A rate sweep is an open loop; its first level stands for --rate.
     let rate = args.rate.or(args.sweep_rates.first().copied());
     let load = match rate {
-        Some(rate) if rate > 0.0 => Load::Open {
+        Some(rate) if rate > 0.0 && rate.is_finite() => Load::Open {
             rate,
             arrival: args.arrival,
             connections: args.connections.max(1),
         },
-        Some(rate) => bail!("--rate must be positive, not {rate}"),
+        Some(rate) => {
+            bail!("--rate must be a positive, finite number of requests per second, not {rate}")
+        }
         None => Load::Closed {
             connections: args.connections.max(1),
         },
