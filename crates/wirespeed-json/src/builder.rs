@@ -326,6 +326,9 @@ impl TensorBuilder {
 pub(crate) trait Float: Copy + Default + Send {
     /// From a one-pass decimal when that is certainly exact.
     fn from_decimal(d: number::Decimal) -> Option<Self>;
+    /// From what [`number::scan_plain`] read (at most 18 digits, a
+    /// negative exponent), when that is certainly exact.
+    fn from_plain(d: number::Decimal) -> Option<Self>;
     /// From a grammar-checked token, exactly.
     fn from_token(token: &[u8]) -> Self;
     /// The buffer, if `data` holds this type.
@@ -336,6 +339,10 @@ impl Float for f32 {
     #[inline(always)]
     fn from_decimal(d: number::Decimal) -> Option<f32> {
         d.to_f32()
+    }
+    #[inline(always)]
+    fn from_plain(d: number::Decimal) -> Option<f32> {
+        d.plain_to_f32()
     }
     fn from_token(token: &[u8]) -> f32 {
         number::to_f32(token)
@@ -352,6 +359,10 @@ impl Float for f32 {
 impl Float for f64 {
     #[inline(always)]
     fn from_decimal(d: number::Decimal) -> Option<f64> {
+        d.to_f64()
+    }
+    #[inline(always)]
+    fn from_plain(d: number::Decimal) -> Option<f64> {
         d.to_f64()
     }
     fn from_token(token: &[u8]) -> f64 {

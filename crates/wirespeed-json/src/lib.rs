@@ -34,6 +34,7 @@ mod error;
 mod number;
 mod options;
 mod parallel;
+mod run;
 mod string;
 
 pub use decoder::{Format, RequestDecoder};

@@ -18,6 +18,8 @@
 //! that rare case is settled by comparing the decimal text with the boundary
 //! exactly.
 
+use std::hint;
+
 use half::{bf16, f16};
 
 /// What a well-formed number token looks like.
@@ -220,6 +222,78 @@ fn digit_run(bytes: &[u8], mut i: usize, mut mantissa: u64) -> (u64, usize) {
     (mantissa, i - start)
 }
 
+/// Bytes [`scan_plain`] may look at: a sign, seven integer digits, the
+/// point, the fraction's three words and the byte after them.
+pub(crate) const PLAIN_WINDOW: usize = 1 + 7 + 1 + 24 + 8;
+
+/// The digit values of the eight bytes at `win[at..]`, and the high bit
+/// of each byte that is not a digit.
+#[inline(always)]
+fn word(win: &[u8; PLAIN_WINDOW], at: usize) -> (u64, u64) {
+    let eight = win[at..at + 8].try_into().expect("eight bytes");
+    let word = u64::from_le_bytes(eight);
+    let values = word.wrapping_sub(0x3030_3030_3030_3030);
+    let non_digits = (values | word.wrapping_add(0x4646_4646_4646_4646)) & 0x8080_8080_8080_8080;
+    (values, non_digits)
+}
+
+/// The number formed by the first `k` (0..=8) digit values of `values`.
+#[inline(always)]
+fn leading_digits(values: u64, k: usize) -> u64 {
+    digit_values(values.checked_shl(64 - 8 * k as u32).unwrap_or(0))
+}
+
+/// Reads the shape nearly every float of a large request has,
+/// `-?int.frac` with at most 18 digits, from the start of `win`, in fewer
+/// steps than [`scan_decimal`]: the digits are taken a word at a time and
+/// every length comes from a mask, with no loop. `None` for anything else
+/// (an exponent, an integer, more digits, a bad token): the caller then
+/// tries [`scan_decimal`], which reads every number.
+#[inline(always)]
+pub(crate) fn scan_plain(win: &[u8; PLAIN_WINDOW]) -> Option<Decimal> {
+    let negative = win[0] == b'-';
+    let p = usize::from(negative);
+    let (v0, nd0) = word(win, p);
+    // 1 to 7 integer digits, then the point; no leading zero.
+    let k0 = (nd0.trailing_zeros() / 8) as usize;
+    if k0 == 0 || k0 == 8 || win[p + k0] != b'.' || (k0 > 1 && win[p] == b'0') {
+        return None;
+    }
+    let int = leading_digits(v0, k0);
+    let fs = p + k0 + 1;
+    // The fraction's length decides nothing but numbers: how many digits
+    // each of its three words gives. A branch on it would be mispredicted
+    // about once a value on json.dumps floats, whose length varies.
+    let (v1, nd1) = word(win, fs);
+    let (v2, nd2) = word(win, fs + 8);
+    let (v3, nd3) = word(win, fs + 16);
+    let bits = u128::from(nd1) | (u128::from(nd2) << 64);
+    let f = hint::select_unpredictable(bits != 0, bits.trailing_zeros(), 128 + nd3.trailing_zeros())
+        as usize
+        / 8;
+    if f == 0 || k0 + f > 18 {
+        return None;
+    }
+    let c1 = f.min(8);
+    let c2 = f.saturating_sub(8).min(8);
+    let c3 = f.saturating_sub(16);
+    let mantissa = int * SHIFT10[c1] + leading_digits(v1, c1);
+    let mantissa = mantissa * SHIFT10[c2] + leading_digits(v2, c2);
+    let mantissa = mantissa * SHIFT10[c3] + leading_digits(v3, c3);
+    let len = fs + f;
+    // The token ends here: not an exponent, not more of a malformed token.
+    let next = win[len];
+    if next.is_ascii_alphabetic() || matches!(next, b'.' | b'+' | b'-') {
+        return None;
+    }
+    Some(Decimal {
+        negative,
+        mantissa,
+        exponent: -(f as i32),
+        len,
+    })
+}
+
 /// The number whose eight digit values (0..=9) are the bytes of `values`,
 /// the most significant in the lowest byte.
 #[inline(always)]
@@ -272,8 +346,25 @@ impl Decimal {
         if (dropped - (1 << 28)).abs() <= 8 {
             return None;
         }
-        let f = r as f32;
-        Some(if self.negative { -f } else { f })
+        // The sign without a branch: it is as likely either way.
+        let sign = u32::from(self.negative) << 31;
+        Some(f32::from_bits((r as f32).to_bits() | sign))
+    }
+
+    /// [`to_f32`](Self::to_f32) for what [`scan_plain`] reads: fewer than
+    /// 2^63 (18 digits) times 10^-1 ... 10^-18, which is well inside the
+    /// normal `f32` range, so only the rounding boundary is checked, and
+    /// the mantissa converts as a signed integer (one instruction).
+    #[inline(always)]
+    pub(crate) fn plain_to_f32(self) -> Option<f32> {
+        debug_assert!(self.mantissa < 1 << 63 && (-18..0).contains(&self.exponent));
+        let r = self.mantissa as i64 as f64 * NEG_POW10[self.exponent.unsigned_abs() as usize];
+        let dropped = (r.to_bits() & ((1 << 29) - 1)) as i64;
+        if (dropped - (1 << 28)).abs() <= 8 {
+            return None;
+        }
+        let sign = u32::from(self.negative) << 31;
+        Some(f32::from_bits((r as f32).to_bits() | sign))
     }
 
     /// The `f64` nearest the decimal by Clinger's fast path (exact: one
@@ -640,6 +731,87 @@ mod tests {
             scan_decimal(b"1.00000005960464477,").unwrap().to_f32(),
             None
         );
+    }
+
+    #[test]
+    fn the_plain_scan_reads_what_the_one_pass_scan_reads_or_declines() {
+        let window = |text: &str, after: &str| {
+            let mut win = [b'#'; PLAIN_WINDOW];
+            let bytes = format!("{text}{after}");
+            let n = bytes.len().min(PLAIN_WINDOW);
+            win[..n].copy_from_slice(&bytes.as_bytes()[..n]);
+            win
+        };
+        let digits = "73019284561029384756";
+        let mut taken = 0;
+        for sign in ["", "-"] {
+            for int in 0..=9 {
+                for frac in 0..=20 {
+                    for lead in ["", "0", "00"] {
+                        let int_part = if int == 0 { "0" } else { &digits[..int] };
+                        let text = format!("{sign}{int_part}.{lead}{}", &digits[..frac]);
+                        let text = text.trim_end_matches('.');
+                        for after in [",", ", ", "]", " ", "e5", "E-2", "x", ".5", "-", "+1"] {
+                            let win = window(text, after);
+                            let plain = scan_plain(&win);
+                            let one_pass = scan_decimal(&win);
+                            let Some(d) = plain else { continue };
+                            taken += 1;
+                            assert_eq!(Some(d), one_pass, "{text}{after}");
+                            let token = std::str::from_utf8(&win[..d.len]).unwrap();
+                            let f = d.plain_to_f32().unwrap_or_else(|| to_f32(token.as_bytes()));
+                            assert_eq!(
+                                f.to_bits(),
+                                token.parse::<f32>().unwrap().to_bits(),
+                                "{token}"
+                            );
+                        }
+                    }
+                }
+            }
+        }
+        // It takes the shapes of json.dumps floats, with any terminator that
+        // cannot continue a number.
+        assert!(taken > 2_000, "{taken}");
+        for taken in [
+            "0.5",
+            "-1.25",
+            "1234567.5",
+            "-0.12345678901234567",
+            "0.00000000000000001",
+        ] {
+            for after in [",", "]", " ", "}", "\n"] {
+                assert!(
+                    scan_plain(&window(taken, after)).is_some(),
+                    "{taken}{after}"
+                );
+            }
+        }
+        // Everything else goes to the one-pass scan.
+        for declined in [
+            "1",
+            "-1",
+            "01.5",
+            "-01.5",
+            "12345678.5",
+            "1.5e3",
+            "1.5E3",
+            "1.",
+            "-.5",
+            ".5",
+            "1.5.5",
+            "1.5-",
+            "1.5+",
+            "1.5x",
+            "--1.5",
+            "0.1234567890123456789",
+            "1.234567890123456789",
+        ] {
+            assert_eq!(scan_plain(&window(declined, ",")), None, "{declined}");
+        }
+        // Near an f32 midpoint: declined by the conversion, so the exact path decides.
+        let near = scan_plain(&window("1.00000005960464477", ",")).unwrap();
+        assert_eq!(near.plain_to_f32(), None);
     }
 
     #[test]

@@ -9,6 +9,7 @@
 
 use crate::builder::Float;
 use crate::number;
+use crate::run;
 
 /// Regions shorter than this are not worth a thread.
 pub(crate) const MIN_REGION_BYTES: usize = 256 * 1024;
@@ -104,9 +105,22 @@ fn on_threads<I: Sync, R: Send>(items: &[I], f: impl Fn(&I) -> R + Sync) -> Vec<
 fn decode_piece<T: Float>(piece: &[u8], out: &mut [T]) -> bool {
     let is_ws = |b: u8| matches!(b, b' ' | b'\n' | b'\r' | b'\t');
     let mut pos = 0;
-    for slot in out.iter_mut() {
+    let mut i = 0;
+    while i < out.len() {
         while pos < piece.len() && is_ws(piece[pos]) {
             pos += 1;
+        }
+        // Most values, many at a time, as the sequential path takes them.
+        let slots = &mut out[i..];
+        let mut k = 0;
+        let (used, n) = run::plain_run(&piece[pos..], slots.len(), |v| {
+            slots[k] = v;
+            k += 1;
+        });
+        if n > 0 {
+            pos += used;
+            i += n;
+            continue;
         }
         let rest = &piece[pos..];
         let value = match number::scan_decimal(rest)
@@ -136,7 +150,8 @@ fn decode_piece<T: Float>(piece: &[u8], out: &mut [T]) -> bool {
             return false;
         }
         pos += 1;
-        *slot = value;
+        out[i] = value;
+        i += 1;
     }
     pos == piece.len()
 }

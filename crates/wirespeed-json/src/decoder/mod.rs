@@ -20,6 +20,7 @@ use crate::builder::{BuildError, Float, Scalar, TensorBuilder};
 use crate::error::{Category, DecodeError};
 use crate::number;
 use crate::parallel;
+use crate::run;
 use crate::string::{Scan, StringScanner};
 use crate::DecodeOptions;
 
@@ -541,6 +542,16 @@ impl RequestDecoder {
                     // Something unusual in it: the sequential path finds and words it.
                 }
                 try_parallel = false;
+            }
+            // The common case, many values at once.
+            if len - pos >= number::PLAIN_WINDOW {
+                let (used, n) = run::plain_run(&chunk[pos..], room - added, |v| values.push(v));
+                if n > 0 {
+                    pos += used;
+                    added += n;
+                    self.expect = Expect::Value;
+                    continue;
+                }
             }
             let fast = number::scan_decimal(&chunk[pos..])
                 .and_then(|d| T::from_decimal(d).map(|v| (v, d.len)));

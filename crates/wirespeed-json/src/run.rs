@@ -1,0 +1,114 @@
+//! The loop most bytes of a large request go through: a run of
+//! `number , number , ...` in the shape Python clients write, decoded with
+//! as few instructions a value as we could manage.
+//!
+//! Per value: one bounds check for a fixed window, [`number::scan_plain`]
+//! (three words of digits, no loops), the conversion, and the separator
+//! `,` or `, `. Anything else (other whitespace, an exponent, a long or
+//! malformed token, the end of the array or of the chunk) stops the run,
+//! and the caller's general path takes that token, words any error, and
+//! comes back.
+
+use crate::builder::Float;
+use crate::number::{self, PLAIN_WINDOW};
+
+/// Decodes the run at the start of `bytes`, handing at most `room` values
+/// to `push` in order. Returns the bytes consumed (just after the last
+/// value's comma and one space) and the values pushed. It stops before the
+/// first token it does not take, or when fewer than [`PLAIN_WINDOW`] bytes
+/// are left; what it pushes is exactly what the general path would.
+///
+/// Not inlined: inside the decoder's large state machine its few live
+/// values would be spilled to the stack on every step.
+#[inline(never)]
+pub(crate) fn plain_run<T: Float>(
+    bytes: &[u8],
+    room: usize,
+    mut push: impl FnMut(T),
+) -> (usize, usize) {
+    let mut pos = 0;
+    let mut added = 0;
+    while added < room {
+        let Some(win) = bytes.get(pos..pos + PLAIN_WINDOW) else {
+            break;
+        };
+        let win: &[u8; PLAIN_WINDOW] = win.try_into().expect("a whole window");
+        let Some(d) = number::scan_plain(win) else {
+            break;
+        };
+        let Some(v) = T::from_plain(d) else {
+            break;
+        };
+        if win[d.len] != b',' {
+            break;
+        }
+        push(v);
+        added += 1;
+        pos += d.len + 1 + usize::from(win[d.len + 1] == b' ');
+    }
+    (pos, added)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Floats as json.dumps writes float32 values, of either sign, all in
+    /// the shape the run takes.
+    fn values(n: usize) -> Vec<String> {
+        (0..n)
+            .map(|i| {
+                let x = (0.1 + (i as f32 * 0.37).sin().abs() * 20.0)
+                    * if i % 3 == 0 { -1.0 } else { 1.0 };
+                format!("{:?}", f64::from(x))
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_run_takes_plain_numbers_and_stops_where_the_general_path_must() {
+        let tokens = values(60);
+        let text = tokens.join(", ");
+        let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        let want: Vec<f32> = tokens.iter().map(|s| s.parse().unwrap()).collect();
+        for stop in [
+            "NaN",
+            "01",
+            "1e5",
+            "1.5e",
+            "\"s\"",
+            " 3",
+            "\n3",
+            "2.5 ",
+            "1.25.",
+            "12345678.5",
+        ] {
+            let body = format!("{text}, {stop}, {text}]");
+            let mut got = vec![];
+            let (used, n) = plain_run::<f32>(body.as_bytes(), usize::MAX, |v| got.push(v));
+            assert_eq!(n, got.len());
+            assert_eq!(n, tokens.len(), "{stop}");
+            assert_eq!(bits(&got), bits(&want));
+            assert!(
+                body[used..].starts_with(stop),
+                "{stop}: {:?}",
+                &body[used..]
+            );
+        }
+        // Compact separators, and room.
+        let body = format!("{}]", tokens.join(","));
+        let mut got = vec![];
+        let (used, n) = plain_run::<f32>(body.as_bytes(), 10, |v| got.push(v));
+        assert_eq!((n, got.len()), (10, 10));
+        assert!(body[used..].starts_with(&tokens[10]));
+        // The window never reaches past the end.
+        let mut got = vec![];
+        let (used, n) = plain_run::<f32>(body.as_bytes(), usize::MAX, |v| got.push(v));
+        assert!(
+            body.len() - used < PLAIN_WINDOW + 20,
+            "{used} of {}",
+            body.len()
+        );
+        assert_eq!(bits(&got), bits(&want[..n]));
+    }
+}
