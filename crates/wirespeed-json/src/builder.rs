@@ -326,9 +326,10 @@ impl TensorBuilder {
 pub(crate) trait Float: Copy + Default + Send {
     /// From a one-pass decimal when that is certainly exact.
     fn from_decimal(d: number::Decimal) -> Option<Self>;
-    /// From what [`number::scan_plain`] read (at most 18 digits, a
-    /// negative exponent), when that is certainly exact.
-    fn from_plain(d: number::Decimal) -> Option<Self>;
+    /// From what [`number::plain_parts`] read (at most 18 digits, a
+    /// negative exponent), and whether that is certainly exact; the value is
+    /// meaningless when it is not.
+    fn from_plain(d: number::Decimal) -> (Self, bool);
     /// From a grammar-checked token, exactly.
     fn from_token(token: &[u8]) -> Self;
     /// The buffer, if `data` holds this type.
@@ -341,7 +342,7 @@ impl Float for f32 {
         d.to_f32()
     }
     #[inline(always)]
-    fn from_plain(d: number::Decimal) -> Option<f32> {
+    fn from_plain(d: number::Decimal) -> (f32, bool) {
         d.plain_to_f32()
     }
     fn from_token(token: &[u8]) -> f32 {
@@ -362,8 +363,8 @@ impl Float for f64 {
         d.to_f64()
     }
     #[inline(always)]
-    fn from_plain(d: number::Decimal) -> Option<f64> {
-        d.to_f64()
+    fn from_plain(d: number::Decimal) -> (f64, bool) {
+        d.to_f64().map_or((0.0, false), |v| (v, true))
     }
     fn from_token(token: &[u8]) -> f64 {
         number::to_f64(token)

@@ -222,18 +222,24 @@ fn digit_run(bytes: &[u8], mut i: usize, mut mantissa: u64) -> (u64, usize) {
     (mantissa, i - start)
 }
 
-/// Bytes [`scan_plain`] may look at: a sign, seven integer digits, the
-/// point, the fraction's three words and the byte after them.
-pub(crate) const PLAIN_WINDOW: usize = 1 + 7 + 1 + 24 + 8;
+/// Bytes [`scan_plain`] may look at: three words, the byte after them, and
+/// one more for a caller's look past a separator.
+pub(crate) const PLAIN_WINDOW: usize = 26;
 
 /// The digit values of the eight bytes at `win[at..]`, and the high bit
 /// of each byte that is not a digit.
+///
+/// Byte by byte with no carry or borrow between bytes (the point sits
+/// before digits that must read right): `b ^ '0'` is the digit's value, and
+/// is over 9 for anything else; adding 0x76 to its low seven bits reaches
+/// the high bit exactly when they are 10 or more, and never carries out.
 #[inline(always)]
 fn word(win: &[u8; PLAIN_WINDOW], at: usize) -> (u64, u64) {
+    const LOW7: u64 = 0x7f7f_7f7f_7f7f_7f7f;
     let eight = win[at..at + 8].try_into().expect("eight bytes");
-    let word = u64::from_le_bytes(eight);
-    let values = word.wrapping_sub(0x3030_3030_3030_3030);
-    let non_digits = (values | word.wrapping_add(0x4646_4646_4646_4646)) & 0x8080_8080_8080_8080;
+    let values = u64::from_le_bytes(eight) ^ 0x3030_3030_3030_3030;
+    let non_digits =
+        ((values & LOW7).wrapping_add(0x7676_7676_7676_7676) | values) & 0x8080_8080_8080_8080;
     (values, non_digits)
 }
 
@@ -244,54 +250,73 @@ fn leading_digits(values: u64, k: usize) -> u64 {
 }
 
 /// Reads the shape nearly every float of a large request has,
-/// `-?int.frac` with at most 18 digits, from the start of `win`, in fewer
-/// steps than [`scan_decimal`]: the digits are taken a word at a time and
-/// every length comes from a mask, with no loop. `None` for anything else
-/// (an exponent, an integer, more digits, a bad token): the caller then
-/// tries [`scan_decimal`], which reads every number.
+/// `-?int.frac` with at most 18 digits and the point in the first eight
+/// bytes, from the start of `win`, in fewer steps than [`scan_decimal`].
+/// `None` for anything else (an exponent, an integer, more digits, a bad
+/// token): the caller then tries [`scan_decimal`], which reads every number.
 #[inline(always)]
 pub(crate) fn scan_plain(win: &[u8; PLAIN_WINDOW]) -> Option<Decimal> {
+    let (d, ok) = plain_parts(win);
+    let next = win[d.len];
+    (ok && !(next.is_ascii_alphabetic() || matches!(next, b'.' | b'+' | b'-'))).then_some(d)
+}
+
+/// [`scan_plain`] without the look at the byte after the token (a caller
+/// that wants a comma there checks that instead), and with its verdict as a
+/// flag beside the parts, so a caller can fold it with its own checks into
+/// one branch. The parts are meaningless when the flag is false.
+///
+/// The three words are loaded at fixed places and every length comes from
+/// a mask, so the only branch is the caller's: the lengths of json.dumps
+/// floats vary from one value to the next, and a branch on them would be
+/// mispredicted about once a value. The point is taken out by moving the
+/// integer digits up one byte, so integer and fraction read as one string
+/// of digits.
+#[inline(always)]
+pub(crate) fn plain_parts(win: &[u8; PLAIN_WINDOW]) -> (Decimal, bool) {
+    let (v0, nd0) = word(win, 0);
+    let (v1, nd1) = word(win, 8);
+    let (v2, nd2) = word(win, 16);
     let negative = win[0] == b'-';
     let p = usize::from(negative);
-    let (v0, nd0) = word(win, p);
-    // 1 to 7 integer digits, then the point; no leading zero.
-    let k0 = (nd0.trailing_zeros() / 8) as usize;
-    if k0 == 0 || k0 == 8 || win[p + k0] != b'.' || (k0 > 1 && win[p] == b'0') {
-        return None;
-    }
-    let int = leading_digits(v0, k0);
-    let fs = p + k0 + 1;
-    // The fraction's length decides nothing but numbers: how many digits
-    // each of its three words gives. A branch on it would be mispredicted
-    // about once a value on json.dumps floats, whose length varies.
-    let (v1, nd1) = word(win, fs);
-    let (v2, nd2) = word(win, fs + 8);
-    let (v3, nd3) = word(win, fs + 16);
-    let bits = u128::from(nd1) | (u128::from(nd2) << 64);
-    let f = hint::select_unpredictable(bits != 0, bits.trailing_zeros(), 128 + nd3.trailing_zeros())
+    // The sign is not a digit, but neither is it the point.
+    let nd0 = nd0 & !(u64::from(negative) << 7);
+    let point = (nd0.trailing_zeros() / 8) as usize;
+    // 1 to 7 integer digits, then the point, with no leading zero; the
+    // point, or the token's end, is in the first word.
+    let mut ok = point > p && point < 8 && win[point.min(7)] == b'.';
+    ok &= !(point > p + 1 && win[p] == b'0');
+    // The end: the first byte after the point that is not a digit.
+    let after = nd0 & nd0.wrapping_sub(1);
+    let low = u128::from(after) | (u128::from(nd1) << 64);
+    let end = hint::select_unpredictable(low != 0, low.trailing_zeros(), 128 + nd2.trailing_zeros())
         as usize
         / 8;
-    if f == 0 || k0 + f > 18 {
-        return None;
-    }
-    let c1 = f.min(8);
-    let c2 = f.saturating_sub(8).min(8);
-    let c3 = f.saturating_sub(16);
-    let mantissa = int * SHIFT10[c1] + leading_digits(v1, c1);
-    let mantissa = mantissa * SHIFT10[c2] + leading_digits(v2, c2);
-    let mantissa = mantissa * SHIFT10[c3] + leading_digits(v3, c3);
-    let len = fs + f;
-    // The token ends here: not an exponent, not more of a malformed token.
-    let next = win[len];
-    if next.is_ascii_alphabetic() || matches!(next, b'.' | b'+' | b'-') {
-        return None;
-    }
-    Some(Decimal {
+    // At least one fraction digit, at most 18 digits in all (the
+    // mantissa then stays below 2^63).
+    ok &= end > point + 1 && end - p <= 19;
+    // The integer digits move up one byte over the point; below them, and
+    // from the end on, the bytes read as zeros.
+    let int_mask = (u64::MAX << (8 * p)) & !(u64::MAX << (8 * (point & 7)));
+    let frac_mask = (u64::MAX << (8 * (point & 7))) << 8;
+    let d0 = ((v0 & int_mask) << 8) | (v0 & frac_mask);
+    let c0 = end.min(8);
+    let c1 = end.saturating_sub(8).min(8);
+    let c2 = end.saturating_sub(16).min(8);
+    let mantissa = leading_digits(d0, c0);
+    let mantissa = mantissa
+        .wrapping_mul(SHIFT10[c1])
+        .wrapping_add(leading_digits(v1, c1));
+    let mantissa = mantissa
+        .wrapping_mul(SHIFT10[c2])
+        .wrapping_add(leading_digits(v2, c2));
+    let d = Decimal {
         negative,
         mantissa,
-        exponent: -(f as i32),
-        len,
-    })
+        exponent: point as i32 + 1 - end as i32,
+        len: end.min(24),
+    };
+    (d, ok)
 }
 
 /// The number whose eight digit values (0..=9) are the bytes of `values`,
@@ -355,16 +380,18 @@ impl Decimal {
     /// 2^63 (18 digits) times 10^-1 ... 10^-18, which is well inside the
     /// normal `f32` range, so only the rounding boundary is checked, and
     /// the mantissa converts as a signed integer (one instruction).
+    /// Its verdict is a flag beside the value (meaningless when false), for
+    /// the caller to fold into one branch.
     #[inline(always)]
-    pub(crate) fn plain_to_f32(self) -> Option<f32> {
-        debug_assert!(self.mantissa < 1 << 63 && (-18..0).contains(&self.exponent));
-        let r = self.mantissa as i64 as f64 * NEG_POW10[self.exponent.unsigned_abs() as usize];
+    pub(crate) fn plain_to_f32(self) -> (f32, bool) {
+        // From a failed plain read the parts may be anything: keep the table
+        // look-up in bounds, the flag is false anyway.
+        let index = (self.exponent.unsigned_abs() as usize).min(NEG_POW10.len() - 1);
+        let r = self.mantissa as i64 as f64 * NEG_POW10[index];
         let dropped = (r.to_bits() & ((1 << 29) - 1)) as i64;
-        if (dropped - (1 << 28)).abs() <= 8 {
-            return None;
-        }
+        let exact = (dropped - (1 << 28)).abs() > 8;
         let sign = u32::from(self.negative) << 31;
-        Some(f32::from_bits((r as f32).to_bits() | sign))
+        (f32::from_bits((r as f32).to_bits() | sign), exact)
     }
 
     /// The `f64` nearest the decimal by Clinger's fast path (exact: one
@@ -759,7 +786,8 @@ mod tests {
                             taken += 1;
                             assert_eq!(Some(d), one_pass, "{text}{after}");
                             let token = std::str::from_utf8(&win[..d.len]).unwrap();
-                            let f = d.plain_to_f32().unwrap_or_else(|| to_f32(token.as_bytes()));
+                            let (f, exact) = d.plain_to_f32();
+                            let f = if exact { f } else { to_f32(token.as_bytes()) };
                             assert_eq!(
                                 f.to_bits(),
                                 token.parse::<f32>().unwrap().to_bits(),
@@ -809,9 +837,39 @@ mod tests {
         ] {
             assert_eq!(scan_plain(&window(declined, ",")), None, "{declined}");
         }
+        // Random windows from the bytes numbers are made of: whatever the
+        // plain scan takes, the one-pass scan reads the same.
+        let alphabet = b"0123456789000.--eE+, ]";
+        let mut state = 11u64;
+        let mut agreed = 0;
+        for _ in 0..400_000 {
+            let mut win = [0u8; PLAIN_WINDOW];
+            for b in win.iter_mut() {
+                state = state
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
+                // Mostly digits, so that long plain tokens come up.
+                let r = (state >> 33) as usize;
+                *b = if r % 4 != 0 {
+                    b'0' + (r / 4 % 10) as u8
+                } else {
+                    alphabet[r / 4 % alphabet.len()]
+                };
+            }
+            if let Some(d) = scan_plain(&win) {
+                agreed += 1;
+                assert_eq!(
+                    Some(d),
+                    scan_decimal(&win),
+                    "{:?}",
+                    String::from_utf8_lossy(&win)
+                );
+            }
+        }
+        assert!(agreed > 1_000, "{agreed}");
         // Near an f32 midpoint: declined by the conversion, so the exact path decides.
         let near = scan_plain(&window("1.00000005960464477", ",")).unwrap();
-        assert_eq!(near.plain_to_f32(), None);
+        assert!(!near.plain_to_f32().1);
     }
 
     #[test]

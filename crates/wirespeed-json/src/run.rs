@@ -33,13 +33,10 @@ pub(crate) fn plain_run<T: Float>(
             break;
         };
         let win: &[u8; PLAIN_WINDOW] = win.try_into().expect("a whole window");
-        let Some(d) = number::scan_plain(win) else {
-            break;
-        };
-        let Some(v) = T::from_plain(d) else {
-            break;
-        };
-        if win[d.len] != b',' {
+        // One branch for every check.
+        let (d, plain) = number::plain_parts(win);
+        let (v, exact) = T::from_plain(d);
+        if !(plain & exact & (win[d.len] == b',')) {
             break;
         }
         push(v);
