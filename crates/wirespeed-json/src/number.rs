@@ -251,20 +251,12 @@ fn leading_digits(values: u64, k: usize) -> u64 {
 
 /// Reads the shape nearly every float of a large request has,
 /// `-?int.frac` with at most 18 digits and the point in the first eight
-/// bytes, from the start of `win`, in fewer steps than [`scan_decimal`].
-/// `None` for anything else (an exponent, an integer, more digits, a bad
-/// token): the caller then tries [`scan_decimal`], which reads every number.
-#[inline(always)]
-pub(crate) fn scan_plain(win: &[u8; PLAIN_WINDOW]) -> Option<Decimal> {
-    let (d, ok) = plain_parts(win);
-    let next = win[d.len];
-    (ok && !(next.is_ascii_alphabetic() || matches!(next, b'.' | b'+' | b'-'))).then_some(d)
-}
-
-/// [`scan_plain`] without the look at the byte after the token (a caller
-/// that wants a comma there checks that instead), and with its verdict as a
-/// flag beside the parts, so a caller can fold it with its own checks into
-/// one branch. The parts are meaningless when the flag is false.
+/// bytes, from the start of `win`, in fewer steps than [`scan_decimal`]:
+/// the parts and whether the token has that shape (the parts are
+/// meaningless when not), for the caller to fold with its own checks into
+/// one branch. The byte after the token is not looked at: the caller wants
+/// a separator there. Anything else (an exponent, an integer, more digits,
+/// a bad token) goes to [`scan_decimal`], which reads every number.
 ///
 /// The three words are loaded at fixed places and every length comes from
 /// a mask, so the only branch is the caller's: the lengths of json.dumps
@@ -578,6 +570,14 @@ pub(crate) fn to_int<T: TryFrom<i128>>(token: &[u8], shape: Shape) -> Result<T, 
 mod tests {
     use super::*;
 
+    /// [`plain_parts`] as an `Option`, checking the byte after the token
+    /// as [`scan_decimal`] does.
+    fn scan_plain(win: &[u8; PLAIN_WINDOW]) -> Option<Decimal> {
+        let (d, ok) = plain_parts(win);
+        let next = win[d.len];
+        (ok && !(next.is_ascii_alphabetic() || matches!(next, b'.' | b'+' | b'-'))).then_some(d)
+    }
+
     #[test]
     fn the_grammar_is_json_not_rust() {
         for good in [
@@ -850,7 +850,7 @@ mod tests {
                     .wrapping_add(1442695040888963407);
                 // Mostly digits, so that long plain tokens come up.
                 let r = (state >> 33) as usize;
-                *b = if r % 4 != 0 {
+                *b = if !r.is_multiple_of(4) {
                     b'0' + (r / 4 % 10) as u8
                 } else {
                     alphabet[r / 4 % alphabet.len()]
