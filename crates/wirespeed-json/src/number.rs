@@ -222,7 +222,7 @@ fn digit_run(bytes: &[u8], mut i: usize, mut mantissa: u64) -> (u64, usize) {
     (mantissa, i - start)
 }
 
-/// Bytes [`scan_plain`] may look at: three words, the byte after them, and
+/// Bytes [`plain_parts`] may look at: three words, the byte after them, and
 /// one more for a caller's look past a separator.
 pub(crate) const PLAIN_WINDOW: usize = 26;
 
@@ -368,7 +368,7 @@ impl Decimal {
         Some(f32::from_bits((r as f32).to_bits() | sign))
     }
 
-    /// [`to_f32`](Self::to_f32) for what [`scan_plain`] reads: fewer than
+    /// [`to_f32`](Self::to_f32) for what [`plain_parts`] reads: fewer than
     /// 2^63 (18 digits) times 10^-1 ... 10^-18, which is well inside the
     /// normal `f32` range, so only the rounding boundary is checked, and
     /// the mantissa converts as a signed integer (one instruction).

@@ -1,13 +1,15 @@
 //! The loop most bytes of a large request go through: a run of
-//! `number , number , ...` in the shape Python clients write, decoded with
-//! as few instructions a value as we could manage.
+//! `number , number , ...` in the shape Python clients write.
 //!
-//! Per value: one bounds check for a fixed window, [`number::scan_plain`]
-//! (three words of digits, no loops), the conversion, and the separator
-//! `,` or `, `. Anything else (other whitespace, an exponent, a long or
-//! malformed token, the end of the array or of the chunk) stops the run,
-//! and the caller's general path takes that token, words any error, and
-//! comes back.
+//! Per value: one bounds check for a fixed window, [`number::plain_parts`]
+//! (three words of digits at fixed places, no loop, no branch), the
+//! conversion, the separator `,` or `, `, and a single branch for all their
+//! checks. The lengths of json.dumps floats vary from value to value, so
+//! any branch on them is mispredicted about once a value; with none, the
+//! core overlaps consecutive values. Anything else (other whitespace, an
+//! exponent, a long or malformed token, the end of the array or of the
+//! chunk) stops the run, and the caller's general path takes that token,
+//! words any error, and comes back.
 
 use crate::builder::Float;
 use crate::number::{self, PLAIN_WINDOW};
