@@ -1,11 +1,18 @@
 //! Decoding one large run of numbers on several cores.
 //!
-//! A region of a chunk that holds only `number ws , ws` repetitions is cut
-//! at commas into one piece per thread. Counting commas (memchr, many GB/s)
-//! tells how many values each piece holds, so each thread parses its piece
-//! straight into its own slice of the output buffer. The conversion is the
-//! sequential path's, so results are bit-identical; on anything unexpected
-//! the caller falls back to the sequential path, which words the error.
+//! A region of a chunk that holds `number ws , ws` repetitions is cut at
+//! commas into one piece per thread. The first piece is decoded on this
+//! thread straight onto the end of the output buffer while each other piece
+//! is decoded on a helper into a buffer of its own; then those are appended
+//! in order. The conversion is the sequential path's, so results are
+//! bit-identical.
+//!
+//! Nothing is scanned before the decoding starts: not the commas (counting
+//! them to place each piece in the output cost more than appending the
+//! helpers' values), nor the array's end. A piece stops at the first thing
+//! that is not a plain number and comma (the array's `]`, a string, a bad
+//! token); everything decoded before that point is kept, and the caller's
+//! sequential path goes on from there and words any error.
 
 use crate::builder::Float;
 use crate::number;
@@ -14,25 +21,22 @@ use crate::run;
 /// Regions shorter than this are not worth a thread.
 pub(crate) const MIN_REGION_BYTES: usize = 256 * 1024;
 
-/// How many bytes of `bytes` a parallel decode may take: up to the last
-/// comma before the array's end (or the end of `bytes`), if that is long
-/// enough to be worth threads.
+/// How many bytes of `bytes` a parallel decode may take: up to its last
+/// comma, if that is long enough to be worth threads.
 pub(crate) fn region(bytes: &[u8]) -> Option<usize> {
-    let end = memchr::memchr(b']', bytes).unwrap_or(bytes.len());
-    let len = memchr::memrchr(b',', &bytes[..end])? + 1;
+    let len = memchr::memrchr(b',', bytes)? + 1;
     (len >= MIN_REGION_BYTES).then_some(len)
 }
 
-/// Decodes `region` (from [`region`]) onto the end of `values`, on `threads`
-/// threads, if it holds at most `room` values. Returns how many it added;
-/// `None`, with `values` unchanged, when anything in it is not a plain number
-/// followed by a comma.
+/// Decodes `region` (from [`region`]) onto the end of `values`, at most
+/// `room` values, on `threads` threads. Returns the bytes taken (the start
+/// of the first value not taken) and the values added.
 pub(crate) fn decode_region<T: Float + Send>(
     region: &[u8],
     values: &mut Vec<T>,
     room: usize,
     threads: usize,
-) -> Option<usize> {
+) -> (usize, usize) {
     let threads = threads.clamp(1, 16);
     // Cut points: just after the comma nearest each even share.
     let mut cuts = vec![0];
@@ -47,89 +51,68 @@ pub(crate) fn decode_region<T: Float + Send>(
     cuts.push(region.len());
     let pieces: Vec<&[u8]> = cuts.windows(2).map(|w| &region[w[0]..w[1]]).collect();
 
-    // Each thread counts its piece's values (one per comma), so the output
-    // can be cut into one slice per piece; then each parses into its slice.
-    let counts: Vec<usize> = on_threads(&pieces, |piece| memchr::memchr_iter(b',', piece).count());
-    let n: usize = counts.iter().sum();
-    if n > room {
-        return None;
-    }
     let old = values.len();
-    values.resize(old + n, T::default());
-    let mut slots = Vec::with_capacity(pieces.len());
-    let mut rest = &mut values[old..];
-    for &count in &counts {
-        let (mine, tail) = rest.split_at_mut(count);
-        slots.push(mine);
-        rest = tail;
-    }
-    let work: Vec<(&[u8], &mut [T])> = pieces.into_iter().zip(slots).collect();
-    let ok = std::thread::scope(|scope| {
-        let mut work = work.into_iter();
-        let first = work.next();
-        let helpers: Vec<_> = work
-            .map(|(piece, slot)| scope.spawn(move || decode_piece(piece, slot)))
-            .collect();
-        let ok = first.is_none_or(|(piece, slot)| decode_piece(piece, slot));
-        helpers
-            .into_iter()
-            .fold(ok, |ok, h| h.join().unwrap_or(false) && ok)
-    });
-    if ok {
-        Some(n)
-    } else {
-        values.truncate(old);
-        None
-    }
-}
-
-/// `f` of each item, the first on this thread and the rest on helpers.
-fn on_threads<I: Sync, R: Send>(items: &[I], f: impl Fn(&I) -> R + Sync) -> Vec<R> {
-    std::thread::scope(|scope| {
-        let f = &f;
-        let helpers: Vec<_> = items[1..]
+    let (first, rest) = std::thread::scope(|scope| {
+        let helpers: Vec<_> = pieces[1..]
             .iter()
-            .map(|item| scope.spawn(move || f(item)))
+            .map(|&piece| {
+                scope.spawn(move || {
+                    // A piece of n bytes holds at most n / 2 values ("0,").
+                    let mut own = Vec::with_capacity((piece.len() / 2).min(room));
+                    let (used, n) = decode_piece(piece, room, |v| own.push(v));
+                    (used, n, own)
+                })
+            })
             .collect();
-        let first = f(&items[0]);
-        std::iter::once(first)
-            .chain(
-                helpers
-                    .into_iter()
-                    .map(|h| h.join().expect("counting does not panic")),
-            )
-            .collect()
-    })
+        let first = decode_piece(pieces[0], room, |v| values.push(v));
+        let rest: Vec<_> = helpers
+            .into_iter()
+            .map(|h| h.join().expect("decoding does not panic"))
+            .collect();
+        (first, rest)
+    });
+    // Pieces are kept in order while each one was taken whole and fits.
+    let (mut used, mut added) = first;
+    if used == pieces[0].len() {
+        for ((piece, (piece_used, n, own)), _) in pieces[1..].iter().zip(rest).zip(0..) {
+            if added + n > room {
+                break;
+            }
+            values.extend_from_slice(&own);
+            used += piece_used;
+            added += n;
+            if piece_used < piece.len() {
+                break;
+            }
+        }
+    }
+    debug_assert_eq!(values.len(), old + added);
+    (used, added)
 }
 
-fn decode_piece<T: Float>(piece: &[u8], out: &mut [T]) -> bool {
+/// Decodes the `number ws , ws` repetitions at the start of `piece`,
+/// handing at most `room` values to `push`. Returns the bytes taken (just
+/// after the last value's comma and its whitespace) and the values pushed.
+fn decode_piece<T: Float>(piece: &[u8], room: usize, mut push: impl FnMut(T)) -> (usize, usize) {
     let is_ws = |b: u8| matches!(b, b' ' | b'\n' | b'\r' | b'\t');
     let mut pos = 0;
-    let mut i = 0;
-    while i < out.len() {
+    let mut added = 0;
+    while added < room {
         while pos < piece.len() && is_ws(piece[pos]) {
             pos += 1;
         }
         // Most values, many at a time, as the sequential path takes them.
-        let slots = &mut out[i..];
-        let mut k = 0;
-        let (used, n) = run::plain_run(&piece[pos..], slots.len(), |v| {
-            slots[k] = v;
-            k += 1;
-        });
+        let (used, n) = run::plain_run(&piece[pos..], room - added, &mut push);
         if n > 0 {
             pos += used;
-            i += n;
+            added += n;
             continue;
         }
         let rest = &piece[pos..];
-        let value = match number::scan_decimal(rest)
+        let (value, mut end) = match number::scan_decimal(rest)
             .and_then(|d| T::from_decimal(d).map(|v| (v, d.len)))
         {
-            Some((v, n)) => {
-                pos += n;
-                v
-            }
+            Some(taken) => taken,
             None => {
                 let end = rest
                     .iter()
@@ -137,23 +120,22 @@ fn decode_piece<T: Float>(piece: &[u8], out: &mut [T]) -> bool {
                     .unwrap_or(rest.len());
                 let token = &rest[..end];
                 if token.is_empty() || number::check_grammar(token).is_err() {
-                    return false;
+                    break;
                 }
-                pos += end;
-                T::from_token(token)
+                (T::from_token(token), end)
             }
         };
-        while pos < piece.len() && is_ws(piece[pos]) {
-            pos += 1;
+        while end < rest.len() && is_ws(rest[end]) {
+            end += 1;
         }
-        if piece.get(pos) != Some(&b',') {
-            return false;
+        if rest.get(end) != Some(&b',') {
+            break;
         }
-        pos += 1;
-        out[i] = value;
-        i += 1;
+        push(value);
+        added += 1;
+        pos += end + 1;
     }
-    pos == piece.len()
+    (pos, added)
 }
 
 #[cfg(test)]
@@ -165,6 +147,10 @@ mod tests {
             .map(|i| format!("{:?}", (i as f64 * 0.37).sin() * 1e3))
             .collect::<Vec<_>>()
             .join(", ")
+    }
+
+    fn bits<T: Into<f64> + Copy>(v: &[T]) -> Vec<u64> {
+        v.iter().map(|&x| x.into().to_bits()).collect()
     }
 
     #[test]
@@ -181,34 +167,54 @@ mod tests {
             let mut out = vec![7f32];
             assert_eq!(
                 decode_region(&text.as_bytes()[..len], &mut out, 40_000, threads),
-                Some(40_000)
+                (len, 40_000)
             );
             assert_eq!(out[0], 7.0, "values before the region stay");
-            let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
             assert_eq!(bits(&out[1..]), bits(&sequential));
+            // Less room than values: a prefix, ending where the next value starts.
             let mut full = vec![0f32; 1];
+            let (used, n) = decode_region(&text.as_bytes()[..len], &mut full, 39_999, threads);
+            assert!(n < 40_000 && full.len() == 1 + n, "{threads}: {n}");
+            assert_eq!(bits(&full[1..]), bits(&sequential[..n]));
             assert_eq!(
-                decode_region(&text.as_bytes()[..len], &mut full, 39_999, threads),
-                None,
-                "more values than room"
+                text[used..]
+                    .split(',')
+                    .next()
+                    .unwrap()
+                    .trim()
+                    .parse::<f32>(),
+                Ok(sequential[n])
             );
-            assert_eq!(full.len(), 1);
         }
     }
 
     #[test]
-    fn anything_unusual_declines_and_leaves_the_buffer() {
+    fn anything_unusual_stops_it_there_and_keeps_what_came_before() {
         let good = body(40_000);
-        for bad in ["01", "[2", "\"s\"", "1.", "NaN", ",,"] {
-            let text = format!("{}, {bad}, {}, 5,", &good, &good);
-            let len = region(text.as_bytes()).unwrap_or(text.len());
-            let mut out = Vec::<f64>::new();
-            assert_eq!(
-                decode_region(&text.as_bytes()[..len], &mut out, usize::MAX, 2),
-                None,
-                "{bad}"
-            );
-            assert!(out.is_empty(), "{bad}");
+        let before: Vec<f64> = good.split(", ").map(|s| s.parse().unwrap()).collect();
+        for bad in ["01", "[2", "\"s\"", "1.", "NaN", ",", "]", "1]"] {
+            let text = format!("{good}, {bad}, {good}, 5,");
+            let len = region(text.as_bytes()).unwrap();
+            for threads in [1, 2, 3] {
+                let mut out = Vec::<f64>::new();
+                let (used, n) =
+                    decode_region(&text.as_bytes()[..len], &mut out, usize::MAX, threads);
+                assert_eq!(n, before.len(), "{bad}");
+                assert_eq!(bits(&out), bits(&before), "{bad}");
+                assert!(
+                    text[used..].starts_with(bad),
+                    "{bad}: {:?}",
+                    &text[used..used + 10]
+                );
+            }
         }
+        // A bad token at the very start: nothing taken.
+        let text = format!("01, {good},");
+        let mut out = Vec::<f32>::new();
+        assert_eq!(
+            decode_region(text.as_bytes(), &mut out, usize::MAX, 2),
+            (0, 0)
+        );
+        assert!(out.is_empty());
     }
 }

@@ -527,19 +527,22 @@ impl RequestDecoder {
             // A long run of numbers in this chunk: several threads at once.
             if try_parallel && len - pos >= parallel::MIN_REGION_BYTES {
                 if let Some(bytes) = parallel::region(&chunk[pos..]) {
-                    let decoded = parallel::decode_region(
+                    let (used, n) = parallel::decode_region(
                         &chunk[pos..pos + bytes],
                         values,
                         room - added,
                         self.options.threads,
                     );
-                    if let Some(n) = decoded {
-                        pos += bytes;
+                    if n > 0 {
+                        pos += used;
                         added += n;
                         self.expect = Expect::Value;
+                        // Stopped early (the end of a row, say): the next
+                        // region may go parallel again, as long as each one
+                        // makes progress.
                         continue;
                     }
-                    // Something unusual in it: the sequential path finds and words it.
+                    // Something unusual at once: the sequential path finds and words it.
                 }
                 try_parallel = false;
             }
