@@ -267,41 +267,50 @@ fn leading_digits(values: u64, k: usize) -> u64 {
 #[inline(always)]
 pub(crate) fn plain_parts(win: &[u8; PLAIN_WINDOW]) -> (Decimal, bool) {
     let (v0, nd0) = word(win, 0);
-    let (v1, nd1) = word(win, 8);
-    let (v2, nd2) = word(win, 16);
     let negative = win[0] == b'-';
     let p = usize::from(negative);
     // The sign is not a digit, but neither is it the point.
     let nd0 = nd0 & !(u64::from(negative) << 7);
     let point = (nd0.trailing_zeros() / 8) as usize;
     // 1 to 7 integer digits, then the point, with no leading zero; the
-    // point, or the token's end, is in the first word.
-    let mut ok = point > p && point < 8 && win[point.min(7)] == b'.';
-    ok &= !(point > p + 1 && win[p] == b'0');
-    // The end: the first byte after the point that is not a digit.
-    let after = nd0 & nd0.wrapping_sub(1);
-    let low = u128::from(after) | (u128::from(nd1) << 64);
-    let end = hint::select_unpredictable(low != 0, low.trailing_zeros(), 128 + nd2.trailing_zeros())
-        as usize
-        / 8;
-    // At least one fraction digit, at most 18 digits in all (the
-    // mantissa then stays below 2^63).
-    ok &= end > point + 1 && end - p <= 19;
-    // The integer digits move up one byte over the point; below them, and
-    // from the end on, the bytes read as zeros.
+    // point, or the token's end, is in the first word. (`&`, not `&&`:
+    // no branches.)
+    let mut ok = (point > p) & (point < 8) & (win[point.min(7)] == b'.');
+    ok &= !((point > p + 1) & (win[p] == b'0'));
+    // The integer digits move up one byte over the point; below them the
+    // bytes read as zeros.
     let int_mask = (u64::MAX << (8 * p)) & !(u64::MAX << (8 * (point & 7)));
     let frac_mask = (u64::MAX << (8 * (point & 7))) << 8;
     let d0 = ((v0 & int_mask) << 8) | (v0 & frac_mask);
-    let c0 = end.min(8);
-    let c1 = end.saturating_sub(8).min(8);
-    let c2 = end.saturating_sub(16).min(8);
-    let mantissa = leading_digits(d0, c0);
-    let mantissa = mantissa
-        .wrapping_mul(SHIFT10[c1])
-        .wrapping_add(leading_digits(v1, c1));
-    let mantissa = mantissa
-        .wrapping_mul(SHIFT10[c2])
-        .wrapping_add(leading_digits(v2, c2));
+    // The end: the first byte after the point that is not a digit.
+    let after = nd0 & nd0.wrapping_sub(1);
+    // Short tokens (4-decimal floats, say) end in the first word. This is
+    // the one branch on a length, and it goes the same way throughout a
+    // body of one style.
+    let (end, mantissa) = if after != 0 {
+        let end = (after.trailing_zeros() / 8) as usize;
+        (end, leading_digits(d0, end))
+    } else {
+        let (v1, nd1) = word(win, 8);
+        let (v2, nd2) = word(win, 16);
+        let end = hint::select_unpredictable(
+            nd1 != 0,
+            8 + nd1.trailing_zeros() / 8,
+            16 + nd2.trailing_zeros() / 8,
+        ) as usize;
+        let c1 = (end - 8).min(8);
+        let c2 = end.saturating_sub(16);
+        let mantissa = digit_values(d0)
+            .wrapping_mul(SHIFT10[c1])
+            .wrapping_add(leading_digits(v1, c1));
+        let mantissa = mantissa
+            .wrapping_mul(SHIFT10[c2])
+            .wrapping_add(leading_digits(v2, c2));
+        (end, mantissa)
+    };
+    // At least one fraction digit, at most 18 digits in all (the
+    // mantissa then stays below 2^63).
+    ok &= (end > point + 1) & (end - p <= 19);
     let d = Decimal {
         negative,
         mantissa,
