@@ -284,29 +284,28 @@ pub(crate) fn plain_parts(win: &[u8; PLAIN_WINDOW]) -> (Decimal, bool) {
     let d0 = ((v0 & int_mask) << 8) | (v0 & frac_mask);
     // The end: the first byte after the point that is not a digit.
     let after = nd0 & nd0.wrapping_sub(1);
-    // Short tokens (4-decimal floats, say) end in the first word. This is
-    // the one branch on a length, and it goes the same way throughout a
-    // body of one style.
+    // How many words the digits take: one for 4-decimal floats, two for
+    // shortest float32 text, three for float32 widened to float64 as
+    // json.dumps writes it. These are the only branches on a length, and
+    // each goes the same way throughout a body of one style.
     let (end, mantissa) = if after != 0 {
         let end = (after.trailing_zeros() / 8) as usize;
         (end, leading_digits(d0, end))
     } else {
         let (v1, nd1) = word(win, 8);
-        let (v2, nd2) = word(win, 16);
-        let end = hint::select_unpredictable(
-            nd1 != 0,
-            8 + nd1.trailing_zeros() / 8,
-            16 + nd2.trailing_zeros() / 8,
-        ) as usize;
-        let c1 = (end - 8).min(8);
-        let c2 = end.saturating_sub(16);
-        let mantissa = digit_values(d0)
-            .wrapping_mul(SHIFT10[c1])
-            .wrapping_add(leading_digits(v1, c1));
-        let mantissa = mantissa
-            .wrapping_mul(SHIFT10[c2])
-            .wrapping_add(leading_digits(v2, c2));
-        (end, mantissa)
+        if nd1 != 0 {
+            let c1 = (nd1.trailing_zeros() / 8) as usize;
+            let mantissa = digit_values(d0) * SHIFT10[c1] + leading_digits(v1, c1);
+            (8 + c1, mantissa)
+        } else {
+            let (v2, nd2) = word(win, 16);
+            let c2 = (nd2.trailing_zeros() / 8) as usize;
+            let high = digit_values(d0) * SHIFT10[8] + digit_values(v1);
+            let mantissa = high
+                .wrapping_mul(SHIFT10[c2])
+                .wrapping_add(leading_digits(v2, c2));
+            (16 + c2, mantissa)
+        }
     };
     // At least one fraction digit, at most 18 digits in all (the
     // mantissa then stays below 2^63).
