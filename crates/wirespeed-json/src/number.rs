@@ -18,8 +18,6 @@
 //! that rare case is settled by comparing the decimal text with the boundary
 //! exactly.
 
-use std::hint;
-
 use half::{bf16, f16};
 
 /// What a well-formed number token looks like.
