@@ -44,6 +44,7 @@ pub use encode::{
 };
 pub use error::{Category, DecodeError};
 pub use options::DecodeOptions;
+pub use parallel::MIN_REGION_BYTES as PARALLEL_MIN_BYTES;
 
 /// Decodes a whole body at once.
 pub fn decode_infer_request(

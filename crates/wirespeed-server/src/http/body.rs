@@ -6,11 +6,12 @@
 //! [`OFFLOAD_BYTES`] (or at once, when `Content-Length` says the body will
 //! be that large), the decoder moves to tokio's blocking pool and receives
 //! the remaining frames over a bounded channel, so a large decode never
-//! stalls other connections on the worker. There, frames that are already
-//! waiting are joined into one span of up to [`SPAN_BYTES`]: a body arriving
-//! faster than one core decodes builds a backlog, whose spans the decoder
-//! splits over several cores; a trickle is decoded frame by frame, so little
-//! is left to do when its last byte arrives.
+//! stalls other connections on the worker. There, small frames that are
+//! already waiting are joined into one span of up to [`SPAN_BYTES`]: a body
+//! arriving faster than one core decodes builds a backlog, whose spans (and
+//! frames of [`PARALLEL_MIN_BYTES`] or more, as they are) the decoder splits
+//! over several cores; a trickle is decoded frame by frame, so little is
+//! left to do when its last byte arrives.
 
 use std::time::{Duration, Instant};
 
@@ -30,7 +31,9 @@ use wirespeed_core::raw::{RawError, RawFiller};
 use wirespeed_core::{
     element_count, Error, ErrorKind, InferRequest, ModelMetadata, Tensor, TensorSpec,
 };
-use wirespeed_json::{Category, DecodeError, DecodeOptions, Format, RequestDecoder};
+use wirespeed_json::{
+    Category, DecodeError, DecodeOptions, Format, RequestDecoder, PARALLEL_MIN_BYTES,
+};
 
 /// Decoding more than this inline would hold an async worker for more than
 /// about 100 µs (the decoder runs at roughly 500 MB/s).
@@ -221,7 +224,9 @@ impl Decoding {
             let mut spent = Duration::ZERO;
             let result = (|| {
                 while let Some(frame) = incoming.blocking_recv() {
-                    if incoming.is_empty() {
+                    // Alone, or large enough for the decoder to split over
+                    // cores by itself: decoded where it lies, not copied.
+                    if incoming.is_empty() || frame.len() >= PARALLEL_MIN_BYTES {
                         timed(&mut spent, || decoder.feed(&frame))?;
                         continue;
                     }
