@@ -1,5 +1,6 @@
 //! The `wirespeed` command: flags in, the server library called.
 
+mod malloc;
 mod predict;
 
 use std::io::IsTerminal;
@@ -190,6 +191,8 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
         .with_writer(std::io::stderr)
         .with_ansi(std::io::stderr().is_terminal())
         .init();
+    // While this is still the only thread.
+    malloc::one_arena();
 
     if args.check {
         let repository =
