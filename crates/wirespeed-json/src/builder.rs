@@ -5,6 +5,7 @@
 use wirespeed_core::{format_shape, DataType, TensorData};
 
 use crate::number::{self, IntError, Shape};
+use crate::parallel::Scratch;
 use crate::Category;
 
 /// A scalar JSON value inside `data`.
@@ -260,16 +261,30 @@ impl TensorBuilder {
         Ok(())
     }
 
-    /// Opens a run of floats at `depth` for the hot path: the buffer and how
-    /// many more elements fit, or `None` when scalars do not belong here (the
-    /// general path then words the error). Close it with [`end_run`](Self::end_run).
+    /// Opens a run of floats at `depth` for the hot path: the buffer, how
+    /// many more elements fit, and how many more the open row should hold
+    /// (the same, for flat data or a row of unknown length), or `None` when
+    /// scalars do not belong here (the general path then words the error).
+    /// Close it with [`end_run`](Self::end_run).
     #[inline]
-    pub(crate) fn float_run<T: Float>(&mut self, depth: usize) -> Option<(&mut Vec<T>, usize)> {
+    pub(crate) fn float_run<T: Float>(
+        &mut self,
+        depth: usize,
+    ) -> Option<(&mut Vec<T>, usize, usize)> {
         if !self.scalars_allowed_at(depth) {
             return None;
         }
         let room = self.count - self.data.len();
-        T::buffer(&mut self.data).map(|v| (v, room))
+        let row_len = match (&self.inferred, self.layout) {
+            (Some(inferred), _) => inferred.dims.get(depth).copied().flatten(),
+            (None, Layout::Nested) => self.shape.get(depth).copied(),
+            (None, _) => None,
+        };
+        let row_room = row_len.map_or(room, |len| {
+            len.saturating_sub(self.lens.get(depth).copied().unwrap_or(0))
+                .min(room)
+        });
+        T::buffer(&mut self.data).map(|v| (v, room, row_room))
     }
 
     /// Counts `n` elements added at `depth` by a run; the first one fixes an
@@ -323,7 +338,7 @@ impl TensorBuilder {
 }
 
 /// `f32` and `f64`, for the float hot path.
-pub(crate) trait Float: Copy + Default + Send {
+pub(crate) trait Float: Copy + Default + Send + 'static {
     /// From a one-pass decimal when that is certainly exact.
     fn from_decimal(d: number::Decimal) -> Option<Self>;
     /// From what [`number::plain_parts`] read (at most 18 digits, a
@@ -334,9 +349,15 @@ pub(crate) trait Float: Copy + Default + Send {
     fn from_token(token: &[u8]) -> Self;
     /// The buffer, if `data` holds this type.
     fn buffer(data: &mut TensorData) -> Option<&mut Vec<Self>>;
+    /// The parallel decoder's helper buffers of this type.
+    fn scratch() -> &'static Scratch<Self>;
 }
 
 impl Float for f32 {
+    fn scratch() -> &'static Scratch<f32> {
+        static SCRATCH: Scratch<f32> = Scratch::new();
+        &SCRATCH
+    }
     #[inline(always)]
     fn from_decimal(d: number::Decimal) -> Option<f32> {
         d.to_f32()
@@ -358,6 +379,10 @@ impl Float for f32 {
 }
 
 impl Float for f64 {
+    fn scratch() -> &'static Scratch<f64> {
+        static SCRATCH: Scratch<f64> = Scratch::new();
+        &SCRATCH
+    }
     #[inline(always)]
     fn from_decimal(d: number::Decimal) -> Option<f64> {
         d.to_f64()

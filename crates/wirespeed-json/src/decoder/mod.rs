@@ -506,7 +506,7 @@ impl RequestDecoder {
         ) else {
             return Ok(pos);
         };
-        let Some((values, room)) = builder.float_run::<T>(depth) else {
+        let Some((values, room, row_room)) = builder.float_run::<T>(depth) else {
             return Ok(pos);
         };
         let len = chunk.len();
@@ -525,12 +525,15 @@ impl RequestDecoder {
                 break Ok(start);
             }
             // A long run of numbers in this chunk: several threads at once.
-            if try_parallel && len - pos >= parallel::MIN_REGION_BYTES {
+            // Within a nested row, only the rest of the row: the region then
+            // ends about where the row should.
+            let want = row_room.saturating_sub(added);
+            if try_parallel && want > 0 && len - pos >= parallel::MIN_REGION_BYTES {
                 if let Some(bytes) = parallel::region(&chunk[pos..]) {
                     let (used, n) = parallel::decode_region(
                         &chunk[pos..pos + bytes],
                         values,
-                        room - added,
+                        want,
                         self.options.threads,
                     );
                     if n > 0 {
