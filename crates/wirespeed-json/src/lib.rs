@@ -25,7 +25,12 @@
 //! does what this needs at once: push decoding of chunks split anywhere,
 //! values landing in typed buffers chosen by sibling keys that may come
 //! later, single rounding to f32/f16/bf16, and errors with offsets and
-//! categories. The float conversion itself is fast-float2's.
+//! categories. fast-float2 converts every float the hot path cannot prove
+//! exact; `number.rs` says why the common ones are converted by hand.
+//!
+//! With [`DecodeOptions::threads`] above 1, a run of numbers of
+//! [`PARALLEL_MIN_BYTES`] or more within one chunk is decoded on rayon's
+//! global pool, bit-identical to one thread.
 
 mod builder;
 mod decoder;

@@ -19,8 +19,9 @@ pub struct DecodeOptions {
     /// writes, and which are accepted by default for float datatypes).
     pub strict: bool,
     /// Threads that may decode one large run of FP32/FP64 values together
-    /// (runs of at least 256 KiB in one chunk); 1 decodes on the caller's
-    /// thread only.
+    /// (runs of at least [`PARALLEL_MIN_BYTES`](crate::PARALLEL_MIN_BYTES)
+    /// in one chunk): the caller's and up to `threads - 1` helpers from
+    /// rayon's global pool; 1 decodes on the caller's thread only.
     pub threads: usize,
 }
 
