@@ -42,7 +42,7 @@ pub(crate) const OFFLOAD_BYTES: u64 = 64 * 1024;
 /// Frames in flight between the reader and an offloaded decoder. hyper's
 /// frames grow with its read buffer (up to a few hundred KiB), so this bounds
 /// the backlog, and with it memory, to a few MiB beyond the tensors.
-const CHANNEL_FRAMES: usize = 8;
+const CHANNEL_FRAMES: usize = 4;
 
 /// The most bytes of waiting frames joined into one span for the decoder.
 const SPAN_BYTES: usize = 1 << 20;
