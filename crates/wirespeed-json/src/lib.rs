@@ -29,8 +29,9 @@
 //! exact; `number.rs` says why the common ones are converted by hand.
 //!
 //! With [`DecodeOptions::threads`] above 1, a run of numbers of
-//! [`PARALLEL_MIN_BYTES`] or more within one chunk is decoded on rayon's
-//! global pool, bit-identical to one thread.
+//! [`PARALLEL_MIN_BYTES`] or more within one chunk is decoded together with
+//! helper threads (a rayon pool of its own, one thread fewer than the
+//! cores), bit-identical to one thread.
 
 mod builder;
 mod decoder;

@@ -20,8 +20,9 @@ pub struct DecodeOptions {
     pub strict: bool,
     /// Threads that may decode one large run of FP32/FP64 values together
     /// (runs of at least [`PARALLEL_MIN_BYTES`](crate::PARALLEL_MIN_BYTES)
-    /// in one chunk): the caller's and up to `threads - 1` helpers from
-    /// rayon's global pool; 1 decodes on the caller's thread only.
+    /// in one chunk): the caller's and up to `threads - 1` helpers from the
+    /// decoder's pool (one thread fewer than the cores); 1 decodes on the
+    /// caller's thread only.
     pub threads: usize,
 }
 
