@@ -339,6 +339,22 @@ const POW10: [f64; 23] = [
     1e17, 1e18, 1e19, 1e20, 1e21, 1e22,
 ];
 
+/// `r` (positive, normal as an `f32`, within 4 ulp of an exact decimal)
+/// narrowed to `f32` with the decimal's sign, and whether that is the
+/// decimal's correct rounding.
+///
+/// Narrowing drops 29 bits; the f32 rounding boundary is the pattern 1
+/// followed by 28 zeros. Clear of it by more than 8 ulp (twice the error
+/// bound), the exact value rounds the same way as `r`. The sign is set
+/// without a branch: it is as likely either way.
+#[inline(always)]
+fn narrow(r: f64, negative: bool) -> (f32, bool) {
+    let dropped = (r.to_bits() & ((1 << 29) - 1)) as i64;
+    let exact = (dropped - (1 << 28)).abs() > 8;
+    let sign = u32::from(negative) << 31;
+    (f32::from_bits((r as f32).to_bits() | sign), exact)
+}
+
 impl Decimal {
     /// The `f32` nearest the decimal, when it can be had cheaply and
     /// certainly; `None` sends the caller to the exact path.
@@ -362,16 +378,8 @@ impl Decimal {
         if !(f64::from(f32::MIN_POSITIVE)..f64::from(f32::MAX)).contains(&r) {
             return None;
         }
-        // Narrowing drops 29 bits; the f32 rounding boundary is the pattern
-        // 1 followed by 28 zeros. Clear of it by more than 8 ulp (twice the
-        // error bound), the exact value rounds the same way as r.
-        let dropped = (r.to_bits() & ((1 << 29) - 1)) as i64;
-        if (dropped - (1 << 28)).abs() <= 8 {
-            return None;
-        }
-        // The sign without a branch: it is as likely either way.
-        let sign = u32::from(self.negative) << 31;
-        Some(f32::from_bits((r as f32).to_bits() | sign))
+        let (f, exact) = narrow(r, self.negative);
+        exact.then_some(f)
     }
 
     /// [`to_f32`](Self::to_f32) for what [`plain_parts`] reads: fewer than
@@ -385,11 +393,10 @@ impl Decimal {
         // From a failed plain read the parts may be anything: keep the table
         // look-up in bounds, the flag is false anyway.
         let index = (self.exponent.unsigned_abs() as usize).min(NEG_POW10.len() - 1);
-        let r = self.mantissa as i64 as f64 * NEG_POW10[index];
-        let dropped = (r.to_bits() & ((1 << 29) - 1)) as i64;
-        let exact = (dropped - (1 << 28)).abs() > 8;
-        let sign = u32::from(self.negative) << 31;
-        (f32::from_bits((r as f32).to_bits() | sign), exact)
+        narrow(
+            self.mantissa as i64 as f64 * NEG_POW10[index],
+            self.negative,
+        )
     }
 
     /// The `f64` nearest the decimal by Clinger's fast path (exact: one
