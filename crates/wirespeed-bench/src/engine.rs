@@ -19,7 +19,7 @@ use anyhow::Context;
 use indicatif::ProgressBar;
 use serde::Serialize;
 use tonic::transport::{Channel, Endpoint};
-use wirespeed_server::proto::grpc_inference_service_client::GrpcInferenceServiceClient;
+use wirespeed_proto::inference::grpc_inference_service_client::GrpcInferenceServiceClient;
 
 use crate::http1::{self, Pace};
 use crate::stats::{spread, Recorder, Sample, Summary};

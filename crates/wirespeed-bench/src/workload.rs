@@ -13,7 +13,7 @@ use bytes::Bytes;
 use rand::rngs::StdRng;
 use rand::{RngExt, SeedableRng};
 use serde::Serialize;
-use wirespeed_server::proto as pb;
+use wirespeed_proto::inference as pb;
 
 use crate::target::Scheme;
 

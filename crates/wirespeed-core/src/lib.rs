@@ -2,7 +2,10 @@
 //! requests and responses, the [`Model`] trait every backend implements, and
 //! the one [`Error`] taxonomy every front end maps to its status codes.
 //!
-//! This crate is plain data and traits: no async runtime, no HTTP, no codec.
+//! This crate is plain data and traits: no async runtime, no HTTP, no
+//! codec. Two shared pieces sit here because every other crate needs them:
+//! the one set of [`RequestLimits`] that every protocol checks, and the
+//! [`CpuPool`] that every part that computes shares.
 //!
 //! ```
 //! use wirespeed_core::{DataType, ModelMetadata, Tensor, TensorData, TensorSpec};
@@ -21,7 +24,9 @@
 mod datatype;
 mod error;
 mod infer;
+mod limits;
 mod model;
+mod pool;
 pub mod raw;
 mod tensor;
 
@@ -31,5 +36,7 @@ pub use half::{bf16, f16};
 pub use infer::{
     BinaryInput, InferRequest, InferResponse, ParameterValue, Parameters, RequestedOutput,
 };
-pub use model::{format_shape, Model, ModelMetadata, TensorSpec};
+pub use limits::{LimitError, RequestLimits, TensorBudget};
+pub use model::{format_shape, Execution, InferFuture, Model, ModelMetadata, TensorSpec};
+pub use pool::CpuPool;
 pub use tensor::{element_count, Tensor, TensorData};

@@ -1,5 +1,9 @@
 //! What a model declares about itself, and the trait every backend implements.
 
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+
 use crate::{DataType, Error, Tensor};
 
 /// The name, datatype and shape of one input or output, as model metadata
@@ -143,10 +147,31 @@ fn quoted_list(names: &[&str]) -> String {
     quoted.join(", ")
 }
 
+/// Where a request's compute runs, as a model chooses for each request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Execution {
+    /// On the async worker that read the request: for work well under a
+    /// millisecond, where a hop to another thread would cost more.
+    Inline,
+    /// On the server's CPU pool, through [`Model::infer`]: CPU-bound work
+    /// long enough to stall other connections if it ran inline.
+    Pool,
+    /// Through [`Model::infer_async`], awaited on the async runtime: a
+    /// model that waits rather than computes (a network call, another
+    /// process), so it holds no thread while it waits.
+    Async,
+}
+
+/// The future [`Model::infer_async`] returns.
+pub type InferFuture = Pin<Box<dyn Future<Output = Result<Vec<Tensor>, Error>> + Send>>;
+
 /// A loaded model that can run inference.
 ///
-/// Implementations are shared across requests and threads. `infer` is
-/// synchronous and CPU-bound; the server decides where it runs.
+/// Implementations are shared across requests and threads. The server asks
+/// [`execution`](Model::execution) where each request runs, then calls
+/// [`infer`](Model::infer) (inline or on its CPU pool) or
+/// [`infer_async`](Model::infer_async). A model implements `infer`, and
+/// `infer_async` as well when it waits on something.
 pub trait Model: Send + Sync {
     /// What the model takes and produces.
     fn metadata(&self) -> &ModelMetadata;
@@ -156,12 +181,23 @@ pub trait Model: Send + Sync {
     /// result must follow.
     fn infer(&self, inputs: &[Tensor], outputs: &[usize]) -> Result<Vec<Tensor>, Error>;
 
-    /// Whether a request of `elements` input elements is quick enough (well
-    /// under a millisecond) to run on the async worker that read it, rather
-    /// than moving to the blocking pool. By default: fewer than 16 Ki
-    /// elements, which holds for tree ensembles.
-    fn runs_inline(&self, elements: usize) -> bool {
-        elements < 16 * 1024
+    /// Runs the model without holding a thread while it waits: the entry
+    /// point of models whose [`execution`](Model::execution) is
+    /// [`Execution::Async`]. By default, [`infer`](Model::infer), ready at
+    /// once.
+    fn infer_async(self: Arc<Self>, inputs: Vec<Tensor>, outputs: Vec<usize>) -> InferFuture {
+        Box::pin(std::future::ready(self.infer(&inputs, &outputs)))
+    }
+
+    /// Where a request of `elements` input elements runs. By default:
+    /// inline below 16 Ki elements (a tree ensemble's row takes well under
+    /// a microsecond), on the CPU pool above.
+    fn execution(&self, elements: usize) -> Execution {
+        if elements < 16 * 1024 {
+            Execution::Inline
+        } else {
+            Execution::Pool
+        }
     }
 }
 

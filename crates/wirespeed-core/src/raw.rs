@@ -13,7 +13,7 @@
 
 use bytemuck::Pod;
 
-use crate::{DataType, TensorData};
+use crate::{DataType, Error, LimitError, TensorData};
 
 #[cfg(not(target_endian = "little"))]
 compile_error!("the raw tensor layout is little-endian; wirespeed copies it as is and needs a little-endian target");
@@ -26,8 +26,25 @@ pub fn raw_size(datatype: DataType, count: usize) -> Option<usize> {
 
 /// Why raw bytes do not make the tensor they claim to be.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{0}")]
-pub struct RawError(pub String);
+pub enum RawError {
+    /// The bytes do not fit the datatype and shape they were sent with.
+    #[error("{0}")]
+    Invalid(String),
+    /// An element is over the request limits.
+    #[error("{0}")]
+    Limit(LimitError),
+}
+
+impl RawError {
+    /// The error for the client, about input `name`, of the kind this is:
+    /// [`ErrorKind::InvalidInput`] or [`ErrorKind::LimitExceeded`].
+    pub fn for_input(self, name: &str) -> Error {
+        match self {
+            RawError::Invalid(m) => Error::invalid_input(format!("input '{name}': {m}")),
+            RawError::Limit(e) => e.in_input(name).into(),
+        }
+    }
+}
 
 enum Fill {
     /// A fixed-size type: the buffer is allocated whole; `written` bytes of it are filled.
@@ -69,14 +86,14 @@ impl RawFiller {
                 written: 0,
             },
             Some(expected) => {
-                return Err(RawError(format!(
+                return Err(RawError::Invalid(format!(
                     "{count} {datatype} elements take {expected} bytes, but {size} were declared"
                 )))
             }
             None if datatype == DataType::Bytes => {
                 // Each element takes at least its 4-byte length.
                 if count.checked_mul(4).is_none_or(|least| least > size) {
-                    return Err(RawError(format!(
+                    return Err(RawError::Invalid(format!(
                         "{count} BYTES elements take at least {} bytes, but {size} were declared",
                         count.saturating_mul(4)
                     )));
@@ -90,7 +107,7 @@ impl RawFiller {
                 }
             }
             None => {
-                return Err(RawError(format!(
+                return Err(RawError::Invalid(format!(
                     "{count} {datatype} elements have more bytes than can be counted"
                 )))
             }
@@ -153,21 +170,18 @@ impl RawFiller {
                     *prefix_len = 0;
                     let len = u32::from_le_bytes(*prefix) as usize;
                     if elements.len() == self.count {
-                        return Err(RawError(format!(
+                        return Err(RawError::Invalid(format!(
                             "the BYTES data holds more than the {} elements of the shape",
                             self.count
                         )));
                     }
                     if len > *max_element {
-                        return Err(RawError(format!(
-                            "BYTES element {} is {len} bytes, over the limit of {max_element}",
-                            elements.len()
-                        )));
+                        return Err(RawError::Limit(LimitError::string_over(*max_element)));
                     }
                     // The declared size bounds this allocation: it cannot be
                     // larger than what is left of the tensor's bytes.
                     if len > self.size - self.received + rest.len() {
-                        return Err(RawError(format!(
+                        return Err(RawError::Invalid(format!(
                             "BYTES element {} claims {len} bytes, past the end of the tensor's data",
                             elements.len()
                         )));
@@ -186,7 +200,7 @@ impl RawFiller {
     /// The tensor, once every declared byte has arrived.
     pub fn finish(self) -> Result<TensorData, RawError> {
         if self.received != self.size {
-            return Err(RawError(format!(
+            return Err(RawError::Invalid(format!(
                 "{} of the tensor's {} bytes arrived",
                 self.received, self.size
             )));
@@ -203,7 +217,7 @@ impl RawFiller {
                 ..
             } => {
                 if current.is_some() || prefix_len != 0 || elements.len() != self.count {
-                    return Err(RawError(format!(
+                    return Err(RawError::Invalid(format!(
                         "the BYTES data holds {} complete elements, but the shape has {}",
                         elements.len(),
                         self.count
@@ -303,7 +317,7 @@ fn bytes_of_mut(data: &mut TensorData) -> &mut [u8] {
 
 fn bools(bytes: Vec<u8>) -> Result<TensorData, RawError> {
     if let Some(i) = bytes.iter().position(|&b| b > 1) {
-        return Err(RawError(format!(
+        return Err(RawError::Invalid(format!(
             "BOOL element {i} is the byte {}; only 0 and 1 are booleans",
             bytes[i]
         )));
@@ -368,11 +382,11 @@ mod tests {
         let e = RawFiller::new(DataType::Fp32, 1 << 40, 16, 1024)
             .err()
             .unwrap();
-        assert!(e.0.contains("were declared"), "{e}");
+        assert!(e.to_string().contains("were declared"), "{e}");
         let e = RawFiller::new(DataType::Fp32, 3, 8, 1024).err().unwrap();
-        assert!(e.0.contains("12 bytes"), "{e}");
+        assert!(e.to_string().contains("12 bytes"), "{e}");
         let e = RawFiller::new(DataType::Bytes, 10, 8, 1024).err().unwrap();
-        assert!(e.0.contains("at least 40"), "{e}");
+        assert!(e.to_string().contains("at least 40"), "{e}");
     }
 
     #[test]
@@ -382,7 +396,11 @@ mod tests {
         assert!(from_raw(DataType::Bytes, 1, &[9, 0, 0, 0, b'a'], 1024).is_err());
         // An element over the limit.
         let e = from_raw(DataType::Bytes, 1, &[3, 0, 0, 0, 1, 2, 3], 2).unwrap_err();
-        assert!(e.0.contains("over the limit"), "{e}");
+        assert!(matches!(e, RawError::Limit(_)), "{e:?}");
+        assert_eq!(
+            e.for_input("x").to_string(),
+            "input 'x': a string is longer than the limit of 2 bytes"
+        );
         // More elements than the shape.
         assert!(from_raw(DataType::Bytes, 1, &[0, 0, 0, 0, 0, 0, 0, 0], 1024).is_err());
         // Fewer.

@@ -18,6 +18,7 @@
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use serde::Deserialize;
+use wirespeed_core::CpuPool;
 use wirespeed_json::{decode_infer_request, DecodeOptions, RequestDecoder};
 
 #[derive(Deserialize)]
@@ -107,8 +108,9 @@ fn decode(c: &mut Criterion) {
                 },
             );
             if body.len() >= 1 << 20 {
+                // This thread and one helper.
                 let two = DecodeOptions {
-                    threads: 2,
+                    pool: Some(CpuPool::new(1).expect("a helper thread")),
                     ..options.clone()
                 };
                 group.bench_with_input(

@@ -54,6 +54,18 @@ impl DecodeError {
         }
     }
 
+    /// A request limit passed at `offset`: the same words as on every
+    /// other protocol, with the offset.
+    pub(crate) fn limit(offset: u64, e: wirespeed_core::LimitError) -> DecodeError {
+        let input = e.input().map(str::to_owned);
+        DecodeError {
+            category: Category::Limit,
+            offset,
+            input,
+            message: e.message().to_owned(),
+        }
+    }
+
     pub(crate) fn with_input(mut self, input: Option<&str>) -> DecodeError {
         if self.input.is_none() {
             self.input = input.map(str::to_owned);

@@ -28,10 +28,9 @@
 //! categories. fast-float2 converts every float the hot path cannot prove
 //! exact; `number.rs` says why the common ones are converted by hand.
 //!
-//! With [`DecodeOptions::threads`] above 1, a run of numbers of
+//! With a [`DecodeOptions::pool`], a run of numbers of
 //! [`PARALLEL_MIN_BYTES`] or more within one chunk is decoded together with
-//! helper threads (a rayon pool of its own, one thread fewer than the
-//! cores), bit-identical to one thread.
+//! the pool's threads, bit-identical to one thread.
 
 mod builder;
 mod decoder;

@@ -21,21 +21,22 @@
 //! a nested row), the region ends where that many values should end, judged
 //! from the first piece, so helpers do not decode the rows beyond it.
 //!
-//! The helpers have a pool of their own, one thread fewer than the cores
-//! (this thread is the other). In rayon's global pool, one thread per core,
-//! each hand-over also woke a worker that found nothing to do and spun for a
-//! while, taking a core from the two doing the work: on 2 cores a tenth of
-//! the regions got no help at all, and the mean time was 15-20 % above the
-//! median.
+//! The helpers are the threads of the server's one CPU pool
+//! ([`DecodeOptions::pool`](crate::DecodeOptions::pool)), shared with model
+//! compute: the thread calling the decoder is usually one of them (a large
+//! body is decoded on the pool), so one region uses every thread of the
+//! pool and never more. An earlier design gave the decoder a pool of its
+//! own beside rayon's global one; each hand-over there woke a worker that
+//! found nothing to do and spun, taking a core from the two doing the work.
 //!
 //! The claims are one atomic word (front and back index); a scheduler
 //! crate's parallel iterators would place pieces by index, not let this
 //! thread write the front ones where they belong.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Mutex, OnceLock, PoisonError};
+use std::sync::{Mutex, PoisonError};
 
-use rayon::{ThreadPool, ThreadPoolBuilder};
+use wirespeed_core::CpuPool;
 
 use crate::builder::Float;
 use crate::number;
@@ -51,24 +52,6 @@ pub const MIN_REGION_BYTES: usize = 256 * 1024;
 /// work, so the two ends meet evenly, and a buffer small enough to be
 /// reused from the allocator's free lists.
 const PIECE_BYTES: usize = 64 * 1024;
-
-/// The helpers' pool: one thread fewer than the cores, at least one (three
-/// in unit tests, so that several helpers' pieces are merged on any
-/// machine); `None` if its threads could not be started (decoding then
-/// stays sequential).
-fn pool() -> Option<&'static ThreadPool> {
-    static POOL: OnceLock<Option<ThreadPool>> = OnceLock::new();
-    POOL.get_or_init(|| {
-        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-        let least = if cfg!(test) { 3 } else { 1 };
-        ThreadPoolBuilder::new()
-            .num_threads(cores.saturating_sub(1).max(least))
-            .thread_name(|i| format!("wirespeed-decode-{i}"))
-            .build()
-            .ok()
-    })
-    .as_ref()
-}
 
 /// A helper buffer larger than this is dropped after use, not kept.
 const MAX_SCRATCH_BYTES: usize = 8 << 20;
@@ -110,17 +93,18 @@ pub(crate) fn region(bytes: &[u8]) -> Option<usize> {
 }
 
 /// Decodes `region` (from [`region`]) onto the end of `values`, at most
-/// `room` values, on `threads` threads. Returns the bytes taken (up to the
-/// first value not taken, or whitespace before it) and the values added.
+/// `room` values, on this thread and the other threads of `pool`. Returns
+/// the bytes taken (up to the first value not taken, or whitespace before
+/// it) and the values added.
 pub(crate) fn decode_region<T: Float>(
     region: &[u8],
     values: &mut Vec<T>,
     room: usize,
-    threads: usize,
+    pool: Option<&CpuPool>,
 ) -> (usize, usize) {
     let old = values.len();
-    let pool = pool().filter(|_| threads > 1);
-    let helpers = pool.map_or(0, |pool| (threads - 1).min(pool.current_num_threads()));
+    // The pool's threads but this one, when this one is among them.
+    let helpers = pool.map_or(0, |pool| pool.threads() - usize::from(pool.on_pool()));
     // Values take at least two bytes ("0,"): with room for fewer than the
     // region could hold, the first piece shows where they should end.
     let (mut taken, mut added, region) = if room.saturating_mul(2) < region.len() {
@@ -164,7 +148,7 @@ pub(crate) fn decode_region<T: Float>(
             pieces: Vec::new(),
         })
         .collect();
-    pool.in_place_scope(|scope| {
+    pool.scope(|scope| {
         for helped in &mut helped {
             let (claims, pieces) = (&claims, &pieces);
             scope.spawn(move |_| {
@@ -377,6 +361,11 @@ fn decode_piece<T: Float>(piece: &[u8], room: usize, mut push: impl FnMut(T)) ->
 mod tests {
     use super::*;
 
+    /// A pool of `helpers` threads, none for 0.
+    fn pool(helpers: usize) -> Option<CpuPool> {
+        (helpers > 0).then(|| CpuPool::new(helpers).unwrap())
+    }
+
     fn body(n: usize) -> String {
         (0..n)
             .map(|i| format!("{:?}", (i as f64 * 0.37).sin() * 1e3))
@@ -398,7 +387,9 @@ mod tests {
             .map(|s| s.trim().parse().unwrap())
             .collect();
         assert_eq!(sequential.len(), 40_000);
-        for threads in [1, 2, 3, 8] {
+        for threads in [0, 1, 2, 7] {
+            let pool = pool(threads);
+            let threads = pool.as_ref();
             let mut out = vec![7f32];
             assert_eq!(
                 decode_region(&text.as_bytes()[..len], &mut out, 40_000, threads),
@@ -409,7 +400,7 @@ mod tests {
             // Less room than values: a prefix, ending where the next value starts.
             let mut full = vec![0f32; 1];
             let (used, n) = decode_region(&text.as_bytes()[..len], &mut full, 39_999, threads);
-            assert!(n < 40_000 && full.len() == 1 + n, "{threads}: {n}");
+            assert!(n < 40_000 && full.len() == 1 + n, "{threads:?}: {n}");
             assert_eq!(bits(&full[1..]), bits(&sequential[..n]));
             assert_eq!(
                 text[used..]
@@ -429,19 +420,24 @@ mod tests {
         let text = format!("{}], [{}], [{}],", rows[0], rows[1], rows[2]);
         let row: Vec<f32> = rows[0].split(", ").map(|s| s.parse().unwrap()).collect();
         let len = region(text.as_bytes()).unwrap();
-        for threads in [1, 2, 3] {
+        for threads in [0, 1, 2] {
+            let pool = pool(threads);
+            let threads = pool.as_ref();
             for want in [30_000, 20_000] {
                 let mut out = Vec::<f32>::new();
                 let (used, n) = decode_region(&text.as_bytes()[..len], &mut out, want, threads);
                 // The row's last value has no comma after it: the caller's
                 // sequential path takes it and the `]`.
                 let expect = (want).min(29_999);
-                assert!(n <= expect && n > expect * 9 / 10, "{threads} {want}: {n}");
+                assert!(
+                    n <= expect && n > expect * 9 / 10,
+                    "{threads:?} {want}: {n}"
+                );
                 assert_eq!(bits(&out), bits(&row[..n]));
                 let next = format!("{:?}", (n as f64 * 0.37).sin() * 1e3);
                 assert!(
                     text[used..].trim_start().starts_with(&next),
-                    "{threads} {want} {n}: {:?} {next}",
+                    "{threads:?} {want} {n}: {:?} {next}",
                     &text[used..used + 30]
                 );
             }
@@ -455,7 +451,9 @@ mod tests {
         for bad in ["01", "[2", "\"s\"", "1.", "NaN", ",", "]", "1]"] {
             let text = format!("{good}, {bad}, {good}, 5,");
             let len = region(text.as_bytes()).unwrap();
-            for threads in [1, 2, 3] {
+            for threads in [0, 1, 2] {
+                let pool = pool(threads);
+                let threads = pool.as_ref();
                 let mut out = Vec::<f64>::new();
                 let (used, n) =
                     decode_region(&text.as_bytes()[..len], &mut out, usize::MAX, threads);
@@ -472,7 +470,7 @@ mod tests {
         let text = format!("01, {good},");
         let mut out = Vec::<f32>::new();
         assert_eq!(
-            decode_region(text.as_bytes(), &mut out, usize::MAX, 2),
+            decode_region(text.as_bytes(), &mut out, usize::MAX, pool(1).as_ref()),
             (0, 0)
         );
         assert!(out.is_empty());

@@ -102,10 +102,12 @@ fn main() -> std::io::Result<()> {
     }
 
     let mut buffered = [Vec::new(), Vec::new()];
+    // One thread, and this thread with one helper.
+    let helper = wirespeed_core::CpuPool::new(1)?;
     for _ in 0..repeats.min(5) {
-        for (threads, times) in [1, 2].into_iter().zip(buffered.iter_mut()) {
+        for (pool, times) in [None, Some(&helper)].into_iter().zip(buffered.iter_mut()) {
             let options = DecodeOptions {
-                threads,
+                pool: pool.cloned(),
                 ..DecodeOptions::default()
             };
             let t = Instant::now();

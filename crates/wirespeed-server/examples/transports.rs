@@ -27,9 +27,11 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use wirespeed_server::proto::grpc_inference_service_client::GrpcInferenceServiceClient;
-use wirespeed_server::proto::model_infer_request::{InferInputTensor, InferRequestedOutputTensor};
-use wirespeed_server::proto::ModelInferRequest;
+use wirespeed_proto::inference::grpc_inference_service_client::GrpcInferenceServiceClient;
+use wirespeed_proto::inference::model_infer_request::{
+    InferInputTensor, InferRequestedOutputTensor,
+};
+use wirespeed_proto::inference::ModelInferRequest;
 
 type Grpc = GrpcInferenceServiceClient<tonic::transport::Channel>;
 

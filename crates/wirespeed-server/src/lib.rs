@@ -21,16 +21,15 @@
 //! # }
 //! ```
 
-mod compute;
+mod auth;
 mod grpc;
 mod http;
-mod identity_model;
 mod listen;
-pub mod model_config;
-mod repository;
+mod models;
+mod pipeline;
+mod scheduler;
 mod timing;
 mod tls;
-mod tree_model;
 mod uds;
 
 use std::future::Future;
@@ -42,13 +41,12 @@ use std::time::Duration;
 
 use tokio::net::{TcpListener, UnixListener};
 
-/// The Open Inference Protocol's gRPC messages and a tonic client for them,
-/// generated from `proto/grpc_service.proto`.
-pub use grpc::pb as proto;
-pub use identity_model::IdentityModel;
-pub use repository::{ModelRepository, RepositoryError};
-pub use tree_model::TreeModel;
-pub use wirespeed_json::DecodeOptions;
+pub use wirespeed_core::RequestLimits;
+pub use wirespeed_models::{Backend, ModelSource, Registry, RepositoryError};
+
+use auth::Auth;
+use models::ServedModels;
+use wirespeed_core::CpuPool;
 
 /// The protocol extensions this server implements, as server metadata
 /// lists them on REST and gRPC.
@@ -71,8 +69,16 @@ pub struct ServerConfig {
     pub limits: Limits,
     /// How long shutdown waits for open requests to finish.
     pub drain_timeout: Duration,
-    /// Limits of the request decoders.
-    pub decode_options: wirespeed_json::DecodeOptions,
+    /// What one request may make the server hold, on every protocol.
+    pub request_limits: RequestLimits,
+    /// Refuse `NaN` and `Infinity` in JSON requests.
+    pub strict_json: bool,
+    /// The threads of the one CPU pool: model compute, large decodes, and
+    /// their helpers. The cores unless set.
+    pub compute_threads: usize,
+    /// The backends models can be loaded with: the built-in ones unless
+    /// a program embedding the server adds its own.
+    pub backends: Registry,
     /// The bearer token every request but health checks must carry.
     pub auth_token: Option<String>,
     /// TLS for every listener, from PEM files.
@@ -139,10 +145,10 @@ impl Default for ServerConfig {
             grpc_uds: None,
             limits: Limits::default(),
             drain_timeout: Duration::from_secs(10),
-            decode_options: wirespeed_json::DecodeOptions {
-                threads: std::thread::available_parallelism().map_or(1, |n| n.get()),
-                ..wirespeed_json::DecodeOptions::default()
-            },
+            request_limits: RequestLimits::default(),
+            strict_json: false,
+            compute_threads: std::thread::available_parallelism().map_or(1, |n| n.get()),
+            backends: Registry::builtin(),
             auth_token: None,
             tls: None,
         }
@@ -162,6 +168,14 @@ pub enum StartError {
         flag: &'static str,
         /// The address or socket path.
         addr: String,
+        /// The OS error.
+        error: std::io::Error,
+    },
+    /// The CPU pool's threads could not be started.
+    #[error("cannot start the {threads} compute threads: {error}")]
+    Threads {
+        /// How many were asked for.
+        threads: usize,
         /// The OS error.
         error: std::io::Error,
     },
@@ -189,12 +203,16 @@ fn bind_hint(e: &std::io::Error, flag: &str) -> String {
 
 /// What every request handler shares.
 pub(crate) struct AppState {
-    pub(crate) repository: ModelRepository,
+    pub(crate) models: ServedModels,
     pub(crate) ready: AtomicBool,
     pub(crate) limits: Limits,
+    /// The request limits, the switches of the JSON decoders and the CPU
+    /// pool their helpers run on.
     pub(crate) decode_options: wirespeed_json::DecodeOptions,
+    /// The one CPU pool.
+    pub(crate) pool: CpuPool,
     /// The bearer token, when requests must carry one.
-    pub(crate) auth_token: Option<String>,
+    pub(crate) auth: Auth,
     /// Numbers requests for error messages and the log.
     pub(crate) request_ids: std::sync::atomic::AtomicU64,
     /// Clipper's query ids, counted from server start.
@@ -243,7 +261,12 @@ impl Server {
             return Err(StartError::NoListener);
         }
         let tls = config.tls.as_ref().map(tls::acceptor).transpose()?;
-        let repository = ModelRepository::load(&config.models_dir)?;
+        let pool = CpuPool::new(config.compute_threads).map_err(|error| StartError::Threads {
+            threads: config.compute_threads,
+            error,
+        })?;
+        let loaded =
+            wirespeed_models::load_repository(&config.models_dir, &config.backends, &pool)?;
         let http_tcp = match config.http_addr {
             Some(addr) => Some(bind_tcp("--http", addr).await?),
             None => None,
@@ -269,11 +292,16 @@ impl Server {
             grpc_uds,
             tls,
             state: Arc::new(AppState {
-                repository,
+                models: ServedModels::start(loaded, &pool),
                 ready: AtomicBool::new(true),
                 limits: config.limits.clone(),
-                decode_options: config.decode_options.clone(),
-                auth_token: config.auth_token.clone(),
+                decode_options: wirespeed_json::DecodeOptions {
+                    limits: config.request_limits.clone(),
+                    strict: config.strict_json,
+                    pool: Some(pool.clone()),
+                },
+                pool,
+                auth: Auth::new(config.auth_token.clone()),
                 request_ids: std::sync::atomic::AtomicU64::new(1),
                 clipper_queries: std::sync::atomic::AtomicU64::new(0),
             }),
@@ -383,11 +411,6 @@ impl Server {
             let _ = std::fs::remove_file(path);
         }
     }
-}
-
-/// Compares two secrets in time that depends on their lengths only.
-pub(crate) fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
 async fn maybe(future: Option<impl Future<Output = ()>>) {

@@ -16,9 +16,6 @@
 
 use std::time::{Duration, Instant};
 
-use hyper::header::HeaderValue;
-use hyper::Response;
-
 /// The header's name.
 pub(crate) const SERVER_TIMING: &str = "server-timing";
 
@@ -50,14 +47,6 @@ impl Stages {
     pub(crate) fn body_read(&mut self, decode: Duration) {
         self.read = self.start.elapsed();
         self.decode = decode;
-    }
-
-    /// Adds the `Server-Timing` header to `response`, with `total` the time
-    /// since the start.
-    pub(crate) fn stamp<B>(&self, response: &mut Response<B>) {
-        let value =
-            HeaderValue::try_from(self.text()).expect("names and digits are valid header text");
-        response.headers_mut().insert(SERVER_TIMING, value);
     }
 
     /// The header's text, with `total` the time since the start. Every

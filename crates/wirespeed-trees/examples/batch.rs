@@ -27,6 +27,7 @@ fn main() {
     let features: usize = features.parse().expect("features");
     assert_eq!(features, ensemble.num_features());
     let threads: usize = threads.parse().expect("threads");
+    let pool = wirespeed_core::CpuPool::new(threads).expect("the threads start");
     let repeats: usize = repeats.parse().expect("repeats");
     let n = rows.len() / features;
     let mut margins = vec![0f32; n * ensemble.num_groups()];
@@ -34,7 +35,7 @@ fn main() {
     let mut times = Vec::new();
     for _ in 0..repeats {
         let t0 = Instant::now();
-        ensemble.predict_parallel(&rows, &mut margins, &mut predictions, threads);
+        ensemble.predict_parallel(&rows, &mut margins, &mut predictions, &pool);
         times.push(t0.elapsed().as_secs_f64());
     }
     times.sort_by(f64::total_cmp);

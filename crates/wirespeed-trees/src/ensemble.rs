@@ -19,6 +19,8 @@
 //! beside the nodes and sum and transform in `f64`, so predictions match
 //! the package to the last bits of an `f32`.
 
+use wirespeed_core::CpuPool;
+
 use crate::Objective;
 
 const DEFAULT_LEFT: u32 = 1 << 31;
@@ -501,18 +503,19 @@ impl TreeEnsemble {
     }
 
     /// [`predict_margins_and_predictions`](Self::predict_margins_and_predictions)
-    /// split over `threads` threads by contiguous rows: the same results,
-    /// bit for bit (each row is summed by one thread, in tree order).
+    /// split by contiguous rows over the threads of `pool`: the same
+    /// results, bit for bit (each row is summed by one thread, in tree
+    /// order).
     pub fn predict_parallel(
         &self,
         rows: &[f32],
         margins: &mut [f32],
         predictions: &mut [f32],
-        threads: usize,
+        pool: &CpuPool,
     ) {
         let nf = self.num_features.max(1);
         let n_rows = rows.len() / nf;
-        let threads = threads.clamp(1, n_rows.div_ceil(ROW_BLOCK).max(1));
+        let threads = pool.threads().clamp(1, n_rows.div_ceil(ROW_BLOCK).max(1));
         if threads == 1 {
             self.predict_margins_and_predictions(rows, margins, predictions);
             return;
@@ -520,13 +523,13 @@ impl TreeEnsemble {
         // Whole blocks per thread, so block boundaries match the serial path.
         let per = n_rows.div_ceil(ROW_BLOCK).div_ceil(threads) * ROW_BLOCK;
         let (groups, width) = (self.num_groups(), self.prediction_width());
-        std::thread::scope(|scope| {
+        pool.scope(|scope| {
             for ((r, m), p) in rows
                 .chunks(per * nf)
                 .zip(margins.chunks_mut(per * groups))
                 .zip(predictions.chunks_mut(per * width))
             {
-                scope.spawn(move || self.predict_margins_and_predictions(r, m, p));
+                scope.spawn(move |_| self.predict_margins_and_predictions(r, m, p));
             }
         });
     }

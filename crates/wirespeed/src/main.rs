@@ -12,7 +12,7 @@ use std::time::Duration;
 use anyhow::Context;
 use clap::{Args, Parser, Subcommand};
 use tracing_subscriber::EnvFilter;
-use wirespeed_server::{DecodeOptions, Limits, ModelRepository, Server, ServerConfig, TlsFiles};
+use wirespeed_server::{Limits, RequestLimits, Server, ServerConfig, TlsFiles};
 
 /// A model server whose request path runs at wire speed.
 #[derive(Parser)]
@@ -136,6 +136,12 @@ struct ServeArgs {
     #[arg(long, env = "WIRESPEED_TLS_KEY", requires = "tls_cert")]
     tls_key: Option<PathBuf>,
 
+    /// The threads of the one CPU pool, shared by model compute and large
+    /// decodes; the cores unless set. Each model computes at most this
+    /// many requests at once unless its config says otherwise.
+    #[arg(long, env = "WIRESPEED_COMPUTE_THREADS", value_parser = clap::value_parser!(u16).range(1..))]
+    compute_threads: Option<u16>,
+
     /// Validate the model repository, print what it serves, and exit.
     #[arg(long, env = "WIRESPEED_CHECK")]
     check: bool,
@@ -186,19 +192,27 @@ fn main() -> ExitCode {
 fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let filter = EnvFilter::try_new(&args.log_level)
         .with_context(|| format!("invalid --log-level '{}'", args.log_level))?;
+    // At debug, each request's stages (read and decode, queue, compute,
+    // encode) are spans, logged with their times as they close.
     tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_span_events(tracing_subscriber::fmt::format::FmtSpan::CLOSE)
         .with_writer(std::io::stderr)
         .with_ansi(std::io::stderr().is_terminal())
         .init();
     // While this is still the only thread.
     malloc::one_arena();
 
+    let defaults = ServerConfig::default();
+    let compute_threads = args
+        .compute_threads
+        .map_or(defaults.compute_threads, usize::from);
     if args.check {
-        let repository =
-            ModelRepository::load(&args.models).context("model repository check failed")?;
-        for (name, model) in repository.models() {
-            let m = model.metadata();
+        let pool = wirespeed_core::CpuPool::new(compute_threads)?;
+        let models = wirespeed_models::load_repository(&args.models, &defaults.backends, &pool)
+            .context("model repository check failed")?;
+        for loaded in models {
+            let (name, m) = (&loaded.name, loaded.model.metadata());
             println!(
                 "ok  {name} (version {}, {})",
                 m.versions.join(", "),
@@ -222,7 +236,6 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
         }
         None => None,
     };
-    let defaults = ServerConfig::default();
     let config = ServerConfig {
         models_dir: args.models,
         http_addr: args.http.0,
@@ -241,19 +254,20 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
             keep_alive_timeout: args.keep_alive_timeout,
         },
         drain_timeout: args.drain_timeout,
-        decode_options: DecodeOptions {
+        request_limits: RequestLimits {
             max_elements: args.max_elements,
             max_tensor_bytes: args.max_tensor_bytes,
             max_inputs: args.max_inputs,
             max_string_bytes: args.max_string_bytes,
             max_depth: args.max_depth,
-            ..defaults.decode_options
         },
+        compute_threads,
         auth_token,
         tls: args
             .tls_cert
             .zip(args.tls_key)
             .map(|(cert, key)| TlsFiles { cert, key }),
+        ..defaults
     };
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()

@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
 use wirespeed_core::{Tensor, TensorData};
+use wirespeed_models::Registry;
 
 use super::{failure, Cell, Context, Outcome, ONE};
 use crate::report::Table;
@@ -63,11 +64,14 @@ fn in_process(context: &Context) -> anyhow::Result<Vec<(String, f64)>> {
         trees.predict_row(black_box(&row), &mut out);
         black_box(&out);
     });
-    let repository = wirespeed_server::ModelRepository::load(&context.models)
+    let pool = wirespeed_core::CpuPool::new(1)?;
+    let models = wirespeed_models::load_repository(&context.models, &Registry::builtin(), &pool)
         .with_context(|| format!("loading the model repository {}", context.models.display()))?;
-    let model = repository
-        .get("titanic", None)
-        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    let model = models
+        .into_iter()
+        .find(|m| m.name == "titanic")
+        .map(|m| m.model)
+        .with_context(|| format!("{} has no model 'titanic'", context.models.display()))?;
     let outputs: Vec<usize> = (0..model.metadata().outputs.len()).collect();
     let mut failed = None;
     let model_ns = ns_per_op(budget, || {

@@ -14,7 +14,9 @@
 //! first its text is captured verbatim and decoded when the input's object
 //! closes: correct for every key order, fast for the common one.
 
-use wirespeed_core::{BinaryInput, DataType, InferRequest, Parameters, RequestedOutput, Tensor};
+use wirespeed_core::{
+    BinaryInput, DataType, InferRequest, Parameters, RequestedOutput, Tensor, TensorBudget,
+};
 
 use crate::builder::{BuildError, Float, Scalar, TensorBuilder};
 use crate::error::{Category, DecodeError};
@@ -222,8 +224,7 @@ struct RequestState {
     outputs: Vec<RequestedOutput>,
     output_seen: u16,
     seen: u16,
-    elements: usize,
-    tensor_bytes: usize,
+    budget: TensorBudget,
 }
 
 struct InputState {
@@ -513,7 +514,7 @@ impl RequestDecoder {
         let mut added = 0;
         // After one region declines, the rest of this run is sequential:
         // retrying from every next value would rescan the region each time.
-        let mut try_parallel = self.options.threads > 1;
+        let mut try_parallel = self.options.pool.is_some();
         let stop = loop {
             while pos < len && is_ws(chunk[pos]) {
                 pos += 1;
@@ -534,7 +535,7 @@ impl RequestDecoder {
                         &chunk[pos..pos + bytes],
                         values,
                         want,
-                        self.options.threads,
+                        self.options.pool.as_ref(),
                     );
                     if n > 0 {
                         pos += used;
@@ -716,7 +717,7 @@ impl RequestDecoder {
         };
         let (keep, start) = (*keep, *start);
         let out = if keep { Some(&mut self.scratch) } else { None };
-        match scanner.scan(&chunk[pos..], out, self.options.max_string_bytes) {
+        match scanner.scan(&chunk[pos..], out, self.options.limits.max_string_bytes) {
             Ok(Scan::Open) => Ok(chunk.len()),
             Ok(Scan::Closed(n)) => {
                 let Partial::String { is_key, .. } =
@@ -735,20 +736,12 @@ impl RequestDecoder {
             }
             Err(e) => {
                 let at = self.base + (pos + e.at) as u64;
-                let category = if e.limit {
-                    Category::Limit
+                let error = if e.limit {
+                    DecodeError::limit(at, self.options.limits.string_too_long())
                 } else {
-                    Category::Syntax
+                    DecodeError::new(Category::Syntax, at, e.message)
                 };
-                let message = if e.limit {
-                    format!(
-                        "string is longer than {} bytes",
-                        self.options.max_string_bytes
-                    )
-                } else {
-                    e.message.to_owned()
-                };
-                Err(DecodeError::new(category, at, message).with_input(self.input_name()))
+                Err(error.with_input(self.input_name()))
             }
         }
     }

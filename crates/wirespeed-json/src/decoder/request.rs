@@ -4,8 +4,7 @@
 //! close, keys end, and scalar values complete.
 
 use wirespeed_core::{
-    element_count, format_shape, BinaryInput, DataType, ParameterValue, Parameters,
-    RequestedOutput, Tensor, TensorData,
+    BinaryInput, DataType, ParameterValue, Parameters, RequestedOutput, Tensor, TensorData,
 };
 
 use super::{
@@ -103,13 +102,10 @@ impl RequestDecoder {
         pos: usize,
         at: u64,
     ) -> Result<(), DecodeError> {
-        if self.stack.len() >= self.options.max_depth {
-            return Err(DecodeError::new(
-                Category::Limit,
-                at,
-                format!("nesting is deeper than {} levels", self.options.max_depth),
-            ));
-        }
+        self.options
+            .limits
+            .check_depth(self.stack.len() + 1)
+            .map_err(|e| DecodeError::limit(at, e))?;
         let slot = self.slot();
         let found = if container == Container::Object {
             "an object"
@@ -134,15 +130,11 @@ impl RequestDecoder {
             (Slot::Outputs, Container::Array) => Ctx::Outputs,
             (Slot::Params(owner), Container::Object) => Ctx::Params(owner),
             (Slot::Input, Container::Object) => {
-                if self.request.inputs.len() + self.request.finished_inputs.len()
-                    >= self.options.max_inputs
-                {
-                    return Err(DecodeError::new(
-                        Category::Limit,
-                        at,
-                        format!("more than {} inputs", self.options.max_inputs),
-                    ));
-                }
+                let inputs = self.request.inputs.len() + self.request.finished_inputs.len();
+                self.options
+                    .limits
+                    .check_inputs(inputs + 1)
+                    .map_err(|e| DecodeError::limit(at, e))?;
                 self.request.inputs.push(empty_input(at));
                 Ctx::Input
             }
@@ -218,7 +210,7 @@ impl RequestDecoder {
         Ok(TensorBuilder::new(datatype, shape, count, room))
     }
 
-    /// Counts `shape`'s elements against the request's element limit.
+    /// Counts `shape`'s elements against the request's limits.
     fn count_elements(
         &mut self,
         name: Option<&str>,
@@ -226,37 +218,10 @@ impl RequestDecoder {
         shape: &[usize],
         at: u64,
     ) -> Result<usize, DecodeError> {
-        let limit =
-            |message: String| DecodeError::new(Category::Limit, at, message).with_input(name);
-        let count = element_count(shape).ok_or_else(|| {
-            limit(format!(
-                "shape {} has more elements than can be counted",
-                format_shape(shape)
-            ))
-        })?;
-        let total = self.request.elements.saturating_add(count);
-        if total > self.options.max_elements {
-            return Err(limit(format!(
-                "shape {} would bring the request to {total} elements, over the limit of {}",
-                format_shape(shape),
-                self.options.max_elements
-            )));
-        }
-        let size = datatype.element_size().unwrap_or(4);
-        let bytes = self
-            .request
-            .tensor_bytes
-            .saturating_add(count.saturating_mul(size));
-        if bytes > self.options.max_tensor_bytes {
-            return Err(limit(format!(
-                "shape {} of {datatype} would bring the request to {bytes} bytes of tensor data, over the limit of {}",
-                format_shape(shape),
-                self.options.max_tensor_bytes
-            )));
-        }
-        self.request.elements = total;
-        self.request.tensor_bytes = bytes;
-        Ok(count)
+        self.request
+            .budget
+            .take_shape(&self.options.limits, datatype, shape)
+            .map_err(|e| DecodeError::limit(at, e).with_input(name))
     }
 
     pub(super) fn close(

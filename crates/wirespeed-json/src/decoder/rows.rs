@@ -11,7 +11,7 @@
 //! data were one array. `{"b64": "..."}` carries binary BYTES values.
 
 use base64::Engine;
-use wirespeed_core::{DataType, InferRequest, Tensor};
+use wirespeed_core::{DataType, InferRequest, Tensor, TensorBudget};
 
 use super::{schema, Container, Ctx, Key, RequestDecoder, Slot};
 use crate::builder::{Scalar, TensorBuilder};
@@ -118,7 +118,10 @@ impl RequestDecoder {
             Some(len) => (len.saturating_sub(at) / 2 + 1) as usize,
             None => super::DEFAULT_RESERVE,
         };
-        let (elements, bytes) = (self.options.max_elements, self.options.max_tensor_bytes);
+        let (elements, bytes) = (
+            self.options.limits.max_elements,
+            self.options.limits.max_tensor_bytes,
+        );
         let named = self.named_mut();
         if named.format.is_some() {
             let both = match named.dialect {
@@ -440,7 +443,7 @@ impl RequestDecoder {
         // Each input was held to the limits alone while it grew (its shape
         // was not known before its data ended); the request is held to them
         // together here.
-        let (mut elements, mut bytes) = (0usize, 0usize);
+        let mut budget = TensorBudget::default();
         for input in named.inputs {
             let builder = input.builder.expect("made when the format showed");
             let (shape, data) = builder
@@ -449,20 +452,9 @@ impl RequestDecoder {
             if shape.first() == Some(&0) || shape.is_empty() && data.is_empty() {
                 return Err(schema(0, "the request has no rows").with_input(Some(&input.name)));
             }
-            elements += data.len();
-            bytes += data.len() * input.datatype.element_size().unwrap_or(4);
-            if elements > self.options.max_elements || bytes > self.options.max_tensor_bytes {
-                return Err(DecodeError::new(
-                    Category::Limit,
-                    end,
-                    format!(
-                        "the inputs hold {elements} elements ({bytes} bytes of tensor data) up to \
-                         '{}', over the limits of {} elements and {} bytes",
-                        input.name, self.options.max_elements, self.options.max_tensor_bytes
-                    ),
-                )
-                .with_input(Some(&input.name)));
-            }
+            budget
+                .take(&self.options.limits, input.datatype, data.len())
+                .map_err(|e| DecodeError::limit(end, e).with_input(Some(&input.name)))?;
             inputs.push(Tensor {
                 name: input.name,
                 shape,

@@ -5,7 +5,7 @@
 
 use half::{bf16, f16};
 use proptest::prelude::*;
-use wirespeed_core::{DataType, InferRequest, ParameterValue, TensorData};
+use wirespeed_core::{CpuPool, DataType, InferRequest, ParameterValue, TensorData};
 use wirespeed_json::{DecodeOptions, RequestDecoder};
 
 /// One tensor: the JSON text of each element and the value it must decode to.
@@ -400,8 +400,9 @@ fn decode_with(
     threads: usize,
     chunk: usize,
 ) -> Result<InferRequest, wirespeed_json::DecodeError> {
+    // This thread and `threads - 1` helpers.
     let options = DecodeOptions {
-        threads,
+        pool: (threads > 1).then(|| CpuPool::new(threads - 1).unwrap()),
         ..DecodeOptions::default()
     };
     let mut decoder = RequestDecoder::new(options).with_body_len(body.len() as u64);

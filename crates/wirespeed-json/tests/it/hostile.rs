@@ -1,5 +1,6 @@
 //! Malformed and hostile bodies: each gives the expected category and offset.
 
+use wirespeed_core::RequestLimits;
 use wirespeed_json::{Category, DecodeError, DecodeOptions, RequestDecoder};
 
 const SAMPLE: &str = r#"{"id":"a","inputs":[{"name":"x","shape":[2,2],"datatype":"FP32","data":[[1.5,-2],[3e2,0.25]]},{"name":"s","shape":[1],"datatype":"BYTES","data":["h\u00e9"]}],"outputs":[{"name":"y"}]}"#;
@@ -174,8 +175,11 @@ fn a_huge_declared_shape_is_a_limit_error_before_any_allocation() {
 #[test]
 fn limits_are_configurable() {
     let options = DecodeOptions {
-        max_inputs: 1,
-        max_string_bytes: 8,
+        limits: RequestLimits {
+            max_inputs: 1,
+            max_string_bytes: 8,
+            ..RequestLimits::default()
+        },
         strict: true,
         ..DecodeOptions::default()
     };

@@ -1,7 +1,7 @@
 //! TF Serving and Clipper request bodies: shapes learned from nesting, named
 //! inputs, b64 values, and their errors; checked against serde_json.
 
-use wirespeed_core::{DataType, InferRequest, TensorData};
+use wirespeed_core::{DataType, InferRequest, RequestLimits, TensorData};
 use wirespeed_json::{Category, DecodeError, DecodeOptions, Format, RequestDecoder};
 
 fn tf(
@@ -199,7 +199,10 @@ fn several_inputs_are_held_to_the_limits_together() {
         ("b".to_owned(), DataType::Fp32),
     ];
     let options = DecodeOptions {
-        max_elements: 5,
+        limits: RequestLimits {
+            max_elements: 5,
+            ..RequestLimits::default()
+        },
         ..DecodeOptions::default()
     };
     let body = r#"{"inputs": {"a": [[1, 2, 3]], "b": [[4, 5, 6]]}}"#;

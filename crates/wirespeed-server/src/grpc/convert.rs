@@ -9,10 +9,9 @@
 use bytes::Bytes;
 use wirespeed_core::raw::{from_raw, raw_len, write_raw};
 use wirespeed_core::{
-    element_count, DataType, Error, ErrorKind, InferRequest, ParameterValue, Parameters,
-    RequestedOutput, Tensor, TensorData,
+    DataType, Error, InferRequest, InferResponse, ParameterValue, Parameters, RequestLimits,
+    RequestedOutput, Tensor, TensorBudget, TensorData,
 };
-use wirespeed_json::DecodeOptions;
 
 use super::pb;
 use pb::infer_parameter::ParameterChoice;
@@ -22,21 +21,12 @@ fn input_error(name: &str, message: impl std::fmt::Display) -> Error {
     Error::invalid_input(format!("input '{name}': {message}"))
 }
 
-/// Converts a gRPC infer request, enforcing the decoder's limits.
+/// Converts a gRPC infer request, enforcing the request limits.
 pub(crate) fn request(
     message: pb::ModelInferRequest,
-    limits: &DecodeOptions,
+    limits: &RequestLimits,
 ) -> Result<InferRequest, Error> {
-    if message.inputs.len() > limits.max_inputs {
-        return Err(Error::new(
-            ErrorKind::LimitExceeded,
-            format!(
-                "the request has {} inputs, over the limit of {}",
-                message.inputs.len(),
-                limits.max_inputs
-            ),
-        ));
-    }
+    limits.check_inputs(message.inputs.len())?;
     let raw = !message.raw_input_contents.is_empty();
     if raw && message.raw_input_contents.len() != message.inputs.len() {
         return Err(Error::invalid_input(format!(
@@ -47,8 +37,7 @@ pub(crate) fn request(
         )));
     }
     let mut raw_contents = message.raw_input_contents.into_iter();
-    let mut elements = 0usize;
-    let mut tensor_bytes = 0usize;
+    let mut budget = TensorBudget::default();
     let mut inputs = Vec::with_capacity(message.inputs.len());
     for input in message.inputs {
         let name = input.name;
@@ -64,30 +53,9 @@ pub(crate) fn request(
                     format!("shape {:?} has a negative dimension", input.shape),
                 )
             })?;
-        let count = element_count(&shape)
-            .filter(|&n| elements.saturating_add(n) <= limits.max_elements)
-            .ok_or_else(|| {
-                Error::new(
-                    ErrorKind::LimitExceeded,
-                    format!(
-                        "input '{name}': shape {:?} brings the request over the limit of {} \
-                         elements",
-                        input.shape, limits.max_elements
-                    ),
-                )
-            })?;
-        elements += count;
-        tensor_bytes =
-            tensor_bytes.saturating_add(count.saturating_mul(datatype.element_size().unwrap_or(4)));
-        if tensor_bytes > limits.max_tensor_bytes {
-            return Err(Error::new(
-                ErrorKind::LimitExceeded,
-                format!(
-                    "input '{name}': shape {:?} of {datatype} brings the request to {tensor_bytes} bytes of tensor data, over the limit of {}",
-                    input.shape, limits.max_tensor_bytes
-                ),
-            ));
-        }
+        let count = budget
+            .take_shape(limits, datatype, &shape)
+            .map_err(|e| e.in_input(&name))?;
         let data = match (raw_contents.next(), input.contents) {
             (Some(_), Some(_)) => {
                 return Err(input_error(
@@ -96,10 +64,8 @@ pub(crate) fn request(
                 ))
             }
             (Some(bytes), None) => from_raw(datatype, count, &bytes, limits.max_string_bytes)
-                .map_err(|e| input_error(&name, e))?,
-            (None, Some(contents)) => {
-                typed(&name, datatype, count, contents, limits.max_string_bytes)?
-            }
+                .map_err(|e| e.for_input(&name))?,
+            (None, Some(contents)) => typed(&name, datatype, count, contents, limits)?,
             (None, None) => {
                 return Err(input_error(
                     &name,
@@ -135,7 +101,7 @@ fn typed(
     datatype: DataType,
     count: usize,
     contents: pb::InferTensorContents,
-    max_string: usize,
+    limits: &RequestLimits,
 ) -> Result<TensorData, Error> {
     let filled: Vec<(&str, usize)> = [
         ("bool_contents", contents.bool_contents.len()),
@@ -211,17 +177,8 @@ fn typed(
         DataType::Fp64 => TensorData::Fp64(contents.fp64_contents),
         DataType::Bytes => {
             let mut elements = Vec::with_capacity(count);
-            for (i, b) in contents.bytes_contents.into_iter().enumerate() {
-                if b.len() > max_string {
-                    return Err(Error::new(
-                        ErrorKind::LimitExceeded,
-                        format!(
-                            "input '{name}': BYTES element {i} is {} bytes, over the limit of \
-                             {max_string}",
-                            b.len()
-                        ),
-                    ));
-                }
+            for b in contents.bytes_contents {
+                limits.check_string(b.len()).map_err(|e| e.in_input(name))?;
                 elements.push(Vec::from(b));
             }
             TensorData::Bytes(elements)
@@ -258,15 +215,10 @@ fn parameters(
 }
 
 /// Builds the gRPC response: outputs' metadata, and their data as raw bytes.
-pub(crate) fn response(
-    model_name: &str,
-    model_version: &str,
-    id: Option<String>,
-    outputs: Vec<Tensor>,
-) -> pb::ModelInferResponse {
-    let mut metadata = Vec::with_capacity(outputs.len());
-    let mut raw = Vec::with_capacity(outputs.len());
-    for tensor in outputs {
+pub(crate) fn response(response: InferResponse) -> pb::ModelInferResponse {
+    let mut metadata = Vec::with_capacity(response.outputs.len());
+    let mut raw = Vec::with_capacity(response.outputs.len());
+    for tensor in response.outputs {
         let mut bytes = Vec::with_capacity(raw_len(&tensor.data));
         write_raw(&tensor.data, &mut bytes);
         raw.push(Bytes::from(bytes));
@@ -279,9 +231,9 @@ pub(crate) fn response(
         });
     }
     pb::ModelInferResponse {
-        model_name: model_name.to_owned(),
-        model_version: model_version.to_owned(),
-        id: id.unwrap_or_default(),
+        model_name: response.model_name,
+        model_version: response.model_version,
+        id: response.id.unwrap_or_default(),
         parameters: Default::default(),
         outputs: metadata,
         raw_output_contents: raw,
@@ -314,7 +266,7 @@ mod tests {
                 raw_input_contents: raw,
                 ..Default::default()
             },
-            &DecodeOptions::default(),
+            &RequestLimits::default(),
         )
     }
 
@@ -364,6 +316,7 @@ mod tests {
 
     #[test]
     fn a_huge_shape_is_a_limit_error_before_any_allocation() {
+        use wirespeed_core::ErrorKind;
         let mut x = input("FP32", vec![1_000_000_000_000], Default::default());
         x.contents = None;
         let e = convert(vec![x], vec![Bytes::from_static(&[0; 8])]).unwrap_err();

@@ -3,56 +3,39 @@
 //! and KServe clients call), the standard health service, and reflection so
 //! that `grpcurl` can list and call it.
 //!
-//! Requests are converted to wirespeed's own types in `convert`, run by the
-//! same `compute::run` as REST, and answered with raw output bytes. Errors
-//! carry the gRPC code their kind maps to (`ErrorKind::grpc_code`).
+//! `ModelInfer` and `ModelStreamInfer` are codecs of the one pipeline
+//! (`infer.rs`, converting in `convert.rs`). Errors carry the gRPC code
+//! their kind maps to (`ErrorKind::grpc_code`).
 
 mod convert;
+mod infer;
 
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::Duration;
 
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tokio_stream::{Stream, StreamExt};
-use tonic::{Code, Request, Response, Status, Streaming};
+use tonic::{Request, Response, Status, Streaming};
 use tonic_health::server::HealthReporter;
-use wirespeed_core::{Error, ErrorKind, Model};
+use wirespeed_core::{Error, ErrorKind};
+use wirespeed_proto::inference as pb;
 
+use crate::auth::HealthCheck;
 use crate::listen::Activity;
-use crate::timing::{timed, Stages, SERVER_TIMING};
-use crate::{compute, AppState};
-
-/// The messages, client and service generated from `proto/grpc_service.proto`.
-pub mod pb {
-    #![allow(missing_docs, unreachable_pub, clippy::all)]
-    tonic::include_proto!("inference");
-}
+use crate::AppState;
 
 use pb::grpc_inference_service_server::{GrpcInferenceService, GrpcInferenceServiceServer};
-
-/// The encoded descriptors of `proto/grpc_service.proto`, for reflection.
-const FILE_DESCRIPTOR_SET: &[u8] =
-    include_bytes!(concat!(env!("OUT_DIR"), "/grpc_service_descriptor.bin"));
-
-/// Raw input bytes above this are converted on the blocking pool: copying
-/// them takes long enough to hold up other requests on the async worker.
-const OFFLOAD_RAW_BYTES: usize = 1 << 20;
 
 /// Requests in flight on one ModelStreamInfer stream before reading pauses.
 const STREAM_BACKLOG: usize = 16;
 
-/// The gRPC status for `error`. Server errors are logged here in full and
-/// reach the client only as a generic message.
+/// The gRPC status for an `error` outside the pipeline (which numbers and
+/// logs its own): client errors say what was wrong.
 fn status(error: &Error) -> Status {
-    let kind = error.kind();
-    if !kind.is_client_error() {
-        tracing::error!(error = %error, "gRPC request failed");
-    }
-    Status::new(Code::from_i32(kind.grpc_code()), error.public_message())
+    infer::status(error, error.public_message())
 }
 
 /// The client's deadline, from the `grpc-timeout` header: up to eight
@@ -82,53 +65,6 @@ struct Inference {
 }
 
 impl Inference {
-    /// Answers one infer request; also returns where its time went.
-    async fn infer(
-        &self,
-        message: pb::ModelInferRequest,
-    ) -> Result<(pb::ModelInferResponse, Stages), Error> {
-        let mut stages = Stages::start();
-        let model: Arc<dyn Model> = Arc::clone(
-            self.state
-                .repository
-                .get(&message.model_name, version(&message.model_version))?,
-        );
-        let requested_version = message.model_version.clone();
-        let raw_bytes: usize = message.raw_input_contents.iter().map(|b| b.len()).sum();
-        let mut decode = Duration::ZERO;
-        let request = if raw_bytes > OFFLOAD_RAW_BYTES {
-            let options = self.state.decode_options.clone();
-            let (request, spent) = tokio::task::spawn_blocking(move || {
-                let mut spent = Duration::ZERO;
-                let request = timed(&mut spent, || convert::request(message, &options));
-                (request, spent)
-            })
-            .await
-            .map_err(|e| Error::internal(format!("conversion task failed: {e}")))?;
-            decode = spent;
-            request?
-        } else {
-            timed(&mut decode, || {
-                convert::request(message, &self.state.decode_options)
-            })?
-        };
-        stages.body_read(decode);
-        let outputs = compute::run(
-            &self.state,
-            &model,
-            request.inputs,
-            &request.outputs,
-            &mut stages,
-        )
-        .await?;
-        let metadata = model.metadata();
-        let served = version(&requested_version).unwrap_or(&metadata.versions[0]);
-        let response = timed(&mut stages.encode, || {
-            convert::response(&metadata.name, served, request.id, outputs)
-        });
-        Ok((response, stages))
-    }
-
     fn ready(&self) -> bool {
         self.state.ready.load(Ordering::Acquire)
     }
@@ -158,7 +94,7 @@ impl GrpcInferenceService for Inference {
     ) -> Result<Response<pb::ModelReadyResponse>, Status> {
         let request = request.into_inner();
         self.state
-            .repository
+            .models
             .get(&request.name, version(&request.version))
             .map_err(|e| status(&e))?;
         Ok(Response::new(pb::ModelReadyResponse {
@@ -184,7 +120,7 @@ impl GrpcInferenceService for Inference {
         let request = request.into_inner();
         let model = self
             .state
-            .repository
+            .models
             .get(&request.name, version(&request.version))
             .map_err(|e| status(&e))?;
         let m = model.metadata();
@@ -212,24 +148,22 @@ impl GrpcInferenceService for Inference {
         request: Request<pb::ModelInferRequest>,
     ) -> Result<Response<pb::ModelInferResponse>, Status> {
         let deadline = deadline(request.metadata());
-        let answer = self.infer(request.into_inner());
-        let answer = match deadline {
+        let answer = infer::model_infer(&self.state, request.into_inner());
+        // A deadline that passes drops the request where it is: a queued
+        // one leaves the queue uncomputed; one computing finishes, holding
+        // its slot, and its answer is dropped.
+        match deadline {
             Some(after) => tokio::time::timeout(after, answer)
                 .await
                 .unwrap_or_else(|_| {
-                    Err(Error::new(
+                    let e = Error::new(
                         ErrorKind::Timeout,
                         format!("the client's deadline of {after:?} passed before the answer"),
-                    ))
+                    );
+                    Err(status(&e))
                 }),
             None => answer.await,
-        };
-        let (answer, stages) = answer.map_err(|e| status(&e))?;
-        let mut response = Response::new(answer);
-        if let Ok(value) = stages.text().parse() {
-            response.metadata_mut().insert(SERVER_TIMING, value);
         }
-        Ok(response)
     }
 
     type ModelStreamInferStream =
@@ -241,35 +175,13 @@ impl GrpcInferenceService for Inference {
     ) -> Result<Response<Self::ModelStreamInferStream>, Status> {
         let mut incoming = request.into_inner();
         let (sender, receiver) = mpsc::channel(STREAM_BACKLOG);
-        let service = Inference {
-            state: Arc::clone(&self.state),
-        };
-        // Requests are answered one at a time, in order. A failed request
-        // gets its error in `error_message` and the stream goes on, as
-        // Triton does; a broken stream (bad framing, too large a message)
-        // ends it with that status.
+        let state = Arc::clone(&self.state);
+        // Requests are answered one at a time, in order. A broken stream
+        // (bad framing, too large a message) ends with that status.
         tokio::spawn(async move {
             while let Some(next) = incoming.next().await {
                 let reply = match next {
-                    Ok(message) => {
-                        let id = message.id.clone();
-                        match service.infer(message).await {
-                            Ok((response, _)) => Ok(pb::ModelStreamInferResponse {
-                                error_message: String::new(),
-                                infer_response: Some(response),
-                            }),
-                            Err(e) => {
-                                let _ = status(&e);
-                                Ok(pb::ModelStreamInferResponse {
-                                    error_message: e.public_message().to_owned(),
-                                    infer_response: Some(pb::ModelInferResponse {
-                                        id,
-                                        ..Default::default()
-                                    }),
-                                })
-                            }
-                        }
-                    }
+                    Ok(message) => Ok(infer::stream_infer(&state, message).await),
                     Err(broken) => Err(broken),
                 };
                 let end = reply.is_err();
@@ -310,7 +222,7 @@ pub(crate) async fn service(state: Arc<AppState>) -> (GrpcRoutes, HealthReporter
         .await;
     let descriptors = || {
         tonic_reflection::server::Builder::configure()
-            .register_encoded_file_descriptor_set(FILE_DESCRIPTOR_SET)
+            .register_encoded_file_descriptor_set(wirespeed_proto::FILE_DESCRIPTOR_SET)
             .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
     };
     // grpcurl and other tools speak either version of reflection.
@@ -351,15 +263,17 @@ pub(crate) struct GrpcService {
     activity: Arc<Activity>,
 }
 
-/// The RPCs that answer without the bearer token: health checks.
-fn is_health(path: &str) -> bool {
-    path.starts_with("/grpc.health.v1.Health/")
-        || matches!(
-            path,
-            "/inference.GRPCInferenceService/ServerLive"
-                | "/inference.GRPCInferenceService/ServerReady"
-                | "/inference.GRPCInferenceService/ModelReady"
-        )
+/// The health checks among the RPCs, which answer without the token.
+fn health_check(path: &str) -> Option<HealthCheck> {
+    if path.starts_with("/grpc.health.v1.Health/") {
+        return Some(HealthCheck::ServerReady);
+    }
+    match path {
+        "/inference.GRPCInferenceService/ServerLive" => Some(HealthCheck::ServerLive),
+        "/inference.GRPCInferenceService/ServerReady" => Some(HealthCheck::ServerReady),
+        "/inference.GRPCInferenceService/ModelReady" => Some(HealthCheck::ModelReady),
+        _ => None,
+    }
 }
 
 impl hyper::service::Service<hyper::Request<hyper::body::Incoming>> for GrpcService {
@@ -368,20 +282,10 @@ impl hyper::service::Service<hyper::Request<hyper::body::Incoming>> for GrpcServ
     type Future = Pin<Box<dyn Future<Output = Result<Self::Response, Self::Error>> + Send>>;
 
     fn call(&self, request: hyper::Request<hyper::body::Incoming>) -> Self::Future {
-        if let Some(token) = &self.state.auth_token {
-            let given = request
-                .headers()
-                .get(hyper::header::AUTHORIZATION)
-                .and_then(|v| v.as_bytes().strip_prefix(b"Bearer "));
-            let ok = given.is_some_and(|g| crate::constant_time_eq(g, token.as_bytes()));
-            if !ok && !is_health(request.uri().path()) {
-                let e = Error::new(
-                    ErrorKind::Unauthenticated,
-                    "this server needs 'authorization: Bearer <token>' metadata",
-                );
-                let response = status(&e).into_http();
-                return Box::pin(async move { Ok(response) });
-            }
+        let health = health_check(request.uri().path());
+        if let Err(e) = self.state.auth.check(request.headers(), health) {
+            let response = status(&e).into_http();
+            return Box::pin(async move { Ok(response) });
         }
         let routes = self.routes.clone();
         let in_flight = self.activity.begin();

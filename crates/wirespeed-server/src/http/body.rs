@@ -4,33 +4,32 @@
 //!
 //! Small bodies decode on the async worker that reads them. Past
 //! [`OFFLOAD_BYTES`] (or at once, when `Content-Length` says the body will
-//! be that large), the decoder moves to tokio's blocking pool and receives
-//! the remaining frames over a bounded channel, so a large decode never
-//! stalls other connections on the worker. There, small frames that are
-//! already waiting are joined into one span of up to [`SPAN_BYTES`]: a body
-//! arriving faster than one core decodes builds a backlog, whose spans (and
-//! frames of [`PARALLEL_MIN_BYTES`] or more, as they are) the decoder splits
-//! over several cores; a trickle is decoded frame by frame, so little is
-//! left to do when its last byte arrives.
+//! be that large), decoding moves to the server's CPU pool, so a large
+//! decode never stalls other connections on the worker: the decoder goes
+//! to the pool with the frames that have arrived, and comes back when it
+//! has fed them, while the worker keeps reading the next ones. No pool
+//! thread ever waits for the network. Frames that pile up while the decoder
+//! works are joined into spans of up to [`SPAN_BYTES`] for its next trip: a
+//! body arriving faster than one core decodes builds such a backlog, whose
+//! spans (and frames of [`PARALLEL_MIN_BYTES`] or more, as they are) the
+//! decoder splits over the pool's threads; a trickle is decoded frame by
+//! frame, so little is left to do when its last byte arrives.
 
 use std::time::{Duration, Instant};
 
-use std::sync::Arc;
-
-use wirespeed_core::Model;
-
-use crate::timing::timed;
-use crate::{AppState, Limits};
 use bytes::Bytes;
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
 use hyper::header::{HeaderMap, CONTENT_ENCODING, CONTENT_LENGTH};
-use tokio::sync::mpsc;
-use tokio::task::JoinHandle;
+use tokio::sync::oneshot;
 use wirespeed_core::raw::{RawError, RawFiller};
 use wirespeed_core::{
-    element_count, Error, ErrorKind, InferRequest, ModelMetadata, Tensor, TensorSpec,
+    element_count, CpuPool, Error, ErrorKind, InferRequest, ModelMetadata, Tensor, TensorBudget,
+    TensorSpec,
 };
+
+use crate::timing::timed;
+use crate::Limits;
 use wirespeed_json::{
     Category, DecodeError, DecodeOptions, Format, RequestDecoder, PARALLEL_MIN_BYTES,
 };
@@ -39,10 +38,10 @@ use wirespeed_json::{
 /// about 100 µs (the decoder runs at roughly 500 MB/s).
 pub(crate) const OFFLOAD_BYTES: u64 = 64 * 1024;
 
-/// Frames in flight between the reader and an offloaded decoder. hyper's
-/// frames grow with its read buffer (up to a few hundred KiB), so this bounds
-/// the backlog, and with it memory, to a few MiB beyond the tensors.
-const CHANNEL_FRAMES: usize = 4;
+/// Frames read ahead while an offloaded decoder works. hyper's frames grow
+/// with its read buffer (up to a few hundred KiB), so this bounds the
+/// backlog, and with it memory, to a few MiB beyond the tensors.
+const BACKLOG_FRAMES: usize = 4;
 
 /// The most bytes of waiting frames joined into one span for the decoder.
 const SPAN_BYTES: usize = 1 << 20;
@@ -200,52 +199,107 @@ impl BodyReader {
     }
 }
 
-/// What the decoder made of a body.
-type Decoded = Result<(InferRequest, Format), DecodeError>;
-
 /// Where the decoder runs.
 // One local per request: boxing the large variant would cost every request
 // an allocation to save stack space nobody needs.
 #[allow(clippy::large_enum_variant)]
 enum Decoding {
     Inline(RequestDecoder),
-    Offloaded {
-        frames: mpsc::Sender<Bytes>,
-        task: JoinHandle<(Decoded, Duration)>,
-    },
+    Offloaded(Offloaded),
 }
 
-impl Decoding {
-    fn offload(decoder: RequestDecoder) -> Decoding {
-        let (frames, mut incoming) = mpsc::channel::<Bytes>(CHANNEL_FRAMES);
-        let task = tokio::task::spawn_blocking(move || {
-            let mut decoder = decoder;
-            let mut span = Vec::new();
-            let mut spent = Duration::ZERO;
-            let result = (|| {
-                while let Some(frame) = incoming.blocking_recv() {
-                    // Alone, or large enough for the decoder to split over
-                    // cores by itself: decoded where it lies, not copied.
-                    if incoming.is_empty() || frame.len() >= PARALLEL_MIN_BYTES {
-                        timed(&mut spent, || decoder.feed(&frame))?;
-                        continue;
-                    }
-                    span.clear();
-                    span.extend_from_slice(&frame);
-                    while span.len() < SPAN_BYTES {
-                        match incoming.try_recv() {
-                            Ok(next) => span.extend_from_slice(&next),
-                            Err(_) => break,
-                        }
-                    }
-                    timed(&mut spent, || decoder.feed(&span))?;
-                }
-                timed(&mut spent, || decoder.finish_with_format())
-            })();
-            (result, spent)
-        });
-        Decoding::Offloaded { frames, task }
+/// A decoder that feeds on the CPU pool: it is either here, idle, or on a
+/// trip to the pool with a batch of frames, coming back on `trip`.
+struct Offloaded {
+    pool: CpuPool,
+    idle: Option<RequestDecoder>,
+    trip: Option<oneshot::Receiver<Trip>>,
+    /// Frames read while the decoder was away.
+    backlog: Vec<Bytes>,
+    /// The first error, which ends the decoding.
+    failed: Option<DecodeError>,
+}
+
+/// A decoder back from the pool, with what feeding took.
+struct Trip {
+    decoder: RequestDecoder,
+    result: Result<(), DecodeError>,
+    spent: Duration,
+}
+
+impl Offloaded {
+    fn new(decoder: RequestDecoder, pool: &CpuPool) -> Offloaded {
+        Offloaded {
+            pool: pool.clone(),
+            idle: Some(decoder),
+            trip: None,
+            backlog: Vec::new(),
+            failed: None,
+        }
     }
+
+    /// Sends the decoder to the pool with the backlog, if it is here and
+    /// there is something to feed it.
+    fn depart(&mut self) {
+        if self.backlog.is_empty() || self.failed.is_some() {
+            return;
+        }
+        let Some(mut decoder) = self.idle.take() else {
+            return;
+        };
+        let frames = std::mem::take(&mut self.backlog);
+        let (back, trip) = oneshot::channel();
+        self.trip = Some(trip);
+        self.pool.spawn(move || {
+            let started = Instant::now();
+            let result = feed_frames(&mut decoder, frames);
+            let _ = back.send(Trip {
+                decoder,
+                result,
+                spent: started.elapsed(),
+            });
+        });
+    }
+
+    /// Waits for the decoder to come back from its trip.
+    async fn arrive(&mut self, spent: &mut Duration) -> Result<(), Error> {
+        let Some(trip) = self.trip.take() else {
+            return Ok(());
+        };
+        let trip = trip
+            .await
+            .map_err(|_| Error::internal("the decoder failed on the CPU pool"))?;
+        *spent += trip.spent;
+        self.idle = Some(trip.decoder);
+        if let Err(e) = trip.result {
+            self.failed = Some(e);
+        }
+        Ok(())
+    }
+}
+
+/// Feeds `frames` in order: a frame alone, or large enough for the decoder
+/// to split over threads by itself, where it lies; small ones joined into
+/// spans of up to [`SPAN_BYTES`].
+fn feed_frames(decoder: &mut RequestDecoder, frames: Vec<Bytes>) -> Result<(), DecodeError> {
+    let mut span = Vec::new();
+    let mut frames = frames.into_iter().peekable();
+    while let Some(frame) = frames.next() {
+        if frames.peek().is_none() || frame.len() >= PARALLEL_MIN_BYTES {
+            decoder.feed(&frame)?;
+            continue;
+        }
+        span.clear();
+        span.extend_from_slice(&frame);
+        while span.len() < SPAN_BYTES {
+            match frames.next_if(|next| next.len() < PARALLEL_MIN_BYTES) {
+                Some(next) => span.extend_from_slice(&next),
+                None => break,
+            }
+        }
+        decoder.feed(&span)?;
+    }
+    Ok(())
 }
 
 /// A decoded infer request body.
@@ -266,10 +320,11 @@ pub(crate) async fn decode_body(
     body: Incoming,
     limits: &Limits,
     options: &DecodeOptions,
+    pool: &CpuPool,
     model: &ModelMetadata,
 ) -> Result<DecodedBody, Error> {
     let (mut reader, declared) = begin(headers, body, limits)?;
-    let result = read(&mut reader, headers, declared, options, model).await;
+    let result = read(&mut reader, headers, declared, options, pool, model).await;
     let mut decoded = settle(&mut reader, result).await?;
     decoded.decode = reader.decode;
     Ok(decoded)
@@ -309,6 +364,7 @@ async fn read(
     headers: &HeaderMap,
     declared: Option<u64>,
     options: &DecodeOptions,
+    pool: &CpuPool,
     model: &ModelMetadata,
 ) -> Result<DecodedBody, Error> {
     let layout = layout(headers, declared)?;
@@ -332,8 +388,7 @@ async fn read(
         decoder = decoder.with_binary_data();
     }
     let offload = json_len.or(declared).is_some_and(|n| n > OFFLOAD_BYTES);
-    let (mut request, _, leftover) =
-        decode_json(reader, decoder, offload, json_len, options).await?;
+    let (mut request, _, leftover) = decode_json(reader, decoder, offload, json_len, pool).await?;
     if let Some(n) = json_len {
         let after_header = declared.map(|total| total - n);
         read_binary(
@@ -341,7 +396,7 @@ async fn read(
             &mut request,
             leftover,
             after_header,
-            options.max_string_bytes,
+            options.limits.max_string_bytes,
         )
         .await?;
     }
@@ -361,7 +416,7 @@ pub(crate) async fn decode_json_body(
     body: Incoming,
     limits: &Limits,
     decoder: RequestDecoder,
-    options: &DecodeOptions,
+    pool: &CpuPool,
 ) -> Result<(InferRequest, Format, Duration), Error> {
     let (mut reader, declared) = begin(headers, body, limits)?;
     let result = async {
@@ -377,8 +432,7 @@ pub(crate) async fn decode_json_body(
             None => decoder,
         };
         let offload = declared.is_some_and(|n| n > OFFLOAD_BYTES);
-        let (request, format, _) =
-            decode_json(&mut reader, decoder, offload, None, options).await?;
+        let (request, format, _) = decode_json(&mut reader, decoder, offload, None, pool).await?;
         Ok((request, format))
     }
     .await;
@@ -387,36 +441,37 @@ pub(crate) async fn decode_json_body(
 }
 
 /// Feeds the JSON part of the body (all of it, or its first `json_len`
-/// bytes) to the decoder. Returns the request and the bytes of the last
-/// frame that came after the JSON.
+/// bytes) to the decoder, inline or on the pool. Returns the request and
+/// the bytes of the last frame that came after the JSON.
 async fn decode_json(
     reader: &mut BodyReader,
     decoder: RequestDecoder,
     offload: bool,
     json_len: Option<u64>,
-    options: &DecodeOptions,
+    pool: &CpuPool,
 ) -> Result<(InferRequest, Format, Bytes), Error> {
     let mut decoding = if offload {
-        Decoding::offload(decoder)
+        Decoding::Offloaded(Offloaded::new(decoder, pool))
     } else {
         Decoding::Inline(decoder)
     };
     let mut fed = 0u64;
     let mut leftover = Bytes::new();
     let mut failure = None;
-    while json_len.is_none_or(|n| fed < n) {
-        let Some(mut data) = reader.next().await? else {
-            break;
-        };
-        if let Some(n) = json_len {
-            let want = n - fed;
-            if data.len() as u64 > want {
-                leftover = data.split_off(want as usize);
-            }
-        }
-        fed += data.len() as u64;
+    let mut ended = false;
+    // Time the decoder spent on the pool.
+    let mut away = Duration::ZERO;
+    loop {
+        let more = !ended && json_len.is_none_or(|n| fed < n);
         match &mut decoding {
             Decoding::Inline(decoder) => {
+                if !more {
+                    break;
+                }
+                let Some(data) = next_json(reader, json_len, &mut fed, &mut leftover).await? else {
+                    ended = true;
+                    continue;
+                };
                 if let Err(e) = timed(&mut reader.decode, || decoder.feed(&data)) {
                     failure = Some(decode_error(e));
                     break;
@@ -424,19 +479,38 @@ async fn decode_json(
                 if fed > OFFLOAD_BYTES {
                     let Decoding::Inline(decoder) = std::mem::replace(
                         &mut decoding,
-                        Decoding::Inline(RequestDecoder::new(options.clone())),
+                        Decoding::Inline(RequestDecoder::new(DecodeOptions::default())),
                     ) else {
                         unreachable!()
                     };
-                    decoding = Decoding::offload(decoder);
+                    decoding = Decoding::Offloaded(Offloaded::new(decoder, pool));
                 }
             }
-            Decoding::Offloaded { frames, .. } => {
-                // A closed channel means the decoder stopped on an error,
-                // which the task's result carries.
-                if frames.send(data).await.is_err() {
+            Decoding::Offloaded(offloaded) => {
+                if offloaded.failed.is_some() {
                     break;
                 }
+                let reading = more && offloaded.backlog.len() < BACKLOG_FRAMES;
+                let on_trip = offloaded.trip.is_some();
+                if !reading && !on_trip {
+                    if offloaded.backlog.is_empty() {
+                        break;
+                    }
+                    offloaded.depart();
+                    continue;
+                }
+                // Read the next frame while the decoder is away, or take
+                // the decoder back, whichever comes first.
+                let frame = tokio::select! {
+                    next = next_json(reader, json_len, &mut fed, &mut leftover), if reading => Some(next?),
+                    back = offloaded.arrive(&mut away), if on_trip => { back?; None }
+                };
+                match frame {
+                    Some(Some(data)) => offloaded.backlog.push(data),
+                    Some(None) => ended = true,
+                    None => {}
+                }
+                offloaded.depart();
             }
         }
     }
@@ -448,13 +522,19 @@ async fn decode_json(
                 timed(&mut reader.decode, || decoder.finish_with_format()).map_err(decode_error)
             }
         },
-        Decoding::Offloaded { frames, task } => {
-            drop(frames);
-            let (result, spent) = task
-                .await
-                .map_err(|e| Error::internal(format!("decoder task failed: {e}")))?;
-            reader.decode += spent;
-            result.map_err(decode_error)
+        Decoding::Offloaded(mut offloaded) => {
+            // Whatever is still away or waiting is fed before the end.
+            offloaded.arrive(&mut away).await?;
+            offloaded.depart();
+            offloaded.arrive(&mut away).await?;
+            reader.decode += away;
+            match (offloaded.failed, offloaded.idle) {
+                (Some(e), _) => Err(decode_error(e)),
+                (None, Some(decoder)) => {
+                    timed(&mut reader.decode, || decoder.finish_with_format()).map_err(decode_error)
+                }
+                (None, None) => Err(Error::internal("the decoder did not come back")),
+            }
         }
     };
     match json_len {
@@ -465,6 +545,27 @@ async fn decode_json(
         ))),
         _ => result.map(|(request, format)| (request, format, leftover)),
     }
+}
+
+/// The next frame of the JSON part of the body: up to `json_len` bytes in
+/// all, the rest of a frame that crosses it going to `leftover`.
+async fn next_json(
+    reader: &mut BodyReader,
+    json_len: Option<u64>,
+    fed: &mut u64,
+    leftover: &mut Bytes,
+) -> Result<Option<Bytes>, Error> {
+    let Some(mut data) = reader.next().await? else {
+        return Ok(None);
+    };
+    if let Some(n) = json_len {
+        let want = n - *fed;
+        if data.len() as u64 > want {
+            *leftover = data.split_off(want as usize);
+        }
+    }
+    *fed += data.len() as u64;
+    Ok(Some(data))
 }
 
 /// Copies the raw bytes that follow the JSON header into the binary
@@ -497,7 +598,7 @@ async fn read_binary(
     for binary in &request.binary_inputs {
         let tensor = &mut request.inputs[binary.input];
         let count = element_count(&tensor.shape).expect("the decoder counted the shape");
-        let invalid = |e: RawError| Error::invalid_input(format!("input '{}': {e}", tensor.name));
+        let invalid = |e: RawError| e.for_input(&tensor.name);
         let mut filler =
             RawFiller::new(tensor.datatype(), count, binary.size, max_element).map_err(invalid)?;
         while filler.remaining() > 0 {
@@ -571,18 +672,11 @@ async fn read_raw(
     let size = declared.map_or_else(|| gathered.as_ref().map_or(0, Vec::len), |n| n as usize);
     let shape = raw_shape(spec, size, element)?;
     let count = element_count(&shape).expect("derived from a byte count");
-    // The same request limits as a JSON header's inputs, before allocating.
-    if count > options.max_elements || size > options.max_tensor_bytes {
-        return Err(Error::new(
-            ErrorKind::LimitExceeded,
-            format!(
-                "a raw body of {count} elements ({size} bytes) is over the limits of {} elements \
-                 and {} bytes of tensor data",
-                options.max_elements, options.max_tensor_bytes
-            ),
-        ));
-    }
-    let invalid = |e: RawError| Error::invalid_input(format!("input '{}': {e}", spec.name));
+    // The same request limits as every other input, before allocating.
+    TensorBudget::default()
+        .take_shape(&options.limits, spec.datatype, &shape)
+        .map_err(|e| e.in_input(&spec.name))?;
+    let invalid = |e: RawError| e.for_input(&spec.name);
     let mut filler = RawFiller::new(spec.datatype, count, size, 0).map_err(invalid)?;
     if let Some(all) = gathered {
         timed(&mut reader.decode, || filler.push(&all)).map_err(invalid)?;
@@ -664,18 +758,4 @@ fn raw_shape(spec: &TensorSpec, size: usize, element: usize) -> Result<Vec<usize
 pub(crate) async fn refuse(body: Incoming, limits: &Limits, error: Error) -> Error {
     BodyReader::new(body, limits).discard().await;
     error
-}
-
-/// The model a request with a body names, handed back with the body; an
-/// unknown model or version is [`refuse`]d.
-pub(crate) async fn model_for(
-    state: &AppState,
-    name: &str,
-    version: Option<&str>,
-    body: Incoming,
-) -> Result<(Arc<dyn Model>, Incoming), Error> {
-    match state.repository.get(name, version) {
-        Ok(model) => Ok((Arc::clone(model), body)),
-        Err(e) => Err(refuse(body, &state.limits, e).await),
-    }
 }

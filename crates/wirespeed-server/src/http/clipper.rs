@@ -7,83 +7,133 @@
 use std::sync::atomic::Ordering;
 
 use hyper::body::Incoming;
+use hyper::header::HeaderMap;
 use hyper::{Request, Response, StatusCode};
 use serde_json::json;
-use wirespeed_core::{Error, ErrorKind};
-use wirespeed_json::RequestDecoder;
+use wirespeed_core::{Error, ErrorKind, InferRequest, InferResponse};
+use wirespeed_json::{Format, RequestDecoder};
 
-use super::body::{decode_json_body, model_for, refuse};
+use super::body::{decode_json_body, refuse};
 use super::response::{self, Body};
-use crate::timing::{timed, Stages};
-use crate::{compute, AppState};
+use crate::models::ServedModel;
+use crate::pipeline::{self, Codec, RequestContext, Target};
+use crate::timing::Stages;
+use crate::AppState;
 
 /// `POST /{app}/predict`, answering errors in Clipper's own shape.
 pub(crate) async fn predict(
     state: &AppState,
+    context: RequestContext,
     app: &str,
     request: Request<Incoming>,
-    id: u64,
 ) -> Response<Body> {
-    answer(state, app, request)
-        .await
-        .unwrap_or_else(|e| error(&e, id))
+    let (parts, body) = request.into_parts();
+    let codec = ClipperQuery {
+        state,
+        app,
+        headers: parts.headers,
+        body: Some(body),
+        format: Format::ClipperOne,
+    };
+    let target = Target {
+        name: app,
+        version: None,
+    };
+    pipeline::infer(state, context, target, codec).await
 }
 
-async fn answer(
-    state: &AppState,
-    app: &str,
-    request: Request<Incoming>,
-) -> Result<Response<Body>, Error> {
-    let mut stages = Stages::start();
-    let (parts, body) = request.into_parts();
-    let (model, body) = model_for(state, app, None, body)
-        .await
-        .map_err(|e| Error::new(e.kind(), format!("no application '{app}': {}", e.message())))?;
-    let metadata = model.metadata();
-    let [input] = metadata.inputs.as_slice() else {
-        let e = Error::invalid_input(format!(
-            "application '{app}' is model '{}', which has {} inputs; Clipper queries feed one",
-            metadata.name,
-            metadata.inputs.len()
-        ));
-        return Err(refuse(body, &state.limits, e).await);
-    };
-    let decoder = RequestDecoder::clipper(
-        state.decode_options.clone(),
-        (input.name.clone(), input.datatype),
-    );
-    let (request, format, decode) = decode_json_body(
-        &parts.headers,
-        body,
-        &state.limits,
-        decoder,
-        &state.decode_options,
-    )
-    .await?;
-    stages.body_read(decode);
-    let mut outputs = compute::run(state, &model, request.inputs, &[], &mut stages).await?;
-    if outputs.is_empty() {
-        return Err(Error::internal(format!(
-            "model '{}' produced no output",
-            metadata.name
-        )));
+/// Clipper's codec of one query.
+struct ClipperQuery<'a> {
+    state: &'a AppState,
+    app: &'a str,
+    headers: HeaderMap,
+    body: Option<Incoming>,
+    /// One query or a batch; the answer follows it.
+    format: Format,
+}
+
+impl Codec for ClipperQuery<'_> {
+    type Answer = Response<Body>;
+
+    async fn decode(
+        &mut self,
+        model: &ServedModel,
+        stages: &mut Stages,
+    ) -> Result<InferRequest, Error> {
+        let body = self.body.take().expect("a body is decoded once");
+        let metadata = model.metadata();
+        let [input] = metadata.inputs.as_slice() else {
+            let e = Error::invalid_input(format!(
+                "application '{}' is model '{}', which has {} inputs; Clipper queries feed one",
+                self.app,
+                metadata.name,
+                metadata.inputs.len()
+            ));
+            return Err(refuse(body, &self.state.limits, e).await);
+        };
+        let decoder = RequestDecoder::clipper(
+            self.state.decode_options.clone(),
+            (input.name.clone(), input.datatype),
+        );
+        let (request, format, decode) = decode_json_body(
+            &self.headers,
+            body,
+            &self.state.limits,
+            decoder,
+            &self.state.pool,
+        )
+        .await?;
+        stages.body_read(decode);
+        self.format = format;
+        Ok(request)
     }
-    let output = outputs.swap_remove(0);
-    let rows = output.shape.first().copied().unwrap_or(1) as u64;
-    let first_id = state.clipper_queries.fetch_add(rows, Ordering::Relaxed);
-    let mut out = Vec::new();
-    timed(&mut stages.encode, || {
-        wirespeed_json::encode_clipper_response(&output, format, first_id, &mut out);
-    });
-    let mut answer = response::json(out);
-    stages.stamp(&mut answer);
-    Ok(answer)
+
+    async fn refuse(&mut self, error: Error) -> Error {
+        let error = Error::new(
+            error.kind(),
+            format!("no application '{}': {}", self.app, error.message()),
+        );
+        match self.body.take() {
+            Some(body) => refuse(body, &self.state.limits, error).await,
+            None => error,
+        }
+    }
+
+    fn encode(&mut self, mut response: InferResponse) -> Result<Response<Body>, Error> {
+        if response.outputs.is_empty() {
+            return Err(Error::internal(format!(
+                "model '{}' produced no output",
+                response.model_name
+            )));
+        }
+        let output = response.outputs.swap_remove(0);
+        let rows = output.shape.first().copied().unwrap_or(1) as u64;
+        let first_id = self
+            .state
+            .clipper_queries
+            .fetch_add(rows, Ordering::Relaxed);
+        let mut out = Vec::new();
+        wirespeed_json::encode_clipper_response(&output, self.format, first_id, &mut out);
+        Ok(response::json(out))
+    }
+
+    fn stamp(answer: &mut Response<Body>, timing: &str) {
+        response::stamp(answer, timing);
+    }
+
+    fn error(&self, error: &Error, message: &str) -> Response<Body> {
+        error_with(error, message)
+    }
+}
+
+/// Clipper's error body for `error` to request `id`.
+pub(crate) fn error(e: &Error, id: u64) -> Response<Body> {
+    error_with(e, &pipeline::public_message(e, id))
 }
 
 /// Clipper's error body: a short title and the cause.
-pub(crate) fn error(e: &Error, id: u64) -> Response<Body> {
+fn error_with(e: &Error, cause: &str) -> Response<Body> {
     let kind = e.kind();
-    let cause = response::public_message(e, id);
     let title = match kind {
         ErrorKind::MalformedRequest => "Json error",
         ErrorKind::InvalidInput => "Invalid input",

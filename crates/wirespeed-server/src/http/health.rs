@@ -30,7 +30,7 @@ pub(crate) fn ready(state: &AppState) -> Response<Body> {
 /// A model is ready when it is served (models load before the server
 /// listens) and the server is not shutting down.
 pub(crate) fn model_ready(state: &AppState, model: ModelRef<'_>) -> Result<Response<Body>, Error> {
-    state.repository.get(model.name, model.version)?;
+    state.models.get(model.name, model.version)?;
     let ready = state.ready.load(Ordering::Acquire);
     let status = if ready {
         StatusCode::OK

@@ -1,55 +1,104 @@
-//! `POST /v2/models/{name}[/versions/{v}]/infer`: read the body, decode it
-//! into typed tensors, check them against the model, run the model, encode
-//! the outputs.
+//! `POST /v2/models/{name}[/versions/{v}]/infer`, the Open Inference
+//! Protocol's REST codec: a JSON body, a JSON header followed by raw tensor
+//! bytes (Triton's binary tensor data extension), or a raw body, in; JSON or
+//! JSON and raw bytes out. The pipeline does the rest.
 
 use hyper::body::Incoming;
+use hyper::header::HeaderMap;
 use hyper::{Request, Response};
 use wirespeed_core::{raw, Error, InferRequest, InferResponse, ParameterValue, Parameters};
 
-use super::body::{decode_body, model_for, DecodedBody};
+use super::body::{decode_body, refuse, DecodedBody};
 use super::response::{self, Body};
 use super::router::ModelRef;
-use crate::timing::{timed, Stages};
-use crate::{compute, AppState};
+use crate::models::ServedModel;
+use crate::pipeline::{self, Codec, RequestContext, Target};
+use crate::timing::Stages;
+use crate::AppState;
 
+/// Answers one V2 REST infer request.
 pub(crate) async fn infer(
     state: &AppState,
+    context: RequestContext,
     target: ModelRef<'_>,
     request: Request<Incoming>,
-) -> Result<Response<Body>, Error> {
-    let mut stages = Stages::start();
+) -> Response<Body> {
     let (parts, body) = request.into_parts();
-    let (model, body) = model_for(state, target.name, target.version, body).await?;
-    // The body is decoded as it arrives, and read to its end before any
-    // error is answered, so the connection stays clean for the next request.
-    let metadata = model.metadata();
-    let DecodedBody {
-        mut request,
-        raw,
-        decode,
-    } = decode_body(
-        &parts.headers,
-        body,
-        &state.limits,
-        &state.decode_options,
-        metadata,
-    )
-    .await?;
-    stages.body_read(decode);
-    let binary = binary_outputs(&request, raw)?;
-    let inputs = std::mem::take(&mut request.inputs);
-    let tensors = compute::run(state, &model, inputs, &request.outputs, &mut stages).await?;
-    let binary: Vec<bool> = tensors.iter().map(|t| binary(&t.name)).collect();
-
-    let response = InferResponse {
-        model_name: metadata.name.clone(),
-        model_version: target.version.unwrap_or(&metadata.versions[0]).to_owned(),
-        id: request.id,
-        outputs: tensors,
+    let codec = V2Rest {
+        state,
+        headers: parts.headers,
+        body: Some(body),
+        binary: BinaryOutputs::default(),
     };
-    let mut answer = timed(&mut stages.encode, || encode(&response, &binary));
-    stages.stamp(&mut answer);
-    Ok(answer)
+    let target = Target {
+        name: target.name,
+        version: target.version,
+    };
+    pipeline::infer(state, context, target, codec).await
+}
+
+/// The V2 REST codec of one request.
+struct V2Rest<'a> {
+    state: &'a AppState,
+    headers: HeaderMap,
+    /// Until it is decoded or refused.
+    body: Option<Incoming>,
+    binary: BinaryOutputs,
+}
+
+impl Codec for V2Rest<'_> {
+    type Answer = Response<Body>;
+
+    async fn decode(
+        &mut self,
+        model: &ServedModel,
+        stages: &mut Stages,
+    ) -> Result<InferRequest, Error> {
+        let body = self.body.take().expect("a body is decoded once");
+        // The body is decoded as it arrives, and read to its end before any
+        // error is answered, so the connection stays clean for the next
+        // request.
+        let DecodedBody {
+            request,
+            raw,
+            decode,
+        } = decode_body(
+            &self.headers,
+            body,
+            &self.state.limits,
+            &self.state.decode_options,
+            &self.state.pool,
+            model.metadata(),
+        )
+        .await?;
+        stages.body_read(decode);
+        self.binary = BinaryOutputs::of(&request, raw)?;
+        Ok(request)
+    }
+
+    async fn refuse(&mut self, error: Error) -> Error {
+        match self.body.take() {
+            Some(body) => refuse(body, &self.state.limits, error).await,
+            None => error,
+        }
+    }
+
+    fn encode(&mut self, response: InferResponse) -> Result<Response<Body>, Error> {
+        let binary: Vec<bool> = response
+            .outputs
+            .iter()
+            .map(|t| self.binary.of_output(&t.name))
+            .collect();
+        Ok(encode(&response, &binary))
+    }
+
+    fn stamp(answer: &mut Response<Body>, timing: &str) {
+        response::stamp(answer, timing);
+    }
+
+    fn error(&self, error: &Error, message: &str) -> Response<Body> {
+        response::error_with(error, message)
+    }
 }
 
 /// The response for `response`: all JSON, or a JSON header and the raw
@@ -78,28 +127,41 @@ fn encode(response: &InferResponse, binary: &[bool]) -> Response<Body> {
 
 /// Which outputs go back as raw bytes: those asked for with `binary_data`,
 /// or all of them with the request's `binary_data_output` (an output's own
-/// setting wins), or all of them after a raw request body. Checked before
-/// the model runs, so a bad setting costs no compute.
-fn binary_outputs(request: &InferRequest, raw: bool) -> Result<impl Fn(&str) -> bool, Error> {
-    let flag = |parameters: &Parameters, key: &str| -> Result<Option<bool>, Error> {
-        match parameters.iter().find(|(k, _)| k == key) {
-            None => Ok(None),
-            Some((_, ParameterValue::Bool(b))) => Ok(Some(*b)),
-            Some((_, other)) => Err(Error::invalid_input(format!(
-                "parameter '{key}' must be a bool, found {other:?}"
-            ))),
+/// setting wins), or all of them after a raw request body.
+#[derive(Debug, Default)]
+struct BinaryOutputs {
+    all: bool,
+    own: Vec<(String, bool)>,
+}
+
+impl BinaryOutputs {
+    /// Reads the request's settings, before the model runs, so a bad one
+    /// costs no compute.
+    fn of(request: &InferRequest, raw: bool) -> Result<BinaryOutputs, Error> {
+        let flag = |parameters: &Parameters, key: &str| -> Result<Option<bool>, Error> {
+            match parameters.iter().find(|(k, _)| k == key) {
+                None => Ok(None),
+                Some((_, ParameterValue::Bool(b))) => Ok(Some(*b)),
+                Some((_, other)) => Err(Error::invalid_input(format!(
+                    "parameter '{key}' must be a bool, found {other:?}"
+                ))),
+            }
+        };
+        let all = raw || flag(&request.parameters, "binary_data_output")?.unwrap_or(false);
+        let mut own = Vec::new();
+        for output in &request.outputs {
+            if let Some(b) = flag(&output.parameters, "binary_data")? {
+                own.push((output.name.clone(), b));
+            }
         }
-    };
-    let all = raw || flag(&request.parameters, "binary_data_output")?.unwrap_or(false);
-    let mut own = Vec::new();
-    for output in &request.outputs {
-        if let Some(b) = flag(&output.parameters, "binary_data")? {
-            own.push((output.name.clone(), b));
-        }
+        Ok(BinaryOutputs { all, own })
     }
-    Ok(move |name: &str| {
-        own.iter()
-            .find(|(n, _)| *n == name)
-            .map_or(all, |&(_, b)| b)
-    })
+
+    /// Whether output `name` goes back as raw bytes.
+    fn of_output(&self, name: &str) -> bool {
+        self.own
+            .iter()
+            .find(|(n, _)| n == name)
+            .map_or(self.all, |&(_, b)| b)
+    }
 }

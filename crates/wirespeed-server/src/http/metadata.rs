@@ -19,7 +19,7 @@ pub(crate) fn server() -> Response<Body> {
 
 /// A model's metadata: its versions, platform, inputs and outputs.
 pub(crate) fn model(state: &AppState, model: ModelRef<'_>) -> Result<Response<Body>, Error> {
-    let metadata = state.repository.get(model.name, model.version)?.metadata();
+    let metadata = state.models.get(model.name, model.version)?.metadata();
     let tensors = |specs: &[TensorSpec]| -> Vec<Value> {
         specs
             .iter()

@@ -2,8 +2,9 @@
 //! Inference Protocol, TF Serving's and Clipper's.
 //!
 //! `listen.rs` accepts connections; [`RestService`] answers each request:
-//! it checks the bearer token, `dispatch` routes the request to one
-//! endpoint module and turns errors into the protocol's error body.
+//! `dispatch` routes it, checks the bearer token (`auth.rs`), and hands it
+//! to one endpoint module; the infer endpoints are codecs of the one
+//! pipeline (`pipeline.rs`).
 
 mod body;
 mod clipper;
@@ -16,16 +17,17 @@ mod tfserving;
 
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Instant;
 
 use hyper::body::Incoming;
-use hyper::header::{HeaderValue, AUTHORIZATION, WWW_AUTHENTICATE};
+use hyper::header::HeaderValue;
 use hyper::{Request, Response};
 use wirespeed_core::{Error, ErrorKind};
 
+use crate::auth::HealthCheck;
 use crate::listen::Activity;
+use crate::pipeline::RequestContext;
 use crate::AppState;
 use response::Body;
 use router::Route;
@@ -62,14 +64,15 @@ impl hyper::service::Service<Request<Incoming>> for RestService {
 
 /// Answers one request, with its id in the log and in server errors.
 async fn answer(state: &AppState, request: Request<Incoming>) -> Response<Body> {
-    let id = state.request_ids.fetch_add(1, Ordering::Relaxed);
+    let context = RequestContext::new(state, "rest");
     if !tracing::enabled!(target: "wirespeed_server::access", tracing::Level::DEBUG) {
-        return dispatch(state, request, id).await;
+        return dispatch(state, request, context).await;
     }
+    let id = context.id;
     let started = Instant::now();
     let method = request.method().clone();
     let path = request.uri().path().to_owned();
-    let response = dispatch(state, request, id).await;
+    let response = dispatch(state, request, context).await;
     // The access log: never the body, so never tensor data.
     tracing::debug!(
         target: "wirespeed_server::access",
@@ -82,24 +85,13 @@ async fn answer(state: &AppState, request: Request<Incoming>) -> Response<Body> 
     response
 }
 
-/// Whether `request` carries the server's bearer token, when it has one.
-/// The comparison takes the same time wherever the first difference is.
-fn authorized(state: &AppState, request: &Request<Incoming>) -> bool {
-    let Some(token) = &state.auth_token else {
-        return true;
-    };
-    let Some(given) = request
-        .headers()
-        .get(AUTHORIZATION)
-        .and_then(|v| v.as_bytes().strip_prefix(b"Bearer "))
-    else {
-        return false;
-    };
-    crate::constant_time_eq(given, token.as_bytes())
-}
-
 /// Routes one request and answers it.
-async fn dispatch(state: &AppState, request: Request<Incoming>, id: u64) -> Response<Body> {
+async fn dispatch(
+    state: &AppState,
+    request: Request<Incoming>,
+    context: RequestContext,
+) -> Response<Body> {
+    let id = context.id;
     // A cheap reference-counted clone, so the route can borrow the path
     // while the request moves into its handler.
     let uri = request.uri().clone();
@@ -126,31 +118,39 @@ async fn dispatch(state: &AppState, request: Request<Incoming>, id: u64) -> Resp
             .insert(hyper::header::CONNECTION, HeaderValue::from_static("close"));
         return response;
     }
-    if !uri.path().starts_with("/v2/health/") && !authorized(state, &request) {
-        let e = Error::new(
-            ErrorKind::Unauthenticated,
-            "this server needs 'Authorization: Bearer <token>'",
-        );
-        let mut response = response::error(&e, id);
-        response
-            .headers_mut()
-            .insert(WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
-        return response;
+    let route = router::route(request.method(), uri.path());
+    let health = match route {
+        Ok(Route::Live) => Some(HealthCheck::ServerLive),
+        Ok(Route::Ready) => Some(HealthCheck::ServerReady),
+        Ok(Route::ModelReady(_)) => Some(HealthCheck::ModelReady),
+        _ => None,
+    };
+    let clipper = router::is_clipper(uri.path());
+    if let Err(e) = state.auth.check(request.headers(), health) {
+        // Clipper's clients expect Clipper's error shape, always.
+        return if clipper {
+            clipper::error(&e, id)
+        } else {
+            response::error(&e, id)
+        };
     }
-    let result = match router::route(request.method(), uri.path()) {
+    let result = match route {
         Ok(Route::Live) => Ok(health::live()),
         Ok(Route::Ready) => Ok(health::ready(state)),
         Ok(Route::ServerMetadata) => Ok(metadata::server()),
         Ok(Route::ModelMetadata(model)) => metadata::model(state, model),
         Ok(Route::ModelReady(model)) => health::model_ready(state, model),
-        Ok(Route::Infer(model)) => infer::infer(state, model, request).await,
+        Ok(Route::Infer(model)) => return infer::infer(state, context, model, request).await,
         Ok(Route::TfStatus(model)) => tfserving::status(state, model),
         Ok(Route::TfMetadata(model)) => tfserving::metadata(state, model),
-        Ok(Route::TfPredict(model)) => tfserving::predict(state, model, request).await,
+        Ok(Route::TfPredict(model)) => {
+            return tfserving::predict(state, context, model, request).await
+        }
         Ok(Route::TfOtherVerb(verb)) => Err(tfserving::other_verb(verb)),
-        Ok(Route::ClipperPredict(app)) => return clipper::predict(state, app, request, id).await,
-        // Clipper's clients expect Clipper's error shape, even for a wrong method.
-        Err(e) if router::is_clipper(uri.path()) => return clipper::error(&e, id),
+        Ok(Route::ClipperPredict(app)) => {
+            return clipper::predict(state, context, app, request).await
+        }
+        Err(e) if clipper => return clipper::error(&e, id),
         Err(e) => Err(e),
     };
     result.unwrap_or_else(|e| response::error(&e, id))

@@ -3,9 +3,12 @@
 
 use bytes::Bytes;
 use http_body_util::Full;
-use hyper::header::{HeaderValue, CONNECTION, CONTENT_TYPE, RETRY_AFTER};
+use hyper::header::{HeaderValue, CONNECTION, CONTENT_TYPE, RETRY_AFTER, WWW_AUTHENTICATE};
 use hyper::{Response, StatusCode};
 use wirespeed_core::{Error, ErrorKind};
+
+use crate::pipeline::public_message;
+use crate::timing::SERVER_TIMING;
 
 /// The response body type of every endpoint.
 pub(crate) type Body = Full<Bytes>;
@@ -46,12 +49,16 @@ pub(crate) fn json_value(value: &serde_json::Value) -> Response<Body> {
     json(value.to_string())
 }
 
-/// The error response for `error` to request `id`. Server errors are
-/// logged here in full, with the id, and reach the client only as a generic
-/// message with the same id.
+/// The error response for `error` to request `id`, in the protocol's
+/// `{"error": "..."}` form.
 pub(crate) fn error(error: &Error, id: u64) -> Response<Body> {
+    error_with(error, &public_message(error, id))
+}
+
+/// The error response for `error`, whose client-facing text is `message`,
+/// with the status its kind maps to.
+pub(crate) fn error_with(error: &Error, message: &str) -> Response<Body> {
     let kind = error.kind();
-    let message = public_message(error, id);
     let status =
         StatusCode::from_u16(kind.http_status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
     let body = serde_json::json!({ "error": message });
@@ -65,18 +72,17 @@ pub(crate) fn error(error: &Error, id: u64) -> Response<Body> {
         ErrorKind::Overloaded => {
             headers.insert(RETRY_AFTER, HeaderValue::from_static("1"));
         }
+        ErrorKind::Unauthenticated => {
+            headers.insert(WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+        }
         _ => {}
     }
     response
 }
 
-/// What the client is told of `error`: the message of a client error; for
-/// a server error, only that it happened and the request id, which the log
-/// line (written here) also carries.
-pub(crate) fn public_message(error: &Error, id: u64) -> String {
-    if error.kind().is_client_error() {
-        return error.message().to_owned();
+/// Adds the `Server-Timing` header.
+pub(crate) fn stamp(response: &mut Response<Body>, timing: &str) {
+    if let Ok(value) = HeaderValue::try_from(timing) {
+        response.headers_mut().insert(SERVER_TIMING, value);
     }
-    tracing::error!(request_id = id, error = %error, "request failed");
-    format!("internal server error (request id {id}); the server log has the details")
 }

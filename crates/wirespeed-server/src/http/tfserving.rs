@@ -4,50 +4,100 @@
 //! model's input names and datatypes stand in for TF's signature.
 
 use hyper::body::Incoming;
+use hyper::header::HeaderMap;
 use hyper::{Request, Response};
 use serde_json::{json, Map, Value};
-use wirespeed_core::{DataType, Error, ErrorKind, TensorSpec};
-use wirespeed_json::RequestDecoder;
+use wirespeed_core::{DataType, Error, ErrorKind, InferRequest, InferResponse, TensorSpec};
+use wirespeed_json::{Format, RequestDecoder};
 
-use super::body::{decode_json_body, model_for};
+use super::body::{decode_json_body, refuse};
 use super::response::{self, Body};
 use super::router::ModelRef;
-use crate::timing::{timed, Stages};
-use crate::{compute, AppState};
+use crate::models::ServedModel;
+use crate::pipeline::{self, Codec, RequestContext, Target};
+use crate::timing::Stages;
+use crate::AppState;
 
 /// `POST /v1/models/{name}[/versions/{v}|/labels/{l}]:predict`
 pub(crate) async fn predict(
     state: &AppState,
+    context: RequestContext,
     target: ModelRef<'_>,
     request: Request<Incoming>,
-) -> Result<Response<Body>, Error> {
-    let mut stages = Stages::start();
+) -> Response<Body> {
     let (parts, body) = request.into_parts();
-    let (model, body) = model_for(state, target.name, target.version, body).await?;
-    let specs: Vec<(String, DataType)> = model
-        .metadata()
-        .inputs
-        .iter()
-        .map(|s| (s.name.clone(), s.datatype))
-        .collect();
-    let decoder = RequestDecoder::tf_serving(state.decode_options.clone(), &specs);
-    let (request, format, decode) = decode_json_body(
-        &parts.headers,
-        body,
-        &state.limits,
-        decoder,
-        &state.decode_options,
-    )
-    .await?;
-    stages.body_read(decode);
-    let outputs = compute::run(state, &model, request.inputs, &[], &mut stages).await?;
-    let mut out = Vec::new();
-    timed(&mut stages.encode, || {
-        wirespeed_json::encode_tf_response(&outputs, format, &mut out);
-    });
-    let mut answer = response::json(out);
-    stages.stamp(&mut answer);
-    Ok(answer)
+    let codec = TfPredict {
+        state,
+        headers: parts.headers,
+        body: Some(body),
+        format: Format::TfRows,
+    };
+    let target = Target {
+        name: target.name,
+        version: target.version,
+    };
+    pipeline::infer(state, context, target, codec).await
+}
+
+/// TF Serving's `:predict` codec of one request.
+struct TfPredict<'a> {
+    state: &'a AppState,
+    headers: HeaderMap,
+    body: Option<Incoming>,
+    /// Rows or columns, as the request came; the answer follows it.
+    format: Format,
+}
+
+impl Codec for TfPredict<'_> {
+    type Answer = Response<Body>;
+
+    async fn decode(
+        &mut self,
+        model: &ServedModel,
+        stages: &mut Stages,
+    ) -> Result<InferRequest, Error> {
+        let body = self.body.take().expect("a body is decoded once");
+        let specs: Vec<(String, DataType)> = model
+            .metadata()
+            .inputs
+            .iter()
+            .map(|s| (s.name.clone(), s.datatype))
+            .collect();
+        let options = &self.state.decode_options;
+        let decoder = RequestDecoder::tf_serving(options.clone(), &specs);
+        let (request, format, decode) = decode_json_body(
+            &self.headers,
+            body,
+            &self.state.limits,
+            decoder,
+            &self.state.pool,
+        )
+        .await?;
+        stages.body_read(decode);
+        self.format = format;
+        Ok(request)
+    }
+
+    async fn refuse(&mut self, error: Error) -> Error {
+        match self.body.take() {
+            Some(body) => refuse(body, &self.state.limits, error).await,
+            None => error,
+        }
+    }
+
+    fn encode(&mut self, response: InferResponse) -> Result<Response<Body>, Error> {
+        let mut out = Vec::new();
+        wirespeed_json::encode_tf_response(&response.outputs, self.format, &mut out);
+        Ok(response::json(out))
+    }
+
+    fn stamp(answer: &mut Response<Body>, timing: &str) {
+        response::stamp(answer, timing);
+    }
+
+    fn error(&self, error: &Error, message: &str) -> Response<Body> {
+        response::error_with(error, message)
+    }
 }
 
 /// `:classify` and `:regress` need TF's classification and regression
@@ -61,7 +111,7 @@ pub(crate) fn other_verb(verb: &str) -> Error {
 
 /// `GET /v1/models/{name}[/versions/{v}]`: the served version is AVAILABLE.
 pub(crate) fn status(state: &AppState, target: ModelRef<'_>) -> Result<Response<Body>, Error> {
-    let model = state.repository.get(target.name, target.version)?;
+    let model = state.models.get(target.name, target.version)?;
     let version = target.version.unwrap_or(&model.metadata().versions[0]);
     Ok(response::json_value(&json!({
         "model_version_status": [{
@@ -75,7 +125,7 @@ pub(crate) fn status(state: &AppState, target: ModelRef<'_>) -> Result<Response<
 /// `GET /v1/models/{name}[/versions/{v}]/metadata`: the model's inputs and
 /// outputs as a `serving_default` signature.
 pub(crate) fn metadata(state: &AppState, target: ModelRef<'_>) -> Result<Response<Body>, Error> {
-    let model = state.repository.get(target.name, target.version)?;
+    let model = state.models.get(target.name, target.version)?;
     let m = model.metadata();
     let tensors = |specs: &[TensorSpec]| -> Value {
         let mut map = Map::new();

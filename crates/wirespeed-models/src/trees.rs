@@ -1,16 +1,122 @@
 //! The XGBoost and LightGBM backends: a [`TreeEnsemble`] behind the
 //! [`Model`] trait, with the model's config checked against the ensemble at
 //! load time.
+//!
+//! Their own keys of `config.toml`: `model_file`, `preprocess` (raw columns
+//! turned into features) and each output's `kind`.
 
-use std::path::Path;
+use std::collections::BTreeMap;
+use std::sync::Arc;
 
-use wirespeed_core::{DataType, Error, Model, ModelMetadata, Tensor, TensorData, TensorSpec};
+use serde::Deserialize;
+use wirespeed_core::{
+    CpuPool, DataType, Error, Model, ModelMetadata, Tensor, TensorData, TensorSpec,
+};
 use wirespeed_trees::{Column, Preprocessor, RawValue, Transform, TreeEnsemble};
 
-use crate::model_config::{Backend, ModelConfig, OutputKind};
+use crate::registry::{Backend, ModelSource};
 
-/// Batches of at least this many rows are predicted on all cores.
+/// Batches of at least this many rows are predicted on all of the pool's
+/// threads.
 const PARALLEL_ROWS: usize = 4096;
+
+/// `backend = "xgboost"`: an XGBoost model saved as JSON or UBJSON.
+pub(crate) struct Xgboost;
+
+/// `backend = "lightgbm"`: a LightGBM model saved as text (`save_model`).
+pub(crate) struct Lightgbm;
+
+impl Backend for Xgboost {
+    fn name(&self) -> &'static str {
+        "xgboost"
+    }
+
+    fn load(&self, source: &ModelSource<'_>) -> Result<Arc<dyn Model>, String> {
+        Ok(Arc::new(TreeModel::load(source, "xgboost_json")?))
+    }
+}
+
+impl Backend for Lightgbm {
+    fn name(&self) -> &'static str {
+        "lightgbm"
+    }
+
+    fn load(&self, source: &ModelSource<'_>) -> Result<Arc<dyn Model>, String> {
+        Ok(Arc::new(TreeModel::load(source, "lightgbm_text")?))
+    }
+}
+
+/// The tree backends' own top-level keys.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct TreeKeys {
+    /// The model file, relative to the model's folder.
+    model_file: String,
+    /// Raw named columns turned into the feature vector, in feature order.
+    #[serde(default)]
+    preprocess: Vec<PreprocessConfig>,
+}
+
+/// A tree model output's own key.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct OutputKeys {
+    kind: Option<OutputKind>,
+}
+
+/// One raw input column of a tree model and its transform.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PreprocessConfig {
+    /// The column: also the name of its input tensor.
+    column: String,
+    /// `identity`, `min_max`, `standard`, `quantile` (numbers), `ordinal`,
+    /// `one_hot` (strings).
+    transform: String,
+    /// The input's datatype for numbers: `FP32` (default), `FP64` or `INT64`.
+    #[serde(default)]
+    datatype: Option<String>,
+    /// The number a missing value (NaN) is read as.
+    #[serde(default)]
+    fill: Option<f64>,
+    /// `min_max`: the value that maps to 0.
+    #[serde(default)]
+    min: Option<f64>,
+    /// `min_max`: the value that maps to 1.
+    #[serde(default)]
+    max: Option<f64>,
+    /// `standard`: the mean subtracted.
+    #[serde(default)]
+    mean: Option<f64>,
+    /// `standard`: the standard deviation divided by.
+    #[serde(default)]
+    std: Option<f64>,
+    /// `quantile`: sorted cut points.
+    #[serde(default)]
+    quantiles: Option<Vec<f64>>,
+    /// `ordinal`: string to code.
+    #[serde(default)]
+    mapping: Option<BTreeMap<String, f64>>,
+    /// `ordinal`: the code of an unknown string (0 unless set).
+    #[serde(default)]
+    default: Option<f64>,
+    /// `one_hot`: the categories, in feature order.
+    #[serde(default)]
+    categories: Option<Vec<String>>,
+    /// `one_hot`: whether unknown strings get a feature of their own.
+    #[serde(default)]
+    unknown_bucket: bool,
+}
+
+/// What a tree model output holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+enum OutputKind {
+    /// The objective's prediction: a probability, a regression value, or a class.
+    Prediction,
+    /// The raw margin: the sum of the trees before the objective's transform.
+    Margin,
+}
 
 /// A loaded tree ensemble served as a model.
 pub struct TreeModel {
@@ -20,22 +126,29 @@ pub struct TreeModel {
     preprocessor: Option<Preprocessor>,
     /// What each output in `metadata.outputs` holds.
     output_kinds: Vec<OutputKind>,
+    /// Where large batches are split over threads.
+    pool: CpuPool,
 }
 
 impl TreeModel {
-    /// Loads `config.model_file` from `dir` and checks that the config's
-    /// input and outputs fit the ensemble.
-    pub fn load(name: &str, dir: &Path, config: &ModelConfig) -> Result<TreeModel, String> {
-        let path = dir.join(&config.model_file);
-        let ensemble = match config.backend {
-            Backend::Lightgbm => wirespeed_trees::load_lightgbm(&path),
+    /// Loads the config's `model_file` and checks that the config's inputs
+    /// and outputs fit the ensemble.
+    fn load(source: &ModelSource<'_>, platform: &str) -> Result<TreeModel, String> {
+        let config = source.config();
+        let keys: TreeKeys = source.keys()?;
+        if keys.model_file.is_empty() {
+            return Err("the config's model_file is empty".to_owned());
+        }
+        let path = source.folder().join(&keys.model_file);
+        let ensemble = match platform {
+            "lightgbm_text" => wirespeed_trees::load_lightgbm(&path),
             // JSON or UBJSON, told apart by the file's first bytes.
             _ => wirespeed_trees::load(&path),
         }
         .map_err(|e| format!("{}: {e}", path.display()))?;
 
         let nf = ensemble.num_features() as i64;
-        let (preprocessor, inputs) = if config.preprocess.is_empty() {
+        let (preprocessor, inputs) = if keys.preprocess.is_empty() {
             let [input] = config.inputs.as_slice() else {
                 return Err(format!(
                     "a tree model takes exactly one input, the config declares {}",
@@ -50,7 +163,7 @@ impl TreeModel {
                         .to_owned(),
                 );
             }
-            let (pre, specs) = preprocessor(config)?;
+            let (pre, specs) = preprocessor(&keys.preprocess)?;
             if pre.width() as i64 != nf {
                 return Err(format!(
                     "the preprocess columns make {} features, but the model takes {nf}",
@@ -79,15 +192,12 @@ impl TreeModel {
         if config.outputs.is_empty() {
             return Err("the config declares no outputs".to_owned());
         }
-
-        if config.model_file.is_empty() {
-            return Err("the config has no model_file".to_owned());
-        }
         let mut outputs = Vec::new();
         let mut output_kinds = Vec::new();
         for output in &config.outputs {
             let spec = output.to_spec()?;
-            let kind = output.kind.ok_or_else(|| {
+            let keys: OutputKeys = source.tensor_keys(output)?;
+            let kind = keys.kind.ok_or_else(|| {
                 format!(
                     "output '{}' needs a kind: \"prediction\" or \"margin\"",
                     spec.name
@@ -120,17 +230,25 @@ impl TreeModel {
             outputs.push(spec);
         }
 
+        tracing::info!(
+            model = %source.name(),
+            objective = ensemble.objective().name(),
+            trees = ensemble.num_trees(),
+            features = ensemble.num_features(),
+            "loaded tree ensemble"
+        );
         Ok(TreeModel {
             metadata: ModelMetadata {
-                name: name.to_owned(),
+                name: source.name().to_owned(),
                 versions: vec![config.version.clone()],
-                platform: config.backend.platform().to_owned(),
+                platform: platform.to_owned(),
                 inputs,
                 outputs,
             },
             output_kinds,
             ensemble,
             preprocessor,
+            pool: source.pool().clone(),
         })
     }
 
@@ -168,14 +286,13 @@ impl Model for TreeModel {
         let mut margins = vec![0.0f32; n_rows * e.num_groups()];
         let predictions = if outputs.iter().any(|&i| kind(i) == OutputKind::Prediction) {
             let mut predictions = vec![0.0f32; n_rows * e.prediction_width()];
-            // A large batch is split over the cores by rows (bit-identical
-            // to one thread); it already runs on the blocking pool.
-            let threads = if n_rows >= PARALLEL_ROWS {
-                std::thread::available_parallelism().map_or(1, |n| n.get())
+            // A large batch is split over the pool's threads by rows
+            // (bit-identical to one thread); it already runs on the pool.
+            if n_rows >= PARALLEL_ROWS {
+                e.predict_parallel(rows, &mut margins, &mut predictions, &self.pool);
             } else {
-                1
-            };
-            e.predict_parallel(rows, &mut margins, &mut predictions, threads);
+                e.predict_margins_and_predictions(rows, &mut margins, &mut predictions);
+            }
             Some(predictions)
         } else {
             e.predict_margins(rows, &mut margins);
@@ -219,10 +336,12 @@ impl Model for TreeModel {
 }
 
 /// The feature pipeline a config declares, with each column's input spec.
-fn preprocessor(config: &ModelConfig) -> Result<(Preprocessor, Vec<TensorSpec>), String> {
+fn preprocessor(
+    preprocess: &[PreprocessConfig],
+) -> Result<(Preprocessor, Vec<TensorSpec>), String> {
     let mut columns = Vec::new();
     let mut specs = Vec::new();
-    for p in &config.preprocess {
+    for p in preprocess {
         let need = |value: Option<f64>, key: &str| {
             value.ok_or_else(|| format!("column '{}': {} needs '{key}'", p.column, p.transform))
         };

@@ -1,20 +1,54 @@
 //! The identity backend: output `i` is a copy of input `i`. Like Triton's
 //! identity backend, it exists to test and measure everything around a
 //! model (protocols, codecs, limits) with the model's cost taken out.
+//!
+//! Its one key of its own, `delay_ms`, makes every inference wait that
+//! long before it answers, as a model behind a network call would: it runs
+//! through the async entry point, holding no thread while it waits. Tests
+//! and benchmarks use it to see what the server does with a slow model
+//! (overload, callers that leave, draining).
 
-use wirespeed_core::{Error, Model, ModelMetadata, Tensor, TensorSpec};
+use std::sync::Arc;
+use std::time::Duration;
 
-use crate::model_config::ModelConfig;
+use serde::Deserialize;
+use wirespeed_core::{Error, Execution, InferFuture, Model, ModelMetadata, Tensor, TensorSpec};
+
+use crate::registry::{Backend, ModelSource};
+
+/// `backend = "identity"`.
+pub(crate) struct Identity;
+
+impl Backend for Identity {
+    fn name(&self) -> &'static str {
+        "identity"
+    }
+
+    fn load(&self, source: &ModelSource<'_>) -> Result<Arc<dyn Model>, String> {
+        Ok(Arc::new(IdentityModel::load(source)?))
+    }
+}
+
+/// The identity backend's own key.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct IdentityKeys {
+    /// Milliseconds each inference waits before answering.
+    #[serde(default)]
+    delay_ms: Option<u64>,
+}
 
 /// A model whose outputs echo its inputs, pairwise in declaration order.
 pub struct IdentityModel {
     metadata: ModelMetadata,
-    delay: std::time::Duration,
+    delay: Duration,
 }
 
 impl IdentityModel {
     /// Checks that each declared output matches its input's datatype and shape.
-    pub fn load(name: &str, config: &ModelConfig) -> Result<IdentityModel, String> {
+    fn load(source: &ModelSource<'_>) -> Result<IdentityModel, String> {
+        let config = source.config();
+        let keys: IdentityKeys = source.keys()?;
         if config.inputs.is_empty() || config.inputs.len() != config.outputs.len() {
             return Err(format!(
                 "an identity model needs one output per input; the config declares {} inputs and {} outputs",
@@ -47,13 +81,13 @@ impl IdentityModel {
         }
         Ok(IdentityModel {
             metadata: ModelMetadata {
-                name: name.to_owned(),
+                name: source.name().to_owned(),
                 versions: vec![config.version.clone()],
-                platform: config.backend.platform().to_owned(),
+                platform: "identity".to_owned(),
                 inputs,
                 outputs,
             },
-            delay: std::time::Duration::from_millis(config.delay_ms.unwrap_or(0)),
+            delay: Duration::from_millis(keys.delay_ms.unwrap_or(0)),
         })
     }
 }
@@ -63,14 +97,24 @@ impl Model for IdentityModel {
         &self.metadata
     }
 
-    fn runs_inline(&self, elements: usize) -> bool {
-        self.delay.is_zero() && elements < 16 * 1024
+    fn execution(&self, elements: usize) -> Execution {
+        if !self.delay.is_zero() {
+            Execution::Async
+        } else if elements < 16 * 1024 {
+            Execution::Inline
+        } else {
+            Execution::Pool
+        }
+    }
+
+    fn infer_async(self: Arc<Self>, inputs: Vec<Tensor>, outputs: Vec<usize>) -> InferFuture {
+        Box::pin(async move {
+            tokio::time::sleep(self.delay).await;
+            self.infer(&inputs, &outputs)
+        })
     }
 
     fn infer(&self, inputs: &[Tensor], outputs: &[usize]) -> Result<Vec<Tensor>, Error> {
-        if !self.delay.is_zero() {
-            std::thread::sleep(self.delay);
-        }
         outputs
             .iter()
             .map(|&index| {

@@ -1,0 +1,129 @@
+//! A model's `config.toml`, the part every backend shares: which backend,
+//! which version, the inputs and outputs, and how the server schedules the
+//! model. Every other key belongs to the backend, which reads it through
+//! [`ModelSource`](crate::ModelSource). See `docs/model-repository.md`.
+
+use std::path::Path;
+
+use serde::Deserialize;
+use wirespeed_core::{DataType, TensorSpec};
+
+/// The parsed `config.toml` of one model: the keys every backend shares,
+/// and the backend's own keys, kept aside for it.
+#[derive(Debug, Clone, Deserialize)]
+pub struct ModelConfig {
+    /// The backend that loads and runs the model, by its registry name.
+    pub backend: String,
+    /// The version served; `"1"` unless set.
+    #[serde(default = "default_version")]
+    pub version: String,
+    /// The inputs, as clients must send them.
+    #[serde(default)]
+    pub inputs: Vec<TensorConfig>,
+    /// The outputs clients may ask for.
+    #[serde(default)]
+    pub outputs: Vec<TensorConfig>,
+    /// Requests computed at once; the server's compute threads unless set.
+    #[serde(default)]
+    pub max_concurrency: Option<usize>,
+    /// Requests that may wait for a turn; more are refused at once with
+    /// 503 (REST) or RESOURCE_EXHAUSTED (gRPC). 64 per unit of concurrency
+    /// unless set; 0 refuses every request that cannot start at once.
+    #[serde(default)]
+    pub max_queue: Option<usize>,
+    /// The backend's own top-level keys (`model_file`, ...).
+    #[serde(flatten)]
+    pub backend_keys: toml::Table,
+}
+
+/// An input or output: its name, datatype and shape, and any keys of the
+/// backend's own (a tree model's output `kind`).
+#[derive(Debug, Clone, Deserialize)]
+pub struct TensorConfig {
+    /// The name.
+    pub name: String,
+    /// The datatype, spelled as on the wire (`"FP32"`).
+    pub datatype: String,
+    /// The shape; `-1` for a variable dimension.
+    pub shape: Vec<i64>,
+    /// The backend's own keys for this tensor.
+    #[serde(flatten)]
+    pub backend_keys: toml::Table,
+}
+
+fn default_version() -> String {
+    "1".to_owned()
+}
+
+impl ModelConfig {
+    /// Reads and parses `path`.
+    pub fn load(path: &Path) -> Result<ModelConfig, String> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+        ModelConfig::parse(&text)
+    }
+
+    /// Parses the text of a `config.toml`.
+    pub fn parse(text: &str) -> Result<ModelConfig, String> {
+        toml::from_str(text).map_err(|e| e.to_string())
+    }
+}
+
+impl TensorConfig {
+    /// Checks the datatype and shape and returns the spec.
+    pub fn to_spec(&self) -> Result<TensorSpec, String> {
+        let name = &self.name;
+        let datatype: DataType = self
+            .datatype
+            .parse()
+            .map_err(|e| format!("tensor '{name}': {e}"))?;
+        if let Some(bad) = self.shape.iter().find(|&&d| d < -1) {
+            return Err(format!(
+                "tensor '{name}' has dimension {bad}; use -1 for a variable dimension"
+            ));
+        }
+        Ok(TensorSpec {
+            name: name.clone(),
+            datatype,
+            shape: self.shape.clone(),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_bundled_titanic_config_parses() {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../models/titanic/config.toml");
+        let config = ModelConfig::load(&path).unwrap();
+        assert_eq!(config.backend, "xgboost");
+        assert_eq!(config.inputs[0].to_spec().unwrap().shape, vec![-1, 12]);
+        assert_eq!(
+            config.outputs[1]
+                .backend_keys
+                .get("kind")
+                .and_then(|k| k.as_str()),
+            Some("margin")
+        );
+        assert!(config.backend_keys.contains_key("model_file"));
+    }
+
+    #[test]
+    fn bad_specs_are_refused() {
+        let t = TensorConfig {
+            name: "x".into(),
+            datatype: "FP32".into(),
+            shape: vec![-2],
+            backend_keys: toml::Table::new(),
+        };
+        assert!(t.to_spec().unwrap_err().contains("-2"));
+        let t = TensorConfig {
+            datatype: "FP31".into(),
+            shape: vec![1],
+            ..t
+        };
+        assert!(t.to_spec().unwrap_err().contains("FP31"));
+    }
+}

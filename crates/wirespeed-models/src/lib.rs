@@ -1,0 +1,33 @@
+//! The model repository of wirespeed: a folder of models, each in a folder
+//! of its own with a `config.toml` that names its backend, and the
+//! [`Registry`] of backends that load them.
+//!
+//! A backend reads its own keys of `config.toml` and returns a
+//! [`Model`](wirespeed_core::Model); the server does the rest (scheduling,
+//! protocols). The built-in backends are the tree ensembles of
+//! `wirespeed-trees` (`xgboost`, `lightgbm`) and `identity`; a program that
+//! embeds the server can [`Registry::register`] its own.
+//!
+//! ```no_run
+//! use wirespeed_core::CpuPool;
+//! use wirespeed_models::{load_repository, Registry};
+//!
+//! let pool = CpuPool::new(2)?;
+//! let models = load_repository("models".as_ref(), &Registry::builtin(), &pool)?;
+//! for loaded in &models {
+//!     println!("{} ({})", loaded.name, loaded.model.metadata().platform);
+//! }
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+
+mod config;
+mod identity;
+mod registry;
+mod repository;
+mod trees;
+
+pub use config::{ModelConfig, TensorConfig};
+pub use identity::IdentityModel;
+pub use registry::{Backend, ModelSource, Registry};
+pub use repository::{is_valid_model_name, load_repository, LoadedModel, RepositoryError};
+pub use trees::TreeModel;

@@ -1,0 +1,161 @@
+//! The registry of backends: the open seam where a new kind of model plugs
+//! in. A backend is named in `config.toml` (`backend = "xgboost"`), reads
+//! its own keys of that file, and returns a loaded [`Model`]. Adding one is
+//! one file with a [`Backend`] impl and one [`Registry::register`] call.
+
+use std::cell::Cell;
+use std::collections::BTreeMap;
+use std::fmt;
+use std::path::Path;
+use std::sync::Arc;
+
+use serde::de::DeserializeOwned;
+use wirespeed_core::{CpuPool, Model};
+
+use crate::config::{ModelConfig, TensorConfig};
+
+/// A kind of model: reads a model folder and its config, and loads the
+/// model.
+pub trait Backend: Send + Sync {
+    /// The name `config.toml` gives it: `backend = "<name>"`.
+    fn name(&self) -> &'static str;
+
+    /// Loads the model `source` describes. The error is shown with the
+    /// model's folder, so it need not name it.
+    fn load(&self, source: &ModelSource<'_>) -> Result<Arc<dyn Model>, String>;
+}
+
+/// What a backend gets to load one model: the folder, the shared config,
+/// its own keys, and the server's CPU pool.
+pub struct ModelSource<'a> {
+    name: &'a str,
+    folder: &'a Path,
+    config: &'a ModelConfig,
+    pool: &'a CpuPool,
+    keys_read: Cell<bool>,
+    tensor_keys_read: Cell<bool>,
+}
+
+impl<'a> ModelSource<'a> {
+    /// A source for model `name` in `folder`.
+    pub fn new(
+        name: &'a str,
+        folder: &'a Path,
+        config: &'a ModelConfig,
+        pool: &'a CpuPool,
+    ) -> ModelSource<'a> {
+        ModelSource {
+            name,
+            folder,
+            config,
+            pool,
+            keys_read: Cell::new(false),
+            tensor_keys_read: Cell::new(false),
+        }
+    }
+
+    /// The model's name: its folder's name.
+    pub fn name(&self) -> &str {
+        self.name
+    }
+
+    /// The model's folder; files named in the config are relative to it.
+    pub fn folder(&self) -> &Path {
+        self.folder
+    }
+
+    /// The shared part of the config: version, inputs, outputs.
+    pub fn config(&self) -> &ModelConfig {
+        self.config
+    }
+
+    /// The server's CPU pool, for models that split work over threads.
+    pub fn pool(&self) -> &CpuPool {
+        self.pool
+    }
+
+    /// The backend's own top-level keys, parsed into `T`. Give `T`
+    /// `#[serde(deny_unknown_fields)]`, so that a misspelt key is an error
+    /// that names it.
+    pub fn keys<T: DeserializeOwned>(&self) -> Result<T, String> {
+        self.keys_read.set(true);
+        parse_keys(&self.config.backend_keys)
+    }
+
+    /// The backend's own keys of one input or output, parsed into `T`.
+    pub fn tensor_keys<T: DeserializeOwned>(&self, tensor: &TensorConfig) -> Result<T, String> {
+        self.tensor_keys_read.set(true);
+        parse_keys(&tensor.backend_keys).map_err(|e| format!("tensor '{}': {e}", tensor.name))
+    }
+
+    /// Keys no one read: the backend takes none there, so they are
+    /// mistakes. Called by the repository once the backend has loaded.
+    pub(crate) fn unread_keys(&self, backend: &str) -> Result<(), String> {
+        let unread = |table: &toml::Table, whose: String| match table.keys().next() {
+            Some(key) => Err(format!(
+                "unknown key '{key}'{whose}: the {backend} backend does not take it"
+            )),
+            None => Ok(()),
+        };
+        if !self.keys_read.get() {
+            unread(&self.config.backend_keys, String::new())?;
+        }
+        if !self.tensor_keys_read.get() {
+            for tensor in self.config.inputs.iter().chain(&self.config.outputs) {
+                unread(
+                    &tensor.backend_keys,
+                    format!(" in tensor '{}'", tensor.name),
+                )?;
+            }
+        }
+        Ok(())
+    }
+}
+
+fn parse_keys<T: DeserializeOwned>(table: &toml::Table) -> Result<T, String> {
+    T::deserialize(table.clone()).map_err(|e| e.to_string().trim_end().to_owned())
+}
+
+/// The backends a server can load models with, by name.
+#[derive(Clone, Default)]
+pub struct Registry {
+    backends: BTreeMap<&'static str, Arc<dyn Backend>>,
+}
+
+impl Registry {
+    /// An empty registry.
+    pub fn new() -> Registry {
+        Registry::default()
+    }
+
+    /// The backends wirespeed ships: `xgboost`, `lightgbm` and `identity`.
+    pub fn builtin() -> Registry {
+        let mut registry = Registry::new();
+        registry.register(crate::trees::Xgboost);
+        registry.register(crate::trees::Lightgbm);
+        registry.register(crate::identity::Identity);
+        registry
+    }
+
+    /// Adds `backend`, replacing one of the same name.
+    pub fn register(&mut self, backend: impl Backend + 'static) {
+        self.backends.insert(backend.name(), Arc::new(backend));
+    }
+
+    /// The backend called `name`, or an error that lists the known ones.
+    pub fn get(&self, name: &str) -> Result<&dyn Backend, String> {
+        self.backends.get(name).map(|b| b.as_ref()).ok_or_else(|| {
+            let known: Vec<&str> = self.backends.keys().copied().collect();
+            format!(
+                "unknown backend '{name}'; this server has {}",
+                known.join(", ")
+            )
+        })
+    }
+}
+
+impl fmt::Debug for Registry {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_list().entries(self.backends.keys()).finish()
+    }
+}

@@ -1,0 +1,225 @@
+//! The model repository: one folder per model, each with a `config.toml`
+//! naming the backend that loads it, all loaded at start-up.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use wirespeed_core::{CpuPool, Model};
+
+use crate::config::ModelConfig;
+use crate::registry::{ModelSource, Registry};
+
+/// One loaded model, with the settings the server schedules it by.
+pub struct LoadedModel {
+    /// The name clients call it by: its folder's name.
+    pub name: String,
+    /// The model.
+    pub model: Arc<dyn Model>,
+    /// Requests computed at once, if the config says.
+    pub max_concurrency: Option<usize>,
+    /// Requests that may wait for a turn, if the config says.
+    pub max_queue: Option<usize>,
+}
+
+impl std::fmt::Debug for LoadedModel {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LoadedModel")
+            .field("name", &self.name)
+            .field("platform", &self.model.metadata().platform)
+            .field("max_concurrency", &self.max_concurrency)
+            .field("max_queue", &self.max_queue)
+            .finish()
+    }
+}
+
+/// Why the repository could not be loaded; names the folder at fault.
+#[derive(Debug, thiserror::Error)]
+#[error("{}: {message}", path.display())]
+pub struct RepositoryError {
+    /// The file or folder at fault.
+    pub path: PathBuf,
+    /// What is wrong with it.
+    pub message: String,
+}
+
+/// Loads every model under `dir` with the backends of `registry`, in
+/// name order. Fails on the first model that cannot be loaded: a server
+/// that starts must serve everything it was given.
+pub fn load_repository(
+    dir: &Path,
+    registry: &Registry,
+    pool: &CpuPool,
+) -> Result<Vec<LoadedModel>, RepositoryError> {
+    let error = |path: &Path, message: String| RepositoryError {
+        path: path.to_owned(),
+        message,
+    };
+    let entries = std::fs::read_dir(dir).map_err(|e| {
+        error(
+            dir,
+            format!("cannot read the model repository ({e}); pass --models DIR to choose another"),
+        )
+    })?;
+    let mut folders: Vec<PathBuf> = entries
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .filter(|p| {
+            p.is_dir()
+                && !p
+                    .file_name()
+                    .is_some_and(|n| n.to_string_lossy().starts_with('.'))
+        })
+        .collect();
+    folders.sort();
+
+    let mut models = Vec::new();
+    for folder in folders {
+        let name = folder
+            .file_name()
+            .unwrap_or_default()
+            .to_string_lossy()
+            .into_owned();
+        if !is_valid_model_name(&name) {
+            return Err(error(
+                &folder,
+                "model names may use only letters, digits, '_', '-' and '.'".into(),
+            ));
+        }
+        let config_path = folder.join("config.toml");
+        if !config_path.is_file() {
+            return Err(error(
+                &folder,
+                "has no config.toml; every model folder needs one".into(),
+            ));
+        }
+        let config = ModelConfig::load(&config_path).map_err(|m| error(&config_path, m))?;
+        if config.max_concurrency == Some(0) {
+            return Err(error(
+                &config_path,
+                "max_concurrency must be at least 1".into(),
+            ));
+        }
+        let backend = registry
+            .get(&config.backend)
+            .map_err(|m| error(&config_path, m))?;
+        let source = ModelSource::new(&name, &folder, &config, pool);
+        let model = backend.load(&source).map_err(|m| error(&folder, m))?;
+        source
+            .unread_keys(backend.name())
+            .map_err(|m| error(&config_path, m))?;
+        let metadata = model.metadata();
+        tracing::info!(
+            model = %name,
+            version = %metadata.versions.join(","),
+            platform = %metadata.platform,
+            "loaded model"
+        );
+        models.push(LoadedModel {
+            name,
+            model,
+            max_concurrency: config.max_concurrency,
+            max_queue: config.max_queue,
+        });
+    }
+    if models.is_empty() {
+        return Err(error(
+            dir,
+            "contains no models; each model is a folder with a config.toml".into(),
+        ));
+    }
+    Ok(models)
+}
+
+/// Whether `name` could be a model folder's name: letters, digits, `_`,
+/// `-` and `.`, and not `.` or `..`. Names from URLs and messages are held
+/// to the same rule before they are looked up.
+pub fn is_valid_model_name(name: &str) -> bool {
+    !name.is_empty()
+        && name != "."
+        && name != ".."
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"_-.".contains(&b))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn repo(configs: &[(&str, &str)]) -> tempdir::Dir {
+        let dir = tempdir::Dir::new();
+        for (name, config) in configs {
+            std::fs::create_dir(dir.path().join(name)).unwrap();
+            std::fs::write(dir.path().join(name).join("config.toml"), config).unwrap();
+        }
+        dir
+    }
+
+    /// A temporary folder, removed when dropped.
+    mod tempdir {
+        pub(super) struct Dir(std::path::PathBuf);
+        impl Dir {
+            pub(super) fn new() -> Dir {
+                static N: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+                let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                let path = std::env::temp_dir()
+                    .join(format!("wirespeed-models-{}-{n}", std::process::id()));
+                std::fs::create_dir_all(&path).unwrap();
+                Dir(path)
+            }
+            pub(super) fn path(&self) -> &std::path::Path {
+                &self.0
+            }
+        }
+        impl Drop for Dir {
+            fn drop(&mut self) {
+                let _ = std::fs::remove_dir_all(&self.0);
+            }
+        }
+    }
+
+    const ECHO: &str = "backend = 'identity'\n[[inputs]]\nname='x'\ndatatype='FP32'\nshape=[-1]\n[[outputs]]\nname='y'\ndatatype='FP32'\nshape=[-1]\n";
+
+    fn load(dir: &tempdir::Dir) -> Result<Vec<LoadedModel>, RepositoryError> {
+        load_repository(dir.path(), &Registry::builtin(), &CpuPool::new(1).unwrap())
+    }
+
+    #[test]
+    fn models_load_in_name_order() {
+        let dir = repo(&[("b", ECHO), ("a", &format!("max_queue = 3\n{ECHO}"))]);
+        let models = load(&dir).unwrap();
+        let names: Vec<&str> = models.iter().map(|m| m.name.as_str()).collect();
+        assert_eq!(names, ["a", "b"]);
+        assert_eq!(models[0].max_queue, Some(3));
+        assert_eq!(models[0].model.metadata().platform, "identity");
+    }
+
+    #[test]
+    fn unknown_backends_and_keys_are_named() {
+        let dir = repo(&[("a", &ECHO.replace("identity", "tensorrt"))]);
+        let e = load(&dir).unwrap_err().to_string();
+        assert!(
+            e.contains("unknown backend 'tensorrt'") && e.contains("identity, lightgbm, xgboost"),
+            "{e}"
+        );
+
+        let dir = repo(&[("a", &format!("batch = 3\n{ECHO}"))]);
+        let e = load(&dir).unwrap_err().to_string();
+        assert!(e.contains("batch"), "{e}");
+
+        let dir = repo(&[("a", &format!("{ECHO}kind = 'margin'\n"))]);
+        let e = load(&dir).unwrap_err().to_string();
+        assert!(e.contains("unknown key 'kind' in tensor 'y'"), "{e}");
+
+        let dir = repo(&[("a", &format!("max_concurrency = 0\n{ECHO}"))]);
+        assert!(load(&dir).unwrap_err().to_string().contains("at least 1"));
+    }
+
+    #[test]
+    fn model_names_are_folder_safe() {
+        assert!(is_valid_model_name("titanic_v1.2-b"));
+        for bad in ["", ".", "..", "a/b", "a b", "é"] {
+            assert!(!is_valid_model_name(bad), "{bad}");
+        }
+    }
+}

@@ -1,0 +1,25 @@
+//! Compiles every `.proto` under `proto/` into prost messages and tonic
+//! clients and servers.
+//!
+//! protox parses the protos in Rust, so building needs no `protoc` on the
+//! machine. The descriptor set is also written to `OUT_DIR` for gRPC
+//! reflection. Bytes fields become `bytes::Bytes`, so raw tensor contents
+//! are sliced out of a received message rather than copied.
+
+use std::path::PathBuf;
+
+use prost::Message;
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let protos = ["proto/grpc_service.proto"];
+    println!("cargo:rerun-if-changed=proto");
+    let descriptors = protox::compile(protos, ["proto"])?;
+    let out = PathBuf::from(std::env::var("OUT_DIR")?);
+    std::fs::write(out.join("descriptors.bin"), descriptors.encode_to_vec())?;
+    tonic_prost_build::configure()
+        .build_server(true)
+        .build_client(true)
+        .bytes(".")
+        .compile_fds(descriptors)?;
+    Ok(())
+}

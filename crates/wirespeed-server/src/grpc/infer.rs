@@ -1,0 +1,171 @@
+//! `ModelInfer` and `ModelStreamInfer`: the Open Inference Protocol's gRPC
+//! codecs of the one pipeline. Inputs come as typed `contents` or
+//! `raw_input_contents` (`convert.rs`); outputs go back as
+//! `raw_output_contents`, as Triton answers.
+
+use std::time::{Duration, Instant};
+
+use tokio::sync::oneshot;
+use tonic::{Code, Response, Status};
+use wirespeed_core::{Error, InferRequest, InferResponse};
+
+use super::convert;
+use super::pb;
+use crate::models::ServedModel;
+use crate::pipeline::{self, Codec, RequestContext, Target};
+use crate::timing::{timed, Stages, SERVER_TIMING};
+use crate::AppState;
+
+/// Raw input bytes above this are converted on the CPU pool: copying them
+/// takes long enough to hold up other requests on the async worker.
+const OFFLOAD_RAW_BYTES: usize = 1 << 20;
+
+/// The gRPC status for `error`, whose client-facing text is `message`.
+pub(super) fn status(error: &Error, message: &str) -> Status {
+    Status::new(Code::from_i32(error.kind().grpc_code()), message)
+}
+
+/// Answers one `ModelInfer` call.
+pub(super) async fn model_infer(
+    state: &AppState,
+    mut message: pb::ModelInferRequest,
+) -> Result<Response<pb::ModelInferResponse>, Status> {
+    let context = RequestContext::new(state, "grpc");
+    let name = std::mem::take(&mut message.model_name);
+    let version = std::mem::take(&mut message.model_version);
+    let target = Target {
+        name: &name,
+        version: (!version.is_empty()).then_some(version.as_str()),
+    };
+    let codec = GrpcInfer {
+        state,
+        message: Some(message),
+    };
+    pipeline::infer(state, context, target, codec).await
+}
+
+/// Answers one request of a `ModelStreamInfer` stream: a failed request
+/// gets its error in `error_message`, and the stream goes on, as Triton
+/// does.
+pub(super) async fn stream_infer(
+    state: &AppState,
+    mut message: pb::ModelInferRequest,
+) -> pb::ModelStreamInferResponse {
+    let context = RequestContext::new(state, "grpc-stream");
+    let name = std::mem::take(&mut message.model_name);
+    let version = std::mem::take(&mut message.model_version);
+    let target = Target {
+        name: &name,
+        version: (!version.is_empty()).then_some(version.as_str()),
+    };
+    let id = message.id.clone();
+    let codec = GrpcStreamInfer {
+        unary: GrpcInfer {
+            state,
+            message: Some(message),
+        },
+        id,
+    };
+    pipeline::infer(state, context, target, codec).await
+}
+
+/// The `ModelInfer` codec of one call.
+struct GrpcInfer<'a> {
+    state: &'a AppState,
+    /// Until it is decoded.
+    message: Option<pb::ModelInferRequest>,
+}
+
+impl GrpcInfer<'_> {
+    /// Converts the message to the core request, on the CPU pool when it
+    /// carries many raw bytes.
+    async fn convert(&mut self, stages: &mut Stages) -> Result<InferRequest, Error> {
+        let message = self.message.take().expect("a message is decoded once");
+        let raw_bytes: usize = message.raw_input_contents.iter().map(|b| b.len()).sum();
+        let limits = &self.state.decode_options.limits;
+        let mut decode = Duration::ZERO;
+        let request = if raw_bytes > OFFLOAD_RAW_BYTES {
+            let (done, converted) = oneshot::channel();
+            let limits = limits.clone();
+            self.state.pool.spawn(move || {
+                let started = Instant::now();
+                let request = convert::request(message, &limits);
+                let _ = done.send((request, started.elapsed()));
+            });
+            let (request, spent) = converted
+                .await
+                .map_err(|_| Error::internal("the conversion failed on the CPU pool"))?;
+            decode = spent;
+            request?
+        } else {
+            timed(&mut decode, || convert::request(message, limits))?
+        };
+        stages.body_read(decode);
+        Ok(request)
+    }
+}
+
+impl Codec for GrpcInfer<'_> {
+    type Answer = Result<Response<pb::ModelInferResponse>, Status>;
+
+    async fn decode(
+        &mut self,
+        _: &ServedModel,
+        stages: &mut Stages,
+    ) -> Result<InferRequest, Error> {
+        self.convert(stages).await
+    }
+
+    fn encode(&mut self, response: InferResponse) -> Result<Self::Answer, Error> {
+        Ok(Ok(Response::new(convert::response(response))))
+    }
+
+    fn stamp(answer: &mut Self::Answer, timing: &str) {
+        if let (Ok(response), Ok(value)) = (answer, timing.parse()) {
+            response.metadata_mut().insert(SERVER_TIMING, value);
+        }
+    }
+
+    fn error(&self, error: &Error, message: &str) -> Self::Answer {
+        Err(status(error, message))
+    }
+}
+
+/// The codec of one request of a `ModelStreamInfer` stream.
+struct GrpcStreamInfer<'a> {
+    unary: GrpcInfer<'a>,
+    /// The request's id, echoed with an error.
+    id: String,
+}
+
+impl Codec for GrpcStreamInfer<'_> {
+    type Answer = pb::ModelStreamInferResponse;
+
+    async fn decode(
+        &mut self,
+        _: &ServedModel,
+        stages: &mut Stages,
+    ) -> Result<InferRequest, Error> {
+        self.unary.convert(stages).await
+    }
+
+    fn encode(&mut self, response: InferResponse) -> Result<Self::Answer, Error> {
+        Ok(pb::ModelStreamInferResponse {
+            error_message: String::new(),
+            infer_response: Some(convert::response(response)),
+        })
+    }
+
+    /// Stream messages carry no metadata of their own.
+    fn stamp(_: &mut Self::Answer, _: &str) {}
+
+    fn error(&self, _: &Error, message: &str) -> Self::Answer {
+        pb::ModelStreamInferResponse {
+            error_message: message.to_owned(),
+            infer_response: Some(pb::ModelInferResponse {
+                id: self.id.clone(),
+                ..Default::default()
+            }),
+        }
+    }
+}

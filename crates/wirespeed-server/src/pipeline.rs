@@ -1,0 +1,153 @@
+//! The one path every infer request takes, whatever protocol it came in.
+//!
+//! A front end is a [`Codec`]: it reads its protocol's request into an
+//! [`InferRequest`], and writes an [`InferResponse`] (or an [`Error`]) as its
+//! protocol's answer. [`infer`] does everything in between, once for all of
+//! them: the request id and tracing span, the model lookup, the scheduler's
+//! queue and compute, the stage timings and their `Server-Timing` text, and
+//! the logging of server errors (whose text never reaches the client). So
+//! the same request gives the same outputs, and the same mistake the same
+//! error, through V2 JSON, V2 binary, raw bodies, TF Serving, Clipper and
+//! gRPC.
+//!
+//! The spans, enabled with `--log-level debug`: `request` (with its id and
+//! protocol) around `decode`, `queue`, `compute` and `encode`; the compute
+//! span follows the request onto the CPU pool.
+
+use std::sync::atomic::Ordering;
+
+use tracing::{Instrument, Span};
+use wirespeed_core::{Error, InferRequest, InferResponse};
+
+use crate::models::ServedModel;
+use crate::timing::{timed, Stages};
+use crate::AppState;
+
+/// One request's number, span and clock, from the moment a front end took
+/// it.
+pub(crate) struct RequestContext {
+    /// The number in server errors and in the log.
+    pub(crate) id: u64,
+    pub(crate) span: Span,
+    pub(crate) stages: Stages,
+}
+
+impl RequestContext {
+    /// Numbers a new request of `protocol` and starts its clock.
+    pub(crate) fn new(state: &AppState, protocol: &'static str) -> RequestContext {
+        let id = state.request_ids.fetch_add(1, Ordering::Relaxed);
+        RequestContext {
+            id,
+            span: tracing::debug_span!("request", id, protocol),
+            stages: Stages::start(),
+        }
+    }
+}
+
+/// The model a request names, as its protocol gives it.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Target<'a> {
+    pub(crate) name: &'a str,
+    /// The version asked for; `None` for the served one.
+    pub(crate) version: Option<&'a str>,
+}
+
+/// One protocol's side of an infer request.
+pub(crate) trait Codec {
+    /// What the protocol answers with: an HTTP response, a gRPC message.
+    type Answer;
+
+    /// Reads and decodes the request for `model`, recording the read and
+    /// decode times in `stages`. Anything the answer needs later (the
+    /// format the request came in, which outputs go back as binary) stays
+    /// in the codec.
+    async fn decode(
+        &mut self,
+        model: &ServedModel,
+        stages: &mut Stages,
+    ) -> Result<InferRequest, Error>;
+
+    /// The request names no served model: finish with what is left of it
+    /// (a body to read and drop), and return the error as the protocol
+    /// words it.
+    async fn refuse(&mut self, error: Error) -> Error {
+        error
+    }
+
+    /// The protocol's answer for `response`.
+    fn encode(&mut self, response: InferResponse) -> Result<Self::Answer, Error>;
+
+    /// Adds the stage timings (`Server-Timing` text) to a success.
+    fn stamp(answer: &mut Self::Answer, timing: &str);
+
+    /// The protocol's answer for `error`, whose client-facing text is
+    /// `message`.
+    fn error(&self, error: &Error, message: &str) -> Self::Answer;
+}
+
+/// Runs one infer request through `codec`'s protocol: look the model up,
+/// decode, queue, compute, encode, stamp; or answer the error.
+pub(crate) async fn infer<C: Codec>(
+    state: &AppState,
+    mut context: RequestContext,
+    target: Target<'_>,
+    mut codec: C,
+) -> C::Answer {
+    let span = context.span.clone();
+    async move {
+        let result = run(state, &mut context, target, &mut codec).await;
+        match result {
+            Ok(mut answer) => {
+                C::stamp(&mut answer, &context.stages.text());
+                answer
+            }
+            Err(error) => {
+                let message = public_message(&error, context.id);
+                codec.error(&error, &message)
+            }
+        }
+    }
+    .instrument(span)
+    .await
+}
+
+async fn run<C: Codec>(
+    state: &AppState,
+    context: &mut RequestContext,
+    target: Target<'_>,
+    codec: &mut C,
+) -> Result<C::Answer, Error> {
+    let served = match state.models.get(target.name, target.version) {
+        Ok(served) => served,
+        Err(e) => return Err(codec.refuse(e).await),
+    };
+    let stages = &mut context.stages;
+    let request = codec
+        .decode(served, stages)
+        .instrument(tracing::debug_span!("decode"))
+        .await?;
+    let outputs = served
+        .scheduler
+        .run(request.inputs, &request.outputs, stages)
+        .await?;
+    let metadata = served.metadata();
+    let response = InferResponse {
+        model_name: metadata.name.clone(),
+        model_version: target.version.unwrap_or(&metadata.versions[0]).to_owned(),
+        id: request.id,
+        outputs,
+    };
+    let _encoding = tracing::debug_span!("encode").entered();
+    timed(&mut stages.encode, || codec.encode(response))
+}
+
+/// What the client is told of `error`: the message of a client error; for
+/// a server error, only that it happened and the request id, which the log
+/// line (written here) also carries.
+pub(crate) fn public_message(error: &Error, id: u64) -> String {
+    if error.kind().is_client_error() {
+        return error.message().to_owned();
+    }
+    tracing::error!(request_id = id, error = %error, "request failed");
+    format!("internal server error (request id {id}); the server log has the details")
+}

@@ -1,0 +1,277 @@
+//! One scheduler per model: who computes now, who waits, who is refused.
+//!
+//! At most `max_concurrency` requests compute at once, each holding a
+//! *slot*. A request that finds a slot free and nobody waiting computes at
+//! once, without a hop: the common, unloaded case costs two atomic
+//! operations. Otherwise it joins the model's queue, an actor (one task
+//! that alone owns the queue: requests come in on an `mpsc` channel, each
+//! with a `oneshot` for its turn and its tracing span), which hands each
+//! slot that frees up to the longest-waiting request whose caller is still
+//! there. A request whose caller has gone (a client that disconnected, a
+//! gRPC deadline) is dropped from the queue without computing. When
+//! `max_queue` requests already wait, the next is refused at once (503
+//! with `Retry-After`, RESOURCE_EXHAUSTED), so under overload the accepted
+//! requests keep a bounded latency and memory stays bounded.
+//!
+//! A slot is held until the model's compute really ends. Compute that runs
+//! on the CPU pool or as a task of its own owns its slot, so a caller that
+//! leaves mid-compute frees nothing: `max_concurrency` holds exactly when
+//! the server is overloaded and callers give up.
+//!
+//! The batching issue teaches the actor to take several waiting requests at
+//! once; the queue is already where they meet.
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
+
+use tokio::sync::{mpsc, oneshot, OwnedSemaphorePermit, Semaphore};
+use tracing::{Instrument, Span};
+use wirespeed_core::{CpuPool, Error, ErrorKind, Execution, Model, RequestedOutput, Tensor};
+
+use crate::timing::{timed, Stages};
+
+/// The inputs to compute and the outputs to produce.
+struct Job {
+    inputs: Vec<Tensor>,
+    outputs: Vec<usize>,
+}
+
+/// A request in the queue.
+struct Waiting {
+    job: Job,
+    turn: oneshot::Sender<Turn>,
+    /// The request's span, so the actor's log lines about it carry its id.
+    span: Span,
+}
+
+/// A request's turn to compute: its slot, and its job back.
+struct Turn {
+    slot: OwnedSemaphorePermit,
+    job: Job,
+}
+
+/// The admission, queue and compute of one model.
+pub(crate) struct Scheduler {
+    model: Arc<dyn Model>,
+    pool: CpuPool,
+    slots: Arc<Semaphore>,
+    concurrency: usize,
+    /// Requests waiting whose callers are still there.
+    waiting: Arc<AtomicUsize>,
+    max_queue: usize,
+    arrivals: mpsc::UnboundedSender<Waiting>,
+}
+
+/// Counts a request as waiting until it gets its turn or its caller goes.
+struct Seat(Arc<AtomicUsize>);
+
+impl Drop for Seat {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+impl Scheduler {
+    /// Starts the scheduler of `model`, and its queue's actor (so this must
+    /// run inside the server's runtime).
+    pub(crate) fn start(
+        model: Arc<dyn Model>,
+        concurrency: usize,
+        max_queue: usize,
+        pool: CpuPool,
+    ) -> Scheduler {
+        let slots = Arc::new(Semaphore::new(concurrency));
+        let (arrivals, queue) = mpsc::unbounded_channel();
+        tokio::spawn(actor(queue, Arc::clone(&slots), max_queue));
+        Scheduler {
+            model,
+            pool,
+            slots,
+            concurrency,
+            waiting: Arc::new(AtomicUsize::new(0)),
+            max_queue,
+            arrivals,
+        }
+    }
+
+    /// Checks `inputs` against the model, waits for a turn, runs the model
+    /// and returns the `requested` outputs (all of them when none are
+    /// named), in request order. The wait and the compute go into `stages`.
+    pub(crate) async fn run(
+        &self,
+        inputs: Vec<Tensor>,
+        requested: &[RequestedOutput],
+        stages: &mut Stages,
+    ) -> Result<Vec<Tensor>, Error> {
+        let metadata = self.model.metadata();
+        metadata.check_inputs(&inputs)?;
+        let outputs = metadata.resolve_outputs(requested.iter().map(|o| o.name.as_str()))?;
+        let job = Job { inputs, outputs };
+        let turn = match self.free_slot() {
+            Some(slot) => Turn { slot, job },
+            None => {
+                let since = Instant::now();
+                let turn = self
+                    .wait(job)
+                    .instrument(tracing::debug_span!("queue"))
+                    .await?;
+                stages.queue = since.elapsed();
+                turn
+            }
+        };
+        self.compute(turn, stages).await
+    }
+
+    /// A slot, if one is free and nobody is waiting for it.
+    fn free_slot(&self) -> Option<OwnedSemaphorePermit> {
+        if self.waiting.load(Ordering::Acquire) > 0 {
+            return None;
+        }
+        Arc::clone(&self.slots).try_acquire_owned().ok()
+    }
+
+    /// Queues `job` and waits for its turn, or refuses it when the queue is
+    /// full.
+    async fn wait(&self, job: Job) -> Result<Turn, Error> {
+        let ahead = self.waiting.fetch_add(1, Ordering::AcqRel);
+        let seat = Seat(Arc::clone(&self.waiting));
+        if ahead >= self.max_queue {
+            return Err(Error::new(
+                ErrorKind::Overloaded,
+                format!(
+                    "model '{}' is busy: {} requests computing and {} waiting, its limits; retry shortly",
+                    self.model.metadata().name,
+                    self.concurrency,
+                    self.max_queue
+                ),
+            ));
+        }
+        let (turn, given) = oneshot::channel();
+        let stopped = || Error::internal("the model's scheduler has stopped");
+        self.arrivals
+            .send(Waiting {
+                job,
+                turn,
+                span: Span::current(),
+            })
+            .map_err(|_| stopped())?;
+        let turn = given.await.map_err(|_| stopped())?;
+        drop(seat);
+        Ok(turn)
+    }
+
+    /// Runs a job where the model says it runs, holding its slot until the
+    /// compute ends, whether or not the caller is still there.
+    async fn compute(&self, turn: Turn, stages: &mut Stages) -> Result<Vec<Tensor>, Error> {
+        let Turn { slot, job } = turn;
+        let elements: usize = job.inputs.iter().map(|t| t.data.len()).sum();
+        let span = tracing::debug_span!("compute");
+        match self.model.execution(elements) {
+            Execution::Inline => {
+                let _entered = span.enter();
+                let result = timed(&mut stages.compute, || {
+                    self.model.infer(&job.inputs, &job.outputs)
+                });
+                drop(slot);
+                result
+            }
+            Execution::Pool => {
+                let (done, result) = oneshot::channel();
+                let model = Arc::clone(&self.model);
+                self.pool.spawn(move || {
+                    let _slot = slot;
+                    let _entered = span.enter();
+                    let started = Instant::now();
+                    let result = model.infer(&job.inputs, &job.outputs);
+                    let _ = done.send((result, started.elapsed()));
+                });
+                let (result, spent) = result.await.map_err(|_| self.crashed())?;
+                stages.compute = spent;
+                result
+            }
+            Execution::Async => {
+                let model = Arc::clone(&self.model);
+                let task = tokio::spawn(
+                    async move {
+                        let _slot = slot;
+                        let started = Instant::now();
+                        let result = model.infer_async(job.inputs, job.outputs).await;
+                        (result, started.elapsed())
+                    }
+                    .instrument(span),
+                );
+                let (result, spent) = task.await.map_err(|_| self.crashed())?;
+                stages.compute = spent;
+                result
+            }
+        }
+    }
+
+    fn crashed(&self) -> Error {
+        Error::internal(format!(
+            "model '{}' failed while computing (it panicked; see the message above)",
+            self.model.metadata().name
+        ))
+    }
+}
+
+/// The queue's owner: hands each slot that frees up to the longest-waiting
+/// request whose caller is still there. Ends when the scheduler is dropped.
+async fn actor(
+    mut arrivals: mpsc::UnboundedReceiver<Waiting>,
+    slots: Arc<Semaphore>,
+    max_queue: usize,
+) {
+    let mut queue: VecDeque<Waiting> = VecDeque::new();
+    loop {
+        if queue.is_empty() {
+            match arrivals.recv().await {
+                Some(waiting) => queue.push_back(waiting),
+                None => return,
+            }
+            continue;
+        }
+        tokio::select! {
+            biased;
+            arrived = arrivals.recv() => match arrived {
+                Some(waiting) => {
+                    queue.push_back(waiting);
+                    // More than the queue holds means some callers left;
+                    // their inputs are let go now, not when their turn comes.
+                    if queue.len() > max_queue {
+                        queue.retain(|w| !gone(w));
+                    }
+                }
+                None => return,
+            },
+            slot = Arc::clone(&slots).acquire_owned() => {
+                let Ok(mut slot) = slot else { return };
+                while let Some(waiting) = queue.pop_front() {
+                    let span = waiting.span.clone();
+                    match waiting.turn.send(Turn { slot, job: waiting.job }) {
+                        Ok(()) => break,
+                        Err(Turn { slot: back, .. }) => {
+                            slot = back;
+                            span.in_scope(|| {
+                                tracing::debug!("the caller left while queued; dropped without computing");
+                            });
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Whether the caller of a queued request has gone.
+fn gone(waiting: &Waiting) -> bool {
+    let gone = waiting.turn.is_closed();
+    if gone {
+        waiting.span.in_scope(|| {
+            tracing::debug!("the caller left while queued; dropped without computing");
+        });
+    }
+    gone
+}
