@@ -65,11 +65,18 @@ pub(crate) struct Scheduler {
 }
 
 /// Counts a request as waiting until it gets its turn or its caller goes.
-struct Seat(Arc<AtomicUsize>);
+struct Seat<'a> {
+    scheduler: &'a Scheduler,
+    turned: bool,
+}
 
-impl Drop for Seat {
+impl Drop for Seat<'_> {
     fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::AcqRel);
+        self.scheduler.waiting.fetch_sub(1, Ordering::AcqRel);
+        if !self.turned {
+            let model = &self.scheduler.model.metadata().name;
+            tracing::debug!(%model, "the caller left while queued");
+        }
     }
 }
 
@@ -84,7 +91,8 @@ impl Scheduler {
     ) -> Scheduler {
         let slots = Arc::new(Semaphore::new(concurrency));
         let (arrivals, queue) = mpsc::unbounded_channel();
-        tokio::spawn(actor(queue, Arc::clone(&slots), max_queue));
+        let name = model.metadata().name.clone();
+        tokio::spawn(actor(name, queue, Arc::clone(&slots), max_queue));
         Scheduler {
             model,
             pool,
@@ -136,7 +144,11 @@ impl Scheduler {
     /// full.
     async fn wait(&self, job: Job) -> Result<Turn, Error> {
         let ahead = self.waiting.fetch_add(1, Ordering::AcqRel);
-        let seat = Seat(Arc::clone(&self.waiting));
+        let mut seat = Seat {
+            scheduler: self,
+            // Refused is not left.
+            turned: ahead >= self.max_queue,
+        };
         if ahead >= self.max_queue {
             return Err(Error::new(
                 ErrorKind::Overloaded,
@@ -157,9 +169,10 @@ impl Scheduler {
                 span: Span::current(),
             })
             .map_err(|_| stopped())?;
-        let turn = given.await.map_err(|_| stopped())?;
-        drop(seat);
-        Ok(turn)
+        tracing::debug!(model = %self.model.metadata().name, ahead, "queued");
+        let turn = given.await;
+        seat.turned = true;
+        turn.map_err(|_| stopped())
     }
 
     /// Runs a job where the model says it runs, holding its slot until the
@@ -181,11 +194,12 @@ impl Scheduler {
                 let (done, result) = oneshot::channel();
                 let model = Arc::clone(&self.model);
                 self.pool.spawn(move || {
-                    let _slot = slot;
                     let _entered = span.enter();
                     let started = Instant::now();
                     let result = model.infer(&job.inputs, &job.outputs);
-                    let _ = done.send((result, started.elapsed()));
+                    let spent = started.elapsed();
+                    freed(slot, model.as_ref());
+                    let _ = done.send((result, spent));
                 });
                 let (result, spent) = result.await.map_err(|_| self.crashed())?;
                 stages.compute = spent;
@@ -195,10 +209,13 @@ impl Scheduler {
                 let model = Arc::clone(&self.model);
                 let task = tokio::spawn(
                     async move {
-                        let _slot = slot;
                         let started = Instant::now();
-                        let result = model.infer_async(job.inputs, job.outputs).await;
-                        (result, started.elapsed())
+                        let result = Arc::clone(&model)
+                            .infer_async(job.inputs, job.outputs)
+                            .await;
+                        let spent = started.elapsed();
+                        freed(slot, model.as_ref());
+                        (result, spent)
                     }
                     .instrument(span),
                 );
@@ -217,9 +234,17 @@ impl Scheduler {
     }
 }
 
+/// Gives a slot back once its compute has ended, whether or not its
+/// caller is still there to take the answer.
+fn freed(slot: OwnedSemaphorePermit, model: &dyn Model) {
+    drop(slot);
+    tracing::debug!(model = %model.metadata().name, "compute ended; slot freed");
+}
+
 /// The queue's owner: hands each slot that frees up to the longest-waiting
 /// request whose caller is still there. Ends when the scheduler is dropped.
 async fn actor(
+    model: String,
     mut arrivals: mpsc::UnboundedReceiver<Waiting>,
     slots: Arc<Semaphore>,
     max_queue: usize,
@@ -241,7 +266,7 @@ async fn actor(
                     // More than the queue holds means some callers left;
                     // their inputs are let go now, not when their turn comes.
                     if queue.len() > max_queue {
-                        queue.retain(|w| !gone(w));
+                        queue.retain(|w| !gone(&model, w));
                     }
                 }
                 None => return,
@@ -254,9 +279,7 @@ async fn actor(
                         Ok(()) => break,
                         Err(Turn { slot: back, .. }) => {
                             slot = back;
-                            span.in_scope(|| {
-                                tracing::debug!("the caller left while queued; dropped without computing");
-                            });
+                            span.in_scope(|| dropped(&model));
                         }
                     }
                 }
@@ -266,12 +289,17 @@ async fn actor(
 }
 
 /// Whether the caller of a queued request has gone.
-fn gone(waiting: &Waiting) -> bool {
+fn gone(model: &str, waiting: &Waiting) -> bool {
     let gone = waiting.turn.is_closed();
     if gone {
-        waiting.span.in_scope(|| {
-            tracing::debug!("the caller left while queued; dropped without computing");
-        });
+        waiting.span.in_scope(|| dropped(model));
     }
     gone
+}
+
+fn dropped(model: &str) {
+    tracing::debug!(
+        model,
+        "the caller left while queued; dropped without computing"
+    );
 }

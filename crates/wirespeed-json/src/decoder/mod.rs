@@ -338,6 +338,9 @@ impl RequestDecoder {
     }
 
     fn build_error(&self, (category, message): BuildError, offset: u64) -> DecodeError {
+        if self.named.is_some() {
+            return self.builder_error((category, message), offset);
+        }
         DecodeError::new(category, offset, message).with_input(self.input_name())
     }
 

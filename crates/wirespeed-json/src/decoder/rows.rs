@@ -162,7 +162,28 @@ impl RequestDecoder {
         ))
     }
 
-    fn builder_error(&self, (category, message): (Category, String), at: u64) -> DecodeError {
+    pub(super) fn builder_error(
+        &self,
+        (category, message): (Category, String),
+        at: u64,
+    ) -> DecodeError {
+        // An input outgrew the limits, which it was held to alone: worded
+        // as the request limits word it on every protocol.
+        let named = self.named.as_ref().expect("a named-input decoder");
+        let input = named
+            .current
+            .or_else(|| (named.inputs.len() == 1).then_some(0));
+        if let (Category::Limit, Some(i)) = (category, input) {
+            let datatype = named.inputs[i].datatype;
+            let limits = &self.options.limits;
+            let most = limits
+                .max_elements
+                .min(limits.max_tensor_bytes / datatype.element_size().unwrap_or(4));
+            let mut budget = TensorBudget::default();
+            if let Err(e) = budget.take(limits, datatype, most.saturating_add(1)) {
+                return DecodeError::limit(at, e).with_input(Some(&named.inputs[i].name));
+            }
+        }
         DecodeError::new(category, at, message).with_input(self.input_name())
     }
 

@@ -261,14 +261,16 @@ impl Offloaded {
         });
     }
 
-    /// Waits for the decoder to come back from its trip.
+    /// Waits for the decoder to come back from its trip. Cancel-safe: the
+    /// trip is let go of only once it is back, so this can lose a race in
+    /// a `select!` and be called again.
     async fn arrive(&mut self, spent: &mut Duration) -> Result<(), Error> {
-        let Some(trip) = self.trip.take() else {
+        let Some(trip) = self.trip.as_mut() else {
             return Ok(());
         };
-        let trip = trip
-            .await
-            .map_err(|_| Error::internal("the decoder failed on the CPU pool"))?;
+        let trip = trip.await;
+        self.trip = None;
+        let trip = trip.map_err(|_| Error::internal("the decoder failed on the CPU pool"))?;
         *spent += trip.spent;
         self.idle = Some(trip.decoder);
         if let Err(e) = trip.result {

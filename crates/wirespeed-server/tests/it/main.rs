@@ -1,0 +1,7 @@
+//! The server library driven in process: a backend of the test's own
+//! plugged into the registry, real sockets, tonic's gRPC client and plain
+//! HTTP/1.1 over TCP.
+
+mod front_ends;
+mod scheduling;
+mod support;
