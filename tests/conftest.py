@@ -44,9 +44,13 @@ class RunningServer:
         self.port = None
         self.grpc_port = None
 
+        self.logged = threading.Condition()
+
         def drain():
             for line in self.process.stderr:
-                self.log.append(line)
+                with self.logged:
+                    self.log.append(line)
+                    self.logged.notify_all()
                 match = re.search(r"listening on grpcs?://127\.0\.0\.1:(\d+)", line)
                 if match:
                     self.grpc_port = int(match.group(1))
@@ -62,6 +66,17 @@ class RunningServer:
             if self.process.poll() is not None or time.monotonic() > deadline:
                 self.stop()
                 raise RuntimeError("wirespeed serve did not start:\n" + "".join(self.log))
+
+    def wait_for_log(self, text, count=1, timeout=30):
+        """Waits until `count` log lines contain `text`; the timeout is only
+        a safety net against a server that never writes it."""
+        deadline = time.monotonic() + timeout
+        with self.logged:
+            while sum(text in line for line in self.log) < count:
+                left = deadline - time.monotonic()
+                if left <= 0 or self.process.poll() is not None:
+                    raise AssertionError(f"no {count} log lines with {text!r}:\n" + "".join(self.log[-40:]))
+                self.logged.wait(left)
 
     @property
     def address(self) -> str:

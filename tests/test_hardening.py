@@ -5,11 +5,11 @@ every bad request gets a specific 4xx."""
 import http.client
 import json
 import os
+import select
 import shutil
 import signal
 import socket
 import threading
-import time
 
 import numpy as np
 import pytest
@@ -175,12 +175,12 @@ def test_path_traversal_attempts(server, method, path):
 
 def test_slowloris(tmp_path):
     """200 connections trickle a byte every 0.3 s: slow headers are cut by
-    the header timeout, slow bodies by the request deadline, and a normal
-    client keeps being served throughout."""
+    the header timeout, slow bodies by the request deadline, every one of
+    them by the server rather than by the client running out of bytes, and
+    a normal client keeps being served throughout."""
     server = RunningServer(MODELS, ["--header-timeout", "2", "--body-timeout", "1", "--request-timeout", "3"])
     try:
-        closed_at = {}
-        started = time.monotonic()
+        closed_by_server = {}
 
         def slow(i):
             sock = socket.create_connection(("127.0.0.1", server.port), timeout=20)
@@ -190,37 +190,35 @@ def test_slowloris(tmp_path):
                 head, _, _ = payload.partition(b"\r\n\r\n")
                 sock.sendall(head + b"\r\n\r\n")
                 payload = GOOD
-            try:
-                for b in payload:
+            closed = False
+            # A slow client: one byte, then a pause. The payload lasts a
+            # minute or more at this pace; the server's timeouts are seconds.
+            for b in payload:
+                try:
                     sock.sendall(bytes([b]))
-                    time.sleep(0.3)
-                    if time.monotonic() - started > 15:
-                        break
-            except OSError:
-                pass
-            # The server answered (408) or closed; either way the slot is free.
-            try:
-                sock.settimeout(5)
-                sock.recv(65536)
-            except OSError:
-                pass
-            closed_at[i] = time.monotonic() - started
+                except OSError:
+                    closed = True
+                    break
+                ready, _, _ = select.select([sock], [], [], 0.3)
+                if ready:
+                    # The server answered (408) or closed.
+                    closed = True
+                    break
+            closed_by_server[i] = closed
             sock.close()
 
         threads = [threading.Thread(target=slow, args=(i,), daemon=True) for i in range(200)]
         for t in threads:
             t.start()
         ok = 0
-        while time.monotonic() - started < 5:
+        while any(t.is_alive() for t in threads):
             still_serves(server)
             ok += 1
-            time.sleep(0.05)
         for t in threads:
-            t.join(timeout=20)
-        assert ok > 20
-        assert len(closed_at) == 200, "every slow connection was closed"
-        # Closed by the timeouts (a few seconds), not by running out of bytes (minutes).
-        assert max(closed_at.values()) < 12, max(closed_at.values())
+            t.join()
+        assert ok > 0
+        assert len(closed_by_server) == 200
+        assert all(closed_by_server.values()), "every slow connection was cut by the server"
         still_serves(server)
     finally:
         server.stop()
@@ -325,7 +323,7 @@ def drain_repo(tmp_path, delay_ms):
 
 
 def test_sigterm_drains_accepted_requests_and_refuses_new_ones(tmp_path):
-    server = RunningServer(drain_repo(tmp_path, 500))
+    server = RunningServer(drain_repo(tmp_path, 500), ["--log-level", "debug"])
     body = json.dumps({"inputs": [{"name": "x", "shape": [1], "datatype": "FP32", "data": [7]}]})
     answers = []
 
@@ -336,9 +334,9 @@ def test_sigterm_drains_accepted_requests_and_refuses_new_ones(tmp_path):
     threads = [threading.Thread(target=client) for _ in range(6)]
     for t in threads:
         t.start()
-    time.sleep(0.2)  # all six are computing
+    server.wait_for_log("computing", count=6)
     server.process.send_signal(signal.SIGTERM)
-    time.sleep(0.1)
+    server.wait_for_log("stopped accepting")
     with pytest.raises(OSError):
         socket.create_connection(("127.0.0.1", server.port), timeout=2).close()
     for t in threads:
@@ -350,7 +348,7 @@ def test_sigterm_drains_accepted_requests_and_refuses_new_ones(tmp_path):
 
 
 def test_a_second_signal_exits_at_once(tmp_path):
-    server = RunningServer(drain_repo(tmp_path, 5000))
+    server = RunningServer(drain_repo(tmp_path, 5000), ["--log-level", "debug"])
     body = json.dumps({"inputs": [{"name": "x", "shape": [1], "datatype": "FP32", "data": [7]}]})
     def doomed():
         # Cut off by the second signal: its failure is the point.
@@ -360,9 +358,9 @@ def test_a_second_signal_exits_at_once(tmp_path):
             pass
 
     threading.Thread(target=doomed, daemon=True).start()
-    time.sleep(0.3)
+    server.wait_for_log("computing")
     server.process.send_signal(signal.SIGTERM)
-    time.sleep(0.2)
+    server.wait_for_log("stopped accepting")
     assert server.process.poll() is None, "the first signal drains"
     server.process.send_signal(signal.SIGTERM)
     assert server.process.wait(timeout=3) == 130

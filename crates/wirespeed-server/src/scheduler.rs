@@ -181,6 +181,7 @@ impl Scheduler {
         let Turn { slot, job } = turn;
         let elements: usize = job.inputs.iter().map(|t| t.data.len()).sum();
         let span = tracing::debug_span!("compute");
+        span.in_scope(|| tracing::debug!(model = %self.model.metadata().name, "computing"));
         match self.model.execution(elements) {
             Execution::Inline => {
                 let _entered = span.enter();
