@@ -76,6 +76,9 @@ pub struct ServerConfig {
     /// The threads of the one CPU pool: model compute, large decodes, and
     /// their helpers. The cores unless set.
     pub compute_threads: usize,
+    /// The threads that accept and serve connections, each with a runtime
+    /// of its own. The cores unless set.
+    pub io_threads: usize,
     /// The backends models can be loaded with: the built-in ones unless
     /// a program embedding the server adds its own.
     pub backends: Registry,
@@ -148,6 +151,7 @@ impl Default for ServerConfig {
             request_limits: RequestLimits::default(),
             strict_json: false,
             compute_threads: std::thread::available_parallelism().map_or(1, |n| n.get()),
+            io_threads: std::thread::available_parallelism().map_or(1, |n| n.get()),
             backends: Registry::builtin(),
             auth_token: None,
             tls: None,
@@ -228,6 +232,7 @@ pub struct Server {
     tls: Option<tokio_rustls::TlsAcceptor>,
     state: Arc<AppState>,
     drain_timeout: Duration,
+    io_threads: usize,
 }
 
 async fn bind_tcp(flag: &'static str, addr: SocketAddr) -> Result<TcpListener, StartError> {
@@ -306,6 +311,7 @@ impl Server {
                 clipper_queries: std::sync::atomic::AtomicU64::new(0),
             }),
             drain_timeout: config.drain_timeout,
+            io_threads: config.io_threads,
         })
     }
 
@@ -325,12 +331,7 @@ impl Server {
     /// socket files are removed.
     pub async fn serve(self, shutdown: impl Future<Output = ()>) {
         let scheme = if self.tls.is_some() { "s" } else { "" };
-        if let Some(addr) = self.http_addr() {
-            tracing::info!("listening on http{scheme}://{addr}");
-        }
-        if let Some(addr) = self.grpc_addr() {
-            tracing::info!("listening on grpc{scheme}://{addr}");
-        }
+        let (http_addr, grpc_addr) = (self.http_addr(), self.grpc_addr());
         let state = self.state;
         let limits = state.limits.clone();
         let (stop, stopping) = tokio::sync::watch::channel(false);
@@ -343,62 +344,85 @@ impl Server {
         });
         let rest = Arc::new(listen::builder(listen::Protocol::Rest, &limits));
         let grpc = Arc::new(listen::builder(listen::Protocol::Grpc, &limits));
-        let (grpc_service, health) = grpc::service(Arc::clone(&state)).await;
+        let (grpc_routes, health) = grpc::service(Arc::clone(&state)).await;
         let mut sockets = Vec::new();
-        let http_tcp = self.http_tcp.map(|l| {
-            listen::serve(
-                l,
-                Arc::clone(&rest),
-                http::service(Arc::clone(&state)),
-                Arc::clone(&shared),
-            )
-        });
-        let http_uds = self.http_uds.map(|(l, path)| {
-            tracing::info!("listening on http{scheme}+unix://{}", path.display());
-            sockets.push(path);
-            listen::serve(
-                l,
-                Arc::clone(&rest),
-                http::service(Arc::clone(&state)),
-                Arc::clone(&shared),
-            )
-        });
-        let grpc_tcp = self.grpc_tcp.map(|l| {
-            listen::serve(
-                l,
-                Arc::clone(&grpc),
-                grpc_service.factory(),
-                Arc::clone(&shared),
-            )
-        });
-        let grpc_uds = self.grpc_uds.map(|(l, path)| {
-            tracing::info!("listening on grpc{scheme}+unix://{}", path.display());
-            sockets.push(path);
-            listen::serve(
-                l,
-                Arc::clone(&grpc),
-                grpc_service.factory(),
-                Arc::clone(&shared),
-            )
-        });
-        let drain = self.drain_timeout;
-        let on_signal = async {
-            shutdown.await;
-            state.ready.store(false, Ordering::Release);
-            grpc::not_serving(&health).await;
-            tracing::info!(
-                "shutting down: draining open requests for up to {:?}",
-                drain
-            );
-            let _ = stop.send(true);
+        let mut listening = Vec::new();
+        listening.extend(http_addr.map(|a| format!("http{scheme}://{a}")));
+        listening.extend(grpc_addr.map(|a| format!("grpc{scheme}://{a}")));
+        for (_, path) in self.http_uds.iter() {
+            listening.push(format!("http{scheme}+unix://{}", path.display()));
+            sockets.push(path.clone());
+        }
+        for (_, path) in self.grpc_uds.iter() {
+            listening.push(format!("grpc{scheme}+unix://{}", path.display()));
+            sockets.push(path.clone());
+        }
+        let listeners = match listen::Sockets::new(
+            self.http_tcp,
+            self.http_uds.map(|(l, _)| l),
+            self.grpc_tcp,
+            self.grpc_uds.map(|(l, _)| l),
+        ) {
+            Ok(listeners) => listeners,
+            Err(e) => {
+                tracing::error!(error = %e, "cannot hand the listeners to the I/O threads");
+                return;
+            }
         };
-        tokio::join!(
-            on_signal,
-            maybe(http_tcp),
-            maybe(http_uds),
-            maybe(grpc_tcp),
-            maybe(grpc_uds),
+        // Each I/O thread accepts on every listener and serves its own
+        // connections on a runtime of its own (`listen.rs` says why).
+        let (ended, mut accept_loops) = tokio::sync::mpsc::unbounded_channel::<()>();
+        let (drained, drain_over) = tokio::sync::watch::channel(false);
+        let mut threads = Vec::new();
+        for i in 0..self.io_threads.max(1) {
+            let thread = listen::IoThread {
+                sockets: match listeners.try_clone() {
+                    Ok(sockets) => sockets,
+                    Err(e) => {
+                        tracing::error!(error = %e, "cannot start I/O thread {i}");
+                        continue;
+                    }
+                },
+                rest: Arc::clone(&rest),
+                grpc: Arc::clone(&grpc),
+                rest_service: http::service(Arc::clone(&state)),
+                grpc_routes: grpc_routes.clone(),
+                shared: Arc::clone(&shared),
+                ended: ended.clone(),
+                drain_over: drain_over.clone(),
+            };
+            match std::thread::Builder::new()
+                .name(format!("wirespeed-io-{i}"))
+                .spawn(move || thread.run())
+            {
+                Ok(handle) => threads.push(handle),
+                Err(e) => tracing::error!(error = %e, "cannot start I/O thread {i}"),
+            }
+        }
+        drop((listeners, ended));
+        if threads.is_empty() {
+            tracing::error!("no I/O thread started; nothing is served");
+            return;
+        }
+        // Said once every thread serving them exists.
+        for address in listening {
+            tracing::info!("listening on {address}");
+        }
+        let drain = self.drain_timeout;
+        shutdown.await;
+        state.ready.store(false, Ordering::Release);
+        grpc::not_serving(&health).await;
+        tracing::info!(
+            "shutting down: draining open requests for up to {:?}",
+            drain
         );
+        let _ = stop.send(true);
+        // Every thread's accept loops have ended (and dropped their sockets).
+        for _ in 0..threads.len() {
+            if accept_loops.recv().await.is_none() {
+                break;
+            }
+        }
         tracing::info!(
             "stopped accepting; waiting for {} open connections",
             limits.max_connections - shared.connections.available_permits()
@@ -411,14 +435,15 @@ impl Server {
         {
             tracing::warn!("drain deadline passed; closing remaining connections");
         }
+        let _ = drained.send(true);
+        let _ = tokio::task::spawn_blocking(move || {
+            for thread in threads {
+                let _ = thread.join();
+            }
+        })
+        .await;
         for path in sockets {
             let _ = std::fs::remove_file(path);
         }
-    }
-}
-
-async fn maybe(future: Option<impl Future<Output = ()>>) {
-    if let Some(future) = future {
-        future.await;
     }
 }

@@ -142,6 +142,11 @@ struct ServeArgs {
     #[arg(long, env = "WIRESPEED_COMPUTE_THREADS", value_parser = clap::value_parser!(u16).range(1..))]
     compute_threads: Option<u16>,
 
+    /// The threads that accept and serve connections, each with a runtime
+    /// of its own; the cores unless set.
+    #[arg(long, env = "WIRESPEED_IO_THREADS", value_parser = clap::value_parser!(u16).range(1..))]
+    io_threads: Option<u16>,
+
     /// Validate the model repository, print what it serves, and exit.
     #[arg(long, env = "WIRESPEED_CHECK")]
     check: bool,
@@ -200,8 +205,8 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
         .with_writer(std::io::stderr)
         .with_ansi(std::io::stderr().is_terminal())
         .init();
-    // While this is still the only thread.
-    malloc::one_arena();
+    // While this is still the only thread: an arena per core.
+    malloc::limit_arenas(std::thread::available_parallelism().map_or(1, |n| n.get()));
 
     let defaults = ServerConfig::default();
     let compute_threads = args
@@ -262,6 +267,7 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
             max_depth: args.max_depth,
         },
         compute_threads,
+        io_threads: args.io_threads.map_or(defaults.io_threads, usize::from),
         auth_token,
         tls: args
             .tls_cert
@@ -269,7 +275,9 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
             .map(|(cert, key)| TlsFiles { cert, key }),
         ..defaults
     };
-    let runtime = tokio::runtime::Builder::new_multi_thread()
+    // This thread runs start-up, the models' schedulers and signals; the
+    // I/O threads and the CPU pool do the serving.
+    let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
     runtime.block_on(async {

@@ -195,6 +195,7 @@ impl GrpcInferenceService for Inference {
 }
 
 /// The gRPC routes shared by every connection.
+#[derive(Clone)]
 pub(crate) struct GrpcRoutes {
     routes: tonic::service::Routes,
     state: Arc<AppState>,

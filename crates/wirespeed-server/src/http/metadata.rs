@@ -1,5 +1,8 @@
 //! `GET /v2` and `GET /v2/models/{name}[/versions/{v}]`.
 
+use std::sync::OnceLock;
+
+use bytes::Bytes;
 use hyper::Response;
 use serde_json::{json, Value};
 use wirespeed_core::{Error, TensorSpec};
@@ -8,13 +11,19 @@ use super::response::{self, Body};
 use super::router::ModelRef;
 use crate::AppState;
 
-/// Server metadata: name, version and extensions.
+/// Server metadata: name, version and extensions. The same bytes for
+/// every request, written once.
 pub(crate) fn server() -> Response<Body> {
-    response::json_value(&json!({
-        "name": "wirespeed",
-        "version": env!("CARGO_PKG_VERSION"),
-        "extensions": crate::EXTENSIONS,
-    }))
+    static BODY: OnceLock<Bytes> = OnceLock::new();
+    let body = BODY.get_or_init(|| {
+        let value = json!({
+            "name": "wirespeed",
+            "version": env!("CARGO_PKG_VERSION"),
+            "extensions": crate::EXTENSIONS,
+        });
+        Bytes::from(value.to_string())
+    });
+    response::json(body.clone())
 }
 
 /// A model's metadata: its versions, platform, inputs and outputs.

@@ -49,19 +49,28 @@ impl Route<'_> {
     }
 }
 
+/// The most path segments any endpoint has
+/// (`/v1/models/{name}/versions/{v}/metadata`), and one more to tell a
+/// longer path.
+const MAX_SEGMENTS: usize = 7;
+
+/// The segments of `path` after its leading `/` (and without one trailing
+/// `/`), without allocating: every request is routed, so this is on the
+/// path of the smallest ones. `None` for a path longer than any endpoint's.
+fn segments(path: &str) -> Option<([&str; MAX_SEGMENTS], usize)> {
+    let trimmed = path.strip_suffix('/').unwrap_or(path);
+    let mut segments = [""; MAX_SEGMENTS];
+    let mut n = 0;
+    for segment in trimmed.split('/').skip(1) {
+        *segments.get_mut(n)? = segment;
+        n += 1;
+    }
+    Some((segments, n))
+}
+
 /// Finds the endpoint for `method` and `path`, or says why there is none.
 pub(crate) fn route<'a>(method: &Method, path: &'a str) -> Result<Route<'a>, Error> {
-    let trimmed = path.strip_suffix('/').unwrap_or(path);
-    let segments: Vec<&str> = trimmed.split('/').skip(1).collect();
-    let found = match segments.as_slice() {
-        ["v2"] => Some(Route::ServerMetadata),
-        ["v2", "health", "live"] => Some(Route::Live),
-        ["v2", "health", "ready"] => Some(Route::Ready),
-        ["v2", "models", name, rest @ ..] if !name.is_empty() => model_route(name, rest),
-        ["v1", "models", rest @ ..] => tf_route(rest),
-        [app, "predict"] if is_clipper(path) => Some(Route::ClipperPredict(app)),
-        _ => None,
-    };
+    let found = segments(path).and_then(|(segments, n)| match_route(path, &segments[..n]));
     let Some(route) = found else {
         return Err(Error::new(
             ErrorKind::RouteNotFound,
@@ -77,6 +86,18 @@ pub(crate) fn route<'a>(method: &Method, path: &'a str) -> Result<Route<'a>, Err
             ErrorKind::MethodNotAllowed,
             format!("{path} takes {allowed}, not {method}"),
         ))
+    }
+}
+
+fn match_route<'a>(path: &'a str, segments: &[&'a str]) -> Option<Route<'a>> {
+    match segments {
+        ["v2"] => Some(Route::ServerMetadata),
+        ["v2", "health", "live"] => Some(Route::Live),
+        ["v2", "health", "ready"] => Some(Route::Ready),
+        ["v2", "models", name, rest @ ..] if !name.is_empty() => model_route(name, rest),
+        ["v1", "models", rest @ ..] => tf_route(rest),
+        [app, "predict"] if is_clipper(path) => Some(Route::ClipperPredict(app)),
+        _ => None,
     }
 }
 
@@ -97,8 +118,10 @@ fn model_route<'a>(name: &'a str, rest: &[&'a str]) -> Option<Route<'a>> {
 /// Whether `path` is Clipper's `/{app}/predict` (an app may not be called
 /// `v1` or `v2`, whose paths belong to TF Serving and V2).
 pub(crate) fn is_clipper(path: &str) -> bool {
-    let segments: Vec<&str> = path.trim_end_matches('/').split('/').skip(1).collect();
-    matches!(segments.as_slice(), [app, "predict"] if !app.is_empty() && *app != "v1" && *app != "v2")
+    let Some((segments, n)) = segments(path) else {
+        return false;
+    };
+    matches!(&segments[..n], [app, "predict"] if !app.is_empty() && *app != "v1" && *app != "v2")
 }
 
 /// TF Serving's paths under `/v1/models/`; the verb rides on the last
@@ -110,9 +133,10 @@ fn tf_route<'a>(rest: &[&'a str]) -> Option<Route<'a>> {
         Some((segment, verb)) => (segment, Some(verb)),
         None => (*last, None),
     };
-    let mut segments: Vec<&str> = head.to_vec();
-    segments.push(last);
-    let (model, tail) = match segments.as_slice() {
+    let mut segments = [""; MAX_SEGMENTS];
+    segments[..head.len()].copy_from_slice(head);
+    segments[head.len()] = last;
+    let (model, tail) = match &segments[..=head.len()] {
         [name, "versions", v, tail @ ..] if !name.is_empty() && !v.is_empty() => (
             ModelRef {
                 name,

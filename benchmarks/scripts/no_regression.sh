@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# Two wirespeed binaries side by side, alternated round by round in one
+# run: Titanic REST single-client latency (examples/rest_latency, p50) and
+# `wrk -t1 -c32` Titanic POST throughput. For a change to the request path:
+# build the old binary from the old commit (a git worktree) and compare.
+#
+#   benchmarks/scripts/no_regression.sh OLD_BINARY NEW_BINARY [ROUNDS] [SECONDS]
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+old=$1
+new=$2
+rounds=${3:-5}
+seconds=${4:-10}
+command -v wrk >/dev/null || apt-get install -y -qq wrk >/dev/null
+probe=target/release/examples/rest_latency
+[ -x "$probe" ] || cargo build --release -p wirespeed-server --example rest_latency --locked
+
+work=$(mktemp -d)
+pids=()
+trap 'kill "${pids[@]}" 2>/dev/null; rm -rf "$work"' EXIT
+"$old" serve --models models --http 127.0.0.1:18090 --grpc off --log-level warn & pids+=($!)
+"$new" serve --models models --http 127.0.0.1:18091 --grpc off --log-level warn & pids+=($!)
+for port in 18090 18091; do
+    for _ in $(seq 100); do curl -sf "http://127.0.0.1:$port/v2/health/ready" >/dev/null && break; sleep 0.1; done
+done
+
+median() { sort -g | awk '{v[NR]=$1} END {print (NR%2 ? v[(NR+1)/2] : (v[NR/2]+v[NR/2+1])/2)}'; }
+p50() { "$probe" "127.0.0.1:$1" 20000 1 | awk '/p50/ {for (i=1;i<=NF;i++) if ($i=="p50") print $(i+1)}'; }
+rps() { wrk -t1 -c32 -d"${seconds}s" -s benchmarks/wrk/titanic_infer.lua "http://127.0.0.1:$1" | awk '/Requests\/sec/ {print $2}'; }
+for round in $(seq "$rounds"); do
+    # ABBA within a round, so neither always goes first.
+    if [ $((round % 2)) -eq 1 ]; then order="18090 18091"; else order="18091 18090"; fi
+    for port in $order; do
+        l=$(p50 "$port"); r=$(rps "$port")
+        echo "round $round port $port: p50 ${l} us, ${r} req/s"
+        echo "$l" >> "$work/lat_$port"; echo "$r" >> "$work/rps_$port"
+    done
+done
+lo=$(median < "$work/lat_18090"); ln=$(median < "$work/lat_18091")
+ro=$(median < "$work/rps_18090"); rn=$(median < "$work/rps_18091")
+echo "median single-client p50: old $lo us, new $ln us (new/old $(awk -v a="$ln" -v b="$lo" 'BEGIN {printf "%.3f", a/b}'))"
+echo "median wrk -t1 -c32: old $ro req/s, new $rn req/s (new/old $(awk -v a="$rn" -v b="$ro" 'BEGIN {printf "%.3f", a/b}'))"
