@@ -11,8 +11,9 @@
 //! gRPC.
 //!
 //! The spans, enabled with `--log-level debug`: `request` (with its id and
-//! protocol) around `decode`, `queue`, `compute` and `encode`; the compute
-//! span follows the request onto the CPU pool.
+//! protocol) around `read` (which decodes as the body arrives, and records
+//! the time inside the decoder as `decode_us`), `queue`, `compute` and
+//! `encode`; the compute span follows the request onto the CPU pool.
 
 use std::sync::atomic::Ordering;
 
@@ -122,10 +123,16 @@ async fn run<C: Codec>(
         Err(e) => return Err(codec.refuse(e).await),
     };
     let stages = &mut context.stages;
+    // Reading and decoding overlap (the body is decoded as it arrives): one
+    // span for the read, with the time inside the decoder as a field.
+    let reading = tracing::debug_span!("read", decode_us = tracing::field::Empty);
     let request = codec
         .decode(served, stages)
-        .instrument(tracing::debug_span!("decode"))
-        .await?;
+        .instrument(reading.clone())
+        .await;
+    reading.record("decode_us", stages.decode.as_micros() as u64);
+    drop(reading);
+    let request = request?;
     let outputs = served
         .scheduler
         .run(request.inputs, &request.outputs, stages)
