@@ -46,7 +46,7 @@ impl RequestContext {
 }
 
 /// The model a request names, as its protocol gives it.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Target<'a> {
     pub(crate) name: &'a str,
     /// The version asked for; `None` for the served one.

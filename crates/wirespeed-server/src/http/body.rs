@@ -28,8 +28,8 @@ use wirespeed_core::{
     TensorSpec,
 };
 
-use crate::timing::timed;
-use crate::Limits;
+use crate::timing::{timed, Stages};
+use crate::{AppState, Limits};
 use wirespeed_json::{
     Category, DecodeError, DecodeOptions, Format, RequestDecoder, PARALLEL_MIN_BYTES,
 };
@@ -760,4 +760,56 @@ fn raw_shape(spec: &TensorSpec, size: usize, element: usize) -> Result<Vec<usize
 pub(crate) async fn refuse(body: Incoming, limits: &Limits, error: Error) -> Error {
     BodyReader::new(body, limits).discard().await;
     error
+}
+
+/// A REST infer request's headers and body, held by its codec until the
+/// body is decoded or refused.
+pub(crate) struct RestRequest<'a> {
+    pub(crate) state: &'a AppState,
+    pub(crate) headers: HeaderMap,
+    body: Option<Incoming>,
+}
+
+impl<'a> RestRequest<'a> {
+    pub(crate) fn new(state: &'a AppState, request: hyper::Request<Incoming>) -> RestRequest<'a> {
+        let (parts, body) = request.into_parts();
+        RestRequest {
+            state,
+            headers: parts.headers,
+            body: Some(body),
+        }
+    }
+
+    /// The body, once.
+    pub(crate) fn take_body(&mut self) -> Incoming {
+        self.body.take().expect("a body is decoded once")
+    }
+
+    /// Reads and drops the body, if it is still here, and returns `error`.
+    pub(crate) async fn refuse(&mut self, error: Error) -> Error {
+        match self.body.take() {
+            Some(body) => refuse(body, &self.state.limits, error).await,
+            None => error,
+        }
+    }
+
+    /// Reads and decodes a whole-JSON body with `decoder` (TF Serving,
+    /// Clipper), recording the read and decode times.
+    pub(crate) async fn decode_json(
+        &mut self,
+        decoder: RequestDecoder,
+        stages: &mut Stages,
+    ) -> Result<(InferRequest, Format), Error> {
+        let body = self.take_body();
+        let (request, format, decode) = decode_json_body(
+            &self.headers,
+            body,
+            &self.state.limits,
+            decoder,
+            &self.state.pool,
+        )
+        .await?;
+        stages.body_read(decode);
+        Ok((request, format))
+    }
 }

@@ -7,13 +7,12 @@
 use std::sync::atomic::Ordering;
 
 use hyper::body::Incoming;
-use hyper::header::HeaderMap;
 use hyper::{Request, Response, StatusCode};
 use serde_json::json;
 use wirespeed_core::{Error, ErrorKind, InferRequest, InferResponse};
 use wirespeed_json::{Format, RequestDecoder};
 
-use super::body::{decode_json_body, refuse};
+use super::body::RestRequest;
 use super::response::{self, Body};
 use crate::models::ServedModel;
 use crate::pipeline::{self, Codec, RequestContext, Target};
@@ -27,12 +26,9 @@ pub(crate) async fn predict(
     app: &str,
     request: Request<Incoming>,
 ) -> Response<Body> {
-    let (parts, body) = request.into_parts();
     let codec = ClipperQuery {
-        state,
+        request: RestRequest::new(state, request),
         app,
-        headers: parts.headers,
-        body: Some(body),
         format: Format::ClipperOne,
     };
     let target = Target {
@@ -44,10 +40,8 @@ pub(crate) async fn predict(
 
 /// Clipper's codec of one query.
 struct ClipperQuery<'a> {
-    state: &'a AppState,
+    request: RestRequest<'a>,
     app: &'a str,
-    headers: HeaderMap,
-    body: Option<Incoming>,
     /// One query or a batch; the answer follows it.
     format: Format,
 }
@@ -60,7 +54,6 @@ impl Codec for ClipperQuery<'_> {
         model: &ServedModel,
         stages: &mut Stages,
     ) -> Result<InferRequest, Error> {
-        let body = self.body.take().expect("a body is decoded once");
         let metadata = model.metadata();
         let [input] = metadata.inputs.as_slice() else {
             let e = Error::invalid_input(format!(
@@ -69,21 +62,13 @@ impl Codec for ClipperQuery<'_> {
                 metadata.name,
                 metadata.inputs.len()
             ));
-            return Err(refuse(body, &self.state.limits, e).await);
+            return Err(self.request.refuse(e).await);
         };
         let decoder = RequestDecoder::clipper(
-            self.state.decode_options.clone(),
+            self.request.state.decode_options.clone(),
             (input.name.clone(), input.datatype),
         );
-        let (request, format, decode) = decode_json_body(
-            &self.headers,
-            body,
-            &self.state.limits,
-            decoder,
-            &self.state.pool,
-        )
-        .await?;
-        stages.body_read(decode);
+        let (request, format) = self.request.decode_json(decoder, stages).await?;
         self.format = format;
         Ok(request)
     }
@@ -93,10 +78,7 @@ impl Codec for ClipperQuery<'_> {
             error.kind(),
             format!("no application '{}': {}", self.app, error.message()),
         );
-        match self.body.take() {
-            Some(body) => refuse(body, &self.state.limits, error).await,
-            None => error,
-        }
+        self.request.refuse(error).await
     }
 
     fn encode(&mut self, mut response: InferResponse) -> Result<Response<Body>, Error> {
@@ -109,6 +91,7 @@ impl Codec for ClipperQuery<'_> {
         let output = response.outputs.swap_remove(0);
         let rows = output.shape.first().copied().unwrap_or(1) as u64;
         let first_id = self
+            .request
             .state
             .clipper_queries
             .fetch_add(rows, Ordering::Relaxed);

@@ -4,15 +4,14 @@
 //! JSON and raw bytes out. The pipeline does the rest.
 
 use hyper::body::Incoming;
-use hyper::header::HeaderMap;
 use hyper::{Request, Response};
 use wirespeed_core::{raw, Error, InferRequest, InferResponse, ParameterValue, Parameters};
 
-use super::body::{decode_body, refuse, DecodedBody};
+use super::body::{decode_body, DecodedBody, RestRequest};
 use super::response::{self, Body};
 use super::router::ModelRef;
 use crate::models::ServedModel;
-use crate::pipeline::{self, Codec, RequestContext, Target};
+use crate::pipeline::{self, Codec, RequestContext};
 use crate::timing::Stages;
 use crate::AppState;
 
@@ -23,26 +22,16 @@ pub(crate) async fn infer(
     target: ModelRef<'_>,
     request: Request<Incoming>,
 ) -> Response<Body> {
-    let (parts, body) = request.into_parts();
     let codec = V2Rest {
-        state,
-        headers: parts.headers,
-        body: Some(body),
+        request: RestRequest::new(state, request),
         binary: BinaryOutputs::default(),
-    };
-    let target = Target {
-        name: target.name,
-        version: target.version,
     };
     pipeline::infer(state, context, target, codec).await
 }
 
 /// The V2 REST codec of one request.
 struct V2Rest<'a> {
-    state: &'a AppState,
-    headers: HeaderMap,
-    /// Until it is decoded or refused.
-    body: Option<Incoming>,
+    request: RestRequest<'a>,
     binary: BinaryOutputs,
 }
 
@@ -54,7 +43,7 @@ impl Codec for V2Rest<'_> {
         model: &ServedModel,
         stages: &mut Stages,
     ) -> Result<InferRequest, Error> {
-        let body = self.body.take().expect("a body is decoded once");
+        let (state, body) = (self.request.state, self.request.take_body());
         // The body is decoded as it arrives, and read to its end before any
         // error is answered, so the connection stays clean for the next
         // request.
@@ -63,11 +52,11 @@ impl Codec for V2Rest<'_> {
             raw,
             decode,
         } = decode_body(
-            &self.headers,
+            &self.request.headers,
             body,
-            &self.state.limits,
-            &self.state.decode_options,
-            &self.state.pool,
+            &state.limits,
+            &state.decode_options,
+            &state.pool,
             model.metadata(),
         )
         .await?;
@@ -77,10 +66,7 @@ impl Codec for V2Rest<'_> {
     }
 
     async fn refuse(&mut self, error: Error) -> Error {
-        match self.body.take() {
-            Some(body) => refuse(body, &self.state.limits, error).await,
-            None => error,
-        }
+        self.request.refuse(error).await
     }
 
     fn encode(&mut self, response: InferResponse) -> Result<Response<Body>, Error> {

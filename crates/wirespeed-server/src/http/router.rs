@@ -3,12 +3,9 @@
 use hyper::Method;
 use wirespeed_core::{Error, ErrorKind};
 
-/// A model named in a URL, with the version if the URL gives one.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct ModelRef<'a> {
-    pub(crate) name: &'a str,
-    pub(crate) version: Option<&'a str>,
-}
+/// A model named in a URL, with the version if the URL gives one: the
+/// pipeline's target.
+pub(crate) use crate::pipeline::Target as ModelRef;
 
 /// The endpoints.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

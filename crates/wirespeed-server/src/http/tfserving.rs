@@ -4,17 +4,16 @@
 //! model's input names and datatypes stand in for TF's signature.
 
 use hyper::body::Incoming;
-use hyper::header::HeaderMap;
 use hyper::{Request, Response};
 use serde_json::{json, Map, Value};
 use wirespeed_core::{DataType, Error, ErrorKind, InferRequest, InferResponse, TensorSpec};
 use wirespeed_json::{Format, RequestDecoder};
 
-use super::body::{decode_json_body, refuse};
+use super::body::RestRequest;
 use super::response::{self, Body};
 use super::router::ModelRef;
 use crate::models::ServedModel;
-use crate::pipeline::{self, Codec, RequestContext, Target};
+use crate::pipeline::{self, Codec, RequestContext};
 use crate::timing::Stages;
 use crate::AppState;
 
@@ -25,25 +24,16 @@ pub(crate) async fn predict(
     target: ModelRef<'_>,
     request: Request<Incoming>,
 ) -> Response<Body> {
-    let (parts, body) = request.into_parts();
     let codec = TfPredict {
-        state,
-        headers: parts.headers,
-        body: Some(body),
+        request: RestRequest::new(state, request),
         format: Format::TfRows,
-    };
-    let target = Target {
-        name: target.name,
-        version: target.version,
     };
     pipeline::infer(state, context, target, codec).await
 }
 
 /// TF Serving's `:predict` codec of one request.
 struct TfPredict<'a> {
-    state: &'a AppState,
-    headers: HeaderMap,
-    body: Option<Incoming>,
+    request: RestRequest<'a>,
     /// Rows or columns, as the request came; the answer follows it.
     format: Format,
 }
@@ -56,33 +46,21 @@ impl Codec for TfPredict<'_> {
         model: &ServedModel,
         stages: &mut Stages,
     ) -> Result<InferRequest, Error> {
-        let body = self.body.take().expect("a body is decoded once");
         let specs: Vec<(String, DataType)> = model
             .metadata()
             .inputs
             .iter()
             .map(|s| (s.name.clone(), s.datatype))
             .collect();
-        let options = &self.state.decode_options;
-        let decoder = RequestDecoder::tf_serving(options.clone(), &specs);
-        let (request, format, decode) = decode_json_body(
-            &self.headers,
-            body,
-            &self.state.limits,
-            decoder,
-            &self.state.pool,
-        )
-        .await?;
-        stages.body_read(decode);
+        let options = self.request.state.decode_options.clone();
+        let decoder = RequestDecoder::tf_serving(options, &specs);
+        let (request, format) = self.request.decode_json(decoder, stages).await?;
         self.format = format;
         Ok(request)
     }
 
     async fn refuse(&mut self, error: Error) -> Error {
-        match self.body.take() {
-            Some(body) => refuse(body, &self.state.limits, error).await,
-            None => error,
-        }
+        self.request.refuse(error).await
     }
 
     fn encode(&mut self, response: InferResponse) -> Result<Response<Body>, Error> {
