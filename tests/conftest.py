@@ -25,6 +25,15 @@ def wirespeed_binary() -> Path:
     return path
 
 
+def proc_status(pid, key):
+    """A number from /proc/PID/status: `VmRSS` (KiB), `Threads`, ..."""
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith(key + ":"):
+                return int(line.split()[1])
+    raise AssertionError(f"no {key} in /proc/{pid}/status")
+
+
 def run_wirespeed(*args, timeout=60):
     return subprocess.run([str(wirespeed_binary()), *map(str, args)], capture_output=True, text=True, timeout=timeout)
 

@@ -16,7 +16,7 @@ import pytest
 import requests
 import tritonclient.grpc as grpcclient
 
-from conftest import MODELS, RunningServer
+from conftest import MODELS, RunningServer, proc_status
 from test_binary_http import write_repo
 
 ROW = [1, 0, 1, 0.2875, 0.3333333333333333, 0, 0.322667, 0, 1, 0, 0, 0]
@@ -230,11 +230,7 @@ def prepend(path, lines):
 
 
 def rss_kib(pid):
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1])
-    raise AssertionError("no VmRSS")
+    return proc_status(pid, "VmRSS")
 
 
 @pytest.fixture(scope="module")

@@ -13,16 +13,12 @@ import pytest
 import requests
 import tritonclient.grpc as grpcclient
 
-from conftest import MODELS, ROOT, RunningServer
+from conftest import MODELS, ROOT, RunningServer, proc_status
 from test_binary_http import write_repo
 
 
 def threads_of(pid):
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("Threads:"):
-                return int(line.split()[1])
-    raise AssertionError("no Threads line")
+    return proc_status(pid, "Threads")
 
 
 @pytest.fixture(scope="module")

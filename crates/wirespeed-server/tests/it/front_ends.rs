@@ -8,7 +8,6 @@ use std::path::PathBuf;
 
 use tokio_stream::StreamExt;
 use tonic::Code;
-use wirespeed_models::Registry;
 use wirespeed_proto::inference::model_infer_request::InferInputTensor;
 use wirespeed_proto::inference::ModelInferRequest;
 use wirespeed_server::{RequestLimits, Server, ServerConfig};
@@ -226,8 +225,8 @@ fn error(status: u16, words: &'static str) -> impl Fn(FrontEnd, &Outcome) -> Res
     }
 }
 
+/// The bundled models, served with `limits`.
 async fn titanic_server(limits: RequestLimits) -> Running {
-    // The same server as `Running::start`, with request limits of its own.
     crate::support::events();
     let config = ServerConfig {
         models_dir: models(),
@@ -237,9 +236,6 @@ async fn titanic_server(limits: RequestLimits) -> Running {
         request_limits: limits,
         ..ServerConfig::default()
     };
-    if config.request_limits == RequestLimits::default() {
-        return Running::start(&models(), Registry::builtin()).await;
-    }
     Running::from_server(Server::bind(&config).await.expect("the server starts"))
 }
 
