@@ -46,6 +46,10 @@ pub struct TensorConfig {
     pub datatype: String,
     /// The shape; `-1` for a variable dimension.
     pub shape: Vec<i64>,
+    /// An output's labels file (one label per line, beside `config.toml`),
+    /// for Triton's classification extension: class `i` is line `i`.
+    #[serde(default)]
+    pub labels: Option<String>,
     /// The backend's own keys for this tensor.
     #[serde(flatten)]
     pub backend_keys: toml::Table,
@@ -116,6 +120,7 @@ mod tests {
             name: "x".into(),
             datatype: "FP32".into(),
             shape: vec![-2],
+            labels: None,
             backend_keys: toml::Table::new(),
         };
         assert!(t.to_spec().unwrap_err().contains("-2"));

@@ -29,5 +29,7 @@ mod trees;
 pub use config::{ModelConfig, TensorConfig};
 pub use identity::IdentityModel;
 pub use registry::{Backend, ModelSource, Registry};
-pub use repository::{is_valid_model_name, load_repository, LoadedModel, RepositoryError};
+pub use repository::{
+    is_valid_model_name, load_repository, LoadedModel, OutputLabels, RepositoryError,
+};
 pub use trees::TreeModel;

@@ -19,6 +19,21 @@ pub struct LoadedModel {
     pub max_concurrency: Option<usize>,
     /// Requests that may wait for a turn, if the config says.
     pub max_queue: Option<usize>,
+    /// The backend that loaded it, by its registry name.
+    pub backend: String,
+    /// The labels of the outputs that declare a labels file.
+    pub labels: Vec<OutputLabels>,
+}
+
+/// An output's class labels, read from its labels file at load.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OutputLabels {
+    /// The output.
+    pub output: String,
+    /// The file, as `config.toml` names it.
+    pub file: String,
+    /// Label `i` names class `i`.
+    pub labels: Vec<String>,
 }
 
 impl std::fmt::Debug for LoadedModel {
@@ -102,6 +117,7 @@ pub fn load_repository(
         let backend = registry
             .get(&config.backend)
             .map_err(|m| error(&config_path, m))?;
+        let labels = read_labels(&folder, &config).map_err(|m| error(&config_path, m))?;
         let source = ModelSource::new(&name, &folder, &config, pool);
         let model = backend.load(&source).map_err(|m| error(&folder, m))?;
         source
@@ -119,6 +135,8 @@ pub fn load_repository(
             model,
             max_concurrency: config.max_concurrency,
             max_queue: config.max_queue,
+            backend: config.backend.clone(),
+            labels,
         });
     }
     if models.is_empty() {
@@ -128,6 +146,46 @@ pub fn load_repository(
         ));
     }
     Ok(models)
+}
+
+/// Reads the labels file of each output that names one. A labels file
+/// is a classification output's, so naming one on an input is a mistake.
+fn read_labels(folder: &Path, config: &ModelConfig) -> Result<Vec<OutputLabels>, String> {
+    if let Some(input) = config.inputs.iter().find(|t| t.labels.is_some()) {
+        return Err(format!(
+            "input '{}' has a labels file; labels belong to outputs",
+            input.name
+        ));
+    }
+    let mut all = Vec::new();
+    for output in &config.outputs {
+        let Some(file) = &output.labels else {
+            continue;
+        };
+        let inside = Path::new(file)
+            .components()
+            .all(|c| matches!(c, std::path::Component::Normal(_)));
+        let path = folder.join(file);
+        if !inside {
+            return Err(format!(
+                "output '{}': the labels file '{file}' must be inside the model's folder",
+                output.name
+            ));
+        }
+        let text = std::fs::read_to_string(&path).map_err(|e| {
+            format!(
+                "output '{}': cannot read the labels file {}: {e}",
+                output.name,
+                path.display()
+            )
+        })?;
+        all.push(OutputLabels {
+            output: output.name.clone(),
+            file: file.clone(),
+            labels: text.lines().map(|l| l.trim_end().to_owned()).collect(),
+        });
+    }
+    Ok(all)
 }
 
 /// Whether `name` could be a model folder's name: letters, digits, `_`,

@@ -22,12 +22,15 @@
 //! ```
 
 mod auth;
+mod classification;
 mod grpc;
 mod http;
 mod listen;
+mod model_config;
 mod models;
 mod pipeline;
 mod scheduler;
+mod statistics;
 mod timing;
 mod tls;
 mod uds;
@@ -50,7 +53,7 @@ use wirespeed_core::CpuPool;
 
 /// The protocol extensions this server implements, as server metadata
 /// lists them on REST and gRPC.
-pub(crate) const EXTENSIONS: &[&str] = &["binary_tensor_data"];
+pub(crate) const EXTENSIONS: &[&str] = &["binary_tensor_data", "model_configuration", "statistics"];
 
 /// Everything the server needs to start.
 #[derive(Debug, Clone)]

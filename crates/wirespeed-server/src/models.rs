@@ -5,19 +5,40 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use wirespeed_core::{CpuPool, Error, ErrorKind, Model, ModelMetadata};
-use wirespeed_models::{is_valid_model_name, LoadedModel};
+use wirespeed_models::{is_valid_model_name, LoadedModel, OutputLabels};
 
 use crate::scheduler::Scheduler;
+use crate::statistics::ModelStats;
 
 /// One served model.
 pub(crate) struct ServedModel {
     pub(crate) model: Arc<dyn Model>,
     pub(crate) scheduler: Scheduler,
+    /// Its requests' counts and times.
+    pub(crate) stats: ModelStats,
+    /// The backend that loaded it, by its registry name.
+    pub(crate) backend: String,
+    /// Requests computed at once.
+    pub(crate) max_concurrency: usize,
+    /// Requests that may wait for a turn.
+    pub(crate) max_queue: usize,
+    /// The labels of the outputs that have them.
+    labels: Vec<OutputLabels>,
 }
 
 impl ServedModel {
     pub(crate) fn metadata(&self) -> &ModelMetadata {
         self.model.metadata()
+    }
+
+    /// The class labels of `output`, if its config names a labels file.
+    pub(crate) fn labels(&self, output: &str) -> Option<&OutputLabels> {
+        self.labels.iter().find(|l| l.output == output)
+    }
+
+    /// The version a request answered by this model reports.
+    pub(crate) fn version(&self) -> &str {
+        &self.metadata().versions[0]
     }
 }
 
@@ -40,11 +61,23 @@ impl ServedModels {
                 let served = ServedModel {
                     model: loaded.model,
                     scheduler,
+                    stats: ModelStats::default(),
+                    backend: loaded.backend,
+                    max_concurrency: concurrency,
+                    max_queue: queue,
+                    labels: loaded.labels,
                 };
                 (loaded.name, served)
             })
             .collect();
         ServedModels { models }
+    }
+
+    /// Every served model, in name order.
+    pub(crate) fn iter(&self) -> impl Iterator<Item = (&str, &ServedModel)> {
+        self.models
+            .iter()
+            .map(|(name, served)| (name.as_str(), served))
     }
 
     /// The model `name` in `version` (any served version when `None`), or a

@@ -18,8 +18,9 @@
 use std::sync::atomic::Ordering;
 
 use tracing::{Instrument, Span};
-use wirespeed_core::{Error, InferRequest, InferResponse};
+use wirespeed_core::{Error, InferRequest, InferResponse, ParameterValue, Parameters};
 
+use crate::classification;
 use crate::models::ServedModel;
 use crate::timing::{timed, Stages};
 use crate::AppState;
@@ -122,6 +123,21 @@ async fn run<C: Codec>(
         Ok(served) => served,
         Err(e) => return Err(codec.refuse(e).await),
     };
+    // Every request that reached a model is counted, once, as it ends.
+    let result = compute(served, context, target, codec).await;
+    match &result {
+        Ok(_) => served.stats.success(&context.stages),
+        Err(_) => served.stats.failure(context.stages.elapsed()),
+    }
+    result
+}
+
+async fn compute<C: Codec>(
+    served: &ServedModel,
+    context: &mut RequestContext,
+    target: Target<'_>,
+    codec: &mut C,
+) -> Result<C::Answer, Error> {
     let stages = &mut context.stages;
     // Reading and decoding overlap (the body is decoded as it arrives): one
     // span for the read, with the time inside the decoder as a field.
@@ -133,19 +149,62 @@ async fn run<C: Codec>(
     reading.record("decode_us", stages.decode.as_micros() as u64);
     drop(reading);
     let request = request?;
-    let outputs = served
+    refuse_reserved(&request.parameters)?;
+    let classify = classification::requested(&request.outputs, served.metadata())?;
+    let mut outputs = served
         .scheduler
         .run(request.inputs, &request.outputs, stages)
         .await?;
-    let metadata = served.metadata();
+    classification::apply(&mut outputs, &classify, served)?;
     let response = InferResponse {
-        model_name: metadata.name.clone(),
-        model_version: target.version.unwrap_or(&metadata.versions[0]).to_owned(),
+        model_name: served.metadata().name.clone(),
+        model_version: target.version.unwrap_or(served.version()).to_owned(),
         id: request.id,
         outputs,
     };
     let _encoding = tracing::debug_span!("encode").entered();
     timed(&mut stages.encode, || codec.encode(response))
+}
+
+/// Request parameters Triton reserves for features wirespeed does not
+/// have yet: a request that sets one to anything but its default is
+/// refused, naming it, rather than answered as if it had not been sent.
+/// (`priority` and `timeout` belong to the batching scheduler.)
+fn refuse_reserved(parameters: &Parameters) -> Result<(), Error> {
+    for (key, value) in parameters {
+        let default = match (key.as_str(), value) {
+            ("sequence_id", ParameterValue::Int(0)) => true,
+            ("sequence_id", ParameterValue::String(s)) => s.is_empty(),
+            ("sequence_start" | "sequence_end", ParameterValue::Bool(false)) => true,
+            ("priority" | "timeout", ParameterValue::Int(0)) => true,
+            ("triton_enable_empty_final_response", ParameterValue::Bool(false)) => true,
+            (
+                "sequence_id"
+                | "sequence_start"
+                | "sequence_end"
+                | "priority"
+                | "timeout"
+                | "triton_enable_empty_final_response",
+                _,
+            ) => false,
+            _ => continue,
+        };
+        if !default {
+            let what = match key.as_str() {
+                "sequence_id" | "sequence_start" | "sequence_end" => {
+                    "sequence batching (stateful models)"
+                }
+                "priority" => "request priorities",
+                "timeout" => "per-request queue timeouts",
+                _ => "decoupled models",
+            };
+            return Err(Error::invalid_input(format!(
+                "parameter '{key}' ({value:?}) asks for {what}, which this server does not \
+                 support; leave it out or at its default"
+            )));
+        }
+    }
+    Ok(())
 }
 
 /// What the client is told of `error`: the message of a client error; for

@@ -49,6 +49,11 @@ impl Stages {
         self.decode = decode;
     }
 
+    /// The time since the request's clock started.
+    pub(crate) fn elapsed(&self) -> Duration {
+        self.start.elapsed()
+    }
+
     /// The header's text, with `total` the time since the start. Every
     /// answer carries it, so it is written with integer formatting (whole
     /// microseconds as milliseconds with three decimals), not float

@@ -166,6 +166,32 @@ impl GrpcInferenceService for Inference {
         }
     }
 
+    async fn model_config(
+        &self,
+        request: Request<pb::ModelConfigRequest>,
+    ) -> Result<Response<pb::ModelConfigResponse>, Status> {
+        let request = request.into_inner();
+        let model = self
+            .state
+            .models
+            .get(&request.name, version(&request.version))
+            .map_err(|e| status(&e))?;
+        Ok(Response::new(pb::ModelConfigResponse {
+            config: Some(crate::model_config::model_config(&request.name, model)),
+        }))
+    }
+
+    async fn model_statistics(
+        &self,
+        request: Request<pb::ModelStatisticsRequest>,
+    ) -> Result<Response<pb::ModelStatisticsResponse>, Status> {
+        let request = request.into_inner();
+        let model_stats =
+            crate::statistics::select(&self.state.models, &request.name, version(&request.version))
+                .map_err(|e| status(&e))?;
+        Ok(Response::new(pb::ModelStatisticsResponse { model_stats }))
+    }
+
     type ModelStreamInferStream =
         Pin<Box<dyn Stream<Item = Result<pb::ModelStreamInferResponse, Status>> + Send>>;
 

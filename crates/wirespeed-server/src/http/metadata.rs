@@ -1,4 +1,5 @@
-//! `GET /v2` and `GET /v2/models/{name}[/versions/{v}]`.
+//! `GET /v2`, `GET /v2/models/{name}[/versions/{v}]` and the model
+//! configuration and statistics extensions' `.../config` and `.../stats`.
 
 use std::sync::OnceLock;
 
@@ -42,4 +43,17 @@ pub(crate) fn model(state: &AppState, model: ModelRef<'_>) -> Result<Response<Bo
         "inputs": tensors(&metadata.inputs),
         "outputs": tensors(&metadata.outputs),
     })))
+}
+
+/// A model's configuration, in Triton's `ModelConfig` JSON.
+pub(crate) fn config(state: &AppState, model: ModelRef<'_>) -> Result<Response<Body>, Error> {
+    let served = state.models.get(model.name, model.version)?;
+    let config = crate::model_config::model_config(model.name, served);
+    Ok(response::json_value(&crate::model_config::to_json(&config)))
+}
+
+/// The statistics of one model, or of every model when the name is empty.
+pub(crate) fn stats(state: &AppState, model: ModelRef<'_>) -> Result<Response<Body>, Error> {
+    let stats = crate::statistics::select(&state.models, model.name, model.version)?;
+    Ok(response::json_value(&crate::statistics::to_json(&stats)))
 }

@@ -140,6 +140,8 @@ async fn dispatch(
         Ok(Route::ServerMetadata) => Ok(metadata::server()),
         Ok(Route::ModelMetadata(model)) => metadata::model(state, model),
         Ok(Route::ModelReady(model)) => health::model_ready(state, model),
+        Ok(Route::ModelConfig(model)) => metadata::config(state, model),
+        Ok(Route::ModelStats(model)) => metadata::stats(state, model),
         Ok(Route::Infer(model)) => return infer::infer(state, context, model, request).await,
         Ok(Route::TfStatus(model)) => tfserving::status(state, model),
         Ok(Route::TfMetadata(model)) => tfserving::metadata(state, model),

@@ -22,6 +22,11 @@ pub(crate) enum Route<'a> {
     ModelReady(ModelRef<'a>),
     /// `POST /v2/models/{name}[/versions/{v}]/infer`
     Infer(ModelRef<'a>),
+    /// `GET /v2/models/{name}[/versions/{v}]/config`
+    ModelConfig(ModelRef<'a>),
+    /// `GET /v2/models/stats` (every model, `name` empty) and
+    /// `GET /v2/models/{name}[/versions/{v}]/stats`
+    ModelStats(ModelRef<'a>),
     /// TF Serving: `GET /v1/models/{name}[/versions/{v}]`
     TfStatus(ModelRef<'a>),
     /// TF Serving: `GET /v1/models/{name}[/versions/{v}]/metadata`
@@ -91,6 +96,10 @@ fn match_route<'a>(path: &'a str, segments: &[&'a str]) -> Option<Route<'a>> {
         ["v2"] => Some(Route::ServerMetadata),
         ["v2", "health", "live"] => Some(Route::Live),
         ["v2", "health", "ready"] => Some(Route::Ready),
+        ["v2", "models", "stats"] => Some(Route::ModelStats(ModelRef {
+            name: "",
+            version: None,
+        })),
         ["v2", "models", name, rest @ ..] if !name.is_empty() => model_route(name, rest),
         ["v1", "models", rest @ ..] => tf_route(rest),
         [app, "predict"] if is_clipper(path) => Some(Route::ClipperPredict(app)),
@@ -108,6 +117,8 @@ fn model_route<'a>(name: &'a str, rest: &[&'a str]) -> Option<Route<'a>> {
         [] => Some(Route::ModelMetadata(model)),
         ["ready"] => Some(Route::ModelReady(model)),
         ["infer"] => Some(Route::Infer(model)),
+        ["config"] => Some(Route::ModelConfig(model)),
+        ["stats"] => Some(Route::ModelStats(model)),
         _ => None,
     }
 }
@@ -200,6 +211,18 @@ mod tests {
         assert_eq!(
             route(&Method::POST, "/v2/models/t/versions/1/infer").unwrap(),
             Route::Infer(m("t", Some("1")))
+        );
+        assert_eq!(
+            get("/v2/models/t/versions/1/config").unwrap(),
+            Route::ModelConfig(m("t", Some("1")))
+        );
+        assert_eq!(
+            get("/v2/models/stats").unwrap(),
+            Route::ModelStats(m("", None))
+        );
+        assert_eq!(
+            get("/v2/models/t/stats").unwrap(),
+            Route::ModelStats(m("t", None))
         );
     }
 

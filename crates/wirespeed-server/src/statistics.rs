@@ -1,0 +1,214 @@
+//! Triton's statistics extension: per model, how many requests succeeded
+//! and failed, and the cumulative time of each stage, as
+//! `GET /v2/models[/{m}[/versions/{v}]]/stats` and gRPC `ModelStatistics`
+//! report them.
+//!
+//! The pipeline counts every request that reached a model, once, when it
+//! ends (`pipeline.rs`). A count is a handful of relaxed atomic additions
+//! on the model's own counters: no lock and no allocation on the request
+//! path. Triton's stages map onto wirespeed's: `queue` is the wait for a
+//! compute slot, `compute_input` the decoding of the request into tensors,
+//! `compute_infer` the model, `compute_output` the encoding of the answer;
+//! `success` and `fail` are the whole request, from its first byte to its
+//! answer. Without batching every execution is one inference, so
+//! `inference_count` and `execution_count` both count successes, and
+//! `batch_stats` has the one batch size 1.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use serde_json::{json, Value};
+use wirespeed_proto::inference as pb;
+
+use wirespeed_core::Error;
+
+use crate::models::ServedModels;
+use crate::timing::Stages;
+
+/// A count and the nanoseconds it took in all.
+#[derive(Default)]
+struct Tally {
+    count: AtomicU64,
+    ns: AtomicU64,
+}
+
+impl Tally {
+    fn add(&self, took: Duration) {
+        self.count.fetch_add(1, Ordering::Relaxed);
+        self.ns.fetch_add(nanos(took), Ordering::Relaxed);
+    }
+}
+
+fn nanos(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+}
+
+/// One model's counters.
+#[derive(Default)]
+pub(crate) struct ModelStats {
+    success: Tally,
+    fail: Tally,
+    /// Stage times of successful requests (their count is `success`'s).
+    queue_ns: AtomicU64,
+    input_ns: AtomicU64,
+    infer_ns: AtomicU64,
+    output_ns: AtomicU64,
+    /// Milliseconds since the epoch of the last success.
+    last_inference: AtomicU64,
+}
+
+impl ModelStats {
+    /// Counts a request answered with success, with its stage times.
+    pub(crate) fn success(&self, stages: &Stages) {
+        self.queue_ns
+            .fetch_add(nanos(stages.queue), Ordering::Relaxed);
+        self.input_ns
+            .fetch_add(nanos(stages.decode), Ordering::Relaxed);
+        self.infer_ns
+            .fetch_add(nanos(stages.compute), Ordering::Relaxed);
+        self.output_ns
+            .fetch_add(nanos(stages.encode), Ordering::Relaxed);
+        let now = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as u64);
+        self.last_inference.fetch_max(now, Ordering::Relaxed);
+        // Last, so a reader that sees the count sees the times it covers
+        // (give or take requests ending while it reads).
+        self.success.add(stages.elapsed());
+    }
+
+    /// Counts a request that reached the model and failed after `took`.
+    pub(crate) fn failure(&self, took: Duration) {
+        self.fail.add(took);
+    }
+
+    /// The counters in Triton's message, for model `name` version
+    /// `version`.
+    pub(crate) fn snapshot(&self, name: &str, version: &str) -> pb::ModelStatistics {
+        let load = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        let success = load(&self.success.count);
+        let duration = |count: u64, ns: &AtomicU64| {
+            Some(pb::StatisticDuration {
+                count,
+                ns: load(ns),
+            })
+        };
+        let zero = || Some(pb::StatisticDuration::default());
+        let batch = pb::InferBatchStatistics {
+            batch_size: 1,
+            compute_input: duration(success, &self.input_ns),
+            compute_infer: duration(success, &self.infer_ns),
+            compute_output: duration(success, &self.output_ns),
+        };
+        pb::ModelStatistics {
+            name: name.to_owned(),
+            version: version.to_owned(),
+            last_inference: load(&self.last_inference),
+            inference_count: success,
+            execution_count: success,
+            inference_stats: Some(pb::InferStatistics {
+                success: duration(success, &self.success.ns),
+                fail: duration(load(&self.fail.count), &self.fail.ns),
+                queue: duration(success, &self.queue_ns),
+                compute_input: duration(success, &self.input_ns),
+                compute_infer: duration(success, &self.infer_ns),
+                compute_output: duration(success, &self.output_ns),
+                cache_hit: zero(),
+                cache_miss: zero(),
+            }),
+            batch_stats: if success > 0 { vec![batch] } else { Vec::new() },
+            memory_usage: Vec::new(),
+            response_stats: Default::default(),
+        }
+    }
+}
+
+/// The statistics of model `name` (every model when empty) in `version`
+/// (the served one when `None`), or why there are none.
+pub(crate) fn select(
+    models: &ServedModels,
+    name: &str,
+    version: Option<&str>,
+) -> Result<Vec<pb::ModelStatistics>, Error> {
+    if name.is_empty() {
+        return Ok(models
+            .iter()
+            .map(|(name, m)| m.stats.snapshot(name, m.version()))
+            .collect());
+    }
+    let served = models.get(name, version)?;
+    Ok(vec![served.stats.snapshot(name, served.version())])
+}
+
+/// The REST answer for `stats`: Triton's JSON, the message's fields by
+/// their proto names.
+pub(crate) fn to_json(stats: &[pb::ModelStatistics]) -> Value {
+    let d = |d: &Option<pb::StatisticDuration>| {
+        let d = d.clone().unwrap_or_default();
+        json!({ "count": d.count, "ns": d.ns })
+    };
+    let models: Vec<Value> = stats
+        .iter()
+        .map(|m| {
+            let s = m.inference_stats.clone().unwrap_or_default();
+            json!({
+                "name": m.name,
+                "version": m.version,
+                "last_inference": m.last_inference,
+                "inference_count": m.inference_count,
+                "execution_count": m.execution_count,
+                "inference_stats": {
+                    "success": d(&s.success),
+                    "fail": d(&s.fail),
+                    "queue": d(&s.queue),
+                    "compute_input": d(&s.compute_input),
+                    "compute_infer": d(&s.compute_infer),
+                    "compute_output": d(&s.compute_output),
+                    "cache_hit": d(&s.cache_hit),
+                    "cache_miss": d(&s.cache_miss),
+                },
+                "response_stats": {},
+                "batch_stats": m.batch_stats.iter().map(|b| json!({
+                    "batch_size": b.batch_size,
+                    "compute_input": d(&b.compute_input),
+                    "compute_infer": d(&b.compute_infer),
+                    "compute_output": d(&b.compute_output),
+                })).collect::<Vec<_>>(),
+                "memory_usage": [],
+            })
+        })
+        .collect();
+    json!({ "model_stats": models })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn successes_and_failures_are_counted_apart() {
+        let stats = ModelStats::default();
+        let mut stages = Stages::start();
+        stages.queue = Duration::from_nanos(5);
+        stages.decode = Duration::from_nanos(7);
+        stages.compute = Duration::from_nanos(11);
+        stages.encode = Duration::from_nanos(13);
+        stats.success(&stages);
+        stats.success(&stages);
+        stats.failure(Duration::from_nanos(100));
+        let s = stats.snapshot("m", "1");
+        assert_eq!((s.inference_count, s.execution_count), (2, 2));
+        let i = s.inference_stats.unwrap();
+        assert_eq!(i.success.unwrap().count, 2);
+        assert_eq!(i.fail.unwrap(), pb::StatisticDuration { count: 1, ns: 100 });
+        assert_eq!(i.queue.unwrap(), pb::StatisticDuration { count: 2, ns: 10 });
+        assert_eq!(i.compute_infer.unwrap().ns, 22);
+        assert_eq!(s.batch_stats[0].batch_size, 1);
+        assert!(s.last_inference > 0);
+        let j = to_json(&[stats.snapshot("m", "1")]);
+        assert_eq!(
+            j["model_stats"][0]["inference_stats"]["compute_output"]["ns"],
+            26
+        );
+    }
+}
