@@ -43,6 +43,8 @@ pub(crate) struct TensorBuilder {
     /// the rank once a value shows it, and each dimension once an array at
     /// that depth closes. `count` is then the element limit.
     inferred: Option<Inferred>,
+    /// `null` in float data is a missing value, NaN (outside strict mode).
+    null_as_nan: bool,
 }
 
 struct Inferred {
@@ -67,7 +69,16 @@ impl TensorBuilder {
             layout: Layout::Unknown,
             lens: vec![0; rank.max(1)],
             inferred: None,
+            null_as_nan: false,
         }
+    }
+
+    /// Reads `null` in FP16, FP32, FP64 and BF16 data as NaN, a missing
+    /// value, as KServe and MLServer read it and as orjson-based clients
+    /// (kserve's among them) write NaN. Other datatypes refuse it still.
+    pub(crate) fn with_null_as_nan(mut self, yes: bool) -> TensorBuilder {
+        self.null_as_nan = yes;
+        self
     }
 
     /// A builder whose shape comes from how the data nests, which must be
@@ -83,6 +94,7 @@ impl TensorBuilder {
                 rank: None,
                 dims: Vec::new(),
             }),
+            null_as_nan: false,
         }
     }
 
@@ -223,6 +235,7 @@ impl TensorBuilder {
     pub(crate) fn push(&mut self, scalar: Scalar<'_>, depth: usize) -> Result<(), BuildError> {
         self.admit(depth)?;
         let datatype = self.datatype();
+        let null_as_nan = self.null_as_nan;
         let mismatch = |what: &str| {
             Err((
                 Category::Type,
@@ -256,6 +269,13 @@ impl TensorBuilder {
             },
             (_, Scalar::Bool(_)) => return mismatch("a bool"),
             (_, Scalar::String(_)) => return mismatch("a string"),
+            (data, Scalar::Null) if null_as_nan => match data {
+                TensorData::Fp32(v) => v.push(f32::NAN),
+                TensorData::Fp64(v) => v.push(f64::NAN),
+                TensorData::Fp16(v) => v.push(half::f16::NAN),
+                TensorData::Bf16(v) => v.push(half::bf16::NAN),
+                _ => return mismatch("null"),
+            },
             (_, Scalar::Null) => return mismatch("null"),
         }
         Ok(())

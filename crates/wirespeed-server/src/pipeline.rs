@@ -170,6 +170,9 @@ async fn compute<C: Codec>(
 /// have yet: a request that sets one to anything but its default is
 /// refused, naming it, rather than answered as if it had not been sent.
 /// (`priority` and `timeout` belong to the batching scheduler.)
+/// `triton_enable_empty_final_response`, which perf_analyzer sends, is
+/// honoured: on a stream, each response says it is the last
+/// (`grpc/infer.rs`); elsewhere there is nothing to say.
 fn refuse_reserved(parameters: &Parameters) -> Result<(), Error> {
     for (key, value) in parameters {
         let default = match (key.as_str(), value) {
@@ -177,16 +180,9 @@ fn refuse_reserved(parameters: &Parameters) -> Result<(), Error> {
             ("sequence_id", ParameterValue::String(s)) => s.is_empty(),
             ("sequence_start" | "sequence_end", ParameterValue::Bool(false)) => true,
             ("priority" | "timeout", ParameterValue::Int(0)) => true,
-            ("triton_enable_empty_final_response", ParameterValue::Bool(false)) => true,
-            (
-                "sequence_id"
-                | "sequence_start"
-                | "sequence_end"
-                | "priority"
-                | "timeout"
-                | "triton_enable_empty_final_response",
-                _,
-            ) => false,
+            ("sequence_id" | "sequence_start" | "sequence_end" | "priority" | "timeout", _) => {
+                false
+            }
             _ => continue,
         };
         if !default {
@@ -195,8 +191,7 @@ fn refuse_reserved(parameters: &Parameters) -> Result<(), Error> {
                     "sequence batching (stateful models)"
                 }
                 "priority" => "request priorities",
-                "timeout" => "per-request queue timeouts",
-                _ => "decoupled models",
+                _ => "per-request queue timeouts",
             };
             return Err(Error::invalid_input(format!(
                 "parameter '{key}' ({value:?}) asks for {what}, which this server does not \

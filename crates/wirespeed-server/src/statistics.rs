@@ -144,13 +144,13 @@ pub(crate) fn select(
 /// their proto names.
 pub(crate) fn to_json(stats: &[pb::ModelStatistics]) -> Value {
     let d = |d: &Option<pb::StatisticDuration>| {
-        let d = d.clone().unwrap_or_default();
+        let d = d.unwrap_or_default();
         json!({ "count": d.count, "ns": d.ns })
     };
     let models: Vec<Value> = stats
         .iter()
         .map(|m| {
-            let s = m.inference_stats.clone().unwrap_or_default();
+            let s = m.inference_stats.unwrap_or_default();
             json!({
                 "name": m.name,
                 "version": m.version,

@@ -207,7 +207,7 @@ impl RequestDecoder {
             Some(len) => (len.saturating_sub(at) / 2 + 1) as usize,
             None => DEFAULT_RESERVE,
         };
-        Ok(TensorBuilder::new(datatype, shape, count, room))
+        Ok(TensorBuilder::new(datatype, shape, count, room).with_null_as_nan(!self.options.strict))
     }
 
     /// Counts `shape`'s elements against the request's limits.

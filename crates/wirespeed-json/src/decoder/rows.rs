@@ -122,6 +122,7 @@ impl RequestDecoder {
             self.options.limits.max_elements,
             self.options.limits.max_tensor_bytes,
         );
+        let null_as_nan = !self.options.strict;
         let named = self.named_mut();
         if named.format.is_some() {
             let both = match named.dialect {
@@ -137,7 +138,9 @@ impl RequestDecoder {
             // known until the data ends).
             let size = input.datatype.element_size().unwrap_or(4);
             let limit = elements.min(bytes / size);
-            input.builder = Some(TensorBuilder::inferred(input.datatype, limit, share));
+            input.builder = Some(
+                TensorBuilder::inferred(input.datatype, limit, share).with_null_as_nan(null_as_nan),
+            );
         }
         Ok(())
     }

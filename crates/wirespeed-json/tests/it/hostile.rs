@@ -267,3 +267,57 @@ fn trailing_garbage_and_wrong_kinds_are_refused() {
         "parameter 'p'",
     );
 }
+
+#[test]
+fn null_is_a_missing_float_and_nothing_else() {
+    // As orjson writes NaN (kserve's client), and as KServe and MLServer
+    // read it back.
+    let body = br#"{"inputs":[{"name":"a","shape":[2,3],"datatype":"FP32","data":[[1,null,3],[null,5,6]]},{"name":"b","shape":[2],"datatype":"FP64","data":[null,2.5]},{"name":"c","shape":[1],"datatype":"FP16","data":[null]},{"name":"d","shape":[1],"datatype":"BF16","data":[null]}]}"#;
+    let r = decode(body).unwrap();
+    let wirespeed_core::TensorData::Fp32(a) = &r.inputs[0].data else {
+        panic!("FP32")
+    };
+    assert_eq!(
+        a.iter().map(|x| x.is_nan()).collect::<Vec<_>>(),
+        [false, true, false, true, false, false]
+    );
+    assert_eq!(a[5], 6.0);
+    let wirespeed_core::TensorData::Fp64(b) = &r.inputs[1].data else {
+        panic!("FP64")
+    };
+    assert!(b[0].is_nan() && b[1] == 2.5);
+    // Chunked anywhere, the same.
+    for cut in 1..body.len() {
+        let mut d = RequestDecoder::new(DecodeOptions::default());
+        d.feed(&body[..cut]).unwrap();
+        d.feed(&body[cut..]).unwrap();
+        let again = d.finish().unwrap();
+        assert_eq!(
+            format!("{:?}", again.inputs),
+            format!("{:?}", r.inputs),
+            "cut at {cut}"
+        );
+    }
+    // Integers, bools and strings have no missing value; strict mode has none.
+    for (datatype, data) in [
+        ("INT64", "[1,null]"),
+        ("BOOL", "[true,null]"),
+        ("BYTES", r#"["x",null]"#),
+        ("UINT8", "[null,1]"),
+    ] {
+        let body = format!(
+            r#"{{"inputs":[{{"name":"i","shape":[2],"datatype":"{datatype}","data":{data}}}]}}"#
+        );
+        expect(body.as_bytes(), Category::Type, "null", "got null");
+    }
+    let strict = DecodeOptions {
+        strict: true,
+        ..DecodeOptions::default()
+    };
+    let e = decode_with(
+        br#"{"inputs":[{"name":"a","shape":[1],"datatype":"FP32","data":[null]}]}"#,
+        strict,
+    )
+    .unwrap_err();
+    assert_eq!(e.category(), Category::Type, "{e}");
+}

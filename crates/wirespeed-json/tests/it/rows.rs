@@ -233,3 +233,31 @@ fn clipper_input_and_input_batch() {
     let e = clipper(DataType::Fp32, r#"{"input_batch": [[1, 2], [3]]}"#).unwrap_err();
     assert_eq!(e.category(), Category::Shape);
 }
+
+#[test]
+fn null_is_a_missing_float_in_tf_serving_and_clipper_bodies() {
+    let body = r#"{"instances":[[1.5,null],[null,4]]}"#;
+    let (r, _) = tf(&[("x", DataType::Fp32)], body, body.len()).unwrap();
+    for chunk in [1, 2, 3, 7] {
+        // NaN is not equal to itself: compare the printed requests.
+        let (again, _) = tf(&[("x", DataType::Fp32)], body, chunk).unwrap();
+        assert_eq!(format!("{again:?}"), format!("{r:?}"), "chunks of {chunk}");
+    }
+    let TensorData::Fp32(v) = &r.inputs[0].data else {
+        panic!("FP32")
+    };
+    assert_eq!(r.inputs[0].shape, [2, 2]);
+    assert!(v[1].is_nan() && v[2].is_nan() && v[0] == 1.5 && v[3] == 4.0);
+    let (r, _) = clipper(DataType::Fp64, r#"{"input":[null,2]}"#).unwrap();
+    let TensorData::Fp64(v) = &r.inputs[0].data else {
+        panic!("FP64")
+    };
+    assert!(v[0].is_nan() && v[1] == 2.0);
+    let e = tf(
+        &[("x", DataType::Int32)],
+        r#"{"instances":[[1,null]]}"#,
+        100,
+    )
+    .unwrap_err();
+    assert_eq!(e.category(), Category::Type, "{e}");
+}

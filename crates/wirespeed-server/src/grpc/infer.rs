@@ -15,10 +15,16 @@ use crate::models::ServedModel;
 use crate::pipeline::{self, Codec, RequestContext, Target};
 use crate::timing::{timed, Stages, SERVER_TIMING};
 use crate::AppState;
+use pb::infer_parameter::ParameterChoice;
 
 /// Raw input bytes above this are converted on the CPU pool: copying them
 /// takes long enough to hold up other requests on the async worker.
 const OFFLOAD_RAW_BYTES: usize = 1 << 20;
+
+/// Triton's request parameter asking that each stream response say
+/// whether it is the request's last, and the response parameter that says.
+const EMPTY_FINAL_RESPONSE: &str = "triton_enable_empty_final_response";
+const FINAL_RESPONSE: &str = "triton_final_response";
 
 /// The gRPC status for `error`, whose client-facing text is `message`.
 pub(super) fn status(error: &Error, message: &str) -> Status {
@@ -59,12 +65,17 @@ pub(super) async fn stream_infer(
         version: (!version.is_empty()).then_some(version.as_str()),
     };
     let id = message.id.clone();
+    let flag_final = message
+        .parameters
+        .get(EMPTY_FINAL_RESPONSE)
+        .is_some_and(|p| p.parameter_choice == Some(ParameterChoice::BoolParam(true)));
     let codec = GrpcStreamInfer {
         unary: GrpcInfer {
             state,
             message: Some(message),
         },
         id,
+        flag_final,
     };
     pipeline::infer(state, context, target, codec).await
 }
@@ -136,6 +147,10 @@ struct GrpcStreamInfer<'a> {
     unary: GrpcInfer<'a>,
     /// The request's id, echoed with an error.
     id: String,
+    /// The request set `triton_enable_empty_final_response`: each response
+    /// says it is the request's last (`triton_final_response`), as
+    /// Triton's do. wirespeed's models answer once, so it always is.
+    flag_final: bool,
 }
 
 impl Codec for GrpcStreamInfer<'_> {
@@ -150,9 +165,18 @@ impl Codec for GrpcStreamInfer<'_> {
     }
 
     fn encode(&mut self, response: InferResponse) -> Result<Self::Answer, Error> {
+        let mut response = convert::response(response);
+        if self.flag_final {
+            response.parameters.insert(
+                FINAL_RESPONSE.to_owned(),
+                pb::InferParameter {
+                    parameter_choice: Some(ParameterChoice::BoolParam(true)),
+                },
+            );
+        }
         Ok(pb::ModelStreamInferResponse {
             error_message: String::new(),
-            infer_response: Some(convert::response(response)),
+            infer_response: Some(response),
         })
     }
 

@@ -1,0 +1,50 @@
+"""Triton's perf_analyzer, unmodified, against wirespeed: it calls
+ModelMetadata, then ModelConfig, then the statistics API at start and
+between measurements, and stops if any is missing. scripts/test puts the
+binary in .tools (x86_64 Linux)."""
+
+import importlib.util
+import os
+import platform
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from conftest import ROOT
+
+PERF_ANALYZER = ROOT / ".tools" / "perf_analyzer"
+
+pytestmark = pytest.mark.skipif(
+    platform.machine() != "x86_64", reason="perf_analyzer is published for x86_64 Linux only"
+)
+
+
+def run_perf_analyzer(*args):
+    assert PERF_ANALYZER.is_file(), f"{PERF_ANALYZER} is missing: ./scripts/test fetches it"
+    spec = importlib.util.find_spec("nvidia.cuda_runtime")
+    cuda = Path(list(spec.submodule_search_locations)[0]) / "lib"
+    env = dict(os.environ, LD_LIBRARY_PATH=str(cuda))
+    return subprocess.run(
+        [str(PERF_ANALYZER), *args, "--measurement-mode", "count_windows", "--measurement-request-count", "200"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
+
+
+@pytest.mark.parametrize(
+    "how",
+    [["-i", "http"], ["-i", "grpc"], ["-i", "grpc", "--streaming"]],
+    ids=["http", "grpc", "grpc-streaming"],
+)
+def test_perf_analyzer_measures_wirespeed(demo_server, how):
+    url = demo_server.address if how[1] == "http" else demo_server.grpc_address
+    done = run_perf_analyzer("-m", "titanic", "-u", url, *how, "--shape", "features:1,12")
+    assert done.returncode == 0, done.stdout + done.stderr
+    # The server-side figures come from wirespeed's statistics extension.
+    assert "Throughput:" in done.stdout, done.stdout
+    server = done.stdout[done.stdout.index("Server:"):]
+    successes = int(server.split("Successful request count:")[1].split()[0])
+    assert successes >= 200, done.stdout
