@@ -39,8 +39,12 @@ pub enum ErrorKind {
     RouteNotFound,
     /// The route exists but not for this HTTP method.
     MethodNotAllowed,
-    /// A feature of the protocol this server does not implement.
+    /// A feature of the protocol this server does not implement, asked
+    /// for in a request that could otherwise be served (400).
     Unsupported,
+    /// An endpoint of a protocol this server speaks, for a capability it
+    /// does not have (KServe's `:explain`): 501, UNIMPLEMENTED.
+    NotImplemented,
     /// The request lacks the bearer token the server requires.
     Unauthenticated,
     /// The client took too long: a request body that stalled or ran past
@@ -85,6 +89,7 @@ impl ErrorKind {
             ErrorKind::Timeout => 408,
             ErrorKind::Overloaded => 503,
             ErrorKind::Internal => 500,
+            ErrorKind::NotImplemented => 501,
         }
     }
 
@@ -95,7 +100,7 @@ impl ErrorKind {
             ErrorKind::MalformedRequest | ErrorKind::InvalidInput | ErrorKind::LimitExceeded => 3,
             ErrorKind::ModelNotFound | ErrorKind::VersionNotFound | ErrorKind::RouteNotFound => 5,
             ErrorKind::PayloadTooLarge | ErrorKind::HeadersTooLarge | ErrorKind::Overloaded => 8,
-            ErrorKind::MethodNotAllowed | ErrorKind::Unsupported => 12,
+            ErrorKind::MethodNotAllowed | ErrorKind::Unsupported | ErrorKind::NotImplemented => 12,
             ErrorKind::Unauthenticated => 16,
             ErrorKind::Timeout => 4,
             ErrorKind::Internal => 13,

@@ -1,5 +1,6 @@
 //! `GET /v2/health/live`, `GET /v2/health/ready` and
-//! `GET /v2/models/{name}[/versions/{v}]/ready`: the status code is the answer.
+//! `GET /v2/models/{name}[/versions/{v}]/ready`: the status code is the
+//! answer. And KServe v1's liveness, `GET /`.
 
 use std::sync::atomic::Ordering;
 
@@ -14,6 +15,13 @@ use crate::AppState;
 /// Live while the process answers at all.
 pub(crate) fn live() -> Response<Body> {
     response::json_value(&json!({ "live": true }))
+}
+
+/// KServe v1's liveness: `{"status": "alive"}`, as KServe's model server
+/// and its client (`InferenceRESTClient(protocol="v1").is_server_live`)
+/// spell it.
+pub(crate) fn alive() -> Response<Body> {
+    response::json_value(&json!({ "status": "alive" }))
 }
 
 /// Ready once every model is loaded, until shutdown begins.

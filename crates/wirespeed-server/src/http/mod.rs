@@ -120,9 +120,10 @@ async fn dispatch(
     }
     let route = router::route(request.method(), uri.path());
     let health = match route {
-        Ok(Route::Live) => Some(HealthCheck::ServerLive),
+        Ok(Route::Live | Route::Root) => Some(HealthCheck::ServerLive),
         Ok(Route::Ready) => Some(HealthCheck::ServerReady),
-        Ok(Route::ModelReady(_)) => Some(HealthCheck::ModelReady),
+        // KServe v1 asks a model's readiness with TF Serving's status.
+        Ok(Route::ModelReady(_) | Route::TfStatus(_)) => Some(HealthCheck::ModelReady),
         _ => None,
     };
     let clipper = router::is_clipper(uri.path());
@@ -135,6 +136,8 @@ async fn dispatch(
         };
     }
     let result = match route {
+        Ok(Route::Root) => Ok(health::alive()),
+        Ok(Route::ModelList) => Ok(tfserving::model_list(state)),
         Ok(Route::Live) => Ok(health::live()),
         Ok(Route::Ready) => Ok(health::ready(state)),
         Ok(Route::ServerMetadata) => Ok(metadata::server()),

@@ -14,6 +14,10 @@ pub(crate) enum Route<'a> {
     Live,
     /// `GET /v2/health/ready`
     Ready,
+    /// KServe v1: `GET /`, the server is alive.
+    Root,
+    /// KServe v1: `GET /v1/models`, the served models' names.
+    ModelList,
     /// `GET /v2`
     ServerMetadata,
     /// `GET /v2/models/{name}[/versions/{v}]`
@@ -93,6 +97,8 @@ pub(crate) fn route<'a>(method: &Method, path: &'a str) -> Result<Route<'a>, Err
 
 fn match_route<'a>(path: &'a str, segments: &[&'a str]) -> Option<Route<'a>> {
     match segments {
+        [] => Some(Route::Root),
+        ["v1", "models"] => Some(Route::ModelList),
         ["v2"] => Some(Route::ServerMetadata),
         ["v2", "health", "live"] => Some(Route::Live),
         ["v2", "health", "ready"] => Some(Route::Ready),
@@ -188,6 +194,8 @@ mod tests {
     #[test]
     fn every_endpoint_routes() {
         let m = |name, version| ModelRef { name, version };
+        assert_eq!(get("/").unwrap(), Route::Root);
+        assert_eq!(get("/v1/models").unwrap(), Route::ModelList);
         assert_eq!(get("/v2").unwrap(), Route::ServerMetadata);
         assert_eq!(get("/v2/").unwrap(), Route::ServerMetadata);
         assert_eq!(get("/v2/health/live").unwrap(), Route::Live);
@@ -277,7 +285,7 @@ mod tests {
             get("/v2/models//infer").unwrap_err().kind(),
             ErrorKind::RouteNotFound
         );
-        assert_eq!(get("/").unwrap_err().kind(), ErrorKind::RouteNotFound);
+        assert_eq!(get("//").unwrap_err().kind(), ErrorKind::RouteNotFound);
         let e = get("/v2/models/t/infer").unwrap_err();
         assert_eq!(e.kind(), ErrorKind::MethodNotAllowed);
         assert!(e.message().contains("takes POST"), "{e}");

@@ -81,23 +81,41 @@ impl Codec for TfPredict<'_> {
 /// `:classify` and `:regress` need TF's classification and regression
 /// signatures, which tree models do not have.
 pub(crate) fn other_verb(verb: &str) -> Error {
+    if verb == "explain" {
+        return Error::new(
+            ErrorKind::NotImplemented,
+            "':explain' (KServe v1) needs an explainer, and wirespeed serves none; \
+             ':predict' is served",
+        );
+    }
     Error::new(
         ErrorKind::Unsupported,
         format!("':{verb}' is not supported; wirespeed serves TF Serving's ':predict'"),
     )
 }
 
-/// `GET /v1/models/{name}[/versions/{v}]`: the served version is AVAILABLE.
+/// `GET /v1/models/{name}[/versions/{v}]`: TF Serving's status (the served
+/// version is AVAILABLE) and KServe v1's (`name`, `ready`) in one object,
+/// so both protocols' clients read it.
 pub(crate) fn status(state: &AppState, target: ModelRef<'_>) -> Result<Response<Body>, Error> {
     let model = state.models.get(target.name, target.version)?;
     let version = target.version.unwrap_or(&model.metadata().versions[0]);
+    let ready = state.ready.load(std::sync::atomic::Ordering::Acquire);
     Ok(response::json_value(&json!({
+        "name": target.name,
+        "ready": ready,
         "model_version_status": [{
             "version": version,
-            "state": "AVAILABLE",
+            "state": if ready { "AVAILABLE" } else { "UNAVAILABLE" },
             "status": { "error_code": "OK", "error_message": "" },
         }]
     })))
+}
+
+/// KServe v1's `GET /v1/models`: the served models' names.
+pub(crate) fn model_list(state: &AppState) -> Response<Body> {
+    let names: Vec<&str> = state.models.iter().map(|(name, _)| name).collect();
+    response::json_value(&json!({ "models": names }))
 }
 
 /// `GET /v1/models/{name}[/versions/{v}]/metadata`: the model's inputs and
