@@ -18,6 +18,7 @@ use std::sync::Arc;
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tokio_stream::{Stream, StreamExt};
+use tonic::codec::CompressionEncoding;
 use tonic::{Request, Response, Status, Streaming};
 use tonic_health::server::HealthReporter;
 use wirespeed_core::{Error, ErrorKind};
@@ -263,7 +264,15 @@ pub(crate) async fn service(state: Arc<AppState>) -> (GrpcRoutes, HealthReporter
         state: Arc::clone(&state),
     })
     .max_decoding_message_size(state.limits.max_grpc_message_bytes)
-    .max_encoding_message_size(usize::MAX);
+    .max_encoding_message_size(usize::MAX)
+    // tritonclient.grpc's `compression_algorithm`: messages in gzip or
+    // deflate are read, and answers go back compressed when the client's
+    // `grpc-accept-encoding` asks. The size limit holds for the message
+    // decompressed.
+    .accept_compressed(CompressionEncoding::Gzip)
+    .accept_compressed(CompressionEncoding::Deflate)
+    .send_compressed(CompressionEncoding::Gzip)
+    .send_compressed(CompressionEncoding::Deflate);
     let routes = tonic::service::Routes::new(health_service)
         .add_service(v1)
         .add_service(v1alpha)

@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
-use hyper::header::{HeaderMap, CONTENT_ENCODING, CONTENT_LENGTH};
+use hyper::header::{HeaderMap, CONTENT_LENGTH};
 use tokio::sync::oneshot;
 use wirespeed_core::raw::{RawError, RawFiller};
 use wirespeed_core::{
@@ -28,6 +28,7 @@ use wirespeed_core::{
     TensorSpec,
 };
 
+use super::compression::{self, Coding, Inflater};
 use crate::timing::{timed, Stages};
 use crate::{AppState, Limits};
 use wirespeed_json::{
@@ -83,16 +84,7 @@ pub(crate) enum Layout {
 /// Reads the body's layout and declared length from the headers, refusing
 /// what the server cannot read.
 fn layout(headers: &HeaderMap, declared: Option<u64>) -> Result<Layout, Error> {
-    if let Some(encoding) = headers.get(CONTENT_ENCODING) {
-        if encoding.as_bytes() != b"identity" {
-            return Err(Error::new(
-                ErrorKind::Unsupported,
-                format!(
-                    "Content-Encoding {encoding:?} is not supported; send the body uncompressed"
-                ),
-            ));
-        }
-    }
+    compression::request_coding(headers)?;
     let Some(value) = headers.get(BINARY_HEADER_LENGTH) else {
         return Ok(Layout::Json);
     };
@@ -124,7 +116,7 @@ fn layout(headers: &HeaderMap, declared: Option<u64>) -> Result<Layout, Error> {
 /// they arrive: each frame must come within the idle timeout, and the whole
 /// body within the request timeout.
 pub(crate) struct BodyReader {
-    body: Incoming,
+    body: Source,
     received: u64,
     limit: u64,
     idle: Duration,
@@ -134,8 +126,47 @@ pub(crate) struct BodyReader {
     pub(crate) decode: Duration,
 }
 
+/// Where a body's bytes come from: hyper's frames as they are, or
+/// decompressed.
+enum Source {
+    Plain(Incoming),
+    Inflating(Inflater),
+}
+
+impl Source {
+    async fn next(&mut self) -> Option<Result<Bytes, Error>> {
+        match self {
+            Source::Plain(body) => loop {
+                match body.frame().await? {
+                    Ok(frame) => match frame.into_data() {
+                        Ok(data) => return Some(Ok(data)),
+                        Err(_) => continue,
+                    },
+                    Err(e) => {
+                        return Some(Err(Error::malformed(format!(
+                            "could not read the request body: {e}"
+                        ))))
+                    }
+                }
+            },
+            Source::Inflating(inflater) => inflater.next().await.transpose(),
+        }
+    }
+}
+
 impl BodyReader {
+    /// A reader of `body` as it is.
     pub(crate) fn new(body: Incoming, limits: &Limits) -> BodyReader {
+        BodyReader::decoding(body, None, limits)
+    }
+
+    /// A reader of `body`, decompressed from `coding` if it has one: the
+    /// limit counts decompressed bytes.
+    pub(crate) fn decoding(body: Incoming, coding: Option<Coding>, limits: &Limits) -> BodyReader {
+        let body = match coding {
+            Some(coding) => Source::Inflating(Inflater::new(body, coding)),
+            None => Source::Plain(body),
+        };
         BodyReader {
             body,
             received: 0,
@@ -147,45 +178,40 @@ impl BodyReader {
         }
     }
 
-    /// The next data frame, or `None` at the end of the body.
+    /// The next data frame, or `None` at the end of the body. Cancel-safe,
+    /// as a `select!` with the offloaded decoder needs: nothing read is
+    /// lost if the future is dropped before it ends.
     pub(crate) async fn next(&mut self) -> Result<Option<Bytes>, Error> {
-        loop {
-            let wait = (Instant::now() + self.idle).min(self.deadline);
-            let frame = match tokio::time::timeout_at(wait.into(), self.body.frame()).await {
-                Ok(Some(frame)) => frame,
-                Ok(None) => return Ok(None),
-                Err(_) if Instant::now() >= self.deadline => {
-                    return Err(Error::new(
-                        ErrorKind::Timeout,
-                        format!(
-                            "the request body did not arrive within {} s ({} bytes came)",
-                            self.timeout.as_secs_f64(),
-                            self.received
-                        ),
-                    ))
-                }
-                Err(_) => {
-                    return Err(Error::new(
-                        ErrorKind::Timeout,
-                        format!(
-                            "the request body stalled for {} s after {} bytes",
-                            self.idle.as_secs_f64(),
-                            self.received
-                        ),
-                    ))
-                }
-            };
-            let frame = frame
-                .map_err(|e| Error::malformed(format!("could not read the request body: {e}")))?;
-            let Ok(data) = frame.into_data() else {
-                continue;
-            };
-            self.received += data.len() as u64;
-            if self.received > self.limit {
-                return Err(too_large(self.limit));
+        let wait = (Instant::now() + self.idle).min(self.deadline);
+        let data = match tokio::time::timeout_at(wait.into(), self.body.next()).await {
+            Ok(Some(data)) => data?,
+            Ok(None) => return Ok(None),
+            Err(_) if Instant::now() >= self.deadline => {
+                return Err(Error::new(
+                    ErrorKind::Timeout,
+                    format!(
+                        "the request body did not arrive within {} s ({} bytes came)",
+                        self.timeout.as_secs_f64(),
+                        self.received
+                    ),
+                ))
             }
-            return Ok(Some(data));
+            Err(_) => {
+                return Err(Error::new(
+                    ErrorKind::Timeout,
+                    format!(
+                        "the request body stalled for {} s after {} bytes",
+                        self.idle.as_secs_f64(),
+                        self.received
+                    ),
+                ))
+            }
+        };
+        self.received += data.len() as u64;
+        if self.received > self.limit {
+            return Err(too_large(self.limit));
         }
+        Ok(Some(data))
     }
 
     /// Reads and drops the rest of the body, up to what the limit still
@@ -346,7 +372,12 @@ fn begin(
     if declared.is_some_and(|n| n > limit) {
         return Err(too_large(limit));
     }
-    Ok((BodyReader::new(body, limits), declared))
+    // An unsupported coding is refused by `layout`, once the reader exists
+    // to drop the body.
+    let coding = compression::request_coding(headers).ok().flatten();
+    let reader = BodyReader::decoding(body, coding, limits);
+    // A compressed body's Content-Length says nothing of what it holds.
+    Ok((reader, if coding.is_some() { None } else { declared }))
 }
 
 /// Before an error is answered, reads and drops the rest of the body

@@ -8,6 +8,7 @@
 
 mod body;
 mod clipper;
+mod compression;
 mod health;
 mod infer;
 mod metadata;
@@ -55,7 +56,11 @@ impl hyper::service::Service<Request<Incoming>> for RestService {
         let state = Arc::clone(&self.state);
         let in_flight = self.activity.begin();
         Box::pin(async move {
-            let response = answer(&state, request).await;
+            let coding = compression::response_coding(request.headers());
+            let mut response = answer(&state, request).await;
+            if let Some(coding) = coding {
+                response = compression::compress(response, coding, &state.pool).await;
+            }
             drop(in_flight);
             Ok(response)
         })
