@@ -6,9 +6,11 @@ import socket
 import stat
 import subprocess
 
+import grpc
 import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
+from tritonclient.grpc import service_pb2, service_pb2_grpc
 
 from conftest import MODELS, RunningServer, run_wirespeed
 
@@ -43,24 +45,54 @@ def test_rest_over_the_socket(sockets):
     assert 0 < answer["outputs"][0]["data"][0] < 1
 
 
-# grpcio (C-core >= 1.57) sends the socket path as the HTTP/2 :authority,
-# which the h2 crate under tonic refuses as malformed (hyperium/h2#487);
-# grpc-go (grpcurl) and the Rust clients send "localhost". Python clients
-# set it with this channel option.
-LOCALHOST = [("grpc.default_authority", "localhost")]
+# grpcio (C-core >= 1.57) sends the socket path, percent-encoded, as the
+# HTTP/2 :authority, and grpc-java the raw path; the h2 crate refuses both
+# (hyperium/h2#487). wirespeed makes them valid on its gRPC Unix sockets,
+# so these clients run with no channel options.
 
 
 def test_grpc_over_the_socket(sockets):
     server, _, grpc_sock = sockets
     x = np.random.default_rng(0).uniform(size=(4, 12)).astype(np.float32)
-    with grpcclient.InferenceServerClient(url=f"unix://{grpc_sock}", channel_args=LOCALHOST) as client, \
+    with grpcclient.InferenceServerClient(url=f"unix://{grpc_sock}") as client, \
             grpcclient.InferenceServerClient(url=server.grpc_address) as tcp:
         assert client.is_server_live()
+        assert client.is_model_ready("titanic")
         inp = grpcclient.InferInput("features", list(x.shape), "FP32")
         inp.set_data_from_numpy(x)
-        over_unix = client.infer("titanic", [inp]).as_numpy("probability")
+        for _ in range(3):  # later requests reuse the HPACK dynamic table
+            over_unix = client.infer("titanic", [inp]).as_numpy("probability")
         over_tcp = tcp.infer("titanic", [inp]).as_numpy("probability")
+        # A large tensor: many DATA frames through the same connection.
+        big = np.random.default_rng(1).uniform(size=(100_000, 12)).astype(np.float32)
+        large = grpcclient.InferInput("features", list(big.shape), "FP32")
+        large.set_data_from_numpy(big)
+        large_unix = client.infer("titanic", [large]).as_numpy("probability")
+        large_tcp = tcp.infer("titanic", [large]).as_numpy("probability")
     np.testing.assert_array_equal(over_unix, over_tcp)
+    np.testing.assert_array_equal(large_unix, large_tcp)
+
+
+@pytest.mark.parametrize("authority", [None, "/raw/socket/path.sock"])
+def test_plain_grpcio_over_the_socket(sockets, authority):
+    """grpcio's own stub, as grpcio writes the authority, and as grpc-java
+    and Bazel do (the raw path, set here to stand in for them)."""
+    _, _, grpc_sock = sockets
+    options = [] if authority is None else [("grpc.default_authority", authority)]
+    with grpc.insecure_channel(f"unix:{grpc_sock}", options=options) as channel:
+        stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
+        assert stub.ServerReady(service_pb2.ServerReadyRequest()).ready
+        meta = stub.ModelMetadata(service_pb2.ModelMetadataRequest(name="titanic"))
+        assert meta.inputs[0].name == "features"
+
+
+def test_tcp_still_refuses_a_malformed_authority(sockets):
+    server, _, _ = sockets
+    with grpc.insecure_channel(server.grpc_address, options=[("grpc.default_authority", "/not/a/host")]) as channel:
+        stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
+        with pytest.raises(grpc.RpcError) as refused:
+            stub.ServerReady(service_pb2.ServerReadyRequest())
+    assert refused.value.code() == grpc.StatusCode.INTERNAL
 
 
 def test_grpcurl_over_the_socket(sockets):

@@ -22,6 +22,7 @@
 //! ```
 
 mod auth;
+mod authority;
 mod classification;
 mod grpc;
 mod http;

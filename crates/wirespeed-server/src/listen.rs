@@ -40,6 +40,7 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream, UnixListener, UnixStream};
 use tokio::sync::{mpsc, watch, Semaphore};
 
+use crate::authority::GrpcUnixListener;
 use crate::Limits;
 
 /// A listening socket.
@@ -454,7 +455,7 @@ where
                         Arc::clone(&shared)
                     ))),
                     maybe(grpc_uds.map(|l| serve(
-                        l,
+                        GrpcUnixListener(l),
                         Arc::clone(&grpc),
                         &grpc_service,
                         Arc::clone(&shared)
