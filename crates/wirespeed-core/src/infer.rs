@@ -42,6 +42,82 @@ pub struct InferRequest {
     /// tensor data extension), in body order. Their tensors in `inputs` are
     /// empty until the bytes are read.
     pub binary_inputs: Vec<BinaryInput>,
+    /// Inputs whose data is in a shared-memory region (Triton's shared
+    /// memory extensions). Their tensors in `inputs` are empty until the
+    /// region is read.
+    pub shared_inputs: Vec<SharedInput>,
+}
+
+/// Where a tensor lies in a registered shared-memory region: the
+/// `shared_memory_region`, `shared_memory_offset` and
+/// `shared_memory_byte_size` parameters of an input or requested output.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SharedRef {
+    /// The region's registered name.
+    pub region: String,
+    /// Where in the region the tensor starts.
+    pub offset: usize,
+    /// How many bytes it takes (an output: how many it may take).
+    pub byte_size: usize,
+}
+
+impl SharedRef {
+    /// Reads the shared-memory parameters from `parameters`: `None` when
+    /// there is no `shared_memory_region`; an error naming the parameter
+    /// when one is missing or of the wrong kind.
+    pub fn from_parameters(parameters: &Parameters) -> Result<Option<SharedRef>, String> {
+        let get = |key: &str| parameters.iter().find(|(k, _)| k == key).map(|(_, v)| v);
+        let Some(region) = get("shared_memory_region") else {
+            if let Some(key) = ["shared_memory_byte_size", "shared_memory_offset"]
+                .into_iter()
+                .find(|k| get(k).is_some())
+            {
+                return Err(format!("'{key}' is given without 'shared_memory_region'"));
+            }
+            return Ok(None);
+        };
+        let ParameterValue::String(region) = region else {
+            return Err(format!(
+                "'shared_memory_region' must be a region's name, found {region:?}"
+            ));
+        };
+        let size = |key: &str, default: Option<usize>| match get(key) {
+            None => {
+                default.ok_or_else(|| format!("'{key}' is required with 'shared_memory_region'"))
+            }
+            Some(ParameterValue::Int(n)) if *n >= 0 => {
+                usize::try_from(*n).map_err(|_| format!("'{key}' is too large: {n}"))
+            }
+            Some(other) => Err(format!(
+                "'{key}' must be a non-negative integer, found {other:?}"
+            )),
+        };
+        Ok(Some(SharedRef {
+            region: region.clone(),
+            offset: size("shared_memory_offset", Some(0))?,
+            byte_size: size("shared_memory_byte_size", None)?,
+        }))
+    }
+}
+
+/// An input read from shared memory.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SharedInput {
+    /// Its index in [`InferRequest::inputs`].
+    pub input: usize,
+    /// Where its bytes are.
+    pub at: SharedRef,
+}
+
+/// An output written to shared memory rather than into the answer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SharedOutput {
+    /// Its index in [`InferResponse::outputs`].
+    pub output: usize,
+    /// Where it was written.
+    pub at: SharedRef,
+    /// The bytes written.
+    pub written: usize,
 }
 
 /// An input whose data is sent as raw bytes after the JSON header.
@@ -64,4 +140,14 @@ pub struct InferResponse {
     pub id: Option<String>,
     /// The output tensors, in the order requested.
     pub outputs: Vec<Tensor>,
+    /// Outputs written to shared memory: the answer carries their
+    /// `shared_memory_*` parameters instead of their data.
+    pub shared_outputs: Vec<SharedOutput>,
+}
+
+impl InferResponse {
+    /// Where output `index` was written, if it went to shared memory.
+    pub fn shared_output(&self, index: usize) -> Option<&SharedOutput> {
+        self.shared_outputs.iter().find(|s| s.output == index)
+    }
 }

@@ -35,6 +35,7 @@ pub use error::{Error, ErrorKind, Fault};
 pub use half::{bf16, f16};
 pub use infer::{
     BinaryInput, InferRequest, InferResponse, ParameterValue, Parameters, RequestedOutput,
+    SharedInput, SharedOutput, SharedRef,
 };
 pub use limits::{LimitError, RequestLimits, TensorBudget};
 pub use model::{format_shape, Execution, InferFuture, Model, ModelMetadata, TensorSpec};

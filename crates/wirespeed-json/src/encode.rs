@@ -27,7 +27,9 @@ fn encode(response: &InferResponse, binary: &[bool], out: &mut Vec<u8>) {
         .outputs
         .iter()
         .enumerate()
-        .filter(|(i, _)| !binary.get(*i).copied().unwrap_or(false))
+        .filter(|(i, _)| {
+            !binary.get(*i).copied().unwrap_or(false) && response.shared_output(*i).is_none()
+        })
         .map(|(_, t)| 64 + t.name.len() + t.data.len() * estimated_width(&t.data))
         .sum();
     out.reserve(96 + response.model_name.len() + estimate);
@@ -55,6 +57,18 @@ fn encode(response: &InferResponse, binary: &[bool], out: &mut Vec<u8>) {
                 out.push(b',');
             }
             out.extend_from_slice(ints.format(d).as_bytes());
+        }
+        if let Some(shared) = response.shared_output(i) {
+            out.extend_from_slice(b"],\"parameters\":{\"shared_memory_region\":");
+            write_string(out, shared.at.region.as_bytes());
+            out.extend_from_slice(b",\"shared_memory_byte_size\":");
+            out.extend_from_slice(ints.format(shared.written).as_bytes());
+            if shared.at.offset > 0 {
+                out.extend_from_slice(b",\"shared_memory_offset\":");
+                out.extend_from_slice(ints.format(shared.at.offset).as_bytes());
+            }
+            out.extend_from_slice(b"}}");
+            continue;
         }
         if binary.get(i).copied().unwrap_or(false) {
             let size = wirespeed_core::raw::raw_len(&tensor.data);
@@ -310,6 +324,7 @@ mod tests {
             model_version: "1".into(),
             id: Some("a\nb\u{1}".into()),
             outputs,
+            shared_outputs: Vec::new(),
         }
     }
 

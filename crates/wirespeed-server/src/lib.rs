@@ -31,6 +31,7 @@ mod model_config;
 mod models;
 mod pipeline;
 mod scheduler;
+mod shared_memory;
 mod statistics;
 mod timing;
 mod tls;
@@ -225,6 +226,8 @@ pub(crate) struct AppState {
     pub(crate) request_ids: std::sync::atomic::AtomicU64,
     /// Clipper's query ids, counted from server start.
     pub(crate) clipper_queries: std::sync::atomic::AtomicU64,
+    /// The registered system shared-memory regions.
+    pub(crate) shared_memory: shared_memory::SharedMemory,
 }
 
 /// A server with its models loaded and its sockets bound, not yet serving.
@@ -313,6 +316,7 @@ impl Server {
                 auth: Auth::new(config.auth_token.clone()),
                 request_ids: std::sync::atomic::AtomicU64::new(1),
                 clipper_queries: std::sync::atomic::AtomicU64::new(0),
+                shared_memory: shared_memory::SharedMemory::default(),
             }),
             drain_timeout: config.drain_timeout,
             io_threads: config.io_threads,

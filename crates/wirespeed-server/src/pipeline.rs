@@ -124,7 +124,7 @@ async fn run<C: Codec>(
         Err(e) => return Err(codec.refuse(e).await),
     };
     // Every request that reached a model is counted, once, as it ends.
-    let result = compute(served, context, target, codec).await;
+    let result = compute(state, served, context, target, codec).await;
     match &result {
         Ok(_) => served.stats.success(&context.stages),
         Err(_) => served.stats.failure(context.stages.elapsed()),
@@ -133,6 +133,7 @@ async fn run<C: Codec>(
 }
 
 async fn compute<C: Codec>(
+    state: &AppState,
     served: &ServedModel,
     context: &mut RequestContext,
     target: Target<'_>,
@@ -148,19 +149,31 @@ async fn compute<C: Codec>(
         .await;
     reading.record("decode_us", stages.decode.as_micros() as u64);
     drop(reading);
-    let request = request?;
+    let mut request = request?;
     refuse_reserved(&request.parameters)?;
+    // Inputs in shared memory are read as part of decoding the request.
+    let shm = &state.shared_memory;
+    let max_element = state.decode_options.limits.max_string_bytes;
+    timed(&mut stages.decode, || {
+        shm.read_inputs(&mut request, max_element)
+    })?;
+    // What the outputs ask for is checked before the model runs.
     let classify = classification::requested(&request.outputs, served.metadata())?;
+    let placements = shm.placements(&request.outputs)?;
     let mut outputs = served
         .scheduler
         .run(request.inputs, &request.outputs, stages)
         .await?;
     classification::apply(&mut outputs, &classify, served)?;
+    let shared_outputs = timed(&mut stages.encode, || {
+        shm.write_outputs(&outputs, placements)
+    })?;
     let response = InferResponse {
         model_name: served.metadata().name.clone(),
         model_version: target.version.unwrap_or(served.version()).to_owned(),
         id: request.id,
         outputs,
+        shared_outputs,
     };
     let _encoding = tracing::debug_span!("encode").entered();
     timed(&mut stages.encode, || codec.encode(response))

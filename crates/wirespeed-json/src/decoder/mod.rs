@@ -15,7 +15,8 @@
 //! closes: correct for every key order, fast for the common one.
 
 use wirespeed_core::{
-    BinaryInput, DataType, InferRequest, Parameters, RequestedOutput, Tensor, TensorBudget,
+    BinaryInput, DataType, InferRequest, Parameters, RequestedOutput, SharedInput, Tensor,
+    TensorBudget,
 };
 
 use crate::builder::{BuildError, Float, Scalar, TensorBuilder};
@@ -221,6 +222,7 @@ struct RequestState {
     inputs: Vec<InputState>,
     finished_inputs: Vec<Tensor>,
     binary_inputs: Vec<BinaryInput>,
+    shared_inputs: Vec<SharedInput>,
     outputs: Vec<RequestedOutput>,
     output_seen: u16,
     seen: u16,
@@ -804,6 +806,7 @@ impl RequestDecoder {
             inputs: request.finished_inputs,
             outputs: request.outputs,
             binary_inputs: request.binary_inputs,
+            shared_inputs: request.shared_inputs,
         })
     }
 }

@@ -4,7 +4,8 @@
 //! close, keys end, and scalar values complete.
 
 use wirespeed_core::{
-    BinaryInput, DataType, ParameterValue, Parameters, RequestedOutput, Tensor, TensorData,
+    BinaryInput, DataType, ParameterValue, Parameters, RequestedOutput, SharedInput, SharedRef,
+    Tensor, TensorData,
 };
 
 use super::{
@@ -479,6 +480,35 @@ impl RequestDecoder {
                 decoder.finish_data()?
             }
             (None, None) => {
+                let shared = SharedRef::from_parameters(&input.parameters).map_err(|m| {
+                    schema(at, format!("input '{name}': {m}")).with_input(Some(&name))
+                })?;
+                if let Some(at_region) = shared {
+                    if binary_size(&input.parameters, &name, at)?.is_some() {
+                        return Err(schema(
+                            at,
+                            format!(
+                                "input '{name}' has both 'binary_data_size' and \
+                                 'shared_memory_region'; send one"
+                            ),
+                        )
+                        .with_input(Some(&name)));
+                    }
+                    // Counted against the element limit now, read from the
+                    // region by the server once it checks the region.
+                    self.count_elements(Some(&name), datatype, &shape, at)?;
+                    let index = self.request.finished_inputs.len();
+                    self.request.shared_inputs.push(SharedInput {
+                        input: index,
+                        at: at_region,
+                    });
+                    self.request.finished_inputs.push(Tensor {
+                        name,
+                        shape,
+                        data: TensorData::with_capacity(datatype, 0),
+                    });
+                    return Ok(());
+                }
                 let Some(size) = binary_size(&input.parameters, &name, at)? else {
                     return Err(missing("data"));
                 };
@@ -511,6 +541,17 @@ impl RequestDecoder {
             return Err(schema(
                 at,
                 format!("input '{name}' has both 'data' and 'binary_data_size'; send one"),
+            )
+            .with_input(Some(&name)));
+        }
+        if input
+            .parameters
+            .iter()
+            .any(|(k, _)| k == "shared_memory_region")
+        {
+            return Err(schema(
+                at,
+                format!("input '{name}' has both 'data' and 'shared_memory_region'; send one"),
             )
             .with_input(Some(&name)));
         }

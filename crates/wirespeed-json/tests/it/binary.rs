@@ -69,3 +69,59 @@ fn data_and_binary_data_size_together_are_refused() {
     let e = decode(body, true).unwrap_err();
     assert!(e.to_string().contains("non-negative integer"), "{e}");
 }
+
+#[test]
+fn shared_memory_inputs_are_listed_with_empty_tensors() {
+    let body = br#"{"inputs":[{"name":"a","shape":[2,2],"datatype":"FP32","parameters":{"shared_memory_region":"in","shared_memory_byte_size":16,"shared_memory_offset":8}},{"name":"b","shape":[1],"datatype":"INT64","data":[3]}]}"#;
+    let mut d = RequestDecoder::new(DecodeOptions::default());
+    d.feed(body).unwrap();
+    let r = d.finish().unwrap();
+    assert_eq!(
+        r.shared_inputs,
+        [wirespeed_core::SharedInput {
+            input: 0,
+            at: wirespeed_core::SharedRef {
+                region: "in".into(),
+                offset: 8,
+                byte_size: 16
+            }
+        }]
+    );
+    assert!(r.inputs[0].data.is_empty() && r.inputs[0].shape == [2, 2]);
+    for (parameters, words) in [
+        (
+            r#"{"shared_memory_region":"in"}"#,
+            "'shared_memory_byte_size' is required",
+        ),
+        (
+            r#"{"shared_memory_region":7,"shared_memory_byte_size":4}"#,
+            "must be a region's name",
+        ),
+        (
+            r#"{"shared_memory_byte_size":4}"#,
+            "without 'shared_memory_region'",
+        ),
+        (
+            r#"{"shared_memory_region":"in","shared_memory_byte_size":-4}"#,
+            "non-negative",
+        ),
+    ] {
+        let body = format!(
+            r#"{{"inputs":[{{"name":"a","shape":[1],"datatype":"FP32","parameters":{parameters}}}]}}"#
+        );
+        let mut d = RequestDecoder::new(DecodeOptions::default());
+        let e = d
+            .feed(body.as_bytes())
+            .and_then(|_| d.finish())
+            .unwrap_err();
+        assert!(e.to_string().contains(words), "{e}");
+    }
+    let both = br#"{"inputs":[{"name":"a","shape":[1],"datatype":"FP32","data":[1],"parameters":{"shared_memory_region":"in","shared_memory_byte_size":4}}]}"#;
+    let mut d = RequestDecoder::new(DecodeOptions::default());
+    let e = d.feed(both).and_then(|_| d.finish()).unwrap_err();
+    assert!(
+        e.to_string()
+            .contains("both 'data' and 'shared_memory_region'"),
+        "{e}"
+    );
+}

@@ -10,7 +10,7 @@ use bytes::Bytes;
 use wirespeed_core::raw::{from_raw, raw_len, write_raw};
 use wirespeed_core::{
     DataType, Error, InferRequest, InferResponse, ParameterValue, Parameters, RequestLimits,
-    RequestedOutput, Tensor, TensorBudget, TensorData,
+    RequestedOutput, SharedInput, SharedOutput, SharedRef, Tensor, TensorBudget, TensorData,
 };
 
 use super::pb;
@@ -27,19 +27,35 @@ pub(crate) fn request(
     limits: &RequestLimits,
 ) -> Result<InferRequest, Error> {
     limits.check_inputs(message.inputs.len())?;
+    // Inputs in shared memory carry no data here; raw_input_contents has
+    // one entry for each of the others, in order (as tritonclient sends).
+    let mut shared_refs = Vec::with_capacity(message.inputs.len());
+    for input in &message.inputs {
+        let parameters = parameters(input.parameters.clone())?;
+        let shared =
+            SharedRef::from_parameters(&parameters).map_err(|m| input_error(&input.name, m))?;
+        shared_refs.push(shared);
+    }
+    let with_data = shared_refs.iter().filter(|s| s.is_none()).count();
     let raw = !message.raw_input_contents.is_empty();
-    if raw && message.raw_input_contents.len() != message.inputs.len() {
+    if raw && message.raw_input_contents.len() != with_data {
         return Err(Error::invalid_input(format!(
-            "raw_input_contents has {} entries for {} inputs; give one per input, in order, \
-             or none",
+            "raw_input_contents has {} entries for {} inputs{}; give one per input, in \
+             order, or none",
             message.raw_input_contents.len(),
-            message.inputs.len()
+            with_data,
+            if with_data < message.inputs.len() {
+                " outside shared memory"
+            } else {
+                ""
+            }
         )));
     }
     let mut raw_contents = message.raw_input_contents.into_iter();
     let mut budget = TensorBudget::default();
     let mut inputs = Vec::with_capacity(message.inputs.len());
-    for input in message.inputs {
+    let mut shared_inputs = Vec::new();
+    for (input, shared) in message.inputs.into_iter().zip(shared_refs) {
         let name = input.name;
         let datatype: DataType = input.datatype.parse().map_err(|e| input_error(&name, e))?;
         let shape = input
@@ -56,6 +72,21 @@ pub(crate) fn request(
         let count = budget
             .take_shape(limits, datatype, &shape)
             .map_err(|e| e.in_input(&name))?;
+        if let Some(at) = shared {
+            if input.contents.is_some() {
+                return Err(input_error(
+                    &name,
+                    "has both contents and shared_memory_region; send one",
+                ));
+            }
+            shared_inputs.push(SharedInput {
+                input: inputs.len(),
+                at,
+            });
+            let data = TensorData::with_capacity(datatype, 0);
+            inputs.push(Tensor { name, shape, data });
+            continue;
+        }
         let data = match (raw_contents.next(), input.contents) {
             (Some(_), Some(_)) => {
                 return Err(input_error(
@@ -69,7 +100,7 @@ pub(crate) fn request(
             (None, None) => {
                 return Err(input_error(
                     &name,
-                    "has no data; set contents or raw_input_contents",
+                    "has no data; set contents or raw_input_contents, or shared_memory_region",
                 ))
             }
         };
@@ -91,6 +122,7 @@ pub(crate) fn request(
         inputs,
         outputs,
         binary_inputs: Vec::new(),
+        shared_inputs,
     })
 }
 
@@ -214,19 +246,54 @@ fn parameters(
     Ok(out)
 }
 
-/// Builds the gRPC response: outputs' metadata, and their data as raw bytes.
+/// Builds the gRPC response: outputs' metadata, and their data as raw
+/// bytes; an output written to shared memory has its `shared_memory_*`
+/// parameters and an empty raw entry, so the others keep their places.
 pub(crate) fn response(response: InferResponse) -> pb::ModelInferResponse {
     let mut metadata = Vec::with_capacity(response.outputs.len());
     let mut raw = Vec::with_capacity(response.outputs.len());
-    for tensor in response.outputs {
-        let mut bytes = Vec::with_capacity(raw_len(&tensor.data));
-        write_raw(&tensor.data, &mut bytes);
-        raw.push(Bytes::from(bytes));
+    let shared: Vec<Option<SharedOutput>> = (0..response.outputs.len())
+        .map(|i| response.shared_output(i).cloned())
+        .collect();
+    for (tensor, shared) in response.outputs.into_iter().zip(shared) {
+        let mut parameters = std::collections::HashMap::new();
+        match shared {
+            Some(shared) => {
+                raw.push(Bytes::new());
+                let mut put = |key: &str, choice| {
+                    parameters.insert(
+                        key.to_owned(),
+                        pb::InferParameter {
+                            parameter_choice: Some(choice),
+                        },
+                    );
+                };
+                put(
+                    "shared_memory_region",
+                    ParameterChoice::StringParam(shared.at.region),
+                );
+                put(
+                    "shared_memory_byte_size",
+                    ParameterChoice::Int64Param(shared.written as i64),
+                );
+                if shared.at.offset > 0 {
+                    put(
+                        "shared_memory_offset",
+                        ParameterChoice::Int64Param(shared.at.offset as i64),
+                    );
+                }
+            }
+            None => {
+                let mut bytes = Vec::with_capacity(raw_len(&tensor.data));
+                write_raw(&tensor.data, &mut bytes);
+                raw.push(Bytes::from(bytes));
+            }
+        }
         metadata.push(pb::model_infer_response::InferOutputTensor {
             datatype: tensor.datatype().as_str().to_owned(),
             shape: tensor.shape.iter().map(|&d| d as i64).collect(),
             name: tensor.name,
-            parameters: Default::default(),
+            parameters,
             contents: None,
         });
     }

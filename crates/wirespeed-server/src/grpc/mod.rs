@@ -193,6 +193,84 @@ impl GrpcInferenceService for Inference {
         Ok(Response::new(pb::ModelStatisticsResponse { model_stats }))
     }
 
+    async fn system_shared_memory_status(
+        &self,
+        request: Request<pb::SystemSharedMemoryStatusRequest>,
+    ) -> Result<Response<pb::SystemSharedMemoryStatusResponse>, Status> {
+        let name = request.into_inner().name;
+        let regions = self
+            .state
+            .shared_memory
+            .status(&name)
+            .map_err(|e| status(&e))?
+            .iter()
+            .map(|r| {
+                let region = pb::system_shared_memory_status_response::RegionStatus {
+                    name: r.name.clone(),
+                    key: r.key.clone(),
+                    offset: r.offset as u64,
+                    byte_size: r.byte_size as u64,
+                };
+                (r.name.clone(), region)
+            })
+            .collect();
+        Ok(Response::new(pb::SystemSharedMemoryStatusResponse {
+            regions,
+        }))
+    }
+
+    async fn system_shared_memory_register(
+        &self,
+        request: Request<pb::SystemSharedMemoryRegisterRequest>,
+    ) -> Result<Response<pb::SystemSharedMemoryRegisterResponse>, Status> {
+        let r = request.into_inner();
+        let size = |n: u64| usize::try_from(n).unwrap_or(usize::MAX);
+        self.state
+            .shared_memory
+            .register(&r.name, &r.key, size(r.offset), size(r.byte_size))
+            .map_err(|e| status(&e))?;
+        Ok(Response::new(pb::SystemSharedMemoryRegisterResponse {}))
+    }
+
+    async fn system_shared_memory_unregister(
+        &self,
+        request: Request<pb::SystemSharedMemoryUnregisterRequest>,
+    ) -> Result<Response<pb::SystemSharedMemoryUnregisterResponse>, Status> {
+        self.state
+            .shared_memory
+            .unregister(&request.into_inner().name);
+        Ok(Response::new(pb::SystemSharedMemoryUnregisterResponse {}))
+    }
+
+    async fn cuda_shared_memory_status(
+        &self,
+        request: Request<pb::CudaSharedMemoryStatusRequest>,
+    ) -> Result<Response<pb::CudaSharedMemoryStatusResponse>, Status> {
+        let name = request.into_inner().name;
+        if !name.is_empty() {
+            let e = Error::invalid_input(format!(
+                "no CUDA shared memory region '{name}' is registered: this server has no GPU"
+            ));
+            return Err(status(&e));
+        }
+        Ok(Response::new(pb::CudaSharedMemoryStatusResponse::default()))
+    }
+
+    async fn cuda_shared_memory_register(
+        &self,
+        _: Request<pb::CudaSharedMemoryRegisterRequest>,
+    ) -> Result<Response<pb::CudaSharedMemoryRegisterResponse>, Status> {
+        Err(status(&crate::shared_memory::cuda_refused()))
+    }
+
+    async fn cuda_shared_memory_unregister(
+        &self,
+        _: Request<pb::CudaSharedMemoryUnregisterRequest>,
+    ) -> Result<Response<pb::CudaSharedMemoryUnregisterResponse>, Status> {
+        // Nothing is ever registered, so nothing is left to unregister.
+        Ok(Response::new(pb::CudaSharedMemoryUnregisterResponse {}))
+    }
+
     type ModelStreamInferStream =
         Pin<Box<dyn Stream<Item = Result<pb::ModelStreamInferResponse, Status>> + Send>>;
 

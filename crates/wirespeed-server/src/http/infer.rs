@@ -70,10 +70,12 @@ impl Codec for V2Rest<'_> {
     }
 
     fn encode(&mut self, response: InferResponse) -> Result<Response<Body>, Error> {
+        // An output in shared memory has no bytes in the answer.
         let binary: Vec<bool> = response
             .outputs
             .iter()
-            .map(|t| self.binary.of_output(&t.name))
+            .enumerate()
+            .map(|(i, t)| response.shared_output(i).is_none() && self.binary.of_output(&t.name))
             .collect();
         Ok(encode(&response, &binary))
     }

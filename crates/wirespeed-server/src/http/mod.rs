@@ -14,6 +14,7 @@ mod infer;
 mod metadata;
 mod response;
 mod router;
+mod shared_memory;
 mod tfserving;
 
 use std::future::Future;
@@ -157,6 +158,7 @@ async fn dispatch(
             return tfserving::predict(state, context, model, request).await
         }
         Ok(Route::TfOtherVerb(verb)) => Err(tfserving::other_verb(verb)),
+        Ok(Route::SharedMemory(route)) => shared_memory::answer(state, route, request).await,
         Ok(Route::ClipperPredict(app)) => {
             return clipper::predict(state, context, app, request).await
         }

@@ -41,6 +41,28 @@ pub(crate) enum Route<'a> {
     TfOtherVerb(&'a str),
     /// Clipper: `POST /{app}/predict`
     ClipperPredict(&'a str),
+    /// Triton's shared-memory extensions:
+    /// `/v2/{systemsharedmemory|cudasharedmemory}[/region/{name}]/{status|register|unregister}`
+    /// (register always names a region).
+    SharedMemory(SharedMemoryRoute<'a>),
+}
+
+/// A shared-memory endpoint.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct SharedMemoryRoute<'a> {
+    /// CUDA rather than system shared memory.
+    pub(crate) cuda: bool,
+    /// The region named in the path; empty for all of them.
+    pub(crate) region: &'a str,
+    pub(crate) action: SharedMemoryAction,
+}
+
+/// What a shared-memory endpoint does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum SharedMemoryAction {
+    Status,
+    Register,
+    Unregister,
 }
 
 impl Route<'_> {
@@ -50,6 +72,9 @@ impl Route<'_> {
             | Route::TfPredict(_)
             | Route::TfOtherVerb(_)
             | Route::ClipperPredict(_) => Method::POST,
+            Route::SharedMemory(route) if route.action != SharedMemoryAction::Status => {
+                Method::POST
+            }
             _ => Method::GET,
         }
     }
@@ -108,6 +133,9 @@ fn match_route<'a>(path: &'a str, segments: &[&'a str]) -> Option<Route<'a>> {
         })),
         ["v2", "models", name, rest @ ..] if !name.is_empty() => model_route(name, rest),
         ["v1", "models", rest @ ..] => tf_route(rest),
+        ["v2", kind @ ("systemsharedmemory" | "cudasharedmemory"), rest @ ..] => {
+            shared_memory_route(*kind == "cudasharedmemory", rest)
+        }
         [app, "predict"] if is_clipper(path) => Some(Route::ClipperPredict(app)),
         _ => None,
     }
@@ -127,6 +155,25 @@ fn model_route<'a>(name: &'a str, rest: &[&'a str]) -> Option<Route<'a>> {
         ["stats"] => Some(Route::ModelStats(model)),
         _ => None,
     }
+}
+
+fn shared_memory_route<'a>(cuda: bool, rest: &[&'a str]) -> Option<Route<'a>> {
+    let (region, action) = match rest {
+        ["region", name, action] if !name.is_empty() => (*name, *action),
+        [action] => ("", *action),
+        _ => return None,
+    };
+    let action = match action {
+        "status" => SharedMemoryAction::Status,
+        "register" if !region.is_empty() => SharedMemoryAction::Register,
+        "unregister" => SharedMemoryAction::Unregister,
+        _ => return None,
+    };
+    Some(Route::SharedMemory(SharedMemoryRoute {
+        cuda,
+        region,
+        action,
+    }))
 }
 
 /// Whether `path` is Clipper's `/{app}/predict` (an app may not be called
@@ -272,6 +319,41 @@ mod tests {
         assert_eq!(
             get("/v1/models/t/labels/x").unwrap_err().kind(),
             ErrorKind::RouteNotFound
+        );
+    }
+
+    #[test]
+    fn shared_memory_routes() {
+        let shm = |cuda, region, action| {
+            Route::SharedMemory(SharedMemoryRoute {
+                cuda,
+                region,
+                action,
+            })
+        };
+        let post = |path| route(&Method::POST, path).unwrap();
+        assert_eq!(
+            get("/v2/systemsharedmemory/status").unwrap(),
+            shm(false, "", SharedMemoryAction::Status)
+        );
+        assert_eq!(
+            get("/v2/cudasharedmemory/region/r/status").unwrap(),
+            shm(true, "r", SharedMemoryAction::Status)
+        );
+        assert_eq!(
+            post("/v2/systemsharedmemory/region/in0/register"),
+            shm(false, "in0", SharedMemoryAction::Register)
+        );
+        assert_eq!(
+            post("/v2/systemsharedmemory/unregister"),
+            shm(false, "", SharedMemoryAction::Unregister)
+        );
+        assert!(route(&Method::POST, "/v2/systemsharedmemory/register").is_err());
+        assert_eq!(
+            get("/v2/systemsharedmemory/region/r/register")
+                .unwrap_err()
+                .kind(),
+            ErrorKind::MethodNotAllowed
         );
     }
 
