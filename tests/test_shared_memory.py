@@ -136,6 +136,7 @@ def test_bad_regions_are_named(client, protocol, regions):
     refused(lambda: infer("nowhere", data.nbytes), "INPUT0", "no system shared memory region 'nowhere' is registered")
     refused(lambda: infer("small", data.nbytes, offset=16), "small", "offset 16")
     refused(lambda: infer("small", 32), "64 bytes")  # 16 FP32 take 64, not 32
+    refused(lambda: infer("small", 0), "64 bytes")
     refused(lambda: infer("small", data.nbytes, output=("small", 32)), "OUTPUT0", "32 bytes")
     refused(lambda: infer("small", data.nbytes, output=("gone", 64)), "gone")
     # Registering: a name taken, a key that does not exist, a size past the

@@ -126,6 +126,24 @@ impl RawFiller {
         self.size - self.received
     }
 
+    /// For a fixed-size datatype with nothing received yet, hands `copy`
+    /// the tensor's whole memory to fill with its raw bytes in one go, and
+    /// returns true; otherwise (BYTES, or bytes already pushed) does
+    /// nothing and returns false, and the bytes go through
+    /// [`push`](Self::push). `copy` must fill every byte.
+    pub fn fill_whole(&mut self, copy: impl FnOnce(&mut [u8])) -> bool {
+        let Fill::Fixed { data, written } = &mut self.fill else {
+            return false;
+        };
+        if *written != 0 {
+            return false;
+        }
+        copy(bytes_of_mut(data));
+        *written = self.size;
+        self.received = self.size;
+        true
+    }
+
     /// Copies `chunk` into the tensor. The chunk must not run past the
     /// declared size; take at most [`remaining`](Self::remaining) bytes.
     pub fn push(&mut self, chunk: &[u8]) -> Result<(), RawError> {
@@ -247,6 +265,27 @@ pub fn raw_len(data: &TensorData) -> usize {
         TensorData::Bytes(v) => v.iter().map(|e| 4 + e.len()).sum(),
         data => raw_size(data.datatype(), data.len()).expect("fixed-size data has a size"),
     }
+}
+
+/// The raw form of `data` as it lies in memory, for the types whose
+/// memory is their raw form (every fixed-size type but BOOL; the target is
+/// little-endian): no copy to make.
+pub fn raw_bytes(data: &TensorData) -> Option<&[u8]> {
+    Some(match data {
+        TensorData::Uint8(v) => bytemuck::cast_slice(v),
+        TensorData::Uint16(v) => bytemuck::cast_slice(v),
+        TensorData::Uint32(v) => bytemuck::cast_slice(v),
+        TensorData::Uint64(v) => bytemuck::cast_slice(v),
+        TensorData::Int8(v) => bytemuck::cast_slice(v),
+        TensorData::Int16(v) => bytemuck::cast_slice(v),
+        TensorData::Int32(v) => bytemuck::cast_slice(v),
+        TensorData::Int64(v) => bytemuck::cast_slice(v),
+        TensorData::Fp16(v) => bytemuck::cast_slice(v),
+        TensorData::Fp32(v) => bytemuck::cast_slice(v),
+        TensorData::Fp64(v) => bytemuck::cast_slice(v),
+        TensorData::Bf16(v) => bytemuck::cast_slice(v),
+        TensorData::Bool(_) | TensorData::Bytes(_) => return None,
+    })
 }
 
 /// Appends the raw form of `data` to `out`.

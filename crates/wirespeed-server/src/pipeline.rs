@@ -18,7 +18,7 @@
 use std::sync::atomic::Ordering;
 
 use tracing::{Instrument, Span};
-use wirespeed_core::{Error, InferRequest, InferResponse, ParameterValue, Parameters};
+use wirespeed_core::{CpuPool, Error, InferRequest, InferResponse, ParameterValue, Parameters};
 
 use crate::classification;
 use crate::models::ServedModel;
@@ -151,23 +151,33 @@ async fn compute<C: Codec>(
     drop(reading);
     let mut request = request?;
     refuse_reserved(&request.parameters)?;
-    // Inputs in shared memory are read as part of decoding the request.
+    // Inputs in shared memory are read as part of decoding the request;
+    // what the outputs ask for is checked before the model runs.
     let shm = &state.shared_memory;
-    let max_element = state.decode_options.limits.max_string_bytes;
-    timed(&mut stages.decode, || {
-        shm.read_inputs(&mut request, max_element)
-    })?;
-    // What the outputs ask for is checked before the model runs.
+    let copies = shm.resolve_inputs(&mut request)?;
     let classify = classification::requested(&request.outputs, served.metadata())?;
     let placements = shm.placements(&request.outputs)?;
+    if !copies.is_empty() {
+        let max_element = state.decode_options.limits.max_string_bytes;
+        let offload = copies.bytes() > OFFLOAD_COPY_BYTES;
+        request = copy(&state.pool, offload, &mut stages.decode, move || {
+            copies.copy(&mut request, max_element).map(|()| request)
+        })
+        .await?;
+    }
     let mut outputs = served
         .scheduler
         .run(request.inputs, &request.outputs, stages)
         .await?;
     classification::apply(&mut outputs, &classify, served)?;
-    let shared_outputs = timed(&mut stages.encode, || {
-        shm.write_outputs(&outputs, placements)
-    })?;
+    let mut shared_outputs = Vec::new();
+    if !placements.is_empty() {
+        let offload = placements.bytes() > OFFLOAD_COPY_BYTES;
+        (outputs, shared_outputs) = copy(&state.pool, offload, &mut stages.encode, move || {
+            placements.write(&outputs).map(|written| (outputs, written))
+        })
+        .await?;
+    }
     let response = InferResponse {
         model_name: served.metadata().name.clone(),
         model_version: target.version.unwrap_or(served.version()).to_owned(),
@@ -177,6 +187,34 @@ async fn compute<C: Codec>(
     };
     let _encoding = tracing::debug_span!("encode").entered();
     timed(&mut stages.encode, || codec.encode(response))
+}
+
+/// Shared-memory copies larger than this run on the CPU pool: a copy of a
+/// few megabytes would hold the connection's I/O thread for a millisecond.
+const OFFLOAD_COPY_BYTES: usize = 1 << 20;
+
+/// Runs a shared-memory copy, on the CPU pool when `offload`, adding the
+/// time it takes to `spent`.
+async fn copy<T: Send + 'static>(
+    pool: &CpuPool,
+    offload: bool,
+    spent: &mut std::time::Duration,
+    work: impl FnOnce() -> Result<T, Error> + Send + 'static,
+) -> Result<T, Error> {
+    if !offload {
+        return timed(spent, work);
+    }
+    let (done, result) = tokio::sync::oneshot::channel();
+    pool.spawn(move || {
+        let started = std::time::Instant::now();
+        let value = work();
+        let _ = done.send((value, started.elapsed()));
+    });
+    let (value, took) = result
+        .await
+        .map_err(|_| Error::internal("a shared-memory copy failed on the CPU pool"))?;
+    *spent += took;
+    value
 }
 
 /// Request parameters Triton reserves for features wirespeed does not

@@ -23,7 +23,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, PoisonError, RwLock};
 
 use memmap2::{MmapOptions, MmapRaw};
-use wirespeed_core::raw::{raw_len, write_raw, RawError, RawFiller};
+use wirespeed_core::raw::{raw_bytes, raw_len, write_raw, RawError, RawFiller};
 use wirespeed_core::{
     element_count, Error, ErrorKind, InferRequest, RequestedOutput, SharedOutput, SharedRef, Tensor,
 };
@@ -63,8 +63,23 @@ impl Region {
         Ok(())
     }
 
-    /// Feeds `len` bytes at `offset` to `filler`.
+    /// Feeds `len` bytes at `offset` to `filler`: straight into the
+    /// tensor's memory for numbers, through a small buffer for BYTES.
     fn read_into(&self, offset: usize, len: usize, filler: &mut RawFiller) -> Result<(), RawError> {
+        let source = self.map.as_ptr();
+        let whole = filler.fill_whole(|tensor| {
+            debug_assert_eq!(tensor.len(), len);
+            // SAFETY: `check` put offset + len inside the mapping, which
+            // lives as long as `self`; the filler checked that the tensor
+            // takes exactly `len` bytes. The source may change under us
+            // (another process owns it): bytes are copied, never borrowed.
+            unsafe {
+                std::ptr::copy_nonoverlapping(source.add(offset), tensor.as_mut_ptr(), len);
+            }
+        });
+        if whole {
+            return Ok(());
+        }
         let mut chunk = vec![0u8; COPY_CHUNK.min(len)];
         let mut done = 0;
         while done < len {
@@ -222,41 +237,27 @@ impl SharedMemory {
         regions.get(name).cloned().ok_or_else(|| not_found(name))
     }
 
-    /// Reads the request's inputs that lie in shared memory into their
-    /// tensors. BYTES elements may be at most `max_element` bytes.
-    pub(crate) fn read_inputs(
-        &self,
-        request: &mut InferRequest,
-        max_element: usize,
-    ) -> Result<(), Error> {
+    /// The request's inputs that lie in shared memory, each with its
+    /// region, checked: registered, and the bytes inside it. The regions
+    /// are held, so unregistering one does not pull it from under a
+    /// request that reads it.
+    pub(crate) fn resolve_inputs(&self, request: &mut InferRequest) -> Result<InputCopies, Error> {
+        let mut copies = Vec::with_capacity(request.shared_inputs.len());
         for shared in std::mem::take(&mut request.shared_inputs) {
-            let tensor = &mut request.inputs[shared.input];
-            let what = format!("input '{}'", tensor.name);
+            let what = format!("input '{}'", request.inputs[shared.input].name);
             let region = self
                 .get(&shared.at.region)
                 .map_err(|e| in_tensor(e, &what))?;
             region.check(shared.at.offset, shared.at.byte_size, &what)?;
-            let count = element_count(&tensor.shape).expect("the decoder counted the shape");
-            let name = tensor.name.clone();
-            let invalid = |e: RawError| e.for_input(&name);
-            let mut filler =
-                RawFiller::new(tensor.datatype(), count, shared.at.byte_size, max_element)
-                    .map_err(invalid)?;
-            region
-                .read_into(shared.at.offset, shared.at.byte_size, &mut filler)
-                .map_err(invalid)?;
-            tensor.data = filler.finish().map_err(invalid)?;
+            copies.push((shared.input, region, shared.at));
         }
-        Ok(())
+        Ok(InputCopies(copies))
     }
 
     /// The requested outputs to write to shared memory, checked before the
     /// model runs: parameters well formed, regions registered, offsets
     /// inside them.
-    pub(crate) fn placements(
-        &self,
-        requested: &[RequestedOutput],
-    ) -> Result<Vec<(String, SharedRef)>, Error> {
+    pub(crate) fn placements(&self, requested: &[RequestedOutput]) -> Result<Placements, Error> {
         let mut all = Vec::new();
         for output in requested {
             let what = format!("output '{}'", output.name);
@@ -267,20 +268,63 @@ impl SharedMemory {
             };
             let region = self.get(&at.region).map_err(|e| in_tensor(e, &what))?;
             region.check(at.offset, at.byte_size, &what)?;
-            all.push((output.name.clone(), at));
+            all.push((output.name.clone(), region, at));
         }
-        Ok(all)
+        Ok(Placements(all))
+    }
+}
+
+/// A request's inputs to read from shared memory, resolved.
+pub(crate) struct InputCopies(Vec<(usize, Arc<Region>, SharedRef)>);
+
+impl InputCopies {
+    /// Whether no input lies in shared memory.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.0.is_empty()
     }
 
-    /// Writes each output placed in shared memory to its region, and says
-    /// where it went.
-    pub(crate) fn write_outputs(
-        &self,
-        outputs: &[Tensor],
-        placements: Vec<(String, SharedRef)>,
-    ) -> Result<Vec<SharedOutput>, Error> {
-        let mut written = Vec::with_capacity(placements.len());
-        for (name, at) in placements {
+    /// The bytes to copy.
+    pub(crate) fn bytes(&self) -> usize {
+        self.0.iter().map(|(_, _, at)| at.byte_size).sum()
+    }
+
+    /// Reads each input from its region into its tensor. BYTES elements
+    /// may be at most `max_element` bytes.
+    pub(crate) fn copy(self, request: &mut InferRequest, max_element: usize) -> Result<(), Error> {
+        for (input, region, at) in self.0 {
+            let tensor = &mut request.inputs[input];
+            let count = element_count(&tensor.shape).expect("the decoder counted the shape");
+            let name = tensor.name.clone();
+            let invalid = |e: RawError| e.for_input(&name);
+            let mut filler = RawFiller::new(tensor.datatype(), count, at.byte_size, max_element)
+                .map_err(invalid)?;
+            region
+                .read_into(at.offset, at.byte_size, &mut filler)
+                .map_err(invalid)?;
+            tensor.data = filler.finish().map_err(invalid)?;
+        }
+        Ok(())
+    }
+}
+
+/// A request's outputs to write to shared memory, resolved.
+pub(crate) struct Placements(Vec<(String, Arc<Region>, SharedRef)>);
+
+impl Placements {
+    /// Whether no output goes to shared memory.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// The most bytes the outputs may take.
+    pub(crate) fn bytes(&self) -> usize {
+        self.0.iter().map(|(_, _, at)| at.byte_size).sum()
+    }
+
+    /// Writes each placed output to its region, and says where it went.
+    pub(crate) fn write(self, outputs: &[Tensor]) -> Result<Vec<SharedOutput>, Error> {
+        let mut written = Vec::with_capacity(self.0.len());
+        for (name, region, at) in self.0 {
             let Some(index) = outputs.iter().position(|t| t.name == name) else {
                 continue;
             };
@@ -293,11 +337,16 @@ impl SharedMemory {
                     at.byte_size, at.region
                 )));
             }
-            let region = self.get(&at.region).map_err(|e| in_tensor(e, &name))?;
-            region.check(at.offset, len, &format!("output '{name}'"))?;
-            let mut bytes = Vec::with_capacity(len);
-            write_raw(&tensor.data, &mut bytes);
-            region.write(at.offset, &bytes);
+            // Numbers go from the tensor's memory straight to the region;
+            // BOOL and BYTES are laid out first.
+            match raw_bytes(&tensor.data) {
+                Some(bytes) => region.write(at.offset, bytes),
+                None => {
+                    let mut bytes = Vec::with_capacity(len);
+                    write_raw(&tensor.data, &mut bytes);
+                    region.write(at.offset, &bytes);
+                }
+            }
             written.push(SharedOutput {
                 output: index,
                 at,

@@ -344,9 +344,9 @@ pub(crate) async fn service(state: Arc<AppState>) -> (GrpcRoutes, HealthReporter
     .max_decoding_message_size(state.limits.max_grpc_message_bytes)
     .max_encoding_message_size(usize::MAX)
     // tritonclient.grpc's `compression_algorithm`: messages in gzip or
-    // deflate are read, and answers go back compressed when the client's
-    // `grpc-accept-encoding` asks. The size limit holds for the message
-    // decompressed.
+    // deflate are read (the size limit holds for the message
+    // decompressed), and a client that compresses its requests gets its
+    // answers compressed (`GrpcService::call`).
     .accept_compressed(CompressionEncoding::Gzip)
     .accept_compressed(CompressionEncoding::Deflate)
     .send_compressed(CompressionEncoding::Gzip)
@@ -377,6 +377,22 @@ pub(crate) struct GrpcService {
     activity: Arc<Activity>,
 }
 
+/// grpcio and most clients list gzip in `grpc-accept-encoding` on every
+/// call, and tonic would then compress every answer: for a large tensor,
+/// hundreds of milliseconds the client never asked for. Answers are
+/// compressed only for a client that compresses its own messages
+/// (`grpc-encoding`), as tritonclient's `compression_algorithm` does; for
+/// the others the accepted codings are taken off the request before tonic
+/// reads them. Triton, too, answers uncompressed unless told otherwise.
+fn answer_uncompressed_unless_compressed(headers: &mut hyper::HeaderMap) {
+    let compressed = headers
+        .get("grpc-encoding")
+        .is_some_and(|coding| coding.as_bytes() != b"identity");
+    if !compressed {
+        headers.remove("grpc-accept-encoding");
+    }
+}
+
 /// The health checks among the RPCs, which answer without the token.
 fn health_check(path: &str) -> Option<HealthCheck> {
     if path.starts_with("/grpc.health.v1.Health/") {
@@ -395,7 +411,8 @@ impl hyper::service::Service<hyper::Request<hyper::body::Incoming>> for GrpcServ
     type Error = std::convert::Infallible;
     type Future = Pin<Box<dyn Future<Output = Result<Self::Response, Self::Error>> + Send>>;
 
-    fn call(&self, request: hyper::Request<hyper::body::Incoming>) -> Self::Future {
+    fn call(&self, mut request: hyper::Request<hyper::body::Incoming>) -> Self::Future {
+        answer_uncompressed_unless_compressed(request.headers_mut());
         let health = health_check(request.uri().path());
         if let Err(e) = self.state.auth.check(request.headers(), health) {
             let response = status(&e).into_http();
