@@ -181,3 +181,23 @@ def test_reserved_parameters_are_refused_by_name(server, protocol, parameter, va
         client.infer("unlabelled", [inp], **kwargs)
     # Left at their defaults, as tritonclient sends them, they are fine.
     client.infer("unlabelled", [inp])
+
+
+@pytest.mark.parametrize(
+    "call,needle",
+    [
+        (lambda c: c.get_model_repository_index(), "model repository API"),
+        (lambda c: c.load_model("titanic"), "model repository API"),
+        (lambda c: c.unload_model("titanic"), "model repository API"),
+        (lambda c: c.get_trace_settings(), "trace settings"),
+        (lambda c: c.get_log_settings(), "log settings"),
+    ],
+    ids=["index", "load", "unload", "trace", "log"],
+)
+def test_endpoints_not_served_say_what_they_are(server, protocol, call, needle):
+    client, _ = client_for(server, protocol)
+    with pytest.raises(InferenceServerException) as e:
+        call(client)
+    assert needle in str(e.value), str(e.value)
+    status = e.value.status()
+    assert status in ("501", "StatusCode.UNIMPLEMENTED", 501), status

@@ -27,6 +27,7 @@ mod classification;
 mod grpc;
 mod http;
 mod listen;
+mod missing;
 mod model_config;
 mod models;
 mod pipeline;

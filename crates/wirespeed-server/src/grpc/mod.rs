@@ -26,6 +26,7 @@ use wirespeed_proto::inference as pb;
 
 use crate::auth::HealthCheck;
 use crate::listen::Activity;
+use crate::missing::Missing;
 use crate::AppState;
 
 use pb::grpc_inference_service_server::{GrpcInferenceService, GrpcInferenceServiceServer};
@@ -37,6 +38,10 @@ const STREAM_BACKLOG: usize = 16;
 /// logs its own): client errors say what was wrong.
 fn status(error: &Error) -> Status {
     infer::status(error, error.public_message())
+}
+
+fn not_implemented(missing: Missing) -> Status {
+    status(&missing.error())
 }
 
 /// The client's deadline, from the `grpc-timeout` header: up to eight
@@ -269,6 +274,41 @@ impl GrpcInferenceService for Inference {
     ) -> Result<Response<pb::CudaSharedMemoryUnregisterResponse>, Status> {
         // Nothing is ever registered, so nothing is left to unregister.
         Ok(Response::new(pb::CudaSharedMemoryUnregisterResponse {}))
+    }
+
+    async fn repository_index(
+        &self,
+        _: Request<pb::RepositoryIndexRequest>,
+    ) -> Result<Response<pb::RepositoryIndexResponse>, Status> {
+        Err(not_implemented(Missing::Repository))
+    }
+
+    async fn repository_model_load(
+        &self,
+        _: Request<pb::RepositoryModelLoadRequest>,
+    ) -> Result<Response<pb::RepositoryModelLoadResponse>, Status> {
+        Err(not_implemented(Missing::Repository))
+    }
+
+    async fn repository_model_unload(
+        &self,
+        _: Request<pb::RepositoryModelUnloadRequest>,
+    ) -> Result<Response<pb::RepositoryModelUnloadResponse>, Status> {
+        Err(not_implemented(Missing::Repository))
+    }
+
+    async fn trace_setting(
+        &self,
+        _: Request<pb::TraceSettingRequest>,
+    ) -> Result<Response<pb::TraceSettingResponse>, Status> {
+        Err(not_implemented(Missing::Trace))
+    }
+
+    async fn log_settings(
+        &self,
+        _: Request<pb::LogSettingsRequest>,
+    ) -> Result<Response<pb::LogSettingsResponse>, Status> {
+        Err(not_implemented(Missing::Logging))
     }
 
     type ModelStreamInferStream =

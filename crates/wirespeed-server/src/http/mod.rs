@@ -159,6 +159,7 @@ async fn dispatch(
         }
         Ok(Route::TfOtherVerb(verb)) => Err(tfserving::other_verb(verb)),
         Ok(Route::SharedMemory(route)) => shared_memory::answer(state, route, request).await,
+        Ok(Route::Missing(missing)) => Err(missing.error()),
         Ok(Route::ClipperPredict(app)) => {
             return clipper::predict(state, context, app, request).await
         }

@@ -3,6 +3,8 @@
 use hyper::Method;
 use wirespeed_core::{Error, ErrorKind};
 
+use crate::missing::Missing;
+
 /// A model named in a URL, with the version if the URL gives one: the
 /// pipeline's target.
 pub(crate) use crate::pipeline::Target as ModelRef;
@@ -45,6 +47,8 @@ pub(crate) enum Route<'a> {
     /// `/v2/{systemsharedmemory|cudasharedmemory}[/region/{name}]/{status|register|unregister}`
     /// (register always names a region).
     SharedMemory(SharedMemoryRoute<'a>),
+    /// Triton endpoints known and not served yet: a 501 saying which.
+    Missing(crate::missing::Missing),
 }
 
 /// A shared-memory endpoint.
@@ -108,6 +112,11 @@ pub(crate) fn route<'a>(method: &Method, path: &'a str) -> Result<Route<'a>, Err
             format!("no endpoint at {path}"),
         ));
     };
+    // Endpoints not served answer their 501 whatever the method (Triton
+    // takes GET and POST on the trace and log settings).
+    if matches!(route, Route::Missing(_)) {
+        return Ok(route);
+    }
     // HEAD is GET without the body; hyper drops the body for us.
     let allowed = route.method();
     if *method == allowed || (*method == Method::HEAD && allowed == Method::GET) {
@@ -131,6 +140,17 @@ fn match_route<'a>(path: &'a str, segments: &[&'a str]) -> Option<Route<'a>> {
             name: "",
             version: None,
         })),
+        ["v2", "repository", "index"] | ["v2", "repository", "models", _, "load" | "unload"] => {
+            Some(Route::Missing(Missing::Repository))
+        }
+        ["v2", "trace", "setting"] | ["v2", "models", _, "trace", "setting"] => {
+            Some(Route::Missing(Missing::Trace))
+        }
+        ["v2", "logging"] => Some(Route::Missing(Missing::Logging)),
+        ["v2", "models", _, "generate" | "generate_stream"]
+        | ["v2", "models", _, "versions", _, "generate" | "generate_stream"] => {
+            Some(Route::Missing(Missing::Generate))
+        }
         ["v2", "models", name, rest @ ..] if !name.is_empty() => model_route(name, rest),
         ["v1", "models", rest @ ..] => tf_route(rest),
         ["v2", kind @ ("systemsharedmemory" | "cudasharedmemory"), rest @ ..] => {
@@ -319,6 +339,32 @@ mod tests {
         assert_eq!(
             get("/v1/models/t/labels/x").unwrap_err().kind(),
             ErrorKind::RouteNotFound
+        );
+    }
+
+    #[test]
+    fn endpoints_not_served_are_named() {
+        let post = |path| route(&Method::POST, path).unwrap();
+        assert_eq!(
+            post("/v2/repository/index"),
+            Route::Missing(Missing::Repository)
+        );
+        assert_eq!(
+            post("/v2/repository/models/t/load"),
+            Route::Missing(Missing::Repository)
+        );
+        assert_eq!(
+            get("/v2/trace/setting").unwrap(),
+            Route::Missing(Missing::Trace)
+        );
+        assert_eq!(
+            post("/v2/models/t/trace/setting"),
+            Route::Missing(Missing::Trace)
+        );
+        assert_eq!(post("/v2/logging"), Route::Missing(Missing::Logging));
+        assert_eq!(
+            post("/v2/models/t/versions/1/generate_stream"),
+            Route::Missing(Missing::Generate)
         );
     }
 

@@ -1,0 +1,43 @@
+//! Triton endpoints wirespeed knows of and does not serve yet: each is
+//! answered with 501 (REST) or UNIMPLEMENTED (gRPC) and a message saying
+//! what it is and what to use meanwhile, rather than a bare "no such
+//! endpoint". `docs/protocols.md` lists every endpoint and its state.
+
+use wirespeed_core::{Error, ErrorKind};
+
+/// A capability behind endpoints wirespeed does not serve yet.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Missing {
+    /// The model repository API: index, load, unload.
+    Repository,
+    /// Trace settings.
+    Trace,
+    /// Log settings.
+    Logging,
+    /// The generate extension, for decoupled (LLM) models.
+    Generate,
+}
+
+impl Missing {
+    /// The error to answer with.
+    pub(crate) fn error(self) -> Error {
+        let message = match self {
+            Missing::Repository => {
+                "the model repository API (index, load, unload) is not implemented: wirespeed \
+                 serves the models in --models, loaded at start"
+            }
+            Missing::Trace => {
+                "trace settings are not implemented; request tracing is on with --log-level \
+                 debug"
+            }
+            Missing::Logging => {
+                "log settings are not implemented; set the level at start with --log-level"
+            }
+            Missing::Generate => {
+                "the generate extension is for decoupled (LLM) models, which wirespeed does not \
+                 serve; use /infer"
+            }
+        };
+        Error::new(ErrorKind::NotImplemented, message)
+    }
+}
