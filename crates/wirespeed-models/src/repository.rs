@@ -253,6 +253,25 @@ mod tests {
     }
 
     #[test]
+    fn labels_files_are_read_for_outputs_only() {
+        let labelled = ECHO.replace("name='y'", "name='y'\nlabels='classes.txt'");
+        let dir = repo(&[("a", &labelled)]);
+        std::fs::write(dir.path().join("a/classes.txt"), "cat\ndog\n").unwrap();
+        let models = load(&dir).unwrap();
+        assert_eq!(models[0].labels[0].labels, ["cat", "dog"]);
+        assert_eq!(models[0].labels[0].file, "classes.txt");
+        let on_input = ECHO.replace("name='x'", "name='x'\nlabels='classes.txt'");
+        let e = load(&repo(&[("a", &on_input)])).unwrap_err().to_string();
+        assert!(e.contains("labels belong to outputs"), "{e}");
+        let outside = ECHO.replace("name='y'", "name='y'\nlabels='../secret'");
+        let e = load(&repo(&[("a", &outside)])).unwrap_err().to_string();
+        assert!(e.contains("inside the model's folder"), "{e}");
+        let missing = repo(&[("a", &labelled)]);
+        let e = load(&missing).unwrap_err().to_string();
+        assert!(e.contains("classes.txt"), "{e}");
+    }
+
+    #[test]
     fn unknown_backends_and_keys_are_named() {
         let dir = repo(&[("a", &ECHO.replace("identity", "tensorrt"))]);
         let e = load(&dir).unwrap_err().to_string();
