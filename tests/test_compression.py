@@ -112,3 +112,19 @@ def test_corrupt_and_unknown_codings_are_named(server):
     assert status == 400 and "gzip" in answer["error"] and "decompressed" in answer["error"], answer
     status, answer = post(server, b"{}", {"Content-Encoding": "br"})
     assert status == 400 and '"br"' in answer["error"], answer
+
+
+def test_a_grpc_message_that_expands_past_the_limit_is_refused(server):
+    # 2 MiB of zeros: a few KB compressed, twice the 1 MiB message limit
+    # once decompressed.
+    zeros = np.zeros((1, 512 * 1024), dtype=np.float32)
+    with grpcclient.InferenceServerClient(server.grpc_address) as client:
+        inp = grpcclient.InferInput("INPUT0", list(zeros.shape), "FP32")
+        inp.set_data_from_numpy(zeros)
+        with pytest.raises(Exception) as refused:
+            client.infer("identity_fp32", [inp], compression_algorithm="gzip")
+        assert "RESOURCE_EXHAUSTED" in str(refused.value) and "1048576" in str(refused.value), str(refused.value)
+        # The server is still there for the next request.
+        small = grpcclient.InferInput("INPUT0", [1, 4], "FP32")
+        small.set_data_from_numpy(np.ones((1, 4), dtype=np.float32))
+        np.testing.assert_array_equal(client.infer("identity_fp32", [small]).as_numpy("OUTPUT0"), np.ones((1, 4)))
