@@ -31,6 +31,7 @@ mod missing;
 mod model_config;
 mod models;
 mod pipeline;
+mod reserved;
 mod scheduler;
 mod shared_memory;
 mod statistics;

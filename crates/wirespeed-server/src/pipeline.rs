@@ -18,10 +18,12 @@
 use std::sync::atomic::Ordering;
 
 use tracing::{Instrument, Span};
-use wirespeed_core::{CpuPool, Error, InferRequest, InferResponse, ParameterValue, Parameters};
+use wirespeed_core::{Error, InferRequest, InferResponse};
 
 use crate::classification;
 use crate::models::ServedModel;
+use crate::reserved;
+use crate::shared_memory;
 use crate::timing::{timed, Stages};
 use crate::AppState;
 
@@ -150,7 +152,7 @@ async fn compute<C: Codec>(
     reading.record("decode_us", stages.decode.as_micros() as u64);
     drop(reading);
     let mut request = request?;
-    refuse_reserved(&request.parameters)?;
+    reserved::refuse(&request.parameters)?;
     // Inputs in shared memory are read as part of decoding the request;
     // what the outputs ask for is checked before the model runs.
     let shm = &state.shared_memory;
@@ -159,8 +161,8 @@ async fn compute<C: Codec>(
     let placements = shm.placements(&request.outputs)?;
     if !copies.is_empty() {
         let max_element = state.decode_options.limits.max_string_bytes;
-        let offload = copies.bytes() > OFFLOAD_COPY_BYTES;
-        request = copy(&state.pool, offload, &mut stages.decode, move || {
+        let offload = copies.bytes() > shared_memory::OFFLOAD_COPY_BYTES;
+        request = shared_memory::copy(&state.pool, offload, &mut stages.decode, move || {
             copies.copy(&mut request, max_element).map(|()| request)
         })
         .await?;
@@ -172,11 +174,12 @@ async fn compute<C: Codec>(
     classification::apply(&mut outputs, &classify, served)?;
     let mut shared_outputs = Vec::new();
     if !placements.is_empty() {
-        let offload = placements.bytes() > OFFLOAD_COPY_BYTES;
-        (outputs, shared_outputs) = copy(&state.pool, offload, &mut stages.encode, move || {
-            placements.write(&outputs).map(|written| (outputs, written))
-        })
-        .await?;
+        let offload = placements.bytes() > shared_memory::OFFLOAD_COPY_BYTES;
+        (outputs, shared_outputs) =
+            shared_memory::copy(&state.pool, offload, &mut stages.encode, move || {
+                placements.write(&outputs).map(|written| (outputs, written))
+            })
+            .await?;
     }
     let response = InferResponse {
         model_name: served.metadata().name.clone(),
@@ -187,70 +190,6 @@ async fn compute<C: Codec>(
     };
     let _encoding = tracing::debug_span!("encode").entered();
     timed(&mut stages.encode, || codec.encode(response))
-}
-
-/// Shared-memory copies larger than this run on the CPU pool: a copy of a
-/// few megabytes would hold the connection's I/O thread for a millisecond.
-const OFFLOAD_COPY_BYTES: usize = 1 << 20;
-
-/// Runs a shared-memory copy, on the CPU pool when `offload`, adding the
-/// time it takes to `spent`.
-async fn copy<T: Send + 'static>(
-    pool: &CpuPool,
-    offload: bool,
-    spent: &mut std::time::Duration,
-    work: impl FnOnce() -> Result<T, Error> + Send + 'static,
-) -> Result<T, Error> {
-    if !offload {
-        return timed(spent, work);
-    }
-    let (done, result) = tokio::sync::oneshot::channel();
-    pool.spawn(move || {
-        let started = std::time::Instant::now();
-        let value = work();
-        let _ = done.send((value, started.elapsed()));
-    });
-    let (value, took) = result
-        .await
-        .map_err(|_| Error::internal("a shared-memory copy failed on the CPU pool"))?;
-    *spent += took;
-    value
-}
-
-/// Request parameters Triton reserves for features wirespeed does not
-/// have yet: a request that sets one to anything but its default is
-/// refused, naming it, rather than answered as if it had not been sent.
-/// (`priority` and `timeout` belong to the batching scheduler.)
-/// `triton_enable_empty_final_response`, which perf_analyzer sends, is
-/// honoured: on a stream, each response says it is the last
-/// (`grpc/infer.rs`); elsewhere there is nothing to say.
-fn refuse_reserved(parameters: &Parameters) -> Result<(), Error> {
-    for (key, value) in parameters {
-        let default = match (key.as_str(), value) {
-            ("sequence_id", ParameterValue::Int(0)) => true,
-            ("sequence_id", ParameterValue::String(s)) => s.is_empty(),
-            ("sequence_start" | "sequence_end", ParameterValue::Bool(false)) => true,
-            ("priority" | "timeout", ParameterValue::Int(0)) => true,
-            ("sequence_id" | "sequence_start" | "sequence_end" | "priority" | "timeout", _) => {
-                false
-            }
-            _ => continue,
-        };
-        if !default {
-            let what = match key.as_str() {
-                "sequence_id" | "sequence_start" | "sequence_end" => {
-                    "sequence batching (stateful models)"
-                }
-                "priority" => "request priorities",
-                _ => "per-request queue timeouts",
-            };
-            return Err(Error::invalid_input(format!(
-                "parameter '{key}' ({value:?}) asks for {what}, which this server does not \
-                 support; leave it out or at its default"
-            )));
-        }
-    }
-    Ok(())
 }
 
 /// What the client is told of `error`: the message of a client error; for
