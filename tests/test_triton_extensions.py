@@ -66,9 +66,9 @@ def test_the_model_configuration_is_the_config_toml(server, protocol):
     assert group["kind"] == "KIND_CPU" and int(group["count"]) == 2
     labelled = config_of(client, protocol, "scores")
     assert labelled["output"][0]["label_filename"] == "labels.txt"
-    assert "model_configuration" in client.get_server_metadata(**({} if protocol == "http" else {"as_json": True}))[
-        "extensions"
-    ]
+    extensions = client.get_server_metadata(**({} if protocol == "http" else {"as_json": True}))["extensions"]
+    for extension in ["binary_tensor_data", "classification", "model_configuration", "statistics", "system_shared_memory"]:
+        assert extension in extensions
 
 
 def test_an_unknown_model_has_no_configuration(server, protocol):
