@@ -57,7 +57,13 @@ use wirespeed_core::CpuPool;
 
 /// The protocol extensions this server implements, as server metadata
 /// lists them on REST and gRPC.
-pub(crate) const EXTENSIONS: &[&str] = &["binary_tensor_data", "model_configuration", "statistics"];
+pub(crate) const EXTENSIONS: &[&str] = &[
+    "binary_tensor_data",
+    "classification",
+    "model_configuration",
+    "statistics",
+    "system_shared_memory",
+];
 
 /// Everything the server needs to start.
 #[derive(Debug, Clone)]
