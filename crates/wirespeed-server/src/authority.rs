@@ -13,17 +13,24 @@
 //! socket from TCP, where a malformed authority must stay an error), or
 //! this: on gRPC Unix-socket connections only, the bytes the client sends
 //! pass through [`AuthorityFix`] before hyper reads them. It follows the
-//! HTTP/2 frames; DATA and every other frame go through untouched (their
-//! payloads straight into hyper's buffer); each header block (HEADERS and
+//! HTTP/2 frames as they are read into hyper's buffer: DATA and every
+//! frame but header blocks stay there untouched; each header block (HEADERS and
 //! its CONTINUATIONs) is decoded with the client's HPACK context,
 //! `:authority` is replaced by `localhost` when it is not a valid
-//! authority (a Unix socket has no other host), and the block is encoded
-//! again with a context of our own, which `h2`'s decoder mirrors. HPACK is
-//! stateful, so every block on the connection is re-encoded, not only
-//! those that change: a few microseconds per request on a transport that
-//! skips the TCP stack. TCP listeners never see this, so `h2` keeps
+//! authority (a Unix socket has no other host), and the block is written
+//! again with every field a literal without indexing, so `h2`'s dynamic
+//! table stays empty and there is no second context to keep in step.
+//! HPACK is stateful, so every block on the connection is rewritten, not
+//! only those that change. TCP listeners never see this, so `h2` keeps
 //! refusing malformed authorities there. A connection that does not start
 //! with the HTTP/2 preface (TLS) passes through untouched.
+//!
+//! Decoding uses `httlib-hpack`, whose Huffman decoder walks precomputed
+//! tables. `loona-hpack` (a maintained fork of `hpack`) builds a hash map
+//! of the Huffman code for every string it decodes: with it, a Titanic
+//! gRPC request over the socket cost 30 µs more CPU than without the fix;
+//! with this one, 2 to 4 µs (`docs/performance.md`). Writing literals needs only HPACK's integer
+//! and string forms, a few lines here.
 //!
 //! Drop this when `h2` accepts such authorities on its own.
 
@@ -54,6 +61,10 @@ const FRAME_BYTES: usize = 16 * 1024;
 /// Bytes read at a time while a frame's header or header block is
 /// gathered.
 const READ_BYTES: usize = 16 * 1024;
+
+/// The dynamic table the client may use: `h2`'s
+/// SETTINGS_HEADER_TABLE_SIZE, HTTP/2's default.
+const DYNAMIC_TABLE_BYTES: u32 = 4096;
 
 /// The largest header block gathered before giving up on it: hyper's own
 /// header-list limit refuses far smaller ones.
@@ -102,8 +113,8 @@ pub(crate) struct AuthorityFix<S> {
     /// Payload bytes of the current pass-through frame still to come.
     through: usize,
     block: Option<Block>,
-    decoder: loona_hpack::Decoder<'static>,
-    encoder: loona_hpack::Encoder<'static>,
+    /// The client's HPACK context.
+    decoder: httlib_hpack::Decoder<'static>,
 }
 
 impl<S> AuthorityFix<S> {
@@ -115,8 +126,7 @@ impl<S> AuthorityFix<S> {
             output: BytesMut::new(),
             through: 0,
             block: None,
-            decoder: loona_hpack::Decoder::new(),
-            encoder: loona_hpack::Encoder::new(),
+            decoder: httlib_hpack::Decoder::with_dynamic_size(DYNAMIC_TABLE_BYTES),
         }
     }
 
@@ -187,6 +197,32 @@ impl<S> AuthorityFix<S> {
         }
     }
 
+    /// How many of `bytes`, just read, may go to hyper as they are: whole
+    /// frames other than header blocks, and the start of one whose payload
+    /// runs past them. Stops at a header block, or at a frame header that
+    /// is cut short. Updates `through` for the frame left open.
+    fn frames_in_place(&mut self, bytes: &[u8]) -> usize {
+        let mut at = 0;
+        loop {
+            let n = self.through.min(bytes.len() - at);
+            at += n;
+            self.through -= n;
+            if at == bytes.len() || self.block.is_some() {
+                return at;
+            }
+            let Some(head) = bytes.get(at..at + 9) else {
+                return at;
+            };
+            if head[3] == HEADERS || head[3] == CONTINUATION {
+                return at;
+            }
+            let len =
+                (usize::from(head[0]) << 16) | (usize::from(head[1]) << 8) | usize::from(head[2]);
+            at += 9;
+            self.through = len;
+        }
+    }
+
     /// Adds one HEADERS or CONTINUATION frame's payload to the block, and
     /// writes the block out once it ends.
     fn gather(
@@ -247,24 +283,46 @@ impl<S> AuthorityFix<S> {
         Ok(())
     }
 
-    /// The block decoded with the client's context and encoded with ours,
-    /// `:authority` made valid.
+    /// The block decoded with the client's context and written again as
+    /// literals without indexing, `:authority` made valid.
     fn reencode(&mut self, fragments: &[u8]) -> io::Result<Vec<u8>> {
-        let mut fields: Vec<(Vec<u8>, Vec<u8>)> = Vec::new();
+        let mut block = fragments.to_vec();
+        let mut fields = Vec::new();
         self.decoder
-            .decode_with_cb(fragments, |name, value| {
-                let value = if &*name == b":authority" {
-                    valid_authority(&value)
-                } else {
-                    value.into_owned()
-                };
-                fields.push((name.into_owned(), value));
-            })
+            .decode(&mut block, &mut fields)
             .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, format!("HPACK: {e:?}")))?;
-        Ok(self
-            .encoder
-            .encode(fields.iter().map(|(n, v)| (n.as_slice(), v.as_slice()))))
+        let mut out = Vec::with_capacity(fragments.len() * 2 + 64);
+        for (name, value, _) in &fields {
+            let value = if name == b":authority" {
+                valid_authority(value)
+            } else {
+                value.clone()
+            };
+            // A literal header field without indexing, with a new name.
+            out.push(0);
+            write_string(&mut out, name);
+            write_string(&mut out, &value);
+        }
+        Ok(out)
     }
+}
+
+/// HPACK's string form: a 7-bit-prefix length (no Huffman coding), then
+/// the bytes.
+fn write_string(out: &mut Vec<u8>, bytes: &[u8]) {
+    let mut len = bytes.len();
+    if len < 127 {
+        out.push(len as u8);
+    } else {
+        out.push(127);
+        len -= 127;
+        while len >= 128 {
+            out.push((len % 128) as u8 | 0x80);
+            len /= 128;
+        }
+        out.push(len as u8);
+    }
+    out.extend_from_slice(bytes);
 }
 
 /// `value` if it is a valid authority, else `localhost`: what a Unix
@@ -331,27 +389,29 @@ impl<S: AsyncRead + Unpin> AsyncRead for AuthorityFix<S> {
                 this.output.advance(n);
                 return Poll::Ready(Ok(()));
             }
-            // A frame's payload, or a connection in the clear, goes
-            // straight into hyper's buffer.
-            let direct = this.input.is_empty()
-                && (this.stage == Stage::Through
-                    || (this.stage == Stage::Frames && this.through > 0));
+            // Nothing held back: read straight into hyper's buffer, and
+            // look at what came in place. Frames other than header blocks
+            // stay where they are; from the first header block (or a
+            // frame header cut short) on, the bytes are taken back to be
+            // worked on here.
+            let direct = this.input.is_empty() && this.stage != Stage::Preface;
             if direct {
                 let before = buf.filled().len();
                 ready!(Pin::new(&mut this.inner).poll_read(cx, buf))?;
-                if this.stage == Stage::Frames {
-                    let got = buf.filled().len() - before;
-                    if got > this.through {
-                        // The next frame began in what was read: keep it.
-                        this.input
-                            .extend_from_slice(&buf.filled()[before + this.through..]);
-                        buf.set_filled(before + this.through);
-                        this.through = 0;
-                    } else {
-                        this.through -= got;
-                    }
+                let got = buf.filled().len() - before;
+                if this.stage == Stage::Through || got == 0 {
+                    return Poll::Ready(Ok(()));
                 }
-                return Poll::Ready(Ok(()));
+                let keep = this.frames_in_place(&buf.filled()[before..]);
+                if keep < got {
+                    this.input.extend_from_slice(&buf.filled()[before + keep..]);
+                    buf.set_filled(before + keep);
+                }
+                if keep > 0 {
+                    return Poll::Ready(Ok(()));
+                }
+                // Everything read was taken back: work on it.
+                continue;
             }
             this.process()?;
             if !this.output.is_empty() {
@@ -450,15 +510,26 @@ mod tests {
 
     #[tokio::test]
     async fn an_invalid_authority_becomes_localhost_and_data_passes_untouched() {
-        let mut client_hpack = loona_hpack::Encoder::new();
-        let request = |authority: &[u8], encoder: &mut loona_hpack::Encoder<'_>| {
-            encoder.encode([
+        // The client's encoder indexes every field and Huffman-codes every
+        // string, as grpcio does.
+        let mut client_hpack = httlib_hpack::Encoder::with_dynamic_size(4096);
+        let request = |authority: &[u8], encoder: &mut httlib_hpack::Encoder<'_>| {
+            let mut block = Vec::new();
+            let flags = httlib_hpack::Encoder::BEST_FORMAT;
+            for (name, value) in [
                 (&b":method"[..], &b"POST"[..]),
                 (b":scheme", b"http"),
                 (b":path", b"/inference.GRPCInferenceService/ServerReady"),
                 (b":authority", authority),
                 (b"te", b"trailers"),
-            ])
+                // Longer than 126 bytes: a multi-byte length.
+                (b"x-long", &[b'v'; 300][..]),
+            ] {
+                encoder
+                    .encode((name.to_vec(), value.to_vec(), flags), &mut block)
+                    .unwrap();
+            }
+            block
         };
         let first = request(b"tmp%2Fgrpc.sock", &mut client_hpack);
         // The second request refers to the first's entries by index.
@@ -488,15 +559,20 @@ mod tests {
             );
             assert_eq!(got[2].2, data);
             // h2's side: one decoder for the whole connection.
-            let mut server_hpack = loona_hpack::Decoder::new();
+            let mut server_hpack = httlib_hpack::Decoder::with_dynamic_size(4096);
             let authorities: Vec<Vec<u8>> = [1, 3, 4]
                 .iter()
                 .map(|&i| {
                     assert_eq!(got[i].1 & END_HEADERS, END_HEADERS);
-                    let fields = server_hpack.decode(&got[i].2).unwrap();
+                    let mut fields = Vec::new();
+                    server_hpack
+                        .decode(&mut got[i].2.clone(), &mut fields)
+                        .unwrap();
+                    let long = fields.iter().find(|(n, _, _)| n == b"x-long").unwrap();
+                    assert_eq!(long.1, vec![b'v'; 300]);
                     fields
                         .into_iter()
-                        .find(|(n, _)| n == b":authority")
+                        .find(|(n, _, _)| n == b":authority")
                         .unwrap()
                         .1
                 })
