@@ -25,6 +25,7 @@ mod auth;
 mod authority;
 mod classification;
 mod grpc;
+mod hpack;
 mod http;
 mod listen;
 mod missing;
