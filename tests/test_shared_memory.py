@@ -5,6 +5,7 @@ in, and the bad cases (unregistered region, offset past the end, region too
 small, CUDA) each a clear error naming the region."""
 
 import base64
+import os
 import shutil
 import uuid
 
@@ -144,6 +145,13 @@ def test_bad_regions_are_named(client, protocol, regions):
     refused(lambda: c.register_system_shared_memory("small", key, 8), "already registered")
     refused(lambda: c.register_system_shared_memory("x", "/wirespeed-no-such-key", 8), "/wirespeed-no-such-key")
     refused(lambda: c.register_system_shared_memory("x", key, data.nbytes + 1), "goes past the end")
+    # A symbolic link in /dev/shm is never followed: regions are written to.
+    link = f"/dev/shm/wirespeed-link-{uuid.uuid4().hex[:8]}"
+    os.symlink(f"/dev/shm{key}", link)
+    try:
+        refused(lambda: c.register_system_shared_memory("x", "/" + os.path.basename(link), 8), os.path.basename(link))
+    finally:
+        os.unlink(link)
     refused(lambda: c.register_cuda_shared_memory("gpu", base64.b64encode(b"a cudaIpcMemHandle_t"), 0, 64), "CUDA", "no GPU")
     # The region still works after all that.
     np.testing.assert_array_equal(infer("small", data.nbytes).as_numpy("OUTPUT0"), data)

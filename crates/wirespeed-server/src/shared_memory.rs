@@ -20,6 +20,7 @@
 
 use std::collections::BTreeMap;
 use std::fs::OpenOptions;
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::PathBuf;
 use std::sync::{Arc, PoisonError, RwLock};
 
@@ -158,16 +159,27 @@ impl SharedMemory {
             )));
         }
         let path = PathBuf::from(SHM_DIR).join(object);
+        // Never through a symbolic link: anyone may create one in /dev/shm,
+        // and a region is written to. Only a regular file is mapped.
         let file = OpenOptions::new()
             .read(true)
             .write(true)
+            .custom_flags(libc::O_NOFOLLOW)
             .open(&path)
             .map_err(|e| {
                 Error::invalid_input(format!(
                     "cannot open shared memory key '{key}' for region '{name}': {e}"
                 ))
             })?;
-        let len = file.metadata().map(|m| m.len()).unwrap_or(0);
+        let metadata = file.metadata().map_err(|e| {
+            Error::invalid_input(format!("cannot read shared memory key '{key}': {e}"))
+        })?;
+        if !metadata.is_file() {
+            return Err(Error::invalid_input(format!(
+                "shared memory key '{key}' is not a shared memory object"
+            )));
+        }
+        let len = metadata.len();
         let end = offset.checked_add(byte_size).map(|e| e as u64);
         if end.is_none_or(|end| end > len) {
             return Err(Error::invalid_input(format!(
