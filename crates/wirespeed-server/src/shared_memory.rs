@@ -276,12 +276,12 @@ impl SharedMemory {
     pub(crate) fn placements(&self, requested: &[RequestedOutput]) -> Result<Placements, Error> {
         let mut all = Vec::new();
         for output in requested {
-            let what = format!("output '{}'", output.name);
             let Some(at) = SharedRef::from_parameters(&output.parameters)
-                .map_err(|m| Error::invalid_input(format!("{what}: {m}")))?
+                .map_err(|m| Error::invalid_input(format!("output '{}': {m}", output.name)))?
             else {
                 continue;
             };
+            let what = format!("output '{}'", output.name);
             let region = self.get(&at.region).map_err(|e| in_tensor(e, &what))?;
             region.check(at.offset, at.byte_size, &what)?;
             all.push((output.name.clone(), region, at));

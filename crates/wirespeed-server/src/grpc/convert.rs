@@ -29,11 +29,20 @@ pub(crate) fn request(
     limits.check_inputs(message.inputs.len())?;
     // Inputs in shared memory carry no data here; raw_input_contents has
     // one entry for each of the others, in order (as tritonclient sends).
+    // Most inputs have no parameters: only those that name shared memory
+    // are converted and read.
     let mut shared_refs = Vec::with_capacity(message.inputs.len());
     for input in &message.inputs {
-        let parameters = parameters(input.parameters.clone())?;
-        let shared =
-            SharedRef::from_parameters(&parameters).map_err(|m| input_error(&input.name, m))?;
+        let names_shm = input
+            .parameters
+            .keys()
+            .any(|k| k.starts_with("shared_memory_"));
+        let shared = if names_shm {
+            let parameters = parameters(input.parameters.clone())?;
+            SharedRef::from_parameters(&parameters).map_err(|m| input_error(&input.name, m))?
+        } else {
+            None
+        };
         shared_refs.push(shared);
     }
     let with_data = shared_refs.iter().filter(|s| s.is_none()).count();
