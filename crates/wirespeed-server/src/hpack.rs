@@ -242,6 +242,17 @@ fn string<'a>(block: &mut &'a [u8]) -> Result<Cow<'a, [u8]>, HpackError> {
     Ok(Cow::Owned(decoded))
 }
 
+/// A xorshift generator of random test inputs, the same every run.
+#[cfg(test)]
+pub(crate) fn xorshift(mut state: u64) -> impl FnMut() -> u64 {
+    move || {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        state
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -339,13 +350,7 @@ mod tests {
 
     #[test]
     fn random_blocks_never_panic() {
-        let mut state = 0x9e37_79b9_7f4a_7c15u64;
-        let mut next = move || {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            state
-        };
+        let mut next = xorshift(0x9e37_79b9_7f4a_7c15);
         let mut d = Decoder::new(4096);
         for _ in 0..200_000 {
             let len = (next() % 48) as usize;
