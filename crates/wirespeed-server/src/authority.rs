@@ -184,8 +184,15 @@ impl<S> AuthorityFix<S> {
                         self.through = len;
                         continue;
                     }
+                    // The whole frame is gathered here before hyper sees
+                    // it, so its size is bounded here.
+                    if len > MAX_BLOCK_BYTES {
+                        return Err(io::Error::new(
+                            io::ErrorKind::InvalidData,
+                            "a HEADERS frame larger than any request's",
+                        ));
+                    }
                     if self.input.len() < 9 + len {
-                        // The whole frame first (hyper bounds its size).
                         self.input.reserve(9 + len - self.input.len());
                         return Ok(());
                     }
@@ -590,6 +597,18 @@ mod tests {
     async fn anything_but_http2_passes_as_it_is() {
         let tls_hello = b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03 and so on".to_vec();
         assert_eq!(through_fix(&tls_hello, 3).await, tls_hello);
+    }
+
+    #[test]
+    fn a_huge_headers_frame_is_refused_before_it_is_gathered() {
+        let mut fix = AuthorityFix::new(());
+        fix.input.extend_from_slice(PREFACE);
+        let mut head = BytesMut::new();
+        frame_head(&mut head, (1 << 24) - 1, HEADERS, 0, 1);
+        fix.input.extend_from_slice(&head);
+        let e = fix.process().unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::InvalidData);
+        assert!(fix.input.capacity() < 1 << 20);
     }
 
     /// Header blocks of random bytes, and random frames: errors, never a
