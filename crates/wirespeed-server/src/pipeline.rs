@@ -24,7 +24,7 @@ use crate::classification;
 use crate::models::ServedModel;
 use crate::reserved;
 use crate::shared_memory;
-use crate::timing::{timed, Stages};
+use crate::timing::{timed, timed_on, Stages};
 use crate::AppState;
 
 /// One request's number, span and clock, from the moment a front end took
@@ -162,7 +162,7 @@ async fn compute<C: Codec>(
     if !copies.is_empty() {
         let max_element = state.decode_options.limits.max_string_bytes;
         let offload = copies.bytes() > shared_memory::OFFLOAD_COPY_BYTES;
-        request = shared_memory::copy(&state.pool, offload, &mut stages.decode, move || {
+        request = timed_on(&state.pool, offload, &mut stages.decode, move || {
             copies.copy(&mut request, max_element).map(|()| request)
         })
         .await?;
@@ -175,11 +175,10 @@ async fn compute<C: Codec>(
     let mut shared_outputs = Vec::new();
     if !placements.is_empty() {
         let offload = placements.bytes() > shared_memory::OFFLOAD_COPY_BYTES;
-        (outputs, shared_outputs) =
-            shared_memory::copy(&state.pool, offload, &mut stages.encode, move || {
-                placements.write(&outputs).map(|written| (outputs, written))
-            })
-            .await?;
+        (outputs, shared_outputs) = timed_on(&state.pool, offload, &mut stages.encode, move || {
+            placements.write(&outputs).map(|written| (outputs, written))
+        })
+        .await?;
     }
     let response = InferResponse {
         model_name: served.metadata().name.clone(),

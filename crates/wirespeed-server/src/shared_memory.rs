@@ -27,11 +27,8 @@ use std::sync::{Arc, PoisonError, RwLock};
 use memmap2::{MmapOptions, MmapRaw};
 use wirespeed_core::raw::{raw_bytes, raw_len, write_raw, RawError, RawFiller};
 use wirespeed_core::{
-    element_count, CpuPool, Error, ErrorKind, InferRequest, RequestedOutput, SharedOutput,
-    SharedRef, Tensor,
+    element_count, Error, ErrorKind, InferRequest, RequestedOutput, SharedOutput, SharedRef, Tensor,
 };
-
-use crate::timing::timed;
 
 /// Where Linux keeps POSIX shared-memory objects.
 const SHM_DIR: &str = "/dev/shm";
@@ -376,30 +373,6 @@ impl Placements {
 /// Shared-memory copies larger than this run on the CPU pool: a copy of a
 /// few megabytes would hold the connection's I/O thread for a millisecond.
 pub(crate) const OFFLOAD_COPY_BYTES: usize = 1 << 20;
-
-/// Runs a shared-memory copy, on the CPU pool when `offload`, adding the
-/// time it takes to `spent`.
-pub(crate) async fn copy<T: Send + 'static>(
-    pool: &CpuPool,
-    offload: bool,
-    spent: &mut std::time::Duration,
-    work: impl FnOnce() -> Result<T, Error> + Send + 'static,
-) -> Result<T, Error> {
-    if !offload {
-        return timed(spent, work);
-    }
-    let (done, result) = tokio::sync::oneshot::channel();
-    pool.spawn(move || {
-        let started = std::time::Instant::now();
-        let value = work();
-        let _ = done.send((value, started.elapsed()));
-    });
-    let (value, took) = result
-        .await
-        .map_err(|_| Error::internal("a shared-memory copy failed on the CPU pool"))?;
-    *spent += took;
-    value
-}
 
 /// `error` about a region, said of one tensor.
 fn in_tensor(error: Error, what: &str) -> Error {

@@ -16,6 +16,8 @@
 
 use std::time::{Duration, Instant};
 
+use wirespeed_core::{CpuPool, Error};
+
 /// The header's name.
 pub(crate) const SERVER_TIMING: &str = "server-timing";
 
@@ -90,6 +92,30 @@ pub(crate) fn timed<T>(total: &mut Duration, f: impl FnOnce() -> T) -> T {
     let start = Instant::now();
     let value = f();
     *total += start.elapsed();
+    value
+}
+
+/// Runs `work`, on the CPU pool when `offload` (work that would hold an
+/// async worker too long), and adds the time it took to `spent`.
+pub(crate) async fn timed_on<T: Send + 'static>(
+    pool: &CpuPool,
+    offload: bool,
+    spent: &mut Duration,
+    work: impl FnOnce() -> Result<T, Error> + Send + 'static,
+) -> Result<T, Error> {
+    if !offload {
+        return timed(spent, work);
+    }
+    let (done, result) = tokio::sync::oneshot::channel();
+    pool.spawn(move || {
+        let started = Instant::now();
+        let value = work();
+        let _ = done.send((value, started.elapsed()));
+    });
+    let (value, took) = result
+        .await
+        .map_err(|_| Error::internal("a job on the CPU pool ended without its result"))?;
+    *spent += took;
     value
 }
 

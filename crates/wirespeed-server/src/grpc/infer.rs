@@ -3,9 +3,8 @@
 //! `raw_input_contents` (`convert.rs`); outputs go back as
 //! `raw_output_contents`, as Triton answers.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use tokio::sync::oneshot;
 use tonic::{Code, Response, Status};
 use wirespeed_core::{Error, InferRequest, InferResponse};
 
@@ -13,7 +12,7 @@ use super::convert;
 use super::pb;
 use crate::models::ServedModel;
 use crate::pipeline::{self, Codec, RequestContext, Target};
-use crate::timing::{timed, Stages, SERVER_TIMING};
+use crate::timing::{timed_on, Stages, SERVER_TIMING};
 use crate::AppState;
 use pb::infer_parameter::ParameterChoice;
 
@@ -93,24 +92,13 @@ impl GrpcInfer<'_> {
     async fn convert(&mut self, stages: &mut Stages) -> Result<InferRequest, Error> {
         let message = self.message.take().expect("a message is decoded once");
         let raw_bytes: usize = message.raw_input_contents.iter().map(|b| b.len()).sum();
-        let limits = &self.state.decode_options.limits;
+        let limits = self.state.decode_options.limits.clone();
         let mut decode = Duration::ZERO;
-        let request = if raw_bytes > OFFLOAD_RAW_BYTES {
-            let (done, converted) = oneshot::channel();
-            let limits = limits.clone();
-            self.state.pool.spawn(move || {
-                let started = Instant::now();
-                let request = convert::request(message, &limits);
-                let _ = done.send((request, started.elapsed()));
-            });
-            let (request, spent) = converted
-                .await
-                .map_err(|_| Error::internal("the conversion failed on the CPU pool"))?;
-            decode = spent;
-            request?
-        } else {
-            timed(&mut decode, || convert::request(message, limits))?
-        };
+        let offload = raw_bytes > OFFLOAD_RAW_BYTES;
+        let request = timed_on(&self.state.pool, offload, &mut decode, move || {
+            convert::request(message, &limits)
+        })
+        .await?;
         stages.body_read(decode);
         Ok(request)
     }
