@@ -53,6 +53,17 @@ pub enum ErrorKind {
     /// The model's queue is full: try again shortly. The client did nothing
     /// wrong, but the server is not at fault either; it sheds load.
     Overloaded,
+    /// The model cannot answer now: it is not ready (a server it fronts
+    /// does not answer) or that server said it is unavailable. 503 with
+    /// `Retry-After`, UNAVAILABLE.
+    Unavailable,
+    /// A server the model fronts failed, or answered something wrong (a
+    /// tensor of the wrong size, a message that is not the protocol's):
+    /// 502, INTERNAL. Its message names that server.
+    BadGateway,
+    /// A server the model fronts did not answer within the request's
+    /// deadline: 504, DEADLINE_EXCEEDED.
+    GatewayTimeout,
     /// Our fault: a bug or a failed resource. Its message is never shown to
     /// the client.
     Internal,
@@ -69,7 +80,11 @@ impl ErrorKind {
     /// enough capacity). Only [`ErrorKind::Internal`] hides its message.
     pub const fn fault(self) -> Fault {
         match self {
-            ErrorKind::Internal | ErrorKind::Overloaded => Fault::Server,
+            ErrorKind::Internal
+            | ErrorKind::Overloaded
+            | ErrorKind::Unavailable
+            | ErrorKind::BadGateway
+            | ErrorKind::GatewayTimeout => Fault::Server,
             _ => Fault::Client,
         }
     }
@@ -90,6 +105,9 @@ impl ErrorKind {
             ErrorKind::Overloaded => 503,
             ErrorKind::Internal => 500,
             ErrorKind::NotImplemented => 501,
+            ErrorKind::BadGateway => 502,
+            ErrorKind::Unavailable => 503,
+            ErrorKind::GatewayTimeout => 504,
         }
     }
 
@@ -102,8 +120,9 @@ impl ErrorKind {
             ErrorKind::PayloadTooLarge | ErrorKind::HeadersTooLarge | ErrorKind::Overloaded => 8,
             ErrorKind::MethodNotAllowed | ErrorKind::Unsupported | ErrorKind::NotImplemented => 12,
             ErrorKind::Unauthenticated => 16,
-            ErrorKind::Timeout => 4,
-            ErrorKind::Internal => 13,
+            ErrorKind::Timeout | ErrorKind::GatewayTimeout => 4,
+            ErrorKind::Unavailable => 14,
+            ErrorKind::Internal | ErrorKind::BadGateway => 13,
         }
     }
 }

@@ -38,6 +38,8 @@ pub use infer::{
     SharedInput, SharedOutput, SharedRef,
 };
 pub use limits::{LimitError, RequestLimits, TensorBudget};
-pub use model::{format_shape, Execution, InferFuture, Model, ModelMetadata, TensorSpec};
+pub use model::{
+    format_shape, Execution, InferCall, InferFuture, Model, ModelMetadata, TensorSpec,
+};
 pub use pool::CpuPool;
 pub use tensor::{element_count, Tensor, TensorData};

@@ -3,8 +3,9 @@
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
+use std::time::Instant;
 
-use crate::{DataType, Error, Tensor};
+use crate::{DataType, Error, Parameters, Tensor};
 
 /// The name, datatype and shape of one input or output, as model metadata
 /// reports it. A dimension of `-1` takes any size.
@@ -165,6 +166,22 @@ pub enum Execution {
 /// The future [`Model::infer_async`] returns.
 pub type InferFuture = Pin<Box<dyn Future<Output = Result<Vec<Tensor>, Error>> + Send>>;
 
+/// One request as a model that awaits receives it: the inputs, the outputs
+/// to produce, and what else of the request reaches a model.
+#[derive(Debug)]
+pub struct InferCall {
+    /// The inputs, checked against the metadata.
+    pub inputs: Vec<Tensor>,
+    /// Indices into `metadata().outputs`, in the order the result follows.
+    pub outputs: Vec<usize>,
+    /// The request's own parameters, those the server does not act on
+    /// itself (a model behind another server passes them on).
+    pub parameters: Parameters,
+    /// When the client stops waiting: its `grpc-timeout`, or the server's
+    /// request timeout. The future is dropped then in any case.
+    pub deadline: Option<Instant>,
+}
+
 /// A loaded model that can run inference.
 ///
 /// Implementations are shared across requests and threads. The server asks
@@ -184,9 +201,28 @@ pub trait Model: Send + Sync {
     /// Runs the model without holding a thread while it waits: the entry
     /// point of models whose [`execution`](Model::execution) is
     /// [`Execution::Async`]. By default, [`infer`](Model::infer), ready at
-    /// once.
-    fn infer_async(self: Arc<Self>, inputs: Vec<Tensor>, outputs: Vec<usize>) -> InferFuture {
-        Box::pin(std::future::ready(self.infer(&inputs, &outputs)))
+    /// once. The server drops the future when the caller goes (a client
+    /// that disconnects, a deadline that passes), so whatever it awaits is
+    /// cancelled with it.
+    fn infer_async(self: Arc<Self>, call: InferCall) -> InferFuture {
+        Box::pin(std::future::ready(self.infer(&call.inputs, &call.outputs)))
+    }
+
+    /// Whether the model can answer now, or why not: a model behind
+    /// another server is not ready while that server does not answer.
+    /// Requests to a model that is not ready get 503 (UNAVAILABLE) with the
+    /// reason, and its readiness endpoints say false. Always ready by
+    /// default.
+    fn ready(&self) -> Result<(), String> {
+        Ok(())
+    }
+
+    /// Requests computed at once when the config sets no
+    /// `max_concurrency`. `None`, the default, means the CPU pool's
+    /// threads: right for a model that computes. A model that waits on
+    /// another server says how many calls it keeps in flight.
+    fn default_concurrency(&self) -> Option<usize> {
+        None
     }
 
     /// Where a request of `elements` input elements runs. By default:

@@ -17,6 +17,10 @@ pub struct ModelConfig {
     /// The version served; `"1"` unless set.
     #[serde(default = "default_version")]
     pub version: String,
+    /// Whether the config sets `version` (a model in front of another
+    /// server asks it for that version, else for its default one).
+    #[serde(skip)]
+    pub version_given: bool,
     /// The inputs, as clients must send them.
     #[serde(default)]
     pub inputs: Vec<TensorConfig>,
@@ -69,7 +73,13 @@ impl ModelConfig {
 
     /// Parses the text of a `config.toml`.
     pub fn parse(text: &str) -> Result<ModelConfig, String> {
-        toml::from_str(text).map_err(|e| e.to_string())
+        let table: toml::Table = toml::from_str(text).map_err(|e| e.to_string())?;
+        let version_given = table.contains_key("version");
+        let mut config: ModelConfig = table
+            .try_into()
+            .map_err(|e: toml::de::Error| e.to_string())?;
+        config.version_given = version_given;
+        Ok(config)
     }
 }
 

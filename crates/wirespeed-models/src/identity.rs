@@ -12,7 +12,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use serde::Deserialize;
-use wirespeed_core::{Error, Execution, InferFuture, Model, ModelMetadata, Tensor, TensorSpec};
+use wirespeed_core::{
+    Error, Execution, InferCall, InferFuture, Model, ModelMetadata, Tensor, TensorSpec,
+};
 
 use crate::registry::{Backend, ModelSource};
 
@@ -107,10 +109,10 @@ impl Model for IdentityModel {
         }
     }
 
-    fn infer_async(self: Arc<Self>, inputs: Vec<Tensor>, outputs: Vec<usize>) -> InferFuture {
+    fn infer_async(self: Arc<Self>, call: InferCall) -> InferFuture {
         Box::pin(async move {
             tokio::time::sleep(self.delay).await;
-            self.infer(&inputs, &outputs)
+            self.infer(&call.inputs, &call.outputs)
         })
     }
 

@@ -25,6 +25,7 @@ mod identity;
 mod registry;
 mod repository;
 mod trees;
+mod upstream;
 
 pub use config::{ModelConfig, TensorConfig};
 pub use identity::IdentityModel;
@@ -33,3 +34,4 @@ pub use repository::{
     is_valid_model_name, load_repository, LoadedModel, OutputLabels, RepositoryError,
 };
 pub use trees::TreeModel;
+pub use upstream::UpstreamModel;

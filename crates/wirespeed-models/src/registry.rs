@@ -128,12 +128,14 @@ impl Registry {
         Registry::default()
     }
 
-    /// The backends wirespeed ships: `xgboost`, `lightgbm` and `identity`.
+    /// The backends wirespeed ships: `xgboost`, `lightgbm`, `identity` and
+    /// `upstream`.
     pub fn builtin() -> Registry {
         let mut registry = Registry::new();
         registry.register(crate::trees::Xgboost);
         registry.register(crate::trees::Lightgbm);
         registry.register(crate::identity::Identity);
+        registry.register(crate::upstream::UpstreamBackend);
         registry
     }
 

@@ -2,9 +2,9 @@
 //! messages, tonic clients and tonic servers, generated at build time from
 //! the `.proto` files in this crate's `proto/` folder.
 //!
-//! The server implements the services; the load generator (and, later, the
-//! upstream backend) calls them with the clients. Keeping them here means
-//! neither depends on the other.
+//! The server implements the services; the load generator and the upstream
+//! client call them. Keeping them here means neither depends on the other.
+//! [`tensors`] converts their tensors and parameters to wirespeed's own.
 //!
 //! ```
 //! use wirespeed_proto::inference::{ModelInferRequest, model_infer_request::InferInputTensor};
@@ -29,6 +29,8 @@ pub mod inference {
     #![allow(missing_docs, unreachable_pub, clippy::all, rust_2018_idioms)]
     tonic::include_proto!("inference");
 }
+
+pub mod tensors;
 
 /// The encoded `FileDescriptorSet` of every proto here, for gRPC server
 /// reflection (so `grpcurl` can list and call the services).

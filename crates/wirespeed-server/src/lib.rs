@@ -239,6 +239,26 @@ pub(crate) struct AppState {
     pub(crate) shared_memory: shared_memory::SharedMemory,
 }
 
+impl AppState {
+    /// Ready while serving with every model ready, as Triton's and
+    /// KServe's server readiness mean.
+    pub(crate) fn server_ready(&self) -> bool {
+        self.ready.load(Ordering::Acquire)
+            && self
+                .models
+                .iter()
+                .all(|(_, served)| served.model.ready().is_ok())
+    }
+
+    /// Whether `served` can answer now, or why not.
+    pub(crate) fn model_ready(&self, served: &models::ServedModel) -> Result<(), String> {
+        if !self.ready.load(Ordering::Acquire) {
+            return Err("the server is shutting down".to_owned());
+        }
+        served.model.ready()
+    }
+}
+
 /// A server with its models loaded and its sockets bound, not yet serving.
 pub struct Server {
     http_tcp: Option<TcpListener>,

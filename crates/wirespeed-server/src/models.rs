@@ -49,12 +49,17 @@ pub(crate) struct ServedModels {
 
 impl ServedModels {
     /// Gives each loaded model its scheduler: `max_concurrency` defaults to
-    /// the CPU pool's threads, `max_queue` to 64 per unit of concurrency.
+    /// what the model asks for, else the CPU pool's threads; `max_queue`
+    /// to 64 per unit of concurrency.
     pub(crate) fn start(loaded: Vec<LoadedModel>, pool: &CpuPool) -> ServedModels {
         let models = loaded
             .into_iter()
             .map(|loaded| {
-                let concurrency = loaded.max_concurrency.unwrap_or(pool.threads()).max(1);
+                let concurrency = loaded
+                    .max_concurrency
+                    .or(loaded.model.default_concurrency())
+                    .unwrap_or(pool.threads())
+                    .max(1);
                 let queue = loaded.max_queue.unwrap_or(64 * concurrency);
                 let scheduler =
                     Scheduler::start(Arc::clone(&loaded.model), concurrency, queue, pool.clone());

@@ -16,13 +16,15 @@
 //! `encode`; the compute span follows the request onto the CPU pool.
 
 use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
 
 use tracing::{Instrument, Span};
-use wirespeed_core::{Error, InferRequest, InferResponse};
+use wirespeed_core::{Error, ErrorKind, InferRequest, InferResponse, Parameters};
 
 use crate::classification;
 use crate::models::ServedModel;
 use crate::reserved;
+use crate::scheduler::CallContext;
 use crate::shared_memory;
 use crate::timing::{timed, timed_on, Stages};
 use crate::AppState;
@@ -34,18 +36,44 @@ pub(crate) struct RequestContext {
     pub(crate) id: u64,
     pub(crate) span: Span,
     pub(crate) stages: Stages,
+    /// When the client stops waiting: `--request-timeout` after the start,
+    /// or sooner when a gRPC client's `grpc-timeout` says so. A model that
+    /// calls another server passes it on.
+    pub(crate) deadline: Instant,
 }
 
 impl RequestContext {
     /// Numbers a new request of `protocol` and starts its clock.
     pub(crate) fn new(state: &AppState, protocol: &'static str) -> RequestContext {
         let id = state.request_ids.fetch_add(1, Ordering::Relaxed);
+        let stages = Stages::start();
         RequestContext {
             id,
             span: tracing::debug_span!("request", id, protocol),
-            stages: Stages::start(),
+            deadline: Instant::now() + state.limits.request_timeout,
+            stages,
         }
     }
+
+    /// Brings the deadline forward to `timeout` from now, if that is
+    /// sooner: the client's own deadline.
+    pub(crate) fn within(mut self, timeout: Option<Duration>) -> RequestContext {
+        if let Some(deadline) = timeout.and_then(|t| Instant::now().checked_add(t)) {
+            self.deadline = self.deadline.min(deadline);
+        }
+        self
+    }
+}
+
+/// Request parameters that ask something of the front end (how to answer),
+/// not of the model: never passed on to a model.
+const FRONT_END_PARAMETERS: &[&str] = &["binary_data_output", "triton_enable_empty_final_response"];
+
+/// The request's parameters that a model gets.
+fn model_parameters(parameters: Parameters) -> Parameters {
+    let mut parameters = parameters;
+    parameters.retain(|(key, _)| !FRONT_END_PARAMETERS.contains(&key.as_str()));
+    parameters
 }
 
 /// The model a request names, as its protocol gives it.
@@ -125,6 +153,14 @@ async fn run<C: Codec>(
         Ok(served) => served,
         Err(e) => return Err(codec.refuse(e).await),
     };
+    if let Err(reason) = served.model.ready() {
+        let error = Error::new(
+            ErrorKind::Unavailable,
+            format!("model '{}' is not ready: {reason}", target.name),
+        );
+        served.stats.failure(context.stages.elapsed());
+        return Err(codec.refuse(error).await);
+    }
     // Every request that reached a model is counted, once, as it ends.
     let result = compute(state, served, context, target, codec).await;
     match &result {
@@ -167,9 +203,13 @@ async fn compute<C: Codec>(
         })
         .await?;
     }
+    let call = CallContext {
+        parameters: model_parameters(std::mem::take(&mut request.parameters)),
+        deadline: Some(context.deadline),
+    };
     let mut outputs = served
         .scheduler
-        .run(request.inputs, &request.outputs, stages)
+        .run(request.inputs, &request.outputs, call, stages)
         .await?;
     classification::apply(&mut outputs, &classify, served)?;
     let mut shared_outputs = Vec::new();

@@ -14,9 +14,12 @@
 //! requests keep a bounded latency and memory stays bounded.
 //!
 //! A slot is held until the model's compute really ends. Compute that runs
-//! on the CPU pool or as a task of its own owns its slot, so a caller that
-//! leaves mid-compute frees nothing: `max_concurrency` holds exactly when
-//! the server is overloaded and callers give up.
+//! on the CPU pool owns its slot, so a caller that leaves mid-compute frees
+//! nothing: `max_concurrency` holds exactly when the server is overloaded
+//! and callers give up. A model that awaits (`Execution::Async`: a call to
+//! another server) runs as a task of its own, which is aborted when its
+//! caller leaves: what it awaits is cancelled (the upstream sees the call
+//! reset), and its slot comes back then.
 //!
 //! The batching issue teaches the actor to take several waiting requests at
 //! once; the queue is already where they meet.
@@ -28,14 +31,27 @@ use std::time::Instant;
 
 use tokio::sync::{mpsc, oneshot, OwnedSemaphorePermit, Semaphore};
 use tracing::{Instrument, Span};
-use wirespeed_core::{CpuPool, Error, ErrorKind, Execution, Model, RequestedOutput, Tensor};
+use wirespeed_core::{
+    CpuPool, Error, ErrorKind, Execution, InferCall, Model, Parameters, RequestedOutput, Tensor,
+};
 
 use crate::timing::{timed, Stages};
 
-/// The inputs to compute and the outputs to produce.
+/// The inputs to compute, the outputs to produce, and what a model that
+/// awaits also gets.
 struct Job {
     inputs: Vec<Tensor>,
     outputs: Vec<usize>,
+    parameters: Parameters,
+    deadline: Option<Instant>,
+}
+
+/// What a request brings to its model besides inputs and outputs.
+pub(crate) struct CallContext {
+    /// The request's parameters the server does not act on itself.
+    pub(crate) parameters: Parameters,
+    /// When the client stops waiting.
+    pub(crate) deadline: Option<Instant>,
 }
 
 /// A request in the queue.
@@ -111,12 +127,18 @@ impl Scheduler {
         &self,
         inputs: Vec<Tensor>,
         requested: &[RequestedOutput],
+        context: CallContext,
         stages: &mut Stages,
     ) -> Result<Vec<Tensor>, Error> {
         let metadata = self.model.metadata();
         metadata.check_inputs(&inputs)?;
         let outputs = metadata.resolve_outputs(requested.iter().map(|o| o.name.as_str()))?;
-        let job = Job { inputs, outputs };
+        let job = Job {
+            inputs,
+            outputs,
+            parameters: context.parameters,
+            deadline: context.deadline,
+        };
         let turn = match self.free_slot() {
             Some(slot) => Turn { slot, job },
             None => {
@@ -176,7 +198,8 @@ impl Scheduler {
     }
 
     /// Runs a job where the model says it runs, holding its slot until the
-    /// compute ends, whether or not the caller is still there.
+    /// compute ends: on the CPU pool, whether or not the caller is still
+    /// there; as a task, until the caller goes.
     async fn compute(&self, turn: Turn, stages: &mut Stages) -> Result<Vec<Tensor>, Error> {
         let Turn { slot, job } = turn;
         let elements: usize = job.inputs.iter().map(|t| t.data.len()).sum();
@@ -208,18 +231,26 @@ impl Scheduler {
             }
             Execution::Async => {
                 let model = Arc::clone(&self.model);
+                let call = InferCall {
+                    inputs: job.inputs,
+                    outputs: job.outputs,
+                    parameters: job.parameters,
+                    deadline: job.deadline,
+                };
+                // A task of its own, so that a model that panics fails
+                // one request; aborted if the caller goes.
                 let task = tokio::spawn(
                     async move {
                         let started = Instant::now();
-                        let result = Arc::clone(&model)
-                            .infer_async(job.inputs, job.outputs)
-                            .await;
+                        let result = Arc::clone(&model).infer_async(call).await;
                         let spent = started.elapsed();
                         freed(slot, model.as_ref());
                         (result, spent)
                     }
                     .instrument(span),
                 );
+                // Aborting a task that has ended does nothing.
+                let _guard = AbortOnDrop(task.abort_handle());
                 let (result, spent) = task.await.map_err(|_| self.crashed())?;
                 stages.compute = spent;
                 result
@@ -232,6 +263,15 @@ impl Scheduler {
             "model '{}' failed while computing (it panicked; see the message above)",
             self.model.metadata().name
         ))
+    }
+}
+
+/// Aborts a model's task if its caller goes before it ends.
+struct AbortOnDrop(tokio::task::AbortHandle);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
     }
 }
 

@@ -9,12 +9,13 @@
 use bytes::Bytes;
 use wirespeed_core::raw::{from_raw, raw_len, write_raw};
 use wirespeed_core::{
-    DataType, Error, InferRequest, InferResponse, ParameterValue, Parameters, RequestLimits,
-    RequestedOutput, SharedInput, SharedOutput, SharedRef, Tensor, TensorBudget, TensorData,
+    DataType, Error, InferRequest, InferResponse, Parameters, RequestLimits, RequestedOutput,
+    SharedInput, SharedOutput, SharedRef, Tensor, TensorBudget, TensorData,
 };
 
 use super::pb;
 use pb::infer_parameter::ParameterChoice;
+use wirespeed_proto::tensors::{parameters_from_map, typed_contents, ContentsError};
 
 /// A client error about one input.
 fn input_error(name: &str, message: impl std::fmt::Display) -> Error {
@@ -135,8 +136,8 @@ pub(crate) fn request(
     })
 }
 
-/// The typed `contents` of an input: the field its datatype uses must hold
-/// exactly `count` values, and the others nothing.
+/// The typed `contents` of an input (`wirespeed_proto::tensors` holds the
+/// rules, shared with the upstream client).
 fn typed(
     name: &str,
     datatype: DataType,
@@ -144,87 +145,9 @@ fn typed(
     contents: pb::InferTensorContents,
     limits: &RequestLimits,
 ) -> Result<TensorData, Error> {
-    let filled: Vec<(&str, usize)> = [
-        ("bool_contents", contents.bool_contents.len()),
-        ("int_contents", contents.int_contents.len()),
-        ("int64_contents", contents.int64_contents.len()),
-        ("uint_contents", contents.uint_contents.len()),
-        ("uint64_contents", contents.uint64_contents.len()),
-        ("fp32_contents", contents.fp32_contents.len()),
-        ("fp64_contents", contents.fp64_contents.len()),
-        ("bytes_contents", contents.bytes_contents.len()),
-    ]
-    .into_iter()
-    .filter(|&(_, n)| n > 0)
-    .collect();
-    let field = match datatype {
-        DataType::Bool => "bool_contents",
-        DataType::Int8 | DataType::Int16 | DataType::Int32 => "int_contents",
-        DataType::Int64 => "int64_contents",
-        DataType::Uint8 | DataType::Uint16 | DataType::Uint32 => "uint_contents",
-        DataType::Uint64 => "uint64_contents",
-        DataType::Fp32 => "fp32_contents",
-        DataType::Fp64 => "fp64_contents",
-        DataType::Bytes => "bytes_contents",
-        DataType::Fp16 | DataType::Bf16 => {
-            return Err(input_error(
-                name,
-                format!("{datatype} has no contents field; send it in raw_input_contents"),
-            ))
-        }
-    };
-    if let Some((other, _)) = filled.iter().find(|(f, _)| *f != field) {
-        return Err(input_error(
-            name,
-            format!("is {datatype}, whose values go in {field}, but {other} holds values"),
-        ));
-    }
-    let given = filled.first().map_or(0, |&(_, n)| n);
-    if given != count {
-        return Err(input_error(
-            name,
-            format!("its shape has {count} elements, but {field} holds {given}"),
-        ));
-    }
-    fn narrow<S: Copy + std::fmt::Display, T: TryFrom<S>>(
-        name: &str,
-        datatype: DataType,
-        values: Vec<S>,
-    ) -> Result<Vec<T>, Error> {
-        values
-            .into_iter()
-            .enumerate()
-            .map(|(i, v)| {
-                T::try_from(v).map_err(|_| {
-                    input_error(
-                        name,
-                        format!("element {i} ({v}) is out of range for {datatype}"),
-                    )
-                })
-            })
-            .collect()
-    }
-    Ok(match datatype {
-        DataType::Bool => TensorData::Bool(contents.bool_contents),
-        DataType::Int8 => TensorData::Int8(narrow(name, datatype, contents.int_contents)?),
-        DataType::Int16 => TensorData::Int16(narrow(name, datatype, contents.int_contents)?),
-        DataType::Int32 => TensorData::Int32(contents.int_contents),
-        DataType::Int64 => TensorData::Int64(contents.int64_contents),
-        DataType::Uint8 => TensorData::Uint8(narrow(name, datatype, contents.uint_contents)?),
-        DataType::Uint16 => TensorData::Uint16(narrow(name, datatype, contents.uint_contents)?),
-        DataType::Uint32 => TensorData::Uint32(contents.uint_contents),
-        DataType::Uint64 => TensorData::Uint64(contents.uint64_contents),
-        DataType::Fp32 => TensorData::Fp32(contents.fp32_contents),
-        DataType::Fp64 => TensorData::Fp64(contents.fp64_contents),
-        DataType::Bytes => {
-            let mut elements = Vec::with_capacity(count);
-            for b in contents.bytes_contents {
-                limits.check_string(b.len()).map_err(|e| e.in_input(name))?;
-                elements.push(Vec::from(b));
-            }
-            TensorData::Bytes(elements)
-        }
-        DataType::Fp16 | DataType::Bf16 => unreachable!("refused above"),
+    typed_contents(datatype, count, contents, limits).map_err(|e| match e {
+        ContentsError::Mismatch(m) => input_error(name, m),
+        ContentsError::Limit(e) => e.in_input(name).into(),
     })
 }
 
@@ -232,27 +155,7 @@ fn typed(
 fn parameters(
     map: std::collections::HashMap<String, pb::InferParameter>,
 ) -> Result<Parameters, Error> {
-    let mut out = Vec::with_capacity(map.len());
-    for (key, value) in map {
-        let value = match value.parameter_choice {
-            Some(ParameterChoice::BoolParam(b)) => ParameterValue::Bool(b),
-            Some(ParameterChoice::Int64Param(i)) => ParameterValue::Int(i),
-            Some(ParameterChoice::StringParam(s)) => ParameterValue::String(s),
-            Some(ParameterChoice::DoubleParam(x)) => ParameterValue::Float(x),
-            Some(ParameterChoice::Uint64Param(u)) => match i64::try_from(u) {
-                Ok(i) => ParameterValue::Int(i),
-                Err(_) => ParameterValue::Float(u as f64),
-            },
-            None => {
-                return Err(Error::invalid_input(format!(
-                    "parameter '{key}' has no value"
-                )))
-            }
-        };
-        out.push((key, value));
-    }
-    out.sort_by(|a, b| a.0.cmp(&b.0));
-    Ok(out)
+    parameters_from_map(map).map_err(Error::invalid_input)
 }
 
 /// Builds the gRPC response: outputs' metadata, and their data as raw

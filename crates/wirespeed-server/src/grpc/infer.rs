@@ -34,8 +34,9 @@ pub(super) fn status(error: &Error, message: &str) -> Status {
 pub(super) async fn model_infer(
     state: &AppState,
     mut message: pb::ModelInferRequest,
+    timeout: Option<Duration>,
 ) -> Result<Response<pb::ModelInferResponse>, Status> {
-    let context = RequestContext::new(state, "grpc");
+    let context = RequestContext::new(state, "grpc").within(timeout);
     let name = std::mem::take(&mut message.model_name);
     let version = std::mem::take(&mut message.model_version);
     let target = Target {

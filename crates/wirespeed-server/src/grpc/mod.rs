@@ -12,7 +12,6 @@ mod infer;
 
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use tokio::sync::mpsc;
@@ -70,12 +69,6 @@ struct Inference {
     state: Arc<AppState>,
 }
 
-impl Inference {
-    fn ready(&self) -> bool {
-        self.state.ready.load(Ordering::Acquire)
-    }
-}
-
 #[tonic::async_trait]
 impl GrpcInferenceService for Inference {
     async fn server_live(
@@ -90,7 +83,7 @@ impl GrpcInferenceService for Inference {
         _: Request<pb::ServerReadyRequest>,
     ) -> Result<Response<pb::ServerReadyResponse>, Status> {
         Ok(Response::new(pb::ServerReadyResponse {
-            ready: self.ready(),
+            ready: self.state.server_ready(),
         }))
     }
 
@@ -99,12 +92,13 @@ impl GrpcInferenceService for Inference {
         request: Request<pb::ModelReadyRequest>,
     ) -> Result<Response<pb::ModelReadyResponse>, Status> {
         let request = request.into_inner();
-        self.state
+        let served = self
+            .state
             .models
             .get(&request.name, version(&request.version))
             .map_err(|e| status(&e))?;
         Ok(Response::new(pb::ModelReadyResponse {
-            ready: self.ready(),
+            ready: self.state.model_ready(served).is_ok(),
         }))
     }
 
@@ -154,7 +148,7 @@ impl GrpcInferenceService for Inference {
         request: Request<pb::ModelInferRequest>,
     ) -> Result<Response<pb::ModelInferResponse>, Status> {
         let deadline = deadline(request.metadata());
-        let answer = infer::model_infer(&self.state, request.into_inner());
+        let answer = infer::model_infer(&self.state, request.into_inner(), deadline);
         // A deadline that passes drops the request where it is: a queued
         // one leaves the queue uncomputed; one computing finishes, holding
         // its slot, and its answer is dropped.

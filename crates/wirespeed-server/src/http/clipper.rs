@@ -125,6 +125,9 @@ fn error_with(e: &Error, cause: &str) -> Response<Body> {
             "Request too large"
         }
         ErrorKind::Overloaded => "Overloaded",
+        ErrorKind::Unavailable => "Model unavailable",
+        ErrorKind::BadGateway => "Upstream error",
+        ErrorKind::GatewayTimeout => "Upstream timeout",
         ErrorKind::Unauthenticated => "Unauthenticated",
         ErrorKind::Timeout => "Request timeout",
         ErrorKind::Internal => "Internal error",

@@ -2,8 +2,6 @@
 //! `GET /v2/models/{name}[/versions/{v}]/ready`: the status code is the
 //! answer. And KServe v1's liveness, `GET /`.
 
-use std::sync::atomic::Ordering;
-
 use hyper::{Response, StatusCode};
 use serde_json::json;
 use wirespeed_core::Error;
@@ -24,9 +22,9 @@ pub(crate) fn alive() -> Response<Body> {
     response::json_value(&json!({ "status": "alive" }))
 }
 
-/// Ready once every model is loaded, until shutdown begins.
+/// Ready while every model is ready, until shutdown begins.
 pub(crate) fn ready(state: &AppState) -> Response<Body> {
-    let ready = state.ready.load(Ordering::Acquire);
+    let ready = state.server_ready();
     let status = if ready {
         StatusCode::OK
     } else {
@@ -35,18 +33,16 @@ pub(crate) fn ready(state: &AppState) -> Response<Body> {
     response::json_with_status(status, json!({ "ready": ready }).to_string())
 }
 
-/// A model is ready when it is served (models load before the server
-/// listens) and the server is not shutting down.
+/// A model is ready when it can answer (a model in front of another server
+/// is not while that server does not answer) and the server is not
+/// shutting down. When it is not, `reason` says why.
 pub(crate) fn model_ready(state: &AppState, model: ModelRef<'_>) -> Result<Response<Body>, Error> {
-    state.models.get(model.name, model.version)?;
-    let ready = state.ready.load(Ordering::Acquire);
-    let status = if ready {
-        StatusCode::OK
-    } else {
-        StatusCode::SERVICE_UNAVAILABLE
-    };
-    Ok(response::json_with_status(
-        status,
-        json!({ "name": model.name, "ready": ready }).to_string(),
-    ))
+    let served = state.models.get(model.name, model.version)?;
+    Ok(match state.model_ready(served) {
+        Ok(()) => response::json_value(&json!({ "name": model.name, "ready": true })),
+        Err(reason) => response::json_with_status(
+            StatusCode::SERVICE_UNAVAILABLE,
+            json!({ "name": model.name, "ready": false, "reason": reason }).to_string(),
+        ),
+    })
 }

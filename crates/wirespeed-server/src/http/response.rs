@@ -69,7 +69,7 @@ pub(crate) fn error_with(error: &Error, message: &str) -> Response<Body> {
         ErrorKind::PayloadTooLarge | ErrorKind::Timeout => {
             headers.insert(CONNECTION, HeaderValue::from_static("close"));
         }
-        ErrorKind::Overloaded => {
+        ErrorKind::Overloaded | ErrorKind::Unavailable => {
             headers.insert(RETRY_AFTER, HeaderValue::from_static("1"));
         }
         ErrorKind::Unauthenticated => {

@@ -100,14 +100,18 @@ pub(crate) fn other_verb(verb: &str) -> Error {
 pub(crate) fn status(state: &AppState, target: ModelRef<'_>) -> Result<Response<Body>, Error> {
     let model = state.models.get(target.name, target.version)?;
     let version = target.version.unwrap_or(&model.metadata().versions[0]);
-    let ready = state.ready.load(std::sync::atomic::Ordering::Acquire);
+    let ready = state.model_ready(model);
+    let (code, message) = match &ready {
+        Ok(()) => ("OK", ""),
+        Err(reason) => ("UNAVAILABLE", reason.as_str()),
+    };
     Ok(response::json_value(&json!({
         "name": target.name,
-        "ready": ready,
+        "ready": ready.is_ok(),
         "model_version_status": [{
             "version": version,
-            "state": if ready { "AVAILABLE" } else { "UNAVAILABLE" },
-            "status": { "error_code": "OK", "error_message": "" },
+            "state": if ready.is_ok() { "AVAILABLE" } else { "UNAVAILABLE" },
+            "status": { "error_code": code, "error_message": message },
         }]
     })))
 }

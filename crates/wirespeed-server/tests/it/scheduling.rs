@@ -1,7 +1,9 @@
 //! A model's slots are held until its compute really ends, and a request
 //! whose caller leaves is never computed once it has left: on REST (the
 //! client disconnects) and gRPC (the deadline passes), for compute on the
-//! CPU pool and through the async entry point.
+//! CPU pool and through the async entry point. An async compute (a call to
+//! another server) is cancelled when its caller leaves, and its slot comes
+//! back then.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -67,7 +69,7 @@ fn wait_event(parts: &[&str]) {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_rest_client_that_disconnects_mid_compute_keeps_its_slot() {
+async fn a_rest_client_that_disconnects_mid_compute_keeps_a_pool_slot_and_cancels_an_async_one() {
     for execution in ["pool", "async"] {
         let name = format!("left_rest_{execution}");
         let (gate, _repository, server) = gated_server(&name, execution, 1, 0).await;
@@ -75,6 +77,15 @@ async fn a_rest_client_that_disconnects_mid_compute_keeps_its_slot() {
         let first = send_post(server.http, &path, &[], &gated_body(&[1.0]));
         wait(&gate, "the first compute", |s| s.started == 1);
         drop(first);
+        if execution == "async" {
+            wait(&gate, "the cancellation", |s| s.cancelled == 1);
+            gate.release(1);
+            let second = post(server.http, &path, vec![], gated_body(&[2.0])).await;
+            assert_eq!(second.status, 200, "the slot came back with the cancel");
+            assert_eq!(second.json()["outputs"][0]["data"][0], 2.0);
+            assert_eq!(gate.read(|s| (s.started, s.finished)), (2, 1));
+            continue;
+        }
 
         let second = post(server.http, &path, vec![], gated_body(&[2.0])).await;
         assert_eq!(second.status, 503, "{execution}: the slot is still taken");
@@ -96,7 +107,7 @@ async fn a_rest_client_that_disconnects_mid_compute_keeps_its_slot() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_grpc_deadline_mid_compute_keeps_the_slot() {
+async fn a_grpc_deadline_mid_compute_keeps_a_pool_slot_and_cancels_an_async_one() {
     for execution in ["pool", "async"] {
         let name = format!("left_grpc_{execution}");
         let (gate, _repository, server) = gated_server(&name, execution, 1, 0).await;
@@ -107,6 +118,16 @@ async fn a_grpc_deadline_mid_compute_keeps_the_slot() {
         wait(&gate, "the first compute", |s| s.started == 1);
         let status = first.await.unwrap().unwrap_err();
         assert!(left(&status), "{execution}: {status:?}");
+        if execution == "async" {
+            wait(&gate, "the cancellation", |s| s.cancelled == 1);
+            gate.release(1);
+            let second = client.model_infer(grpc_request(&name, None)).await.unwrap();
+            assert_eq!(
+                second.get_ref().raw_output_contents[0][..],
+                4f32.to_le_bytes()
+            );
+            continue;
+        }
         assert_eq!(gate.read(|s| s.finished), 0, "still computing");
 
         let second = client

@@ -14,7 +14,7 @@ use serde::Deserialize;
 use tracing::field::{Field, Visit};
 use tracing_subscriber::layer::{Context, SubscriberExt};
 use tracing_subscriber::Layer;
-use wirespeed_core::{Error, Execution, InferFuture, Model, ModelMetadata, Tensor};
+use wirespeed_core::{Error, Execution, InferCall, InferFuture, Model, ModelMetadata, Tensor};
 use wirespeed_models::{Backend, ModelSource, Registry};
 use wirespeed_server::{Server, ServerConfig};
 
@@ -29,6 +29,8 @@ pub(crate) struct GateState {
     pub(crate) finished: usize,
     pub(crate) running: usize,
     pub(crate) most_running: usize,
+    /// Async computes dropped before they ended (their caller left).
+    pub(crate) cancelled: usize,
     released: usize,
 }
 
@@ -88,6 +90,29 @@ impl Gate {
         s.running -= 1;
         s.finished += 1;
         self.changed.notify_all();
+    }
+
+    fn cancel(&self) {
+        let mut s = self.state.lock().unwrap();
+        s.running -= 1;
+        s.cancelled += 1;
+        self.changed.notify_all();
+    }
+}
+
+/// Counts an async compute as cancelled if it is dropped before it ends.
+struct Computing<'a> {
+    gate: &'a Gate,
+    ended: bool,
+}
+
+impl Drop for Computing<'_> {
+    fn drop(&mut self) {
+        if self.ended {
+            self.gate.finish();
+        } else {
+            self.gate.cancel();
+        }
     }
 }
 
@@ -167,16 +192,22 @@ impl Model for GatedModel {
         Ok(self.echo(inputs))
     }
 
-    fn infer_async(self: Arc<Self>, inputs: Vec<Tensor>, _: Vec<usize>) -> InferFuture {
+    fn infer_async(self: Arc<Self>, call: InferCall) -> InferFuture {
+        let inputs = call.inputs;
         Box::pin(async move {
             self.gate.start();
+            let mut computing = Computing {
+                gate: &self.gate,
+                ended: false,
+            };
             self.gate
                 .released
                 .acquire()
                 .await
                 .expect("never closed")
                 .forget();
-            self.gate.finish();
+            computing.ended = true;
+            drop(computing);
             Ok(self.echo(&inputs))
         })
     }

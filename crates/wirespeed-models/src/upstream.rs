@@ -1,0 +1,462 @@
+//! `backend = "upstream"`: a model served by another server (Triton,
+//! KServe, MLServer, another wirespeed) over the Open Inference Protocol's
+//! gRPC API. wirespeed decodes each request once, in whatever protocol it
+//! came, and forwards the tensors as `raw_input_contents`; the answer goes
+//! back in the client's own format. The client side (connections,
+//! balancing, health, the calls) is `wirespeed-upstream`.
+//!
+//! Loading never waits for the upstream: the model starts not ready, and a
+//! task learns its metadata (`ModelMetadata`, then `ModelReady`) with
+//! growing jittered waits until the upstream answers. Inputs and outputs
+//! come from that metadata; those the config declares pin them (a name the
+//! upstream lacks, or another datatype, keeps the model not ready, saying
+//! so). Readiness later follows the replicas: while none is admitted, the
+//! model is not ready and says why.
+//!
+//! ```toml
+//! backend = "upstream"
+//! url = "grpc://127.0.0.1:8001"         # or urls = [...], grpcs://, grpc+unix:///path
+//! model = "resnet"                      # its name there; the folder's name unless set
+//! # version = "2"                       # asked for there; the upstream's default unless set
+//! # ca_file = "ca.pem"                  # for grpcs://; the system's roots unless set
+//! # headers = { authorization = "Bearer ..." }
+//! ```
+
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, OnceLock, Weak};
+use std::time::{Duration, Instant};
+
+use serde::Deserialize;
+use wirespeed_core::{
+    DataType, Error, Execution, InferCall, InferFuture, Model, ModelMetadata, Tensor, TensorSpec,
+};
+use wirespeed_proto::inference::model_metadata_response::TensorMetadata;
+use wirespeed_upstream::http::{HeaderMap, HeaderName, HeaderValue};
+use wirespeed_upstream::{Address, ChannelOptions, Upstream, UpstreamOptions, V2Client};
+
+use crate::registry::{Backend, ModelSource};
+
+/// `backend = "upstream"`.
+pub(crate) struct UpstreamBackend;
+
+impl Backend for UpstreamBackend {
+    fn name(&self) -> &'static str {
+        "upstream"
+    }
+
+    fn load(&self, source: &ModelSource<'_>) -> Result<Arc<dyn Model>, String> {
+        let keys: UpstreamKeys = source.keys()?;
+        let config = source.config();
+        let remote = keys
+            .model
+            .clone()
+            .unwrap_or_else(|| source.name().to_owned());
+        let version = if config.version_given {
+            config.version.clone()
+        } else {
+            String::new()
+        };
+        let upstream = keys.upstream(source.folder())?;
+        let pinned = Pinned {
+            inputs: specs(&config.inputs)?,
+            outputs: specs(&config.outputs)?,
+        };
+        let model = UpstreamModel::start(
+            source.name(),
+            &config.version,
+            remote,
+            version,
+            pinned,
+            upstream,
+        )?;
+        Ok(model)
+    }
+}
+
+fn specs(tensors: &[crate::TensorConfig]) -> Result<Vec<TensorSpec>, String> {
+    tensors.iter().map(|t| t.to_spec()).collect()
+}
+
+/// The upstream backend's own keys.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct UpstreamKeys {
+    /// The upstream's URL.
+    #[serde(default)]
+    url: Option<String>,
+    /// Several replicas' URLs.
+    #[serde(default)]
+    urls: Vec<String>,
+    /// The model's name on the upstream.
+    #[serde(default)]
+    model: Option<String>,
+    /// The CA certificates of a TLS upstream, beside `config.toml`.
+    #[serde(default)]
+    ca_file: Option<PathBuf>,
+    /// Headers sent with every call.
+    #[serde(default)]
+    headers: std::collections::BTreeMap<String, String>,
+    /// Connections each I/O thread keeps to each replica.
+    #[serde(default)]
+    connections: Option<usize>,
+    /// Failures in a row that eject a replica.
+    #[serde(default)]
+    eject_after: Option<u32>,
+    /// Retries of a call that reached nothing.
+    #[serde(default)]
+    retries: Option<u32>,
+    /// Milliseconds to open a connection.
+    #[serde(default)]
+    connect_timeout_ms: Option<u64>,
+    /// The largest answer accepted, in bytes.
+    #[serde(default)]
+    max_message_bytes: Option<usize>,
+}
+
+impl UpstreamKeys {
+    /// The upstream these keys describe; files are relative to `folder`.
+    pub(crate) fn upstream(&self, folder: &std::path::Path) -> Result<Arc<Upstream>, String> {
+        let mut urls: Vec<&String> = self.url.iter().collect();
+        urls.extend(&self.urls);
+        if urls.is_empty() {
+            return Err(
+                "an upstream model needs url = \"grpc://host:port\" (or urls = [...])".to_owned(),
+            );
+        }
+        let addresses = urls
+            .iter()
+            .map(|u| u.parse::<Address>())
+            .collect::<Result<Vec<_>, _>>()?;
+        let mut headers = HeaderMap::new();
+        for (name, value) in &self.headers {
+            let header = HeaderName::from_bytes(name.to_ascii_lowercase().as_bytes())
+                .map_err(|_| format!("'{name}' in headers is not a header name"))?;
+            let value = HeaderValue::from_str(value)
+                .map_err(|_| format!("the value of header '{name}' is not a header value"))?;
+            headers.insert(header, value);
+        }
+        let defaults = UpstreamOptions::default();
+        let options = UpstreamOptions {
+            channel: ChannelOptions {
+                connect_timeout: self
+                    .connect_timeout_ms
+                    .map_or(defaults.channel.connect_timeout, Duration::from_millis),
+                connections: self
+                    .connections
+                    .unwrap_or(defaults.channel.connections)
+                    .max(1),
+                ..defaults.channel
+            },
+            eject_after: self.eject_after.unwrap_or(defaults.eject_after).max(1),
+            retries: self.retries.unwrap_or(defaults.retries),
+            max_message_bytes: self.max_message_bytes.unwrap_or(defaults.max_message_bytes),
+            headers,
+            ca_file: self.ca_file.as_ref().map(|f| folder.join(f)),
+        };
+        Upstream::new(addresses, options)
+    }
+}
+
+/// The inputs and outputs the config declares.
+struct Pinned {
+    inputs: Vec<TensorSpec>,
+    outputs: Vec<TensorSpec>,
+}
+
+/// A model served by an upstream.
+pub struct UpstreamModel {
+    client: V2Client,
+    /// Its name and version on the upstream.
+    remote: String,
+    remote_version: String,
+    pinned: Pinned,
+    /// Learned from the upstream, once.
+    learned: OnceLock<ModelMetadata>,
+    /// What the model says before that: its name, version and the pinned
+    /// tensors.
+    placeholder: ModelMetadata,
+    /// Why it is not ready yet.
+    waiting: Mutex<String>,
+}
+
+impl UpstreamModel {
+    /// The model `name` (served as `version`), which is `remote` in
+    /// `remote_version` on `upstream`; starts learning its metadata.
+    fn start(
+        name: &str,
+        version: &str,
+        remote: String,
+        remote_version: String,
+        pinned: Pinned,
+        upstream: Arc<Upstream>,
+    ) -> Result<Arc<UpstreamModel>, String> {
+        let runtime = tokio::runtime::Handle::try_current()
+            .map_err(|_| "an upstream model is loaded inside the server's runtime".to_owned())?;
+        let placeholder = ModelMetadata {
+            name: name.to_owned(),
+            versions: vec![version.to_owned()],
+            platform: "upstream".to_owned(),
+            inputs: pinned.inputs.clone(),
+            outputs: pinned.outputs.clone(),
+        };
+        let model = Arc::new(UpstreamModel {
+            waiting: Mutex::new(format!(
+                "waiting for model '{remote}' on upstream {}",
+                upstream.describe()
+            )),
+            client: V2Client::new(upstream),
+            remote,
+            remote_version,
+            pinned,
+            learned: OnceLock::new(),
+            placeholder,
+        });
+        runtime.spawn(learn(Arc::downgrade(&model)));
+        Ok(model)
+    }
+
+    fn upstream(&self) -> &Upstream {
+        self.client.upstream()
+    }
+
+    /// Asks the upstream for the model's metadata and readiness, and makes
+    /// ours from it and the pinned tensors.
+    async fn fetch(&self) -> Result<ModelMetadata, String> {
+        let deadline = Some(Instant::now() + Duration::from_secs(10));
+        let there = self
+            .client
+            .model_metadata(&self.remote, &self.remote_version, deadline)
+            .await
+            .map_err(|e| e.to_error().message().to_owned())?;
+        let inputs = merge("input", &self.pinned.inputs, &there.inputs, &self.remote)?;
+        let outputs = merge("output", &self.pinned.outputs, &there.outputs, &self.remote)?;
+        let ready = self
+            .client
+            .model_ready(&self.remote, &self.remote_version, deadline)
+            .await
+            .map_err(|e| e.to_error().message().to_owned())?;
+        if !ready {
+            return Err(format!(
+                "upstream {} says model '{}' is not ready",
+                self.upstream().describe(),
+                self.remote
+            ));
+        }
+        Ok(ModelMetadata {
+            platform: if there.platform.is_empty() {
+                "upstream".to_owned()
+            } else {
+                there.platform
+            },
+            inputs,
+            outputs,
+            ..self.placeholder.clone()
+        })
+    }
+}
+
+/// Our inputs (or outputs) from the upstream's `there` and the config's
+/// `pinned`: the pinned ones where given, each of which the upstream must
+/// have (when it lists any) with the same datatype and a shape that fits.
+fn merge(
+    what: &str,
+    pinned: &[TensorSpec],
+    there: &[TensorMetadata],
+    remote: &str,
+) -> Result<Vec<TensorSpec>, String> {
+    let mut theirs = Vec::with_capacity(there.len());
+    for t in there {
+        let datatype: DataType = t.datatype.parse().map_err(|e| {
+            format!(
+                "the upstream's metadata of model '{remote}': {what} '{}': {e}",
+                t.name
+            )
+        })?;
+        theirs.push(TensorSpec {
+            name: t.name.clone(),
+            datatype,
+            shape: t.shape.clone(),
+        });
+    }
+    if pinned.is_empty() {
+        if theirs.is_empty() {
+            return Err(format!(
+                "the upstream's metadata of model '{remote}' lists no {what}s; declare them in config.toml"
+            ));
+        }
+        return Ok(theirs);
+    }
+    for spec in pinned {
+        if theirs.is_empty() {
+            break;
+        }
+        let Some(other) = theirs.iter().find(|t| t.name == spec.name) else {
+            let names: Vec<&str> = theirs.iter().map(|t| t.name.as_str()).collect();
+            return Err(format!(
+                "config.toml declares {what} '{}', which model '{remote}' on the upstream does not have (it has {})",
+                spec.name,
+                names.join(", ")
+            ));
+        };
+        let fits = other.shape.len() == spec.shape.len()
+            && other
+                .shape
+                .iter()
+                .zip(&spec.shape)
+                .all(|(&theirs, &ours)| theirs < 0 || theirs == ours);
+        if other.datatype != spec.datatype || !fits {
+            return Err(format!(
+                "config.toml declares {what} '{}' as {} {}, but the upstream's model '{remote}' has {} {}",
+                spec.name,
+                spec.datatype,
+                spec.shape_display(),
+                other.datatype,
+                other.shape_display()
+            ));
+        }
+    }
+    Ok(pinned.to_vec())
+}
+
+/// Learns the model's metadata from the upstream, waiting longer after
+/// each failure (100 ms, doubling to 5 s, jittered), until it answers or
+/// the model is dropped.
+async fn learn(model: Weak<UpstreamModel>) {
+    let mut wait = Duration::from_millis(100);
+    let mut failures = 0u32;
+    loop {
+        let Some(m) = model.upgrade() else { return };
+        match m.fetch().await {
+            Ok(metadata) => {
+                tracing::info!(
+                    model = %metadata.name,
+                    upstream = %m.upstream().describe(),
+                    remote = %m.remote,
+                    inputs = metadata.inputs.len(),
+                    outputs = metadata.outputs.len(),
+                    "upstream model ready"
+                );
+                let _ = m.learned.set(metadata);
+                return;
+            }
+            Err(why) => {
+                if failures == 0 {
+                    tracing::warn!(model = %m.placeholder.name, reason = %why, "upstream model not ready yet; retrying with backoff");
+                } else {
+                    tracing::debug!(model = %m.placeholder.name, reason = %why, "upstream model still not ready");
+                }
+                failures += 1;
+                if let Ok(mut waiting) = m.waiting.lock() {
+                    *waiting = why;
+                }
+            }
+        }
+        drop(m);
+        tokio::time::sleep(wait.mul_f64(0.5 + jitter_fraction() / 2.0)).await;
+        wait = (wait * 2).min(Duration::from_secs(5));
+    }
+}
+
+fn jitter_fraction() -> f64 {
+    use std::hash::BuildHasher;
+    let random = std::collections::hash_map::RandomState::new().hash_one(Instant::now());
+    (random % 1024) as f64 / 1024.0
+}
+
+impl Model for UpstreamModel {
+    fn metadata(&self) -> &ModelMetadata {
+        self.learned.get().unwrap_or(&self.placeholder)
+    }
+
+    fn ready(&self) -> Result<(), String> {
+        if self.learned.get().is_none() {
+            return Err(self.waiting.lock().map(|w| w.clone()).unwrap_or_default());
+        }
+        self.upstream().status().map_err(|why| {
+            format!(
+                "no replica of upstream {} answers: {why}",
+                self.upstream().describe()
+            )
+        })
+    }
+
+    fn execution(&self, _: usize) -> Execution {
+        Execution::Async
+    }
+
+    fn default_concurrency(&self) -> Option<usize> {
+        Some(1024)
+    }
+
+    fn infer(&self, _: &[Tensor], _: &[usize]) -> Result<Vec<Tensor>, Error> {
+        Err(Error::internal(
+            "an upstream model runs through its async entry point only",
+        ))
+    }
+
+    fn infer_async(self: Arc<Self>, call: InferCall) -> InferFuture {
+        Box::pin(async move {
+            let metadata = self.metadata();
+            let outputs: Vec<&TensorSpec> =
+                call.outputs.iter().map(|&i| &metadata.outputs[i]).collect();
+            self.client
+                .infer(wirespeed_upstream::InferCall {
+                    model: &self.remote,
+                    version: &self.remote_version,
+                    inputs: call.inputs,
+                    outputs,
+                    parameters: &call.parameters,
+                    deadline: call.deadline,
+                })
+                .await
+                .map_err(|e| e.to_error())
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn meta(name: &str, datatype: &str, shape: Vec<i64>) -> TensorMetadata {
+        TensorMetadata {
+            name: name.into(),
+            datatype: datatype.into(),
+            shape,
+        }
+    }
+
+    fn spec(name: &str, datatype: DataType, shape: Vec<i64>) -> TensorSpec {
+        TensorSpec {
+            name: name.into(),
+            datatype,
+            shape,
+        }
+    }
+
+    #[test]
+    fn pinned_tensors_must_agree_with_the_upstream() {
+        let there = [meta("x", "FP32", vec![-1, -1])];
+        let got = merge("input", &[], &there, "m").unwrap();
+        assert_eq!(got, vec![spec("x", DataType::Fp32, vec![-1, -1])]);
+        let narrower = [spec("x", DataType::Fp32, vec![-1, 8])];
+        assert_eq!(merge("input", &narrower, &there, "m").unwrap(), narrower);
+        let e = merge(
+            "input",
+            &[spec("x", DataType::Fp64, vec![-1, 8])],
+            &there,
+            "m",
+        )
+        .unwrap_err();
+        assert!(e.contains("FP64") && e.contains("has FP32"), "{e}");
+        let e = merge("input", &[spec("y", DataType::Fp32, vec![1])], &there, "m").unwrap_err();
+        assert!(e.contains("does not have (it has x)"), "{e}");
+        let e = merge("output", &[], &[], "m").unwrap_err();
+        assert!(
+            e.contains("lists no outputs; declare them in config.toml"),
+            "{e}"
+        );
+        let pinned = [spec("y", DataType::Int64, vec![-1])];
+        assert_eq!(merge("output", &pinned, &[], "m").unwrap(), pinned);
+    }
+}

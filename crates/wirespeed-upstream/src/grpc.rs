@@ -1,0 +1,353 @@
+//! A unary gRPC call over one HTTP/2 connection, written on hyper's client
+//! rather than through tonic's.
+//!
+//! tonic's client encodes each message into one buffer, so every raw
+//! tensor would be copied into it, and it sends each call through a
+//! buffer task. Here the request body is the message's length prefix and
+//! fields followed by each tensor's own buffer as a data frame of its own
+//! ([`Chunks`]), and the call runs on the caller's task. The answer is read
+//! frame by frame: its length prefix is checked against the limit before
+//! anything is kept, a message that arrived in one frame is kept as that
+//! frame (no copy), and the status comes from the trailers (or the headers
+//! of a trailers-only answer).
+
+use std::time::Instant;
+
+use bytes::{Buf, BufMut, Bytes, BytesMut};
+use http_body_util::BodyExt;
+use hyper::body::Incoming;
+use hyper::header::{HeaderMap, HeaderValue, CONTENT_TYPE, TE, USER_AGENT};
+use hyper::{Method, Request, Response, StatusCode};
+use prost::Message;
+
+use crate::body::Chunks;
+use crate::channel::Channel;
+use crate::error::CallError;
+
+/// The `user-agent` of every call.
+const AGENT: &str = concat!("wirespeed/", env!("CARGO_PKG_VERSION"));
+
+/// A gRPC message with its 5-byte length prefix (uncompressed).
+pub fn frame(message: &impl Message) -> Bytes {
+    let len = message.encoded_len();
+    let mut buf = BytesMut::with_capacity(5 + len);
+    buf.put_u8(0);
+    buf.put_u32(u32::try_from(len).unwrap_or(u32::MAX));
+    message
+        .encode(&mut buf)
+        .expect("the buffer has the message's length");
+    buf.freeze()
+}
+
+/// One call's request: the method's path, the framed message, the
+/// deadline, and headers to add (a token, say).
+pub(crate) struct Call<'a> {
+    pub(crate) path: &'a str,
+    pub(crate) body: Chunks,
+    pub(crate) deadline: Option<Instant>,
+    pub(crate) headers: &'a HeaderMap,
+    pub(crate) max_message: usize,
+}
+
+/// The `grpc-timeout` header for what is left until `deadline`: whole
+/// milliseconds, at least one, at most eight digits.
+fn grpc_timeout(deadline: Instant) -> HeaderValue {
+    let left = deadline.saturating_duration_since(Instant::now());
+    let ms = left.as_millis().clamp(1, 99_999_999);
+    HeaderValue::from_str(&format!("{ms}m")).expect("digits and a unit")
+}
+
+/// Makes `call` on one of `channel`'s connections and returns the answer's
+/// message.
+pub(crate) async fn unary(channel: &Channel, call: Call<'_>) -> Result<Bytes, CallError> {
+    let deadline = call.deadline;
+    let answer = async {
+        let held = channel.connection().await?;
+        let address = channel.address();
+        let uri = format!(
+            "{}://{}{}",
+            address.scheme(),
+            address.authority(),
+            call.path
+        );
+        let mut request = Request::builder()
+            .method(Method::POST)
+            .uri(uri)
+            .header(CONTENT_TYPE, "application/grpc")
+            .header(TE, "trailers")
+            .header(USER_AGENT, AGENT)
+            .body(call.body)
+            .map_err(|e| CallError::Protocol(format!("cannot make the request: {e}")))?;
+        let headers = request.headers_mut();
+        if let Some(deadline) = deadline {
+            headers.insert("grpc-timeout", grpc_timeout(deadline));
+        }
+        for (name, value) in call.headers {
+            headers.insert(name, value.clone());
+        }
+        let mut sender = held.connection.sender.clone();
+        let response = sender.try_send_request(request).await.map_err(|e| {
+            if e.message().is_some() {
+                CallError::Unreached(format!("the connection closed: {}", e.error()))
+            } else {
+                CallError::Broken(e.error().to_string())
+            }
+        })?;
+        let answer = read_answer(response, call.max_message).await;
+        drop(held);
+        answer
+    };
+    match deadline {
+        Some(deadline) => tokio::time::timeout_at(deadline.into(), answer)
+            .await
+            .unwrap_or(Err(CallError::Deadline)),
+        None => answer.await,
+    }
+}
+
+/// Reads a unary answer: one message and an OK status, or the status.
+async fn read_answer(response: Response<Incoming>, max: usize) -> Result<Bytes, CallError> {
+    let (parts, mut body) = response.into_parts();
+    if parts.status != StatusCode::OK {
+        return Err(CallError::Protocol(format!(
+            "HTTP status {} where a gRPC server answers 200",
+            parts.status
+        )));
+    }
+    // A trailers-only answer: the status is in the headers.
+    if let Some((code, message)) = grpc_status(&parts.headers)? {
+        if code != 0 {
+            return Err(CallError::Status { code, message });
+        }
+    }
+    let content_type = parts
+        .headers
+        .get(CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
+    if !content_type.starts_with("application/grpc") {
+        return Err(CallError::Protocol(format!(
+            "content type '{content_type}', not application/grpc"
+        )));
+    }
+    let mut reader = MessageReader::new(max);
+    let mut status = None;
+    while let Some(frame) = body.frame().await {
+        let frame = frame.map_err(|e| CallError::Broken(e.to_string()))?;
+        match frame.into_data() {
+            Ok(data) => reader.push(data)?,
+            Err(frame) => {
+                if let Ok(trailers) = frame.into_trailers() {
+                    status = grpc_status(&trailers)?;
+                }
+            }
+        }
+    }
+    match status {
+        None => Err(CallError::Protocol(
+            "the answer ended without a grpc-status".to_owned(),
+        )),
+        Some((0, _)) => reader.finish(),
+        Some((code, message)) => Err(CallError::Status { code, message }),
+    }
+}
+
+/// The `grpc-status` and `grpc-message` of `headers`, if it has a status.
+fn grpc_status(headers: &HeaderMap) -> Result<Option<(i32, String)>, CallError> {
+    let Some(code) = headers.get("grpc-status") else {
+        return Ok(None);
+    };
+    let code = code
+        .to_str()
+        .ok()
+        .and_then(|c| c.parse::<i32>().ok())
+        .ok_or_else(|| CallError::Protocol(format!("grpc-status {code:?} is not a number")))?;
+    let message = headers
+        .get("grpc-message")
+        .map(|m| percent_decode(m.as_bytes()))
+        .unwrap_or_default();
+    Ok(Some((code, message)))
+}
+
+/// `grpc-message` is percent-encoded UTF-8.
+fn percent_decode(text: &[u8]) -> String {
+    let mut out = Vec::with_capacity(text.len());
+    let mut i = 0;
+    while i < text.len() {
+        let hex = |b: u8| (b as char).to_digit(16);
+        if text[i] == b'%' && i + 2 < text.len() {
+            if let (Some(h), Some(l)) = (hex(text[i + 1]), hex(text[i + 2])) {
+                out.push((h * 16 + l) as u8);
+                i += 3;
+                continue;
+            }
+        }
+        out.push(text[i]);
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// Gathers one length-prefixed message from data frames.
+struct MessageReader {
+    max: usize,
+    prefix: [u8; 5],
+    prefix_len: usize,
+    len: usize,
+    gathering: BytesMut,
+    message: Option<Bytes>,
+}
+
+impl MessageReader {
+    fn new(max: usize) -> MessageReader {
+        MessageReader {
+            max,
+            prefix: [0; 5],
+            prefix_len: 0,
+            len: 0,
+            gathering: BytesMut::new(),
+            message: None,
+        }
+    }
+
+    fn push(&mut self, mut chunk: Bytes) -> Result<(), CallError> {
+        while !chunk.is_empty() {
+            if self.message.is_some() {
+                return Err(CallError::Protocol(
+                    "more than one message in the answer to a unary call".to_owned(),
+                ));
+            }
+            if self.prefix_len < 5 {
+                let take = (5 - self.prefix_len).min(chunk.len());
+                self.prefix[self.prefix_len..self.prefix_len + take]
+                    .copy_from_slice(&chunk[..take]);
+                chunk.advance(take);
+                self.prefix_len += take;
+                if self.prefix_len == 5 {
+                    self.start()?;
+                }
+                continue;
+            }
+            let need = self.len - self.gathering.len();
+            if self.gathering.is_empty() && chunk.len() >= need {
+                self.message = Some(chunk.split_to(need));
+                continue;
+            }
+            let take = need.min(chunk.len());
+            self.gathering.extend_from_slice(&chunk[..take]);
+            chunk.advance(take);
+            if self.gathering.len() == self.len {
+                self.message = Some(std::mem::take(&mut self.gathering).freeze());
+            }
+        }
+        Ok(())
+    }
+
+    /// The prefix is in: checks it and makes room for the message.
+    fn start(&mut self) -> Result<(), CallError> {
+        match self.prefix[0] {
+            0 => {}
+            1 => {
+                return Err(CallError::Protocol(
+                    "a compressed message, though wirespeed asked for none".to_owned(),
+                ))
+            }
+            flag => {
+                return Err(CallError::Protocol(format!(
+                    "a message with flag byte {flag}, which gRPC does not define"
+                )))
+            }
+        }
+        let len = u32::from_be_bytes([
+            self.prefix[1],
+            self.prefix[2],
+            self.prefix[3],
+            self.prefix[4],
+        ]);
+        let len = usize::try_from(len).unwrap_or(usize::MAX);
+        if len > self.max {
+            return Err(CallError::Protocol(format!(
+                "a message of {len} bytes, over the limit of {} bytes",
+                self.max
+            )));
+        }
+        self.len = len;
+        if len == 0 {
+            self.message = Some(Bytes::new());
+        } else {
+            self.gathering = BytesMut::new();
+        }
+        Ok(())
+    }
+
+    fn finish(self) -> Result<Bytes, CallError> {
+        self.message.ok_or_else(|| {
+            CallError::Protocol(if self.prefix_len == 0 {
+                "the answer has no message".to_owned()
+            } else {
+                "the answer's message is cut short".to_owned()
+            })
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn framed(message: &[u8]) -> Vec<u8> {
+        let mut out = vec![0];
+        out.extend_from_slice(&(message.len() as u32).to_be_bytes());
+        out.extend_from_slice(message);
+        out
+    }
+
+    #[test]
+    fn a_message_split_anywhere_is_gathered() {
+        let whole = framed(b"hello world");
+        for cut in 0..whole.len() {
+            let mut reader = MessageReader::new(1024);
+            reader.push(Bytes::copy_from_slice(&whole[..cut])).unwrap();
+            reader.push(Bytes::copy_from_slice(&whole[cut..])).unwrap();
+            assert_eq!(
+                &reader.finish().unwrap()[..],
+                b"hello world",
+                "cut at {cut}"
+            );
+        }
+    }
+
+    #[test]
+    fn oversized_compressed_and_extra_messages_are_refused() {
+        let mut reader = MessageReader::new(4);
+        let e = reader.push(Bytes::from(framed(b"hello"))).unwrap_err();
+        assert!(e.to_string().contains("over the limit of 4 bytes"), "{e}");
+        let mut reader = MessageReader::new(64);
+        let mut compressed = framed(b"x");
+        compressed[0] = 1;
+        let e = reader.push(Bytes::from(compressed)).unwrap_err();
+        assert!(e.to_string().contains("compressed"), "{e}");
+        let mut reader = MessageReader::new(64);
+        let mut two = framed(b"a");
+        two.extend(framed(b"b"));
+        let e = reader.push(Bytes::from(two)).unwrap_err();
+        assert!(e.to_string().contains("more than one message"), "{e}");
+        let mut reader = MessageReader::new(64);
+        reader
+            .push(Bytes::from(framed(b"abc")[..6].to_vec()))
+            .unwrap();
+        assert!(reader
+            .finish()
+            .unwrap_err()
+            .to_string()
+            .contains("cut short"));
+    }
+
+    #[test]
+    fn grpc_messages_are_percent_decoded() {
+        assert_eq!(
+            percent_decode(b"model %27x%27 not found%"),
+            "model 'x' not found%"
+        );
+    }
+}

@@ -1,0 +1,31 @@
+//! wirespeed's client side: how the server calls other inference servers.
+//!
+//! An [`Upstream`] is one server's replicas (`upstream.rs`: balancing,
+//! passive health, retries), each reached through a [`channel`] of HTTP/2
+//! connections kept per thread (`channel.rs`, opened by `connect.rs` over
+//! TCP, Unix sockets or TLS). `grpc.rs` makes one unary gRPC call on hyper,
+//! sending a request [`Chunks`] (`body.rs`) of existing buffers; `v2.rs`
+//! speaks the Open Inference Protocol over it ([`V2Client`]); `error.rs`
+//! says how each failure reaches wirespeed's own clients.
+//!
+//! The transcoding proxy and the upstream backend share this one pool.
+
+mod address;
+mod body;
+pub mod channel;
+mod connect;
+mod error;
+mod grpc;
+mod upstream;
+mod v2;
+
+/// The `http` crate, for the headers of [`UpstreamOptions`].
+pub use hyper::http;
+
+pub use address::{Address, Protocol, Transport};
+pub use body::Chunks;
+pub use channel::ChannelOptions;
+pub use error::CallError;
+pub use grpc::frame;
+pub use upstream::{Upstream, UpstreamError, UpstreamOptions};
+pub use v2::{InferCall, V2Client};
