@@ -351,12 +351,11 @@ fn answer_outputs(
         }
         let count = element_count(&shape)
             .ok_or_else(|| format!("output '{name}' with a shape too large to count"))?;
-        let data = match (raw.next(), output.contents) {
+        // MLServer sends an empty `contents` beside the raw ones.
+        let contents = output.contents.filter(holds_values);
+        let data = match (raw.next(), contents) {
             (Some(bytes), None) => from_raw(datatype, count, &bytes, max_bytes)
-                .map_err(|e| format!("output '{name}': {}", e.for_input(&name).message()))?,
-            (Some(bytes), Some(_)) if bytes.is_empty() => {
-                return Err(format!("output '{name}' with both raw and typed contents"))
-            }
+                .map_err(|e| format!("output '{name}': {e}"))?,
             (Some(_), Some(_)) => {
                 return Err(format!("output '{name}' with both raw and typed contents"))
             }
@@ -373,6 +372,18 @@ fn answer_outputs(
             tensor.ok_or_else(|| format!("no output '{}', which was asked for", spec.name))
         })
         .collect()
+}
+
+/// Whether typed contents hold any value.
+fn holds_values(c: &pb::InferTensorContents) -> bool {
+    !(c.bool_contents.is_empty()
+        && c.int_contents.is_empty()
+        && c.int64_contents.is_empty()
+        && c.uint_contents.is_empty()
+        && c.uint64_contents.is_empty()
+        && c.fp32_contents.is_empty()
+        && c.fp64_contents.is_empty()
+        && c.bytes_contents.is_empty())
 }
 
 #[cfg(test)]

@@ -111,7 +111,9 @@ struct ServeArgs {
     #[arg(long, env = "WIRESPEED_BODY_TIMEOUT", default_value = "10", value_parser = seconds)]
     body_timeout: Duration,
 
-    /// Seconds to receive a whole request body.
+    /// Seconds to receive a whole request body; also a request's deadline
+    /// for a model behind another server (a gRPC client's own
+    /// `grpc-timeout` brings it forward).
     #[arg(long, env = "WIRESPEED_REQUEST_TIMEOUT", default_value = "60", value_parser = seconds)]
     request_timeout: Duration,
 

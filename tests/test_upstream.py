@@ -1,0 +1,441 @@
+"""wirespeed in front of other inference servers (`backend = "upstream"`).
+
+The upstreams are real: KServe's ModelServer (the `kserve` package) and
+MLServer (in `.venv-mlserver`, installed by scripts/test), each serving an
+XGBoost model; wirespeed itself over a Unix socket; and a gRPC server that
+answers wrongly on purpose (tests/upstream/hostile.py). Clients are the
+real ones: tritonclient (HTTP JSON, HTTP binary, gRPC), and TF Serving's and
+Clipper's REST shapes with requests. Outputs through wirespeed are compared
+with the upstream's own answers, and the XGBoost ones with the xgboost
+package's predictions.
+"""
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import requests
+import tritonclient.grpc as grpcclient
+import tritonclient.http as httpclient
+import xgboost
+from tritonclient.utils import InferenceServerException
+
+from conftest import MODELS, ROOT, RunningServer, proc_status, run_wirespeed
+
+HERE = Path(__file__).resolve().parent / "upstream"
+MLSERVER = ROOT / ".venv-mlserver" / "bin" / "mlserver"
+SAFETY = 60  # seconds: only against a server that never gets there
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_until(what, done, timeout=SAFETY):
+    """Polls `done` until it holds: the event is a readiness flip or a file
+    line, which no signal announces; the timeout is a safety net only."""
+    deadline = time.monotonic() + timeout
+    while not done():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"waited for {what}")
+        time.sleep(0.02)
+
+
+def http_ok(url):
+    try:
+        return requests.get(url, timeout=2).status_code == 200
+    except requests.RequestException:
+        return False
+
+
+def write_models(root: Path, models: dict) -> Path:
+    """One folder per model with the given config.toml text."""
+    root.mkdir(parents=True, exist_ok=True)
+    for name, config in models.items():
+        (root / name).mkdir(exist_ok=True)
+        (root / name / "config.toml").write_text(config)
+    return root
+
+
+def upstream_config(url, model=None, extra="", inputs=(), outputs=()):
+    text = f'backend = "upstream"\nurl = "{url}"\n'
+    if model:
+        text += f'model = "{model}"\n'
+    text += extra
+    for kind, specs in (("inputs", inputs), ("outputs", outputs)):
+        for name, datatype, shape in specs:
+            text += f'\n[[{kind}]]\nname = "{name}"\ndatatype = "{datatype}"\nshape = {list(shape)}\n'
+    return text
+
+
+def start_front(tmp_path, models, extra_args=()):
+    front = RunningServer(write_models(tmp_path / "front", models), extra_args=extra_args)
+    return front
+
+
+def wait_model_ready(server, model):
+    wait_until(f"model {model} ready", lambda: http_ok(f"http://{server.address}/v2/models/{model}/ready"))
+
+
+@pytest.fixture(scope="module")
+def xgb_model(tmp_path_factory):
+    """An XGBoost classifier over 10 features, and rows to ask it about."""
+    rng = np.random.default_rng(7)
+    x = rng.normal(size=(2000, 10)).astype(np.float32)
+    y = (x[:, 0] + x[:, 1] * x[:, 2] > 0).astype(int)
+    model = xgboost.XGBClassifier(n_estimators=20, max_depth=4, n_jobs=1)
+    model.fit(x, y)
+    path = tmp_path_factory.mktemp("xgb") / "model.json"
+    model.save_model(path)
+    return path, model, x[:64]
+
+
+@pytest.fixture(scope="module")
+def kserve(xgb_model, tmp_path_factory):
+    """KServe's ModelServer with tests/upstream/kserve_models.py."""
+    http, grpc = free_port(), free_port()
+    cancels = tmp_path_factory.mktemp("kserve") / "cancelled.log"
+    cancels.write_text("")
+    process = subprocess.Popen(
+        [sys.executable, str(HERE / "kserve_models.py"), str(xgb_model[0]), str(cancels),
+         "--http_port", str(http), "--grpc_port", str(grpc)],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
+    wait_until("KServe ready", lambda: process.poll() is None and http_ok(f"http://127.0.0.1:{http}/v2/health/ready"))
+    yield {"http": http, "grpc": grpc, "cancels": cancels}
+    process.terminate()
+    process.wait(timeout=15)
+
+
+@pytest.fixture(scope="module")
+def mlserver(xgb_model, tmp_path_factory):
+    """MLServer serving the XGBoost model with mlserver-xgboost."""
+    if not MLSERVER.exists():
+        pytest.fail(f"{MLSERVER} is missing: scripts/test installs MLServer into .venv-mlserver")
+    repo = tmp_path_factory.mktemp("mlserver")
+    http, grpc, metrics = free_port(), free_port(), free_port()
+    (repo / "settings.json").write_text(
+        f'{{"host": "127.0.0.1", "http_port": {http}, "grpc_port": {grpc}, "metrics_port": {metrics},'
+        f' "parallel_workers": 0, "debug": false}}'
+    )
+    (repo / "xgb").mkdir()
+    (repo / "xgb" / "model.json").write_bytes(Path(xgb_model[0]).read_bytes())
+    (repo / "xgb" / "model-settings.json").write_text(
+        '{"name": "xgb", "implementation": "mlserver_xgboost.XGBoostModel", "parameters": {"uri": "./model.json"}}'
+    )
+    process = subprocess.Popen(
+        [str(MLSERVER), "start", str(repo)], cwd=repo, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
+    wait_until(
+        "MLServer ready",
+        lambda: process.poll() is None and http_ok(f"http://127.0.0.1:{http}/v2/models/xgb/ready"),
+    )
+    yield {"http": http, "grpc": grpc}
+    process.terminate()
+    process.wait(timeout=15)
+
+
+@pytest.fixture
+def wirespeed_upstream(tmp_path):
+    """A wirespeed on the bundled models, its gRPC also on a Unix socket."""
+    sock = tmp_path / "upstream.sock"
+    server = RunningServer(MODELS, extra_args=["--grpc-uds", sock])
+    server.socket = sock
+    yield server
+    server.stop()
+
+
+DATATYPES = {
+    "FP32": lambda rng: rng.normal(size=(3, 4)).astype(np.float32),
+    "INT64": lambda rng: rng.integers(-(2**62), 2**62, size=(3, 4), dtype=np.int64),
+    "BOOL": lambda rng: rng.integers(0, 2, size=(3, 4)).astype(bool),
+    "BYTES": lambda rng: np.array([[f"s{i}é".encode() for i in range(4)] for _ in range(3)], dtype=np.object_),
+}
+
+
+def infer_every_way(address, grpc_address, model, input_name, output, array, datatype):
+    """The output through tritonclient HTTP JSON, HTTP binary and gRPC."""
+    answers = {}
+    http = httpclient.InferenceServerClient(address)
+    for binary in (False, True):
+        x = httpclient.InferInput(input_name, list(array.shape), datatype)
+        x.set_data_from_numpy(array, binary_data=binary)
+        out = httpclient.InferRequestedOutput(output, binary_data=binary)
+        answers[f"http binary={binary}"] = http.infer(model, [x], outputs=[out]).as_numpy(output)
+    g = grpcclient.InferenceServerClient(grpc_address)
+    x = grpcclient.InferInput(input_name, list(array.shape), datatype)
+    x.set_data_from_numpy(array)
+    answers["grpc"] = g.infer(model, [x]).as_numpy(output)
+    return answers
+
+
+def as_bytes(array):
+    """tritonclient gives JSON BYTES as str and binary ones as bytes."""
+    if array.dtype != np.object_:
+        return array
+    return np.vectorize(lambda v: v.encode() if isinstance(v, str) else v, otypes=[object])(array)
+
+
+def direct_grpc(grpc_address, model, input_name, output, array, datatype):
+    g = grpcclient.InferenceServerClient(grpc_address)
+    x = grpcclient.InferInput(input_name, list(array.shape), datatype)
+    x.set_data_from_numpy(array)
+    return g.infer(model, [x]).as_numpy(output)
+
+
+@pytest.mark.parametrize("datatype", list(DATATYPES))
+def test_every_client_gets_what_the_upstream_answers(datatype, kserve, wirespeed_upstream, tmp_path):
+    name = f"identity_{datatype.lower()}"
+    echo = f"echo_{datatype.lower()}"
+    spec = dict(inputs=[("x", datatype, [-1, -1])], outputs=[("y", datatype, [-1, -1])])
+    front = start_front(tmp_path, {
+        name: upstream_config(f"grpc+unix://{wirespeed_upstream.socket}"),
+        echo: upstream_config(f"grpc://127.0.0.1:{kserve['grpc']}", **spec),
+    })
+    try:
+        array = DATATYPES[datatype](np.random.default_rng(1))
+        for model, inp, out, upstream in (
+            (name, "INPUT0", "OUTPUT0", wirespeed_upstream.grpc_address),
+            (echo, "x", "y", f"127.0.0.1:{kserve['grpc']}"),
+        ):
+            wait_model_ready(front, model)
+            remote = name if model == name else echo
+            expected = direct_grpc(upstream, remote, inp, out, array, datatype)
+            np.testing.assert_array_equal(expected, array)
+            for way, got in infer_every_way(front.address, front.grpc_address, model, inp, out, array, datatype).items():
+                assert got.dtype == expected.dtype, (model, way)
+                np.testing.assert_array_equal(as_bytes(got), expected, err_msg=f"{model} {way}")
+            if datatype != "BYTES":
+                rows = array.tolist()
+                tf = requests.post(f"http://{front.address}/v1/models/{model}:predict", json={"instances": rows})
+                assert tf.status_code == 200, tf.text
+                np.testing.assert_array_equal(np.array(tf.json()["predictions"], dtype=array.dtype), expected)
+                clipper = requests.post(f"http://{front.address}/{model}/predict", json={"input_batch": rows})
+                assert clipper.status_code == 200, clipper.text
+                got = [row["output"] for row in clipper.json()["batch_predictions"]]
+                np.testing.assert_array_equal(np.array(got, dtype=array.dtype), expected)
+    finally:
+        front.stop()
+
+
+def test_xgboost_on_kserve_and_mlserver_matches_the_xgboost_package(xgb_model, kserve, mlserver, tmp_path):
+    _, booster, rows = xgb_model
+    spec = dict(inputs=[("x", "FP32", [-1, 10])], outputs=[("predict", "INT64", [-1, 1])])
+    front = start_front(tmp_path, {
+        "on_kserve": upstream_config(f"grpc://127.0.0.1:{kserve['grpc']}", model="xgb", **spec),
+        "on_mlserver": upstream_config(f"grpc://127.0.0.1:{mlserver['grpc']}", model="xgb", **spec),
+    })
+    try:
+        expected = booster.predict(rows).astype(np.int64).reshape(-1, 1)
+        for model in ("on_kserve", "on_mlserver"):
+            wait_model_ready(front, model)
+            for way, got in infer_every_way(front.address, front.grpc_address, model, "x", "predict", rows, "FP32").items():
+                np.testing.assert_array_equal(got, expected, err_msg=f"{model} {way}")
+        direct = direct_grpc(f"127.0.0.1:{mlserver['grpc']}", "xgb", "x", "predict", rows, "FP32")
+        np.testing.assert_array_equal(direct.reshape(-1, 1), expected)
+    finally:
+        front.stop()
+
+
+def test_an_upstream_that_is_down_at_start_makes_the_model_ready_when_it_answers(tmp_path):
+    sock = tmp_path / "late.sock"
+    front = start_front(tmp_path, {"identity_fp32": upstream_config(f"grpc+unix://{sock}")})
+    try:
+        answer = requests.get(f"http://{front.address}/v2/models/identity_fp32/ready")
+        assert answer.status_code == 503
+        assert str(sock) in answer.json()["reason"], answer.text
+        assert requests.get(f"http://{front.address}/v2/health/ready").status_code == 503
+        infer = requests.post(
+            f"http://{front.address}/v2/models/identity_fp32/infer",
+            json={"inputs": [{"name": "INPUT0", "datatype": "FP32", "shape": [1, 1], "data": [1]}]},
+        )
+        assert infer.status_code == 503 and infer.headers["Retry-After"] == "1", infer.text
+        assert "is not ready" in infer.json()["error"]
+        g = grpcclient.InferenceServerClient(front.grpc_address)
+        assert not g.is_model_ready("identity_fp32")
+
+        upstream = RunningServer(MODELS, extra_args=["--grpc-uds", sock])
+        try:
+            wait_model_ready(front, "identity_fp32")
+            assert g.is_server_ready()
+            x = np.array([[1.5, -2.0]], dtype=np.float32)
+            got = direct_grpc(front.grpc_address, "identity_fp32", "INPUT0", "OUTPUT0", x, "FP32")
+            np.testing.assert_array_equal(got, x)
+        finally:
+            upstream.stop()
+    finally:
+        front.stop()
+
+
+def post_row(front, timeout=10):
+    started = time.monotonic()
+    try:
+        answer = requests.post(
+            f"http://{front.address}/v2/models/identity_fp32/infer",
+            json={"inputs": [{"name": "INPUT0", "datatype": "FP32", "shape": [1, 2], "data": [1, 2]}]},
+            timeout=timeout,
+        )
+        return answer.status_code, time.monotonic() - started, answer.text
+    except requests.RequestException as e:
+        return None, time.monotonic() - started, str(e)
+
+
+def test_a_killed_upstream_gives_quick_503s_and_its_return_needs_no_restart(wirespeed_upstream, tmp_path):
+    sock = wirespeed_upstream.socket
+    front = start_front(tmp_path, {"identity_fp32": upstream_config(f"grpc+unix://{sock}")})
+    try:
+        wait_model_ready(front, "identity_fp32")
+        results, stop = [], threading.Event()
+
+        def load():
+            while not stop.is_set():
+                results.append(post_row(front))
+
+        threads = [threading.Thread(target=load) for _ in range(4)]
+        for t in threads:
+            t.start()
+        wait_until("requests before the kill", lambda: sum(r[0] == 200 for r in results) >= 20)
+        killed_at = len(results)
+        wirespeed_upstream.process.send_signal(signal.SIGKILL)
+        wirespeed_upstream.process.wait()
+        wait_until("refused requests", lambda: sum(r[0] == 503 for r in results[killed_at:]) >= 20)
+        stop.set()
+        for t in threads:
+            t.join()
+        after = results[killed_at:]
+        assert all(code is not None for code, _, _ in after), "a request hung or lost its connection"
+        assert {code for code, _, _ in after} <= {200, 502, 503}, after
+        refused = [r for r in after if r[0] == 503]
+        assert all(seconds < 2 for _, seconds, _ in refused), max(s for _, s, _ in refused)
+        assert "upstream" in refused[-1][2] or "not ready" in refused[-1][2], refused[-1]
+        assert front.process.poll() is None
+
+        again = RunningServer(MODELS, extra_args=["--grpc-uds", sock])
+        try:
+            wait_model_ready(front, "identity_fp32")
+            wait_until("a served request", lambda: post_row(front)[0] == 200)
+            assert [post_row(front)[0] for _ in range(10)] == [200] * 10
+        finally:
+            again.stop()
+    finally:
+        front.stop()
+
+
+def test_with_two_replicas_one_killed_every_request_succeeds(tmp_path):
+    a_sock, b_sock = tmp_path / "a.sock", tmp_path / "b.sock"
+    a = RunningServer(MODELS, extra_args=["--grpc-uds", a_sock])
+    b = RunningServer(MODELS, extra_args=["--grpc-uds", b_sock])
+    config = f'backend = "upstream"\nurls = ["grpc+unix://{a_sock}", "grpc+unix://{b_sock}"]\n'
+    front = start_front(tmp_path, {"identity_fp32": config}, extra_args=["--log-level", "info"])
+    try:
+        wait_model_ready(front, "identity_fp32")
+        assert [post_row(front)[0] for _ in range(20)] == [200] * 20
+        a.process.send_signal(signal.SIGKILL)
+        a.process.wait()
+        codes = [post_row(front)[0] for _ in range(60)]
+        assert codes == [200] * 60, codes
+        front.wait_for_log("ejecting the replica")
+        assert [post_row(front)[0] for _ in range(20)] == [200] * 20
+    finally:
+        front.stop()
+        a.stop()
+        b.stop()
+
+
+def test_a_client_deadline_is_the_upstream_deadline_and_cancels_the_call(kserve, tmp_path):
+    spec = dict(inputs=[("x", "FP32", [-1])], outputs=[("y", "FP32", [-1])])
+    front = start_front(
+        tmp_path,
+        {"sleepy": upstream_config(f"grpc://127.0.0.1:{kserve['grpc']}", **spec)},
+        extra_args=["--request-timeout", "0.3"],
+    )
+    cancels = kserve["cancels"]
+    before = cancels.read_text().count("cancelled")
+    try:
+        wait_model_ready(front, "sleepy")
+        g = grpcclient.InferenceServerClient(front.grpc_address)
+        x = grpcclient.InferInput("x", [1], "FP32")
+        x.set_data_from_numpy(np.array([1.0], dtype=np.float32))
+        started = time.monotonic()
+        with pytest.raises(InferenceServerException) as raised:
+            g.infer("sleepy", [x], client_timeout=0.2)
+        assert time.monotonic() - started < 1.5
+        assert "DEADLINE_EXCEEDED" in str(raised.value.status()) or "Deadline" in str(raised.value), raised.value
+        wait_until("KServe to see the gRPC call cancelled", lambda: cancels.read_text().count("cancelled") > before)
+
+        started = time.monotonic()
+        answer = requests.post(
+            f"http://{front.address}/v2/models/sleepy/infer",
+            json={"inputs": [{"name": "x", "datatype": "FP32", "shape": [1], "data": [1]}]},
+        )
+        assert answer.status_code == 504, answer.text
+        assert time.monotonic() - started < 1.5
+        assert f"127.0.0.1:{kserve['grpc']}" in answer.json()["error"]
+        wait_until("KServe to see the REST call cancelled", lambda: cancels.read_text().count("cancelled") > before + 1)
+    finally:
+        front.stop()
+
+
+@pytest.fixture(scope="module")
+def hostile():
+    port = free_port()
+    process = subprocess.Popen([sys.executable, str(HERE / "hostile.py"), str(port)], stdout=subprocess.PIPE, text=True)
+    assert process.stdout.readline().strip() == "serving"
+    yield port
+    process.terminate()
+    process.wait(timeout=15)
+
+
+@pytest.mark.parametrize(
+    "model, status, grpc_code, says",
+    [
+        ("short", 502, "StatusCode.INTERNAL", "take 4 bytes"),
+        ("huge", 502, "StatusCode.INTERNAL", "over the limit of 1048576 bytes"),
+        ("garbage", 502, "StatusCode.INTERNAL", "does not decode"),
+        ("failing", 502, "StatusCode.INTERNAL", "answered INTERNAL: the model raised ValueError: boom"),
+        ("missing", 404, "StatusCode.NOT_FOUND", "answered NOT_FOUND"),
+    ],
+)
+def test_a_hostile_upstream_gets_a_clear_error_and_nothing_else(hostile, tmp_path, model, status, grpc_code, says):
+    front = start_front(tmp_path, {model: upstream_config(f"grpc://127.0.0.1:{hostile}", extra="max_message_bytes = 1048576\n")})
+    try:
+        wait_model_ready(front, model)
+        for _ in range(3):
+            answer = requests.post(
+                f"http://{front.address}/v2/models/{model}/infer",
+                json={"inputs": [{"name": "x", "datatype": "FP32", "shape": [1], "data": [1]}]},
+            )
+            assert answer.status_code == status, answer.text
+            assert says in answer.json()["error"] and f"127.0.0.1:{hostile}" in answer.json()["error"], answer.text
+        g = grpcclient.InferenceServerClient(front.grpc_address)
+        x = grpcclient.InferInput("x", [1], "FP32")
+        x.set_data_from_numpy(np.array([1.0], dtype=np.float32))
+        with pytest.raises(InferenceServerException) as raised:
+            g.infer(model, [x])
+        assert raised.value.status() == grpc_code, raised.value
+        assert proc_status(front.process.pid, "VmRSS") < 64 * 1024
+        assert http_ok(f"http://{front.address}/v2/models/{model}/ready")
+    finally:
+        front.stop()
+
+
+def test_mistakes_in_an_upstream_config_stop_the_server_with_their_reason(tmp_path):
+    for config, says in (
+        ('backend = "upstream"\n', 'needs url = "grpc://host:port"'),
+        ('backend = "upstream"\nurl = "tcp://h:1"\n', "unknown upstream scheme 'tcp'"),
+        ('backend = "upstream"\nurl = "grpc://h:1"\ntoken = "x"\n', "unknown field `token`"),
+    ):
+        root = write_models(tmp_path / f"bad{abs(hash(config))}", {"m": config})
+        result = run_wirespeed("serve", "--models", root, "--http", "127.0.0.1:0", "--grpc", "off")
+        assert result.returncode != 0
+        assert says in result.stderr, result.stderr
