@@ -276,7 +276,8 @@ mod tests {
         let dir = repo(&[("a", &ECHO.replace("identity", "tensorrt"))]);
         let e = load(&dir).unwrap_err().to_string();
         assert!(
-            e.contains("unknown backend 'tensorrt'") && e.contains("identity, lightgbm, xgboost"),
+            e.contains("unknown backend 'tensorrt'")
+                && e.contains("identity, lightgbm, upstream, xgboost"),
             "{e}"
         );
 
