@@ -439,3 +439,36 @@ def test_mistakes_in_an_upstream_config_stop_the_server_with_their_reason(tmp_pa
         result = run_wirespeed("serve", "--models", root, "--http", "127.0.0.1:0", "--grpc", "off")
         assert result.returncode != 0
         assert says in result.stderr, result.stderr
+
+
+def test_whole_server_mode_serves_what_the_upstream_lists_or_names(kserve, mlserver, xgb_model, tmp_path):
+    _, booster, rows = xgb_model
+    expected = booster.predict(rows).astype(np.int64).reshape(-1, 1)
+    # MLServer lists its models (its repository index); its XGBoost model
+    # declares no tensors, so a local folder of the same name pins them.
+    pins = upstream_config(
+        f"grpc://127.0.0.1:{mlserver['grpc']}",
+        inputs=[("x", "FP32", [-1, 10])], outputs=[("predict", "INT64", [-1, 1])],
+    )
+    local = write_models(tmp_path / "local", {"xgb": pins})
+    listed = RunningServer(local, extra_args=["--upstream", f"grpc://127.0.0.1:{mlserver['grpc']}"])
+    # KServe's model server lists nothing: the models are named.
+    named = RunningServer(
+        tmp_path / "absent",
+        extra_args=["--upstream", f"grpc://127.0.0.1:{kserve['grpc']}", "--upstream-models", "echo_fp32,echo_int64"],
+    )
+    try:
+        wait_model_ready(listed, "xgb")
+        names = requests.get(f"http://{listed.address}/v1/models").json()["models"]
+        assert "xgb" in names
+        got = direct_grpc(listed.grpc_address, "xgb", "x", "predict", rows, "FP32")
+        np.testing.assert_array_equal(got, expected)
+
+        assert requests.get(f"http://{named.address}/v1/models").json()["models"] == ["echo_fp32", "echo_int64"]
+        # KServe's echo models list no tensors either: not ready, saying so.
+        answer = requests.get(f"http://{named.address}/v2/models/echo_fp32/ready")
+        assert answer.status_code == 503 and "lists no inputs" in answer.json()["reason"], answer.text
+        assert requests.get(f"http://{named.address}/v2/health/ready").status_code == 503
+    finally:
+        listed.stop()
+        named.stop()

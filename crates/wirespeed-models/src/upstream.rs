@@ -180,6 +180,19 @@ pub struct UpstreamModel {
 }
 
 impl UpstreamModel {
+    /// The upstream's model `name`, served under the same name as version
+    /// "1", its tensors from its metadata: a model of whole-server mode
+    /// (`wirespeed serve --upstream`). Must run inside the server's runtime.
+    pub fn front(name: &str, upstream: Arc<Upstream>) -> Result<Arc<dyn Model>, String> {
+        let pinned = Pinned {
+            inputs: Vec::new(),
+            outputs: Vec::new(),
+        };
+        let model =
+            UpstreamModel::start(name, "1", name.to_owned(), String::new(), pinned, upstream)?;
+        Ok(model)
+    }
+
     /// The model `name` (served as `version`), which is `remote` in
     /// `remote_version` on `upstream`; starts learning its metadata.
     fn start(
@@ -281,7 +294,7 @@ fn merge(
     if pinned.is_empty() {
         if theirs.is_empty() {
             return Err(format!(
-                "the upstream's metadata of model '{remote}' lists no {what}s; declare them in config.toml"
+                "the upstream's metadata of model '{remote}' lists no {what}s; declare them as [[{what}s]] in the model's config.toml (backend = \"upstream\"), or in the upstream's own model settings"
             ));
         }
         return Ok(theirs);

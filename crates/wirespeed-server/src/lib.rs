@@ -24,6 +24,7 @@
 mod auth;
 mod authority;
 mod classification;
+mod fronting;
 mod grpc;
 mod hpack;
 mod http;
@@ -49,6 +50,7 @@ use std::time::Duration;
 
 use tokio::net::{TcpListener, UnixListener};
 
+pub use fronting::UpstreamServer;
 pub use wirespeed_core::RequestLimits;
 pub use wirespeed_models::{Backend, ModelSource, Registry, RepositoryError};
 
@@ -100,6 +102,9 @@ pub struct ServerConfig {
     pub auth_token: Option<String>,
     /// TLS for every listener, from PEM files.
     pub tls: Option<TlsFiles>,
+    /// Another server whose every model this one serves too
+    /// (`--upstream`).
+    pub upstream: Option<UpstreamServer>,
 }
 
 /// A certificate chain and its private key, as PEM files.
@@ -169,6 +174,7 @@ impl Default for ServerConfig {
             backends: Registry::builtin(),
             auth_token: None,
             tls: None,
+            upstream: None,
         }
     }
 }
@@ -203,12 +209,24 @@ pub enum StartError {
     /// The TLS certificate or key could not be used.
     #[error("cannot set up TLS: {0}")]
     Tls(String),
+    /// `--upstream` or `--upstream-models` cannot be used.
+    #[error("cannot front the upstream (--upstream): {0}")]
+    Upstream(String),
 }
 
 impl From<RepositoryError> for StartError {
     fn from(e: RepositoryError) -> StartError {
         StartError::Repository(e)
     }
+}
+
+/// Whether `dir` holds a folder that could be a model's.
+fn has_model_folders(dir: &Path) -> bool {
+    std::fs::read_dir(dir).is_ok_and(|entries| {
+        entries
+            .filter_map(Result::ok)
+            .any(|e| e.path().is_dir() && !e.file_name().to_string_lossy().starts_with('.'))
+    })
 }
 
 fn bind_hint(e: &std::io::Error, flag: &str) -> String {
@@ -237,6 +255,9 @@ pub(crate) struct AppState {
     pub(crate) clipper_queries: std::sync::atomic::AtomicU64,
     /// The registered system shared-memory regions.
     pub(crate) shared_memory: shared_memory::SharedMemory,
+    /// False while an upstream's models are still to be listed
+    /// (`--upstream` without `--upstream-models`): not ready until then.
+    pub(crate) listed: AtomicBool,
 }
 
 impl AppState {
@@ -244,8 +265,10 @@ impl AppState {
     /// KServe's server readiness mean.
     pub(crate) fn server_ready(&self) -> bool {
         self.ready.load(Ordering::Acquire)
+            && self.listed.load(Ordering::Acquire)
             && self
                 .models
+                .all()
                 .iter()
                 .all(|(_, served)| served.model.ready().is_ok())
     }
@@ -306,8 +329,18 @@ impl Server {
             threads: config.compute_threads,
             error,
         })?;
-        let loaded =
-            wirespeed_models::load_repository(&config.models_dir, &config.backends, &pool)?;
+        let upstream = config
+            .upstream
+            .as_ref()
+            .map(fronting::upstream)
+            .transpose()?;
+        // In front of an upstream, local models are optional.
+        let local = upstream.is_none() || has_model_folders(&config.models_dir);
+        let loaded = if local {
+            wirespeed_models::load_repository(&config.models_dir, &config.backends, &pool)?
+        } else {
+            Vec::new()
+        };
         let http_tcp = match config.http_addr {
             Some(addr) => Some(bind_tcp("--http", addr).await?),
             None => None,
@@ -326,27 +359,32 @@ impl Server {
             .as_deref()
             .map(|p| bind_unix("--grpc-uds", p))
             .transpose()?;
+        let state = Arc::new(AppState {
+            models: ServedModels::start(loaded, &pool),
+            ready: AtomicBool::new(true),
+            limits: config.limits.clone(),
+            decode_options: wirespeed_json::DecodeOptions {
+                limits: config.request_limits.clone(),
+                strict: config.strict_json,
+                pool: Some(pool.clone()),
+            },
+            pool,
+            auth: Auth::new(config.auth_token.clone()),
+            request_ids: std::sync::atomic::AtomicU64::new(1),
+            clipper_queries: std::sync::atomic::AtomicU64::new(0),
+            shared_memory: shared_memory::SharedMemory::default(),
+            listed: AtomicBool::new(true),
+        });
+        if let (Some(upstream), Some(fronted)) = (upstream, &config.upstream) {
+            fronting::start(&state, upstream, &fronted.models)?;
+        }
         Ok(Server {
             http_tcp,
             http_uds,
             grpc_tcp,
             grpc_uds,
             tls,
-            state: Arc::new(AppState {
-                models: ServedModels::start(loaded, &pool),
-                ready: AtomicBool::new(true),
-                limits: config.limits.clone(),
-                decode_options: wirespeed_json::DecodeOptions {
-                    limits: config.request_limits.clone(),
-                    strict: config.strict_json,
-                    pool: Some(pool.clone()),
-                },
-                pool,
-                auth: Auth::new(config.auth_token.clone()),
-                request_ids: std::sync::atomic::AtomicU64::new(1),
-                clipper_queries: std::sync::atomic::AtomicU64::new(0),
-                shared_memory: shared_memory::SharedMemory::default(),
-            }),
+            state,
             drain_timeout: config.drain_timeout,
             io_threads: config.io_threads,
         })

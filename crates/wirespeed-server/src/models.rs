@@ -1,8 +1,10 @@
 //! The models this server serves: each loaded model together with its
-//! scheduler, in one map, so the two can never disagree.
+//! scheduler, in one map, so the two can never disagree. Models can join
+//! while serving (those an upstream lists in whole-server mode); a request
+//! holds its model by an `Arc`, taken under a read lock.
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
+use std::sync::{Arc, RwLock};
 
 use wirespeed_core::{CpuPool, Error, ErrorKind, Model, ModelMetadata};
 use wirespeed_models::{is_valid_model_name, LoadedModel, OutputLabels};
@@ -44,7 +46,8 @@ impl ServedModel {
 
 /// Every served model, by name.
 pub(crate) struct ServedModels {
-    models: BTreeMap<String, ServedModel>,
+    models: RwLock<BTreeMap<String, Arc<ServedModel>>>,
+    pool: CpuPool,
 }
 
 impl ServedModels {
@@ -52,42 +55,58 @@ impl ServedModels {
     /// what the model asks for, else the CPU pool's threads; `max_queue`
     /// to 64 per unit of concurrency.
     pub(crate) fn start(loaded: Vec<LoadedModel>, pool: &CpuPool) -> ServedModels {
-        let models = loaded
-            .into_iter()
-            .map(|loaded| {
-                let concurrency = loaded
-                    .max_concurrency
-                    .or(loaded.model.default_concurrency())
-                    .unwrap_or(pool.threads())
-                    .max(1);
-                let queue = loaded.max_queue.unwrap_or(64 * concurrency);
-                let scheduler =
-                    Scheduler::start(Arc::clone(&loaded.model), concurrency, queue, pool.clone());
-                let served = ServedModel {
-                    model: loaded.model,
-                    scheduler,
-                    stats: ModelStats::default(),
-                    backend: loaded.backend,
-                    max_concurrency: concurrency,
-                    max_queue: queue,
-                    labels: loaded.labels,
-                };
-                (loaded.name, served)
-            })
-            .collect();
-        ServedModels { models }
+        let models = ServedModels {
+            models: RwLock::new(BTreeMap::new()),
+            pool: pool.clone(),
+        };
+        for loaded in loaded {
+            models.add(loaded);
+        }
+        models
     }
 
-    /// Every served model, in name order.
-    pub(crate) fn iter(&self) -> impl Iterator<Item = (&str, &ServedModel)> {
-        self.models
+    /// Serves `loaded` from now on, unless a model of that name is served
+    /// already; says whether it was added. Must run inside the server's
+    /// runtime (the scheduler's actor is spawned there).
+    pub(crate) fn add(&self, loaded: LoadedModel) -> bool {
+        let mut models = self.models.write().unwrap_or_else(|e| e.into_inner());
+        if models.contains_key(&loaded.name) {
+            return false;
+        }
+        let pool = &self.pool;
+        let concurrency = loaded
+            .max_concurrency
+            .or(loaded.model.default_concurrency())
+            .unwrap_or(pool.threads())
+            .max(1);
+        let queue = loaded.max_queue.unwrap_or(64 * concurrency);
+        let scheduler =
+            Scheduler::start(Arc::clone(&loaded.model), concurrency, queue, pool.clone());
+        let served = ServedModel {
+            model: loaded.model,
+            scheduler,
+            stats: ModelStats::default(),
+            backend: loaded.backend,
+            max_concurrency: concurrency,
+            max_queue: queue,
+            labels: loaded.labels,
+        };
+        models.insert(loaded.name, Arc::new(served));
+        true
+    }
+
+    /// Every served model, in name order, as they are now.
+    pub(crate) fn all(&self) -> Vec<(String, Arc<ServedModel>)> {
+        let models = self.models.read().unwrap_or_else(|e| e.into_inner());
+        models
             .iter()
-            .map(|(name, served)| (name.as_str(), served))
+            .map(|(name, served)| (name.clone(), Arc::clone(served)))
+            .collect()
     }
 
     /// The model `name` in `version` (any served version when `None`), or a
     /// not-found error that says which part did not match.
-    pub(crate) fn get(&self, name: &str, version: Option<&str>) -> Result<&ServedModel, Error> {
+    pub(crate) fn get(&self, name: &str, version: Option<&str>) -> Result<Arc<ServedModel>, Error> {
         // Names come from URLs and messages; this is a map, so nothing can
         // reach a file, but a name that could never be a model folder's is
         // refused as such rather than looked up.
@@ -98,9 +117,15 @@ impl ServedModels {
                 shown.escape_debug()
             )));
         }
-        let served = self.models.get(name).ok_or_else(|| {
-            Error::new(ErrorKind::ModelNotFound, format!("unknown model '{name}'"))
-        })?;
+        let served = self
+            .models
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(name)
+            .cloned()
+            .ok_or_else(|| {
+                Error::new(ErrorKind::ModelNotFound, format!("unknown model '{name}'"))
+            })?;
         if let Some(v) = version {
             let versions = &served.metadata().versions;
             if !versions.iter().any(|served| served == v) {

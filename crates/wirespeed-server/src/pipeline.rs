@@ -162,7 +162,7 @@ async fn run<C: Codec>(
         return Err(codec.refuse(error).await);
     }
     // Every request that reached a model is counted, once, as it ends.
-    let result = compute(state, served, context, target, codec).await;
+    let result = compute(state, &served, context, target, codec).await;
     match &result {
         Ok(_) => served.stats.success(&context.stages),
         Err(_) => served.stats.failure(context.stages.elapsed()),

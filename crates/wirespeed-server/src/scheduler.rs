@@ -249,8 +249,10 @@ impl Scheduler {
                     }
                     .instrument(span),
                 );
-                // Aborting a task that has ended does nothing.
-                let _guard = AbortOnDrop(task.abort_handle());
+                let _guard = AbortOnDrop {
+                    task: task.abort_handle(),
+                    model: Arc::clone(&self.model),
+                };
                 let (result, spent) = task.await.map_err(|_| self.crashed())?;
                 stages.compute = spent;
                 result
@@ -267,11 +269,18 @@ impl Scheduler {
 }
 
 /// Aborts a model's task if its caller goes before it ends.
-struct AbortOnDrop(tokio::task::AbortHandle);
+struct AbortOnDrop {
+    task: tokio::task::AbortHandle,
+    model: Arc<dyn Model>,
+}
 
 impl Drop for AbortOnDrop {
     fn drop(&mut self) {
-        self.0.abort();
+        if !self.task.is_finished() {
+            self.task.abort();
+            let model = &self.model.metadata().name;
+            tracing::debug!(%model, "the caller left mid-compute; the model's call is cancelled and its slot freed");
+        }
     }
 }
 

@@ -132,6 +132,7 @@ pub(crate) fn select(
 ) -> Result<Vec<pb::ModelStatistics>, Error> {
     if name.is_empty() {
         return Ok(models
+            .all()
             .iter()
             .map(|(name, m)| m.stats.snapshot(name, m.version()))
             .collect());

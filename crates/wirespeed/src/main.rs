@@ -12,7 +12,7 @@ use std::time::Duration;
 use anyhow::Context;
 use clap::{Args, Parser, Subcommand};
 use tracing_subscriber::EnvFilter;
-use wirespeed_server::{Limits, RequestLimits, Server, ServerConfig, TlsFiles};
+use wirespeed_server::{Limits, RequestLimits, Server, ServerConfig, TlsFiles, UpstreamServer};
 
 /// A model server whose request path runs at wire speed.
 #[derive(Parser)]
@@ -38,6 +38,24 @@ struct ServeArgs {
     /// The model repository: one folder per model, each with a config.toml.
     #[arg(long, env = "WIRESPEED_MODELS", default_value = "models")]
     models: PathBuf,
+
+    /// Serve every model of another inference server too (Triton, KServe,
+    /// MLServer, another wirespeed), forwarding over its V2 gRPC API:
+    /// grpc://HOST:PORT, grpcs://HOST:PORT or grpc+unix:///PATH. Give it
+    /// again for replicas. The models are those its repository index lists,
+    /// or `--upstream-models`.
+    #[arg(long, env = "WIRESPEED_UPSTREAM", value_delimiter = ',')]
+    upstream: Vec<String>,
+
+    /// The upstream's models to serve, for servers that do not list theirs
+    /// (KServe's model server): a,b,c.
+    #[arg(
+        long,
+        env = "WIRESPEED_UPSTREAM_MODELS",
+        value_delimiter = ',',
+        requires = "upstream"
+    )]
+    upstream_models: Vec<String>,
 
     /// The TCP address the REST API listens on, or `off`. Port 0 picks a free port.
     #[arg(long, env = "WIRESPEED_HTTP", default_value = "127.0.0.1:8000")]
@@ -216,7 +234,14 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
         .map_or(defaults.compute_threads, usize::from);
     if args.check {
         let pool = wirespeed_core::CpuPool::new(compute_threads)?;
-        let models = wirespeed_models::load_repository(&args.models, &defaults.backends, &pool)
+        // Upstream models are loaded inside a runtime (they start a task).
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?;
+        let models = runtime
+            .block_on(async {
+                wirespeed_models::load_repository(&args.models, &defaults.backends, &pool)
+            })
             .context("model repository check failed")?;
         for loaded in models {
             let (name, m) = (&loaded.name, loaded.model.metadata());
@@ -275,6 +300,10 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
             .tls_cert
             .zip(args.tls_key)
             .map(|(cert, key)| TlsFiles { cert, key }),
+        upstream: (!args.upstream.is_empty()).then(|| UpstreamServer {
+            urls: args.upstream.clone(),
+            models: args.upstream_models.clone(),
+        }),
         ..defaults
     };
     // This thread runs start-up, the models' schedulers and signals; the

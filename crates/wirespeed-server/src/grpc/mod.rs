@@ -98,7 +98,7 @@ impl GrpcInferenceService for Inference {
             .get(&request.name, version(&request.version))
             .map_err(|e| status(&e))?;
         Ok(Response::new(pb::ModelReadyResponse {
-            ready: self.state.model_ready(served).is_ok(),
+            ready: self.state.model_ready(&served).is_ok(),
         }))
     }
 
@@ -177,7 +177,7 @@ impl GrpcInferenceService for Inference {
             .get(&request.name, version(&request.version))
             .map_err(|e| status(&e))?;
         Ok(Response::new(pb::ModelConfigResponse {
-            config: Some(crate::model_config::model_config(&request.name, model)),
+            config: Some(crate::model_config::model_config(&request.name, &model)),
         }))
     }
 

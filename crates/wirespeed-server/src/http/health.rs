@@ -38,7 +38,7 @@ pub(crate) fn ready(state: &AppState) -> Response<Body> {
 /// shutting down. When it is not, `reason` says why.
 pub(crate) fn model_ready(state: &AppState, model: ModelRef<'_>) -> Result<Response<Body>, Error> {
     let served = state.models.get(model.name, model.version)?;
-    Ok(match state.model_ready(served) {
+    Ok(match state.model_ready(&served) {
         Ok(()) => response::json_value(&json!({ "name": model.name, "ready": true })),
         Err(reason) => response::json_with_status(
             StatusCode::SERVICE_UNAVAILABLE,

@@ -29,7 +29,8 @@ pub(crate) fn server() -> Response<Body> {
 
 /// A model's metadata: its versions, platform, inputs and outputs.
 pub(crate) fn model(state: &AppState, model: ModelRef<'_>) -> Result<Response<Body>, Error> {
-    let metadata = state.models.get(model.name, model.version)?.metadata();
+    let served = state.models.get(model.name, model.version)?;
+    let metadata = served.metadata();
     let tensors = |specs: &[TensorSpec]| -> Vec<Value> {
         specs
             .iter()
@@ -48,7 +49,7 @@ pub(crate) fn model(state: &AppState, model: ModelRef<'_>) -> Result<Response<Bo
 /// A model's configuration, in Triton's `ModelConfig` JSON.
 pub(crate) fn config(state: &AppState, model: ModelRef<'_>) -> Result<Response<Body>, Error> {
     let served = state.models.get(model.name, model.version)?;
-    let config = crate::model_config::model_config(model.name, served);
+    let config = crate::model_config::model_config(model.name, &served);
     Ok(response::json_value(&crate::model_config::to_json(&config)))
 }
 

@@ -100,7 +100,7 @@ pub(crate) fn other_verb(verb: &str) -> Error {
 pub(crate) fn status(state: &AppState, target: ModelRef<'_>) -> Result<Response<Body>, Error> {
     let model = state.models.get(target.name, target.version)?;
     let version = target.version.unwrap_or(&model.metadata().versions[0]);
-    let ready = state.model_ready(model);
+    let ready = state.model_ready(&model);
     let (code, message) = match &ready {
         Ok(()) => ("OK", ""),
         Err(reason) => ("UNAVAILABLE", reason.as_str()),
@@ -118,7 +118,12 @@ pub(crate) fn status(state: &AppState, target: ModelRef<'_>) -> Result<Response<
 
 /// KServe v1's `GET /v1/models`: the served models' names.
 pub(crate) fn model_list(state: &AppState) -> Response<Body> {
-    let names: Vec<&str> = state.models.iter().map(|(name, _)| name).collect();
+    let names: Vec<String> = state
+        .models
+        .all()
+        .into_iter()
+        .map(|(name, _)| name)
+        .collect();
     response::json_value(&json!({ "models": names }))
 }
 
