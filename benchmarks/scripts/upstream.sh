@@ -17,6 +17,7 @@ R=${R:-/tmp/research_e}
 PEERS=${PEERS:-$(cd "$(dirname "$0")/../../.." && pwd)/shared/peers}
 W=${W:-target/release/wirespeed}
 OUT=${OUT:-$(mktemp -d)}
+mkdir -p "$OUT"
 [ -x "$R/venv_ks/bin/python" ] && [ -x "$R/venv_mls/bin/mlserver" ] || R="$R" bash "$PEERS/setup.sh"
 
 pids=()
