@@ -149,8 +149,10 @@ def mlserver(xgb_model, tmp_path_factory):
 def wirespeed_upstream(tmp_path):
     """A wirespeed on the bundled models, its gRPC also on a Unix socket."""
     sock = tmp_path / "upstream.sock"
-    server = RunningServer(MODELS, extra_args=["--grpc-uds", sock])
+    http_sock = tmp_path / "upstream-http.sock"
+    server = RunningServer(MODELS, extra_args=["--grpc-uds", sock, "--http-uds", http_sock])
     server.socket = sock
+    server.http_socket = http_sock
     yield server
     server.stop()
 
@@ -228,16 +230,39 @@ def test_every_client_gets_what_the_upstream_answers(datatype, kserve, wirespeed
         front.stop()
 
 
+@pytest.mark.parametrize("datatype", list(DATATYPES))
+def test_rest_upstreams_get_binary_tensors_or_json(datatype, kserve, wirespeed_upstream, tmp_path):
+    """A wirespeed over REST lists the binary tensor extension, so it gets
+    binary tensors; KServe's REST does not, so it gets JSON."""
+    name = f"identity_{datatype.lower()}"
+    echo = f"echo_{datatype.lower()}"
+    spec = dict(inputs=[("x", datatype, [-1, -1])], outputs=[("y", datatype, [-1, -1])])
+    front = start_front(tmp_path, {
+        name: upstream_config(f"http+unix://{wirespeed_upstream.http_socket}"),
+        echo: upstream_config(f"http://127.0.0.1:{kserve['http']}", **spec),
+    })
+    try:
+        array = DATATYPES[datatype](np.random.default_rng(2))
+        for model, inp, out in ((name, "INPUT0", "OUTPUT0"), (echo, "x", "y")):
+            wait_model_ready(front, model)
+            for way, got in infer_every_way(front.address, front.grpc_address, model, inp, out, array, datatype).items():
+                np.testing.assert_array_equal(as_bytes(got), array, err_msg=f"{model} {way}")
+    finally:
+        front.stop()
+
+
 def test_xgboost_on_kserve_and_mlserver_matches_the_xgboost_package(xgb_model, kserve, mlserver, tmp_path):
     _, booster, rows = xgb_model
     spec = dict(inputs=[("x", "FP32", [-1, 10])], outputs=[("predict", "INT64", [-1, 1])])
     front = start_front(tmp_path, {
         "on_kserve": upstream_config(f"grpc://127.0.0.1:{kserve['grpc']}", model="xgb", **spec),
         "on_mlserver": upstream_config(f"grpc://127.0.0.1:{mlserver['grpc']}", model="xgb", **spec),
+        "on_kserve_rest": upstream_config(f"http://127.0.0.1:{kserve['http']}", model="xgb", **spec),
+        "on_mlserver_rest": upstream_config(f"http://127.0.0.1:{mlserver['http']}", model="xgb", **spec),
     })
     try:
         expected = booster.predict(rows).astype(np.int64).reshape(-1, 1)
-        for model in ("on_kserve", "on_mlserver"):
+        for model in ("on_kserve", "on_mlserver", "on_kserve_rest", "on_mlserver_rest"):
             wait_model_ready(front, model)
             for way, got in infer_every_way(front.address, front.grpc_address, model, "x", "predict", rows, "FP32").items():
                 np.testing.assert_array_equal(got, expected, err_msg=f"{model} {way}")
@@ -433,6 +458,7 @@ def test_mistakes_in_an_upstream_config_stop_the_server_with_their_reason(tmp_pa
     for config, says in (
         ('backend = "upstream"\n', 'needs url = "grpc://host:port"'),
         ('backend = "upstream"\nurl = "tcp://h:1"\n', "unknown upstream scheme 'tcp'"),
+        ('backend = "upstream"\nurls = ["grpc://h:1", "http://h:2"]\n', "speak different protocols"),
         ('backend = "upstream"\nurl = "grpc://h:1"\ntoken = "x"\n', "unknown field `token`"),
     ):
         root = write_models(tmp_path / f"bad{abs(hash(config))}", {"m": config})
@@ -472,3 +498,45 @@ def test_whole_server_mode_serves_what_the_upstream_lists_or_names(kserve, mlser
     finally:
         listed.stop()
         named.stop()
+
+
+def test_tls_upstreams_with_a_token(tmp_path):
+    """grpcs:// and https:// to a wirespeed with TLS and a bearer token: the
+    CA file and the token header from config.toml; without the token, the
+    model is not ready and says why."""
+    # A CA, and a server certificate it signs (rustls, like browsers,
+    # refuses a CA certificate as a server's own).
+    ca, ca_key = tmp_path / "ca.pem", tmp_path / "ca.key"
+    cert, key, token = tmp_path / "cert.pem", tmp_path / "key.pem", tmp_path / "token"
+    (tmp_path / "san.ext").write_text("subjectAltName=DNS:localhost,IP:127.0.0.1\n")
+    for command in (
+        f"req -x509 -newkey rsa:2048 -nodes -keyout {ca_key} -out {ca} -days 1 -subj /CN=wirespeed-test-ca",
+        f"req -newkey rsa:2048 -nodes -keyout {key} -out {tmp_path / 'leaf.csr'} -subj /CN=localhost",
+        f"x509 -req -in {tmp_path / 'leaf.csr'} -CA {ca} -CAkey {ca_key} -CAcreateserial -out {cert} -days 1"
+        f" -extfile {tmp_path / 'san.ext'}",
+    ):
+        made = subprocess.run(["openssl", *command.split()], capture_output=True)
+        assert made.returncode == 0, made.stderr
+    token.write_text("s3cret-token\n")
+    upstream = RunningServer(MODELS, ["--tls-cert", cert, "--tls-key", key, "--auth-token-file", token])
+    secure = f'ca_file = "{ca}"\nheaders = {{ authorization = "Bearer s3cret-token" }}\n'
+    front = start_front(tmp_path, {
+        "over_grpcs": upstream_config(f"grpcs://127.0.0.1:{upstream.grpc_port}", model="identity_fp32", extra=secure),
+        "over_https": upstream_config(f"https://127.0.0.1:{upstream.port}", model="identity_fp32", extra=secure),
+        "no_token": upstream_config(
+            f"grpcs://127.0.0.1:{upstream.grpc_port}", model="identity_fp32", extra=f'ca_file = "{ca}"\n'
+        ),
+    })
+    try:
+        x = np.array([[0.25, -3.5]], dtype=np.float32)
+        for model in ("over_grpcs", "over_https"):
+            wait_model_ready(front, model)
+            got = direct_grpc(front.grpc_address, model, "INPUT0", "OUTPUT0", x, "FP32")
+            np.testing.assert_array_equal(got, x)
+        wait_until(
+            "the reason the tokenless model is not ready",
+            lambda: "UNAUTHENTICATED" in requests.get(f"http://{front.address}/v2/models/no_token/ready").text,
+        )
+    finally:
+        front.stop()
+        upstream.stop()

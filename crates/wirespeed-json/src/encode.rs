@@ -4,7 +4,7 @@
 //! `-Infinity` tokens the decoder accepts.
 
 use base64::Engine;
-use wirespeed_core::{InferResponse, Tensor, TensorData};
+use wirespeed_core::{InferResponse, ParameterValue, Parameters, Tensor, TensorData};
 
 use crate::Format;
 
@@ -82,6 +82,92 @@ fn encode(response: &InferResponse, binary: &[bool], out: &mut Vec<u8>) {
         out.extend_from_slice(b"]}");
     }
     out.extend_from_slice(b"]}");
+}
+
+/// Appends a V2 infer request for `inputs` asking for `outputs` with
+/// `parameters`: the request wirespeed sends a server that speaks only the
+/// REST protocol. With `binary`, in Triton's binary tensor data extension:
+/// each input carries `binary_data_size` instead of `data` (the caller
+/// appends their raw bytes, in order, after this header), and each output
+/// asks for `binary_data`.
+pub fn encode_infer_request(
+    inputs: &[Tensor],
+    outputs: &[&str],
+    parameters: &Parameters,
+    binary: bool,
+    out: &mut Vec<u8>,
+) {
+    if !binary {
+        let estimate: usize = inputs
+            .iter()
+            .map(|t| 64 + t.name.len() + t.data.len() * estimated_width(&t.data))
+            .sum();
+        out.reserve(estimate);
+    }
+    let mut ints = itoa::Buffer::new();
+    out.extend_from_slice(b"{\"inputs\":[");
+    for (i, tensor) in inputs.iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        out.extend_from_slice(b"{\"name\":");
+        write_string(out, tensor.name.as_bytes());
+        out.extend_from_slice(b",\"datatype\":\"");
+        out.extend_from_slice(tensor.datatype().as_str().as_bytes());
+        out.extend_from_slice(b"\",\"shape\":[");
+        for (k, &d) in tensor.shape.iter().enumerate() {
+            if k > 0 {
+                out.push(b',');
+            }
+            out.extend_from_slice(ints.format(d).as_bytes());
+        }
+        if binary {
+            let size = wirespeed_core::raw::raw_len(&tensor.data);
+            out.extend_from_slice(b"],\"parameters\":{\"binary_data_size\":");
+            out.extend_from_slice(ints.format(size).as_bytes());
+            out.extend_from_slice(b"}}");
+        } else {
+            out.extend_from_slice(b"],\"data\":[");
+            write_data(out, &tensor.data);
+            out.extend_from_slice(b"]}");
+        }
+    }
+    out.extend_from_slice(b"],\"outputs\":[");
+    for (i, name) in outputs.iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        out.extend_from_slice(b"{\"name\":");
+        write_string(out, name.as_bytes());
+        if binary {
+            out.extend_from_slice(b",\"parameters\":{\"binary_data\":true}");
+        }
+        out.push(b'}');
+    }
+    out.push(b']');
+    if !parameters.is_empty() {
+        out.extend_from_slice(b",\"parameters\":{");
+        for (i, (key, value)) in parameters.iter().enumerate() {
+            if i > 0 {
+                out.push(b',');
+            }
+            write_string(out, key.as_bytes());
+            out.push(b':');
+            match value {
+                ParameterValue::Bool(b) => {
+                    out.extend_from_slice(if *b { b"true" } else { b"false" })
+                }
+                ParameterValue::Int(n) => out.extend_from_slice(ints.format(*n).as_bytes()),
+                ParameterValue::Float(x) if x.is_finite() => {
+                    out.extend_from_slice(ryu::Buffer::new().format_finite(*x).as_bytes())
+                }
+                ParameterValue::Float(_) => out.extend_from_slice(b"null"),
+                ParameterValue::String(text) => write_string(out, text.as_bytes()),
+            }
+        }
+        out.push(b'}');
+    }
+    out.push(b'}');
 }
 
 fn estimated_width(data: &TensorData) -> usize {

@@ -44,8 +44,8 @@ mod string;
 
 pub use decoder::{Format, RequestDecoder};
 pub use encode::{
-    encode_clipper_response, encode_infer_response, encode_infer_response_header,
-    encode_tf_response,
+    encode_clipper_response, encode_infer_request, encode_infer_response,
+    encode_infer_response_header, encode_tf_response,
 };
 pub use error::{Category, DecodeError};
 pub use options::DecodeOptions;

@@ -1,6 +1,6 @@
 //! `backend = "upstream"`: a model served by another server (Triton,
 //! KServe, MLServer, another wirespeed) over the Open Inference Protocol's
-//! gRPC API. wirespeed decodes each request once, in whatever protocol it
+//! gRPC API (or its REST API, for servers with no gRPC). wirespeed decodes each request once, in whatever protocol it
 //! came, and forwards the tensors as `raw_input_contents`; the answer goes
 //! back in the client's own format. The client side (connections,
 //! balancing, health, the calls) is `wirespeed-upstream`.
@@ -15,7 +15,7 @@
 //!
 //! ```toml
 //! backend = "upstream"
-//! url = "grpc://127.0.0.1:8001"         # or urls = [...], grpcs://, grpc+unix:///path
+//! url = "grpc://127.0.0.1:8001"         # or urls = [...], grpcs://, grpc+unix:///path, http://
 //! model = "resnet"                      # its name there; the folder's name unless set
 //! # version = "2"                       # asked for there; the upstream's default unless set
 //! # ca_file = "ca.pem"                  # for grpcs://; the system's roots unless set

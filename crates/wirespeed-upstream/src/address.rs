@@ -1,5 +1,6 @@
 //! Where an upstream server listens, as a URL: `grpc://host:port`,
-//! `grpcs://host:port` (TLS) or `grpc+unix:///path/to.sock`.
+//! `grpcs://host:port` (TLS), `grpc+unix:///path/to.sock`, and the same
+//! with `http` for servers that speak only the REST protocol.
 
 use std::fmt;
 use std::path::PathBuf;
@@ -10,6 +11,9 @@ use std::str::FromStr;
 pub enum Protocol {
     /// The Open Inference Protocol over gRPC (HTTP/2).
     Grpc,
+    /// The Open Inference Protocol's REST API (HTTP/1.1), for servers that
+    /// speak no gRPC.
+    Http,
 }
 
 /// How the connection is made.
@@ -76,7 +80,7 @@ impl FromStr for Address {
     type Err = String;
 
     fn from_str(text: &str) -> Result<Address, String> {
-        let usage = "give grpc://host:port, grpcs://host:port or grpc+unix:///path";
+        let usage = "give grpc://host:port, grpcs://host:port, grpc+unix:///path, http://host:port, https://host:port or http+unix:///path";
         let (scheme, rest) = text
             .split_once("://")
             .ok_or_else(|| format!("'{text}' is not an upstream URL; {usage}"))?;
@@ -84,6 +88,9 @@ impl FromStr for Address {
             "grpc" => (Protocol::Grpc, false, false),
             "grpcs" => (Protocol::Grpc, true, false),
             "grpc+unix" => (Protocol::Grpc, false, true),
+            "http" => (Protocol::Http, false, false),
+            "https" => (Protocol::Http, true, false),
+            "http+unix" => (Protocol::Http, false, true),
             other => {
                 return Err(format!(
                     "unknown upstream scheme '{other}' in '{text}'; {usage}"
@@ -143,9 +150,10 @@ mod tests {
         let a: Address = "grpc+unix:///tmp/t.sock".parse().unwrap();
         assert_eq!(a.transport, Transport::Unix("/tmp/t.sock".into()));
         assert_eq!(a.authority(), "localhost");
-        let a: Address = "grpc://[::1]:8080/".parse().unwrap();
+        let a: Address = "http://[::1]:8080/".parse().unwrap();
+        assert_eq!(a.protocol, Protocol::Http);
         assert_eq!(a.server_name(), "::1");
-        assert_eq!(a.to_string(), "grpc://[::1]:8080");
+        assert_eq!(a.to_string(), "http://[::1]:8080");
     }
 
     #[test]

@@ -67,6 +67,7 @@ pub(crate) fn tls_connector(
         .with_no_client_auth();
     config.alpn_protocols = match protocol {
         Protocol::Grpc => vec![b"h2".to_vec()],
+        Protocol::Http => vec![b"http/1.1".to_vec()],
     };
     Ok(TlsConnector::from(Arc::new(config)))
 }

@@ -5,8 +5,9 @@
 //! connections kept per thread (`channel.rs`, opened by `connect.rs` over
 //! TCP, Unix sockets or TLS). `grpc.rs` makes one unary gRPC call on hyper,
 //! sending a request [`Chunks`] (`body.rs`) of existing buffers; `v2.rs`
-//! speaks the Open Inference Protocol over it ([`V2Client`]); `error.rs`
-//! says how each failure reaches wirespeed's own clients.
+//! speaks the Open Inference Protocol over it ([`V2Client`]), or over REST
+//! through `rest.rs` for upstreams with no gRPC; `error.rs` says how each
+//! failure reaches wirespeed's own clients.
 //!
 //! The transcoding proxy and the upstream backend share this one pool.
 
@@ -16,6 +17,7 @@ pub mod channel;
 mod connect;
 mod error;
 mod grpc;
+mod rest;
 mod upstream;
 mod v2;
 

@@ -29,6 +29,7 @@ use crate::channel::{Channel, ChannelOptions};
 use crate::connect::tls_connector;
 use crate::error::CallError;
 use crate::grpc::{self, Call};
+use crate::rest::{Answer, Http1Channel};
 
 /// How an upstream is called.
 #[derive(Debug, Clone)]
@@ -83,9 +84,24 @@ impl std::fmt::Display for UpstreamError {
     }
 }
 
+/// How a replica is reached: HTTP/2 for gRPC, HTTP/1.1 for REST.
+pub(crate) enum Link {
+    Grpc(Channel),
+    Http(Http1Channel),
+}
+
+impl Link {
+    pub(crate) fn address(&self) -> &Address {
+        match self {
+            Link::Grpc(c) => c.address(),
+            Link::Http(c) => c.address(),
+        }
+    }
+}
+
 /// One replica and its health.
 pub(crate) struct Replica {
-    pub(crate) channel: Channel,
+    pub(crate) channel: Link,
     outstanding: AtomicUsize,
     failures: AtomicU32,
     ejected: AtomicBool,
@@ -137,8 +153,18 @@ impl Upstream {
         let replicas = addresses
             .into_iter()
             .map(|address| {
+                let link = match protocol {
+                    Protocol::Grpc => {
+                        Link::Grpc(Channel::new(address, tls.clone(), options.channel.clone()))
+                    }
+                    Protocol::Http => Link::Http(Http1Channel::new(
+                        address,
+                        tls.clone(),
+                        options.channel.clone(),
+                    )),
+                };
                 Arc::new(Replica {
-                    channel: Channel::new(address, tls.clone(), options.channel.clone()),
+                    channel: link,
                     outstanding: AtomicUsize::new(0),
                     failures: AtomicU32::new(0),
                     ejected: AtomicBool::new(false),
@@ -227,6 +253,76 @@ impl Upstream {
         body: Chunks,
         deadline: Option<Instant>,
     ) -> Result<Bytes, UpstreamError> {
+        let headers = &self.options.headers;
+        let max_message = self.options.max_message_bytes;
+        self.call(deadline, |replica| {
+            let body = body.clone();
+            async move {
+                match &replica.channel {
+                    Link::Grpc(channel) => {
+                        let call = Call {
+                            path,
+                            body,
+                            deadline,
+                            headers,
+                            max_message,
+                        };
+                        grpc::unary(channel, call).await
+                    }
+                    Link::Http(_) => Err(CallError::Protocol(
+                        "a gRPC call to a REST upstream".to_owned(),
+                    )),
+                }
+            }
+        })
+        .await
+    }
+
+    /// A REST request, balanced, retried and counted the same way; an
+    /// error status is a [`CallError::Status`].
+    pub(crate) async fn rest(
+        &self,
+        method: hyper::Method,
+        path: &str,
+        body: Chunks,
+        headers: &HeaderMap,
+        deadline: Option<Instant>,
+    ) -> Result<Answer, UpstreamError> {
+        let max = self.options.max_message_bytes;
+        self.call(deadline, |replica| {
+            let (body, method) = (body.clone(), method.clone());
+            async move {
+                match &replica.channel {
+                    Link::Http(channel) => {
+                        let answer = channel
+                            .send(method, path, body, headers, deadline, max)
+                            .await?;
+                        if answer.status.is_success() {
+                            Ok(answer)
+                        } else {
+                            Err(crate::rest::status_error(&answer))
+                        }
+                    }
+                    Link::Grpc(_) => Err(CallError::Protocol(
+                        "a REST request to a gRPC upstream".to_owned(),
+                    )),
+                }
+            }
+        })
+        .await
+    }
+
+    /// Makes `attempt` on a replica: balanced, retried when nothing was
+    /// reached, and counted for the replica's health.
+    async fn call<T, F, Fut>(
+        &self,
+        deadline: Option<Instant>,
+        attempt: F,
+    ) -> Result<T, UpstreamError>
+    where
+        F: Fn(Arc<Replica>) -> Fut,
+        Fut: std::future::Future<Output = Result<T, CallError>>,
+    {
         let mut tried = Vec::new();
         let mut retries = 0;
         loop {
@@ -240,22 +336,12 @@ impl Upstream {
             let replica = &self.replicas[i];
             replica.outstanding.fetch_add(1, Ordering::Relaxed);
             let counted = Outstanding(replica);
-            let result = grpc::unary(
-                &replica.channel,
-                Call {
-                    path,
-                    body: body.clone(),
-                    deadline,
-                    headers: &self.options.headers,
-                    max_message: self.options.max_message_bytes,
-                },
-            )
-            .await;
+            let result = attempt(Arc::clone(replica)).await;
             drop(counted);
             let error = match result {
-                Ok(message) => {
+                Ok(answer) => {
                     replica.failures.store(0, Ordering::Relaxed);
-                    return Ok(message);
+                    return Ok(answer);
                 }
                 Err(error) => error,
             };
@@ -306,22 +392,22 @@ impl Upstream {
                 "ejecting the replica; probing it until it answers"
             );
             let replica = Arc::clone(replica);
-            let protocol = self.protocol;
             let headers = self.options.headers.clone();
-            tokio::spawn(probe(replica, protocol, headers));
+            tokio::spawn(probe(replica, headers));
         }
     }
 }
 
 /// Asks an ejected replica whether it is live, with growing jittered waits,
 /// until it says so; then admits it.
-async fn probe(replica: Arc<Replica>, protocol: Protocol, headers: HeaderMap) {
+async fn probe(replica: Arc<Replica>, headers: HeaderMap) {
     let mut wait = Duration::from_millis(100);
     loop {
         tokio::time::sleep(jitter(wait)).await;
         let deadline = Instant::now() + Duration::from_secs(2);
-        let answer = match protocol {
-            Protocol::Grpc => crate::v2::live(&replica.channel, &headers, deadline).await,
+        let answer = match &replica.channel {
+            Link::Grpc(channel) => crate::v2::live(channel, &headers, deadline).await,
+            Link::Http(channel) => crate::rest::live(channel, &headers, deadline).await,
         };
         match answer {
             Ok(()) => {

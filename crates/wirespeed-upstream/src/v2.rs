@@ -15,6 +15,7 @@ use wirespeed_core::{
 use wirespeed_proto::inference as pb;
 use wirespeed_proto::tensors::{parameters_to_map, typed_contents};
 
+use crate::address::Protocol;
 use crate::body::Chunks;
 use crate::channel::Channel;
 use crate::error::CallError;
@@ -57,9 +58,13 @@ pub(crate) async fn live(
     }
 }
 
-/// A model on an upstream server, as the V2 gRPC API names it.
+/// The Open Inference Protocol on an upstream server: over gRPC, or over
+/// REST (`rest.rs`) when its URLs say `http`.
 pub struct V2Client {
     upstream: Arc<Upstream>,
+    /// Whether a REST upstream takes the binary tensor data extension,
+    /// once its `GET /v2` has said.
+    binary: std::sync::OnceLock<bool>,
 }
 
 /// The `ModelInfer` call wirespeed makes for one request.
@@ -82,7 +87,52 @@ pub struct InferCall<'a> {
 impl V2Client {
     /// A client of the V2 gRPC API of `upstream`.
     pub fn new(upstream: Arc<Upstream>) -> V2Client {
-        V2Client { upstream }
+        V2Client {
+            upstream,
+            binary: std::sync::OnceLock::new(),
+        }
+    }
+
+    fn rest_mode(&self) -> bool {
+        self.upstream.protocol() == Protocol::Http
+    }
+
+    fn protocol_error(&self, error: CallError) -> UpstreamError {
+        UpstreamError {
+            upstream: self.upstream.describe().to_owned(),
+            error,
+        }
+    }
+
+    /// A REST `GET` of `path`; its body.
+    async fn rest_get(
+        &self,
+        path: &str,
+        deadline: Option<Instant>,
+    ) -> Result<Bytes, UpstreamError> {
+        let answer = self
+            .upstream
+            .rest(
+                hyper::Method::GET,
+                path,
+                Chunks::default(),
+                &self.upstream.options().headers,
+                deadline,
+            )
+            .await?;
+        Ok(answer.body)
+    }
+
+    /// Whether the REST upstream takes binary tensors (`GET /v2` lists the
+    /// extension); asked once.
+    async fn rest_binary(&self, deadline: Option<Instant>) -> Result<bool, UpstreamError> {
+        if let Some(&binary) = self.binary.get() {
+            return Ok(binary);
+        }
+        let body = self.rest_get("/v2", deadline).await?;
+        let binary = crate::rest::speaks_binary(&body);
+        let _ = self.binary.set(binary);
+        Ok(binary)
     }
 
     /// The upstream it calls.
@@ -123,6 +173,13 @@ impl V2Client {
         version: &str,
         deadline: Option<Instant>,
     ) -> Result<pb::ModelMetadataResponse, UpstreamError> {
+        if self.rest_mode() {
+            let body = self
+                .rest_get(&rest_path(model, version, ""), deadline)
+                .await?;
+            self.rest_binary(deadline).await?;
+            return crate::rest::metadata_from_json(&body).map_err(|e| self.protocol_error(e));
+        }
         let request = pb::ModelMetadataRequest {
             name: model.to_owned(),
             version: version.to_owned(),
@@ -137,6 +194,16 @@ impl V2Client {
         version: &str,
         deadline: Option<Instant>,
     ) -> Result<bool, UpstreamError> {
+        if self.rest_mode() {
+            return match self
+                .rest_get(&rest_path(model, version, "/ready"), deadline)
+                .await
+            {
+                Ok(_) => Ok(true),
+                Err(e) if matches!(e.error, CallError::Status { code: 14, .. }) => Ok(false),
+                Err(e) => Err(e),
+            };
+        }
         let request = pb::ModelReadyRequest {
             name: model.to_owned(),
             version: version.to_owned(),
@@ -152,6 +219,38 @@ impl V2Client {
         &self,
         deadline: Option<Instant>,
     ) -> Result<Option<Vec<String>>, UpstreamError> {
+        if self.rest_mode() {
+            #[derive(serde::Deserialize)]
+            struct Entry {
+                name: String,
+            }
+            let answer = self
+                .upstream
+                .rest(
+                    hyper::Method::POST,
+                    "/v2/repository/index",
+                    Chunks::new([Bytes::from_static(b"{}")]),
+                    &self.upstream.options().headers,
+                    deadline,
+                )
+                .await;
+            return match answer {
+                Ok(answer) => {
+                    let entries: Vec<Entry> =
+                        serde_json::from_slice(&answer.body).map_err(|e| {
+                            self.protocol_error(CallError::Protocol(format!(
+                                "the repository index is not V2 JSON: {e}"
+                            )))
+                        })?;
+                    let mut names: Vec<String> = entries.into_iter().map(|e| e.name).collect();
+                    names.sort();
+                    names.dedup();
+                    Ok(Some(names))
+                }
+                Err(e) if matches!(e.error, CallError::Status { code: 5 | 12, .. }) => Ok(None),
+                Err(e) => Err(e),
+            };
+        }
         let request = pb::RepositoryIndexRequest::default();
         let mut answer: Result<pb::RepositoryIndexResponse, UpstreamError> =
             self.call("RepositoryIndex", &request, deadline).await;
@@ -175,6 +274,9 @@ impl V2Client {
     /// Runs `call` on the upstream and returns its outputs, in the order
     /// asked for.
     pub async fn infer(&self, call: InferCall<'_>) -> Result<Vec<Tensor>, UpstreamError> {
+        if self.rest_mode() {
+            return self.infer_rest(call).await;
+        }
         let outputs = call.outputs;
         let body = infer_body(
             call.model,
@@ -203,6 +305,37 @@ impl V2Client {
     }
 }
 
+impl V2Client {
+    /// `infer` over REST: binary tensors when the upstream takes them,
+    /// JSON otherwise.
+    async fn infer_rest(&self, call: InferCall<'_>) -> Result<Vec<Tensor>, UpstreamError> {
+        let binary = self.rest_binary(call.deadline).await?;
+        let names: Vec<&str> = call.outputs.iter().map(|s| s.name.as_str()).collect();
+        let (body, header_len) =
+            crate::rest::infer_body(call.inputs, &names, call.parameters, binary);
+        let headers = crate::rest::infer_headers(&self.upstream.options().headers, header_len);
+        let path = rest_path(call.model, call.version, "/infer");
+        let answer = self
+            .upstream
+            .rest(hyper::Method::POST, &path, body, &headers, call.deadline)
+            .await?;
+        let max = self.upstream.options().max_message_bytes;
+        let message = crate::rest::answer_from_rest(&answer, max)
+            .map_err(|m| self.protocol_error(CallError::Protocol(m)))?;
+        answer_outputs(message, &call.outputs, max)
+            .map_err(|m| self.protocol_error(CallError::Protocol(m)))
+    }
+}
+
+/// `/v2/models/{model}[/versions/{version}]{tail}`.
+fn rest_path(model: &str, version: &str, tail: &str) -> String {
+    if version.is_empty() {
+        format!("/v2/models/{model}{tail}")
+    } else {
+        format!("/v2/models/{model}/versions/{version}{tail}")
+    }
+}
+
 /// A tensor's buffer, owned by the `Bytes` that sends it.
 struct Owned(TensorData);
 
@@ -214,7 +347,7 @@ impl AsRef<[u8]> for Owned {
 
 /// A tensor's raw contents: its own buffer where its memory is its raw
 /// form (every fixed-size type but BOOL), else written out once.
-fn raw_contents(data: TensorData) -> Bytes {
+pub(crate) fn raw_contents(data: TensorData) -> Bytes {
     if raw_bytes(&data).is_some() {
         Bytes::from_owner(Owned(data))
     } else {
