@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# wirespeed in front of KServe, MLServer and another wirespeed, each
-# comparison measured side by side in one `wirespeed bench` run (windows
-# interleaved):
+# wirespeed in front of KServe, MLServer and another wirespeed:
+# `wirespeed bench scenario upstream` against each, every comparison one
+# measurement with windows interleaved:
 #   1. 262144x8 FP32 V2 JSON (json.dumps-style floats) to KServe's REST port
 #      vs through wirespeed to KServe's gRPC port; the same for MLServer
 #   2. one 10-feature row over gRPC to KServe's XGBoost model, directly vs
@@ -52,20 +52,12 @@ for port in 9400 9500 9600; do ready "http://127.0.0.1:$port/v2/health/ready"; d
 rss() { awk -v k="$2:" '$1 == k { print $2 }' "/proc/$1/status"; }
 idle=$(rss "$front_ks_pid" VmRSS)
 
-echo "== 1. 262144x8 FP32 JSON: KServe REST vs wirespeed -> KServe gRPC"
-"$W" bench http://127.0.0.1:8280 --compare http://127.0.0.1:9400 --model sum --input x \
-    --body fp32:262144x8 --connections 1 --min-windows 3 --max-windows 5 --window 5 --json "$OUT/large_kserve.json"
-echo "== 1b. 262144x8 FP32 JSON: MLServer REST vs wirespeed -> MLServer gRPC"
-"$W" bench http://127.0.0.1:8380 --compare http://127.0.0.1:9500 --model sum --input x \
-    --body fp32:262144x8 --connections 1 --min-windows 3 --max-windows 5 --window 5 --json "$OUT/large_mlserver.json"
-echo "== 4. front RSS: idle ${idle} KiB, peak $(rss "$front_ks_pid" VmHWM) KiB (tensor 8192 KiB in, 1024 KiB out)"
-echo "== 2. one row over gRPC: KServe directly vs through wirespeed, 1 connection"
-"$W" bench grpc://127.0.0.1:8281 --compare grpc://127.0.0.1:9401 --protocol grpc --model xgb --input x \
-    --body fp32:1x10 --connections 1 --min-windows 6 --json "$OUT/row_kserve.json"
-echo "== 2b. the same at 16 connections (throughput at saturation)"
-"$W" bench grpc://127.0.0.1:8281 --compare grpc://127.0.0.1:9401 --protocol grpc --model xgb --input x \
-    --body fp32:1x10 --connections 16 --min-windows 6 --json "$OUT/row_kserve_16.json"
-echo "== 3. the proxy's ceiling: wirespeed identity over a Unix socket, directly vs through wirespeed"
-"$W" bench "grpc+unix:$OUT/up.sock" --compare grpc://127.0.0.1:9601 --protocol grpc --body fp32:1x8 \
-    --connections 1 --min-windows 8 --json "$OUT/ceiling.json"
+echo "== KServe: wirespeed bench scenario upstream"
+"$W" bench scenario upstream --http http://127.0.0.1:9400 --grpc grpc://127.0.0.1:9401 \
+    --compare http://127.0.0.1:8280 --upstream-grpc grpc://127.0.0.1:8281 \
+    --grpc-uds "$OUT/up.sock" --ceiling-front grpc://127.0.0.1:9601 --json "$OUT/kserve.json"
+echo "== front RSS over the large requests: idle ${idle} KiB, peak $(rss "$front_ks_pid" VmHWM) KiB (tensor 8192 KiB in, 1024 KiB out)"
+echo "== MLServer: wirespeed bench scenario upstream"
+"$W" bench scenario upstream --http http://127.0.0.1:9500 --grpc grpc://127.0.0.1:9501 \
+    --compare http://127.0.0.1:8380 --upstream-grpc grpc://127.0.0.1:8381 --json "$OUT/mlserver.json"
 echo "results in $OUT"

@@ -8,6 +8,7 @@ mod go_ml_ladder;
 mod small_json;
 mod streaming_body;
 mod transcoding;
+mod upstream;
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -43,6 +44,10 @@ pub enum Name {
     /// The JSON-to-gRPC transcoding dimensions: array length, nesting,
     /// body length, message segments and value types, JSON against gRPC.
     Transcoding,
+    /// wirespeed in front of another server (`backend = "upstream"`)
+    /// against that server alone: a large JSON request, one row's added
+    /// latency and throughput, and the proxy's own ceiling.
+    Upstream,
 }
 
 /// `wirespeed bench scenario NAME`.
@@ -76,6 +81,16 @@ pub struct ScenarioArgs {
     /// (e.g. an MLServer serving the same model names over V2).
     #[arg(long, num_args = 1..)]
     compare: Vec<String>,
+
+    /// `upstream`: the upstream's own gRPC port, measured directly beside
+    /// wirespeed's `--grpc` in front of it.
+    #[arg(long)]
+    upstream_grpc: Option<String>,
+
+    /// `upstream`: a wirespeed in front of the `--grpc-uds` identity
+    /// server, for the proxy's ceiling.
+    #[arg(long)]
+    ceiling_front: Option<String>,
 
     /// A short run: a corner of the grid and brief windows (for tests and
     /// a first look; the figures are rough).
@@ -251,6 +266,18 @@ pub fn run(args: ScenarioArgs) -> anyhow::Result<()> {
         short: args.short,
         progress: cli::progress(0),
     };
+    let grpc_target = |text: &Option<String>| -> anyhow::Result<Option<Target>> {
+        text.as_ref()
+            .map(|t| {
+                cli::targets(std::slice::from_ref(t), Protocol::Grpc, args.allow_remote)
+                    .map(|mut v| v.remove(0))
+            })
+            .transpose()
+    };
+    let pairs = upstream::Pairs {
+        upstream_grpc: grpc_target(&args.upstream_grpc)?,
+        ceiling_front: grpc_target(&args.ceiling_front)?,
+    };
     let runtime = cli::runtime(args.threads)?;
     let outcome = runtime.block_on(async {
         match args.name {
@@ -259,6 +286,7 @@ pub fn run(args: ScenarioArgs) -> anyhow::Result<()> {
             Name::SmallJson => small_json::run(&context).await,
             Name::StreamingBody => streaming_body::run(&context).await,
             Name::Transcoding => transcoding::run(&context).await,
+            Name::Upstream => upstream::run(&context, &pairs).await,
         }
     })?;
     context.progress.finish_and_clear();
