@@ -119,19 +119,27 @@ impl Http1Channel {
         max: usize,
     ) -> Result<Answer, CallError> {
         let exchange = async {
-            let idle = IDLE.with(|idle| {
-                let mut idle = idle.borrow_mut();
-                let list = idle.entry(self.id).or_default();
-                while let Some(sender) = list.pop() {
-                    if sender.is_ready() && !sender.is_closed() {
-                        return Some(sender);
+            let mut sender = loop {
+                let idle = IDLE.with(|idle| {
+                    let mut idle = idle.borrow_mut();
+                    let list = idle.entry(self.id).or_default();
+                    while let Some(sender) = list.pop() {
+                        if !sender.is_closed() {
+                            return Some(sender);
+                        }
                     }
+                    None
+                });
+                match idle {
+                    // A kept connection the server has closed meanwhile is
+                    // let go, not counted against the replica.
+                    Some(mut sender) => {
+                        if sender.ready().await.is_ok() {
+                            break sender;
+                        }
+                    }
+                    None => break self.open().await?,
                 }
-                None
-            });
-            let mut sender = match idle {
-                Some(sender) => sender,
-                None => self.open().await?,
             };
             let mut request = Request::builder()
                 .method(method)
@@ -175,7 +183,7 @@ impl Http1Channel {
                     body.extend_from_slice(&data);
                 }
             }
-            if sender.is_ready() {
+            if !sender.is_closed() {
                 IDLE.with(|idle| {
                     let mut idle = idle.borrow_mut();
                     let list = idle.entry(self.id).or_default();
