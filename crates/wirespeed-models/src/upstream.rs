@@ -466,7 +466,7 @@ mod tests {
         assert!(e.contains("does not have (it has x)"), "{e}");
         let e = merge("output", &[], &[], "m").unwrap_err();
         assert!(
-            e.contains("lists no outputs; declare them in config.toml"),
+            e.contains("lists no outputs; declare them as [[outputs]]"),
             "{e}"
         );
         let pinned = [spec("y", DataType::Int64, vec![-1])];
