@@ -50,7 +50,7 @@ impl RequestContext {
         RequestContext {
             id,
             span: tracing::debug_span!("request", id, protocol),
-            deadline: Instant::now() + state.limits.request_timeout,
+            deadline: stages.started() + state.limits.request_timeout,
             stages,
         }
     }

@@ -51,6 +51,11 @@ impl Stages {
         self.decode = decode;
     }
 
+    /// When the request's clock started.
+    pub(crate) fn started(&self) -> Instant {
+        self.start
+    }
+
     /// The time since the request's clock started.
     pub(crate) fn elapsed(&self) -> Duration {
         self.start.elapsed()
