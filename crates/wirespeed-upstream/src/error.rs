@@ -61,6 +61,17 @@ pub(crate) fn code_name(code: i32) -> &'static str {
 }
 
 impl CallError {
+    /// A request hyper could not send: unreached when it handed the
+    /// request back (the connection had closed before it went out), broken
+    /// when part of it may have reached the upstream.
+    pub(crate) fn from_send<T>(e: hyper::client::conn::TrySendError<T>) -> CallError {
+        if e.message().is_some() {
+            CallError::Unreached(format!("the connection closed: {}", e.error()))
+        } else {
+            CallError::Broken(e.error().to_string())
+        }
+    }
+
     /// Whether the failure says the replica is unhealthy: it could not be
     /// reached, its connection broke, or it said UNAVAILABLE.
     pub(crate) fn is_unhealthy(&self) -> bool {

@@ -86,13 +86,10 @@ pub(crate) async fn unary(channel: &Channel, call: Call<'_>) -> Result<Bytes, Ca
             headers.insert(name, value.clone());
         }
         let mut sender = held.connection.sender.clone();
-        let response = sender.try_send_request(request).await.map_err(|e| {
-            if e.message().is_some() {
-                CallError::Unreached(format!("the connection closed: {}", e.error()))
-            } else {
-                CallError::Broken(e.error().to_string())
-            }
-        })?;
+        let response = sender
+            .try_send_request(request)
+            .await
+            .map_err(CallError::from_send)?;
         let answer = read_answer(response, call.max_message).await;
         drop(held);
         answer

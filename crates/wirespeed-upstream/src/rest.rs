@@ -152,13 +152,10 @@ impl Http1Channel {
             for (name, value) in headers {
                 request.headers_mut().insert(name, value.clone());
             }
-            let response = sender.try_send_request(request).await.map_err(|e| {
-                if e.message().is_some() {
-                    CallError::Unreached(format!("the connection closed: {}", e.error()))
-                } else {
-                    CallError::Broken(e.error().to_string())
-                }
-            })?;
+            let response = sender
+                .try_send_request(request)
+                .await
+                .map_err(CallError::from_send)?;
             let (parts, mut incoming) = response.into_parts();
             let declared = parts
                 .headers
