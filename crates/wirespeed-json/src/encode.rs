@@ -51,13 +51,8 @@ fn encode(response: &InferResponse, binary: &[bool], out: &mut Vec<u8>) {
         out.extend_from_slice(b",\"datatype\":\"");
         out.extend_from_slice(tensor.datatype().as_str().as_bytes());
         out.extend_from_slice(b"\",\"shape\":[");
+        write_shape(out, &tensor.shape);
         let mut ints = itoa::Buffer::new();
-        for (k, &d) in tensor.shape.iter().enumerate() {
-            if k > 0 {
-                out.push(b',');
-            }
-            out.extend_from_slice(ints.format(d).as_bytes());
-        }
         if let Some(shared) = response.shared_output(i) {
             out.extend_from_slice(b"],\"parameters\":{\"shared_memory_region\":");
             write_string(out, shared.at.region.as_bytes());
@@ -115,12 +110,7 @@ pub fn encode_infer_request(
         out.extend_from_slice(b",\"datatype\":\"");
         out.extend_from_slice(tensor.datatype().as_str().as_bytes());
         out.extend_from_slice(b"\",\"shape\":[");
-        for (k, &d) in tensor.shape.iter().enumerate() {
-            if k > 0 {
-                out.push(b',');
-            }
-            out.extend_from_slice(ints.format(d).as_bytes());
-        }
+        write_shape(out, &tensor.shape);
         if binary {
             let size = wirespeed_core::raw::raw_len(&tensor.data);
             out.extend_from_slice(b"],\"parameters\":{\"binary_data_size\":");
@@ -168,6 +158,17 @@ pub fn encode_infer_request(
         out.push(b'}');
     }
     out.push(b'}');
+}
+
+/// Writes a shape's dimensions, comma-separated.
+fn write_shape(out: &mut Vec<u8>, shape: &[usize]) {
+    let mut ints = itoa::Buffer::new();
+    for (k, &d) in shape.iter().enumerate() {
+        if k > 0 {
+            out.push(b',');
+        }
+        out.extend_from_slice(ints.format(d).as_bytes());
+    }
 }
 
 fn estimated_width(data: &TensorData) -> usize {
