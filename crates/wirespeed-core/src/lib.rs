@@ -21,6 +21,7 @@
 //! assert!(metadata.check_inputs(&[row]).is_ok());
 //! ```
 
+pub mod batch;
 mod datatype;
 mod error;
 mod infer;

@@ -1,6 +1,6 @@
 //! A model's `config.toml`, the part every backend shares: which backend,
 //! which version, the inputs and outputs, and how the server schedules the
-//! model. Every other key belongs to the backend, which reads it through
+//! model (`max_concurrency`, `max_queue`, and the tables of `scheduling.rs`). Every other key belongs to the backend, which reads it through
 //! [`ModelSource`](crate::ModelSource). See `docs/model-repository.md`.
 
 use std::path::Path;
@@ -35,6 +35,15 @@ pub struct ModelConfig {
     /// unless set; 0 refuses every request that cannot start at once.
     #[serde(default)]
     pub max_queue: Option<usize>,
+    /// `[batching]`: requests joined into batches (`scheduling.rs`).
+    #[serde(default)]
+    pub batching: Option<crate::scheduling::BatchingKeys>,
+    /// `[slo]`: a latency objective and the default answer.
+    #[serde(default)]
+    pub slo: Option<crate::scheduling::SloKeys>,
+    /// `[queue]`: priorities and queue timeouts.
+    #[serde(default)]
+    pub queue: Option<crate::scheduling::QueueKeys>,
     /// The backend's own top-level keys (`model_file`, ...).
     #[serde(flatten)]
     pub backend_keys: toml::Table,

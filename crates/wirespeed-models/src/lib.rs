@@ -24,6 +24,7 @@ mod config;
 mod identity;
 mod registry;
 mod repository;
+mod scheduling;
 mod trees;
 mod upstream;
 
@@ -32,6 +33,10 @@ pub use identity::IdentityModel;
 pub use registry::{Backend, ModelSource, Registry};
 pub use repository::{
     is_valid_model_name, load_repository, LoadedModel, OutputLabels, RepositoryError,
+};
+pub use scheduling::{
+    Adaptive, Batching, BatchingKeys, DefaultOutput, LevelPolicy, PolicyKeys, QueueKeys,
+    QueuePolicy, Scheduling, Slo, SloKeys, TimeoutAction,
 };
 pub use trees::TreeModel;
 pub use upstream::UpstreamModel;

@@ -8,6 +8,7 @@ use wirespeed_core::{CpuPool, Model};
 
 use crate::config::ModelConfig;
 use crate::registry::{ModelSource, Registry};
+use crate::scheduling::Scheduling;
 
 /// One loaded model, with the settings the server schedules it by.
 pub struct LoadedModel {
@@ -19,6 +20,8 @@ pub struct LoadedModel {
     pub max_concurrency: Option<usize>,
     /// Requests that may wait for a turn, if the config says.
     pub max_queue: Option<usize>,
+    /// Batching, latency objective and queue policy.
+    pub scheduling: Scheduling,
     /// The backend that loaded it, by its registry name.
     pub backend: String,
     /// The labels of the outputs that declare a labels file.
@@ -124,6 +127,8 @@ pub fn load_repository(
             .unread_keys(backend.name())
             .map_err(|m| error(&config_path, m))?;
         let metadata = model.metadata();
+        let scheduling =
+            Scheduling::from_config(&config, metadata).map_err(|m| error(&config_path, m))?;
         tracing::info!(
             model = %name,
             version = %metadata.versions.join(","),
@@ -135,6 +140,7 @@ pub fn load_repository(
             model,
             max_concurrency: config.max_concurrency,
             max_queue: config.max_queue,
+            scheduling,
             backend: config.backend.clone(),
             labels,
         });

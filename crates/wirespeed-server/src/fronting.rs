@@ -81,6 +81,7 @@ fn serve(state: &AppState, name: &str, upstream: &Arc<Upstream>) {
         model,
         max_concurrency: None,
         max_queue: None,
+        scheduling: Default::default(),
         backend: "upstream".to_owned(),
         labels: Vec::new(),
     });

@@ -1,0 +1,687 @@
+//! How the server schedules a model, from three tables of its
+//! `config.toml`, the same for every backend (see `docs/batching.md`):
+//!
+//! ```toml
+//! [batching]                      # Triton's dynamic batcher, or Clipper's adaptive one
+//! max_batch_size = 32             # rows (dimension 0) per call to the model
+//! preferred_batch_sizes = [8, 16] # sizes sent at once when the queue holds them
+//! max_queue_delay_us = 500        # how long a request waits for a fuller batch
+//! mode = "dynamic"                # or "adaptive": AIMD on the size against slo_ms
+//!
+//! [slo]                           # a latency objective with a default answer
+//! latency_ms = 20
+//! default_output = { probability = [0.5] }  # one row's values per output
+//!
+//! [queue]                         # Triton's queue policy and priorities
+//! priority_levels = 2
+//! default_priority_level = 2
+//! timeout_action = "reject"       # or "delay"
+//! default_timeout_us = 100000
+//! max_queue_size = 0              # per level; 0: only max_queue bounds it
+//! ```
+//!
+//! Everything that can be checked against the model is checked at load, so
+//! a mistake stops the server with a message naming the key, not a request.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use serde::Deserialize;
+use wirespeed_core::{DataType, ModelMetadata, Tensor, TensorData, TensorSpec};
+
+use crate::config::ModelConfig;
+
+/// `[batching]`, as written.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BatchingKeys {
+    max_batch_size: usize,
+    #[serde(default)]
+    preferred_batch_sizes: Vec<usize>,
+    #[serde(default)]
+    max_queue_delay_us: u64,
+    #[serde(default)]
+    mode: Mode,
+    #[serde(default)]
+    slo_ms: Option<f64>,
+    #[serde(default)]
+    additive_step: Option<usize>,
+    #[serde(default)]
+    backoff: Option<f64>,
+}
+
+#[derive(Debug, Clone, Copy, Default, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+enum Mode {
+    #[default]
+    Dynamic,
+    Adaptive,
+}
+
+/// `[slo]`, as written.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SloKeys {
+    latency_ms: f64,
+    default_output: toml::Table,
+}
+
+/// `[queue]`, as written.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct QueueKeys {
+    #[serde(default)]
+    max_queue_size: Option<usize>,
+    #[serde(default)]
+    timeout_action: Option<TimeoutAction>,
+    #[serde(default)]
+    default_timeout_us: Option<u64>,
+    #[serde(default)]
+    allow_timeout_override: Option<bool>,
+    #[serde(default)]
+    priority_levels: u64,
+    #[serde(default)]
+    default_priority_level: Option<u64>,
+    /// `[queue.priority.N]`: the policy of level N, where it differs.
+    #[serde(default)]
+    priority: BTreeMap<String, PolicyKeys>,
+}
+
+/// `[queue.priority.N]`, as written.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PolicyKeys {
+    #[serde(default)]
+    max_queue_size: Option<usize>,
+    #[serde(default)]
+    timeout_action: Option<TimeoutAction>,
+    #[serde(default)]
+    default_timeout_us: Option<u64>,
+    #[serde(default)]
+    allow_timeout_override: Option<bool>,
+}
+
+/// What happens to a request whose queue timeout passes before it runs.
+#[derive(Debug, Clone, Copy, Default, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum TimeoutAction {
+    /// It is answered with an error (503, UNAVAILABLE), as Triton's REJECT.
+    #[default]
+    Reject,
+    /// It waits behind every request of its level (and above) that has not
+    /// timed out, as Triton's DELAY.
+    Delay,
+}
+
+/// How the server schedules one model: resolved and checked.
+#[derive(Debug, Clone, Default)]
+pub struct Scheduling {
+    /// Requests joined into batches, if the model batches.
+    pub batching: Option<Batching>,
+    /// The latency objective and the answer given when it would be missed.
+    pub slo: Option<Slo>,
+    /// The queue's priority levels and their policies.
+    pub queue: QueuePolicy,
+}
+
+/// `[batching]`, checked.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Batching {
+    /// Rows per call to the model, at most.
+    pub max_batch_size: usize,
+    /// Sizes sent as soon as the queue holds them; ascending.
+    pub preferred_batch_sizes: Vec<usize>,
+    /// How long the oldest request waits for a fuller batch.
+    pub max_queue_delay: Duration,
+    /// Clipper's AIMD on the batch size, in adaptive mode.
+    pub adaptive: Option<Adaptive>,
+}
+
+/// Clipper's adaptive batching: the size grows by `step` rows while a
+/// batch's latency stays within `objective`, and shrinks by `backoff`
+/// (a fraction) when one goes over.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Adaptive {
+    /// The latency a batch must stay within.
+    pub objective: Duration,
+    /// Rows added after a full batch within the objective.
+    pub step: usize,
+    /// The fraction taken off after a batch over the objective.
+    pub backoff: f64,
+}
+
+/// `[slo]`, checked.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Slo {
+    /// From the request's first byte to its answer.
+    pub latency: Duration,
+    /// One default per output of the model.
+    pub defaults: Vec<DefaultOutput>,
+}
+
+/// An output's default: one row's values, repeated for each row of the
+/// request.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DefaultOutput {
+    /// The output's name.
+    pub name: String,
+    /// Its shape in the metadata; a first dimension of `-1` takes the
+    /// request's rows.
+    pub shape: Vec<i64>,
+    /// One row's elements.
+    pub row: TensorData,
+}
+
+impl DefaultOutput {
+    /// The default for a request of `rows` rows.
+    pub fn tensor(&self, rows: usize) -> Tensor {
+        let (shape, repeat): (Vec<usize>, usize) = match self.shape.split_first() {
+            None => (Vec::new(), 1),
+            Some((&first, rest)) => {
+                let n = if first < 0 { rows } else { first as usize };
+                let mut shape = vec![n];
+                shape.extend(rest.iter().map(|&d| d as usize));
+                (shape, n)
+            }
+        };
+        macro_rules! repeated {
+            ($($variant:ident),*) => {
+                match &self.row {
+                    $(TensorData::$variant(v) => TensorData::$variant(v.repeat(repeat)),)*
+                    TensorData::Bytes(v) => TensorData::Bytes(
+                        std::iter::repeat_n(v, repeat).flatten().cloned().collect(),
+                    ),
+                }
+            };
+        }
+        let data = repeated!(
+            Bool, Uint8, Uint16, Uint32, Uint64, Int8, Int16, Int32, Int64, Fp16, Fp32, Fp64, Bf16
+        );
+        Tensor {
+            name: self.name.clone(),
+            shape,
+            data,
+        }
+    }
+}
+
+/// The queue's levels, highest priority first (Triton's level 1).
+#[derive(Debug, Clone, PartialEq)]
+pub struct QueuePolicy {
+    /// One policy per level; one level when there are no priorities.
+    pub levels: Vec<LevelPolicy>,
+    /// The index in `levels` of requests that give no `priority` (or one
+    /// outside the levels).
+    pub default_level: usize,
+}
+
+impl Default for QueuePolicy {
+    fn default() -> QueuePolicy {
+        QueuePolicy {
+            levels: vec![LevelPolicy::default()],
+            default_level: 0,
+        }
+    }
+}
+
+impl QueuePolicy {
+    /// The level of a request's `priority` parameter, as Triton reads it:
+    /// 1 is the highest; 0 or a number past the levels is the default.
+    pub fn level(&self, priority: u64) -> usize {
+        match usize::try_from(priority) {
+            Ok(p) if p >= 1 && p <= self.levels.len() => p - 1,
+            _ => self.default_level,
+        }
+    }
+}
+
+/// The policy of one priority level.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LevelPolicy {
+    /// Requests that may wait at this level; 0 for no bound but the
+    /// model's `max_queue`.
+    pub max_queue_size: usize,
+    /// What happens when a request's queue timeout passes.
+    pub timeout_action: TimeoutAction,
+    /// The queue timeout of a request that gives none.
+    pub default_timeout: Option<Duration>,
+    /// Whether a request's `timeout` parameter applies (it may only
+    /// shorten `default_timeout`).
+    pub allow_timeout_override: bool,
+}
+
+impl Default for LevelPolicy {
+    fn default() -> LevelPolicy {
+        LevelPolicy {
+            max_queue_size: 0,
+            timeout_action: TimeoutAction::Reject,
+            default_timeout: None,
+            allow_timeout_override: true,
+        }
+    }
+}
+
+impl LevelPolicy {
+    /// The queue timeout of a request that asks for `requested` (its
+    /// `timeout` parameter), under this policy.
+    pub fn timeout(&self, requested: Option<Duration>) -> Option<Duration> {
+        match (
+            self.default_timeout,
+            requested.filter(|_| self.allow_timeout_override),
+        ) {
+            (Some(default), Some(asked)) => Some(default.min(asked)),
+            (default, asked) => default.or(asked),
+        }
+    }
+}
+
+impl Scheduling {
+    /// Resolves the config's tables against `metadata` (or, for a model
+    /// whose metadata comes later, the config's declared tensors).
+    pub fn from_config(
+        config: &ModelConfig,
+        metadata: &ModelMetadata,
+    ) -> Result<Scheduling, String> {
+        let declared = |tensors: &[crate::TensorConfig]| {
+            tensors
+                .iter()
+                .map(|t| t.to_spec())
+                .collect::<Result<Vec<TensorSpec>, String>>()
+        };
+        let known = !metadata.outputs.is_empty();
+        let (inputs, outputs) = if known {
+            (metadata.inputs.clone(), metadata.outputs.clone())
+        } else {
+            (declared(&config.inputs)?, declared(&config.outputs)?)
+        };
+        let slo = config
+            .slo
+            .as_ref()
+            .map(|keys| slo(keys, &outputs))
+            .transpose()?;
+        let batching = config
+            .batching
+            .as_ref()
+            .map(|keys| batching(keys, slo.as_ref(), &inputs, &outputs))
+            .transpose()?;
+        let queue = queue(config.queue.as_ref().cloned().unwrap_or_default())?;
+        Ok(Scheduling {
+            batching,
+            slo,
+            queue,
+        })
+    }
+}
+
+fn batching(
+    keys: &BatchingKeys,
+    slo: Option<&Slo>,
+    inputs: &[TensorSpec],
+    outputs: &[TensorSpec],
+) -> Result<Batching, String> {
+    let max = keys.max_batch_size;
+    if max == 0 {
+        return Err("[batching] max_batch_size must be at least 1".into());
+    }
+    let mut preferred = keys.preferred_batch_sizes.clone();
+    preferred.sort_unstable();
+    preferred.dedup();
+    if let Some(bad) = preferred.iter().find(|&&p| p == 0 || p > max) {
+        return Err(format!(
+            "[batching] preferred_batch_sizes has {bad}; each must be between 1 and max_batch_size ({max})"
+        ));
+    }
+    for spec in inputs.iter().chain(outputs) {
+        if spec.shape.first() != Some(&-1) {
+            return Err(format!(
+                "[batching] joins requests along the first dimension, so every input and output needs -1 there; '{}' has {}",
+                spec.name,
+                spec.shape_display()
+            ));
+        }
+    }
+    let adaptive = match keys.mode {
+        Mode::Dynamic => {
+            if let Some(key) = [
+                ("slo_ms", keys.slo_ms.is_some()),
+                ("additive_step", keys.additive_step.is_some()),
+                ("backoff", keys.backoff.is_some()),
+            ]
+            .iter()
+            .find(|(_, set)| *set)
+            {
+                return Err(format!(
+                    "[batching] {} is for mode = \"adaptive\"; this model's mode is \"dynamic\"",
+                    key.0
+                ));
+            }
+            None
+        }
+        Mode::Adaptive => {
+            let objective = match (keys.slo_ms, slo) {
+                (Some(ms), _) => millis("[batching] slo_ms", ms)?,
+                (None, Some(slo)) => slo.latency,
+                (None, None) => {
+                    return Err("[batching] mode = \"adaptive\" needs an objective: slo_ms, or [slo] latency_ms".into())
+                }
+            };
+            let step = keys.additive_step.unwrap_or(1);
+            if step == 0 {
+                return Err("[batching] additive_step must be at least 1".into());
+            }
+            let backoff = keys.backoff.unwrap_or(0.1);
+            if !(backoff > 0.0 && backoff < 1.0) {
+                return Err(format!(
+                    "[batching] backoff is the fraction taken off after a batch over the objective: between 0 and 1, not {backoff}"
+                ));
+            }
+            Some(Adaptive {
+                objective,
+                step,
+                backoff,
+            })
+        }
+    };
+    Ok(Batching {
+        max_batch_size: max,
+        preferred_batch_sizes: preferred,
+        max_queue_delay: Duration::from_micros(keys.max_queue_delay_us),
+        adaptive,
+    })
+}
+
+fn millis(key: &str, ms: f64) -> Result<Duration, String> {
+    if ms.is_finite() && ms > 0.0 && ms < 1e9 {
+        Ok(Duration::from_secs_f64(ms / 1000.0))
+    } else {
+        Err(format!(
+            "{key} must be a positive number of milliseconds, not {ms}"
+        ))
+    }
+}
+
+fn slo(keys: &SloKeys, outputs: &[TensorSpec]) -> Result<Slo, String> {
+    let latency = millis("[slo] latency_ms", keys.latency_ms)?;
+    if outputs.is_empty() {
+        return Err(
+            "[slo] default_output needs the model's outputs: declare them with [[outputs]]".into(),
+        );
+    }
+    if let Some(unknown) = keys
+        .default_output
+        .keys()
+        .find(|k| !outputs.iter().any(|o| &o.name == *k))
+    {
+        let known: Vec<String> = outputs.iter().map(|o| format!("'{}'", o.name)).collect();
+        return Err(format!(
+            "[slo] default_output names '{unknown}', which is not an output; the model has {}",
+            known.join(", ")
+        ));
+    }
+    let defaults = outputs
+        .iter()
+        .map(|spec| {
+            let value = keys.default_output.get(&spec.name).ok_or_else(|| {
+                format!(
+                    "[slo] default_output has no value for output '{}'; every output needs one",
+                    spec.name
+                )
+            })?;
+            default_output(spec, value)
+        })
+        .collect::<Result<_, String>>()?;
+    Ok(Slo { latency, defaults })
+}
+
+/// One row of `spec` from the TOML `value` (a value or an array of them).
+fn default_output(spec: &TensorSpec, value: &toml::Value) -> Result<DefaultOutput, String> {
+    let name = &spec.name;
+    let row_dims = spec.shape.get(1..).unwrap_or(&[]);
+    if let Some(d) = row_dims.iter().find(|&&d| d < 0) {
+        return Err(format!(
+            "[slo] output '{name}' has shape {}: a default needs every dimension after the first fixed, not {d}",
+            spec.shape_display()
+        ));
+    }
+    let row_len: usize = row_dims.iter().map(|&d| d as usize).product();
+    let values: Vec<&toml::Value> = match value {
+        toml::Value::Array(items) => items.iter().collect(),
+        one => vec![one],
+    };
+    if values.len() != row_len {
+        return Err(format!(
+            "[slo] default_output '{name}' has {} values; one row of {} {} takes {row_len}",
+            values.len(),
+            spec.datatype,
+            spec.shape_display()
+        ));
+    }
+    let row =
+        typed(spec.datatype, &values).map_err(|e| format!("[slo] default_output '{name}': {e}"))?;
+    Ok(DefaultOutput {
+        name: name.clone(),
+        shape: spec.shape.clone(),
+        row,
+    })
+}
+
+/// `values` as elements of `datatype`.
+fn typed(datatype: DataType, values: &[&toml::Value]) -> Result<TensorData, String> {
+    fn each<T>(
+        values: &[&toml::Value],
+        what: &str,
+        f: impl Fn(&toml::Value) -> Option<T>,
+    ) -> Result<Vec<T>, String> {
+        values
+            .iter()
+            .map(|v| f(v).ok_or_else(|| format!("{v} is not {what}")))
+            .collect()
+    }
+    fn int<T: TryFrom<i64>>(v: &toml::Value) -> Option<T> {
+        v.as_integer().and_then(|i| T::try_from(i).ok())
+    }
+    fn float(v: &toml::Value) -> Option<f64> {
+        v.as_float().or_else(|| v.as_integer().map(|i| i as f64))
+    }
+    let ints = |dt: DataType| format!("an integer that fits {dt}");
+    Ok(match datatype {
+        DataType::Bool => TensorData::Bool(each(values, "a bool", |v| v.as_bool())?),
+        DataType::Uint8 => TensorData::Uint8(each(values, &ints(datatype), int)?),
+        DataType::Uint16 => TensorData::Uint16(each(values, &ints(datatype), int)?),
+        DataType::Uint32 => TensorData::Uint32(each(values, &ints(datatype), int)?),
+        DataType::Uint64 => TensorData::Uint64(each(values, &ints(datatype), int)?),
+        DataType::Int8 => TensorData::Int8(each(values, &ints(datatype), int)?),
+        DataType::Int16 => TensorData::Int16(each(values, &ints(datatype), int)?),
+        DataType::Int32 => TensorData::Int32(each(values, &ints(datatype), int)?),
+        DataType::Int64 => TensorData::Int64(each(values, &ints(datatype), int)?),
+        DataType::Fp16 => TensorData::Fp16(each(values, "a number", |v| {
+            float(v).map(wirespeed_core::f16::from_f64)
+        })?),
+        DataType::Bf16 => TensorData::Bf16(each(values, "a number", |v| {
+            float(v).map(wirespeed_core::bf16::from_f64)
+        })?),
+        DataType::Fp32 => {
+            TensorData::Fp32(each(values, "a number", |v| float(v).map(|f| f as f32))?)
+        }
+        DataType::Fp64 => TensorData::Fp64(each(values, "a number", float)?),
+        DataType::Bytes => TensorData::Bytes(each(values, "a string", |v| {
+            v.as_str().map(|s| s.as_bytes().to_vec())
+        })?),
+    })
+}
+
+fn queue(keys: QueueKeys) -> Result<QueuePolicy, String> {
+    let base = LevelPolicy {
+        max_queue_size: keys.max_queue_size.unwrap_or(0),
+        timeout_action: keys.timeout_action.unwrap_or_default(),
+        default_timeout: keys
+            .default_timeout_us
+            .filter(|&us| us > 0)
+            .map(Duration::from_micros),
+        allow_timeout_override: keys.allow_timeout_override.unwrap_or(true),
+    };
+    let levels = usize::try_from(keys.priority_levels)
+        .ok()
+        .filter(|&n| n <= 1024)
+        .ok_or_else(|| {
+            format!(
+                "[queue] priority_levels is {}; at most 1024",
+                keys.priority_levels
+            )
+        })?;
+    if levels == 0 {
+        if keys.default_priority_level.is_some() || !keys.priority.is_empty() {
+            return Err(
+                "[queue] default_priority_level and [queue.priority.N] need priority_levels".into(),
+            );
+        }
+        return Ok(QueuePolicy {
+            levels: vec![base],
+            default_level: 0,
+        });
+    }
+    let in_range = |n: u64| n >= 1 && n <= keys.priority_levels;
+    // Unset, requests that ask for no priority come after those that do.
+    let default_level = keys.default_priority_level.unwrap_or(keys.priority_levels);
+    if !in_range(default_level) {
+        return Err(format!(
+            "[queue] default_priority_level is {default_level}; it must be between 1 and priority_levels ({levels})"
+        ));
+    }
+    let mut policies = vec![base.clone(); levels];
+    for (level, policy) in &keys.priority {
+        let n: u64 = level.parse().ok().filter(|&n| in_range(n)).ok_or_else(|| {
+            format!("[queue.priority.{level}] must name a level between 1 and priority_levels ({levels})")
+        })?;
+        let p = &mut policies[n as usize - 1];
+        if let Some(v) = policy.max_queue_size {
+            p.max_queue_size = v;
+        }
+        if let Some(v) = policy.timeout_action {
+            p.timeout_action = v;
+        }
+        if let Some(us) = policy.default_timeout_us {
+            p.default_timeout = (us > 0).then(|| Duration::from_micros(us));
+        }
+        if let Some(v) = policy.allow_timeout_override {
+            p.allow_timeout_override = v;
+        }
+    }
+    Ok(QueuePolicy {
+        levels: policies,
+        default_level: default_level as usize - 1,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn metadata(input: Vec<i64>, output: Vec<i64>, datatype: DataType) -> ModelMetadata {
+        ModelMetadata {
+            name: "m".into(),
+            versions: vec!["1".into()],
+            platform: "test".into(),
+            inputs: vec![TensorSpec {
+                name: "x".into(),
+                datatype: DataType::Fp32,
+                shape: input,
+            }],
+            outputs: vec![TensorSpec {
+                name: "y".into(),
+                datatype,
+                shape: output,
+            }],
+        }
+    }
+
+    fn resolve(toml: &str, m: &ModelMetadata) -> Result<Scheduling, String> {
+        let config = ModelConfig::parse(&format!("backend = \"identity\"\n{toml}"))?;
+        Scheduling::from_config(&config, m)
+    }
+
+    #[test]
+    fn batching_and_slo_resolve() {
+        let m = metadata(vec![-1, 4], vec![-1, 2], DataType::Fp32);
+        let s = resolve(
+            "[batching]\nmax_batch_size = 16\npreferred_batch_sizes = [8, 4, 8]\nmax_queue_delay_us = 250\nmode = \"adaptive\"\n\
+             [slo]\nlatency_ms = 20\ndefault_output = { y = [0.5, 1] }\n",
+            &m,
+        )
+        .unwrap();
+        let b = s.batching.unwrap();
+        assert_eq!(b.preferred_batch_sizes, vec![4, 8]);
+        assert_eq!(b.max_queue_delay, Duration::from_micros(250));
+        let a = b.adaptive.unwrap();
+        assert_eq!(
+            (a.objective, a.step, a.backoff),
+            (Duration::from_millis(20), 1, 0.1)
+        );
+        let slo = s.slo.unwrap();
+        let t = slo.defaults[0].tensor(3);
+        assert_eq!(t.shape, vec![3, 2]);
+        assert_eq!(t.data, TensorData::Fp32(vec![0.5, 1.0, 0.5, 1.0, 0.5, 1.0]));
+    }
+
+    #[test]
+    fn mistakes_are_named() {
+        let m = metadata(vec![-1, 4], vec![-1], DataType::Int64);
+        let err = |toml: &str| resolve(toml, &m).unwrap_err();
+        assert!(err("[batching]\nmax_batch_size = 0\n").contains("at least 1"));
+        assert!(err("[batching]\nmax_batch_size = 4\npreferred_batch_sizes = [8]\n").contains("8"));
+        assert!(err("[batching]\nmax_batch_size = 4\nmode = \"adaptive\"\n").contains("objective"));
+        assert!(err("[batching]\nmax_batch_size = 4\nslo_ms = 3\n").contains("adaptive"));
+        assert!(err("[batching]\nmax_batch_size = 4\nbogus = 1\n").contains("bogus"));
+        let fixed = metadata(vec![2, 4], vec![-1], DataType::Int64);
+        let e = resolve("[batching]\nmax_batch_size = 4\n", &fixed).unwrap_err();
+        assert!(e.contains("'x'") && e.contains("[2, 4]"), "{e}");
+        assert!(err("[slo]\nlatency_ms = 5\ndefault_output = {}\n").contains("output 'y'"));
+        assert!(err("[slo]\nlatency_ms = 5\ndefault_output = { z = 1 }\n").contains("'z'"));
+        assert!(err("[slo]\nlatency_ms = 5\ndefault_output = { y = 1.5 }\n").contains("INT64"));
+        assert!(
+            err("[slo]\nlatency_ms = 5\ndefault_output = { y = [1, 2] }\n").contains("2 values")
+        );
+        assert!(err("[slo]\nlatency_ms = -5\ndefault_output = { y = 1 }\n").contains("positive"));
+        assert!(
+            err("[queue]\npriority_levels = 2\ndefault_priority_level = 3\n").contains("between 1")
+        );
+        assert!(
+            err("[queue]\npriority_levels = 2\n[queue.priority.3]\nmax_queue_size = 1\n")
+                .contains("priority.3")
+        );
+        assert!(err("[queue]\ndefault_priority_level = 1\n").contains("priority_levels"));
+        assert!(err("[queue]\ntimeout_action = \"drop\"\n").contains("drop"));
+    }
+
+    #[test]
+    fn queue_levels_follow_triton() {
+        let m = metadata(vec![-1, 4], vec![-1], DataType::Int64);
+        let s = resolve(
+            "[queue]\npriority_levels = 3\ndefault_timeout_us = 1000\n[queue.priority.1]\ntimeout_action = \"delay\"\nmax_queue_size = 7\n",
+            &m,
+        )
+        .unwrap();
+        let q = s.queue;
+        assert_eq!(q.levels.len(), 3);
+        assert_eq!(q.default_level, 2);
+        assert_eq!((q.level(1), q.level(0), q.level(9)), (0, 2, 2));
+        assert_eq!(q.levels[0].timeout_action, TimeoutAction::Delay);
+        assert_eq!(q.levels[0].max_queue_size, 7);
+        assert_eq!(q.levels[1].timeout_action, TimeoutAction::Reject);
+        let ms = Duration::from_millis;
+        // A request's timeout may only shorten the default.
+        assert_eq!(q.levels[1].timeout(Some(ms(5))), Some(ms(1)));
+        assert_eq!(
+            q.levels[1].timeout(Some(Duration::from_micros(10))),
+            Some(Duration::from_micros(10))
+        );
+        let none = LevelPolicy::default();
+        assert_eq!(none.timeout(Some(ms(5))), Some(ms(5)));
+        assert_eq!(none.timeout(None), None);
+        let fixed = LevelPolicy {
+            allow_timeout_override: false,
+            ..none
+        };
+        assert_eq!(fixed.timeout(Some(ms(5))), None);
+    }
+}
