@@ -163,24 +163,31 @@ def test_class_count_past_the_classes_gives_them_all(server):
     assert [parse(c) for c in got[0]] == [(0.75, 2), (0.5, 0), (0.25, 1)]
 
 
-@pytest.mark.parametrize(
-    "parameter,value",
-    [("sequence_id", 7), ("priority", 2), ("timeout", 1000), ("sequence_start", True)],
-)
+@pytest.mark.parametrize("parameter,value", [("sequence_id", 7), ("sequence_start", True)])
 def test_reserved_parameters_are_refused_by_name(server, protocol, parameter, value):
     client, module = client_for(server, protocol)
     inp = module.InferInput("INPUT0", [1, 2], "FP32")
     inp.set_data_from_numpy(np.zeros((1, 2), dtype=np.float32))
     kwargs = {
         "sequence_id": {"sequence_id": value},
-        "priority": {"priority": value},
-        "timeout": {"timeout": value},
         "sequence_start": {"sequence_id": 1, "sequence_start": value},
     }[parameter]
     with pytest.raises(InferenceServerException, match="sequence_id" if parameter == "sequence_start" else parameter):
         client.infer("unlabelled", [inp], **kwargs)
     # Left at their defaults, as tritonclient sends them, they are fine.
     client.infer("unlabelled", [inp])
+
+
+def test_priority_and_timeout_are_taken(server, protocol):
+    """Triton's `priority` and `timeout` are the scheduler's (test_batching.py
+    shows them honoured): a model without priority levels takes any
+    priority at its default level, and a request that starts at once is
+    within any timeout."""
+    client, module = client_for(server, protocol)
+    inp = module.InferInput("INPUT0", [1, 2], "FP32")
+    inp.set_data_from_numpy(np.array([[0.25, 0.5]], dtype=np.float32))
+    result = client.infer("unlabelled", [inp], priority=2, timeout=10_000_000)
+    assert result.as_numpy("OUTPUT0").tolist() == [[0.25, 0.5]]
 
 
 @pytest.mark.parametrize(

@@ -138,6 +138,10 @@ pub struct InferResponse {
     pub model_version: String,
     /// The request's id, if it had one.
     pub id: Option<String>,
+    /// Response-level parameters: `default` (and `default_explanation`)
+    /// when the outputs are the model's defaults, given because it would
+    /// have missed its latency objective.
+    pub parameters: Parameters,
     /// The output tensors, in the order requested.
     pub outputs: Vec<Tensor>,
     /// Outputs written to shared memory: the answer carries their

@@ -41,6 +41,7 @@ fn encode(response: &InferResponse, binary: &[bool], out: &mut Vec<u8>) {
         out.extend_from_slice(b",\"id\":");
         write_string(out, id.as_bytes());
     }
+    write_parameters(out, &response.parameters);
     out.extend_from_slice(b",\"outputs\":[");
     for (i, tensor) in response.outputs.iter().enumerate() {
         if i > 0 {
@@ -135,27 +136,32 @@ pub fn encode_infer_request(
         out.push(b'}');
     }
     out.push(b']');
-    if !parameters.is_empty() {
-        out.extend_from_slice(b",\"parameters\":{");
-        for (i, (key, value)) in parameters.iter().enumerate() {
-            if i > 0 {
-                out.push(b',');
-            }
-            write_string(out, key.as_bytes());
-            out.push(b':');
-            match value {
-                ParameterValue::Bool(b) => {
-                    out.extend_from_slice(if *b { b"true" } else { b"false" })
-                }
-                ParameterValue::Int(n) => out.extend_from_slice(ints.format(*n).as_bytes()),
-                ParameterValue::Float(x) if x.is_finite() => {
-                    out.extend_from_slice(ryu::Buffer::new().format_finite(*x).as_bytes())
-                }
-                ParameterValue::Float(_) => out.extend_from_slice(b"null"),
-                ParameterValue::String(text) => write_string(out, text.as_bytes()),
-            }
+    write_parameters(out, parameters);
+    out.push(b'}');
+}
+
+/// Writes `,"parameters":{...}` when there are any.
+fn write_parameters(out: &mut Vec<u8>, parameters: &Parameters) {
+    if parameters.is_empty() {
+        return;
+    }
+    let mut ints = itoa::Buffer::new();
+    out.extend_from_slice(b",\"parameters\":{");
+    for (i, (key, value)) in parameters.iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
         }
-        out.push(b'}');
+        write_string(out, key.as_bytes());
+        out.push(b':');
+        match value {
+            ParameterValue::Bool(b) => out.extend_from_slice(if *b { b"true" } else { b"false" }),
+            ParameterValue::Int(n) => out.extend_from_slice(ints.format(*n).as_bytes()),
+            ParameterValue::Float(x) if x.is_finite() => {
+                out.extend_from_slice(ryu::Buffer::new().format_finite(*x).as_bytes())
+            }
+            ParameterValue::Float(_) => out.extend_from_slice(b"null"),
+            ParameterValue::String(text) => write_string(out, text.as_bytes()),
+        }
     }
     out.push(b'}');
 }
@@ -339,9 +345,18 @@ pub fn encode_tf_response(outputs: &[Tensor], format: Format, out: &mut Vec<u8>)
 }
 
 /// Appends Clipper's answer from the model's first output: for one query
-/// `{"query_id", "output", "default": false}`, for a batch
+/// `{"query_id", "output", "default"}`, for a batch
 /// `{"batch_predictions": [...]}` of those, with ids from `first_id` on.
-pub fn encode_clipper_response(output: &Tensor, format: Format, first_id: u64, out: &mut Vec<u8>) {
+/// `default` is the explanation when the output is the model's default
+/// (`"default": true, "default_explanation": ...`), as Clipper answers a
+/// query past its latency objective.
+pub fn encode_clipper_response(
+    output: &Tensor,
+    format: Format,
+    first_id: u64,
+    default: Option<&str>,
+    out: &mut Vec<u8>,
+) {
     let rows = output.shape.first().copied().unwrap_or(1);
     let mut ints = itoa::Buffer::new();
     let mut query = |out: &mut Vec<u8>, row: usize| {
@@ -349,7 +364,14 @@ pub fn encode_clipper_response(output: &Tensor, format: Format, first_id: u64, o
         out.extend_from_slice(ints.format(first_id + row as u64).as_bytes());
         out.extend_from_slice(b",\"output\":");
         write_row(out, output, row);
-        out.extend_from_slice(b",\"default\":false}");
+        match default {
+            None => out.extend_from_slice(b",\"default\":false}"),
+            Some(explanation) => {
+                out.extend_from_slice(b",\"default\":true,\"default_explanation\":");
+                write_string(out, explanation.as_bytes());
+                out.push(b'}');
+            }
+        }
     };
     if format == Format::ClipperBatch {
         out.extend_from_slice(b"{\"batch_predictions\":[");
@@ -410,9 +432,51 @@ mod tests {
             model_name: "m\"1".into(),
             model_version: "1".into(),
             id: Some("a\nb\u{1}".into()),
+            parameters: Vec::new(),
             outputs,
             shared_outputs: Vec::new(),
         }
+    }
+
+    #[test]
+    fn response_parameters_and_clipper_defaults_are_valid_json() {
+        let mut r = response(vec![tensor("p", TensorData::Fp32(vec![0.5]))]);
+        r.parameters = vec![
+            ("default".into(), wirespeed_core::ParameterValue::Bool(true)),
+            (
+                "why".into(),
+                wirespeed_core::ParameterValue::String("late \"x\"".into()),
+            ),
+        ];
+        let mut out = Vec::new();
+        encode_infer_response(&r, &mut out);
+        let v: serde_json::Value = serde_json::from_slice(&out).unwrap();
+        assert_eq!(v["parameters"]["default"], true);
+        assert_eq!(v["parameters"]["why"], "late \"x\"");
+        assert_eq!(v["outputs"][0]["data"][0], 0.5);
+
+        let out_tensor = Tensor {
+            name: "p".into(),
+            shape: vec![2],
+            data: TensorData::Fp32(vec![0.5, 0.5]),
+        };
+        let mut out = Vec::new();
+        encode_clipper_response(
+            &out_tensor,
+            Format::ClipperBatch,
+            7,
+            Some("too late"),
+            &mut out,
+        );
+        let v: serde_json::Value = serde_json::from_slice(&out).unwrap();
+        assert_eq!(v["batch_predictions"][1]["query_id"], 8);
+        assert_eq!(v["batch_predictions"][1]["default"], true);
+        assert_eq!(v["batch_predictions"][1]["default_explanation"], "too late");
+        let mut out = Vec::new();
+        encode_clipper_response(&out_tensor, Format::ClipperOne, 7, None, &mut out);
+        let v: serde_json::Value = serde_json::from_slice(&out).unwrap();
+        assert_eq!(v["default"], false);
+        assert!(v.get("default_explanation").is_none());
     }
 
     fn tensor(name: &str, data: TensorData) -> Tensor {

@@ -2,11 +2,14 @@
 //! identity backend, it exists to test and measure everything around a
 //! model (protocols, codecs, limits) with the model's cost taken out.
 //!
-//! Its one key of its own, `delay_ms`, makes every inference wait that
-//! long before it answers, as a model behind a network call would: it runs
-//! through the async entry point, holding no thread while it waits. Tests
-//! and benchmarks use it to see what the server does with a slow model
-//! (overload, callers that leave, draining).
+//! Its keys of its own: `delay_ms` makes every inference wait that long
+//! before it answers, as a model behind a network call or on a GPU would
+//! (a cost per call, whatever its size), and `row_delay_us` adds that
+//! many microseconds per row (dimension 0 of the first input), a cost that
+//! grows with the batch. Either makes it run through the async entry
+//! point, holding no thread while it waits. Tests and benchmarks use it to
+//! see what the server does with a slow model (overload, callers that
+//! leave, draining, batching).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -38,12 +41,16 @@ struct IdentityKeys {
     /// Milliseconds each inference waits before answering.
     #[serde(default)]
     delay_ms: Option<u64>,
+    /// Microseconds each row adds to an inference's wait.
+    #[serde(default)]
+    row_delay_us: Option<u64>,
 }
 
 /// A model whose outputs echo its inputs, pairwise in declaration order.
 pub struct IdentityModel {
     metadata: ModelMetadata,
     delay: Duration,
+    row_delay: Duration,
 }
 
 impl IdentityModel {
@@ -90,6 +97,7 @@ impl IdentityModel {
                 outputs,
             },
             delay: Duration::from_millis(keys.delay_ms.unwrap_or(0)),
+            row_delay: Duration::from_micros(keys.row_delay_us.unwrap_or(0)),
         })
     }
 }
@@ -100,7 +108,7 @@ impl Model for IdentityModel {
     }
 
     fn execution(&self, elements: usize) -> Execution {
-        if !self.delay.is_zero() {
+        if !self.delay.is_zero() || !self.row_delay.is_zero() {
             Execution::Async
         } else if elements < 16 * 1024 {
             Execution::Inline
@@ -111,7 +119,14 @@ impl Model for IdentityModel {
 
     fn infer_async(self: Arc<Self>, call: InferCall) -> InferFuture {
         Box::pin(async move {
-            tokio::time::sleep(self.delay).await;
+            let rows = call
+                .inputs
+                .first()
+                .and_then(|t| t.shape.first())
+                .copied()
+                .unwrap_or(1);
+            let rows = u32::try_from(rows).unwrap_or(u32::MAX);
+            tokio::time::sleep(self.delay + self.row_delay.saturating_mul(rows)).await;
             self.infer(&call.inputs, &call.outputs)
         })
     }

@@ -195,8 +195,8 @@ pub enum StartError {
         /// The OS error.
         error: std::io::Error,
     },
-    /// The CPU pool's threads could not be started.
-    #[error("cannot start the {threads} compute threads: {error}")]
+    /// The CPU pool's threads (or the queue thread) could not be started.
+    #[error("cannot start {threads} thread(s) of the server's own: {error}")]
     Threads {
         /// How many were asked for.
         threads: usize,
@@ -359,8 +359,10 @@ impl Server {
             .as_deref()
             .map(|p| bind_unix("--grpc-uds", p))
             .transpose()?;
+        let models = ServedModels::start(loaded, &pool)
+            .map_err(|error| StartError::Threads { threads: 1, error })?;
         let state = Arc::new(AppState {
-            models: ServedModels::start(loaded, &pool),
+            models,
             ready: AtomicBool::new(true),
             limits: config.limits.clone(),
             decode_options: wirespeed_json::DecodeOptions {

@@ -3,15 +3,19 @@
 //! and gRPC `ModelConfig`. perf_analyzer and Model Analyzer read it at
 //! start, after the model's metadata, and stop if it is missing.
 //!
-//! wirespeed takes no batch dimension of Triton's (its shapes are whole,
-//! with `-1` for a variable dimension), so `max_batch_size` is 0 and each
-//! input's `dims` is its whole shape, as Triton writes a non-batching
-//! model's. `max_concurrency` is the CPU instance group's count;
-//! `max_queue` is the queue policy's size. An output's labels file is its
-//! `label_filename`.
+//! wirespeed's shapes are whole, with `-1` for a variable dimension. A
+//! model without `[batching]` takes no batch dimension of Triton's, so
+//! `max_batch_size` is 0 and each input's `dims` is its whole shape, as
+//! Triton writes a non-batching model's. A model with `[batching]` is
+//! written as Triton writes a batching one: its `max_batch_size`, `dims`
+//! without the first dimension, and `dynamic_batching` with its preferred
+//! sizes, queue delay, priority levels and queue policies (`[queue]`).
+//! `max_concurrency` is the CPU instance group's count; `max_queue` is a
+//! parameter. An output's labels file is its `label_filename`.
 
 use serde_json::{json, Value};
 use wirespeed_core::DataType;
+use wirespeed_models::{LevelPolicy, Scheduling, TimeoutAction};
 use wirespeed_proto::inference as pb;
 
 use crate::models::ServedModel;
@@ -29,6 +33,13 @@ fn data_type(datatype: DataType) -> pb::DataType {
 /// The configuration of `model`, served as `name`.
 pub(crate) fn model_config(name: &str, model: &ServedModel) -> pb::ModelConfig {
     let metadata = model.metadata();
+    let scheduling = model.scheduler.scheduling();
+    let batching = scheduling.batching.as_ref();
+    // A batching model's dims leave out the batch dimension, as Triton's.
+    let dims = |shape: &[i64]| match batching {
+        Some(_) => shape.get(1..).unwrap_or(&[]).to_vec(),
+        None => shape.to_vec(),
+    };
     let input = metadata
         .inputs
         .iter()
@@ -36,7 +47,7 @@ pub(crate) fn model_config(name: &str, model: &ServedModel) -> pb::ModelConfig {
             name: spec.name.clone(),
             data_type: data_type(spec.datatype) as i32,
             format: pb::model_input::Format::None as i32,
-            dims: spec.shape.clone(),
+            dims: dims(&spec.shape),
             optional: false,
         })
         .collect();
@@ -46,7 +57,7 @@ pub(crate) fn model_config(name: &str, model: &ServedModel) -> pb::ModelConfig {
         .map(|spec| pb::ModelOutput {
             name: spec.name.clone(),
             data_type: data_type(spec.datatype) as i32,
-            dims: spec.shape.clone(),
+            dims: dims(&spec.shape),
             label_filename: model
                 .labels(&spec.name)
                 .map(|l| l.file.clone())
@@ -64,10 +75,12 @@ pub(crate) fn model_config(name: &str, model: &ServedModel) -> pb::ModelConfig {
         name: name.to_owned(),
         platform: metadata.platform.clone(),
         backend: model.backend.clone(),
-        max_batch_size: 0,
+        max_batch_size: batching.map_or(0, |b| i32::try_from(b.max_batch_size).unwrap_or(i32::MAX)),
         input,
         output,
-        scheduling_choice: None,
+        scheduling_choice: batching.map(|_| {
+            pb::model_config::SchedulingChoice::DynamicBatching(dynamic_batching(scheduling))
+        }),
         instance_group: vec![pb::ModelInstanceGroup {
             name: name.to_owned(),
             count: i32::try_from(model.max_concurrency).unwrap_or(i32::MAX),
@@ -76,6 +89,61 @@ pub(crate) fn model_config(name: &str, model: &ServedModel) -> pb::ModelConfig {
         default_model_filename: String::new(),
         parameters,
     }
+}
+
+/// Triton's `dynamic_batching` for a model with `[batching]`.
+fn dynamic_batching(scheduling: &Scheduling) -> pb::ModelDynamicBatching {
+    let batching = scheduling.batching.as_ref();
+    let queue = &scheduling.queue;
+    let levels = queue.levels.len();
+    pb::ModelDynamicBatching {
+        preferred_batch_size: batching
+            .map(|b| b.preferred_batch_sizes.iter().map(|&s| s as i32).collect())
+            .unwrap_or_default(),
+        max_queue_delay_microseconds: batching.map_or(0, |b| b.max_queue_delay.as_micros() as u64),
+        preserve_ordering: false,
+        // One level is Triton's "no priorities": 0 levels.
+        priority_levels: if levels > 1 { levels as u64 } else { 0 },
+        default_priority_level: if levels > 1 {
+            queue.default_level as u64 + 1
+        } else {
+            0
+        },
+        default_queue_policy: Some(queue_policy(&queue.levels[queue.default_level])),
+        priority_queue_policy: if levels > 1 {
+            queue
+                .levels
+                .iter()
+                .enumerate()
+                .map(|(i, p)| (i as u64 + 1, queue_policy(p)))
+                .collect()
+        } else {
+            Default::default()
+        },
+    }
+}
+
+fn queue_policy(policy: &LevelPolicy) -> pb::ModelQueuePolicy {
+    pb::ModelQueuePolicy {
+        timeout_action: match policy.timeout_action {
+            TimeoutAction::Reject => pb::model_queue_policy::TimeoutAction::Reject,
+            TimeoutAction::Delay => pb::model_queue_policy::TimeoutAction::Delay,
+        } as i32,
+        default_timeout_microseconds: policy.default_timeout.map_or(0, |t| t.as_micros() as u64),
+        allow_timeout_override: policy.allow_timeout_override,
+        max_queue_size: u32::try_from(policy.max_queue_size).unwrap_or(u32::MAX),
+    }
+}
+
+fn queue_policy_json(policy: &pb::ModelQueuePolicy) -> Value {
+    let action = pb::model_queue_policy::TimeoutAction::try_from(policy.timeout_action)
+        .unwrap_or(pb::model_queue_policy::TimeoutAction::Reject);
+    json!({
+        "timeout_action": action.as_str_name(),
+        "default_timeout_microseconds": policy.default_timeout_microseconds,
+        "allow_timeout_override": policy.allow_timeout_override,
+        "max_queue_size": policy.max_queue_size,
+    })
 }
 
 /// The REST answer: Triton's JSON for the message, fields by their proto
@@ -138,7 +206,7 @@ pub(crate) fn to_json(config: &pb::ModelConfig) -> Value {
         .iter()
         .map(|(k, v)| (k.clone(), json!({ "string_value": v.string_value })))
         .collect();
-    json!({
+    let mut answer = json!({
         "name": config.name,
         "platform": config.platform,
         "backend": config.backend,
@@ -162,5 +230,23 @@ pub(crate) fn to_json(config: &pb::ModelConfig) -> Value {
         "metric_tags": {},
         "parameters": parameters,
         "model_warmup": [],
-    })
+    });
+    if let Some(pb::model_config::SchedulingChoice::DynamicBatching(d)) = &config.scheduling_choice
+    {
+        let policies: serde_json::Map<String, Value> = d
+            .priority_queue_policy
+            .iter()
+            .map(|(level, p)| (level.to_string(), queue_policy_json(p)))
+            .collect();
+        answer["dynamic_batching"] = json!({
+            "preferred_batch_size": d.preferred_batch_size,
+            "max_queue_delay_microseconds": d.max_queue_delay_microseconds,
+            "preserve_ordering": d.preserve_ordering,
+            "priority_levels": d.priority_levels,
+            "default_priority_level": d.default_priority_level,
+            "default_queue_policy": d.default_queue_policy.as_ref().map(queue_policy_json),
+            "priority_queue_policy": policies,
+        });
+    }
+    answer
 }

@@ -9,7 +9,7 @@ use std::sync::{Arc, RwLock};
 use wirespeed_core::{CpuPool, Error, ErrorKind, Model, ModelMetadata};
 use wirespeed_models::{is_valid_model_name, LoadedModel, OutputLabels};
 
-use crate::scheduler::Scheduler;
+use crate::scheduler::{QueueThread, Scheduler};
 use crate::statistics::ModelStats;
 
 /// One served model.
@@ -48,21 +48,25 @@ impl ServedModel {
 pub(crate) struct ServedModels {
     models: RwLock<BTreeMap<String, Arc<ServedModel>>>,
     pool: CpuPool,
+    /// Where every model's queue is kept.
+    queues: QueueThread,
 }
 
 impl ServedModels {
     /// Gives each loaded model its scheduler: `max_concurrency` defaults to
     /// what the model asks for, else the CPU pool's threads; `max_queue`
-    /// to 64 per unit of concurrency.
-    pub(crate) fn start(loaded: Vec<LoadedModel>, pool: &CpuPool) -> ServedModels {
+    /// to 64 batches per unit of concurrency (a batch is one request when
+    /// the model does not batch).
+    pub(crate) fn start(loaded: Vec<LoadedModel>, pool: &CpuPool) -> std::io::Result<ServedModels> {
         let models = ServedModels {
             models: RwLock::new(BTreeMap::new()),
             pool: pool.clone(),
+            queues: QueueThread::start()?,
         };
         for loaded in loaded {
             models.add(loaded);
         }
-        models
+        Ok(models)
     }
 
     /// Serves `loaded` from now on, unless a model of that name is served
@@ -79,9 +83,21 @@ impl ServedModels {
             .or(loaded.model.default_concurrency())
             .unwrap_or(pool.threads())
             .max(1);
-        let queue = loaded.max_queue.unwrap_or(64 * concurrency);
-        let scheduler =
-            Scheduler::start(Arc::clone(&loaded.model), concurrency, queue, pool.clone());
+        // A batch takes up to max_batch_size requests at a time.
+        let per_turn = loaded
+            .scheduling
+            .batching
+            .as_ref()
+            .map_or(1, |b| b.max_batch_size);
+        let queue = loaded.max_queue.unwrap_or(64 * concurrency * per_turn);
+        let scheduler = Scheduler::start(
+            Arc::clone(&loaded.model),
+            concurrency,
+            queue,
+            loaded.scheduling,
+            pool.clone(),
+            &self.queues,
+        );
         let served = ServedModel {
             model: loaded.model,
             scheduler,

@@ -19,12 +19,12 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use tracing::{Instrument, Span};
-use wirespeed_core::{Error, ErrorKind, InferRequest, InferResponse, Parameters};
+use wirespeed_core::{Error, ErrorKind, InferRequest, InferResponse, ParameterValue, Parameters};
 
 use crate::classification;
 use crate::models::ServedModel;
 use crate::reserved;
-use crate::scheduler::CallContext;
+use crate::scheduler::{CallContext, DEFAULT_EXPLANATION};
 use crate::shared_memory;
 use crate::timing::{timed, timed_on, Stages};
 use crate::AppState;
@@ -40,6 +40,8 @@ pub(crate) struct RequestContext {
     /// or sooner when a gRPC client's `grpc-timeout` says so. A model that
     /// calls another server passes it on.
     pub(crate) deadline: Instant,
+    /// The answer is the model's default outputs.
+    pub(crate) default_answer: bool,
 }
 
 impl RequestContext {
@@ -51,6 +53,7 @@ impl RequestContext {
             id,
             span: tracing::debug_span!("request", id, protocol),
             deadline: stages.started() + state.limits.request_timeout,
+            default_answer: false,
             stages,
         }
     }
@@ -65,14 +68,19 @@ impl RequestContext {
     }
 }
 
-/// Request parameters that ask something of the front end (how to answer),
-/// not of the model: never passed on to a model.
-const FRONT_END_PARAMETERS: &[&str] = &["binary_data_output", "triton_enable_empty_final_response"];
+/// Request parameters that ask something of the server (how to answer,
+/// how to queue), not of the model: never passed on to a model.
+const SERVER_PARAMETERS: &[&str] = &[
+    "binary_data_output",
+    "triton_enable_empty_final_response",
+    "priority",
+    "timeout",
+];
 
 /// The request's parameters that a model gets.
 fn model_parameters(parameters: Parameters) -> Parameters {
     let mut parameters = parameters;
-    parameters.retain(|(key, _)| !FRONT_END_PARAMETERS.contains(&key.as_str()));
+    parameters.retain(|(key, _)| !SERVER_PARAMETERS.contains(&key.as_str()));
     parameters
 }
 
@@ -112,6 +120,13 @@ pub(crate) trait Codec {
     /// Adds the stage timings (`Server-Timing` text) to a success.
     fn stamp(answer: &mut Self::Answer, timing: &str);
 
+    /// Flags a success whose outputs are the model's defaults (it would
+    /// have missed its latency objective) where the protocol has room
+    /// outside the body: a header, gRPC trailing metadata. The body says
+    /// it too where its format can (V2's response parameters, Clipper's
+    /// `default`).
+    fn mark_default(_answer: &mut Self::Answer) {}
+
     /// The protocol's answer for `error`, whose client-facing text is
     /// `message`.
     fn error(&self, error: &Error, message: &str) -> Self::Answer;
@@ -131,6 +146,9 @@ pub(crate) async fn infer<C: Codec>(
         match result {
             Ok(mut answer) => {
                 C::stamp(&mut answer, &context.stages.text());
+                if context.default_answer {
+                    C::mark_default(&mut answer);
+                }
                 answer
             }
             Err(error) => {
@@ -188,7 +206,7 @@ async fn compute<C: Codec>(
     reading.record("decode_us", stages.decode.as_micros() as u64);
     drop(reading);
     let mut request = request?;
-    reserved::refuse(&request.parameters)?;
+    let queueing = reserved::read(&request.parameters)?;
     // Inputs in shared memory are read as part of decoding the request;
     // what the outputs ask for is checked before the model runs.
     let shm = &state.shared_memory;
@@ -206,11 +224,26 @@ async fn compute<C: Codec>(
     let call = CallContext {
         parameters: model_parameters(std::mem::take(&mut request.parameters)),
         deadline: Some(context.deadline),
+        priority: queueing.priority,
+        timeout: queueing.timeout,
     };
-    let mut outputs = served
+    let answer = served
         .scheduler
         .run(request.inputs, &request.outputs, call, stages)
         .await?;
+    let mut outputs = answer.outputs;
+    context.default_answer = answer.default;
+    let parameters = if answer.default {
+        vec![
+            ("default".to_owned(), ParameterValue::Bool(true)),
+            (
+                "default_explanation".to_owned(),
+                ParameterValue::String(DEFAULT_EXPLANATION.to_owned()),
+            ),
+        ]
+    } else {
+        Vec::new()
+    };
     classification::apply(&mut outputs, &classify, served)?;
     let mut shared_outputs = Vec::new();
     if !placements.is_empty() {
@@ -224,6 +257,7 @@ async fn compute<C: Codec>(
         model_name: served.metadata().name.clone(),
         model_version: target.version.unwrap_or(served.version()).to_owned(),
         id: request.id,
+        parameters,
         outputs,
         shared_outputs,
     };

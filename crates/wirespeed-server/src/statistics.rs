@@ -12,7 +12,15 @@
 //! `success` and `fail` are the whole request, from its first byte to its
 //! answer. Without batching every execution is one inference, so
 //! `inference_count` and `execution_count` both count successes, and
-//! `batch_stats` has the one batch size 1.
+//! `batch_stats` has the one batch size 1. With `[batching]`,
+//! `execution_count` counts the model's executions and `batch_stats` has
+//! one entry per batch size (rows) run, from the scheduler's counters:
+//! `compute_input` is the joining of the requests' inputs, `compute_infer`
+//! the model, `compute_output` the cutting of its outputs.
+//!
+//! The REST answer adds, per model, wirespeed's own counts under
+//! `"wirespeed"`: answers given as the default outputs (`[slo]`), requests
+//! whose queue timeout passed, and the adaptive batcher's size now.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -22,7 +30,7 @@ use wirespeed_proto::inference as pb;
 
 use wirespeed_core::Error;
 
-use crate::models::ServedModels;
+use crate::models::{ServedModel, ServedModels};
 use crate::timing::Stages;
 
 /// A count and the nanoseconds it took in all.
@@ -84,7 +92,7 @@ impl ModelStats {
 
     /// The counters in Triton's message, for model `name` version
     /// `version`.
-    pub(crate) fn snapshot(&self, name: &str, version: &str) -> pb::ModelStatistics {
+    fn snapshot(&self, name: &str, version: &str) -> pb::ModelStatistics {
         let load = |a: &AtomicU64| a.load(Ordering::Relaxed);
         let success = load(&self.success.count);
         let duration = |count: u64, ns: &AtomicU64| {
@@ -123,34 +131,72 @@ impl ModelStats {
     }
 }
 
+/// One model's statistics: Triton's message, and wirespeed's own counts.
+pub(crate) struct Snapshot {
+    pub(crate) triton: pb::ModelStatistics,
+    defaults: u64,
+    timeouts: u64,
+    /// The batch size now, when the model batches.
+    batch_size: Option<usize>,
+}
+
+/// The statistics of `served`, called `name`.
+fn snapshot(name: &str, served: &ServedModel) -> Snapshot {
+    let mut triton = served.stats.snapshot(name, served.version());
+    let scheduler = &served.scheduler;
+    let counters = scheduler.counters();
+    let batching = scheduler.scheduling().batching.is_some();
+    if batching {
+        triton.execution_count = counters.executions.load(Ordering::Relaxed);
+        let batches = counters.batches.lock().unwrap_or_else(|e| e.into_inner());
+        let d = |count: u64, ns: u64| Some(pb::StatisticDuration { count, ns });
+        triton.batch_stats = batches
+            .iter()
+            .map(|(&rows, t)| pb::InferBatchStatistics {
+                batch_size: rows as u64,
+                compute_input: d(t.count, t.input_ns),
+                compute_infer: d(t.count, t.infer_ns),
+                compute_output: d(t.count, t.output_ns),
+            })
+            .collect();
+    }
+    Snapshot {
+        triton,
+        defaults: counters.defaults.load(Ordering::Relaxed),
+        timeouts: counters.timeouts.load(Ordering::Relaxed),
+        batch_size: batching.then(|| counters.batch_size.load(Ordering::Relaxed)),
+    }
+}
+
 /// The statistics of model `name` (every model when empty) in `version`
 /// (the served one when `None`), or why there are none.
 pub(crate) fn select(
     models: &ServedModels,
     name: &str,
     version: Option<&str>,
-) -> Result<Vec<pb::ModelStatistics>, Error> {
+) -> Result<Vec<Snapshot>, Error> {
     if name.is_empty() {
         return Ok(models
             .all()
             .iter()
-            .map(|(name, m)| m.stats.snapshot(name, m.version()))
+            .map(|(name, m)| snapshot(name, m))
             .collect());
     }
     let served = models.get(name, version)?;
-    Ok(vec![served.stats.snapshot(name, served.version())])
+    Ok(vec![snapshot(name, &served)])
 }
 
 /// The REST answer for `stats`: Triton's JSON, the message's fields by
-/// their proto names.
-pub(crate) fn to_json(stats: &[pb::ModelStatistics]) -> Value {
+/// their proto names, and wirespeed's own counts.
+pub(crate) fn to_json(stats: &[Snapshot]) -> Value {
     let d = |d: &Option<pb::StatisticDuration>| {
         let d = d.unwrap_or_default();
         json!({ "count": d.count, "ns": d.ns })
     };
     let models: Vec<Value> = stats
         .iter()
-        .map(|m| {
+        .map(|snapshot| {
+            let m = &snapshot.triton;
             let s = m.inference_stats.unwrap_or_default();
             json!({
                 "name": m.name,
@@ -176,6 +222,11 @@ pub(crate) fn to_json(stats: &[pb::ModelStatistics]) -> Value {
                     "compute_output": d(&b.compute_output),
                 })).collect::<Vec<_>>(),
                 "memory_usage": [],
+                "wirespeed": {
+                    "default_outputs": snapshot.defaults,
+                    "queue_timeouts": snapshot.timeouts,
+                    "batch_size": snapshot.batch_size,
+                },
             })
         })
         .collect();
@@ -206,7 +257,13 @@ mod tests {
         assert_eq!(i.compute_infer.unwrap().ns, 22);
         assert_eq!(s.batch_stats[0].batch_size, 1);
         assert!(s.last_inference > 0);
-        let j = to_json(&[stats.snapshot("m", "1")]);
+        let j = to_json(&[Snapshot {
+            triton: stats.snapshot("m", "1"),
+            defaults: 3,
+            timeouts: 0,
+            batch_size: None,
+        }]);
+        assert_eq!(j["model_stats"][0]["wirespeed"]["default_outputs"], 3);
         assert_eq!(
             j["model_stats"][0]["inference_stats"]["compute_output"]["ns"],
             26

@@ -11,7 +11,8 @@
 //! the decode); `decode` is the time spent in the decoder (JSON parsing, or
 //! copying raw tensor bytes) alone; `queue` is the wait at the model's gate;
 //! `compute` the model; `encode` the answer's body. `total` is the handler's
-//! time, all but writing the answer to the socket. `wirespeed bench` reads
+//! time, all but writing the answer to the socket. For a model that
+//! batches, `batch;desc=N` says how many rows the batch it ran in had. `wirespeed bench` reads
 //! these to split a latency into server stages.
 
 use std::time::{Duration, Instant};
@@ -29,6 +30,9 @@ pub(crate) struct Stages {
     pub(crate) queue: Duration,
     pub(crate) compute: Duration,
     pub(crate) encode: Duration,
+    /// The rows of the batch the request ran in; 0 when the model does not
+    /// batch.
+    pub(crate) batch: usize,
 }
 
 impl Stages {
@@ -41,6 +45,7 @@ impl Stages {
             queue: Duration::ZERO,
             compute: Duration::ZERO,
             encode: Duration::ZERO,
+            batch: 0,
         }
     }
 
@@ -87,6 +92,10 @@ impl Stages {
             let fraction = digits.format(1000 + micros % 1000);
             text.push('.');
             text.push_str(&fraction[1..]);
+        }
+        if self.batch > 0 {
+            text.push_str(", batch;desc=");
+            text.push_str(digits.format(self.batch));
         }
         text
     }

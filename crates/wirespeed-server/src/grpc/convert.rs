@@ -163,6 +163,7 @@ fn parameters(
 /// parameters and an empty raw entry, so the others keep their places.
 pub(crate) fn response(response: InferResponse) -> pb::ModelInferResponse {
     let mut metadata = Vec::with_capacity(response.outputs.len());
+    let parameters = wirespeed_proto::tensors::parameters_to_map(&response.parameters);
     let mut raw = Vec::with_capacity(response.outputs.len());
     let shared: Vec<Option<SharedOutput>> = (0..response.outputs.len())
         .map(|i| response.shared_output(i).cloned())
@@ -213,7 +214,7 @@ pub(crate) fn response(response: InferResponse) -> pb::ModelInferResponse {
         model_name: response.model_name,
         model_version: response.model_version,
         id: response.id.unwrap_or_default(),
-        parameters: Default::default(),
+        parameters,
         outputs: metadata,
         raw_output_contents: raw,
     }

@@ -25,6 +25,11 @@ const OFFLOAD_RAW_BYTES: usize = 1 << 20;
 const EMPTY_FINAL_RESPONSE: &str = "triton_enable_empty_final_response";
 const FINAL_RESPONSE: &str = "triton_final_response";
 
+/// Marks a `ModelInfer` answer made of the model's default outputs:
+/// `GrpcService` adds `wirespeed-default: true` to its trailing metadata.
+#[derive(Clone, Copy)]
+pub(super) struct DefaultAnswer;
+
 /// The gRPC status for `error`, whose client-facing text is `message`.
 pub(super) fn status(error: &Error, message: &str) -> Status {
     Status::new(Code::from_i32(error.kind().grpc_code()), message)
@@ -123,6 +128,12 @@ impl Codec for GrpcInfer<'_> {
     fn stamp(answer: &mut Self::Answer, timing: &str) {
         if let (Ok(response), Ok(value)) = (answer, timing.parse()) {
             response.metadata_mut().insert(SERVER_TIMING, value);
+        }
+    }
+
+    fn mark_default(answer: &mut Self::Answer) {
+        if let Ok(response) = answer {
+            response.extensions_mut().insert(DefaultAnswer);
         }
     }
 

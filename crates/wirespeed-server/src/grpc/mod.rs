@@ -188,7 +188,10 @@ impl GrpcInferenceService for Inference {
         let request = request.into_inner();
         let model_stats =
             crate::statistics::select(&self.state.models, &request.name, version(&request.version))
-                .map_err(|e| status(&e))?;
+                .map_err(|e| status(&e))?
+                .into_iter()
+                .map(|s| s.triton)
+                .collect();
         Ok(Response::new(pb::ModelStatisticsResponse { model_stats }))
     }
 
@@ -427,6 +430,46 @@ fn answer_uncompressed_unless_compressed(headers: &mut hyper::HeaderMap) {
     }
 }
 
+/// The body of a `ModelInfer` answer made of the model's default outputs:
+/// its trailers say so (`wirespeed-default: true`), beside `grpc-status`.
+struct DefaultTrailer {
+    body: tonic::body::Body,
+}
+
+impl hyper::body::Body for DefaultTrailer {
+    type Data = bytes::Bytes;
+    type Error = Status;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<hyper::body::Frame<Self::Data>, Self::Error>>> {
+        let polled = Pin::new(&mut self.body).poll_frame(cx);
+        polled.map(|frame| {
+            frame.map(|frame| {
+                frame.map(|frame| match frame.into_trailers() {
+                    Ok(mut trailers) => {
+                        trailers.insert(
+                            crate::http::DEFAULT_ANSWER,
+                            hyper::header::HeaderValue::from_static("true"),
+                        );
+                        hyper::body::Frame::trailers(trailers)
+                    }
+                    Err(frame) => frame,
+                })
+            })
+        })
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> hyper::body::SizeHint {
+        self.body.size_hint()
+    }
+}
+
 /// The health checks among the RPCs, which answer without the token.
 fn health_check(path: &str) -> Option<HealthCheck> {
     if path.starts_with("/grpc.health.v1.Health/") {
@@ -457,7 +500,10 @@ impl hyper::service::Service<hyper::Request<hyper::body::Incoming>> for GrpcServ
         Box::pin(async move {
             let response = tower::ServiceExt::oneshot(routes, request).await;
             drop(in_flight);
-            response
+            response.map(|r| match r.extensions().get::<infer::DefaultAnswer>() {
+                Some(_) => r.map(|body| tonic::body::Body::new(DefaultTrailer { body })),
+                None => r,
+            })
         })
     }
 }

@@ -9,7 +9,7 @@ use std::sync::atomic::Ordering;
 use hyper::body::Incoming;
 use hyper::{Request, Response, StatusCode};
 use serde_json::json;
-use wirespeed_core::{Error, ErrorKind, InferRequest, InferResponse};
+use wirespeed_core::{Error, ErrorKind, InferRequest, InferResponse, ParameterValue};
 use wirespeed_json::{Format, RequestDecoder};
 
 use super::body::RestRequest;
@@ -95,13 +95,22 @@ impl Codec for ClipperQuery<'_> {
             .state
             .clipper_queries
             .fetch_add(rows, Ordering::Relaxed);
+        let default = response
+            .parameters
+            .iter()
+            .any(|(k, v)| k == "default" && *v == ParameterValue::Bool(true))
+            .then_some(crate::scheduler::DEFAULT_EXPLANATION);
         let mut out = Vec::new();
-        wirespeed_json::encode_clipper_response(&output, self.format, first_id, &mut out);
+        wirespeed_json::encode_clipper_response(&output, self.format, first_id, default, &mut out);
         Ok(response::json(out))
     }
 
     fn stamp(answer: &mut Response<Body>, timing: &str) {
         response::stamp(answer, timing);
+    }
+
+    fn mark_default(answer: &mut Response<Body>) {
+        response::mark_default(answer);
     }
 
     fn error(&self, error: &Error, message: &str) -> Response<Body> {

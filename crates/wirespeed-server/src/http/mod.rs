@@ -17,6 +17,8 @@ mod router;
 mod shared_memory;
 mod tfserving;
 
+pub(crate) use response::DEFAULT_ANSWER;
+
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;

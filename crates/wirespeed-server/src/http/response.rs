@@ -80,6 +80,16 @@ pub(crate) fn error_with(error: &Error, message: &str) -> Response<Body> {
     response
 }
 
+/// The header that flags an answer made of the model's default outputs.
+pub(crate) const DEFAULT_ANSWER: &str = "wirespeed-default";
+
+/// Flags an answer made of the model's default outputs.
+pub(crate) fn mark_default(response: &mut Response<Body>) {
+    response
+        .headers_mut()
+        .insert(DEFAULT_ANSWER, HeaderValue::from_static("true"));
+}
+
 /// Adds the `Server-Timing` header.
 pub(crate) fn stamp(response: &mut Response<Body>, timing: &str) {
     if let Ok(value) = HeaderValue::try_from(timing) {

@@ -73,6 +73,10 @@ impl Codec for TfPredict<'_> {
         response::stamp(answer, timing);
     }
 
+    fn mark_default(answer: &mut Response<Body>) {
+        response::mark_default(answer);
+    }
+
     fn error(&self, error: &Error, message: &str) -> Response<Body> {
         response::error_with(error, message)
     }

@@ -2,6 +2,7 @@
 //! plugged into the registry, real sockets, tonic's gRPC client and plain
 //! HTTP/1.1 over TCP.
 
+mod batching;
 mod front_ends;
 mod scheduling;
 mod support;

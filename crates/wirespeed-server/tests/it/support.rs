@@ -31,6 +31,9 @@ pub(crate) struct GateState {
     pub(crate) most_running: usize,
     /// Async computes dropped before they ended (their caller left).
     pub(crate) cancelled: usize,
+    /// The first input's FP32 values of each compute, in the order they
+    /// started.
+    pub(crate) computed: Vec<Vec<f32>>,
     released: usize,
 }
 
@@ -76,8 +79,11 @@ impl Gate {
         f(&self.state.lock().unwrap())
     }
 
-    fn start(&self) -> usize {
+    fn start(&self, inputs: &[Tensor]) -> usize {
         let mut s = self.state.lock().unwrap();
+        if let Some(wirespeed_core::TensorData::Fp32(v)) = inputs.first().map(|t| &t.data) {
+            s.computed.push(v.clone());
+        }
         s.started += 1;
         s.running += 1;
         s.most_running = s.most_running.max(s.running);
@@ -125,12 +131,16 @@ pub(crate) struct Gated(pub(crate) Arc<Gate>);
 #[serde(deny_unknown_fields)]
 struct GatedKeys {
     execution: String,
+    /// Every compute fails with this message, once released.
+    #[serde(default)]
+    fail: Option<String>,
 }
 
 struct GatedModel {
     metadata: ModelMetadata,
     gate: Arc<Gate>,
     execution: Execution,
+    fail: Option<String>,
 }
 
 impl Backend for Gated {
@@ -157,16 +167,23 @@ impl Backend for Gated {
             },
             gate: Arc::clone(&self.0),
             execution,
+            fail: keys.fail,
         }))
     }
 }
 
 impl GatedModel {
-    fn echo(&self, inputs: &[Tensor]) -> Vec<Tensor> {
-        vec![Tensor {
+    fn echo(&self, inputs: &[Tensor]) -> Result<Vec<Tensor>, Error> {
+        if let Some(message) = &self.fail {
+            return Err(Error::new(
+                wirespeed_core::ErrorKind::BadGateway,
+                message.clone(),
+            ));
+        }
+        Ok(vec![Tensor {
             name: self.metadata.outputs[0].name.clone(),
             ..inputs[0].clone()
-        }]
+        }])
     }
 }
 
@@ -180,7 +197,7 @@ impl Model for GatedModel {
     }
 
     fn infer(&self, inputs: &[Tensor], _: &[usize]) -> Result<Vec<Tensor>, Error> {
-        let n = self.gate.start();
+        let n = self.gate.start(inputs);
         let state = self.gate.state.lock().unwrap();
         let state = self
             .gate
@@ -189,13 +206,13 @@ impl Model for GatedModel {
             .unwrap();
         drop(state);
         self.gate.finish();
-        Ok(self.echo(inputs))
+        self.echo(inputs)
     }
 
     fn infer_async(self: Arc<Self>, call: InferCall) -> InferFuture {
         let inputs = call.inputs;
         Box::pin(async move {
-            self.gate.start();
+            self.gate.start(&inputs);
             let mut computing = Computing {
                 gate: &self.gate,
                 ended: false,
@@ -208,7 +225,7 @@ impl Model for GatedModel {
                 .forget();
             computing.ended = true;
             drop(computing);
-            Ok(self.echo(&inputs))
+            self.echo(&inputs)
         })
     }
 }
@@ -415,11 +432,20 @@ pub(crate) struct Events {
 impl Events {
     /// Waits for an event whose line contains every one of `parts`.
     pub(crate) fn wait_for(&self, parts: &[&str]) {
+        self.wait_for_count(parts, 1);
+    }
+
+    /// Waits for `count` events whose lines contain every one of `parts`.
+    pub(crate) fn wait_for_count(&self, parts: &[&str], count: usize) {
         let lines = self.lines.lock().unwrap();
         let (lines, timeout) = self
             .added
             .wait_timeout_while(lines, SAFETY, |lines| {
-                !lines.iter().any(|l| parts.iter().all(|p| l.contains(p)))
+                lines
+                    .iter()
+                    .filter(|l| parts.iter().all(|p| l.contains(p)))
+                    .count()
+                    < count
             })
             .unwrap();
         if timeout.timed_out() {

@@ -1,0 +1,182 @@
+//! One batch, run as a task on its leader's I/O thread: the members'
+//! inputs joined along dimension 0 (on the CPU pool when large), one call
+//! to the model where it says it runs, the outputs cut back into each
+//! member's rows, and each member answered. A batch of one request is
+//! passed to the model as it is, with no copy.
+//!
+//! The task owns the batch's slot, so the slot comes back when the
+//! compute ends, whichever callers have left meanwhile. A model that
+//! awaits is cancelled when every member's caller has gone. A model that
+//! fails fails every member with its error; one that panics ends the
+//! task, and each member's caller reports the crash.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tokio::sync::oneshot;
+use wirespeed_core::{batch, CpuPool, Error, Execution, InferCall, Model, Tensor};
+
+use super::actor::Mailbox;
+use super::{Counters, Event, Lead, Member, Outcome};
+
+/// Joined inputs above this many bytes are joined on the CPU pool.
+const OFFLOAD_JOIN_BYTES: usize = 1 << 20;
+
+/// Runs `lead`'s batch to its end and answers each of its members.
+pub(super) async fn run(
+    lead: Lead,
+    model: Arc<dyn Model>,
+    pool: CpuPool,
+    events: Mailbox,
+    counters: Arc<Counters>,
+) {
+    let started = Instant::now();
+    let Lead { members, slot } = lead;
+    let name = model.metadata().name.clone();
+    let rows: Vec<usize> = members.iter().map(|m| m.rows).collect();
+    let total: usize = rows.iter().sum();
+    let mut answers = Vec::with_capacity(members.len());
+    let mut parts = Vec::with_capacity(members.len());
+    let mut deadline: Option<Instant> = None;
+    let mut shared = None;
+    for Member {
+        job,
+        outcome,
+        queued,
+        span,
+        ..
+    } in members
+    {
+        span.in_scope(|| tracing::debug!(model = %name, batch = total, "computing in a batch"));
+        deadline = match (deadline, job.deadline) {
+            (Some(a), Some(b)) => Some(a.max(b)),
+            (a, b) => a.or(b),
+        };
+        shared.get_or_insert((job.outputs, job.parameters));
+        parts.push(job.inputs);
+        answers.push((outcome, queued));
+    }
+    let (outputs, parameters) = shared.unwrap_or_default();
+    let alone = parts.len() == 1;
+
+    let joined = Instant::now();
+    let inputs = if alone {
+        Ok(parts.pop().unwrap_or_default())
+    } else {
+        join(parts, &pool).await
+    };
+    let input_time = joined.elapsed();
+    let inputs = match inputs {
+        Ok(inputs) => inputs,
+        Err(message) => {
+            let error = Error::internal(format!(
+                "model '{name}': a batch could not be joined: {message}"
+            ));
+            fail(answers, &error);
+            return;
+        }
+    };
+
+    let computing = Instant::now();
+    let elements: usize = inputs.iter().map(|t| t.data.len()).sum();
+    let result = match model.execution(elements) {
+        Execution::Inline => model.infer(&inputs, &outputs),
+        Execution::Pool => {
+            let (done, result) = oneshot::channel();
+            let model = Arc::clone(&model);
+            pool.spawn(move || {
+                let _ = done.send(model.infer(&inputs, &outputs));
+            });
+            result.await.unwrap_or_else(|_| Err(crashed(&name)))
+        }
+        Execution::Async => {
+            let call = InferCall {
+                inputs,
+                outputs,
+                parameters,
+                deadline,
+            };
+            let call = Arc::clone(&model).infer_async(call);
+            tokio::select! {
+                result = call => result,
+                () = all_gone(&mut answers) => {
+                    tracing::debug!(model = %name, "every caller of the batch left mid-compute; the model's call is cancelled and its slot freed");
+                    return;
+                }
+            }
+        }
+    };
+    let compute = computing.elapsed();
+    tracing::debug!(model = %name, "compute ended; slot freed");
+    drop(slot);
+
+    let cutting = Instant::now();
+    let result = result.and_then(|outputs| {
+        if alone {
+            Ok(vec![outputs])
+        } else {
+            batch::split(outputs, &rows).map_err(|message| {
+                Error::internal(format!(
+                    "model '{name}' answered a batch of {total} rows wrongly: {message}"
+                ))
+            })
+        }
+    });
+    let output_time = cutting.elapsed();
+    let _ = events.send(Event::Ran {
+        rows: total,
+        took: started.elapsed(),
+    });
+    match result {
+        Ok(each) => {
+            counters.executed(total, input_time, compute, output_time);
+            for ((outcome, queued), outputs) in answers.into_iter().zip(each) {
+                let _ = outcome.send(Outcome::Computed {
+                    outputs,
+                    batch: total,
+                    queued,
+                    compute,
+                });
+            }
+        }
+        Err(error) => fail(answers, &error),
+    }
+}
+
+/// Joins the members' inputs, on the CPU pool when they are large.
+async fn join(parts: Vec<Vec<Tensor>>, pool: &CpuPool) -> Result<Vec<Tensor>, String> {
+    let bytes: usize = parts
+        .iter()
+        .flatten()
+        .map(|t| wirespeed_core::raw::raw_len(&t.data))
+        .sum();
+    if bytes <= OFFLOAD_JOIN_BYTES {
+        return batch::concat(parts);
+    }
+    let (done, joined) = oneshot::channel();
+    pool.spawn(move || {
+        let _ = done.send(batch::concat(parts));
+    });
+    joined
+        .await
+        .unwrap_or_else(|_| Err("the CPU pool dropped the job".into()))
+}
+
+/// Resolves once every member's caller has gone.
+async fn all_gone(answers: &mut [(oneshot::Sender<Outcome>, Duration)]) {
+    for (outcome, _) in answers.iter_mut() {
+        outcome.closed().await;
+    }
+}
+
+fn fail(answers: Vec<(oneshot::Sender<Outcome>, Duration)>, error: &Error) {
+    for (outcome, _) in answers {
+        let _ = outcome.send(Outcome::Failed(error.clone()));
+    }
+}
+
+fn crashed(name: &str) -> Error {
+    Error::internal(format!(
+        "model '{name}' failed while computing (it panicked; see the message above)"
+    ))
+}
