@@ -126,7 +126,10 @@ impl Model for IdentityModel {
                 .copied()
                 .unwrap_or(1);
             let rows = u32::try_from(rows).unwrap_or(u32::MAX);
-            tokio::time::sleep(self.delay + self.row_delay.saturating_mul(rows)).await;
+            let wait = self
+                .delay
+                .saturating_add(self.row_delay.saturating_mul(rows));
+            tokio::time::sleep(wait).await;
             self.infer(&call.inputs, &call.outputs)
         })
     }

@@ -89,7 +89,9 @@ impl ServedModels {
             .batching
             .as_ref()
             .map_or(1, |b| b.max_batch_size);
-        let queue = loaded.max_queue.unwrap_or(64 * concurrency * per_turn);
+        let queue = loaded
+            .max_queue
+            .unwrap_or(64usize.saturating_mul(concurrency).saturating_mul(per_turn));
         let scheduler = Scheduler::start(
             Arc::clone(&loaded.model),
             concurrency,

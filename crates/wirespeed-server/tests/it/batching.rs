@@ -262,7 +262,9 @@ async fn a_delayed_request_waits_behind_those_within_their_timeout() {
     let first = send(&server, name, &[1], &[0.0], json!({}));
     wait_started(&gate, 1);
     let late = send(&server, name, &[1], &[1.0], json!({"timeout": 1}));
-    let patient = send(&server, name, &[1], &[2.0], json!({}));
+    // A timeout past any clock's end is no timeout at all.
+    let forever = json!({"timeout": i64::MAX});
+    let patient = send(&server, name, &[1], &[2.0], forever);
     wait_queued(name, 2);
     gate.release(3);
     for stream in [first, late, patient] {
