@@ -154,10 +154,13 @@ impl Drop for Slot {
     }
 }
 
-/// The counts a scheduler keeps for the statistics: executions, batch
-/// sizes, defaults, timeouts, and the adaptive batch size.
+/// The counts a scheduler keeps for the statistics: executions and batch
+/// sizes (of a model that batches; the others' are its requests'),
+/// defaults, timeouts, and the adaptive batch size.
 #[derive(Default)]
 pub(crate) struct Counters {
+    /// Whether executions are counted here: the model batches.
+    batching: bool,
     pub(crate) executions: AtomicU64,
     pub(crate) defaults: AtomicU64,
     pub(crate) timeouts: AtomicU64,
@@ -179,7 +182,11 @@ pub(crate) struct BatchTally {
 }
 
 impl Counters {
+    /// Counts an execution of `rows` rows, if the model batches.
     fn executed(&self, rows: usize, input: Duration, infer: Duration, output: Duration) {
+        if !self.batching {
+            return;
+        }
         self.executions.fetch_add(1, Ordering::Relaxed);
         let ns = |d: Duration| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
         let mut batches = self.batches.lock().unwrap_or_else(|e| e.into_inner());
@@ -225,7 +232,10 @@ impl Scheduler {
     ) -> Scheduler {
         let slots = Arc::new(Semaphore::new(concurrency));
         let waiting = Arc::new(AtomicUsize::new(0));
-        let counters = Arc::new(Counters::default());
+        let counters = Arc::new(Counters {
+            batching: scheduling.batching.is_some(),
+            ..Counters::default()
+        });
         let scheduling = Arc::new(scheduling);
         let fast = scheduling.slo.is_none()
             && scheduling
@@ -281,7 +291,7 @@ impl Scheduler {
         let rows = wirespeed_core::batch::rows(&inputs);
         let level = self.scheduling.queue.level(context.priority);
         let timeout = self.scheduling.queue.levels[level].timeout(context.timeout);
-        if self.fast && timeout.is_none_or(|t| !t.is_zero()) {
+        if self.fast {
             if let Some(slot) = self.free_slot() {
                 let job = Job {
                     inputs,
@@ -447,7 +457,9 @@ impl Scheduler {
             } => {
                 stages.queue = queued;
                 stages.compute = compute;
-                stages.batch = batch;
+                if self.scheduling.batching.is_some() {
+                    stages.batch = batch;
+                }
                 Ok(Answer {
                     outputs,
                     default: false,
@@ -480,11 +492,6 @@ impl Scheduler {
         let elements: usize = job.inputs.iter().map(|t| t.data.len()).sum();
         let span = tracing::debug_span!("compute");
         span.in_scope(|| tracing::debug!(model = %self.model.metadata().name, "computing"));
-        let counted = self
-            .scheduling
-            .batching
-            .is_some()
-            .then(|| rows.unwrap_or(1));
         let result = match self.model.execution(elements) {
             Execution::Inline => {
                 let _entered = span.enter();
@@ -538,12 +545,11 @@ impl Scheduler {
                 result
             }
         };
-        if let Some(rows) = counted {
+        if self.scheduling.batching.is_some() {
+            let rows = rows.unwrap_or(1);
             self.counters
                 .executed(rows, Duration::ZERO, stages.compute, Duration::ZERO);
             stages.batch = rows;
-        } else {
-            self.counters.executions.fetch_add(1, Ordering::Relaxed);
         }
         result.map(|outputs| Answer {
             outputs,

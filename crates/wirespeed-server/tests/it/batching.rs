@@ -241,7 +241,9 @@ async fn higher_priorities_and_requests_within_their_timeout_go_first() {
     assert!(error.contains("request timeout expired"), "{error}");
     gate.release(4);
     for stream in [first, low, default, high] {
-        assert_eq!(answer(stream).status, 200);
+        let a = answer(stream);
+        assert_eq!(a.status, 200);
+        assert_eq!(batch_rows(&a), None, "the model does not batch");
     }
     let order = gate.read(|s| s.computed.clone());
     assert_eq!(order, [vec![0.0], vec![4.0], vec![1.0], vec![2.0]]);
