@@ -510,16 +510,35 @@ fn typed(datatype: DataType, values: &[&toml::Value]) -> Result<TensorData, Stri
     })
 }
 
+impl PolicyKeys {
+    /// Sets in `policy` what these keys set.
+    fn apply(&self, policy: &mut LevelPolicy) {
+        if let Some(v) = self.max_queue_size {
+            policy.max_queue_size = v;
+        }
+        if let Some(v) = self.timeout_action {
+            policy.timeout_action = v;
+        }
+        if let Some(us) = self.default_timeout_us {
+            policy.default_timeout = (us > 0).then(|| Duration::from_micros(us));
+        }
+        if let Some(v) = self.allow_timeout_override {
+            policy.allow_timeout_override = v;
+        }
+    }
+}
+
 fn queue(keys: QueueKeys) -> Result<QueuePolicy, String> {
-    let base = LevelPolicy {
-        max_queue_size: keys.max_queue_size.unwrap_or(0),
-        timeout_action: keys.timeout_action.unwrap_or_default(),
-        default_timeout: keys
-            .default_timeout_us
-            .filter(|&us| us > 0)
-            .map(Duration::from_micros),
-        allow_timeout_override: keys.allow_timeout_override.unwrap_or(true),
-    };
+    // `[queue]`'s own policy keys (serde cannot flatten them into a table
+    // that refuses unknown keys, so they are declared twice).
+    let mut base = LevelPolicy::default();
+    PolicyKeys {
+        max_queue_size: keys.max_queue_size,
+        timeout_action: keys.timeout_action,
+        default_timeout_us: keys.default_timeout_us,
+        allow_timeout_override: keys.allow_timeout_override,
+    }
+    .apply(&mut base);
     let levels = usize::try_from(keys.priority_levels)
         .ok()
         .filter(|&n| n <= 1024)
@@ -553,19 +572,7 @@ fn queue(keys: QueueKeys) -> Result<QueuePolicy, String> {
         let n: u64 = level.parse().ok().filter(|&n| in_range(n)).ok_or_else(|| {
             format!("[queue.priority.{level}] must name a level between 1 and priority_levels ({levels})")
         })?;
-        let p = &mut policies[n as usize - 1];
-        if let Some(v) = policy.max_queue_size {
-            p.max_queue_size = v;
-        }
-        if let Some(v) = policy.timeout_action {
-            p.timeout_action = v;
-        }
-        if let Some(us) = policy.default_timeout_us {
-            p.default_timeout = (us > 0).then(|| Duration::from_micros(us));
-        }
-        if let Some(v) = policy.allow_timeout_override {
-            p.allow_timeout_override = v;
-        }
+        policy.apply(&mut policies[n as usize - 1]);
     }
     Ok(QueuePolicy {
         levels: policies,
