@@ -110,11 +110,23 @@ impl QueueThread {
 fn serve(inbox: mpsc::Receiver<(u64, Event)>) {
     let mut actors: HashMap<u64, (Actor, Option<Instant>)> = HashMap::new();
     let mut touched: Vec<u64> = Vec::new();
+    let mut slack = Slack::default();
     loop {
-        let wake = actors.values().filter_map(|(_, at)| *at).min();
-        let first = match wake {
+        let planned = actors
+            .values()
+            .filter_map(|(_, at)| *at)
+            .min()
+            .map(|at| at.checked_sub(slack.0).unwrap_or(at));
+        let first = match planned {
             None => inbox.recv().map_err(|_| RecvTimeoutError::Disconnected),
-            Some(at) => inbox.recv_timeout(at.saturating_duration_since(Instant::now())),
+            Some(at) => {
+                let sleep = at.saturating_duration_since(Instant::now());
+                let first = inbox.recv_timeout(sleep);
+                if matches!(first, Err(RecvTimeoutError::Timeout)) && !sleep.is_zero() {
+                    slack.observe(at, Instant::now());
+                }
+                first
+            }
         };
         let first = match first {
             Ok(event) => Some(event),
@@ -149,11 +161,38 @@ fn serve(inbox: mpsc::Receiver<(u64, Event)>) {
             touched.push(id);
         }
         let now = Instant::now();
+        let horizon = now + slack.0;
         for (id, (actor, at)) in actors.iter_mut() {
-            if at.is_some_and(|t| t <= now) || touched.contains(id) {
-                *at = actor.step(now);
+            if at.is_some_and(|t| t <= horizon) || touched.contains(id) {
+                *at = actor.step(now, horizon);
             }
         }
+    }
+}
+
+/// How late the kernel wakes the queue thread from a timed sleep: tens of
+/// microseconds on an idle machine, a millisecond or more when every core
+/// is busy, as the scheduler lets the running thread use its slice. The
+/// thread sleeps that much less and does what falls due by then: an
+/// objective is answered (a delay ends, a timeout fires) up to this much
+/// early rather than that much late.
+#[derive(Default)]
+struct Slack(Duration);
+
+impl Slack {
+    /// The most the thread wakes early.
+    const MAX: Duration = Duration::from_millis(2);
+
+    /// A sleep planned to end at `planned` ended at `woke`.
+    fn observe(&mut self, planned: Instant, woke: Instant) {
+        let late = woke.saturating_duration_since(planned).min(Slack::MAX);
+        // Quick to rise, slow to fall: one late wake-up says the machine
+        // is busy, and the next objective should not pay to learn it again.
+        self.0 = if late > self.0 {
+            late
+        } else {
+            self.0 - (self.0 - late) / 8
+        };
     }
 }
 
@@ -279,8 +318,10 @@ impl Actor {
     }
 
     /// Applies the clock and fills free slots; returns when to look again.
-    fn step(&mut self, now: Instant) -> Option<Instant> {
-        while self.computing.peek().is_some_and(|o| o.0.at <= now) {
+    /// What falls due by `horizon` (`now` plus the thread's wake-up
+    /// slack) is done now: a little early rather than late.
+    fn step(&mut self, now: Instant, horizon: Instant) -> Option<Instant> {
+        while self.computing.peek().is_some_and(|o| o.0.at <= horizon) {
             if let Some(Reverse(objective)) = self.computing.pop() {
                 let _ = objective.expired.send(());
             }
@@ -289,13 +330,15 @@ impl Actor {
         // its objective: a free slot always tries.
         let busy = self.slots.available_permits() == 0;
         let estimate = if busy { self.estimate } else { Duration::ZERO };
-        if self.due.is_some_and(|d| d <= now) || self.since_sweep >= SWEEP_EVERY {
+        if self.due.is_some_and(|d| d <= horizon) || self.since_sweep >= SWEEP_EVERY {
             self.since_sweep = 0;
             let (name, waiting, counters) = (&self.name, &self.waiting, &self.counters);
-            self.due = self.queue.expire(now, estimate, |entry, why| {
-                waiting.fetch_sub(1, Ordering::SeqCst);
-                leave(name, counters, entry, why);
-            });
+            self.due = self
+                .queue
+                .expire(now, horizon, estimate, self.estimate, |entry, why| {
+                    waiting.fetch_sub(1, Ordering::SeqCst);
+                    leave(name, counters, entry, why);
+                });
         }
         let mut wait = None;
         while self.queue.len() > 0 {
@@ -305,7 +348,7 @@ impl Actor {
             };
             match self
                 .queue
-                .form(self.scheduling.batching.as_ref(), self.size, now)
+                .form(self.scheduling.batching.as_ref(), self.size, horizon)
             {
                 Formed::Batch(entries) => {
                     let slot = Slot {

@@ -164,14 +164,20 @@ impl Queue {
         None
     }
 
-    /// Applies the clock at `now`: requests past their queue timeout are
+    /// Applies the clock at `horizon` (`now`, or a little after when the
+    /// queue thread wakes early): requests past their queue timeout are
     /// rejected or delayed, requests that can no longer meet the objective
     /// (`slo_at - estimate`) and those whose callers left are taken out and
-    /// handed to `leave`. Returns when something next falls due.
+    /// handed to `leave`. Returns when something next falls due, judged
+    /// with `lookahead` as the estimate: the actor passes an `estimate` of
+    /// zero while a slot is free, and the full one as `lookahead`, so that
+    /// it looks again in time should every slot be busy by then.
     pub(crate) fn expire(
         &mut self,
         now: Instant,
+        horizon: Instant,
         estimate: Duration,
+        lookahead: Duration,
         mut leave: impl FnMut(Entry, Leaving),
     ) -> Option<Instant> {
         let mut next: Option<Instant> = None;
@@ -191,14 +197,14 @@ impl Queue {
                         Some(Leaving::Gone)
                     } else if entry
                         .slo_at
-                        .is_some_and(|at| at.checked_sub(estimate).unwrap_or(at) <= now)
+                        .is_some_and(|at| at.checked_sub(estimate).unwrap_or(at) <= horizon)
                     {
                         Some(Leaving::Late)
-                    } else if entry.timeout_at.is_some_and(|at| at <= now) {
+                    } else if entry.timeout_at.is_some_and(|at| at <= horizon) {
                         match action {
-                            TimeoutAction::Reject => {
-                                Some(Leaving::TimedOut(now.duration_since(entry.arrived)))
-                            }
+                            TimeoutAction::Reject => Some(Leaving::TimedOut(
+                                now.saturating_duration_since(entry.arrived),
+                            )),
                             TimeoutAction::Delay => {
                                 entry.timeout_at = None;
                                 to_delay.push(entry);
@@ -216,7 +222,7 @@ impl Queue {
                     let falls_due = [
                         entry
                             .slo_at
-                            .map(|at| at.checked_sub(estimate).unwrap_or(at)),
+                            .map(|at| at.checked_sub(lookahead).unwrap_or(at)),
                         entry.timeout_at,
                     ];
                     for t in falls_due.into_iter().flatten() {
