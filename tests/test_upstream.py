@@ -17,6 +17,7 @@ import subprocess
 import sys
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -268,6 +269,49 @@ def test_xgboost_on_kserve_and_mlserver_matches_the_xgboost_package(xgb_model, k
                 np.testing.assert_array_equal(got, expected, err_msg=f"{model} {way}")
         direct = direct_grpc(f"127.0.0.1:{mlserver['grpc']}", "xgb", "x", "predict", rows, "FP32")
         np.testing.assert_array_equal(direct.reshape(-1, 1), expected)
+    finally:
+        front.stop()
+
+
+def test_batched_through_kserve_each_request_gets_the_answer_it_gets_alone(xgb_model, kserve, tmp_path):
+    """`[batching]` in front of KServe: concurrent requests of 1 to 4 rows
+    go upstream as fewer, larger calls, and each gets exactly the rows it
+    gets when sent alone, which are the xgboost package's predictions."""
+    _, booster, rows = xgb_model
+    spec = dict(inputs=[("x", "FP32", [-1, 10])], outputs=[("predict", "INT64", [-1, 1])])
+    url = f"grpc://127.0.0.1:{kserve['grpc']}"
+    batching = "max_concurrency = 1\n[batching]\nmax_batch_size = 64\nmax_queue_delay_us = 20000\n"
+    front = start_front(tmp_path, {
+        "batched": upstream_config(url, model="xgb", extra=batching, **spec),
+        "alone": upstream_config(url, model="xgb", **spec),
+    })
+    try:
+        for model in ("batched", "alone"):
+            wait_model_ready(front, model)
+        requests_rows = [rows[i:i + 1 + i % 4] for i in range(0, 48)]
+
+        def infer(model, x, client):
+            given = httpclient.InferInput("x", list(x.shape), "FP32")
+            given.set_data_from_numpy(x, binary_data=False)
+            return client.infer(model, [given]).as_numpy("predict")
+
+        alone_client = httpclient.InferenceServerClient(front.address)
+        alone = [infer("alone", x, alone_client) for x in requests_rows]
+        clients = threading.local()
+
+        def batched(x):
+            if not hasattr(clients, "http"):
+                clients.http = httpclient.InferenceServerClient(front.address)
+            return infer("batched", x, clients.http)
+
+        with ThreadPoolExecutor(16) as pool:
+            together = list(pool.map(batched, requests_rows))
+        for i, (x, a, b) in enumerate(zip(requests_rows, alone, together)):
+            np.testing.assert_array_equal(b, a, err_msg=f"request {i}")
+            np.testing.assert_array_equal(a, booster.predict(x).astype(np.int64).reshape(-1, 1), err_msg=f"request {i}")
+        stats = requests.get(f"http://{front.address}/v2/models/batched/stats", timeout=10).json()["model_stats"][0]
+        assert stats["inference_count"] == len(requests_rows)
+        assert stats["execution_count"] < len(requests_rows) / 2, stats
     finally:
         front.stop()
 
