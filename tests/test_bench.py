@@ -31,16 +31,22 @@ def bench(*args, timeout=300):
 
 
 def scenario(server, name, tmp_path, *extra):
-    files = {k: tmp_path / f"{name}.{k}" for k in ("json", "csv", "svg")}
-    out = bench(
-        "scenario", name, "--short",
+    return scenario_with(
+        name, tmp_path,
         "--http", f"http://{server.address}",
         "--grpc", f"grpc://{server.grpc_address}",
         "--http-uds", server.http_sock,
         "--grpc-uds", server.grpc_sock,
         "--models", MODELS,
-        "--json", files["json"], "--csv", files["csv"], "--plot", files["svg"],
         *extra,
+    )
+
+
+def scenario_with(name, tmp_path, *args):
+    files = {k: tmp_path / f"{name}.{k}" for k in ("json", "csv", "svg")}
+    out = bench(
+        "scenario", name, "--short", *args,
+        "--json", files["json"], "--csv", files["csv"], "--plot", files["svg"],
     )
     assert out.returncode == 0, out.stderr
     report = json.loads(files["json"].read_text())
@@ -269,3 +275,70 @@ def test_the_sink_takes_every_request_the_client_sends(tmp_path):
     check_measurement(m)
     assert m["summary"]["answered"] == 400
     assert m["target"] == "sink: (the client alone)"
+
+
+DELAY = """backend = "identity"
+delay_ms = 10
+max_concurrency = 1
+[[inputs]]
+name = "x"
+datatype = "FP32"
+shape = [-1, 4]
+[[outputs]]
+name = "y"
+datatype = "FP32"
+shape = [-1, 4]
+"""
+
+
+def test_batching(server, tmp_path):
+    """The batching scenario against the delay models it names (those of
+    benchmarks/scripts/batching.sh), with no upstream: the curve's cells
+    are measured, the batch sizes come from Server-Timing, and the cells
+    it cannot measure say why."""
+    models = tmp_path / "models"
+    tables = {
+        "none": "",
+        "fixed": "[batching]\nmax_batch_size = 16\npreferred_batch_sizes = [16]\nmax_queue_delay_us = 100000\n",
+        "dynamic": "[batching]\nmax_batch_size = 64\nmax_queue_delay_us = 2000\n",
+        "adaptive": '[batching]\nmax_batch_size = 64\nmode = "adaptive"\nslo_ms = 20\n',
+    }
+    for mode, table in tables.items():
+        (models / f"delay_{mode}").mkdir(parents=True)
+        (models / f"delay_{mode}" / "config.toml").write_text(DELAY + table)
+    (models / "titanic").mkdir()
+    config = (MODELS / "titanic" / "config.toml").read_text()
+    (models / "titanic" / "config.toml").write_text(config + "\n[batching]\nmax_batch_size = 64\n")
+    (models / "titanic" / "model.json").write_bytes((MODELS / "titanic" / "model.json").read_bytes())
+    batching = RunningServer(models, grpc="off")
+    try:
+        stdout, report, rows, _ = scenario_with(
+            "batching", tmp_path, "--http", f"http://{batching.address}", "--grpc", "off",
+            "--compare", f"http://{server.address}",
+        )
+    finally:
+        batching.stop()
+    cells = {c["label"]: c for c in report["cells"]}
+    for mode in tables:
+        for rate in (100, 400):
+            (m,) = cells[f"delay_{mode} at {rate}/s"]["measurements"]
+            assert m["load"] == {"mode": "open", "rate": rate, "arrival": "poisson", "connections": 256}
+            s = m["summary"]
+            assert s["answered"] > 0
+            check_dist(s["latency"])
+            if mode == "none":
+                assert "batch" not in s
+            else:
+                assert s["batch"]["count"] == s["answered"]
+                assert 1 <= s["batch"]["p50"] <= s["batch"]["max"] <= 64
+    # 4x the capacity: the dynamic batcher's batches hold several requests.
+    assert cells["delay_dynamic at 400/s"]["measurements"][0]["summary"]["batch"]["p50"] >= 2
+    # No upstream here: those cells fail, and the table says so.
+    (m,) = cells["upstream_alone: one xgb row over gRPC upstream, 64 connections"]["measurements"]
+    assert m["summary"]["answered"] == 0
+    assert "n/a: failed" in stdout and "batching.sh serves upstream_*" in stdout
+    plain, batched = cells["titanic, 1 row, 1 connection: without vs with [batching]"]["measurements"]
+    assert plain["summary"]["answered"] > 0 and batched["summary"]["answered"] > 0
+    assert "titanic with [batching]: adds <= 10 µs p50" in stdout
+    assert "dynamic at 4x load: >= 3.5x unbatched throughput" in stdout
+    check_csv(rows, report)

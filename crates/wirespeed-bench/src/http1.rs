@@ -14,7 +14,7 @@ use bytes::{Buf, BytesMut};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpStream, UnixStream};
 
-use crate::stats::{Phases, STAGES};
+use crate::stats::{Phases, ServerTiming, STAGES};
 use crate::target::Transport;
 use crate::timer::PreciseTimer;
 use crate::workload::HttpRequest;
@@ -57,7 +57,7 @@ impl Stream {
 pub(crate) struct Answer {
     pub(crate) status: u16,
     pub(crate) phases: Phases,
-    pub(crate) server: Option<[Duration; 6]>,
+    pub(crate) server: Option<ServerTiming>,
     pub(crate) bytes_in: u64,
     /// The server will close the connection after this answer.
     pub(crate) close: bool,
@@ -271,12 +271,23 @@ const KEPT_BYTES: usize = 200;
 
 /// The stages of a `Server-Timing` value (`decode;dur=0.301, ...`), in the
 /// order of [`STAGES`]; `None` unless it names at least one of them.
-pub(crate) fn parse_server_timing(value: &str) -> Option<[Duration; 6]> {
-    let mut stages = [Duration::ZERO; 6];
+pub(crate) fn parse_server_timing(value: &str) -> Option<ServerTiming> {
+    let mut timing = ServerTiming::default();
     let mut any = false;
     for metric in value.split(',') {
         let mut parts = metric.trim().split(';');
         let name = parts.next().unwrap_or("").trim();
+        if name == "batch" {
+            for param in parts {
+                if let Some(rows) = param.trim().strip_prefix("desc=") {
+                    if let Ok(rows) = rows.trim().trim_matches('"').parse::<u64>() {
+                        timing.batch = Some(rows);
+                        any = true;
+                    }
+                }
+            }
+            continue;
+        }
         let Some(index) = STAGES.iter().position(|s| *s == name) else {
             continue;
         };
@@ -284,14 +295,14 @@ pub(crate) fn parse_server_timing(value: &str) -> Option<[Duration; 6]> {
             if let Some(ms) = param.trim().strip_prefix("dur=") {
                 if let Ok(ms) = ms.trim().parse::<f64>() {
                     if ms.is_finite() && ms >= 0.0 {
-                        stages[index] = Duration::from_secs_f64(ms / 1e3);
+                        timing.stages[index] = Duration::from_secs_f64(ms / 1e3);
                         any = true;
                     }
                 }
             }
         }
     }
-    any.then_some(stages)
+    any.then_some(timing)
 }
 
 #[cfg(test)]
@@ -300,10 +311,20 @@ mod tests {
 
     #[test]
     fn server_timing_values_parse() {
-        let s = parse_server_timing("read;dur=0.412, decode;dur=0.301,queue;dur=0.001, compute;desc=\"x\";dur=4, encode;dur=0.010, total;dur=5, other;dur=9").unwrap();
+        let t = parse_server_timing("read;dur=0.412, decode;dur=0.301,queue;dur=0.001, compute;desc=\"x\";dur=4, encode;dur=0.010, total;dur=5, other;dur=9").unwrap();
+        let s = t.stages;
         assert_eq!(s[1], Duration::from_micros(301));
         assert_eq!(s[3], Duration::from_millis(4));
         assert_eq!(s[5], Duration::from_millis(5));
+        assert_eq!(t.batch, None);
+        let t = parse_server_timing("queue;dur=1.5, batch;desc=12, compute;dur=2").unwrap();
+        assert_eq!(t.batch, Some(12));
+        assert_eq!(t.stages[2], Duration::from_micros(1500));
+        assert_eq!(
+            parse_server_timing("batch;desc=\"7\"").unwrap().batch,
+            Some(7)
+        );
+        assert!(parse_server_timing("batch;desc=many").is_none());
         assert!(parse_server_timing("cache;dur=1").is_none());
         assert!(parse_server_timing("decode;dur=-1, total;dur=abc").is_none());
     }

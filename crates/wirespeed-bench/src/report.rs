@@ -145,6 +145,7 @@ pub fn latency_table(measurements: &[&Measurement]) -> String {
             "compute",
             "encode",
             "total",
+            "batch rows p50/max",
         ]);
         let p50 = |d: Option<&Dist>| d.map_or("n/a".to_owned(), |d| ms(d.p50));
         for m in splits {
@@ -160,10 +161,12 @@ pub fn latency_table(measurements: &[&Measurement]) -> String {
                 p50(s.server.get("compute")),
                 p50(s.server.get("encode")),
                 p50(s.server.get("total")),
+                s.batch
+                    .map_or("n/a".to_owned(), |b| format!("{}/{}", b.p50, b.max)),
             ]);
         }
         out.push_str(
-            "\nwhere the time went (medians, ms; server stages from its Server-Timing header):\n",
+            "\nwhere the time went (medians, ms; server stages and batches from its Server-Timing header):\n",
         );
         out.push_str(&t.render());
     }
@@ -221,7 +224,7 @@ pub fn write_json(path: &Path, value: &impl serde::Serialize) -> anyhow::Result<
 pub const CSV_HEADER: &str = "label,target,protocol,transport,load,requests,answered,failed,seconds,throughput,\
 mean_ms,stdev_ms,min_ms,p50_ms,p90_ms,p95_ms,p99_ms,p99_9_ms,p99_99_ms,max_ms,\
 uncorrected_p50_ms,uncorrected_p99_ms,uncorrected_max_ms,send_p50_ms,wait_p50_ms,receive_p50_ms,\
-server_decode_p50_ms,server_queue_p50_ms,server_compute_p50_ms,server_encode_p50_ms,server_total_p50_ms,windows,settled";
+server_decode_p50_ms,server_queue_p50_ms,server_compute_p50_ms,server_encode_p50_ms,server_total_p50_ms,batch_p50_rows,batch_max_rows,windows,settled";
 
 /// One CSV line per measurement; `label` names the scenario cell or sweep level.
 pub fn csv_rows(rows: &[(String, &Measurement)]) -> String {
@@ -263,6 +266,8 @@ pub fn csv_rows(rows: &[(String, &Measurement)]) -> String {
             opt(s.server.get("compute")),
             opt(s.server.get("encode")),
             opt(s.server.get("total")),
+            s.batch.map_or(String::new(), |b| b.p50.to_string()),
+            s.batch.map_or(String::new(), |b| b.max.to_string()),
             m.windows.len().to_string(),
             m.settled_after.is_some().to_string(),
         ];

@@ -26,6 +26,16 @@ pub struct Phases {
     pub receive: Duration,
 }
 
+/// What a server's `Server-Timing` says of one request.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct ServerTiming {
+    /// The stages' durations (see [`STAGES`]); zero when not sent.
+    pub stages: [Duration; 6],
+    /// The rows of the batch the request ran in (`batch;desc=N`), from a
+    /// model that batches.
+    pub batch: Option<u64>,
+}
+
 /// One answered request.
 #[derive(Debug, Clone)]
 pub struct Sample {
@@ -35,8 +45,8 @@ pub struct Sample {
     pub service: Duration,
     /// The split of `service`, on HTTP/1.
     pub phases: Option<Phases>,
-    /// The server's stage times, when it sent them (see [`STAGES`]).
-    pub server: Option<[Duration; 6]>,
+    /// The server's stage times and batch, when it sent them.
+    pub server: Option<ServerTiming>,
     /// Request bytes written.
     pub bytes_out: u64,
     /// Response bytes read.
@@ -55,6 +65,8 @@ pub struct Recorder {
     service: Histogram<u64>,
     phases: [Histogram<u64>; 3],
     server: Vec<Histogram<u64>>,
+    /// Batch sizes, in rows.
+    batch: Histogram<u64>,
     errors: BTreeMap<String, u64>,
     bytes_out: u64,
     bytes_in: u64,
@@ -67,6 +79,7 @@ impl Default for Recorder {
             service: histogram(),
             phases: [histogram(), histogram(), histogram()],
             server: STAGES.iter().map(|_| histogram()).collect(),
+            batch: histogram(),
             errors: BTreeMap::new(),
             bytes_out: 0,
             bytes_in: 0,
@@ -93,9 +106,16 @@ impl Recorder {
                     .expect("auto-resizing histograms take any u64");
             }
         }
-        if let Some(stages) = sample.server {
-            for (h, d) in self.server.iter_mut().zip(stages) {
-                h.record(nanos(d))
+        if let Some(timing) = sample.server {
+            if timing.stages.iter().any(|d| !d.is_zero()) {
+                for (h, d) in self.server.iter_mut().zip(timing.stages) {
+                    h.record(nanos(d))
+                        .expect("auto-resizing histograms take any u64");
+                }
+            }
+            if let Some(rows) = timing.batch {
+                self.batch
+                    .record(rows.max(1))
                     .expect("auto-resizing histograms take any u64");
             }
         }
@@ -122,6 +142,7 @@ impl Recorder {
         for (a, b) in self.server.iter_mut().zip(&other.server) {
             add(a, b);
         }
+        add(&mut self.batch, &other.batch);
         for (kind, n) in &other.errors {
             *self.errors.entry(kind.clone()).or_default() += n;
         }
@@ -165,10 +186,33 @@ impl Recorder {
                 .zip(&self.server)
                 .filter_map(|(name, h)| Some(((*name).to_owned(), dist(h)?)))
                 .collect(),
+            batch: (!self.batch.is_empty()).then(|| BatchSizes {
+                count: self.batch.len(),
+                mean: self.batch.mean(),
+                p50: self.batch.value_at_quantile(0.5),
+                p99: self.batch.value_at_quantile(0.99),
+                max: self.batch.max(),
+            }),
             mb_out_per_s: self.bytes_out as f64 / seconds / 1e6,
             mb_in_per_s: self.bytes_in as f64 / seconds / 1e6,
         }
     }
+}
+
+/// The sizes of the batches requests ran in, in rows, one count per
+/// request (a batch of 8 is counted by each of its 8 requests).
+#[derive(Debug, Clone, Copy, Default, Serialize, PartialEq)]
+pub struct BatchSizes {
+    /// Requests that said.
+    pub count: u64,
+    /// Mean.
+    pub mean: f64,
+    /// Median.
+    pub p50: u64,
+    /// 99th percentile.
+    pub p99: u64,
+    /// Largest.
+    pub max: u64,
 }
 
 /// A latency distribution, in milliseconds.
@@ -248,6 +292,9 @@ pub struct Summary {
     pub receive: Option<Dist>,
     /// The server's stages, from its `Server-Timing`.
     pub server: BTreeMap<String, Dist>,
+    /// The batches requests ran in, from `Server-Timing`'s `batch`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub batch: Option<BatchSizes>,
     /// Request megabytes per second.
     pub mb_out_per_s: f64,
     /// Response megabytes per second.

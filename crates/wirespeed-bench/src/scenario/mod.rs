@@ -3,6 +3,7 @@
 //! its table next to the published one. What a server does not offer is
 //! reported as "not available", never guessed.
 
+mod batching;
 mod clipper_grid;
 mod go_ml_ladder;
 mod small_json;
@@ -29,6 +30,11 @@ use crate::workload::{Protocol, Workload};
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Name {
+    /// Clipper's batching figure: throughput and p99 against offered load
+    /// for no batching, a fixed batch, dynamic and adaptive batching on a
+    /// model with a cost per call; batching in front of an upstream; the
+    /// batcher's own cost on Titanic rows.
+    Batching,
     /// Clipper's parse-latency grid: JSON float inputs of 784 to 262144
     /// floats at batch 1 to 32; request latency and server decode time.
     ClipperGrid,
@@ -281,6 +287,7 @@ pub fn run(args: ScenarioArgs) -> anyhow::Result<()> {
     let runtime = cli::runtime(args.threads)?;
     let outcome = runtime.block_on(async {
         match args.name {
+            Name::Batching => batching::run(&context).await,
             Name::ClipperGrid => clipper_grid::run(&context).await,
             Name::GoMlLadder => go_ml_ladder::run(&context).await,
             Name::SmallJson => small_json::run(&context).await,
