@@ -322,7 +322,7 @@ def test_batching(server, tmp_path):
     for mode in tables:
         for rate in (100, 400):
             (m,) = cells[f"delay_{mode} at {rate}/s"]["measurements"]
-            assert m["load"] == {"mode": "open", "rate": rate, "arrival": "poisson", "connections": 256}
+            assert m["load"] == {"mode": "open", "rate": rate, "arrival": "poisson", "connections": 1024}
             s = m["summary"]
             assert s["answered"] > 0
             check_dist(s["latency"])
