@@ -137,7 +137,7 @@ pub(super) async fn run(context: &Context) -> anyhow::Result<Outcome> {
                             label,
                             &passenger,
                             load,
-                            context.windows(None),
+                            cost_windows(context),
                             None,
                             &targets,
                         )
