@@ -365,6 +365,11 @@ impl Actor {
                 Formed::Empty => break,
             }
         }
+        if !busy && self.queue.len() > 0 && self.slots.available_permits() == 0 {
+            // Every slot just filled: those still queued are judged again,
+            // now with the batch latency they will wait behind.
+            self.due = Some(now);
+        }
         [wait, self.due, self.computing.peek().map(|o| o.0.at)]
             .into_iter()
             .flatten()

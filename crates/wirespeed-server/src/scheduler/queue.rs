@@ -171,7 +171,8 @@ impl Queue {
     /// handed to `leave`. Returns when something next falls due, judged
     /// with `lookahead` as the estimate: the actor passes an `estimate` of
     /// zero while a slot is free, and the full one as `lookahead`, so that
-    /// it looks again in time should every slot be busy by then.
+    /// it looks again in time should every slot be busy by then. What it
+    /// returns is always after `horizon`.
     pub(crate) fn expire(
         &mut self,
         now: Instant,
@@ -220,9 +221,13 @@ impl Queue {
                         continue;
                     }
                     let falls_due = [
-                        entry
-                            .slo_at
-                            .map(|at| at.checked_sub(lookahead).unwrap_or(at)),
+                        // Past its lookahead point but kept (a slot was
+                        // free): nothing is due before the objective.
+                        entry.slo_at.map(|at| {
+                            at.checked_sub(lookahead)
+                                .filter(|early| *early > horizon)
+                                .unwrap_or(at)
+                        }),
                         entry.timeout_at,
                     ];
                     for t in falls_due.into_iter().flatten() {
