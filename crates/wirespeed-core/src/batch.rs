@@ -115,7 +115,16 @@ pub fn split(outputs: Vec<Tensor>, rows: &[usize]) -> Result<Vec<Vec<Tensor>>, S
                 crate::format_shape(&output.shape)
             ));
         }
-        let row_len = element_count(&output.shape[1..]).unwrap_or(0);
+        let row_len = element_count(&output.shape[1..]);
+        let Some(row_len) = row_len.filter(|n| n.checked_mul(total) == Some(output.data.len()))
+        else {
+            return Err(format!(
+                "output '{}' has shape {} but {} elements",
+                output.name,
+                crate::format_shape(&output.shape),
+                output.data.len()
+            ));
+        };
         let mut pieces = cut(output.data, row_len, rows).into_iter();
         for (k, answer) in answers.iter_mut().enumerate() {
             let mut shape = output.shape.clone();
@@ -226,5 +235,17 @@ mod tests {
         let out = t("p", vec![3], TensorData::Fp32(vec![0.0; 3]));
         let e = split(vec![out], &[1, 1]).unwrap_err();
         assert!(e.contains("'p'") && e.contains("2 rows"), "{e}");
+        // A model's output whose data disagrees with its shape is an error,
+        // never a slice out of bounds.
+        for data in [
+            TensorData::Fp32(vec![0.0; 3]),
+            TensorData::Bytes(vec![b"a".to_vec(); 3]),
+        ] {
+            let short = t("q", vec![2, 2], data);
+            let e = split(vec![short], &[1, 1]).unwrap_err();
+            assert!(e.contains("'q'") && e.contains("3 elements"), "{e}");
+        }
+        let huge = t("h", vec![2, usize::MAX], TensorData::Fp32(Vec::new()));
+        assert!(split(vec![huge], &[1, 1]).unwrap_err().contains("'h'"));
     }
 }
