@@ -58,7 +58,8 @@ pub(super) async fn run(context: &Context) -> anyhow::Result<Outcome> {
     let server = context.http[0].clone();
     let mut cells = Vec::new();
 
-    let windows = open_windows(context);
+    // Open loop: long enough for a queue to build.
+    let windows = two_second_windows(context, 3, 4, 0.10);
     for mode in MODES {
         let workload = Workload::new(
             Protocol::V2Json,
@@ -137,7 +138,9 @@ pub(super) async fn run(context: &Context) -> anyhow::Result<Outcome> {
                             label,
                             &passenger,
                             load,
-                            cost_windows(context),
+                            // A difference of a few percent needs more
+                            // windows than the 5 % noise of a 1 s one.
+                            two_second_windows(context, 4, 8, 0.03),
                             None,
                             &targets,
                         )
@@ -172,26 +175,15 @@ fn upstream_label(model: &str) -> String {
     format!("{model}: one xgb row over gRPC upstream, 64 connections")
 }
 
-/// Open-loop windows: long enough for a queue to build.
-fn open_windows(context: &Context) -> Windows {
+/// Two-second windows, `min..=max` of them agreeing within `stable`;
+/// the context's brief ones in a short run.
+fn two_second_windows(context: &Context, min: usize, max: usize, stable: f64) -> Windows {
     let mut windows = context.windows(None);
     if !context.short {
         windows.window = std::time::Duration::from_secs(2);
-        windows.max_windows = 4;
-        windows.stable = 0.10;
-    }
-    windows
-}
-
-/// The cost's windows: a difference of a few percent needs more
-/// interleaved windows than the 5 % noise of a one-second one.
-fn cost_windows(context: &Context) -> Windows {
-    let mut windows = context.windows(None);
-    if !context.short {
-        windows.window = std::time::Duration::from_secs(2);
-        windows.min_windows = 4;
-        windows.max_windows = 8;
-        windows.stable = 0.03;
+        windows.min_windows = min;
+        windows.max_windows = max;
+        windows.stable = stable;
     }
     windows
 }
