@@ -14,17 +14,7 @@
 # Usage: benchmarks/scripts/batching.sh   (from the repository root, after
 # `cargo build --release -p wirespeed`; SHORT=1 for a quick look)
 set -euo pipefail
-R=${R:-/tmp/research_e}
-PEERS=${PEERS:-$(cd "$(dirname "$0")/../../.." && pwd)/shared/peers}
-W=${W:-target/release/wirespeed}
-OUT=${OUT:-$(mktemp -d)}
-mkdir -p "$OUT"
-[ -x "$R/venv_ks/bin/python" ] && [ -d "$R/models" ] || R="$R" bash "$PEERS/setup.sh"
-
-pids=()
-cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; }
-trap cleanup EXIT
-ready() { for _ in $(seq 600); do curl -sf "$1" >/dev/null && return 0; sleep 0.1; done; echo "not ready: $1" >&2; exit 1; }
+. "$(dirname "$0")/peers.sh"
 
 M="$OUT/models"
 identity() {  # NAME [batching table]

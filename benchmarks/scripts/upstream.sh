@@ -13,17 +13,7 @@
 # Usage: benchmarks/scripts/upstream.sh   (from the repository root, after
 # `cargo build --release -p wirespeed`)
 set -euo pipefail
-R=${R:-/tmp/research_e}
-PEERS=${PEERS:-$(cd "$(dirname "$0")/../../.." && pwd)/shared/peers}
-W=${W:-target/release/wirespeed}
-OUT=${OUT:-$(mktemp -d)}
-mkdir -p "$OUT"
-[ -x "$R/venv_ks/bin/python" ] && [ -x "$R/venv_mls/bin/mlserver" ] || R="$R" bash "$PEERS/setup.sh"
-
-pids=()
-cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; }
-trap cleanup EXIT
-ready() { for _ in $(seq 600); do curl -sf "$1" >/dev/null && return 0; sleep 0.1; done; echo "not ready: $1" >&2; exit 1; }
+. "$(dirname "$0")/peers.sh"
 
 (cd "$R" && OMP_NUM_THREADS=1 exec "$R/venv_ks/bin/python" "$PEERS/kserve_server.py" "$R/models" \
     --http_port 8280 --grpc_port 8281 >"$OUT/kserve.log" 2>&1) & pids+=($!)
