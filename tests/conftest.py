@@ -17,6 +17,10 @@ ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT / "tests" / "data" / "titanic"
 MODELS = ROOT / "models"
 
+# Every server the tests start serves its metrics listener on a free port
+# (the default, 127.0.0.1:8002, is one port for all of them).
+os.environ.setdefault("WIRESPEED_METRICS", "127.0.0.1:0")
+
 
 def wirespeed_binary() -> Path:
     path = Path(os.environ.get("WIRESPEED_BIN", ROOT / "target" / "debug" / "wirespeed"))
@@ -52,6 +56,7 @@ class RunningServer:
         found = threading.Event()
         self.port = None
         self.grpc_port = None
+        self.metrics_port = None
 
         self.logged = threading.Condition()
 
@@ -60,6 +65,9 @@ class RunningServer:
                 with self.logged:
                     self.log.append(line)
                     self.logged.notify_all()
+                match = re.search(r"listening on metrics https?://127\.0\.0\.1:(\d+)", line)
+                if match:
+                    self.metrics_port = int(match.group(1))
                 match = re.search(r"listening on grpcs?://127\.0\.0\.1:(\d+)", line)
                 if match:
                     self.grpc_port = int(match.group(1))

@@ -32,7 +32,7 @@ BINARY = ROOT / "target" / "release" / "wirespeed"
 
 
 def start(models, *flags):
-    process = subprocess.Popen([str(BINARY), "serve", "--models", str(models), "--http", "127.0.0.1:0",
+    process = subprocess.Popen([str(BINARY), "serve", "--models", str(models), "--http", "127.0.0.1:0", "--metrics", "127.0.0.1:0",
                                 "--grpc", "off", *flags], stderr=subprocess.PIPE, text=True)
     for line in process.stderr:
         if "listening on http://" in line:

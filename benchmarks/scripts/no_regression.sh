@@ -6,6 +6,8 @@
 #
 #   benchmarks/scripts/no_regression.sh OLD_BINARY NEW_BINARY [ROUNDS] [SECONDS]
 set -euo pipefail
+# Each wirespeed started here serves its metrics listener on a free port.
+export WIRESPEED_METRICS=${WIRESPEED_METRICS:-127.0.0.1:0}
 cd "$(dirname "$0")/../.."
 old=$1
 new=$2

@@ -4,6 +4,8 @@
 # which waits for a server to answer. Processes started with `... & pids+=($!)`
 # are stopped on exit.
 set -euo pipefail
+# Each wirespeed started here serves its metrics listener on a free port.
+export WIRESPEED_METRICS=${WIRESPEED_METRICS:-127.0.0.1:0}
 R=${R:-/tmp/research_e}
 PEERS=${PEERS:-$(cd "$(dirname "${BASH_SOURCE[0]}")/../../.." && pwd)/shared/peers}
 W=${W:-target/release/wirespeed}

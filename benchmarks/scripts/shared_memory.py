@@ -31,7 +31,7 @@ rounds = int(sys.argv[2]) if len(sys.argv) > 2 else 5
 requests = int(sys.argv[3]) if len(sys.argv) > 3 else 20
 
 server = subprocess.Popen(
-    [binary, "serve", "--models", str(ROOT / "models"), "--http", "127.0.0.1:0", "--grpc", "127.0.0.1:0",
+    [binary, "serve", "--models", str(ROOT / "models"), "--http", "127.0.0.1:0", "--metrics", "127.0.0.1:0", "--grpc", "127.0.0.1:0",
      "--max-body-bytes", str(256 << 20), "--max-grpc-message-bytes", str(256 << 20)],
     stderr=subprocess.PIPE,
     text=True,

@@ -10,6 +10,8 @@
 #
 # Prints each round and the medians, and the ratio to nginx.
 set -euo pipefail
+# Each wirespeed started here serves its metrics listener on a free port.
+export WIRESPEED_METRICS=${WIRESPEED_METRICS:-127.0.0.1:0}
 cd "$(dirname "$0")/../.."
 rounds=${1:-5}
 seconds=${2:-10}

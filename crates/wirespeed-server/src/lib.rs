@@ -29,6 +29,7 @@ mod grpc;
 mod hpack;
 mod http;
 mod listen;
+mod metrics;
 mod missing;
 mod model_config;
 mod models;
@@ -51,6 +52,7 @@ use std::time::Duration;
 use tokio::net::{TcpListener, UnixListener};
 
 pub use fronting::UpstreamServer;
+pub use metrics::{Buckets, MetricsConfig, DEFAULT_BUCKETS};
 pub use wirespeed_core::RequestLimits;
 pub use wirespeed_models::{Backend, ModelSource, Registry, RepositoryError};
 
@@ -105,6 +107,8 @@ pub struct ServerConfig {
     /// Another server whose every model this one serves too
     /// (`--upstream`).
     pub upstream: Option<UpstreamServer>,
+    /// Prometheus metrics, unless off.
+    pub metrics: Option<MetricsConfig>,
 }
 
 /// A certificate chain and its private key, as PEM files.
@@ -175,6 +179,7 @@ impl Default for ServerConfig {
             auth_token: None,
             tls: None,
             upstream: None,
+            metrics: Some(MetricsConfig::default()),
         }
     }
 }
@@ -258,6 +263,8 @@ pub(crate) struct AppState {
     /// False while an upstream's models are still to be listed
     /// (`--upstream` without `--upstream-models`): not ready until then.
     pub(crate) listed: AtomicBool,
+    /// Prometheus metrics, unless off.
+    pub(crate) metrics: Option<metrics::Metrics>,
 }
 
 impl AppState {
@@ -288,6 +295,7 @@ pub struct Server {
     http_uds: Option<(UnixListener, PathBuf)>,
     grpc_tcp: Option<TcpListener>,
     grpc_uds: Option<(UnixListener, PathBuf)>,
+    metrics_tcp: Option<TcpListener>,
     tls: Option<tokio_rustls::TlsAcceptor>,
     state: Arc<AppState>,
     drain_timeout: Duration,
@@ -359,7 +367,13 @@ impl Server {
             .as_deref()
             .map(|p| bind_unix("--grpc-uds", p))
             .transpose()?;
-        let models = ServedModels::start(loaded, &pool)
+        let metrics_tcp = match config.metrics.as_ref().and_then(|m| m.addr) {
+            Some(addr) => Some(bind_tcp("--metrics", addr).await?),
+            None => None,
+        };
+        let metrics = config.metrics.as_ref().map(metrics::Metrics::new);
+        let buckets = metrics.as_ref().and_then(|m| m.buckets.clone());
+        let models = ServedModels::start(loaded, &pool, buckets)
             .map_err(|error| StartError::Threads { threads: 1, error })?;
         let state = Arc::new(AppState {
             models,
@@ -376,6 +390,7 @@ impl Server {
             clipper_queries: std::sync::atomic::AtomicU64::new(0),
             shared_memory: shared_memory::SharedMemory::default(),
             listed: AtomicBool::new(true),
+            metrics,
         });
         if let (Some(upstream), Some(fronted)) = (upstream, &config.upstream) {
             fronting::start(&state, upstream, &fronted.models)?;
@@ -385,6 +400,7 @@ impl Server {
             http_uds,
             grpc_tcp,
             grpc_uds,
+            metrics_tcp,
             tls,
             state,
             drain_timeout: config.drain_timeout,
@@ -402,6 +418,11 @@ impl Server {
         self.grpc_tcp.as_ref().and_then(|l| l.local_addr().ok())
     }
 
+    /// The metrics listener's TCP address (`--metrics`), if it has one.
+    pub fn metrics_addr(&self) -> Option<SocketAddr> {
+        self.metrics_tcp.as_ref().and_then(|l| l.local_addr().ok())
+    }
+
     /// Serves every listener until `shutdown` resolves. Then readiness turns
     /// false (and gRPC health NOT_SERVING), the listeners close, open
     /// connections finish their requests within the drain timeout, and Unix
@@ -409,6 +430,7 @@ impl Server {
     pub async fn serve(self, shutdown: impl Future<Output = ()>) {
         let scheme = if self.tls.is_some() { "s" } else { "" };
         let (http_addr, grpc_addr) = (self.http_addr(), self.grpc_addr());
+        let metrics_addr = self.metrics_addr();
         let state = self.state;
         let limits = state.limits.clone();
         let (stop, stopping) = tokio::sync::watch::channel(false);
@@ -418,12 +440,18 @@ impl Server {
             tls: self.tls,
             keep_alive: limits.keep_alive_timeout,
             header_timeout: limits.header_timeout,
+            traffic: state.metrics.as_ref().map(|m| Arc::clone(&m.traffic)),
         });
         let rest = Arc::new(listen::builder(listen::Protocol::Rest, &limits));
         let grpc = Arc::new(listen::builder(listen::Protocol::Grpc, &limits));
         let (grpc_routes, health) = grpc::service(Arc::clone(&state)).await;
         let mut sockets = Vec::new();
-        let mut listening = Vec::new();
+        // The metrics listener first: a "listening on" line for the APIs
+        // tells that everything listens already.
+        let mut listening: Vec<String> = metrics_addr
+            .map(|a| format!("metrics http{scheme}://{a}/metrics"))
+            .into_iter()
+            .collect();
         listening.extend(http_addr.map(|a| format!("http{scheme}://{a}")));
         listening.extend(grpc_addr.map(|a| format!("grpc{scheme}://{a}")));
         for (_, path) in self.http_uds.iter() {
@@ -439,6 +467,7 @@ impl Server {
             self.http_uds.map(|(l, _)| l),
             self.grpc_tcp,
             self.grpc_uds.map(|(l, _)| l),
+            self.metrics_tcp,
         ) {
             Ok(listeners) => listeners,
             Err(e) => {
@@ -463,6 +492,7 @@ impl Server {
                 rest: Arc::clone(&rest),
                 grpc: Arc::clone(&grpc),
                 rest_service: http::service(Arc::clone(&state)),
+                metrics_service: http::metrics_service(Arc::clone(&state)),
                 grpc_routes: grpc_routes.clone(),
                 shared: Arc::clone(&shared),
                 ended: ended.clone(),

@@ -41,6 +41,7 @@ use tokio::net::{TcpListener, TcpStream, UnixListener, UnixStream};
 use tokio::sync::{mpsc, watch, Semaphore};
 
 use crate::authority::GrpcUnixListener;
+use crate::metrics::{ListenerKind, Traffic};
 use crate::Limits;
 
 /// A listening socket.
@@ -227,6 +228,8 @@ pub(crate) struct Shared {
     pub(crate) tls: Option<tokio_rustls::TlsAcceptor>,
     pub(crate) keep_alive: Duration,
     pub(crate) header_timeout: Duration,
+    /// Where connections are counted, when metrics are on.
+    pub(crate) traffic: Option<Arc<Traffic>>,
 }
 
 /// Accepts connections on `listener` until shutdown begins, serving each
@@ -234,6 +237,7 @@ pub(crate) struct Shared {
 /// waits for the open connections (their permits) to finish.
 pub(crate) async fn serve<L, F, S, B>(
     listener: L,
+    kind: ListenerKind,
     builder: Arc<auto::Builder<TokioExecutor>>,
     make: &F,
     shared: Arc<Shared>,
@@ -274,6 +278,7 @@ pub(crate) async fn serve<L, F, S, B>(
         let service = make(Arc::clone(&activity));
         let builder = Arc::clone(&builder);
         let shared = Arc::clone(&shared);
+        let open = shared.traffic.as_ref().map(|t| t.connection(kind));
         tokio::spawn(async move {
             let io = Tracked {
                 io,
@@ -294,6 +299,7 @@ pub(crate) async fn serve<L, F, S, B>(
             if let Err(e) = result {
                 tracing::debug!(%peer, error = %e, "connection ended with an error");
             }
+            drop(open);
             drop(permit);
         });
     }
@@ -353,6 +359,7 @@ pub(crate) struct Sockets {
     http_uds: Option<std::os::unix::net::UnixListener>,
     grpc_tcp: Option<std::net::TcpListener>,
     grpc_uds: Option<std::os::unix::net::UnixListener>,
+    metrics_tcp: Option<std::net::TcpListener>,
 }
 
 impl Sockets {
@@ -361,12 +368,14 @@ impl Sockets {
         http_uds: Option<UnixListener>,
         grpc_tcp: Option<TcpListener>,
         grpc_uds: Option<UnixListener>,
+        metrics_tcp: Option<TcpListener>,
     ) -> io::Result<Sockets> {
         Ok(Sockets {
             http_tcp: http_tcp.map(TcpListener::into_std).transpose()?,
             http_uds: http_uds.map(UnixListener::into_std).transpose()?,
             grpc_tcp: grpc_tcp.map(TcpListener::into_std).transpose()?,
             grpc_uds: grpc_uds.map(UnixListener::into_std).transpose()?,
+            metrics_tcp: metrics_tcp.map(TcpListener::into_std).transpose()?,
         })
     }
 
@@ -377,16 +386,23 @@ impl Sockets {
             http_uds: self.http_uds.as_ref().map(|l| l.try_clone()).transpose()?,
             grpc_tcp: self.grpc_tcp.as_ref().map(|l| l.try_clone()).transpose()?,
             grpc_uds: self.grpc_uds.as_ref().map(|l| l.try_clone()).transpose()?,
+            metrics_tcp: self
+                .metrics_tcp
+                .as_ref()
+                .map(|l| l.try_clone())
+                .transpose()?,
         })
     }
 }
 
 /// One I/O thread: its copy of the sockets and what serving them takes.
-pub(crate) struct IoThread<R> {
+pub(crate) struct IoThread<R, M> {
     pub(crate) sockets: Sockets,
     pub(crate) rest: Arc<auto::Builder<TokioExecutor>>,
     pub(crate) grpc: Arc<auto::Builder<TokioExecutor>>,
     pub(crate) rest_service: R,
+    /// The metrics listener's service: `/metrics` and nothing else.
+    pub(crate) metrics_service: M,
     pub(crate) grpc_routes: crate::grpc::GrpcRoutes,
     pub(crate) shared: Arc<Shared>,
     /// Told when this thread's accept loops have ended.
@@ -396,9 +412,10 @@ pub(crate) struct IoThread<R> {
     pub(crate) drain_over: watch::Receiver<bool>,
 }
 
-impl<R> IoThread<R>
+impl<R, M> IoThread<R, M>
 where
     R: Fn(Arc<Activity>) -> crate::http::RestService,
+    M: Fn(Arc<Activity>) -> crate::http::MetricsService,
 {
     /// Accepts and serves until shutdown begins, then serves the open
     /// connections until the drain is over.
@@ -419,6 +436,7 @@ where
             rest,
             grpc,
             rest_service,
+            metrics_service,
             grpc_routes,
             shared,
             ended,
@@ -435,29 +453,41 @@ where
                 };
                 let (http_tcp, http_uds) = (tcp(sockets.http_tcp), unix(sockets.http_uds));
                 let (grpc_tcp, grpc_uds) = (tcp(sockets.grpc_tcp), unix(sockets.grpc_uds));
+                let metrics_tcp = tcp(sockets.metrics_tcp);
                 tokio::join!(
                     maybe(http_tcp.map(|l| serve(
                         l,
+                        ListenerKind::RestTcp,
                         Arc::clone(&rest),
                         &rest_service,
                         Arc::clone(&shared)
                     ))),
                     maybe(http_uds.map(|l| serve(
                         l,
+                        ListenerKind::RestUnix,
                         Arc::clone(&rest),
                         &rest_service,
                         Arc::clone(&shared)
                     ))),
                     maybe(grpc_tcp.map(|l| serve(
                         l,
+                        ListenerKind::GrpcTcp,
                         Arc::clone(&grpc),
                         &grpc_service,
                         Arc::clone(&shared)
                     ))),
                     maybe(grpc_uds.map(|l| serve(
                         GrpcUnixListener(l),
+                        ListenerKind::GrpcUnix,
                         Arc::clone(&grpc),
                         &grpc_service,
+                        Arc::clone(&shared)
+                    ))),
+                    maybe(metrics_tcp.map(|l| serve(
+                        l,
+                        ListenerKind::Metrics,
+                        Arc::clone(&rest),
+                        &metrics_service,
                         Arc::clone(&shared)
                     ))),
                 );

@@ -9,6 +9,7 @@ use std::sync::{Arc, RwLock};
 use wirespeed_core::{CpuPool, Error, ErrorKind, Model, ModelMetadata};
 use wirespeed_models::{is_valid_model_name, LoadedModel, OutputLabels};
 
+use crate::metrics::Buckets;
 use crate::scheduler::{QueueThread, Scheduler};
 use crate::statistics::ModelStats;
 
@@ -50,6 +51,8 @@ pub(crate) struct ServedModels {
     pool: CpuPool,
     /// Where every model's queue is kept.
     queues: QueueThread,
+    /// The latency histograms' bounds, when metrics are on.
+    buckets: Option<Arc<Buckets>>,
 }
 
 impl ServedModels {
@@ -57,11 +60,16 @@ impl ServedModels {
     /// what the model asks for, else the CPU pool's threads; `max_queue`
     /// to 64 batches per unit of concurrency (a batch is one request when
     /// the model does not batch).
-    pub(crate) fn start(loaded: Vec<LoadedModel>, pool: &CpuPool) -> std::io::Result<ServedModels> {
+    pub(crate) fn start(
+        loaded: Vec<LoadedModel>,
+        pool: &CpuPool,
+        buckets: Option<Arc<Buckets>>,
+    ) -> std::io::Result<ServedModels> {
         let models = ServedModels {
             models: RwLock::new(BTreeMap::new()),
             pool: pool.clone(),
             queues: QueueThread::start()?,
+            buckets,
         };
         for loaded in loaded {
             models.add(loaded);
@@ -103,7 +111,7 @@ impl ServedModels {
         let served = ServedModel {
             model: loaded.model,
             scheduler,
-            stats: ModelStats::default(),
+            stats: ModelStats::new(self.buckets.as_ref()),
             backend: loaded.backend,
             max_concurrency: concurrency,
             max_queue: queue,

@@ -22,10 +22,12 @@ use tracing::{Instrument, Span};
 use wirespeed_core::{Error, ErrorKind, InferRequest, InferResponse, ParameterValue, Parameters};
 
 use crate::classification;
+use crate::metrics::InferProtocol;
 use crate::models::ServedModel;
 use crate::reserved;
 use crate::scheduler::{CallContext, DEFAULT_EXPLANATION};
 use crate::shared_memory;
+use crate::statistics::FailureReason;
 use crate::timing::{timed, timed_on, Stages};
 use crate::AppState;
 
@@ -97,6 +99,9 @@ pub(crate) trait Codec {
     /// What the protocol answers with: an HTTP response, a gRPC message.
     type Answer;
 
+    /// The protocol, as metrics count it.
+    const PROTOCOL: InferProtocol;
+
     /// Reads and decodes the request for `model`, recording the read and
     /// decode times in `stages`. Anything the answer needs later (the
     /// format the request came in, which outputs go back as binary) stays
@@ -143,6 +148,13 @@ pub(crate) async fn infer<C: Codec>(
     let span = context.span.clone();
     async move {
         let result = run(state, &mut context, target, &mut codec).await;
+        if let Some(metrics) = &state.metrics {
+            let traffic = &metrics.traffic;
+            traffic.request(C::PROTOCOL, context.stages.body_bytes);
+            if let Err(e) = &result {
+                traffic.refused(e.kind());
+            }
+        }
         match result {
             Ok(mut answer) => {
                 C::stamp(&mut answer, &context.stages.text());
@@ -176,16 +188,44 @@ async fn run<C: Codec>(
             ErrorKind::Unavailable,
             format!("model '{}' is not ready: {reason}", target.name),
         );
-        served.stats.failure(context.stages.elapsed());
+        served
+            .stats
+            .failure(context.stages.elapsed(), FailureReason::Rejected);
         return Err(codec.refuse(error).await);
     }
-    // Every request that reached a model is counted, once, as it ends.
+    // Every request that reached a model is counted, once, as it ends; one
+    // whose client left first (the future dropped) as canceled.
+    let mut ending = Ending {
+        served: &served,
+        started: context.stages.started(),
+        counted: false,
+    };
     let result = compute(state, &served, context, target, codec).await;
     match &result {
         Ok(_) => served.stats.success(&context.stages),
-        Err(_) => served.stats.failure(context.stages.elapsed()),
+        Err(e) => served
+            .stats
+            .failure(context.stages.elapsed(), FailureReason::of(e.kind())),
     }
+    ending.counted = true;
     result
+}
+
+/// Counts a request whose caller went away before it ended.
+struct Ending<'a> {
+    served: &'a ServedModel,
+    started: Instant,
+    counted: bool,
+}
+
+impl Drop for Ending<'_> {
+    fn drop(&mut self) {
+        if !self.counted {
+            self.served
+                .stats
+                .failure(self.started.elapsed(), FailureReason::Canceled);
+        }
+    }
 }
 
 async fn compute<C: Codec>(

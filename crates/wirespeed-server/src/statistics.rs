@@ -21,6 +21,10 @@
 //! The REST answer adds, per model, wirespeed's own counts under
 //! `"wirespeed"`: answers given as the default outputs (`[slo]`), requests
 //! whose queue timeout passed, and the adaptive batcher's size now.
+//!
+//! The same counters are what `/metrics` exports (`metrics/mod.rs`), with
+//! failures split by Triton's reasons and, when metrics are on, latency
+//! histograms observed here too: a request is counted in one place.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -28,10 +32,55 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use serde_json::{json, Value};
 use wirespeed_proto::inference as pb;
 
-use wirespeed_core::Error;
+use std::sync::Arc;
 
+use wirespeed_core::{Error, ErrorKind};
+
+use crate::metrics::{Buckets, Histogram};
 use crate::models::{ServedModel, ServedModels};
 use crate::timing::Stages;
+
+/// Why a request failed, in the words of Triton's
+/// `nv_inference_request_failure{reason}`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum FailureReason {
+    /// Refused by the scheduler: the queue was full, a queue timeout
+    /// passed, the model was not ready.
+    Rejected = 0,
+    /// The client left or its deadline passed before the answer.
+    Canceled = 1,
+    /// The model (or the server behind it) failed.
+    Backend = 2,
+    /// Anything else: mostly requests the server could not accept.
+    Other = 3,
+}
+
+impl FailureReason {
+    pub(crate) const ALL: [FailureReason; 4] = [
+        FailureReason::Rejected,
+        FailureReason::Canceled,
+        FailureReason::Backend,
+        FailureReason::Other,
+    ];
+
+    pub(crate) fn of(kind: ErrorKind) -> FailureReason {
+        match kind {
+            ErrorKind::Overloaded | ErrorKind::Unavailable => FailureReason::Rejected,
+            ErrorKind::GatewayTimeout => FailureReason::Canceled,
+            ErrorKind::Internal | ErrorKind::BadGateway => FailureReason::Backend,
+            _ => FailureReason::Other,
+        }
+    }
+
+    pub(crate) fn label(self) -> &'static str {
+        match self {
+            FailureReason::Rejected => "REJECTED",
+            FailureReason::Canceled => "CANCELED",
+            FailureReason::Backend => "BACKEND",
+            FailureReason::Other => "OTHER",
+        }
+    }
+}
 
 /// A count and the nanoseconds it took in all.
 #[derive(Default)]
@@ -51,11 +100,24 @@ fn nanos(d: Duration) -> u64 {
     u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
 }
 
+/// The latency histograms of a model's successful requests.
+pub(crate) struct Latencies {
+    /// From the request's first byte to its answer.
+    pub(crate) request: Histogram,
+    /// Waiting for a compute slot (or a batch).
+    pub(crate) queue: Histogram,
+    /// The model.
+    pub(crate) compute_infer: Histogram,
+}
+
 /// One model's counters.
 #[derive(Default)]
 pub(crate) struct ModelStats {
     success: Tally,
-    fail: Tally,
+    /// By [`FailureReason`].
+    fail: [Tally; 4],
+    /// When metrics are on.
+    latencies: Option<Latencies>,
     /// Stage times of successful requests (their count is `success`'s).
     queue_ns: AtomicU64,
     input_ns: AtomicU64,
@@ -66,8 +128,26 @@ pub(crate) struct ModelStats {
 }
 
 impl ModelStats {
+    /// Counters, with latency histograms on `buckets` if given.
+    pub(crate) fn new(buckets: Option<&Arc<Buckets>>) -> ModelStats {
+        ModelStats {
+            latencies: buckets.map(|b| Latencies {
+                request: Histogram::new(Arc::clone(b)),
+                queue: Histogram::new(Arc::clone(b)),
+                compute_infer: Histogram::new(Arc::clone(b)),
+            }),
+            ..ModelStats::default()
+        }
+    }
+
     /// Counts a request answered with success, with its stage times.
     pub(crate) fn success(&self, stages: &Stages) {
+        let took = stages.elapsed();
+        if let Some(latencies) = &self.latencies {
+            latencies.request.observe(took);
+            latencies.queue.observe(stages.queue);
+            latencies.compute_infer.observe(stages.compute);
+        }
         self.queue_ns
             .fetch_add(nanos(stages.queue), Ordering::Relaxed);
         self.input_ns
@@ -82,12 +162,23 @@ impl ModelStats {
         self.last_inference.fetch_max(now, Ordering::Relaxed);
         // Last, so a reader that sees the count sees the times it covers
         // (give or take requests ending while it reads).
-        self.success.add(stages.elapsed());
+        self.success.add(took);
     }
 
-    /// Counts a request that reached the model and failed after `took`.
-    pub(crate) fn failure(&self, took: Duration) {
-        self.fail.add(took);
+    /// Counts a request that reached the model and failed after `took`,
+    /// for `reason`.
+    pub(crate) fn failure(&self, took: Duration, reason: FailureReason) {
+        self.fail[reason as usize].add(took);
+    }
+
+    /// The latency histograms, when metrics are on.
+    pub(crate) fn latencies(&self) -> Option<&Latencies> {
+        self.latencies.as_ref()
+    }
+
+    /// The failures for `reason`.
+    pub(crate) fn failures(&self, reason: FailureReason) -> u64 {
+        self.fail[reason as usize].count.load(Ordering::Relaxed)
     }
 
     /// The counters in Triton's message, for model `name` version
@@ -116,7 +207,10 @@ impl ModelStats {
             execution_count: success,
             inference_stats: Some(pb::InferStatistics {
                 success: duration(success, &self.success.ns),
-                fail: duration(load(&self.fail.count), &self.fail.ns),
+                fail: Some(pb::StatisticDuration {
+                    count: self.fail.iter().map(|t| load(&t.count)).sum(),
+                    ns: self.fail.iter().map(|t| load(&t.ns)).sum(),
+                }),
                 queue: duration(success, &self.queue_ns),
                 compute_input: duration(success, &self.input_ns),
                 compute_infer: duration(success, &self.infer_ns),
@@ -137,11 +231,11 @@ pub(crate) struct Snapshot {
     defaults: u64,
     timeouts: u64,
     /// The batch size now, when the model batches.
-    batch_size: Option<usize>,
+    pub(crate) batch_size: Option<usize>,
 }
 
 /// The statistics of `served`, called `name`.
-fn snapshot(name: &str, served: &ServedModel) -> Snapshot {
+pub(crate) fn snapshot(name: &str, served: &ServedModel) -> Snapshot {
     let mut triton = served.stats.snapshot(name, served.version());
     let scheduler = &served.scheduler;
     let counters = scheduler.counters();
@@ -247,12 +341,14 @@ mod tests {
         stages.encode = Duration::from_nanos(13);
         stats.success(&stages);
         stats.success(&stages);
-        stats.failure(Duration::from_nanos(100));
+        stats.failure(Duration::from_nanos(60), FailureReason::Rejected);
+        stats.failure(Duration::from_nanos(40), FailureReason::Other);
         let s = stats.snapshot("m", "1");
         assert_eq!((s.inference_count, s.execution_count), (2, 2));
         let i = s.inference_stats.unwrap();
         assert_eq!(i.success.unwrap().count, 2);
-        assert_eq!(i.fail.unwrap(), pb::StatisticDuration { count: 1, ns: 100 });
+        assert_eq!(i.fail.unwrap(), pb::StatisticDuration { count: 2, ns: 100 });
+        assert_eq!(stats.failures(FailureReason::Rejected), 1);
         assert_eq!(i.queue.unwrap(), pb::StatisticDuration { count: 2, ns: 10 });
         assert_eq!(i.compute_infer.unwrap().ns, 22);
         assert_eq!(s.batch_stats[0].batch_size, 1);

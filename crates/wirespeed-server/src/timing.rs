@@ -33,6 +33,8 @@ pub(crate) struct Stages {
     /// The rows of the batch the request ran in; 0 when the model does not
     /// batch.
     pub(crate) batch: usize,
+    /// The bytes of the body (decompressed) or message that were decoded.
+    pub(crate) body_bytes: u64,
 }
 
 impl Stages {
@@ -46,14 +48,16 @@ impl Stages {
             compute: Duration::ZERO,
             encode: Duration::ZERO,
             batch: 0,
+            body_bytes: 0,
         }
     }
 
-    /// Marks the end of reading the body, which took `decode` in the
-    /// decoder: `read` is the time since the start.
-    pub(crate) fn body_read(&mut self, decode: Duration) {
+    /// Marks the end of reading the body of `bytes`, which took `decode`
+    /// in the decoder: `read` is the time since the start.
+    pub(crate) fn body_read(&mut self, decode: Duration, bytes: u64) {
         self.read = self.start.elapsed();
         self.decode = decode;
+        self.body_bytes = bytes;
     }
 
     /// When the request's clock started.

@@ -12,7 +12,9 @@ use std::time::Duration;
 use anyhow::Context;
 use clap::{Args, Parser, Subcommand};
 use tracing_subscriber::EnvFilter;
-use wirespeed_server::{Limits, RequestLimits, Server, ServerConfig, TlsFiles, UpstreamServer};
+use wirespeed_server::{
+    Buckets, Limits, MetricsConfig, RequestLimits, Server, ServerConfig, TlsFiles, UpstreamServer,
+};
 
 /// A model server whose request path runs at wire speed.
 #[derive(Parser)]
@@ -167,6 +169,22 @@ struct ServeArgs {
     #[arg(long, env = "WIRESPEED_IO_THREADS", value_parser = clap::value_parser!(u16).range(1..))]
     io_threads: Option<u16>,
 
+    /// Prometheus metrics (Triton's names, plus latency histograms) on their
+    /// own TCP address, as Triton's port 8002, and always on `/metrics` of
+    /// the REST port too; `rest` for the REST port alone; `off` for none
+    /// (nothing is counted for them then).
+    #[arg(long, env = "WIRESPEED_METRICS", default_value = "127.0.0.1:8002")]
+    metrics: MetricsFlag,
+
+    /// The bucket bounds of the latency histograms, in seconds, increasing
+    /// (up to 30), or `off` for no histograms.
+    #[arg(
+        long,
+        env = "WIRESPEED_METRICS_BUCKETS",
+        default_value = "0.0001,0.00025,0.0005,0.001,0.0025,0.005,0.01,0.025,0.05,0.1,0.25,0.5,1,2.5,5,10"
+    )]
+    metrics_buckets: BucketsFlag,
+
     /// Validate the model repository, print what it serves, and exit.
     #[arg(long, env = "WIRESPEED_CHECK")]
     check: bool,
@@ -179,6 +197,51 @@ fn seconds(text: &str) -> Result<Duration, String> {
         .and_then(|s| Duration::try_from_secs_f64(s).ok())
         .filter(|d| !d.is_zero())
         .ok_or_else(|| format!("'{text}' is not a positive number of seconds"))
+}
+
+/// `--metrics`: an address, `rest` or `off`.
+#[derive(Clone, Copy)]
+enum MetricsFlag {
+    Off,
+    Rest,
+    At(SocketAddr),
+}
+
+impl std::str::FromStr for MetricsFlag {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<MetricsFlag, String> {
+        match s.to_ascii_lowercase().as_str() {
+            "off" => Ok(MetricsFlag::Off),
+            "rest" => Ok(MetricsFlag::Rest),
+            _ => s.parse().map(MetricsFlag::At).map_err(|_| {
+                format!("'{s}' is not an address like 127.0.0.1:8002, nor 'rest' or 'off'")
+            }),
+        }
+    }
+}
+
+/// `--metrics-buckets`: bounds in seconds, or `off`.
+#[derive(Clone)]
+struct BucketsFlag(Option<Buckets>);
+
+impl std::str::FromStr for BucketsFlag {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<BucketsFlag, String> {
+        if s.eq_ignore_ascii_case("off") {
+            return Ok(BucketsFlag(None));
+        }
+        let bounds = s
+            .split(',')
+            .map(|b| {
+                b.trim()
+                    .parse::<f64>()
+                    .map_err(|_| format!("'{b}' is not a number of seconds"))
+            })
+            .collect::<Result<Vec<f64>, String>>()?;
+        Buckets::new(&bounds).map(|b| BucketsFlag(Some(b)))
+    }
 }
 
 /// A TCP address to listen on, or `off`.
@@ -296,6 +359,17 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
         compute_threads,
         io_threads: args.io_threads.map_or(defaults.io_threads, usize::from),
         auth_token,
+        metrics: match args.metrics {
+            MetricsFlag::Off => None,
+            MetricsFlag::Rest => Some(MetricsConfig {
+                addr: None,
+                buckets: args.metrics_buckets.0,
+            }),
+            MetricsFlag::At(addr) => Some(MetricsConfig {
+                addr: Some(addr),
+                buckets: args.metrics_buckets.0,
+            }),
+        },
         tls: args
             .tls_cert
             .zip(args.tls_key)

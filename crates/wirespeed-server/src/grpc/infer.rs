@@ -10,6 +10,7 @@ use wirespeed_core::{Error, InferRequest, InferResponse};
 
 use super::convert;
 use super::pb;
+use crate::metrics::InferProtocol;
 use crate::models::ServedModel;
 use crate::pipeline::{self, Codec, RequestContext, Target};
 use crate::timing::{timed_on, Stages, SERVER_TIMING};
@@ -98,6 +99,11 @@ impl GrpcInfer<'_> {
     async fn convert(&mut self, stages: &mut Stages) -> Result<InferRequest, Error> {
         let message = self.message.take().expect("a message is decoded once");
         let raw_bytes: usize = message.raw_input_contents.iter().map(|b| b.len()).sum();
+        let bytes = if self.state.metrics.is_some() {
+            prost::Message::encoded_len(&message) as u64
+        } else {
+            0
+        };
         let limits = self.state.decode_options.limits.clone();
         let mut decode = Duration::ZERO;
         let offload = raw_bytes > OFFLOAD_RAW_BYTES;
@@ -105,13 +111,14 @@ impl GrpcInfer<'_> {
             convert::request(message, &limits)
         })
         .await?;
-        stages.body_read(decode);
+        stages.body_read(decode, bytes);
         Ok(request)
     }
 }
 
 impl Codec for GrpcInfer<'_> {
     type Answer = Result<Response<pb::ModelInferResponse>, Status>;
+    const PROTOCOL: InferProtocol = InferProtocol::V2Grpc;
 
     async fn decode(
         &mut self,
@@ -155,6 +162,7 @@ struct GrpcStreamInfer<'a> {
 
 impl Codec for GrpcStreamInfer<'_> {
     type Answer = pb::ModelStreamInferResponse;
+    const PROTOCOL: InferProtocol = InferProtocol::V2Grpc;
 
     async fn decode(
         &mut self,

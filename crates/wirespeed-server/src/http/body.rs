@@ -338,6 +338,8 @@ pub(crate) struct DecodedBody {
     pub(crate) raw: bool,
     /// The time spent decoding it.
     pub(crate) decode: Duration,
+    /// The body's bytes, decompressed.
+    pub(crate) bytes: u64,
 }
 
 /// Reads and decodes the body of an infer request for `model`, enforcing
@@ -355,6 +357,7 @@ pub(crate) async fn decode_body(
     let result = read(&mut reader, headers, declared, options, pool, model).await;
     let mut decoded = settle(&mut reader, result).await?;
     decoded.decode = reader.decode;
+    decoded.bytes = reader.received;
     Ok(decoded)
 }
 
@@ -408,6 +411,7 @@ async fn read(
                 request,
                 raw: true,
                 decode: Duration::ZERO,
+                bytes: 0,
             });
         }
         Layout::Binary(n) => Some(n),
@@ -437,20 +441,21 @@ async fn read(
         request,
         raw: false,
         decode: Duration::ZERO,
+        bytes: 0,
     })
 }
 
 /// Reads and decodes a whole-JSON body (TF Serving, Clipper) with
 /// `decoder`, as it arrives, enforcing `limit` bytes. Like
 /// [`decode_body`], it reads the body to its end before returning an error.
-/// Also returns the time spent decoding.
+/// Also returns the time spent decoding and the body's length.
 pub(crate) async fn decode_json_body(
     headers: &HeaderMap,
     body: Incoming,
     limits: &Limits,
     decoder: RequestDecoder,
     pool: &CpuPool,
-) -> Result<(InferRequest, Format, Duration), Error> {
+) -> Result<(InferRequest, Format, Duration, u64), Error> {
     let (mut reader, declared) = begin(headers, body, limits)?;
     let result = async {
         if layout(headers, declared)? != Layout::Json {
@@ -470,7 +475,7 @@ pub(crate) async fn decode_json_body(
     }
     .await;
     let (request, format) = settle(&mut reader, result).await?;
-    Ok((request, format, reader.decode))
+    Ok((request, format, reader.decode, reader.received))
 }
 
 /// Feeds the JSON part of the body (all of it, or its first `json_len`
@@ -832,7 +837,7 @@ impl<'a> RestRequest<'a> {
         stages: &mut Stages,
     ) -> Result<(InferRequest, Format), Error> {
         let body = self.take_body();
-        let (request, format, decode) = decode_json_body(
+        let (request, format, decode, bytes) = decode_json_body(
             &self.headers,
             body,
             &self.state.limits,
@@ -840,7 +845,7 @@ impl<'a> RestRequest<'a> {
             &self.state.pool,
         )
         .await?;
-        stages.body_read(decode);
+        stages.body_read(decode, bytes);
         Ok((request, format))
     }
 }

@@ -14,6 +14,7 @@ use wirespeed_json::{Format, RequestDecoder};
 
 use super::body::RestRequest;
 use super::response::{self, Body};
+use crate::metrics::InferProtocol;
 use crate::models::ServedModel;
 use crate::pipeline::{self, Codec, RequestContext, Target};
 use crate::timing::Stages;
@@ -48,6 +49,7 @@ struct ClipperQuery<'a> {
 
 impl Codec for ClipperQuery<'_> {
     type Answer = Response<Body>;
+    const PROTOCOL: InferProtocol = InferProtocol::Clipper;
 
     async fn decode(
         &mut self,

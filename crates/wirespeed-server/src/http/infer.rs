@@ -10,6 +10,7 @@ use wirespeed_core::{raw, Error, InferRequest, InferResponse, ParameterValue, Pa
 use super::body::{decode_body, DecodedBody, RestRequest};
 use super::response::{self, Body};
 use super::router::ModelRef;
+use crate::metrics::InferProtocol;
 use crate::models::ServedModel;
 use crate::pipeline::{self, Codec, RequestContext};
 use crate::timing::Stages;
@@ -37,6 +38,7 @@ struct V2Rest<'a> {
 
 impl Codec for V2Rest<'_> {
     type Answer = Response<Body>;
+    const PROTOCOL: InferProtocol = InferProtocol::V2Rest;
 
     async fn decode(
         &mut self,
@@ -51,6 +53,7 @@ impl Codec for V2Rest<'_> {
             request,
             raw,
             decode,
+            bytes,
         } = decode_body(
             &self.request.headers,
             body,
@@ -60,7 +63,7 @@ impl Codec for V2Rest<'_> {
             model.metadata(),
         )
         .await?;
-        stages.body_read(decode);
+        stages.body_read(decode, bytes);
         self.binary = BinaryOutputs::of(&request, raw)?;
         Ok(request)
     }

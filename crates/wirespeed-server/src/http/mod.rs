@@ -12,11 +12,13 @@ mod compression;
 mod health;
 mod infer;
 mod metadata;
+mod metrics;
 mod response;
 mod router;
 mod shared_memory;
 mod tfserving;
 
+pub(crate) use metrics::{service as metrics_service, MetricsService};
 pub(crate) use response::DEFAULT_ANSWER;
 
 use std::future::Future;
@@ -113,6 +115,9 @@ async fn dispatch(
         .sum::<usize>()
         + uri.path_and_query().map_or(0, |p| p.as_str().len());
     if header_bytes > state.limits.max_header_bytes {
+        if let Some(metrics) = &state.metrics {
+            metrics.traffic.refused(ErrorKind::HeadersTooLarge);
+        }
         let e = Error::new(
             ErrorKind::HeadersTooLarge,
             format!(
@@ -149,6 +154,7 @@ async fn dispatch(
         Ok(Route::Live) => Ok(health::live()),
         Ok(Route::Ready) => Ok(health::ready(state)),
         Ok(Route::ServerMetadata) => Ok(metadata::server()),
+        Ok(Route::Metrics) => metrics::scrape(state),
         Ok(Route::ModelMetadata(model)) => metadata::model(state, model),
         Ok(Route::ModelReady(model)) => health::model_ready(state, model),
         Ok(Route::ModelConfig(model)) => metadata::config(state, model),

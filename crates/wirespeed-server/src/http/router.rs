@@ -47,6 +47,8 @@ pub(crate) enum Route<'a> {
     /// `/v2/{systemsharedmemory|cudasharedmemory}[/region/{name}]/{status|register|unregister}`
     /// (register always names a region).
     SharedMemory(SharedMemoryRoute<'a>),
+    /// `GET /metrics`: Prometheus metrics, as on `--metrics ADDR`.
+    Metrics,
     /// Triton endpoints known and not served yet: a 501 saying which.
     Missing(crate::missing::Missing),
 }
@@ -136,6 +138,7 @@ fn match_route<'a>(path: &'a str, segments: &[&'a str]) -> Option<Route<'a>> {
         ["v2"] => Some(Route::ServerMetadata),
         ["v2", "health", "live"] => Some(Route::Live),
         ["v2", "health", "ready"] => Some(Route::Ready),
+        ["metrics"] => Some(Route::Metrics),
         ["v2", "models", "stats"] => Some(Route::ModelStats(ModelRef {
             name: "",
             version: None,
@@ -266,6 +269,7 @@ mod tests {
         assert_eq!(get("/v2").unwrap(), Route::ServerMetadata);
         assert_eq!(get("/v2/").unwrap(), Route::ServerMetadata);
         assert_eq!(get("/v2/health/live").unwrap(), Route::Live);
+        assert_eq!(get("/metrics").unwrap(), Route::Metrics);
         assert_eq!(get("/v2/health/ready").unwrap(), Route::Ready);
         assert_eq!(
             get("/v2/models/t").unwrap(),

@@ -12,6 +12,7 @@ use wirespeed_json::{Format, RequestDecoder};
 use super::body::RestRequest;
 use super::response::{self, Body};
 use super::router::ModelRef;
+use crate::metrics::InferProtocol;
 use crate::models::ServedModel;
 use crate::pipeline::{self, Codec, RequestContext};
 use crate::timing::Stages;
@@ -40,6 +41,7 @@ struct TfPredict<'a> {
 
 impl Codec for TfPredict<'_> {
     type Answer = Response<Body>;
+    const PROTOCOL: InferProtocol = InferProtocol::TfServing;
 
     async fn decode(
         &mut self,

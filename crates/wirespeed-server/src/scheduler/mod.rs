@@ -273,6 +273,11 @@ impl Scheduler {
         &self.counters
     }
 
+    /// The requests waiting for a turn now.
+    pub(crate) fn waiting(&self) -> usize {
+        self.waiting.load(Ordering::Relaxed)
+    }
+
     /// Checks `inputs` against the model, waits for a turn (alone or in a
     /// batch), runs the model and returns the `requested` outputs (all of
     /// them when none are named), in request order; or the defaults, if it
