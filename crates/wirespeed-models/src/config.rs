@@ -83,6 +83,18 @@ impl ModelConfig {
     /// Parses the text of a `config.toml`.
     pub fn parse(text: &str) -> Result<ModelConfig, String> {
         let table: toml::Table = toml::from_str(text).map_err(|e| e.to_string())?;
+        ModelConfig::from_table(table)
+    }
+
+    /// Parses a configuration given as a JSON object with the keys of
+    /// `config.toml` (Triton's load request with a `config` override).
+    pub fn from_json(text: &str) -> Result<ModelConfig, String> {
+        let table: toml::Table = serde_json::from_str(text)
+            .map_err(|e| format!("it is not a JSON object with the keys of config.toml: {e}"))?;
+        ModelConfig::from_table(table)
+    }
+
+    fn from_table(table: toml::Table) -> Result<ModelConfig, String> {
         let version_given = table.contains_key("version");
         let mut config: ModelConfig = table
             .try_into()

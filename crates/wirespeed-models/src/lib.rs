@@ -32,7 +32,8 @@ pub use config::{ModelConfig, TensorConfig};
 pub use identity::IdentityModel;
 pub use registry::{Backend, ModelSource, Registry};
 pub use repository::{
-    is_valid_model_name, load_repository, LoadedModel, OutputLabels, RepositoryError,
+    is_valid_model_name, load_model, load_repository, model_folders, LoadedModel, OutputLabels,
+    RepositoryError,
 };
 pub use scheduling::{
     Adaptive, Batching, BatchingKeys, DefaultOutput, LevelPolicy, PolicyKeys, QueueKeys,

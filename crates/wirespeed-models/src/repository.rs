@@ -1,5 +1,7 @@
 //! The model repository: one folder per model, each with a `config.toml`
-//! naming the backend that loads it, all loaded at start-up.
+//! naming the backend that loads it. The server loads them all at
+//! start-up, or some, and loads and unloads them while serving (Triton's
+//! repository extension, `--model-control-mode`).
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -68,17 +70,30 @@ pub fn load_repository(
     registry: &Registry,
     pool: &CpuPool,
 ) -> Result<Vec<LoadedModel>, RepositoryError> {
-    let error = |path: &Path, message: String| RepositoryError {
-        path: path.to_owned(),
-        message,
-    };
-    let entries = std::fs::read_dir(dir).map_err(|e| {
-        error(
-            dir,
-            format!("cannot read the model repository ({e}); pass --models DIR to choose another"),
-        )
+    let folders = model_folders(dir)?;
+    if folders.is_empty() {
+        return Err(RepositoryError {
+            path: dir.to_owned(),
+            message: "contains no models; each model is a folder with a config.toml".into(),
+        });
+    }
+    folders
+        .iter()
+        .map(|(name, folder)| load_model(name, folder, registry, pool, None))
+        .collect()
+}
+
+/// The model folders under `dir`, by name, in name order: every folder
+/// that is not hidden. A folder whose name could not be a model's is an
+/// error naming it.
+pub fn model_folders(dir: &Path) -> Result<Vec<(String, PathBuf)>, RepositoryError> {
+    let entries = std::fs::read_dir(dir).map_err(|e| RepositoryError {
+        path: dir.to_owned(),
+        message: format!(
+            "cannot read the model repository ({e}); pass --models DIR to choose another"
+        ),
     })?;
-    let mut folders: Vec<PathBuf> = entries
+    let mut folders: Vec<(String, PathBuf)> = entries
         .filter_map(Result::ok)
         .map(|e| e.path())
         .filter(|p| {
@@ -87,71 +102,90 @@ pub fn load_repository(
                     .file_name()
                     .is_some_and(|n| n.to_string_lossy().starts_with('.'))
         })
+        .map(|p| {
+            let name = p
+                .file_name()
+                .unwrap_or_default()
+                .to_string_lossy()
+                .into_owned();
+            (name, p)
+        })
         .collect();
     folders.sort();
-
-    let mut models = Vec::new();
-    for folder in folders {
-        let name = folder
-            .file_name()
-            .unwrap_or_default()
-            .to_string_lossy()
-            .into_owned();
-        if !is_valid_model_name(&name) {
-            return Err(error(
-                &folder,
-                "model names may use only letters, digits, '_', '-' and '.'".into(),
-            ));
-        }
-        let config_path = folder.join("config.toml");
-        if !config_path.is_file() {
-            return Err(error(
-                &folder,
-                "has no config.toml; every model folder needs one".into(),
-            ));
-        }
-        let config = ModelConfig::load(&config_path).map_err(|m| error(&config_path, m))?;
-        if config.max_concurrency == Some(0) {
-            return Err(error(
-                &config_path,
-                "max_concurrency must be at least 1".into(),
-            ));
-        }
-        let backend = registry
-            .get(&config.backend)
-            .map_err(|m| error(&config_path, m))?;
-        let labels = read_labels(&folder, &config).map_err(|m| error(&config_path, m))?;
-        let source = ModelSource::new(&name, &folder, &config, pool);
-        let model = backend.load(&source).map_err(|m| error(&folder, m))?;
-        source
-            .unread_keys(backend.name())
-            .map_err(|m| error(&config_path, m))?;
-        let metadata = model.metadata();
-        let scheduling =
-            Scheduling::from_config(&config, metadata).map_err(|m| error(&config_path, m))?;
-        tracing::info!(
-            model = %name,
-            version = %metadata.versions.join(","),
-            platform = %metadata.platform,
-            "loaded model"
-        );
-        models.push(LoadedModel {
-            name,
-            model,
-            max_concurrency: config.max_concurrency,
-            max_queue: config.max_queue,
-            scheduling,
-            backend: config.backend.clone(),
-            labels,
+    if let Some((_, folder)) = folders.iter().find(|(name, _)| !is_valid_model_name(name)) {
+        return Err(RepositoryError {
+            path: folder.clone(),
+            message: "model names may use only letters, digits, '_', '-' and '.'".into(),
         });
     }
-    if models.is_empty() {
+    Ok(folders)
+}
+
+/// Loads the model `name` in `folder`, from its `config.toml`, or from
+/// `config`, a configuration given instead of it (Triton's load with a
+/// config override), as JSON with `config.toml`'s keys.
+pub fn load_model(
+    name: &str,
+    folder: &Path,
+    registry: &Registry,
+    pool: &CpuPool,
+    config: Option<&str>,
+) -> Result<LoadedModel, RepositoryError> {
+    let error = |path: &Path, message: String| RepositoryError {
+        path: path.to_owned(),
+        message,
+    };
+    let config_path = folder.join("config.toml");
+    let config = match config {
+        Some(json) => ModelConfig::from_json(json).map_err(|m| {
+            error(
+                folder,
+                format!("the configuration given to load the model: {m}"),
+            )
+        })?,
+        None => {
+            if !config_path.is_file() {
+                return Err(error(
+                    folder,
+                    "has no config.toml; every model folder needs one".into(),
+                ));
+            }
+            ModelConfig::load(&config_path).map_err(|m| error(&config_path, m))?
+        }
+    };
+    if config.max_concurrency == Some(0) {
         return Err(error(
-            dir,
-            "contains no models; each model is a folder with a config.toml".into(),
+            &config_path,
+            "max_concurrency must be at least 1".into(),
         ));
     }
-    Ok(models)
+    let backend = registry
+        .get(&config.backend)
+        .map_err(|m| error(&config_path, m))?;
+    let labels = read_labels(folder, &config).map_err(|m| error(&config_path, m))?;
+    let source = ModelSource::new(name, folder, &config, pool);
+    let model = backend.load(&source).map_err(|m| error(folder, m))?;
+    source
+        .unread_keys(backend.name())
+        .map_err(|m| error(&config_path, m))?;
+    let metadata = model.metadata();
+    let scheduling =
+        Scheduling::from_config(&config, metadata).map_err(|m| error(&config_path, m))?;
+    tracing::info!(
+        model = %name,
+        version = %metadata.versions.join(","),
+        platform = %metadata.platform,
+        "loaded model"
+    );
+    Ok(LoadedModel {
+        name: name.to_owned(),
+        model,
+        max_concurrency: config.max_concurrency,
+        max_queue: config.max_queue,
+        scheduling,
+        backend: config.backend.clone(),
+        labels,
+    })
 }
 
 /// Reads the labels file of each output that names one. A labels file
@@ -297,6 +331,36 @@ mod tests {
 
         let dir = repo(&[("a", &format!("max_concurrency = 0\n{ECHO}"))]);
         assert!(load(&dir).unwrap_err().to_string().contains("at least 1"));
+    }
+
+    #[test]
+    fn a_config_given_as_json_replaces_config_toml() {
+        let dir = repo(&[("a", ECHO)]);
+        let json = r#"{"backend": "identity", "version": "7", "max_queue": 2,
+            "inputs": [{"name": "x", "datatype": "INT64", "shape": [-1]}],
+            "outputs": [{"name": "y", "datatype": "INT64", "shape": [-1]}]}"#;
+        let pool = CpuPool::new(1).unwrap();
+        let folder = dir.path().join("a");
+        let model = load_model("a", &folder, &Registry::builtin(), &pool, Some(json)).unwrap();
+        assert_eq!(model.model.metadata().versions, ["7"]);
+        assert_eq!(model.max_queue, Some(2));
+        let e = load_model(
+            "a",
+            &folder,
+            &Registry::builtin(),
+            &pool,
+            Some("{\"backend\": 3}"),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.contains("the configuration given to load the model"),
+            "{e}"
+        );
+        let e = load_model("a", &folder, &Registry::builtin(), &pool, Some("[1"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("JSON"), "{e}");
     }
 
     #[test]

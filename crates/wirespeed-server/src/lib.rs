@@ -34,6 +34,7 @@ mod missing;
 mod model_config;
 mod models;
 mod pipeline;
+mod repository;
 mod reserved;
 mod scheduler;
 mod shared_memory;
@@ -53,6 +54,7 @@ use tokio::net::{TcpListener, UnixListener};
 
 pub use fronting::UpstreamServer;
 pub use metrics::{Buckets, MetricsConfig, DEFAULT_BUCKETS};
+pub use repository::ModelControl;
 pub use wirespeed_core::RequestLimits;
 pub use wirespeed_models::{Backend, ModelSource, Registry, RepositoryError};
 
@@ -66,6 +68,7 @@ pub(crate) const EXTENSIONS: &[&str] = &[
     "binary_tensor_data",
     "classification",
     "model_configuration",
+    "model_repository",
     "statistics",
     "system_shared_memory",
 ];
@@ -109,6 +112,9 @@ pub struct ServerConfig {
     pub upstream: Option<UpstreamServer>,
     /// Prometheus metrics, unless off.
     pub metrics: Option<MetricsConfig>,
+    /// How models are loaded and unloaded while serving
+    /// (`--model-control-mode`).
+    pub model_control: ModelControl,
 }
 
 /// A certificate chain and its private key, as PEM files.
@@ -180,6 +186,7 @@ impl Default for ServerConfig {
             tls: None,
             upstream: None,
             metrics: Some(MetricsConfig::default()),
+            model_control: ModelControl::None,
         }
     }
 }
@@ -225,6 +232,40 @@ impl From<RepositoryError> for StartError {
     }
 }
 
+/// The models to serve from the start: every one in the repository, or in
+/// explicit model control those named (`*` for all, and possibly none).
+fn load_at_start(
+    config: &ServerConfig,
+    pool: &CpuPool,
+) -> Result<Vec<wirespeed_models::LoadedModel>, StartError> {
+    let dir = &config.models_dir;
+    let ModelControl::Explicit { startup } = &config.model_control else {
+        return Ok(wirespeed_models::load_repository(
+            dir,
+            &config.backends,
+            pool,
+        )?);
+    };
+    let folders = wirespeed_models::model_folders(dir)?;
+    let all = startup.iter().any(|n| n == "*");
+    for name in startup.iter().filter(|n| *n != "*") {
+        if !folders.iter().any(|(folder, _)| folder == name) {
+            return Err(StartError::Repository(RepositoryError {
+                path: dir.join(name),
+                message: format!("--load-model names '{name}', which has no folder here"),
+            }));
+        }
+    }
+    folders
+        .iter()
+        .filter(|(name, _)| all || startup.contains(name))
+        .map(|(name, folder)| {
+            wirespeed_models::load_model(name, folder, &config.backends, pool, None)
+                .map_err(StartError::from)
+        })
+        .collect()
+}
+
 /// Whether `dir` holds a folder that could be a model's.
 fn has_model_folders(dir: &Path) -> bool {
     std::fs::read_dir(dir).is_ok_and(|entries| {
@@ -265,6 +306,8 @@ pub(crate) struct AppState {
     pub(crate) listed: AtomicBool,
     /// Prometheus metrics, unless off.
     pub(crate) metrics: Option<metrics::Metrics>,
+    /// The model repository: index, loads and unloads while serving.
+    pub(crate) repository: repository::Repository,
 }
 
 impl AppState {
@@ -345,10 +388,17 @@ impl Server {
         // In front of an upstream, local models are optional.
         let local = upstream.is_none() || has_model_folders(&config.models_dir);
         let loaded = if local {
-            wirespeed_models::load_repository(&config.models_dir, &config.backends, &pool)?
+            load_at_start(config, &pool)?
         } else {
             Vec::new()
         };
+        let repository = repository::Repository::new(
+            &config.models_dir,
+            config.backends.clone(),
+            pool.clone(),
+            config.model_control.clone(),
+        );
+        repository.loaded_at_start(&loaded);
         let http_tcp = match config.http_addr {
             Some(addr) => Some(bind_tcp("--http", addr).await?),
             None => None,
@@ -391,7 +441,11 @@ impl Server {
             shared_memory: shared_memory::SharedMemory::default(),
             listed: AtomicBool::new(true),
             metrics,
+            repository,
         });
+        if let ModelControl::Poll(period) = config.model_control {
+            tokio::spawn(repository::poll(Arc::downgrade(&state), period));
+        }
         if let (Some(upstream), Some(fronted)) = (upstream, &config.upstream) {
             fronting::start(&state, upstream, &fronted.models)?;
         }

@@ -8,8 +8,6 @@ use wirespeed_core::{Error, ErrorKind};
 /// A capability behind endpoints wirespeed does not serve yet.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Missing {
-    /// The model repository API: index, load, unload.
-    Repository,
     /// Trace settings.
     Trace,
     /// Log settings.
@@ -22,10 +20,6 @@ impl Missing {
     /// The error to answer with.
     pub(crate) fn error(self) -> Error {
         let message = match self {
-            Missing::Repository => {
-                "the model repository API (index, load, unload) is not implemented: wirespeed \
-                 serves the models in --models, loaded at start"
-            }
             Missing::Trace => {
                 "trace settings are not implemented; request tracing is on with --log-level \
                  debug"

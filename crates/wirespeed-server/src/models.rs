@@ -1,7 +1,9 @@
 //! The models this server serves: each loaded model together with its
-//! scheduler, in one map, so the two can never disagree. Models can join
-//! while serving (those an upstream lists in whole-server mode); a request
-//! holds its model by an `Arc`, taken under a read lock.
+//! scheduler, in one map, so the two can never disagree. Models can join,
+//! be replaced and leave while serving (those an upstream lists in
+//! whole-server mode; loads, reloads and unloads of the repository API and
+//! polling, `repository.rs`); a request holds its model by an `Arc`, taken
+//! under a read lock.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, RwLock};
@@ -78,13 +80,37 @@ impl ServedModels {
     }
 
     /// Serves `loaded` from now on, unless a model of that name is served
-    /// already; says whether it was added. Must run inside the server's
-    /// runtime (the scheduler's actor is spawned there).
+    /// already; says whether it was added.
     pub(crate) fn add(&self, loaded: LoadedModel) -> bool {
         let mut models = self.models.write().unwrap_or_else(|e| e.into_inner());
         if models.contains_key(&loaded.name) {
             return false;
         }
+        let name = loaded.name.clone();
+        models.insert(name, self.serve(loaded));
+        true
+    }
+
+    /// Serves `loaded` from now on, in place of the model of that name if
+    /// one is served, which is returned. The swap is one map insertion
+    /// under the write lock: a request holds the model it found by an
+    /// `Arc`, so requests in flight (queued ones too) finish on the old
+    /// model and scheduler, and later ones find the new one.
+    pub(crate) fn replace(&self, loaded: LoadedModel) -> Option<Arc<ServedModel>> {
+        let name = loaded.name.clone();
+        let served = self.serve(loaded);
+        let mut models = self.models.write().unwrap_or_else(|e| e.into_inner());
+        models.insert(name, served)
+    }
+
+    /// Stops serving model `name`, returning it; requests in flight finish.
+    pub(crate) fn remove(&self, name: &str) -> Option<Arc<ServedModel>> {
+        let mut models = self.models.write().unwrap_or_else(|e| e.into_inner());
+        models.remove(name)
+    }
+
+    /// `loaded` with its scheduler and counters.
+    fn serve(&self, loaded: LoadedModel) -> Arc<ServedModel> {
         let pool = &self.pool;
         let concurrency = loaded
             .max_concurrency
@@ -108,7 +134,7 @@ impl ServedModels {
             pool.clone(),
             &self.queues,
         );
-        let served = ServedModel {
+        Arc::new(ServedModel {
             model: loaded.model,
             scheduler,
             stats: ModelStats::new(self.buckets.as_ref()),
@@ -116,9 +142,7 @@ impl ServedModels {
             max_concurrency: concurrency,
             max_queue: queue,
             labels: loaded.labels,
-        };
-        models.insert(loaded.name, Arc::new(served));
-        true
+        })
     }
 
     /// Every served model, in name order, as they are now.

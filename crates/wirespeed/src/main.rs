@@ -13,7 +13,8 @@ use anyhow::Context;
 use clap::{Args, Parser, Subcommand};
 use tracing_subscriber::EnvFilter;
 use wirespeed_server::{
-    Buckets, Limits, MetricsConfig, RequestLimits, Server, ServerConfig, TlsFiles, UpstreamServer,
+    Buckets, Limits, MetricsConfig, ModelControl, RequestLimits, Server, ServerConfig, TlsFiles,
+    UpstreamServer,
 };
 
 /// A model server whose request path runs at wire speed.
@@ -185,6 +186,23 @@ struct ServeArgs {
     )]
     metrics_buckets: BucketsFlag,
 
+    /// How models load and unload while serving: `none` (all at start, no
+    /// change), `explicit` (those of --load-model at start, then through
+    /// the repository API: POST /v2/repository/models/M/load and /unload,
+    /// and gRPC), or `poll` (all at start, then the repository is scanned
+    /// every --repository-poll-secs: new, changed and removed models).
+    #[arg(long, env = "WIRESPEED_MODEL_CONTROL_MODE", default_value = "none", value_parser = ["none", "explicit", "poll"])]
+    model_control_mode: String,
+
+    /// Seconds between two scans of the repository in poll mode.
+    #[arg(long, env = "WIRESPEED_REPOSITORY_POLL_SECS", default_value = "15", value_parser = seconds)]
+    repository_poll_secs: Duration,
+
+    /// In explicit mode, the models to load at start (`*` for all):
+    /// a,b,c, or the flag given again.
+    #[arg(long, env = "WIRESPEED_LOAD_MODEL", value_delimiter = ',')]
+    load_model: Vec<String>,
+
     /// Validate the model repository, print what it serves, and exit.
     #[arg(long, env = "WIRESPEED_CHECK")]
     check: bool,
@@ -291,6 +309,13 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
     // While this is still the only thread: an arena per core.
     malloc::limit_arenas(std::thread::available_parallelism().map_or(1, |n| n.get()));
 
+    if !args.load_model.is_empty() && args.model_control_mode != "explicit" {
+        anyhow::bail!(
+            "--load-model names the models to load at start in explicit model control: add \
+             --model-control-mode explicit (in mode {} every model loads at start)",
+            args.model_control_mode
+        );
+    }
     let defaults = ServerConfig::default();
     let compute_threads = args
         .compute_threads
@@ -359,6 +384,13 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
         compute_threads,
         io_threads: args.io_threads.map_or(defaults.io_threads, usize::from),
         auth_token,
+        model_control: match args.model_control_mode.as_str() {
+            "explicit" => ModelControl::Explicit {
+                startup: args.load_model,
+            },
+            "poll" => ModelControl::Poll(args.repository_poll_secs),
+            _ => ModelControl::None,
+        },
         metrics: match args.metrics {
             MetricsFlag::Off => None,
             MetricsFlag::Rest => Some(MetricsConfig {

@@ -39,6 +39,25 @@ fn status(error: &Error) -> Status {
     infer::status(error, error.public_message())
 }
 
+/// The configuration a load request carries, if any: Triton's `config`
+/// parameter, a string.
+fn load_parameters(
+    parameters: &std::collections::HashMap<String, pb::ModelRepositoryParameter>,
+) -> Result<Option<String>, Error> {
+    use pb::model_repository_parameter::ParameterChoice;
+    let mut config = None;
+    for (key, value) in parameters {
+        match (key.as_str(), &value.parameter_choice) {
+            ("config", Some(ParameterChoice::StringParam(text))) => config = Some(text.clone()),
+            ("config", _) => return Err(Error::invalid_input(
+                "the load parameter 'config' must be a string: the model's configuration as JSON",
+            )),
+            (key, _) => return Err(crate::repository::unknown_load_parameter(key)),
+        }
+    }
+    Ok(config)
+}
+
 fn not_implemented(missing: Missing) -> Status {
     status(&missing.error())
 }
@@ -275,23 +294,49 @@ impl GrpcInferenceService for Inference {
 
     async fn repository_index(
         &self,
-        _: Request<pb::RepositoryIndexRequest>,
+        request: Request<pb::RepositoryIndexRequest>,
     ) -> Result<Response<pb::RepositoryIndexResponse>, Status> {
-        Err(not_implemented(Missing::Repository))
+        let ready = request.into_inner().ready;
+        let models = self
+            .state
+            .repository
+            .index(&self.state, ready)
+            .into_iter()
+            .map(|e| pb::repository_index_response::ModelIndex {
+                name: e.name,
+                version: e.version,
+                state: e.state.to_owned(),
+                reason: e.reason,
+            })
+            .collect();
+        Ok(Response::new(pb::RepositoryIndexResponse { models }))
     }
 
     async fn repository_model_load(
         &self,
-        _: Request<pb::RepositoryModelLoadRequest>,
+        request: Request<pb::RepositoryModelLoadRequest>,
     ) -> Result<Response<pb::RepositoryModelLoadResponse>, Status> {
-        Err(not_implemented(Missing::Repository))
+        let request = request.into_inner();
+        let config = load_parameters(&request.parameters).map_err(|e| status(&e))?;
+        self.state
+            .repository
+            .load(&self.state, &request.model_name, config)
+            .await
+            .map_err(|e| status(&e))?;
+        Ok(Response::new(pb::RepositoryModelLoadResponse {}))
     }
 
     async fn repository_model_unload(
         &self,
-        _: Request<pb::RepositoryModelUnloadRequest>,
+        request: Request<pb::RepositoryModelUnloadRequest>,
     ) -> Result<Response<pb::RepositoryModelUnloadResponse>, Status> {
-        Err(not_implemented(Missing::Repository))
+        let request = request.into_inner();
+        self.state
+            .repository
+            .unload(&self.state, &request.model_name)
+            .await
+            .map_err(|e| status(&e))?;
+        Ok(Response::new(pb::RepositoryModelUnloadResponse {}))
     }
 
     async fn trace_setting(

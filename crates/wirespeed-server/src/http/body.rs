@@ -849,3 +849,20 @@ impl<'a> RestRequest<'a> {
         Ok((request, format))
     }
 }
+
+/// A small request body (an API call's, not a tensor's), whole, up to
+/// `max` bytes (and `--max-body-bytes`).
+pub(crate) async fn read_small(
+    state: &AppState,
+    body: Incoming,
+    max: usize,
+) -> Result<Vec<u8>, Error> {
+    let mut limits = state.limits.clone();
+    limits.max_body_bytes = limits.max_body_bytes.min(max);
+    let mut reader = BodyReader::new(body, &limits);
+    let mut all = Vec::new();
+    while let Some(frame) = reader.next().await? {
+        all.extend_from_slice(&frame);
+    }
+    Ok(all)
+}

@@ -13,6 +13,7 @@ mod health;
 mod infer;
 mod metadata;
 mod metrics;
+mod repository;
 mod response;
 mod router;
 mod shared_memory;
@@ -155,6 +156,9 @@ async fn dispatch(
         Ok(Route::Ready) => Ok(health::ready(state)),
         Ok(Route::ServerMetadata) => Ok(metadata::server()),
         Ok(Route::Metrics) => metrics::scrape(state),
+        Ok(Route::RepositoryIndex) => repository::index(state, request).await,
+        Ok(Route::RepositoryLoad(model)) => repository::load(state, model, request).await,
+        Ok(Route::RepositoryUnload(model)) => repository::unload(state, model, request).await,
         Ok(Route::ModelMetadata(model)) => metadata::model(state, model),
         Ok(Route::ModelReady(model)) => health::model_ready(state, model),
         Ok(Route::ModelConfig(model)) => metadata::config(state, model),

@@ -49,6 +49,12 @@ pub(crate) enum Route<'a> {
     SharedMemory(SharedMemoryRoute<'a>),
     /// `GET /metrics`: Prometheus metrics, as on `--metrics ADDR`.
     Metrics,
+    /// `POST /v2/repository/index`
+    RepositoryIndex,
+    /// `POST /v2/repository/models/{name}/load`
+    RepositoryLoad(&'a str),
+    /// `POST /v2/repository/models/{name}/unload`
+    RepositoryUnload(&'a str),
     /// Triton endpoints known and not served yet: a 501 saying which.
     Missing(crate::missing::Missing),
 }
@@ -77,7 +83,10 @@ impl Route<'_> {
             Route::Infer(_)
             | Route::TfPredict(_)
             | Route::TfOtherVerb(_)
-            | Route::ClipperPredict(_) => Method::POST,
+            | Route::ClipperPredict(_)
+            | Route::RepositoryIndex
+            | Route::RepositoryLoad(_)
+            | Route::RepositoryUnload(_) => Method::POST,
             Route::SharedMemory(route) if route.action != SharedMemoryAction::Status => {
                 Method::POST
             }
@@ -143,9 +152,9 @@ fn match_route<'a>(path: &'a str, segments: &[&'a str]) -> Option<Route<'a>> {
             name: "",
             version: None,
         })),
-        ["v2", "repository", "index"] | ["v2", "repository", "models", _, "load" | "unload"] => {
-            Some(Route::Missing(Missing::Repository))
-        }
+        ["v2", "repository", "index"] => Some(Route::RepositoryIndex),
+        ["v2", "repository", "models", name, "load"] => Some(Route::RepositoryLoad(name)),
+        ["v2", "repository", "models", name, "unload"] => Some(Route::RepositoryUnload(name)),
         ["v2", "trace", "setting"] | ["v2", "models", _, "trace", "setting"] => {
             Some(Route::Missing(Missing::Trace))
         }
@@ -349,13 +358,10 @@ mod tests {
     #[test]
     fn endpoints_not_served_are_named() {
         let post = |path| route(&Method::POST, path).unwrap();
-        assert_eq!(
-            post("/v2/repository/index"),
-            Route::Missing(Missing::Repository)
-        );
+        assert_eq!(post("/v2/repository/index"), Route::RepositoryIndex);
         assert_eq!(
             post("/v2/repository/models/t/load"),
-            Route::Missing(Missing::Repository)
+            Route::RepositoryLoad("t")
         );
         assert_eq!(
             get("/v2/trace/setting").unwrap(),

@@ -8,7 +8,6 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 use wirespeed_core::Error;
 
-use super::body::BodyReader;
 use super::response::{self, Body};
 use super::router::{SharedMemoryAction, SharedMemoryRoute};
 use crate::shared_memory::cuda_refused;
@@ -51,7 +50,9 @@ pub(crate) async fn answer(
             Ok(response::json_value(&Value::Array(regions)))
         }
         (false, SharedMemoryAction::Register) => {
-            let body = read_body(state, request.into_body()).await?;
+            let body =
+                super::body::read_small(state, request.into_body(), MAX_REGISTER_BODY as usize)
+                    .await?;
             let register: Register = serde_json::from_slice(&body).map_err(|e| {
                 Error::malformed(format!(
                     "a register request is {{\"key\": \"/name\", \"offset\": 0, \"byte_size\": N}}: {e}"
@@ -80,16 +81,4 @@ pub(crate) async fn answer(
         // Nothing is ever registered, so nothing is left to unregister.
         (true, SharedMemoryAction::Unregister) => Ok(response::json(Vec::new())),
     }
-}
-
-/// A small request body, whole.
-async fn read_body(state: &AppState, body: Incoming) -> Result<Vec<u8>, Error> {
-    let mut limits = state.limits.clone();
-    limits.max_body_bytes = limits.max_body_bytes.min(MAX_REGISTER_BODY as usize);
-    let mut reader = BodyReader::new(body, &limits);
-    let mut all = Vec::new();
-    while let Some(frame) = reader.next().await? {
-        all.extend_from_slice(&frame);
-    }
-    Ok(all)
 }
