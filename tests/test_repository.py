@@ -1,0 +1,221 @@
+"""Triton's model repository extension and `--model-control-mode`, through
+tritonclient (HTTP and gRPC) as Triton's users call it, and a reload under
+continuous load checked against the xgboost package's predictions.
+"""
+
+import json
+import os
+import shutil
+import subprocess
+
+import numpy as np
+import pytest
+import requests
+import tritonclient.grpc as grpcclient
+import tritonclient.http as httpclient
+import xgboost
+from tritonclient.utils import InferenceServerException
+
+from conftest import MODELS, RunningServer, wirespeed_binary
+
+ROW = [0.0, 1.0, 3.0, 22.0 / 80, 1.0, 0.0, (7.25 - 50) / 100, 0.0, 1.0, 0.0, 0.0, 0.0]
+
+
+def copy_models(root, *names):
+    for name in names:
+        shutil.copytree(MODELS / name, root / name)
+    return root
+
+
+@pytest.fixture(scope="module")
+def explicit(tmp_path_factory):
+    root = copy_models(tmp_path_factory.mktemp("explicit"), "titanic", "identity_fp32")
+    server = RunningServer(root, extra_args=["--model-control-mode", "explicit", "--load-model", "titanic"])
+    yield server
+    server.stop()
+
+
+def titanic_input(module):
+    inp = module.InferInput("features", [1, 12], "FP32")
+    inp.set_data_from_numpy(np.array([ROW], dtype=np.float32))
+    return inp
+
+
+def fp32_input(module):
+    inp = module.InferInput("INPUT0", [1, 3], "FP32")
+    inp.set_data_from_numpy(np.array([[1, 2, 3]], dtype=np.float32))
+    return inp
+
+
+def by_name(index):
+    return {m["name"]: m for m in index}
+
+
+def test_index_load_and_unload_over_http(explicit):
+    client = httpclient.InferenceServerClient(explicit.address)
+    index = by_name(client.get_model_repository_index())
+    assert index["titanic"]["state"] == "READY" and index["titanic"]["version"] == "1"
+    assert "state" not in index["identity_fp32"], index  # never loaded: the name alone, as Triton lists it
+    assert [m["name"] for m in requests.post(f"http://{explicit.address}/v2/repository/index",
+                                             json={"ready": True}).json()] == ["titanic"]
+    assert not client.is_model_ready("identity_fp32")
+
+    client.load_model("identity_fp32")
+    assert client.is_model_ready("identity_fp32")
+    answer = client.infer("identity_fp32", [fp32_input(httpclient)])
+    np.testing.assert_array_equal(answer.as_numpy(answer.get_response()["outputs"][0]["name"]), [[1, 2, 3]])
+
+    client.unload_model("identity_fp32")
+    assert not client.is_model_ready("identity_fp32")
+    entry = by_name(client.get_model_repository_index())["identity_fp32"]
+    assert (entry["state"], entry["reason"]) == ("UNAVAILABLE", "unloaded")
+    answer = requests.post(f"http://{explicit.address}/v2/models/identity_fp32/infer", json={
+        "inputs": [{"name": "INPUT0", "datatype": "FP32", "shape": [1, 3], "data": [1, 2, 3]}]})
+    assert answer.status_code == 404 and "identity_fp32" in answer.json()["error"], answer.text
+
+
+def test_index_load_and_unload_over_grpc(explicit):
+    client = grpcclient.InferenceServerClient(explicit.grpc_address)
+    index = client.get_model_repository_index(as_json=True)["models"]
+    assert by_name(index)["titanic"]["state"] == "READY"
+    client.load_model("identity_fp32")
+    assert client.is_model_ready("identity_fp32")
+    client.infer("identity_fp32", [fp32_input(grpcclient)])
+    client.unload_model("identity_fp32")
+    with pytest.raises(InferenceServerException) as e:
+        client.infer("identity_fp32", [fp32_input(grpcclient)])
+    assert e.value.status() == "StatusCode.NOT_FOUND", e.value
+
+
+def test_a_load_with_a_config_override_uses_it_and_a_plain_load_goes_back(explicit):
+    client = httpclient.InferenceServerClient(explicit.address)
+    config = {
+        "backend": "identity", "version": "7",
+        "inputs": [{"name": "INPUT0", "datatype": "INT64", "shape": [-1, -1]}],
+        "outputs": [{"name": "OUTPUT0", "datatype": "INT64", "shape": [-1, -1]}],
+    }
+    client.load_model("identity_fp32", config=json.dumps(config))
+    metadata = client.get_model_metadata("identity_fp32")
+    assert metadata["versions"] == ["7"] and metadata["inputs"][0]["datatype"] == "INT64", metadata
+    grpc = grpcclient.InferenceServerClient(explicit.grpc_address)
+    config["version"] = "8"
+    grpc.load_model("identity_fp32", config=json.dumps(config))
+    assert client.get_model_metadata("identity_fp32")["versions"] == ["8"]
+    client.load_model("identity_fp32")
+    metadata = client.get_model_metadata("identity_fp32")
+    assert metadata["inputs"][0]["datatype"] == "FP32", metadata
+    client.unload_model("identity_fp32")
+
+
+def test_a_broken_load_leaves_the_served_model_serving_and_says_why(explicit):
+    client = httpclient.InferenceServerClient(explicit.address)
+    before = client.infer("titanic", [titanic_input(httpclient)]).as_numpy("probability")
+    with pytest.raises(InferenceServerException) as e:
+        client.load_model("titanic", config=json.dumps({"backend": "xgboost"}))
+    assert "failed to load 'titanic'" in str(e.value) and "model_file" in str(e.value), e.value
+    after = client.infer("titanic", [titanic_input(httpclient)]).as_numpy("probability")
+    np.testing.assert_array_equal(before, after)
+    entry = by_name(client.get_model_repository_index())["titanic"]
+    assert entry["state"] == "READY" and "latest one failed" in entry["reason"] and "model_file" in entry["reason"]
+    explicit.wait_for_log("cannot load the model")
+    client.load_model("titanic")
+    assert "reason" not in by_name(client.get_model_repository_index())["titanic"]
+
+
+@pytest.mark.parametrize("body, needle", [
+    ({"parameters": {"file:1/model.json": "AAAA"}}, "cannot be sent with a load"),
+    ({"parameters": {"config": 3}}, "must be a string"),
+    ({"parameters": {"colour": "red"}}, "unknown load parameter 'colour'"),
+    ({"params": {}}, "unknown field"),
+])
+def test_bad_load_requests_are_named(explicit, body, needle):
+    answer = requests.post(f"http://{explicit.address}/v2/repository/models/identity_fp32/load", json=body)
+    assert answer.status_code == 400 and needle in answer.json()["error"], answer.text
+
+
+def test_unknown_models_are_not_found(explicit):
+    answer = requests.post(f"http://{explicit.address}/v2/repository/models/nope/load")
+    assert answer.status_code == 404 and "nope" in answer.json()["error"]
+    grpc = grpcclient.InferenceServerClient(explicit.grpc_address)
+    with pytest.raises(InferenceServerException) as e:
+        grpc.unload_model("nope")
+    assert e.value.status() == "StatusCode.NOT_FOUND"
+
+
+def test_mode_none_lists_models_and_refuses_loads(demo_server):
+    client = httpclient.InferenceServerClient(demo_server.address)
+    assert by_name(client.get_model_repository_index())["titanic"]["state"] == "READY"
+    with pytest.raises(InferenceServerException) as e:
+        client.load_model("titanic")
+    assert "--model-control-mode explicit" in str(e.value), e.value
+    grpc = grpcclient.InferenceServerClient(demo_server.grpc_address)
+    with pytest.raises(InferenceServerException) as e:
+        grpc.unload_model("titanic")
+    assert "not allowed in model control mode none" in str(e.value)
+    assert client.is_model_ready("titanic")
+
+
+def test_load_model_needs_explicit_mode_and_a_folder():
+    out = subprocess.run([str(wirespeed_binary()), "serve", "--models", str(MODELS), "--http", "127.0.0.1:0",
+                          "--grpc", "off", "--load-model", "titanic"], capture_output=True, text=True, timeout=30)
+    assert out.returncode != 0 and "--model-control-mode explicit" in out.stderr, out.stderr
+    out = subprocess.run([str(wirespeed_binary()), "serve", "--models", str(MODELS), "--http", "127.0.0.1:0",
+                          "--grpc", "off", "--model-control-mode", "explicit", "--load-model", "nope"],
+                         capture_output=True, text=True, timeout=30)
+    assert out.returncode != 0 and "'nope'" in out.stderr, out.stderr
+
+
+def xgboost_probability(model_file):
+    booster = xgboost.Booster(model_file=str(model_file))
+    return float(booster.predict(xgboost.DMatrix(np.array([ROW], dtype=np.float32)))[0])
+
+
+def replace_file(path, data):
+    """Writes `data` beside `path`, then renames it over `path`, as
+    deployment tools do."""
+    staging = path.with_name(path.name + ".new")
+    staging.write_bytes(data)
+    os.replace(staging, path)
+
+
+def test_poll_mode_serves_a_new_model_under_load_with_no_failed_request(tmp_path):
+    """30 s of open-loop load at 200 requests/s; meanwhile a new model file
+    is written, then a corrupt one: the new one is served, the corrupt one
+    is refused (the log and the index say so) and the last good one keeps
+    serving, and not one request fails."""
+    root = copy_models(tmp_path / "repo", "titanic")
+    model_file = root / "titanic" / "model.json"
+    new_model = (MODELS / "titanic_large" / "model.json").read_bytes()
+    old_p, new_p = xgboost_probability(model_file), xgboost_probability(MODELS / "titanic_large" / "model.json")
+    assert abs(old_p - new_p) > 1e-4, "the two models must answer differently"
+    server = RunningServer(root, extra_args=["--model-control-mode", "poll", "--repository-poll-secs", "0.2"])
+    try:
+        client = httpclient.InferenceServerClient(server.address)
+
+        def probability():
+            return float(client.infer("titanic", [titanic_input(httpclient)]).as_numpy("probability")[0])
+
+        assert probability() == pytest.approx(old_p, abs=1e-6)
+        report = tmp_path / "load.json"
+        load = subprocess.Popen([str(wirespeed_binary()), "bench", f"http://{server.address}", "--rate", "200",
+                                 "-c", "8", "--warmup", "0", "--window", "30", "--min-windows", "1",
+                                 "--max-windows", "1", "--json", str(report)],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        server.wait_for_log("loaded model", count=1)
+        replace_file(model_file, new_model)
+        server.wait_for_log("model files changed", count=1)
+        server.wait_for_log("loaded model", count=2)
+        assert probability() == pytest.approx(new_p, abs=1e-6)
+
+        replace_file(model_file, b'{"learner": 3')
+        server.wait_for_log("cannot load the model", count=1)
+        entry = by_name(client.get_model_repository_index())["titanic"]
+        assert entry["state"] == "READY" and "latest one failed" in entry["reason"], entry
+        assert probability() == pytest.approx(new_p, abs=1e-6)
+
+        stdout, stderr = load.communicate(timeout=120)
+        assert load.returncode == 0, stderr
+        summary = json.loads(report.read_text())["measurements"][0]["summary"]
+        assert summary["answered"] > 4000 and summary["failed"] == 0, summary
+    finally:
+        server.stop()
