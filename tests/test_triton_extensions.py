@@ -193,13 +193,10 @@ def test_priority_and_timeout_are_taken(server, protocol):
 @pytest.mark.parametrize(
     "call,needle",
     [
-        (lambda c: c.get_model_repository_index(), "model repository API"),
-        (lambda c: c.load_model("titanic"), "model repository API"),
-        (lambda c: c.unload_model("titanic"), "model repository API"),
         (lambda c: c.get_trace_settings(), "trace settings"),
         (lambda c: c.get_log_settings(), "log settings"),
     ],
-    ids=["index", "load", "unload", "trace", "log"],
+    ids=["trace", "log"],
 )
 def test_endpoints_not_served_say_what_they_are(server, protocol, call, needle):
     client, _ = client_for(server, protocol)
