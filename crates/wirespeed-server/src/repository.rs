@@ -352,6 +352,9 @@ impl Repository {
                 tracing::info!(model = %name, "model folder removed; unloaded");
             }
         }
+        // A folder that failed to load and is gone is forgotten.
+        self.notes()
+            .retain(|name, _| present.contains(&name.as_str()));
     }
 }
 
