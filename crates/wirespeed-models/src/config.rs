@@ -3,7 +3,7 @@
 //! model (`max_concurrency`, `max_queue`, and the tables of `scheduling.rs`). Every other key belongs to the backend, which reads it through
 //! [`ModelSource`](crate::ModelSource). See `docs/model-repository.md`.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 use wirespeed_core::{DataType, TensorSpec};
@@ -21,6 +21,11 @@ pub struct ModelConfig {
     /// server asks it for that version, else for its default one).
     #[serde(skip)]
     pub version_given: bool,
+    /// The config came with a load request (Triton's `config` override),
+    /// not from the model's folder: every file it names must be inside the
+    /// folder, so a client cannot make the server read any other file.
+    #[serde(skip)]
+    pub confined: bool,
     /// The inputs, as clients must send them.
     #[serde(default)]
     pub inputs: Vec<TensorConfig>,
@@ -88,10 +93,25 @@ impl ModelConfig {
 
     /// Parses a configuration given as a JSON object with the keys of
     /// `config.toml` (Triton's load request with a `config` override).
+    /// Files it names are held inside the model's folder (`confined`).
     pub fn from_json(text: &str) -> Result<ModelConfig, String> {
         let table: toml::Table = serde_json::from_str(text)
             .map_err(|e| format!("it is not a JSON object with the keys of config.toml: {e}"))?;
-        ModelConfig::from_table(table)
+        let mut config = ModelConfig::from_table(table)?;
+        config.confined = true;
+        Ok(config)
+    }
+
+    /// The file `name` that this config names under `key` (`model_file`,
+    /// `ca_file`), relative to the model's `folder`. One given with a load
+    /// request must stay inside the folder; `config.toml`, written by
+    /// whoever runs the server, may name any file.
+    pub fn file(&self, folder: &Path, key: &str, name: &str) -> Result<PathBuf, String> {
+        if self.confined {
+            inside(folder, key, name)
+        } else {
+            Ok(folder.join(name))
+        }
     }
 
     fn from_table(table: toml::Table) -> Result<ModelConfig, String> {
@@ -101,6 +121,21 @@ impl ModelConfig {
             .map_err(|e: toml::de::Error| e.to_string())?;
         config.version_given = version_given;
         Ok(config)
+    }
+}
+
+/// `folder` joined with `name`, which must be a relative path that does
+/// not leave the folder; `key` names the setting in the error.
+pub(crate) fn inside(folder: &Path, key: &str, name: &str) -> Result<PathBuf, String> {
+    let stays = Path::new(name)
+        .components()
+        .all(|c| matches!(c, std::path::Component::Normal(_)));
+    if stays && !name.is_empty() {
+        Ok(folder.join(name))
+    } else {
+        Err(format!(
+            "{key} '{name}' must be a file inside the model's folder"
+        ))
     }
 }
 

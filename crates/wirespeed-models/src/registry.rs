@@ -64,6 +64,13 @@ impl<'a> ModelSource<'a> {
         self.folder
     }
 
+    /// The file the config names under `key` (`model_file`, `ca_file`):
+    /// relative to the folder, and inside it when the config came with a
+    /// load request.
+    pub fn file(&self, key: &str, name: &str) -> Result<std::path::PathBuf, String> {
+        self.config.file(self.folder, key, name)
+    }
+
     /// The shared part of the config: version, inputs, outputs.
     pub fn config(&self) -> &ModelConfig {
         self.config

@@ -202,16 +202,11 @@ fn read_labels(folder: &Path, config: &ModelConfig) -> Result<Vec<OutputLabels>,
         let Some(file) = &output.labels else {
             continue;
         };
-        let inside = Path::new(file)
-            .components()
-            .all(|c| matches!(c, std::path::Component::Normal(_)));
-        let path = folder.join(file);
-        if !inside {
-            return Err(format!(
-                "output '{}': the labels file '{file}' must be inside the model's folder",
-                output.name
-            ));
-        }
+        let path = crate::config::inside(
+            folder,
+            &format!("output '{}': the labels file", output.name),
+            file,
+        )?;
         let text = std::fs::read_to_string(&path).map_err(|e| {
             format!(
                 "output '{}': cannot read the labels file {}: {e}",
@@ -357,6 +352,17 @@ mod tests {
             e.contains("the configuration given to load the model"),
             "{e}"
         );
+        // A config sent with a load names files inside the folder only.
+        for file in ["/etc/passwd", "../b/model.json", ""] {
+            let json = format!(r#"{{"backend": "xgboost", "model_file": "{file}"}}"#);
+            let e = load_model("a", &folder, &Registry::builtin(), &pool, Some(&json))
+                .unwrap_err()
+                .to_string();
+            assert!(
+                e.contains("inside the model's folder") || e.contains("empty"),
+                "{e}"
+            );
+        }
         let e = load_model("a", &folder, &Registry::builtin(), &pool, Some("[1"))
             .unwrap_err()
             .to_string();

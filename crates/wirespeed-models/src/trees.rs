@@ -139,7 +139,7 @@ impl TreeModel {
         if keys.model_file.is_empty() {
             return Err("the config's model_file is empty".to_owned());
         }
-        let path = source.folder().join(&keys.model_file);
+        let path = source.file("model_file", &keys.model_file)?;
         let ensemble = match platform {
             "lightgbm_text" => wirespeed_trees::load_lightgbm(&path),
             // JSON or UBJSON, told apart by the file's first bytes.

@@ -56,7 +56,7 @@ impl Backend for UpstreamBackend {
         } else {
             String::new()
         };
-        let upstream = keys.upstream(source.folder())?;
+        let upstream = keys.upstream(source)?;
         let pinned = Pinned {
             inputs: specs(&config.inputs)?,
             outputs: specs(&config.outputs)?,
@@ -114,8 +114,9 @@ pub(crate) struct UpstreamKeys {
 }
 
 impl UpstreamKeys {
-    /// The upstream these keys describe; files are relative to `folder`.
-    pub(crate) fn upstream(&self, folder: &std::path::Path) -> Result<Arc<Upstream>, String> {
+    /// The upstream these keys describe; files are the model's (relative
+    /// to its folder).
+    pub(crate) fn upstream(&self, source: &ModelSource<'_>) -> Result<Arc<Upstream>, String> {
         let mut urls: Vec<&String> = self.url.iter().collect();
         urls.extend(&self.urls);
         if urls.is_empty() {
@@ -151,7 +152,11 @@ impl UpstreamKeys {
             retries: self.retries.unwrap_or(defaults.retries),
             max_message_bytes: self.max_message_bytes.unwrap_or(defaults.max_message_bytes),
             headers,
-            ca_file: self.ca_file.as_ref().map(|f| folder.join(f)),
+            ca_file: self
+                .ca_file
+                .as_ref()
+                .map(|f| source.file("ca_file", &f.to_string_lossy()))
+                .transpose()?,
         };
         Upstream::new(addresses, options)
     }
