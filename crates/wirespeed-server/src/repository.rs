@@ -397,21 +397,37 @@ fn fingerprint(folder: &Path) -> Fingerprint {
     files
 }
 
-/// The error for a load parameter other than `config`.
-pub(crate) fn unknown_load_parameter(key: &str) -> Error {
-    if key.starts_with("file:") {
-        Error::new(
-            ErrorKind::Unsupported,
-            format!(
-                "load parameter '{key}': model files cannot be sent with a load; put them in the \
-                 model's folder of the repository, then load it"
-            ),
-        )
-    } else {
-        Error::invalid_input(format!(
-            "unknown load parameter '{key}'; a load takes 'config', the model's configuration as JSON"
-        ))
+/// The configuration a load request's parameters carry, if any: Triton's
+/// `config`, a string. Each parameter comes as its key and its value when
+/// that is a string.
+pub(crate) fn load_config<'a>(
+    parameters: impl IntoIterator<Item = (&'a str, Option<&'a str>)>,
+) -> Result<Option<String>, Error> {
+    let mut config = None;
+    for (key, text) in parameters {
+        match (key, text) {
+            ("config", Some(text)) => config = Some(text.to_owned()),
+            ("config", None) => return Err(Error::invalid_input(
+                "the load parameter 'config' must be a string: the model's configuration as JSON",
+            )),
+            (key, _) if key.starts_with("file:") => {
+                return Err(Error::new(
+                    ErrorKind::Unsupported,
+                    format!(
+                        "load parameter '{key}': model files cannot be sent with a load; put \
+                         them in the model's folder of the repository, then load it"
+                    ),
+                ))
+            }
+            (key, _) => {
+                return Err(Error::invalid_input(format!(
+                    "unknown load parameter '{key}'; a load takes 'config', the model's \
+                     configuration as JSON"
+                )))
+            }
+        }
     }
+    Ok(config)
 }
 
 /// The index as Triton's REST answer: a JSON array.

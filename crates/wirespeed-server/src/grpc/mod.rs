@@ -39,25 +39,6 @@ fn status(error: &Error) -> Status {
     infer::status(error, error.public_message())
 }
 
-/// The configuration a load request carries, if any: Triton's `config`
-/// parameter, a string.
-fn load_parameters(
-    parameters: &std::collections::HashMap<String, pb::ModelRepositoryParameter>,
-) -> Result<Option<String>, Error> {
-    use pb::model_repository_parameter::ParameterChoice;
-    let mut config = None;
-    for (key, value) in parameters {
-        match (key.as_str(), &value.parameter_choice) {
-            ("config", Some(ParameterChoice::StringParam(text))) => config = Some(text.clone()),
-            ("config", _) => return Err(Error::invalid_input(
-                "the load parameter 'config' must be a string: the model's configuration as JSON",
-            )),
-            (key, _) => return Err(crate::repository::unknown_load_parameter(key)),
-        }
-    }
-    Ok(config)
-}
-
 fn not_implemented(missing: Missing) -> Status {
     status(&missing.error())
 }
@@ -317,7 +298,16 @@ impl GrpcInferenceService for Inference {
         request: Request<pb::RepositoryModelLoadRequest>,
     ) -> Result<Response<pb::RepositoryModelLoadResponse>, Status> {
         let request = request.into_inner();
-        let config = load_parameters(&request.parameters).map_err(|e| status(&e))?;
+        use pb::model_repository_parameter::ParameterChoice;
+        let config =
+            crate::repository::load_config(request.parameters.iter().map(|(key, value)| {
+                let text = match &value.parameter_choice {
+                    Some(ParameterChoice::StringParam(text)) => Some(text.as_str()),
+                    _ => None,
+                };
+                (key.as_str(), text)
+            }))
+            .map_err(|e| status(&e))?;
         self.state
             .repository
             .load(&self.state, &request.model_name, config)

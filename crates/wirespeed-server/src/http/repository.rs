@@ -13,7 +13,7 @@ use wirespeed_core::Error;
 
 use super::body::read_small;
 use super::response::{self, Body};
-use crate::repository::{index_json, unknown_load_parameter};
+use crate::repository::{index_json, load_config};
 use crate::AppState;
 
 /// The largest body of these calls: a load's configuration is a few KiB.
@@ -67,16 +67,12 @@ pub(crate) async fn load(
         r#"{"parameters": {"config": "..."}}, or empty"#,
     )
     .await?;
-    let mut config = None;
-    for (key, value) in asked.parameters {
-        match (key.as_str(), value) {
-            ("config", Value::String(text)) => config = Some(text),
-            ("config", _) => return Err(Error::invalid_input(
-                "the load parameter 'config' must be a string: the model's configuration as JSON",
-            )),
-            (key, _) => return Err(unknown_load_parameter(key)),
-        }
-    }
+    let config = load_config(
+        asked
+            .parameters
+            .iter()
+            .map(|(key, value)| (key.as_str(), value.as_str())),
+    )?;
     state.repository.load(state, model, config).await?;
     Ok(response::json(Vec::new()))
 }
