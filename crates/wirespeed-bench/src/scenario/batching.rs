@@ -71,63 +71,49 @@ pub(super) async fn run(context: &Context) -> anyhow::Result<Outcome> {
 
     // Open loop: long enough for a queue to build.
     let windows = two_second_windows(context, 3, 4, 0.10);
-    for mode in MODES {
+    // One row of the delay model `model`, at `rate` per second, Poisson.
+    let delay_cell = |label: String, model: String, rate: f64| {
         let workload = Workload::new(
             Protocol::V2Json,
-            &format!("delay_{mode}"),
+            &model,
             "x",
             Payload::Tensor(Values::Fp32 {
                 shape: [1, 4],
                 floats: Floats::Short,
             }),
         );
+        let load = Load::Open {
+            rate,
+            arrival: Arrival::Poisson,
+            connections: CONNECTIONS,
+        };
+        let server = server.clone();
+        async move {
+            context
+                .cell(
+                    label,
+                    &workload,
+                    load,
+                    windows,
+                    None,
+                    std::slice::from_ref(&server),
+                )
+                .await
+        }
+    };
+    for mode in MODES {
         for &load in loads {
             let rate = load * CAPACITY;
-            let load = Load::Open {
-                rate,
-                arrival: Arrival::Poisson,
-                connections: CONNECTIONS,
-            };
-            cells.push(
-                context
-                    .cell(
-                        curve_label(mode, rate),
-                        &workload,
-                        load,
-                        windows,
-                        None,
-                        std::slice::from_ref(&server),
-                    )
-                    .await?,
-            );
+            cells.push(delay_cell(curve_label(mode, rate), format!("delay_{mode}"), rate).await?);
         }
     }
-
-    let workload = Workload::new(
-        Protocol::V2Json,
-        "delay_slo",
-        "x",
-        Payload::Tensor(Values::Fp32 {
-            shape: [1, 4],
-            floats: Floats::Short,
-        }),
-    );
-    let load = Load::Open {
-        rate: OVERLOAD * CAPACITY,
-        arrival: Arrival::Poisson,
-        connections: CONNECTIONS,
-    };
     cells.push(
-        context
-            .cell(
-                OBJECTIVE,
-                &workload,
-                load,
-                windows,
-                None,
-                std::slice::from_ref(&server),
-            )
-            .await?,
+        delay_cell(
+            OBJECTIVE.to_owned(),
+            "delay_slo".to_owned(),
+            OVERLOAD * CAPACITY,
+        )
+        .await?,
     );
 
     let xgb_row = |model: &str| {
