@@ -38,6 +38,26 @@ def proc_status(pid, key):
     raise AssertionError(f"no {key} in /proc/{pid}/status")
 
 
+def identity_config(keys="", tables=""):
+    """The `config.toml` of an identity model, one computed at a time, with
+    FP32 `x` of shape [-1, 4] echoed as `y`: `keys` go before the tensors
+    (`delay_ms = 10`), `tables` after them (`[batching]`...)."""
+    return f"""backend = "identity"
+max_concurrency = 1
+{keys}
+[[inputs]]
+name = "x"
+datatype = "FP32"
+shape = [-1, 4]
+
+[[outputs]]
+name = "y"
+datatype = "FP32"
+shape = [-1, 4]
+{tables}
+"""
+
+
 def run_wirespeed(*args, timeout=60):
     return subprocess.run([str(wirespeed_binary()), *map(str, args)], capture_output=True, text=True, timeout=timeout)
 

@@ -24,43 +24,28 @@ import pytest
 import requests
 from tritonclient.grpc import service_pb2, service_pb2_grpc
 
-from conftest import RunningServer, run_wirespeed, wirespeed_binary
+from conftest import RunningServer, identity_config, run_wirespeed, wirespeed_binary
 
 DEFAULT = [-1.0, -2.0, -3.0, -4.0]
 
-IDENTITY = """backend = "identity"
-max_concurrency = 1
-{keys}
-[[inputs]]
-name = "x"
-datatype = "FP32"
-shape = [-1, 4]
-
-[[outputs]]
-name = "y"
-datatype = "FP32"
-shape = [-1, 4]
-{tables}
-"""
-
 MODELS = {
     # 20 ms a call: 50 calls/s, so 50 requests/s unbatched.
-    "delay": IDENTITY.format(
+    "delay": identity_config(
         keys="delay_ms = 20",
         tables="[batching]\nmax_batch_size = 16\nmax_queue_delay_us = 2000\n",
     ),
     # 10 ms a call, one at a time, and an objective of 25 ms.
-    "objective": IDENTITY.format(
+    "objective": identity_config(
         keys="delay_ms = 10",
         tables=f"[slo]\nlatency_ms = 25\ndefault_output = {{ y = {DEFAULT} }}\n",
     ),
     # 2 ms + 0.5 ms a row: 36 rows fit in 20 ms.
-    "adaptive": IDENTITY.format(
+    "adaptive": identity_config(
         keys="delay_ms = 2\nrow_delay_us = 500",
         tables='[batching]\nmax_batch_size = 256\nmode = "adaptive"\nslo_ms = 20\n',
     ),
     # 10 ms a call, two priority levels, the lower one the default.
-    "ranked": IDENTITY.format(
+    "ranked": identity_config(
         keys="delay_ms = 10",
         tables="[queue]\npriority_levels = 2\ndefault_priority_level = 2\n",
     ),
@@ -379,7 +364,7 @@ def test_under_load_high_priority_requests_wait_less(server, pool):
 def test_a_bad_batching_config_stops_the_server_naming_the_key(tmp_path):
     (tmp_path / "m").mkdir()
     (tmp_path / "m" / "config.toml").write_text(
-        IDENTITY.format(keys="", tables="[batching]\nmax_batch_size = 8\npreferred_batch_sizes = [16]\n")
+        identity_config(keys="", tables="[batching]\nmax_batch_size = 8\npreferred_batch_sizes = [16]\n")
     )
     run = subprocess_serve(tmp_path)
     assert run.returncode != 0

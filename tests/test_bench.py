@@ -10,7 +10,7 @@ import xml.etree.ElementTree as ET
 import pytest
 import requests
 
-from conftest import MODELS, RunningServer, run_wirespeed
+from conftest import MODELS, RunningServer, identity_config, run_wirespeed
 
 TITANIC_ROW = [3.0, 1.0, 0.0, 0.43125, 1 / 6, 0.0, -0.421708, 0.0, 0.0, 0.0, 1.0, 0.0]
 
@@ -277,18 +277,6 @@ def test_the_sink_takes_every_request_the_client_sends(tmp_path):
     assert m["target"] == "sink: (the client alone)"
 
 
-DELAY = """backend = "identity"
-delay_ms = 10
-max_concurrency = 1
-[[inputs]]
-name = "x"
-datatype = "FP32"
-shape = [-1, 4]
-[[outputs]]
-name = "y"
-datatype = "FP32"
-shape = [-1, 4]
-"""
 
 
 def test_batching(server, tmp_path):
@@ -305,7 +293,7 @@ def test_batching(server, tmp_path):
     }
     for mode, table in tables.items():
         (models / f"delay_{mode}").mkdir(parents=True)
-        (models / f"delay_{mode}" / "config.toml").write_text(DELAY + table)
+        (models / f"delay_{mode}" / "config.toml").write_text(identity_config("delay_ms = 10", table))
     (models / "titanic").mkdir()
     config = (MODELS / "titanic" / "config.toml").read_text()
     (models / "titanic" / "config.toml").write_text(config + "\n[batching]\nmax_batch_size = 64\n")

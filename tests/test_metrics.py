@@ -24,21 +24,10 @@ import tritonclient.http as httpclient
 from prometheus_client.parser import text_string_to_metric_families
 from tritonclient.utils import InferenceServerException
 
-from conftest import MODELS, RunningServer, run_wirespeed
+from conftest import MODELS, RunningServer, identity_config, run_wirespeed
 
-SLOW = """backend = "identity"
-delay_ms = 300
-max_concurrency = 1
-max_queue = 1
-[[inputs]]
-name = "x"
-datatype = "FP32"
-shape = [-1, 4]
-[[outputs]]
-name = "y"
-datatype = "FP32"
-shape = [-1, 4]
-"""
+# 300 ms a request, one at a time, and one waiting.
+SLOW = identity_config("delay_ms = 300\nmax_queue = 1")
 
 ROW = [0.0, 1.0, 3.0, 22.0, 1.0, 0.0, 7.25, 0.0, 0.0, 1.0, 1.0, 0.0]
 MAX_BODY = 100_000
