@@ -15,7 +15,7 @@
 //! flight finish on the old one and later ones take the new one, and none
 //! fails for the swap. A load that fails leaves whatever was served
 //! serving, and says why in the error, the log and the index. Loading reads
-//! files and builds trees, so it runs on a blocking thread, never on an I/O
+//! files and builds trees, so it runs on the CPU pool, never on an I/O
 //! thread; loads and unloads take turns.
 
 use std::collections::BTreeMap;
@@ -245,18 +245,12 @@ impl Repository {
     ) -> Result<(), Error> {
         let (registry, pool, owned) = (self.registry.clone(), self.pool.clone(), name.to_owned());
         let seen_folder = folder.clone();
-        let loaded = tokio::task::spawn_blocking(move || {
+        let (loaded, seen) = on_pool(&self.pool, move || {
             let seen = fingerprint(&seen_folder);
             let loaded = load_model(&owned, &folder, &registry, &pool, config.as_deref());
             (loaded, seen)
         })
-        .await;
-        let (loaded, seen) = loaded.map_err(|e| {
-            Error::new(
-                ErrorKind::Internal,
-                format!("loading '{name}' panicked: {e}"),
-            )
-        })?;
+        .await?;
         match loaded {
             Ok(loaded) => {
                 state.models.replace(loaded);
@@ -313,7 +307,7 @@ impl Repository {
     /// loaded, removed ones unloaded.
     async fn poll_once(&self, state: &AppState) {
         let dir = self.dir.clone();
-        let scanned = tokio::task::spawn_blocking(move || {
+        let scanned = on_pool(&self.pool, move || {
             model_folders(&dir).map(|folders| {
                 folders
                     .into_iter()
@@ -331,7 +325,10 @@ impl Repository {
                 tracing::warn!(error = %e, "cannot scan the model repository; serving what is loaded");
                 return;
             }
-            Err(_) => return,
+            Err(e) => {
+                tracing::error!(error = %e, "cannot scan the model repository");
+                return;
+            }
         };
         let _turn = self.changing.lock().await;
         for (name, folder, seen) in &folders {
@@ -356,6 +353,16 @@ impl Repository {
         self.notes()
             .retain(|name, _| present.contains(&name.as_str()));
     }
+}
+
+/// Runs `work` (file reads, model loads) on the CPU pool, never on an I/O
+/// thread, and waits for it.
+async fn on_pool<T: Send + 'static>(
+    pool: &CpuPool,
+    work: impl FnOnce() -> T + Send + 'static,
+) -> Result<T, Error> {
+    let mut spent = Duration::ZERO;
+    crate::timing::timed_on(pool, true, &mut spent, move || Ok(work())).await
 }
 
 /// Polls the repository every `period` while the server lives.
