@@ -204,7 +204,7 @@ def test_poll_mode_serves_a_new_model_under_load_with_no_failed_request(tmp_path
         server.wait_for_log("loaded model", count=1)
         replace_file(model_file, new_model)
         server.wait_for_log("model files changed", count=1)
-        server.wait_for_log("loaded model", count=2)
+        server.wait_for_log("serving the new load", count=1)
         assert probability() == pytest.approx(new_p, abs=1e-6)
 
         replace_file(model_file, b'{"learner": 3')
@@ -217,5 +217,73 @@ def test_poll_mode_serves_a_new_model_under_load_with_no_failed_request(tmp_path
         assert load.returncode == 0, stderr
         summary = json.loads(report.read_text())["measurements"][0]["summary"]
         assert summary["answered"] > 4000 and summary["failed"] == 0, summary
+    finally:
+        server.stop()
+
+
+def versioned_repository(root, policy):
+    """Triton's layout: `versioned/config.toml` with the model files in
+    numbered folders, version 1 the small Titanic model, version 2 the
+    large one."""
+    folder = root / "versioned"
+    (folder / "1").mkdir(parents=True)
+    (folder / "2").mkdir()
+    shutil.copy(MODELS / "titanic" / "model.json", folder / "1" / "model.json")
+    shutil.copy(MODELS / "titanic_large" / "model.json", folder / "2" / "model.json")
+    write_versioned_config(folder, policy)
+    return root
+
+
+def write_versioned_config(folder, policy):
+    config = (MODELS / "titanic" / "config.toml").read_text().replace('version = "1"\n', "")
+    (folder / "config.toml").write_text(f"{policy}\n{config}")
+
+
+def test_version_folders_are_served_by_their_policy_and_reloaded(tmp_path):
+    root = versioned_repository(tmp_path / "repo", "version_policy = { all = {} }")
+    p1 = xgboost_probability(MODELS / "titanic" / "model.json")
+    p2 = xgboost_probability(MODELS / "titanic_large" / "model.json")
+    server = RunningServer(root, extra_args=["--model-control-mode", "explicit", "--load-model", "*"])
+    try:
+        http = httpclient.InferenceServerClient(server.address)
+        grpc = grpcclient.InferenceServerClient(server.grpc_address)
+
+        def probability(client, module, version=""):
+            answer = client.infer("versioned", [titanic_input(module)], model_version=version)
+            return float(answer.as_numpy("probability")[0])
+
+        for client, module in [(http, httpclient), (grpc, grpcclient)]:
+            assert probability(client, module, "1") == pytest.approx(p1, abs=1e-6)
+            assert probability(client, module, "2") == pytest.approx(p2, abs=1e-6)
+            assert probability(client, module) == pytest.approx(p2, abs=1e-6)  # the latest
+            assert client.is_model_ready("versioned", "1") and client.is_model_ready("versioned", "2")
+        assert http.get_model_metadata("versioned")["versions"] == ["1", "2"]
+        assert list(grpc.get_model_metadata("versioned").versions) == ["1", "2"]
+        assert http.get_model_metadata("versioned", "1")["versions"] == ["1"]
+        assert http.get_model_config("versioned")["version_policy"] == {"all": {}}
+        assert grpc.get_model_config("versioned", as_json=True)["config"]["version_policy"] == {"all": {}}
+        index = [(m["name"], m.get("version"), m.get("state")) for m in http.get_model_repository_index()]
+        assert index == [("versioned", "1", "READY"), ("versioned", "2", "READY")], index
+        stats = http.get_inference_statistics("versioned")["model_stats"]
+        assert [(s["version"], s["inference_count"]) for s in stats] == [("1", 2), ("2", 4)], stats
+        status = requests.get(f"http://{server.address}/v1/models/versioned").json()
+        assert [v["version"] for v in status["model_version_status"]] == ["2", "1"], status
+
+        # A reload with the default policy serves the latest only; version 1 is gone.
+        write_versioned_config(root / "versioned", "")
+        http.load_model("versioned")
+        assert http.get_model_metadata("versioned")["versions"] == ["2"]
+        assert http.get_model_config("versioned")["version_policy"] == {"latest": {"num_versions": 1}}
+        assert not http.is_model_ready("versioned", "1")
+        with pytest.raises(InferenceServerException) as e:
+            probability(grpc, grpcclient, "1")
+        assert e.value.status() == "StatusCode.NOT_FOUND" and "serves 2" in str(e.value), e.value
+
+        # A policy naming a version with no folder is refused; version 2 stays served.
+        write_versioned_config(root / "versioned", "version_policy = { specific = { versions = [1, 3] } }")
+        with pytest.raises(InferenceServerException) as e:
+            http.load_model("versioned")
+        assert "version 3 with no folder" in str(e.value), e.value
+        assert probability(http, httpclient) == pytest.approx(p2, abs=1e-6)
     finally:
         server.stop()

@@ -14,7 +14,8 @@ use wirespeed_core::{DataType, TensorSpec};
 pub struct ModelConfig {
     /// The backend that loads and runs the model, by its registry name.
     pub backend: String,
-    /// The version served; `"1"` unless set.
+    /// The version served; `"1"` unless set. With numbered version
+    /// folders, each folder's number (`versions.rs`).
     #[serde(default = "default_version")]
     pub version: String,
     /// Whether the config sets `version` (a model in front of another
@@ -26,6 +27,10 @@ pub struct ModelConfig {
     /// folder, so a client cannot make the server read any other file.
     #[serde(skip)]
     pub confined: bool,
+    /// With numbered version folders: which versions are served
+    /// (`versions.rs`); the latest one unless set.
+    #[serde(default)]
+    pub version_policy: Option<crate::versions::VersionPolicyKeys>,
     /// The inputs, as clients must send them.
     #[serde(default)]
     pub inputs: Vec<TensorConfig>,

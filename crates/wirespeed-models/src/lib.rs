@@ -27,6 +27,7 @@ mod repository;
 mod scheduling;
 mod trees;
 mod upstream;
+mod versions;
 
 pub use config::{ModelConfig, TensorConfig};
 pub use identity::IdentityModel;
@@ -41,3 +42,4 @@ pub use scheduling::{
 };
 pub use trees::TreeModel;
 pub use upstream::UpstreamModel;
+pub use versions::{select_versions, version_folders, VersionPolicy, VersionPolicyKeys};

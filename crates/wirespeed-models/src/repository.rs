@@ -11,6 +11,7 @@ use wirespeed_core::{CpuPool, Model};
 use crate::config::ModelConfig;
 use crate::registry::{ModelSource, Registry};
 use crate::scheduling::Scheduling;
+use crate::versions::{select_versions, version_folders, VersionPolicy};
 
 /// One loaded model, with the settings the server schedules it by.
 pub struct LoadedModel {
@@ -28,6 +29,9 @@ pub struct LoadedModel {
     pub backend: String,
     /// The labels of the outputs that declare a labels file.
     pub labels: Vec<OutputLabels>,
+    /// The versions of its model folder that are served: Triton's
+    /// default (the latest) in the flat layout.
+    pub version_policy: VersionPolicy,
 }
 
 /// An output's class labels, read from its labels file at load.
@@ -63,7 +67,7 @@ pub struct RepositoryError {
 }
 
 /// Loads every model under `dir` with the backends of `registry`, in
-/// name order. Fails on the first model that cannot be loaded: a server
+/// name order (and each model's versions in version order). Fails on the first model that cannot be loaded: a server
 /// that starts must serve everything it was given.
 pub fn load_repository(
     dir: &Path,
@@ -77,10 +81,11 @@ pub fn load_repository(
             message: "contains no models; each model is a folder with a config.toml".into(),
         });
     }
-    folders
-        .iter()
-        .map(|(name, folder)| load_model(name, folder, registry, pool, None))
-        .collect()
+    let mut loaded = Vec::new();
+    for (name, folder) in &folders {
+        loaded.extend(load_model(name, folder, registry, pool, None)?);
+    }
+    Ok(loaded)
 }
 
 /// The model folders under `dir`, by name, in name order: every folder
@@ -123,14 +128,16 @@ pub fn model_folders(dir: &Path) -> Result<Vec<(String, PathBuf)>, RepositoryErr
 
 /// Loads the model `name` in `folder`, from its `config.toml`, or from
 /// `config`, a configuration given instead of it (Triton's load with a
-/// config override), as JSON with `config.toml`'s keys.
+/// config override), as JSON with `config.toml`'s keys: one model in the
+/// flat layout, or each version its `version_policy` serves from numbered
+/// version folders (`versions.rs`), in version order. All load, or none.
 pub fn load_model(
     name: &str,
     folder: &Path,
     registry: &Registry,
     pool: &CpuPool,
     config: Option<&str>,
-) -> Result<LoadedModel, RepositoryError> {
+) -> Result<Vec<LoadedModel>, RepositoryError> {
     let error = |path: &Path, message: String| RepositoryError {
         path: path.to_owned(),
         message,
@@ -159,18 +166,85 @@ pub fn load_model(
             "max_concurrency must be at least 1".into(),
         ));
     }
+    let available = version_folders(folder);
+    let policy = match &config.version_policy {
+        Some(keys) => keys.policy().map_err(|m| error(&config_path, m))?,
+        None => VersionPolicy::default(),
+    };
+    if available.is_empty() {
+        if config.version_policy.is_some() {
+            return Err(error(
+                &config_path,
+                "version_policy chooses among numbered version folders (1/, 2/, ...), and this \
+                 model has none; remove it, or move the model files into a version folder"
+                    .into(),
+            ));
+        }
+        let one = load_version(name, folder, folder, &config, registry, pool, policy)?;
+        return Ok(vec![one]);
+    }
+    if config.version_given {
+        return Err(error(
+            &config_path,
+            format!(
+                "version is set, but the numbered folders ({}) give the versions; remove it",
+                available
+                    .iter()
+                    .map(|(n, _)| format!("{n}/"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+        ));
+    }
+    let chosen = select_versions(&policy, &available).map_err(|m| error(&config_path, m))?;
+    chosen
+        .iter()
+        .map(|(number, files)| {
+            let mut versioned = config.clone();
+            versioned.version = number.to_string();
+            versioned.version_given = true;
+            load_version(
+                name,
+                folder,
+                files,
+                &versioned,
+                registry,
+                pool,
+                policy.clone(),
+            )
+        })
+        .collect()
+}
+
+/// Loads one version of model `name`: its config's files are in `files`
+/// (the model's folder, or a version folder inside it), its labels in
+/// `folder`, beside `config.toml`, as Triton keeps them.
+fn load_version(
+    name: &str,
+    folder: &Path,
+    files: &Path,
+    config: &ModelConfig,
+    registry: &Registry,
+    pool: &CpuPool,
+    policy: VersionPolicy,
+) -> Result<LoadedModel, RepositoryError> {
+    let error = |path: &Path, message: String| RepositoryError {
+        path: path.to_owned(),
+        message,
+    };
+    let config_path = folder.join("config.toml");
     let backend = registry
         .get(&config.backend)
         .map_err(|m| error(&config_path, m))?;
-    let labels = read_labels(folder, &config).map_err(|m| error(&config_path, m))?;
-    let source = ModelSource::new(name, folder, &config, pool);
-    let model = backend.load(&source).map_err(|m| error(folder, m))?;
+    let labels = read_labels(folder, config).map_err(|m| error(&config_path, m))?;
+    let source = ModelSource::new(name, files, config, pool);
+    let model = backend.load(&source).map_err(|m| error(files, m))?;
     source
         .unread_keys(backend.name())
         .map_err(|m| error(&config_path, m))?;
     let metadata = model.metadata();
     let scheduling =
-        Scheduling::from_config(&config, metadata).map_err(|m| error(&config_path, m))?;
+        Scheduling::from_config(config, metadata).map_err(|m| error(&config_path, m))?;
     tracing::info!(
         model = %name,
         version = %metadata.versions.join(","),
@@ -185,6 +259,7 @@ pub fn load_model(
         scheduling,
         backend: config.backend.clone(),
         labels,
+        version_policy: policy,
     })
 }
 
@@ -336,7 +411,9 @@ mod tests {
             "outputs": [{"name": "y", "datatype": "INT64", "shape": [-1]}]}"#;
         let pool = CpuPool::new(1).unwrap();
         let folder = dir.path().join("a");
-        let model = load_model("a", &folder, &Registry::builtin(), &pool, Some(json)).unwrap();
+        let model = load_model("a", &folder, &Registry::builtin(), &pool, Some(json))
+            .unwrap()
+            .remove(0);
         assert_eq!(model.model.metadata().versions, ["7"]);
         assert_eq!(model.max_queue, Some(2));
         let e = load_model(
@@ -367,6 +444,49 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("JSON"), "{e}");
+    }
+
+    #[test]
+    fn version_folders_are_served_by_policy() {
+        let dir = repo(&[("a", ECHO)]);
+        for v in ["1", "2", "10", "notes"] {
+            std::fs::create_dir(dir.path().join("a").join(v)).unwrap();
+        }
+        let versions = |dir: &tempdir::Dir| -> Vec<String> {
+            load(dir)
+                .unwrap()
+                .iter()
+                .map(|m| m.model.metadata().versions.join(","))
+                .collect()
+        };
+        assert_eq!(versions(&dir), ["10"]);
+        let config = dir.path().join("a/config.toml");
+        for (policy, want) in [
+            ("{ all = true }", vec!["1", "2", "10"]),
+            ("{ latest = { num_versions = 2 } }", vec!["2", "10"]),
+            ("{ specific = [1] }", vec!["1"]),
+        ] {
+            std::fs::write(&config, format!("version_policy = {policy}\n{ECHO}")).unwrap();
+            assert_eq!(versions(&dir), want, "{policy}");
+            let loaded = load(&dir).unwrap();
+            assert_ne!(loaded[0].version_policy, VersionPolicy::default());
+        }
+        std::fs::write(
+            &config,
+            format!("version_policy = {{ specific = [3] }}\n{ECHO}"),
+        )
+        .unwrap();
+        let e = load(&dir).unwrap_err().to_string();
+        assert!(e.contains("version 3 with no folder"), "{e}");
+        std::fs::write(&config, format!("version = '4'\n{ECHO}")).unwrap();
+        let e = load(&dir).unwrap_err().to_string();
+        assert!(
+            e.contains("version is set") && e.contains("1/, 2/, 10/"),
+            "{e}"
+        );
+        let flat = repo(&[("b", &format!("version_policy = {{ all = true }}\n{ECHO}"))]);
+        let e = load(&flat).unwrap_err().to_string();
+        assert!(e.contains("has none"), "{e}");
     }
 
     #[test]

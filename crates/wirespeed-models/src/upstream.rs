@@ -425,6 +425,7 @@ impl Model for UpstreamModel {
                     outputs,
                     parameters: &call.parameters,
                     deadline: call.deadline,
+                    trace: call.trace.as_ref(),
                 })
                 .await
                 .map_err(|e| e.to_error())

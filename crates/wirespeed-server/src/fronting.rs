@@ -84,6 +84,7 @@ fn serve(state: &AppState, name: &str, upstream: &Arc<Upstream>) {
         scheduling: Default::default(),
         backend: "upstream".to_owned(),
         labels: Vec::new(),
+        version_policy: Default::default(),
     });
     if added {
         tracing::info!(model = name, upstream = %upstream.describe(), "serving the upstream's model");

@@ -41,6 +41,7 @@ mod shared_memory;
 mod statistics;
 mod timing;
 mod tls;
+mod traces;
 mod uds;
 
 use std::future::Future;
@@ -55,6 +56,7 @@ use tokio::net::{TcpListener, UnixListener};
 pub use fronting::UpstreamServer;
 pub use metrics::{Buckets, MetricsConfig, DEFAULT_BUCKETS};
 pub use repository::ModelControl;
+pub use traces::TracesConfig;
 pub use wirespeed_core::RequestLimits;
 pub use wirespeed_models::{Backend, ModelSource, Registry, RepositoryError};
 
@@ -115,6 +117,9 @@ pub struct ServerConfig {
     /// How models are loaded and unloaded while serving
     /// (`--model-control-mode`).
     pub model_control: ModelControl,
+    /// OpenTelemetry traces exported over OTLP (`--otlp-endpoint`); off
+    /// when `None`.
+    pub traces: Option<TracesConfig>,
 }
 
 /// A certificate chain and its private key, as PEM files.
@@ -187,6 +192,7 @@ impl Default for ServerConfig {
             upstream: None,
             metrics: Some(MetricsConfig::default()),
             model_control: ModelControl::None,
+            traces: None,
         }
     }
 }
@@ -224,6 +230,9 @@ pub enum StartError {
     /// `--upstream` or `--upstream-models` cannot be used.
     #[error("cannot front the upstream (--upstream): {0}")]
     Upstream(String),
+    /// The OTLP exporter cannot be set up.
+    #[error("cannot export traces: {0}")]
+    Traces(String),
 }
 
 impl From<RepositoryError> for StartError {
@@ -256,14 +265,20 @@ fn load_at_start(
             }));
         }
     }
-    folders
+    let mut loaded = Vec::new();
+    for (name, folder) in folders
         .iter()
         .filter(|(name, _)| all || startup.contains(name))
-        .map(|(name, folder)| {
-            wirespeed_models::load_model(name, folder, &config.backends, pool, None)
-                .map_err(StartError::from)
-        })
-        .collect()
+    {
+        loaded.extend(wirespeed_models::load_model(
+            name,
+            folder,
+            &config.backends,
+            pool,
+            None,
+        )?);
+    }
+    Ok(loaded)
 }
 
 /// Whether `dir` holds a folder that could be a model's.
@@ -308,6 +323,8 @@ pub(crate) struct AppState {
     pub(crate) metrics: Option<metrics::Metrics>,
     /// The model repository: index, loads and unloads while serving.
     pub(crate) repository: repository::Repository,
+    /// OpenTelemetry traces, when exported.
+    pub(crate) traces: Option<traces::Traces>,
 }
 
 impl AppState {
@@ -376,6 +393,12 @@ impl Server {
             return Err(StartError::NoListener);
         }
         let tls = config.tls.as_ref().map(tls::acceptor).transpose()?;
+        let traces = config
+            .traces
+            .as_ref()
+            .map(traces::Traces::start)
+            .transpose()
+            .map_err(StartError::Traces)?;
         let pool = CpuPool::new(config.compute_threads).map_err(|error| StartError::Threads {
             threads: config.compute_threads,
             error,
@@ -442,6 +465,7 @@ impl Server {
             listed: AtomicBool::new(true),
             metrics,
             repository,
+            traces,
         });
         if let ModelControl::Poll(period) = config.model_control {
             tokio::spawn(repository::poll(Arc::downgrade(&state), period));
@@ -605,6 +629,16 @@ impl Server {
         .await;
         for path in sockets {
             let _ = std::fs::remove_file(path);
+        }
+        // The last requests' spans: the exporter sends on this runtime, so
+        // the wait for it is on a blocking thread.
+        if state.traces.is_some() {
+            let _ = tokio::task::spawn_blocking(move || {
+                if let Some(traces) = &state.traces {
+                    traces.flush();
+                }
+            })
+            .await;
         }
     }
 }

@@ -15,7 +15,7 @@
 
 use serde_json::{json, Value};
 use wirespeed_core::DataType;
-use wirespeed_models::{LevelPolicy, Scheduling, TimeoutAction};
+use wirespeed_models::{LevelPolicy, Scheduling, TimeoutAction, VersionPolicy};
 use wirespeed_proto::inference as pb;
 
 use crate::models::ServedModel;
@@ -75,6 +75,7 @@ pub(crate) fn model_config(name: &str, model: &ServedModel) -> pb::ModelConfig {
         name: name.to_owned(),
         platform: metadata.platform.clone(),
         backend: model.backend.clone(),
+        version_policy: Some(version_policy(&model.version_policy)),
         max_batch_size: batching.map_or(0, |b| i32::try_from(b.max_batch_size).unwrap_or(i32::MAX)),
         input,
         output,
@@ -88,6 +89,26 @@ pub(crate) fn model_config(name: &str, model: &ServedModel) -> pb::ModelConfig {
         }],
         default_model_filename: String::new(),
         parameters,
+    }
+}
+
+/// Triton's `version_policy` for `policy`.
+fn version_policy(policy: &VersionPolicy) -> pb::ModelVersionPolicy {
+    use pb::model_version_policy::{All, Latest, PolicyChoice, Specific};
+    let choice = match policy {
+        VersionPolicy::Latest(n) => PolicyChoice::Latest(Latest {
+            num_versions: u32::try_from(*n).unwrap_or(u32::MAX),
+        }),
+        VersionPolicy::All => PolicyChoice::All(All {}),
+        VersionPolicy::Specific(versions) => PolicyChoice::Specific(Specific {
+            versions: versions
+                .iter()
+                .map(|&v| i64::try_from(v).unwrap_or(i64::MAX))
+                .collect(),
+        }),
+    };
+    pb::ModelVersionPolicy {
+        policy_choice: Some(choice),
     }
 }
 
@@ -132,6 +153,17 @@ fn queue_policy(policy: &LevelPolicy) -> pb::ModelQueuePolicy {
         default_timeout_microseconds: policy.default_timeout.map_or(0, |t| t.as_micros() as u64),
         allow_timeout_override: policy.allow_timeout_override,
         max_queue_size: u32::try_from(policy.max_queue_size).unwrap_or(u32::MAX),
+    }
+}
+
+/// Triton's JSON of a `version_policy`, the latest version when unset.
+fn version_policy_json(policy: Option<&pb::ModelVersionPolicy>) -> Value {
+    use pb::model_version_policy::PolicyChoice;
+    match policy.and_then(|p| p.policy_choice.as_ref()) {
+        Some(PolicyChoice::All(_)) => json!({ "all": {} }),
+        Some(PolicyChoice::Specific(s)) => json!({ "specific": { "versions": s.versions } }),
+        Some(PolicyChoice::Latest(l)) => json!({ "latest": { "num_versions": l.num_versions } }),
+        None => json!({ "latest": { "num_versions": 1 } }),
     }
 }
 
@@ -211,7 +243,7 @@ pub(crate) fn to_json(config: &pb::ModelConfig) -> Value {
         "platform": config.platform,
         "backend": config.backend,
         "runtime": "",
-        "version_policy": { "latest": { "num_versions": 1 } },
+        "version_policy": version_policy_json(config.version_policy.as_ref()),
         "max_batch_size": config.max_batch_size,
         "input": inputs,
         "output": outputs,

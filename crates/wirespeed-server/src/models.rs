@@ -1,5 +1,8 @@
 //! The models this server serves: each loaded model together with its
-//! scheduler, in one map, so the two can never disagree. Models can join,
+//! scheduler, in one map, so the two can never disagree. A model name
+//! holds one or more versions (numbered version folders, `version_policy`),
+//! each with its own scheduler and statistics, as Triton's; a request
+//! without a version gets the highest-numbered one. Models can join,
 //! be replaced and leave while serving (those an upstream lists in
 //! whole-server mode; loads, reloads and unloads of the repository API and
 //! polling, `repository.rs`); a request holds its model by an `Arc`, taken
@@ -9,7 +12,7 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, RwLock};
 
 use wirespeed_core::{CpuPool, Error, ErrorKind, Model, ModelMetadata};
-use wirespeed_models::{is_valid_model_name, LoadedModel, OutputLabels};
+use wirespeed_models::{is_valid_model_name, LoadedModel, OutputLabels, VersionPolicy};
 
 use crate::metrics::Buckets;
 use crate::scheduler::{QueueThread, Scheduler};
@@ -29,6 +32,8 @@ pub(crate) struct ServedModel {
     pub(crate) max_queue: usize,
     /// The labels of the outputs that have them.
     labels: Vec<OutputLabels>,
+    /// The versions of its folder that are served.
+    pub(crate) version_policy: VersionPolicy,
 }
 
 impl ServedModel {
@@ -47,9 +52,39 @@ impl ServedModel {
     }
 }
 
+/// The served versions of one model, in version order (by number when
+/// they are numbers): never empty.
+type Versions = Vec<Arc<ServedModel>>;
+
+/// Sorts versions by number, then by text.
+fn in_version_order(versions: &mut Versions) {
+    versions.sort_by(|a, b| {
+        let key = |m: &ServedModel| (m.version().parse::<u64>().ok(), m.version().to_owned());
+        key(a).cmp(&key(b))
+    });
+}
+
+/// The versions a model's metadata lists: the one asked for, or every
+/// served one when none is (Triton's `versions`).
+pub(crate) fn versions_named(
+    state: &crate::AppState,
+    name: &str,
+    version: Option<&str>,
+) -> Vec<String> {
+    match version {
+        Some(v) => vec![v.to_owned()],
+        None => state
+            .models
+            .versions(name)
+            .iter()
+            .map(|m| m.version().to_owned())
+            .collect(),
+    }
+}
+
 /// Every served model, by name.
 pub(crate) struct ServedModels {
-    models: RwLock<BTreeMap<String, Arc<ServedModel>>>,
+    models: RwLock<BTreeMap<String, Versions>>,
     pool: CpuPool,
     /// Where every model's queue is kept.
     queues: QueueThread,
@@ -73,8 +108,12 @@ impl ServedModels {
             queues: QueueThread::start()?,
             buckets,
         };
+        let mut by_name: BTreeMap<String, Vec<LoadedModel>> = BTreeMap::new();
         for loaded in loaded {
-            models.add(loaded);
+            by_name.entry(loaded.name.clone()).or_default().push(loaded);
+        }
+        for (name, versions) in by_name {
+            models.replace(&name, versions);
         }
         Ok(models)
     }
@@ -87,24 +126,28 @@ impl ServedModels {
             return false;
         }
         let name = loaded.name.clone();
-        models.insert(name, self.serve(loaded));
+        models.insert(name, vec![self.serve(loaded)]);
         true
     }
 
-    /// Serves `loaded` from now on, in place of the model of that name if
-    /// one is served, which is returned. The swap is one map insertion
+    /// Serves the versions `loaded` of model `name` from now on, in place
+    /// of those served, which are returned. The swap is one map insertion
     /// under the write lock: a request holds the model it found by an
     /// `Arc`, so requests in flight (queued ones too) finish on the old
     /// model and scheduler, and later ones find the new one.
-    pub(crate) fn replace(&self, loaded: LoadedModel) -> Option<Arc<ServedModel>> {
-        let name = loaded.name.clone();
-        let served = self.serve(loaded);
+    pub(crate) fn replace(&self, name: &str, loaded: Vec<LoadedModel>) -> Option<Versions> {
+        if loaded.is_empty() {
+            return self.remove(name);
+        }
+        let mut versions: Versions = loaded.into_iter().map(|l| self.serve(l)).collect();
+        in_version_order(&mut versions);
         let mut models = self.models.write().unwrap_or_else(|e| e.into_inner());
-        models.insert(name, served)
+        models.insert(name.to_owned(), versions)
     }
 
-    /// Stops serving model `name`, returning it; requests in flight finish.
-    pub(crate) fn remove(&self, name: &str) -> Option<Arc<ServedModel>> {
+    /// Stops serving model `name`, returning its versions; requests in
+    /// flight finish.
+    pub(crate) fn remove(&self, name: &str) -> Option<Versions> {
         let mut models = self.models.write().unwrap_or_else(|e| e.into_inner());
         models.remove(name)
     }
@@ -142,16 +185,31 @@ impl ServedModels {
             max_concurrency: concurrency,
             max_queue: queue,
             labels: loaded.labels,
+            version_policy: loaded.version_policy,
         })
     }
 
-    /// Every served model, in name order, as they are now.
+    /// Every served model version, in name and version order, as they
+    /// are now.
     pub(crate) fn all(&self) -> Vec<(String, Arc<ServedModel>)> {
         let models = self.models.read().unwrap_or_else(|e| e.into_inner());
         models
             .iter()
-            .map(|(name, served)| (name.clone(), Arc::clone(served)))
+            .flat_map(|(name, versions)| versions.iter().map(|m| (name.clone(), Arc::clone(m))))
             .collect()
+    }
+
+    /// The names of the served models, in order.
+    pub(crate) fn names(&self) -> Vec<String> {
+        let models = self.models.read().unwrap_or_else(|e| e.into_inner());
+        models.keys().cloned().collect()
+    }
+
+    /// Every served version of model `name`, in version order (empty when
+    /// it is not served).
+    pub(crate) fn versions(&self, name: &str) -> Vec<Arc<ServedModel>> {
+        let models = self.models.read().unwrap_or_else(|e| e.into_inner());
+        models.get(name).cloned().unwrap_or_default()
     }
 
     /// The model `name` in `version` (any served version when `None`), or a
@@ -167,27 +225,25 @@ impl ServedModels {
                 shown.escape_debug()
             )));
         }
-        let served = self
-            .models
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .get(name)
-            .cloned()
-            .ok_or_else(|| {
-                Error::new(ErrorKind::ModelNotFound, format!("unknown model '{name}'"))
-            })?;
-        if let Some(v) = version {
-            let versions = &served.metadata().versions;
-            if !versions.iter().any(|served| served == v) {
-                return Err(Error::new(
-                    ErrorKind::VersionNotFound,
-                    format!(
-                        "model '{name}' has no version '{v}'; it serves {}",
-                        versions.join(", ")
-                    ),
-                ));
-            }
-        }
-        Ok(served)
+        let models = self.models.read().unwrap_or_else(|e| e.into_inner());
+        let versions = models.get(name).ok_or_else(|| {
+            Error::new(ErrorKind::ModelNotFound, format!("unknown model '{name}'"))
+        })?;
+        let found = match version {
+            // The latest: versions are never empty.
+            None => versions.last(),
+            Some(v) => versions.iter().find(|m| m.version() == v),
+        };
+        found.cloned().ok_or_else(|| {
+            let served: Vec<&str> = versions.iter().map(|m| m.version()).collect();
+            Error::new(
+                ErrorKind::VersionNotFound,
+                format!(
+                    "model '{name}' has no version '{}'; it serves {}",
+                    version.unwrap_or_default(),
+                    served.join(", ")
+                ),
+            )
+        })
     }
 }

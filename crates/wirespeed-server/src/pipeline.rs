@@ -19,7 +19,9 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use tracing::{Instrument, Span};
-use wirespeed_core::{Error, ErrorKind, InferRequest, InferResponse, ParameterValue, Parameters};
+use wirespeed_core::{
+    Error, ErrorKind, InferRequest, InferResponse, ParameterValue, Parameters, TraceContext,
+};
 
 use crate::classification;
 use crate::metrics::InferProtocol;
@@ -29,6 +31,7 @@ use crate::scheduler::{CallContext, DEFAULT_EXPLANATION};
 use crate::shared_memory;
 use crate::statistics::FailureReason;
 use crate::timing::{timed, timed_on, Stages};
+use crate::traces::{Finished, RequestTrace};
 use crate::AppState;
 
 /// One request's number, span and clock, from the moment a front end took
@@ -44,11 +47,18 @@ pub(crate) struct RequestContext {
     pub(crate) deadline: Instant,
     /// The answer is the model's default outputs.
     pub(crate) default_answer: bool,
+    /// Its distributed trace (`traces.rs`).
+    pub(crate) trace: RequestTrace,
 }
 
 impl RequestContext {
-    /// Numbers a new request of `protocol` and starts its clock.
-    pub(crate) fn new(state: &AppState, protocol: &'static str) -> RequestContext {
+    /// Numbers a new request of `protocol` that came with the trace
+    /// context `trace`, and starts its clock.
+    pub(crate) fn new(
+        state: &AppState,
+        protocol: &'static str,
+        trace: Option<TraceContext>,
+    ) -> RequestContext {
         let id = state.request_ids.fetch_add(1, Ordering::Relaxed);
         let stages = Stages::start();
         RequestContext {
@@ -56,6 +66,7 @@ impl RequestContext {
             span: tracing::debug_span!("request", id, protocol),
             deadline: stages.started() + state.limits.request_timeout,
             default_answer: false,
+            trace: RequestTrace::begin(state.traces.as_ref(), trace),
             stages,
         }
     }
@@ -155,6 +166,17 @@ pub(crate) async fn infer<C: Codec>(
                 traffic.refused(e.kind());
             }
         }
+        std::mem::take(&mut context.trace).finish(
+            state.traces.as_ref(),
+            &context.stages,
+            Finished {
+                id: context.id,
+                protocol: C::PROTOCOL.label(),
+                model: target.name,
+                version: target.version.unwrap_or_default(),
+                outcome: result.as_ref().map(|_| ()),
+            },
+        );
         match result {
             Ok(mut answer) => {
                 C::stamp(&mut answer, &context.stages.text());
@@ -266,6 +288,7 @@ async fn compute<C: Codec>(
         deadline: Some(context.deadline),
         priority: queueing.priority,
         timeout: queueing.timeout,
+        trace: context.trace.outgoing(),
     };
     let answer = served
         .scheduler

@@ -124,65 +124,66 @@ impl Repository {
         }
     }
 
-    /// Every model in the repository folder and every served one, in name
-    /// order; only those ready when `ready_only`.
+    /// Every model in the repository folder and every served version, in
+    /// name and version order; only those ready when `ready_only`. A model
+    /// with no version served is listed once, with its name alone (never
+    /// loaded) or as `UNAVAILABLE` with the reason.
     pub(crate) fn index(&self, state: &AppState, ready_only: bool) -> Vec<IndexEntry> {
-        let mut entries: BTreeMap<String, IndexEntry> = BTreeMap::new();
+        let unversioned = |name: &str| IndexEntry {
+            name: name.to_owned(),
+            version: String::new(),
+            state: "",
+            reason: String::new(),
+        };
+        let mut models: BTreeMap<String, IndexEntry> = BTreeMap::new();
         // A repository that cannot be read lists what is served.
         for (name, _) in model_folders(&self.dir).unwrap_or_default() {
-            entries.insert(
-                name.clone(),
-                IndexEntry {
-                    name,
-                    version: String::new(),
-                    state: "",
-                    reason: String::new(),
-                },
-            );
+            models.insert(name.clone(), unversioned(&name));
         }
-        let notes = self.notes();
-        for (name, note) in notes.iter() {
-            let entry = entries.entry(name.clone()).or_insert_with(|| IndexEntry {
-                name: name.clone(),
-                version: String::new(),
-                state: "",
-                reason: String::new(),
-            });
+        for (name, note) in self.notes().iter() {
+            let entry = models
+                .entry(name.clone())
+                .or_insert_with(|| unversioned(name));
             if !note.reason.is_empty() {
                 entry.state = "UNAVAILABLE";
                 entry.reason = note.reason.clone();
             }
         }
-        drop(notes);
-        for (name, served) in state.models.all() {
-            let entry = entries.entry(name.clone()).or_insert_with(|| IndexEntry {
-                name,
-                version: String::new(),
-                state: "",
-                reason: String::new(),
-            });
-            entry.version = served.version().to_owned();
-            match state.model_ready(&served) {
-                Ok(()) => {
-                    entry.state = "READY";
+        for name in state.models.names() {
+            models
+                .entry(name.clone())
+                .or_insert_with(|| unversioned(&name));
+        }
+        let mut entries = Vec::new();
+        for (name, model) in models {
+            let versions = state.models.versions(&name);
+            if versions.is_empty() {
+                entries.push(model);
+                continue;
+            }
+            for served in versions {
+                let (state, reason) = match state.model_ready(&served) {
                     // A failed reload leaves the last good load serving.
-                    if !entry.reason.is_empty() {
-                        entry.reason = format!(
+                    Ok(()) if !model.reason.is_empty() => (
+                        "READY",
+                        format!(
                             "serving the last good load; the latest one failed: {}",
-                            entry.reason
-                        );
-                    }
-                }
-                Err(reason) => {
-                    entry.state = "UNAVAILABLE";
-                    entry.reason = reason;
-                }
+                            model.reason
+                        ),
+                    ),
+                    Ok(()) => ("READY", String::new()),
+                    Err(reason) => ("UNAVAILABLE", reason),
+                };
+                entries.push(IndexEntry {
+                    name: name.clone(),
+                    version: served.version().to_owned(),
+                    state,
+                    reason,
+                });
             }
         }
+        entries.retain(|e| !ready_only || e.state == "READY");
         entries
-            .into_values()
-            .filter(|e| !ready_only || e.state == "READY")
-            .collect()
     }
 
     /// Refuses a load or unload the control mode does not allow.
@@ -253,7 +254,12 @@ impl Repository {
         .await?;
         match loaded {
             Ok(loaded) => {
-                state.models.replace(loaded);
+                let versions: Vec<String> = loaded
+                    .iter()
+                    .map(|m| m.model.metadata().versions.join(","))
+                    .collect();
+                state.models.replace(name, loaded);
+                tracing::info!(model = %name, versions = %versions.join(","), "serving the new load");
                 self.notes().insert(
                     name.to_owned(),
                     Note {
@@ -342,7 +348,7 @@ impl Repository {
             let _ = self.load_folder(state, name, folder.clone(), None).await;
         }
         let present: Vec<&str> = folders.iter().map(|(n, _, _)| n.as_str()).collect();
-        for (name, _) in state.models.all() {
+        for name in state.models.names() {
             if !present.contains(&name.as_str()) && self.notes().contains_key(&name) {
                 state.models.remove(&name);
                 self.notes().remove(&name);

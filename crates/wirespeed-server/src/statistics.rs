@@ -263,7 +263,7 @@ pub(crate) fn snapshot(name: &str, served: &ServedModel) -> Snapshot {
 }
 
 /// The statistics of model `name` (every model when empty) in `version`
-/// (the served one when `None`), or why there are none.
+/// (every served one when `None`, as Triton's), or why there are none.
 pub(crate) fn select(
     models: &ServedModels,
     name: &str,
@@ -277,6 +277,13 @@ pub(crate) fn select(
             .collect());
     }
     let served = models.get(name, version)?;
+    if version.is_none() {
+        return Ok(models
+            .versions(name)
+            .iter()
+            .map(|m| snapshot(name, m))
+            .collect());
+    }
     Ok(vec![snapshot(name, &served)])
 }
 

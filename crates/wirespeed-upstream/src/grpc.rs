@@ -19,6 +19,7 @@ use hyper::body::Incoming;
 use hyper::header::{HeaderMap, HeaderValue, CONTENT_TYPE, TE, USER_AGENT};
 use hyper::{Method, Request, Response, StatusCode};
 use prost::Message;
+use wirespeed_core::TraceContext;
 
 use crate::body::Chunks;
 use crate::channel::Channel;
@@ -46,6 +47,8 @@ pub(crate) struct Call<'a> {
     pub(crate) body: Chunks,
     pub(crate) deadline: Option<Instant>,
     pub(crate) headers: &'a HeaderMap,
+    /// The W3C trace context to send on.
+    pub(crate) trace: Option<&'a TraceContext>,
     pub(crate) max_message: usize,
 }
 
@@ -84,6 +87,9 @@ pub(crate) async fn unary(channel: &Channel, call: Call<'_>) -> Result<Bytes, Ca
         }
         for (name, value) in call.headers {
             headers.insert(name, value.clone());
+        }
+        if let Some(trace) = call.trace {
+            crate::rest::trace_headers(headers, trace);
         }
         let mut sender = held.connection.sender.clone();
         let response = sender

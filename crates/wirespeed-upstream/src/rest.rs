@@ -26,6 +26,7 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 use tokio_rustls::TlsConnector;
 use wirespeed_core::raw::write_raw;
+use wirespeed_core::TraceContext;
 use wirespeed_proto::inference as pb;
 
 use crate::address::Address;
@@ -468,6 +469,20 @@ pub(crate) fn answer_from_rest(
 }
 
 /// The headers of an infer request.
+/// Adds the W3C trace context headers of `trace` to `headers`.
+pub(crate) fn trace_headers(headers: &mut HeaderMap, trace: &TraceContext) {
+    if let Ok(value) = HeaderValue::try_from(trace.traceparent()) {
+        headers.insert("traceparent", value);
+    }
+    if let Some(value) = trace
+        .tracestate
+        .as_deref()
+        .and_then(|s| HeaderValue::try_from(s).ok())
+    {
+        headers.insert("tracestate", value);
+    }
+}
+
 pub(crate) fn infer_headers(base: &HeaderMap, header_len: Option<usize>) -> HeaderMap {
     let mut headers = base.clone();
     match header_len {

@@ -22,6 +22,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use hyper::header::HeaderMap;
+use wirespeed_core::TraceContext;
 
 use crate::address::{Address, Protocol};
 use crate::body::Chunks;
@@ -252,6 +253,7 @@ impl Upstream {
         path: &str,
         body: Chunks,
         deadline: Option<Instant>,
+        trace: Option<&TraceContext>,
     ) -> Result<Bytes, UpstreamError> {
         let headers = &self.options.headers;
         let max_message = self.options.max_message_bytes;
@@ -265,6 +267,7 @@ impl Upstream {
                             body,
                             deadline,
                             headers,
+                            trace,
                             max_message,
                         };
                         grpc::unary(channel, call).await

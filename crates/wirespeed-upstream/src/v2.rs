@@ -11,6 +11,7 @@ use prost::Message;
 use wirespeed_core::raw::{from_raw, raw_bytes, raw_len, write_raw};
 use wirespeed_core::{
     element_count, DataType, Parameters, RequestLimits, Tensor, TensorData, TensorSpec,
+    TraceContext,
 };
 use wirespeed_proto::inference as pb;
 use wirespeed_proto::tensors::{parameters_to_map, typed_contents};
@@ -42,6 +43,7 @@ pub(crate) async fn live(
             body: Chunks::new([frame(&pb::ServerLiveRequest {})]),
             deadline: Some(deadline),
             headers,
+            trace: None,
             max_message: 1 << 16,
         },
     )
@@ -82,6 +84,9 @@ pub struct InferCall<'a> {
     pub parameters: &'a Parameters,
     /// When the client stops waiting.
     pub deadline: Option<Instant>,
+    /// The request's trace context, sent on as `traceparent` and
+    /// `tracestate`.
+    pub trace: Option<&'a TraceContext>,
 }
 
 impl V2Client {
@@ -158,7 +163,7 @@ impl V2Client {
     ) -> Result<Resp, UpstreamError> {
         let message = self
             .upstream
-            .grpc(path, Chunks::new([frame(request)]), deadline)
+            .grpc(path, Chunks::new([frame(request)]), deadline, None)
             .await?;
         Resp::decode(message).map_err(|e| UpstreamError {
             upstream: self.upstream.describe().to_owned(),
@@ -290,7 +295,10 @@ impl V2Client {
             error: e,
         })?;
         let path = format!("{SERVICE}ModelInfer");
-        let message = self.upstream.grpc(&path, body, call.deadline).await?;
+        let message = self
+            .upstream
+            .grpc(&path, body, call.deadline, call.trace)
+            .await?;
         let protocol_error = |error| UpstreamError {
             upstream: self.upstream.describe().to_owned(),
             error,
@@ -313,7 +321,10 @@ impl V2Client {
         let names: Vec<&str> = call.outputs.iter().map(|s| s.name.as_str()).collect();
         let (body, header_len) =
             crate::rest::infer_body(call.inputs, &names, call.parameters, binary);
-        let headers = crate::rest::infer_headers(&self.upstream.options().headers, header_len);
+        let mut headers = crate::rest::infer_headers(&self.upstream.options().headers, header_len);
+        if let Some(trace) = call.trace {
+            crate::rest::trace_headers(&mut headers, trace);
+        }
         let path = rest_path(call.model, call.version, "/infer");
         let answer = self
             .upstream

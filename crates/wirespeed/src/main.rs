@@ -14,7 +14,7 @@ use clap::{Args, Parser, Subcommand};
 use tracing_subscriber::EnvFilter;
 use wirespeed_server::{
     Buckets, Limits, MetricsConfig, ModelControl, RequestLimits, Server, ServerConfig, TlsFiles,
-    UpstreamServer,
+    TracesConfig, UpstreamServer,
 };
 
 /// A model server whose request path runs at wire speed.
@@ -82,6 +82,31 @@ struct ServeArgs {
     /// such as `wirespeed_server=debug`.
     #[arg(long, env = "WIRESPEED_LOG_LEVEL", default_value = "info")]
     log_level: String,
+
+    /// How log lines are written to stderr: `text` for people, `json` (one
+    /// object per line) for log collectors.
+    #[arg(long, env = "WIRESPEED_LOG_FORMAT", default_value = "text", value_parser = ["text", "json"])]
+    log_format: String,
+
+    /// One log line per request (target `wirespeed_server::access`): REST
+    /// method, path, status and time; gRPC method, status and time. Never
+    /// the body.
+    #[arg(long, env = "WIRESPEED_ACCESS_LOG")]
+    access_log: bool,
+
+    /// Export OpenTelemetry traces over OTLP/gRPC to this collector, as
+    /// `http://otel-collector:4317`: one `infer` span per sampled request,
+    /// with read, decode, queue, compute and encode spans inside. A
+    /// client's W3C `traceparent` is its parent, and is passed on to
+    /// upstream servers in any case.
+    #[arg(long, env = "WIRESPEED_OTLP_ENDPOINT")]
+    otlp_endpoint: Option<String>,
+
+    /// With --otlp-endpoint, the share of requests without a sampled
+    /// parent that are traced, from 0 to 1; a client's sampled
+    /// `traceparent` is always traced.
+    #[arg(long, env = "WIRESPEED_TRACE_SAMPLE_RATIO", default_value_t = 0.01)]
+    trace_sample_ratio: f64,
 
     /// The largest REST request body, in bytes (Triton's default).
     #[arg(long, env = "WIRESPEED_MAX_BODY_BYTES", default_value_t = 64 << 20)]
@@ -296,16 +321,23 @@ fn main() -> ExitCode {
 }
 
 fn serve(args: ServeArgs) -> anyhow::Result<()> {
-    let filter = EnvFilter::try_new(&args.log_level)
-        .with_context(|| format!("invalid --log-level '{}'", args.log_level))?;
+    let access = if args.access_log { "info" } else { "off" };
+    let filter = EnvFilter::try_new(format!(
+        "{},wirespeed_server::access={access}",
+        args.log_level
+    ))
+    .with_context(|| format!("invalid --log-level '{}'", args.log_level))?;
     // At debug, each request's stages (read and decode, queue, compute,
     // encode) are spans, logged with their times as they close.
-    tracing_subscriber::fmt()
+    let logs = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_span_events(tracing_subscriber::fmt::format::FmtSpan::CLOSE)
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::stderr().is_terminal())
-        .init();
+        .with_writer(std::io::stderr);
+    if args.log_format == "json" {
+        logs.json().flatten_event(true).with_span_list(false).init();
+    } else {
+        logs.with_ansi(std::io::stderr().is_terminal()).init();
+    }
     // While this is still the only thread: an arena per core.
     malloc::limit_arenas(std::thread::available_parallelism().map_or(1, |n| n.get()));
 
@@ -406,6 +438,10 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
             .tls_cert
             .zip(args.tls_key)
             .map(|(cert, key)| TlsFiles { cert, key }),
+        traces: args.otlp_endpoint.clone().map(|endpoint| TracesConfig {
+            endpoint,
+            sample_ratio: args.trace_sample_ratio,
+        }),
         upstream: (!args.upstream.is_empty()).then(|| UpstreamServer {
             urls: args.upstream.clone(),
             models: args.upstream_models.clone(),

@@ -6,7 +6,7 @@
 use std::time::Duration;
 
 use tonic::{Code, Response, Status};
-use wirespeed_core::{Error, InferRequest, InferResponse};
+use wirespeed_core::{Error, InferRequest, InferResponse, TraceContext};
 
 use super::convert;
 use super::pb;
@@ -41,8 +41,9 @@ pub(super) async fn model_infer(
     state: &AppState,
     mut message: pb::ModelInferRequest,
     timeout: Option<Duration>,
+    trace: Option<TraceContext>,
 ) -> Result<Response<pb::ModelInferResponse>, Status> {
-    let context = RequestContext::new(state, "grpc").within(timeout);
+    let context = RequestContext::new(state, "grpc", trace).within(timeout);
     let name = std::mem::take(&mut message.model_name);
     let version = std::mem::take(&mut message.model_version);
     let target = Target {
@@ -62,8 +63,9 @@ pub(super) async fn model_infer(
 pub(super) async fn stream_infer(
     state: &AppState,
     mut message: pb::ModelInferRequest,
+    trace: Option<TraceContext>,
 ) -> pb::ModelStreamInferResponse {
-    let context = RequestContext::new(state, "grpc-stream");
+    let context = RequestContext::new(state, "grpc-stream", trace);
     let name = std::mem::take(&mut message.model_name);
     let version = std::mem::take(&mut message.model_version);
     let target = Target {

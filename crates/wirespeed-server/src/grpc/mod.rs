@@ -124,6 +124,8 @@ impl GrpcInferenceService for Inference {
             .get(&request.name, version(&request.version))
             .map_err(|e| status(&e))?;
         let m = model.metadata();
+        let versions =
+            crate::models::versions_named(&self.state, &request.name, version(&request.version));
         let specs = |specs: &[wirespeed_core::TensorSpec]| {
             specs
                 .iter()
@@ -136,7 +138,7 @@ impl GrpcInferenceService for Inference {
         };
         Ok(Response::new(pb::ModelMetadataResponse {
             name: m.name.clone(),
-            versions: m.versions.clone(),
+            versions,
             platform: m.platform.clone(),
             inputs: specs(&m.inputs),
             outputs: specs(&m.outputs),
@@ -148,7 +150,8 @@ impl GrpcInferenceService for Inference {
         request: Request<pb::ModelInferRequest>,
     ) -> Result<Response<pb::ModelInferResponse>, Status> {
         let deadline = deadline(request.metadata());
-        let answer = infer::model_infer(&self.state, request.into_inner(), deadline);
+        let trace = crate::traces::incoming(request.metadata().as_ref());
+        let answer = infer::model_infer(&self.state, request.into_inner(), deadline, trace);
         // A deadline that passes drops the request where it is: a queued
         // one leaves the queue uncomputed; one computing finishes, holding
         // its slot, and its answer is dropped.
@@ -350,6 +353,8 @@ impl GrpcInferenceService for Inference {
         &self,
         request: Request<Streaming<pb::ModelInferRequest>>,
     ) -> Result<Response<Self::ModelStreamInferStream>, Status> {
+        // The stream's trace context is each of its requests'.
+        let trace = crate::traces::incoming(request.metadata().as_ref());
         let mut incoming = request.into_inner();
         let (sender, receiver) = mpsc::channel(STREAM_BACKLOG);
         let state = Arc::clone(&self.state);
@@ -358,7 +363,7 @@ impl GrpcInferenceService for Inference {
         tokio::spawn(async move {
             while let Some(next) = incoming.next().await {
                 let reply = match next {
-                    Ok(message) => Ok(infer::stream_infer(&state, message).await),
+                    Ok(message) => Ok(infer::stream_infer(&state, message, trace.clone()).await),
                     Err(broken) => Err(broken),
                 };
                 let end = reply.is_err();
@@ -532,9 +537,28 @@ impl hyper::service::Service<hyper::Request<hyper::body::Incoming>> for GrpcServ
         }
         let routes = self.routes.clone();
         let in_flight = self.activity.begin();
+        let access = tracing::enabled!(target: "wirespeed_server::access", tracing::Level::INFO)
+            .then(|| (std::time::Instant::now(), request.uri().path().to_owned()));
         Box::pin(async move {
             let response = tower::ServiceExt::oneshot(routes, request).await;
             drop(in_flight);
+            if let (Some((started, path)), Ok(response)) = (access, &response) {
+                // The access log (`--access-log`): a failed call's status
+                // comes in its headers (trailers-only), a success's is OK.
+                let status = response
+                    .headers()
+                    .get("grpc-status")
+                    .and_then(|v| v.to_str().ok())
+                    .unwrap_or("0")
+                    .to_owned();
+                tracing::info!(
+                    target: "wirespeed_server::access",
+                    protocol = "grpc",
+                    path,
+                    grpc_status = status,
+                    micros = started.elapsed().as_micros() as u64,
+                );
+            }
             response.map(|r| match r.extensions().get::<infer::DefaultAnswer>() {
                 Some(_) => r.map(|body| tonic::body::Body::new(DefaultTrailer { body })),
                 None => r,

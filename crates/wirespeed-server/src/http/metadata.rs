@@ -31,6 +31,7 @@ pub(crate) fn server() -> Response<Body> {
 pub(crate) fn model(state: &AppState, model: ModelRef<'_>) -> Result<Response<Body>, Error> {
     let served = state.models.get(model.name, model.version)?;
     let metadata = served.metadata();
+    let versions = crate::models::versions_named(state, model.name, model.version);
     let tensors = |specs: &[TensorSpec]| -> Vec<Value> {
         specs
             .iter()
@@ -39,7 +40,7 @@ pub(crate) fn model(state: &AppState, model: ModelRef<'_>) -> Result<Response<Bo
     };
     Ok(response::json_value(&json!({
         "name": metadata.name,
-        "versions": metadata.versions,
+        "versions": versions,
         "platform": metadata.platform,
         "inputs": tensors(&metadata.inputs),
         "outputs": tensors(&metadata.outputs),

@@ -75,8 +75,9 @@ impl hyper::service::Service<Request<Incoming>> for RestService {
 
 /// Answers one request, with its id in the log and in server errors.
 async fn answer(state: &AppState, request: Request<Incoming>) -> Response<Body> {
-    let context = RequestContext::new(state, "rest");
-    if !tracing::enabled!(target: "wirespeed_server::access", tracing::Level::DEBUG) {
+    let trace = crate::traces::incoming(request.headers());
+    let context = RequestContext::new(state, "rest", trace);
+    if !tracing::enabled!(target: "wirespeed_server::access", tracing::Level::INFO) {
         return dispatch(state, request, context).await;
     }
     let id = context.id;
@@ -84,10 +85,12 @@ async fn answer(state: &AppState, request: Request<Incoming>) -> Response<Body> 
     let method = request.method().clone();
     let path = request.uri().path().to_owned();
     let response = dispatch(state, request, context).await;
-    // The access log: never the body, so never tensor data.
-    tracing::debug!(
+    // The access log (`--access-log`): never the body, so never tensor
+    // data.
+    tracing::info!(
         target: "wirespeed_server::access",
         request_id = id,
+        protocol = "http",
         %method,
         path,
         status = response.status().as_u16(),

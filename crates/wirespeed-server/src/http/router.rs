@@ -218,8 +218,8 @@ pub(crate) fn is_clipper(path: &str) -> bool {
 }
 
 /// TF Serving's paths under `/v1/models/`; the verb rides on the last
-/// segment, as in `titanic/versions/1:predict`. A label stands for the
-/// served version: wirespeed serves one version per model.
+/// segment, as in `titanic/versions/1:predict`. Labels are not configured:
+/// a label stands for the latest served version.
 fn tf_route<'a>(rest: &[&'a str]) -> Option<Route<'a>> {
     let (last, head) = rest.split_last()?;
     let (last, verb) = match last.rsplit_once(':') {

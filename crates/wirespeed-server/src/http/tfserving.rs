@@ -105,31 +105,39 @@ pub(crate) fn other_verb(verb: &str) -> Error {
 /// so both protocols' clients read it.
 pub(crate) fn status(state: &AppState, target: ModelRef<'_>) -> Result<Response<Body>, Error> {
     let model = state.models.get(target.name, target.version)?;
-    let version = target.version.unwrap_or(&model.metadata().versions[0]);
-    let ready = state.model_ready(&model);
-    let (code, message) = match &ready {
-        Ok(()) => ("OK", ""),
-        Err(reason) => ("UNAVAILABLE", reason.as_str()),
+    // Without a version, every served one, as TF Serving lists them.
+    let versions = match target.version {
+        Some(_) => vec![model],
+        None => state.models.versions(target.name),
     };
+    let mut all_ready = true;
+    let statuses: Vec<Value> = versions
+        .iter()
+        .rev()
+        .map(|model| {
+            let ready = state.model_ready(model);
+            all_ready &= ready.is_ok();
+            let (code, message) = match &ready {
+                Ok(()) => ("OK", ""),
+                Err(reason) => ("UNAVAILABLE", reason.as_str()),
+            };
+            json!({
+                "version": model.version(),
+                "state": if ready.is_ok() { "AVAILABLE" } else { "UNAVAILABLE" },
+                "status": { "error_code": code, "error_message": message },
+            })
+        })
+        .collect();
     Ok(response::json_value(&json!({
         "name": target.name,
-        "ready": ready.is_ok(),
-        "model_version_status": [{
-            "version": version,
-            "state": if ready.is_ok() { "AVAILABLE" } else { "UNAVAILABLE" },
-            "status": { "error_code": code, "error_message": message },
-        }]
+        "ready": all_ready,
+        "model_version_status": statuses,
     })))
 }
 
 /// KServe v1's `GET /v1/models`: the served models' names.
 pub(crate) fn model_list(state: &AppState) -> Response<Body> {
-    let names: Vec<String> = state
-        .models
-        .all()
-        .into_iter()
-        .map(|(name, _)| name)
-        .collect();
+    let names = state.models.names();
     response::json_value(&json!({ "models": names }))
 }
 
@@ -161,7 +169,7 @@ pub(crate) fn metadata(state: &AppState, target: ModelRef<'_>) -> Result<Respons
         "model_spec": {
             "name": m.name,
             "signature_name": "",
-            "version": target.version.unwrap_or(&m.versions[0]),
+            "version": model.version(),
         },
         "metadata": { "signature_def": { "signature_def": { "serving_default": {
             "inputs": tensors(&m.inputs),

@@ -52,11 +52,13 @@ pub(super) async fn run(
             (Some(a), Some(b)) => Some(a.max(b)),
             (a, b) => a.or(b),
         };
-        shared.get_or_insert((job.outputs, job.parameters));
+        // A batch is one call: it passes on its first request's parameters
+        // and trace context.
+        shared.get_or_insert((job.outputs, job.parameters, job.trace));
         parts.push(job.inputs);
         answers.push((outcome, queued));
     }
-    let (outputs, parameters) = shared.unwrap_or_default();
+    let (outputs, parameters, trace) = shared.unwrap_or_default();
     let alone = parts.len() == 1;
 
     let joined = Instant::now();
@@ -95,6 +97,7 @@ pub(super) async fn run(
                 outputs,
                 parameters,
                 deadline,
+                trace,
             };
             let call = Arc::clone(&model).infer_async(call);
             tokio::select! {

@@ -48,6 +48,7 @@ use tokio::sync::{oneshot, OwnedSemaphorePermit, Semaphore};
 use tracing::{Instrument, Span};
 use wirespeed_core::{
     CpuPool, Error, ErrorKind, Execution, InferCall, Model, Parameters, RequestedOutput, Tensor,
+    TraceContext,
 };
 use wirespeed_models::Scheduling;
 
@@ -63,6 +64,8 @@ struct Job {
     outputs: Vec<usize>,
     parameters: Parameters,
     deadline: Option<Instant>,
+    /// The trace context to pass on.
+    trace: Option<TraceContext>,
 }
 
 /// What a request brings to its scheduler besides inputs and outputs.
@@ -76,6 +79,8 @@ pub(crate) struct CallContext {
     pub(crate) priority: u64,
     /// Triton's `timeout` parameter: the longest it may wait in the queue.
     pub(crate) timeout: Option<Duration>,
+    /// The request's trace context, for a model that calls another server.
+    pub(crate) trace: Option<TraceContext>,
 }
 
 /// What a request gets back from its model.
@@ -303,6 +308,7 @@ impl Scheduler {
                     outputs,
                     parameters: context.parameters,
                     deadline: context.deadline,
+                    trace: context.trace,
                 };
                 return self.alone(job, slot, rows, stages).await;
             }
@@ -318,6 +324,7 @@ impl Scheduler {
             outputs,
             parameters: context.parameters,
             deadline: context.deadline,
+            trace: context.trace,
         };
         self.queued(job, wanted, key, rows, level, timeout, stages)
             .await
@@ -528,6 +535,7 @@ impl Scheduler {
                     outputs: job.outputs,
                     parameters: job.parameters,
                     deadline: job.deadline,
+                    trace: job.trace,
                 };
                 // A task of its own, so that a model that panics fails
                 // one request; aborted if the caller goes.
