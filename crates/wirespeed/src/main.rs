@@ -1,11 +1,12 @@
 //! The `wirespeed` command: flags in, the server library called.
 
+mod health;
 mod malloc;
 mod predict;
 
 use std::io::IsTerminal;
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -34,6 +35,9 @@ enum Command {
     /// Measure a server: latency corrected for coordinated omission, throughput,
     /// errors; or re-measure a published benchmark (`bench scenario NAME`).
     Bench(Box<wirespeed_bench::BenchArgs>),
+    /// Ask a running server whether it is ready (or live): exit 0 if so, 1
+    /// if not. The container image's health check.
+    Health(health::HealthArgs),
 }
 
 #[derive(Args)]
@@ -41,6 +45,12 @@ struct ServeArgs {
     /// The model repository: one folder per model, each with a config.toml.
     #[arg(long, env = "WIRESPEED_MODELS", default_value = "models")]
     models: PathBuf,
+
+    /// --models is one model's folder (its config.toml and files, as
+    /// KServe's storage initializer lays a model out in /mnt/models):
+    /// serve it alone, under this name.
+    #[arg(long, env = "WIRESPEED_MODEL_NAME")]
+    model_name: Option<String>,
 
     /// Serve every model of another inference server too (Triton, KServe,
     /// MLServer, another wirespeed), forwarding over its V2 gRPC API:
@@ -310,6 +320,7 @@ fn main() -> ExitCode {
         Command::Serve(args) => serve(*args),
         Command::Predict(args) => predict::run(&args),
         Command::Bench(args) => wirespeed_bench::run(*args),
+        Command::Health(args) => return health::run(&args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -320,7 +331,34 @@ fn main() -> ExitCode {
     }
 }
 
-fn serve(args: ServeArgs) -> anyhow::Result<()> {
+/// A repository holding only `folder`, as model `name`: a folder of its own
+/// under the temporary directory with a link to `folder` in it. Loads,
+/// reloads and polling read through the link, so the model folder itself
+/// is never written.
+fn single_model_repository(folder: &Path, name: &str) -> anyhow::Result<PathBuf> {
+    anyhow::ensure!(
+        wirespeed_models::is_valid_model_name(name),
+        "--model-name '{name}' cannot be a model name: names use only letters, digits, '_', '-' and '.'"
+    );
+    anyhow::ensure!(
+        folder.join("config.toml").is_file(),
+        "--model-name serves --models {} as one model's folder, and it has no config.toml",
+        folder.display()
+    );
+    let folder = folder
+        .canonicalize()
+        .with_context(|| format!("cannot read --models {}", folder.display()))?;
+    let root = std::env::temp_dir().join(format!("wirespeed-{}", std::process::id()));
+    std::fs::create_dir_all(&root)
+        .with_context(|| format!("cannot make the repository {}", root.display()))?;
+    let link = root.join(name);
+    let _ = std::fs::remove_file(&link);
+    std::os::unix::fs::symlink(&folder, &link)
+        .with_context(|| format!("cannot link {} to {}", link.display(), folder.display()))?;
+    Ok(root)
+}
+
+fn serve(mut args: ServeArgs) -> anyhow::Result<()> {
     let access = if args.access_log { "info" } else { "off" };
     let filter = EnvFilter::try_new(format!(
         "{},wirespeed_server::access={access}",
@@ -347,6 +385,9 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
              --model-control-mode explicit (in mode {} every model loads at start)",
             args.model_control_mode
         );
+    }
+    if let Some(name) = args.model_name.take() {
+        args.models = single_model_repository(&args.models, &name)?;
     }
     let defaults = ServerConfig::default();
     let compute_threads = args

@@ -1,0 +1,37 @@
+# wirespeed's container image: built in a Rust image, run from a distroless
+# one (glibc and libgcc only: no shell, no package manager), as a non-root
+# user, with the bundled models in /models as the default repository.
+#
+#   docker build -t wirespeed .
+#   docker run -p 8000:8000 -p 8001:8001 -p 8002:8002 wirespeed
+#   docker run -v $PWD/my-models:/models:ro -p 8000:8000 wirespeed
+#
+# docs/deploy.md has the details; deploy/ has KServe and Helm manifests.
+
+FROM docker.io/library/rust:1.95-bookworm AS build
+WORKDIR /src
+# The dependencies first, so that a change to wirespeed's own code does not
+# build them again.
+COPY Cargo.toml Cargo.lock rust-toolchain.toml ./
+COPY crates crates
+RUN cargo build --release --locked -p wirespeed \
+    && strip target/release/wirespeed \
+    && cp target/release/wirespeed /wirespeed
+
+FROM gcr.io/distroless/cc-debian12:nonroot
+COPY --from=build /wirespeed /usr/local/bin/wirespeed
+COPY --chown=65532:65532 models /models
+# Listen on every interface inside the container: REST, gRPC and metrics
+# on Triton's ports. Every flag has such a variable (wirespeed serve --help).
+ENV WIRESPEED_MODELS=/models \
+    WIRESPEED_HTTP=0.0.0.0:8000 \
+    WIRESPEED_GRPC=0.0.0.0:8001 \
+    WIRESPEED_METRICS=0.0.0.0:8002
+EXPOSE 8000 8001 8002
+USER 65532:65532
+# Ready means serving with every model loaded; `wirespeed health` asks
+# GET /v2/health/ready on 127.0.0.1:8000 (WIRESPEED_HEALTH_ADDR moves it).
+HEALTHCHECK --interval=10s --timeout=3s --start-period=30s --retries=3 \
+    CMD ["/usr/local/bin/wirespeed", "health"]
+ENTRYPOINT ["/usr/local/bin/wirespeed"]
+CMD ["serve"]
