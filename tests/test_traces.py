@@ -209,3 +209,29 @@ def test_the_trace_context_is_passed_on_to_an_upstream_server(tmp_path, receiver
     finally:
         for server in (plain, front, back):
             server.stop()
+
+
+def test_the_last_spans_are_sent_at_shutdown(tmp_path, receiver):
+    """With the SDK's default 5 s between exports, a request's spans are
+    still queued when the server stops: they are sent before it exits."""
+    server = RunningServer(copy_models(tmp_path / "repo", "titanic"),
+                           extra_args=["--otlp-endpoint", receiver.endpoint, "--trace-sample-ratio", "0"])
+    trace_id, _, header = traceparent()
+    try:
+        answer = requests.post(f"http://{server.address}/v2/models/titanic/infer", json=titanic_body(),
+                               headers={"traceparent": header})
+        assert answer.status_code == 200, answer.text
+    finally:
+        server.stop()
+    assert server.process.returncode == 0
+    assert {s.name for _, s in receiver.wait_for(trace_id, 1 + len(STAGES), timeout=5)} >= STAGES | {"infer"}
+
+
+@pytest.mark.parametrize("args, says", [
+    (["--otlp-endpoint", "http://127.0.0.1:4317", "--trace-sample-ratio", "1.5"], "from 0 to 1"),
+    (["--otlp-endpoint", "not a url"], "--otlp-endpoint not a url"),
+])
+def test_bad_trace_flags_stop_the_server_with_a_reason(args, says):
+    from conftest import MODELS, run_wirespeed
+    out = run_wirespeed("serve", "--models", MODELS, "--http", "127.0.0.1:0", "--grpc", "off", *args)
+    assert out.returncode != 0 and says in out.stderr, out.stderr
