@@ -22,6 +22,7 @@
 
 mod config;
 mod identity;
+mod onnx;
 mod registry;
 mod repository;
 mod scheduling;
@@ -31,6 +32,7 @@ mod versions;
 
 pub use config::{ModelConfig, TensorConfig};
 pub use identity::IdentityModel;
+pub use onnx::{supported_operators, OnnxModel};
 pub use registry::{Backend, ModelSource, Registry};
 pub use repository::{
     is_valid_model_name, load_model, load_repository, model_folders, LoadedModel, OutputLabels,

@@ -135,13 +135,14 @@ impl Registry {
         Registry::default()
     }
 
-    /// The backends wirespeed ships: `xgboost`, `lightgbm`, `identity` and
-    /// `upstream`.
+    /// The backends wirespeed ships: `xgboost`, `lightgbm`, `onnx`,
+    /// `identity` and `upstream`.
     pub fn builtin() -> Registry {
         let mut registry = Registry::new();
         registry.register(crate::trees::Xgboost);
         registry.register(crate::trees::Lightgbm);
         registry.register(crate::identity::Identity);
+        registry.register(crate::onnx::Onnx);
         registry.register(crate::upstream::UpstreamBackend);
         registry
     }

@@ -387,7 +387,7 @@ mod tests {
         let e = load(&dir).unwrap_err().to_string();
         assert!(
             e.contains("unknown backend 'tensorrt'")
-                && e.contains("identity, lightgbm, upstream, xgboost"),
+                && e.contains("identity, lightgbm, onnx, upstream, xgboost"),
             "{e}"
         );
 

@@ -1,0 +1,436 @@
+//! `backend = "onnx"`: ONNX models in-process, run by tract (`tract-onnx`,
+//! pure Rust, so the default build serves ONNX with no system library).
+//!
+//! ```toml
+//! backend = "onnx"
+//! model_file = "model.onnx"   # the default
+//! instances = 2               # optional: requests computed at once (default: the CPU pool's threads)
+//! ```
+//!
+//! The inputs and outputs, their datatypes and shapes are read from the
+//! graph, as Triton completes an ONNX model's configuration: `config.toml`
+//! needs only the backend. Inputs and outputs it declares must agree with
+//! the graph (names, datatypes, and every dimension the graph fixes); a
+//! disagreement is a load error that names both. A dimension the graph
+//! leaves symbolic (`N`, `batch`) or unknown stays variable (`-1`), so any
+//! batch size runs through the one plan, optimized once at load.
+//!
+//! An operator tract lacks, an opset it does not know, or a file that does
+//! not parse is a load error naming it, never an error at the first
+//! request: the whole graph is typed and optimized at load. Compute runs on
+//! the server's CPU pool, never on an I/O thread.
+
+use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
+
+use serde::Deserialize;
+use tract_onnx::prelude::{
+    tvec, DatumType, Framework, InferenceFact, InferenceModelExt, IntoRunnable, TDim, TValue, TVec,
+    Tensor as TractTensor, TypedRunnableModel,
+};
+use tract_onnx::tract_hir::infer::Factoid;
+use wirespeed_core::{
+    DataType, Error, Execution, Model, ModelMetadata, Tensor, TensorData, TensorSpec,
+};
+
+use crate::config::TensorConfig;
+use crate::registry::{Backend, ModelSource};
+
+/// `backend = "onnx"`.
+pub(crate) struct Onnx;
+
+impl Backend for Onnx {
+    fn name(&self) -> &'static str {
+        "onnx"
+    }
+
+    fn load(&self, source: &ModelSource<'_>) -> Result<Arc<dyn Model>, String> {
+        Ok(Arc::new(OnnxModel::load(source)?))
+    }
+}
+
+/// The onnx backend's own keys.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct OnnxKeys {
+    /// The model's file, relative to its folder.
+    #[serde(default = "default_model_file")]
+    model_file: String,
+    /// The engine that runs it.
+    #[serde(default)]
+    engine: Option<String>,
+    /// Requests computed at once, when `max_concurrency` is not set.
+    #[serde(default)]
+    instances: Option<usize>,
+}
+
+fn default_model_file() -> String {
+    "model.onnx".to_owned()
+}
+
+/// An ONNX model, its plan optimized for tract.
+pub struct OnnxModel {
+    metadata: ModelMetadata,
+    plan: Arc<TypedRunnableModel>,
+    instances: Option<usize>,
+}
+
+impl OnnxModel {
+    fn load(source: &ModelSource<'_>) -> Result<OnnxModel, String> {
+        let keys: OnnxKeys = source.keys()?;
+        match keys.engine.as_deref() {
+            None | Some("tract") => {}
+            Some(other) => {
+                return Err(format!(
+                    "unknown engine '{other}'; the onnx backend runs models on 'tract'"
+                ))
+            }
+        }
+        if keys.instances == Some(0) {
+            return Err("instances must be at least 1".to_owned());
+        }
+        let path = source.file("model_file", &keys.model_file)?;
+        if !path.is_file() {
+            return Err(format!("model_file {} does not exist", path.display()));
+        }
+        let config = source.config();
+        // tract reports what it cannot read as errors; a panic deep in a
+        // malformed graph is caught here too, so that it is a load error
+        // of this model and the server serves the others.
+        let planned = std::panic::catch_unwind(AssertUnwindSafe(|| {
+            plan(&path, &config.inputs, &config.outputs)
+        }))
+        .unwrap_or_else(|_| {
+            Err(format!(
+                "{}: tract failed on this graph (it panicked); the file may be corrupt",
+                path.display()
+            ))
+        })?;
+        let (plan, inputs, outputs) = planned;
+        Ok(OnnxModel {
+            metadata: ModelMetadata {
+                name: source.name().to_owned(),
+                versions: vec![config.version.clone()],
+                platform: "onnx_tract".to_owned(),
+                inputs,
+                outputs,
+            },
+            plan,
+            instances: keys.instances,
+        })
+    }
+}
+
+/// A graph's plan, and its inputs and outputs as clients see them.
+type Planned = (Arc<TypedRunnableModel>, Vec<TensorSpec>, Vec<TensorSpec>);
+
+/// Reads, types and optimizes the graph at `path`, checking it against the
+/// config's `inputs` and `outputs` when it declares them. Returns the plan
+/// and the inputs and outputs as clients see them.
+fn plan(
+    path: &std::path::Path,
+    declared_inputs: &[TensorConfig],
+    declared_outputs: &[TensorConfig],
+) -> Result<Planned, String> {
+    let file = path.display();
+    let mut model = tract_onnx::onnx()
+        .model_for_path(path)
+        .map_err(|e| format!("{file} is not an ONNX model tract can read: {e:#}"))?;
+    // Every operator the engine lacks, at once, each with its node.
+    let missing: Vec<String> = model
+        .nodes()
+        .iter()
+        .filter_map(|node| {
+            let op = node.op.name();
+            let op = op.strip_prefix("Unimplemented(")?.strip_suffix(')')?;
+            Some(format!("{op} (node '{}')", node.name))
+        })
+        .collect();
+    if !missing.is_empty() {
+        return Err(format!(
+            "{file} uses operators tract does not run: {}; docs/onnx.md lists those it does",
+            missing.join(", ")
+        ));
+    }
+    let outlets = model.input_outlets().map_err(|e| e.to_string())?.to_vec();
+    let mut inputs = Vec::with_capacity(outlets.len());
+    for (i, outlet) in outlets.iter().enumerate() {
+        let name = model.node(outlet.node).name.clone();
+        let fact = model.input_fact(i).map_err(|e| e.to_string())?.clone();
+        let Some(datum) = fact.datum_type.concretize() else {
+            return Err(format!("input '{name}' has no datatype in the graph"));
+        };
+        let datatype = data_type(datum)
+            .ok_or_else(|| format!("input '{name}' is {datum:?}, which wirespeed cannot send"))?;
+        if fact.shape.is_open() {
+            return Err(format!(
+                "input '{name}' has no rank in the graph; give it a shape"
+            ));
+        }
+        // Unknown dimensions become symbols of their own: variable.
+        let mut dims: TVec<TDim> = tvec![];
+        for (d, dim) in fact.shape.dims().enumerate() {
+            dims.push(match dim.concretize() {
+                Some(dim) => dim,
+                None => TDim::Sym(model.sym(&format!("{name}_{d}"))),
+            });
+        }
+        let mut spec = TensorSpec {
+            name: name.clone(),
+            datatype,
+            shape: dims.iter().map(|d| d.to_i64().unwrap_or(-1)).collect(),
+        };
+        if let Some(declared) = declared_inputs.iter().find(|t| t.name == name) {
+            let wanted = declared.to_spec()?;
+            agree("input", &spec, &wanted)?;
+            // The config may fix what the graph leaves variable.
+            for (dim, &want) in dims.iter_mut().zip(&wanted.shape) {
+                if want >= 0 && dim.to_i64().is_err() {
+                    *dim = TDim::Val(want);
+                }
+            }
+            spec.shape = wanted.shape;
+        }
+        model
+            .set_input_fact(i, InferenceFact::dt_shape(datum, dims))
+            .map_err(|e| format!("input '{name}': {e:#}"))?;
+        inputs.push(spec);
+    }
+    undeclared("input", declared_inputs, &inputs)?;
+
+    let typed = model
+        .into_typed()
+        .map_err(|e| format!("{file}: the graph cannot be typed: {e:#}"))?;
+    let mut outputs = Vec::new();
+    for (i, outlet) in typed
+        .output_outlets()
+        .map_err(|e| e.to_string())?
+        .iter()
+        .enumerate()
+    {
+        let name = typed
+            .outlet_label(*outlet)
+            .map(str::to_owned)
+            .unwrap_or_else(|| typed.node(outlet.node).name.clone());
+        let fact = typed.output_fact(i).map_err(|e| e.to_string())?;
+        let datatype = data_type(fact.datum_type).ok_or_else(|| {
+            format!(
+                "output '{name}' is {:?}, which wirespeed cannot send",
+                fact.datum_type
+            )
+        })?;
+        let spec = TensorSpec {
+            name: name.clone(),
+            datatype,
+            shape: fact
+                .shape
+                .iter()
+                .map(|d| d.to_i64().unwrap_or(-1))
+                .collect(),
+        };
+        if let Some(declared) = declared_outputs.iter().find(|t| t.name == name) {
+            agree("output", &spec, &declared.to_spec()?)?;
+        }
+        outputs.push(spec);
+    }
+    undeclared("output", declared_outputs, &outputs)?;
+    let plan = typed
+        .into_optimized()
+        .and_then(|m| m.into_runnable())
+        .map_err(|e| format!("{file}: the graph cannot be planned: {e:#}"))?;
+    Ok((plan, inputs, outputs))
+}
+
+/// Whether the graph's `graph` and the config's `config` agree: the same
+/// datatype and rank, and the config's dimension wherever the graph fixes
+/// one.
+fn agree(what: &str, graph: &TensorSpec, config: &TensorSpec) -> Result<(), String> {
+    let fits = graph.datatype == config.datatype
+        && graph.shape.len() == config.shape.len()
+        && graph
+            .shape
+            .iter()
+            .zip(&config.shape)
+            .all(|(&g, &c)| g < 0 || g == c);
+    if fits {
+        return Ok(());
+    }
+    Err(format!(
+        "{what} '{}': config.toml says {} {:?}, the graph says {} {:?} (-1: variable)",
+        graph.name,
+        config.datatype.as_str(),
+        config.shape,
+        graph.datatype.as_str(),
+        graph.shape
+    ))
+}
+
+/// A declared tensor the graph does not have.
+fn undeclared(what: &str, declared: &[TensorConfig], graph: &[TensorSpec]) -> Result<(), String> {
+    match declared
+        .iter()
+        .find(|d| !graph.iter().any(|g| g.name == d.name))
+    {
+        Some(d) => Err(format!(
+            "config.toml declares {what} '{}', which the graph does not have; its {what}s are {}",
+            d.name,
+            graph
+                .iter()
+                .map(|g| format!("'{}'", g.name))
+                .collect::<Vec<_>>()
+                .join(", ")
+        )),
+        None => Ok(()),
+    }
+}
+
+/// The wire datatype of a tract datum type.
+fn data_type(datum: DatumType) -> Option<DataType> {
+    Some(match datum {
+        DatumType::Bool => DataType::Bool,
+        DatumType::U8 => DataType::Uint8,
+        DatumType::U16 => DataType::Uint16,
+        DatumType::U32 => DataType::Uint32,
+        DatumType::U64 => DataType::Uint64,
+        DatumType::I8 => DataType::Int8,
+        DatumType::I16 => DataType::Int16,
+        DatumType::I32 => DataType::Int32,
+        DatumType::I64 => DataType::Int64,
+        DatumType::F16 => DataType::Fp16,
+        DatumType::F32 => DataType::Fp32,
+        DatumType::F64 => DataType::Fp64,
+        _ => return None,
+    })
+}
+
+/// A request tensor as tract's.
+fn to_tract(tensor: &Tensor) -> Result<TractTensor, String> {
+    let shape = &tensor.shape;
+    let made = match &tensor.data {
+        TensorData::Bool(v) => TractTensor::from_shape(shape, v),
+        TensorData::Uint8(v) => TractTensor::from_shape(shape, v),
+        TensorData::Uint16(v) => TractTensor::from_shape(shape, v),
+        TensorData::Uint32(v) => TractTensor::from_shape(shape, v),
+        TensorData::Uint64(v) => TractTensor::from_shape(shape, v),
+        TensorData::Int8(v) => TractTensor::from_shape(shape, v),
+        TensorData::Int16(v) => TractTensor::from_shape(shape, v),
+        TensorData::Int32(v) => TractTensor::from_shape(shape, v),
+        TensorData::Int64(v) => TractTensor::from_shape(shape, v),
+        TensorData::Fp16(v) => TractTensor::from_shape(shape, v),
+        TensorData::Fp32(v) => TractTensor::from_shape(shape, v),
+        TensorData::Fp64(v) => TractTensor::from_shape(shape, v),
+        other => {
+            return Err(format!(
+                "input '{}' is {}, which ONNX models here do not take",
+                tensor.name,
+                other.datatype().as_str()
+            ))
+        }
+    };
+    made.map_err(|e| format!("input '{}': {e}", tensor.name))
+}
+
+/// A tract result as a response tensor called `name`.
+fn from_tract(name: &str, value: &TractTensor) -> Result<Tensor, String> {
+    fn copy<T: tract_onnx::prelude::Datum + Copy>(value: &TractTensor) -> Result<Vec<T>, String> {
+        let plain = value.try_as_plain_ram().map_err(|e| e.to_string())?;
+        plain
+            .as_slice::<T>()
+            .map(<[T]>::to_vec)
+            .map_err(|e| e.to_string())
+    }
+    let data = match value.datum_type() {
+        DatumType::Bool => TensorData::Bool(copy(value)?),
+        DatumType::U8 => TensorData::Uint8(copy(value)?),
+        DatumType::U16 => TensorData::Uint16(copy(value)?),
+        DatumType::U32 => TensorData::Uint32(copy(value)?),
+        DatumType::U64 => TensorData::Uint64(copy(value)?),
+        DatumType::I8 => TensorData::Int8(copy(value)?),
+        DatumType::I16 => TensorData::Int16(copy(value)?),
+        DatumType::I32 => TensorData::Int32(copy(value)?),
+        DatumType::I64 => TensorData::Int64(copy(value)?),
+        DatumType::F16 => TensorData::Fp16(copy(value)?),
+        DatumType::F32 => TensorData::Fp32(copy(value)?),
+        DatumType::F64 => TensorData::Fp64(copy(value)?),
+        other => return Err(format!("output '{name}' came out as {other:?}")),
+    };
+    Ok(Tensor {
+        name: name.to_owned(),
+        shape: value.shape().to_vec(),
+        data,
+    })
+}
+
+impl Model for OnnxModel {
+    fn metadata(&self) -> &ModelMetadata {
+        &self.metadata
+    }
+
+    fn infer(&self, inputs: &[Tensor], outputs: &[usize]) -> Result<Vec<Tensor>, Error> {
+        // In the graph's order, whatever the request's.
+        let mut values: TVec<TValue> = tvec![];
+        for spec in &self.metadata.inputs {
+            let tensor = inputs
+                .iter()
+                .find(|t| t.name == spec.name)
+                .ok_or_else(|| Error::invalid_input(format!("input '{}' is missing", spec.name)))?;
+            values.push(to_tract(tensor).map_err(Error::invalid_input)?.into());
+        }
+        let results = self.plan.run(values).map_err(|e| {
+            Error::invalid_input(format!(
+                "model '{}' cannot run on these inputs: {e:#}",
+                self.metadata.name
+            ))
+        })?;
+        outputs
+            .iter()
+            .map(|&i| {
+                let name = &self.metadata.outputs[i].name;
+                from_tract(name, &results[i]).map_err(Error::internal)
+            })
+            .collect()
+    }
+
+    fn default_concurrency(&self) -> Option<usize> {
+        self.instances
+    }
+
+    /// Always the CPU pool: a graph's cost is not its input's size (a
+    /// small image through a CNN takes milliseconds).
+    fn execution(&self, _elements: usize) -> Execution {
+        Execution::Pool
+    }
+}
+
+/// The ONNX operators tract runs, in name order (`docs/onnx.md` lists
+/// them).
+pub fn supported_operators() -> Vec<String> {
+    let mut ops: Vec<String> = tract_onnx::onnx().op_register.0.keys().cloned().collect();
+    ops.sort();
+    ops
+}
+
+#[cfg(test)]
+mod tests {
+    /// docs/onnx.md lists exactly the operators tract registers, so the
+    /// page cannot drift from the engine it documents.
+    #[test]
+    fn the_docs_list_every_supported_operator() {
+        let doc =
+            std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/onnx.md"))
+                .unwrap();
+        let listed: Vec<&str> = doc
+            .split("<!-- operators -->")
+            .nth(1)
+            .expect("docs/onnx.md has an operators section")
+            .split(", ")
+            .map(|op| op.trim().trim_matches('`'))
+            .filter(|op| !op.is_empty())
+            .collect();
+        let supported = super::supported_operators();
+        assert_eq!(
+            listed,
+            supported.iter().map(String::as_str).collect::<Vec<_>>()
+        );
+    }
+}
