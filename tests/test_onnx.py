@@ -204,3 +204,22 @@ def test_broken_files_are_load_errors_and_the_other_models_serve(tmp_path):
         np.testing.assert_allclose(got, reference(tmp_path, "good", {"x": x}), rtol=1e-5, atol=1e-6)
     finally:
         server.stop()
+
+
+def test_kserves_layout_of_an_onnx_model_needs_no_config(tmp_path):
+    """/mnt/models with model.onnx alone, served as the InferenceService's
+    name (--model-name), as KServe's storage initializer lays it out."""
+    mnt = tmp_path / "mnt" / "models"
+    mnt.mkdir(parents=True)
+    onnx.save(mlp(), mnt / "model.onnx")
+    server = RunningServer(mnt, extra_args=["--model-name", "classifier"])
+    try:
+        x = RNG.standard_normal((3, 8)).astype(np.float32)
+        client = grpcclient.InferenceServerClient(server.grpc_address)
+        inp = grpcclient.InferInput("x", [3, 8], "FP32")
+        inp.set_data_from_numpy(x)
+        got = client.infer("classifier", [inp]).as_numpy("probabilities")
+        session = onnxruntime.InferenceSession(str(mnt / "model.onnx"), providers=["CPUExecutionProvider"])
+        np.testing.assert_allclose(got, session.run(None, {"x": x})[0], rtol=1e-5, atol=1e-6)
+    finally:
+        server.stop()

@@ -150,11 +150,19 @@ pub fn load_model(
                 format!("the configuration given to load the model: {m}"),
             )
         })?,
+        // An ONNX model says all the config would (`onnx.rs`): a folder
+        // with only `model.onnx` (KServe's layout of an ONNX model) needs
+        // none.
+        None if !config_path.is_file() && folder.join("model.onnx").is_file() => {
+            ModelConfig::parse("backend = \"onnx\"").map_err(|m| error(folder, m))?
+        }
         None => {
             if !config_path.is_file() {
                 return Err(error(
                     folder,
-                    "has no config.toml; every model folder needs one".into(),
+                    "has no config.toml; every model folder needs one (an ONNX model's \
+                     folder with model.onnx alone is the exception)"
+                        .into(),
                 ));
             }
             ModelConfig::load(&config_path).map_err(|m| error(&config_path, m))?

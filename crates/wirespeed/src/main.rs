@@ -341,8 +341,9 @@ fn single_model_repository(folder: &Path, name: &str) -> anyhow::Result<PathBuf>
         "--model-name '{name}' cannot be a model name: names use only letters, digits, '_', '-' and '.'"
     );
     anyhow::ensure!(
-        folder.join("config.toml").is_file(),
-        "--model-name serves --models {} as one model's folder, and it has no config.toml",
+        folder.join("config.toml").is_file() || folder.join("model.onnx").is_file(),
+        "--model-name serves --models {} as one model's folder, and it has no config.toml \
+         (nor a model.onnx)",
         folder.display()
     );
     let folder = folder
