@@ -1,0 +1,88 @@
+#!/usr/bin/env python3
+"""ONNX models in-process: wirespeed's tract engine (the `onnx` backend,
+through `crates/wirespeed-models/examples/onnx_infer.rs`) against
+onnxruntime's InferenceSession with one intra-op thread and with its
+default threads, on the same files and rows, in one run. The models are
+the three of tests/test_onnx.py (an MLP, a small CNN, a transformer
+block), at batch 1 and 64. Medians per call; each engine's answer is
+checked against onnxruntime's.
+
+    cargo build --release -p wirespeed-models --example onnx_infer
+    .venv/bin/python benchmarks/scripts/onnx_inprocess.py
+"""
+
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnxruntime
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "tests"))
+import test_onnx  # noqa: E402  (the models the tests build)
+
+EXAMPLE = ROOT / "target" / "release" / "examples" / "onnx_infer"
+
+
+def calls_for(rows):
+    return 3000 if rows == 1 else 500
+
+
+def ort_median(session, feed, calls):
+    session.run(None, feed)
+    times = []
+    for _ in range(calls):
+        t0 = time.perf_counter()
+        session.run(None, feed)
+        times.append(time.perf_counter() - t0)
+    return sorted(times)[len(times) // 2]
+
+
+def main():
+    if not EXAMPLE.exists():
+        sys.exit(f"build it first: cargo build --release -p wirespeed-models --example onnx_infer ({EXAMPLE})")
+    rng = np.random.default_rng(1)
+    rows_out = []
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp = Path(tmp)
+        for name, (make, input_name, shape, _) in test_onnx.MODELS.items():
+            folder = tmp / name
+            folder.mkdir()
+            onnx.save(make(), folder / "model.onnx")
+            (folder / "config.toml").write_text('backend = "onnx"\n')
+            one = onnxruntime.SessionOptions()
+            one.intra_op_num_threads = 1
+            sessions = {
+                "ort 1 thread": onnxruntime.InferenceSession(str(folder / "model.onnx"), one,
+                                                             providers=["CPUExecutionProvider"]),
+                "ort default": onnxruntime.InferenceSession(str(folder / "model.onnx"),
+                                                            providers=["CPUExecutionProvider"]),
+            }
+            for rows in (1, 64):
+                x = rng.standard_normal((rows, *shape)).astype(np.float32)
+                feed = {input_name: x}
+                want = sessions["ort default"].run(None, feed)[0]
+                (tmp / "in.bin").write_bytes(x.tobytes())
+                out = subprocess.run([str(EXAMPLE), str(folder), str(tmp / "in.bin"),
+                                      ",".join(map(str, x.shape)), str(calls_for(rows)), str(tmp / "out.bin")],
+                                     capture_output=True, text=True, check=True)
+                tract = float(out.stdout.strip())
+                got = np.frombuffer((tmp / "out.bin").read_bytes(), dtype=np.float32).reshape(want.shape)
+                np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+                ort = {label: ort_median(s, feed, calls_for(rows)) for label, s in sessions.items()}
+                rows_out.append((name, rows, tract, ort["ort 1 thread"], ort["ort default"]))
+
+    print(f"{'model':<8} {'batch':>5} {'tract µs':>10} {'ORT 1 thread µs':>16} {'ORT default µs':>15} "
+          f"{'tract / ORT-1':>14} {'tract / ORT-default':>20}")
+    for name, rows, tract, ort1, ortd in rows_out:
+        print(f"{name:<8} {rows:>5} {tract * 1e6:>10.1f} {ort1 * 1e6:>16.1f} {ortd * 1e6:>15.1f} "
+              f"{ort1 / tract:>13.2f}x {ortd / tract:>19.2f}x")
+    print("(ratios above 1: tract is faster)")
+
+
+if __name__ == "__main__":
+    main()
