@@ -284,81 +284,65 @@ fn undeclared(what: &str, declared: &[TensorConfig], graph: &[TensorSpec]) -> Re
     }
 }
 
-/// The wire datatype of a tract datum type.
-fn data_type(datum: DatumType) -> Option<DataType> {
-    Some(match datum {
-        DatumType::Bool => DataType::Bool,
-        DatumType::U8 => DataType::Uint8,
-        DatumType::U16 => DataType::Uint16,
-        DatumType::U32 => DataType::Uint32,
-        DatumType::U64 => DataType::Uint64,
-        DatumType::I8 => DataType::Int8,
-        DatumType::I16 => DataType::Int16,
-        DatumType::I32 => DataType::Int32,
-        DatumType::I64 => DataType::Int64,
-        DatumType::F16 => DataType::Fp16,
-        DatumType::F32 => DataType::Fp32,
-        DatumType::F64 => DataType::Fp64,
-        _ => return None,
-    })
-}
+/// The datatypes both sides have, once: each wire datatype with its
+/// `TensorData` variant and tract's datum type, and the three conversions
+/// made from the one table.
+macro_rules! datatypes {
+    ($($variant:ident => $datum:ident),+ $(,)?) => {
+        /// The wire datatype of a tract datum type.
+        fn data_type(datum: DatumType) -> Option<DataType> {
+            match datum {
+                $(DatumType::$datum => Some(DataType::$variant),)+
+                _ => None,
+            }
+        }
 
-/// A request tensor as tract's.
-fn to_tract(tensor: &Tensor) -> Result<TractTensor, String> {
-    let shape = &tensor.shape;
-    let made = match &tensor.data {
-        TensorData::Bool(v) => TractTensor::from_shape(shape, v),
-        TensorData::Uint8(v) => TractTensor::from_shape(shape, v),
-        TensorData::Uint16(v) => TractTensor::from_shape(shape, v),
-        TensorData::Uint32(v) => TractTensor::from_shape(shape, v),
-        TensorData::Uint64(v) => TractTensor::from_shape(shape, v),
-        TensorData::Int8(v) => TractTensor::from_shape(shape, v),
-        TensorData::Int16(v) => TractTensor::from_shape(shape, v),
-        TensorData::Int32(v) => TractTensor::from_shape(shape, v),
-        TensorData::Int64(v) => TractTensor::from_shape(shape, v),
-        TensorData::Fp16(v) => TractTensor::from_shape(shape, v),
-        TensorData::Fp32(v) => TractTensor::from_shape(shape, v),
-        TensorData::Fp64(v) => TractTensor::from_shape(shape, v),
-        other => {
-            return Err(format!(
-                "input '{}' is {}, which ONNX models here do not take",
-                tensor.name,
-                other.datatype().as_str()
-            ))
+        /// A request tensor as tract's.
+        fn to_tract(tensor: &Tensor) -> Result<TractTensor, String> {
+            let made = match &tensor.data {
+                $(TensorData::$variant(v) => TractTensor::from_shape(&tensor.shape, v),)+
+                other => {
+                    return Err(format!(
+                        "input '{}' is {}, which ONNX models here do not take",
+                        tensor.name,
+                        other.datatype().as_str()
+                    ))
+                }
+            };
+            made.map_err(|e| format!("input '{}': {e}", tensor.name))
+        }
+
+        /// A tract result as a response tensor called `name`.
+        fn from_tract(name: &str, value: &TractTensor) -> Result<Tensor, String> {
+            let plain = value.try_as_plain_ram().map_err(|e| e.to_string())?;
+            let data = match value.datum_type() {
+                $(DatumType::$datum => TensorData::$variant(
+                    plain.as_slice().map_err(|e| e.to_string())?.to_vec(),
+                ),)+
+                other => return Err(format!("output '{name}' came out as {other:?}")),
+            };
+            Ok(Tensor {
+                name: name.to_owned(),
+                shape: value.shape().to_vec(),
+                data,
+            })
         }
     };
-    made.map_err(|e| format!("input '{}': {e}", tensor.name))
 }
 
-/// A tract result as a response tensor called `name`.
-fn from_tract(name: &str, value: &TractTensor) -> Result<Tensor, String> {
-    fn copy<T: tract_onnx::prelude::Datum + Copy>(value: &TractTensor) -> Result<Vec<T>, String> {
-        let plain = value.try_as_plain_ram().map_err(|e| e.to_string())?;
-        plain
-            .as_slice::<T>()
-            .map(<[T]>::to_vec)
-            .map_err(|e| e.to_string())
-    }
-    let data = match value.datum_type() {
-        DatumType::Bool => TensorData::Bool(copy(value)?),
-        DatumType::U8 => TensorData::Uint8(copy(value)?),
-        DatumType::U16 => TensorData::Uint16(copy(value)?),
-        DatumType::U32 => TensorData::Uint32(copy(value)?),
-        DatumType::U64 => TensorData::Uint64(copy(value)?),
-        DatumType::I8 => TensorData::Int8(copy(value)?),
-        DatumType::I16 => TensorData::Int16(copy(value)?),
-        DatumType::I32 => TensorData::Int32(copy(value)?),
-        DatumType::I64 => TensorData::Int64(copy(value)?),
-        DatumType::F16 => TensorData::Fp16(copy(value)?),
-        DatumType::F32 => TensorData::Fp32(copy(value)?),
-        DatumType::F64 => TensorData::Fp64(copy(value)?),
-        other => return Err(format!("output '{name}' came out as {other:?}")),
-    };
-    Ok(Tensor {
-        name: name.to_owned(),
-        shape: value.shape().to_vec(),
-        data,
-    })
+datatypes! {
+    Bool => Bool,
+    Uint8 => U8,
+    Uint16 => U16,
+    Uint32 => U32,
+    Uint64 => U64,
+    Int8 => I8,
+    Int16 => I16,
+    Int32 => I32,
+    Int64 => I64,
+    Fp16 => F16,
+    Fp32 => F32,
+    Fp64 => F64,
 }
 
 impl Model for OnnxModel {
