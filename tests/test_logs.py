@@ -50,11 +50,15 @@ def test_json_logs_with_an_access_line_per_request(tmp_path):
 
 
 def test_no_access_lines_unless_asked(tmp_path):
-    server = RunningServer(copy_models(tmp_path / "repo", "titanic"), extra_args=["--log-format", "json"])
+    server = RunningServer(copy_models(tmp_path / "repo", "titanic"),
+                           extra_args=["--log-format", "json", "--model-control-mode", "explicit"])
     try:
         assert requests.get(f"http://{server.address}/v2/health/live").status_code == 200
         assert requests.get(f"http://{server.address}/v2/models/nope").status_code == 404
-        server.wait_for_log("listening on")
+        # A line the server writes after those requests were answered: once
+        # it is read, any access line of theirs would have been too.
+        assert requests.post(f"http://{server.address}/v2/repository/models/titanic/load").status_code == 200
+        server.wait_for_log("serving the new load")
         assert access_lines(server) == []
     finally:
         server.stop()
