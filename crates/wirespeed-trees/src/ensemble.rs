@@ -34,10 +34,13 @@ const CAT_IN_SET_LEFT: u32 = 1 << 28;
 const ZERO_MISSING: u32 = 1 << 27;
 /// NaN is read as 0 rather than missing (LightGBM's `missing_type` None or Zero).
 const NAN_AS_ZERO: u32 = 1 << 26;
+/// `x == value` goes left (ONNX's `BRANCH_EQ`, and `BRANCH_NEQ` with its
+/// children swapped).
+const EQUALS: u32 = 1 << 25;
 const FLAGS: u32 =
-    DEFAULT_LEFT | SPECIAL | CATEGORICAL | CAT_IN_SET_LEFT | ZERO_MISSING | NAN_AS_ZERO;
+    DEFAULT_LEFT | SPECIAL | CATEGORICAL | CAT_IN_SET_LEFT | ZERO_MISSING | NAN_AS_ZERO | EQUALS;
 /// Feature indices must stay below the flags.
-pub(crate) const MAX_FEATURES: usize = 1 << 26;
+pub(crate) const MAX_FEATURES: usize = 1 << 25;
 
 /// How a special split decides.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -144,6 +147,34 @@ impl Node {
             node.feature |= CAT_IN_SET_LEFT;
         }
         node
+    }
+
+    /// An equality split: `x == value` goes left, NaN follows the default.
+    pub(crate) fn equals(
+        feature: u32,
+        value: f32,
+        default_left: bool,
+        left: u32,
+        right: u32,
+    ) -> Node {
+        let mut node = Node::split(feature, value, default_left, left, right);
+        node.feature |= SPECIAL | EQUALS;
+        node
+    }
+
+    /// Points the left (or right) child at `at`, for loaders that place a
+    /// node before its children.
+    pub(crate) fn set_child(&mut self, left: bool, at: u32) {
+        if left {
+            self.left = at;
+        } else {
+            self.right = at;
+        }
+    }
+
+    /// A leaf, before [`TreeEnsemble::finalize`].
+    pub(crate) fn is_unfinished_leaf(&self) -> bool {
+        self.left == 0
     }
 
     /// A leaf, once finalized: both children are itself.
@@ -291,6 +322,9 @@ impl TreeEnsemble {
             }
             x = 0.0;
         }
+        if f & EQUALS != 0 {
+            return x == node.value;
+        }
         if f & CATEGORICAL != 0 {
             let in_set_left = f & CAT_IN_SET_LEFT != 0;
             // XGBoost: a negative category is invalid (not in the set).
@@ -429,6 +463,53 @@ impl TreeEnsemble {
             self.leaf::<true>(root, row)
         } else {
             self.leaf::<false>(root, row)
+        }
+    }
+
+    /// Calls `visit(row, tree, leaf)` for every row of `rows` (row-major,
+    /// `stride` values a row, at least `num_features`) and every tree; for
+    /// each row the trees come in model order. One row walks [`LANES`]
+    /// trees in lockstep; more walk [`LANES`] rows down each tree, a block
+    /// of [`ROW_BLOCK`] rows at a time, as [`predict_margins`](Self::predict_margins) does.
+    pub(crate) fn walk(&self, rows: &[f32], stride: usize, visit: impl FnMut(usize, usize, usize)) {
+        if self.special {
+            self.walk_with::<true>(rows, stride, visit);
+        } else {
+            self.walk_with::<false>(rows, stride, visit);
+        }
+    }
+
+    #[inline(always)]
+    fn walk_with<const SPECIAL_SPLITS: bool>(
+        &self,
+        rows: &[f32],
+        stride: usize,
+        mut visit: impl FnMut(usize, usize, usize),
+    ) {
+        debug_assert!(stride >= self.num_features && stride > 0);
+        let n = rows.len() / stride;
+        if n == 1 {
+            self.row_leaves::<SPECIAL_SPLITS>(&rows[..stride], |t, i| visit(0, t, i));
+            return;
+        }
+        let mut lanes = [0usize; LANES];
+        for (b, block) in rows[..n * stride].chunks(ROW_BLOCK * stride).enumerate() {
+            let first_row = b * ROW_BLOCK;
+            let in_block = block.len() / stride;
+            let whole = in_block / LANES * LANES;
+            for (t, (&root, &depth)) in self.roots.iter().zip(&self.depths).enumerate() {
+                for first in (0..whole).step_by(LANES) {
+                    let lane_rows = &block[first * stride..(first + LANES) * stride];
+                    self.leaves::<SPECIAL_SPLITS>(root, depth, lane_rows, stride, &mut lanes);
+                    for (k, &index) in lanes.iter().enumerate() {
+                        visit(first_row + first + k, t, index);
+                    }
+                }
+                for r in whole..in_block {
+                    let row = &block[r * stride..(r + 1) * stride];
+                    visit(first_row + r, t, self.leaf::<SPECIAL_SPLITS>(root, row));
+                }
+            }
         }
     }
 

@@ -13,6 +13,9 @@ pub enum LoadError {
     /// The file is not a valid LightGBM text model.
     #[error("not a valid LightGBM model: {0}")]
     LightGbm(String),
+    /// An ONNX tree-ensemble node whose attributes do not make trees.
+    #[error("not a valid ONNX tree ensemble: {0}")]
+    Onnx(String),
     /// The model uses a feature this runtime refuses rather than mispredict.
     #[error("unsupported model: {0}")]
     Unsupported(String),
@@ -21,6 +24,10 @@ pub enum LoadError {
 impl LoadError {
     pub(crate) fn format(message: impl Into<String>) -> LoadError {
         LoadError::Format(message.into())
+    }
+
+    pub(crate) fn onnx(message: impl Into<String>) -> LoadError {
+        LoadError::Onnx(message.into())
     }
 
     pub(crate) fn unsupported(message: impl Into<String>) -> LoadError {

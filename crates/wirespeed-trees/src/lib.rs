@@ -39,6 +39,7 @@ mod ensemble;
 mod error;
 mod lightgbm;
 mod objective;
+pub mod onnx;
 mod preprocess;
 mod ubjson;
 mod xgboost;
