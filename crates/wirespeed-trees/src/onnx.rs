@@ -193,6 +193,18 @@ struct Score {
     has: bool,
 }
 
+impl Score {
+    /// What ONNX Runtime writes out (and transforms) for a score: zero
+    /// when no tree gave it a value, even if a base value was added.
+    fn written(self) -> f32 {
+        if self.has {
+            self.value
+        } else {
+            0.0
+        }
+    }
+}
+
 impl OnnxTrees {
     /// A `TreeEnsembleRegressor`.
     pub fn regressor(
@@ -597,13 +609,14 @@ impl OnnxTrees {
         let trees = self.num_trees() as f32;
         for (j, (s, o)) in row.iter().zip(out.iter_mut()).enumerate() {
             let base = if use_base { self.base_values[j] } else { 0.0 };
-            *o = match aggregate {
+            let value = match aggregate {
                 Aggregate::Sum if use_base => s.value + base,
                 Aggregate::Sum => s.value,
                 Aggregate::Average if use_base => s.value / trees + base,
                 Aggregate::Average => s.value / trees,
                 Aggregate::Min | Aggregate::Max => base + if s.has { s.value } else { 0.0 },
             };
+            *o = Score { value, has: s.has }.written();
         }
         transform(self.post_transform, out);
     }
@@ -631,7 +644,7 @@ impl OnnxTrees {
                 }
             }
             for (o, s) in out.iter_mut().zip(row.iter()) {
-                *o = s.value;
+                *o = s.written();
             }
             transform(self.post_transform, out);
             return labels[best.unwrap_or(0)];
@@ -687,12 +700,12 @@ impl OnnxTrees {
         };
         out.fill(0.0);
         if row.len() == 2 {
-            out[0] = row[0].value;
-            out[1] = row[1].value;
+            out[0] = row[0].written();
+            out[1] = row[1].written();
             transform(self.post_transform, out);
             return label;
         }
-        let s = row[0].value;
+        let s = row[0].written();
         match (self.post_transform, second) {
             (PostTransform::Probit, _) => out[0] = probit(s),
             (_, 0 | 1) => {
@@ -907,7 +920,8 @@ mod tests {
             f32::INFINITY,
             f32::NAN,
         ];
-        let cases: [(NodeMode, fn(f32, f32) -> bool); 6] = [
+        type Compare = fn(f32, f32) -> bool;
+        let cases: [(NodeMode, Compare); 6] = [
             (NodeMode::BranchLeq, |x, t| x <= t),
             (NodeMode::BranchLt, |x, t| x < t),
             (NodeMode::BranchGte, |x, t| x >= t),
@@ -977,6 +991,11 @@ mod tests {
         {
             assert!((got - want).abs() < 1e-7, "{scores:?}");
         }
+        // A score no tree gave is written as zero, its base value dropped.
+        assert_eq!(
+            classify(&[(1, 1, 0.3), (2, 1, 0.8)], &[0, 1], &[0.1, 0.3], None),
+            (vec![0, 0], vec![0.0, 0.3, 0.0, 0.3])
+        );
         assert_eq!(
             classify(&both, &[0, 1], &[0.1, 0.2], None),
             (vec![1, 1], vec![-0.9, 0.9, -0.4, 0.4])

@@ -20,13 +20,15 @@
 //! request: the whole graph is typed and optimized at load. Compute runs on
 //! the server's CPU pool, never on an I/O thread.
 
+mod ml;
+
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 
 use serde::Deserialize;
 use tract_onnx::prelude::{
     tvec, DatumType, Framework, InferenceFact, InferenceModelExt, IntoRunnable, TDim, TValue, TVec,
-    Tensor as TractTensor, TypedRunnableModel,
+    SpecialOps, Tensor as TractTensor, TractResult, TypedModel, TypedRunnableModel,
 };
 use tract_onnx::tract_hir::infer::Factoid;
 use wirespeed_core::{
@@ -133,9 +135,9 @@ fn plan(
     declared_outputs: &[TensorConfig],
 ) -> Result<Planned, String> {
     let file = path.display();
-    let mut model = tract_onnx::onnx()
+    let mut model = framework()
         .model_for_path(path)
-        .map_err(|e| format!("{file} is not an ONNX model tract can read: {e:#}"))?;
+        .map_err(|e| format!("{file} cannot be loaded: {e:#}"))?;
     // Every operator the engine lacks, at once, each with its node.
     let missing: Vec<String> = model
         .nodes()
@@ -198,9 +200,10 @@ fn plan(
     }
     undeclared("input", declared_inputs, &inputs)?;
 
-    let typed = model
+    let mut typed = model
         .into_typed()
         .map_err(|e| format!("{file}: the graph cannot be typed: {e:#}"))?;
+    int64_outputs(&mut typed).map_err(|e| format!("{file}: {e:#}"))?;
     let mut outputs = Vec::new();
     for (i, outlet) in typed
         .output_outlets()
@@ -239,6 +242,35 @@ fn plan(
         .and_then(|m| m.into_runnable())
         .map_err(|e| format!("{file}: the graph cannot be planned: {e:#}"))?;
     Ok((plan, inputs, outputs))
+}
+
+/// tract reads ONNX's INT64 casts as its symbolic dimension type (`TDim`);
+/// an output of that type is cast back to `i64`, the INT64 the graph
+/// declares (skl2onnx and onnxmltools cast class labels so).
+fn int64_outputs(typed: &mut TypedModel) -> TractResult<()> {
+    let mut outlets = typed.output_outlets()?.to_vec();
+    let mut changed = false;
+    for outlet in outlets.iter_mut() {
+        if typed.outlet_fact(*outlet)?.datum_type != DatumType::TDim {
+            continue;
+        }
+        let label = typed
+            .outlet_label(*outlet)
+            .map(str::to_owned)
+            .unwrap_or_else(|| typed.node(outlet.node).name.clone());
+        let cast = typed.wire_node(
+            format!("{label}.as_i64"),
+            tract_onnx::tract_core::ops::cast::cast(DatumType::I64),
+            &[*outlet],
+        )?[0];
+        typed.set_outlet_label(cast, label)?;
+        *outlet = cast;
+        changed = true;
+    }
+    if changed {
+        typed.select_output_outlets(&outlets)?;
+    }
+    Ok(())
 }
 
 /// Whether the graph's `graph` and the config's `config` agree: the same
@@ -293,6 +325,7 @@ macro_rules! datatypes {
         fn data_type(datum: DatumType) -> Option<DataType> {
             match datum {
                 $(DatumType::$datum => Some(DataType::$variant),)+
+                DatumType::String => Some(DataType::Bytes),
                 _ => None,
             }
         }
@@ -301,6 +334,17 @@ macro_rules! datatypes {
         fn to_tract(tensor: &Tensor) -> Result<TractTensor, String> {
             let made = match &tensor.data {
                 $(TensorData::$variant(v) => TractTensor::from_shape(&tensor.shape, v),)+
+                // ONNX strings are UTF-8.
+                TensorData::Bytes(v) => {
+                    let text = v
+                        .iter()
+                        .map(|b| String::from_utf8(b.clone()))
+                        .collect::<Result<Vec<String>, _>>()
+                        .map_err(|_| {
+                            format!("input '{}' has an element that is not UTF-8 text", tensor.name)
+                        })?;
+                    tract_onnx::prelude::tensor1(&text).into_shape(&tensor.shape)
+                }
                 other => {
                     return Err(format!(
                         "input '{}' is {}, which ONNX models here do not take",
@@ -319,6 +363,14 @@ macro_rules! datatypes {
                 $(DatumType::$datum => TensorData::$variant(
                     plain.as_slice().map_err(|e| e.to_string())?.to_vec(),
                 ),)+
+                DatumType::String => TensorData::Bytes(
+                    plain
+                        .as_slice::<String>()
+                        .map_err(|e| e.to_string())?
+                        .iter()
+                        .map(|s| s.as_bytes().to_vec())
+                        .collect(),
+                ),
                 other => return Err(format!("output '{name}' came out as {other:?}")),
             };
             Ok(Tensor {
@@ -386,10 +438,23 @@ impl Model for OnnxModel {
     }
 }
 
-/// The ONNX operators tract runs, in name order (`docs/onnx.md` lists
-/// them).
+/// tract's ONNX reader with wirespeed's `ai.onnx.ml` operators (`ml.rs`).
+fn framework() -> tract_onnx::Onnx {
+    let mut onnx = tract_onnx::onnx();
+    ml::register(&mut onnx.op_register);
+    onnx
+}
+
+/// The ONNX operators the onnx backend runs, in name order (`docs/onnx.md`
+/// lists them).
 pub fn supported_operators() -> Vec<String> {
-    let mut ops: Vec<String> = tract_onnx::onnx().op_register.0.keys().cloned().collect();
+    let mut ops: Vec<String> = framework()
+        .op_register
+        .0
+        .keys()
+        .filter(|op| op.as_str() != "ZipMap")
+        .cloned()
+        .collect();
     ops.sort();
     ops
 }

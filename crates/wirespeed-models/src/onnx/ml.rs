@@ -1,0 +1,541 @@
+//! The `ai.onnx.ml` operators wirespeed puts in tract's ONNX register:
+//! what scikit-learn, XGBoost and LightGBM models converted by skl2onnx
+//! and onnxmltools are made of.
+//!
+//! - `TreeEnsembleClassifier` and `TreeEnsembleRegressor` run on
+//!   wirespeed's tree runtime (`wirespeed_trees::onnx`), not on tract's
+//!   own classifier, with ONNX Runtime's arithmetic; the rest of the
+//!   graph (casts, scalers, linear models, concatenations) stays tract's.
+//! - `Scaler`, `Imputer` and `Binarizer`, which tract lacks, are
+//!   element-wise maps over the last axis, computed in `f32` as ONNX
+//!   Runtime computes them.
+//! - `ZipMap` is refused at load with the converter option that leaves it
+//!   out: its output, a sequence of maps, is no tensor a client can
+//!   receive over V2.
+//!
+//! Each is an [`Expansion`] (tract's way to add an operator: typing rules,
+//! then the typed op it wires) around one typed op with its own `eval`.
+
+use std::sync::Arc;
+
+use tract_onnx::model::{OnnxOpRegister, ParsingContext};
+use tract_onnx::pb::NodeProto;
+use tract_onnx::prelude::*;
+use tract_onnx::tract_hir::internal::*;
+use wirespeed_trees::onnx::{
+    Aggregate, NodeMode, OnnxNodes, OnnxTrees, OnnxWeights, PostTransform,
+};
+
+/// Puts the operators above in `register`, replacing tract's own where
+/// it has one.
+pub(super) fn register(register: &mut OnnxOpRegister) {
+    register.insert("TreeEnsembleClassifier", tree_classifier);
+    register.insert("TreeEnsembleRegressor", tree_regressor);
+    register.insert("Scaler", scaler);
+    register.insert("Imputer", imputer);
+    register.insert("Binarizer", binarizer);
+    register.insert("ZipMap", zip_map);
+}
+
+type Built = TractResult<(Box<dyn InferenceOp>, Vec<String>)>;
+
+/// A float list attribute that may also come as a tensor of doubles
+/// (`name_as_tensor`, ai.onnx.ml opset 3), rounded to `f32` as ONNX
+/// Runtime rounds it for float inputs.
+fn floats(node: &NodeProto, name: &str) -> TractResult<Option<Vec<f32>>> {
+    if let Some(values) = node.get_attr_opt_vec::<f32>(name)? {
+        return Ok(Some(values));
+    }
+    let Some(tensor) =
+        node.get_attr_opt::<&tract_onnx::pb::TensorProto>(&format!("{name}_as_tensor"))?
+    else {
+        return Ok(None);
+    };
+    let doubles: Vec<f64> = if !tensor.double_data.is_empty() {
+        tensor.double_data.clone()
+    } else if !tensor.float_data.is_empty() {
+        tensor.float_data.iter().map(|&f| f64::from(f)).collect()
+    } else if tensor.data_type == 11 && tensor.raw_data.len() % 8 == 0 {
+        tensor
+            .raw_data
+            .chunks_exact(8)
+            .map(|b| f64::from_le_bytes(b.try_into().unwrap()))
+            .collect()
+    } else if tensor.data_type == 1 && tensor.raw_data.len() % 4 == 0 {
+        tensor
+            .raw_data
+            .chunks_exact(4)
+            .map(|b| f64::from(f32::from_le_bytes(b.try_into().unwrap())))
+            .collect()
+    } else {
+        bail!("{name}_as_tensor is neither doubles nor floats")
+    };
+    Ok(Some(doubles.iter().map(|&d| d as f32).collect()))
+}
+
+fn ints(node: &NodeProto, name: &str) -> TractResult<Vec<i64>> {
+    Ok(node.get_attr_opt_vec::<i64>(name)?.unwrap_or_default())
+}
+
+fn tree_nodes(node: &NodeProto) -> TractResult<OnnxNodes> {
+    let modes = node
+        .get_attr_opt_vec::<String>("nodes_modes")?
+        .unwrap_or_default()
+        .iter()
+        .map(|m| NodeMode::parse(m))
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(OnnxNodes {
+        tree_ids: ints(node, "nodes_treeids")?,
+        node_ids: ints(node, "nodes_nodeids")?,
+        feature_ids: ints(node, "nodes_featureids")?,
+        values: floats(node, "nodes_values")?.unwrap_or_default(),
+        modes,
+        true_ids: ints(node, "nodes_truenodeids")?,
+        false_ids: ints(node, "nodes_falsenodeids")?,
+        missing_tracks_true: ints(node, "nodes_missing_value_tracks_true")?
+            .iter()
+            .map(|&v| v != 0)
+            .collect(),
+    })
+}
+
+fn tree_weights(node: &NodeProto, prefix: &str) -> TractResult<OnnxWeights> {
+    Ok(OnnxWeights {
+        tree_ids: ints(node, &format!("{prefix}_treeids"))?,
+        node_ids: ints(node, &format!("{prefix}_nodeids"))?,
+        target_ids: ints(node, &format!("{prefix}_ids"))?,
+        weights: floats(node, &format!("{prefix}_weights"))?.unwrap_or_default(),
+    })
+}
+
+fn post_transform(node: &NodeProto) -> TractResult<PostTransform> {
+    let name: Option<String> = node.get_attr_opt("post_transform")?;
+    Ok(PostTransform::parse(name.as_deref().unwrap_or("NONE"))?)
+}
+
+fn tree_classifier(_ctx: &ParsingContext<'_>, node: &NodeProto) -> Built {
+    let ints_labels = node.get_attr_opt_vec::<i64>("classlabels_int64s")?;
+    let text_labels = node.get_attr_opt_vec::<String>("classlabels_strings")?;
+    let (labels, names) = match (ints_labels, text_labels) {
+        (Some(labels), None) => (labels, None),
+        (None, Some(names)) => ((0..names.len() as i64).collect(), Some(Arc::new(names))),
+        _ => bail!(
+            "a TreeEnsembleClassifier needs one of classlabels_int64s and classlabels_strings"
+        ),
+    };
+    let trees = OnnxTrees::classifier(
+        &tree_nodes(node)?,
+        &tree_weights(node, "class")?,
+        labels,
+        post_transform(node)?,
+        floats(node, "base_values")?.unwrap_or_default(),
+    )?;
+    Ok((
+        expand(Trees {
+            trees: Arc::new(trees),
+            names,
+        }),
+        vec![],
+    ))
+}
+
+fn tree_regressor(_ctx: &ParsingContext<'_>, node: &NodeProto) -> Built {
+    let aggregate: Option<String> = node.get_attr_opt("aggregate_function")?;
+    let n_targets: Option<i64> = node.get_attr_opt("n_targets")?;
+    let n_targets = n_targets.unwrap_or(1);
+    ensure!(n_targets >= 1, "n_targets is {n_targets}");
+    let trees = OnnxTrees::regressor(
+        &tree_nodes(node)?,
+        &tree_weights(node, "target")?,
+        n_targets as usize,
+        Aggregate::parse(aggregate.as_deref().unwrap_or("SUM"))?,
+        post_transform(node)?,
+        floats(node, "base_values")?.unwrap_or_default(),
+    )?;
+    Ok((
+        expand(Trees {
+            trees: Arc::new(trees),
+            names: None,
+        }),
+        vec![],
+    ))
+}
+
+/// A tree ensemble: a regressor's scores, or a classifier's labels and scores.
+#[derive(Debug, Clone)]
+struct Trees {
+    trees: Arc<OnnxTrees>,
+    /// A classifier's string labels, by index.
+    names: Option<Arc<Vec<String>>>,
+}
+
+impl PartialEq for Trees {
+    fn eq(&self, other: &Trees) -> bool {
+        Arc::ptr_eq(&self.trees, &other.trees)
+    }
+}
+
+impl Eq for Trees {}
+
+impl Trees {
+    fn is_classifier(&self) -> bool {
+        self.trees.labels().is_some()
+    }
+
+    fn label_type(&self) -> DatumType {
+        if self.names.is_some() {
+            DatumType::String
+        } else {
+            DatumType::I64
+        }
+    }
+}
+
+impl Expansion for Trees {
+    fn name(&self) -> StaticName {
+        if self.is_classifier() {
+            "TreeEnsembleClassifier".into()
+        } else {
+            "TreeEnsembleRegressor".into()
+        }
+    }
+
+    fn info(&self) -> TractResult<Vec<String>> {
+        Ok(vec![format!(
+            "wirespeed-trees: {} trees, {} scores a row",
+            self.trees.num_trees(),
+            self.trees.width()
+        )])
+    }
+
+    fn nboutputs(&self) -> TractResult<usize> {
+        Ok(if self.is_classifier() { 2 } else { 1 })
+    }
+
+    fn rules<'r, 'p: 'r, 's: 'r>(
+        &'s self,
+        s: &mut Solver<'r>,
+        inputs: &'p [TensorProxy],
+        outputs: &'p [TensorProxy],
+    ) -> InferenceResult {
+        check_input_arity(inputs, 1)?;
+        check_output_arity(outputs, self.nboutputs()?)?;
+        s.equals(&inputs[0].rank, 2)?;
+        let scores = outputs.len() - 1;
+        s.equals(&outputs[scores].datum_type, DatumType::F32)?;
+        s.equals(&outputs[scores].rank, 2)?;
+        s.equals(&outputs[scores].shape[0], &inputs[0].shape[0])?;
+        s.equals(&outputs[scores].shape[1], self.trees.width().to_dim())?;
+        if scores == 1 {
+            s.equals(&outputs[0].datum_type, self.label_type())?;
+            s.equals(&outputs[0].rank, 1)?;
+            s.equals(&outputs[0].shape[0], &inputs[0].shape[0])?;
+        }
+        Ok(())
+    }
+
+    fn wire(
+        &self,
+        prefix: &str,
+        model: &mut TypedModel,
+        inputs: &[OutletId],
+    ) -> TractResult<TVec<OutletId>> {
+        model.wire_node(prefix, self.clone(), inputs)
+    }
+}
+
+impl Op for Trees {
+    fn name(&self) -> StaticName {
+        Expansion::name(self)
+    }
+
+    op_as_typed_op!();
+}
+
+impl EvalOp for Trees {
+    op_out_of_plan!();
+
+    fn eval(&self, _ctx: &EvalContext<'_>, inputs: TVec<TValue>) -> TractResult<TVec<TValue>> {
+        let input = args_1!(inputs);
+        let shape = input.shape().to_vec();
+        let (rows, stride) = (shape[0], shape[1]);
+        ensure!(
+            stride >= self.trees.num_features(),
+            "the trees read feature {} but the rows have {stride} features",
+            self.trees.num_features() - 1
+        );
+        let features = input.cast_to::<f32>()?;
+        let features = features.try_as_plain_ram()?;
+        let features = features.as_slice::<f32>()?;
+        let width = self.trees.width();
+        let mut scores = vec![0f32; rows * width];
+        let mut labels = vec![0i64; if self.is_classifier() { rows } else { 0 }];
+        if rows > 0 && stride > 0 {
+            self.trees
+                .predict(features, stride, &mut scores, &mut labels);
+        }
+        let scores = Tensor::from_shape(&[rows, width], &scores)?.into_tvalue();
+        if !self.is_classifier() {
+            return Ok(tvec!(scores));
+        }
+        let labels = match &self.names {
+            None => Tensor::from_shape(&[rows], &labels)?,
+            Some(names) => {
+                let text: Vec<String> = labels
+                    .iter()
+                    .map(|&l| names.get(l as usize).cloned().unwrap_or_default())
+                    .collect();
+                tensor1(&text)
+            }
+        };
+        Ok(tvec!(labels.into_tvalue(), scores))
+    }
+}
+
+impl TypedOp for Trees {
+    fn output_facts(&self, inputs: &[&TypedFact]) -> TractResult<TVec<TypedFact>> {
+        let input = inputs[0];
+        ensure!(
+            input.datum_type != DatumType::F64,
+            "{} takes float (or integer) features; this graph gives it doubles: convert the model \
+             with float inputs (FloatTensorType, or a float32 sample for skl2onnx's to_onnx)",
+            Expansion::name(self)
+        );
+        ensure!(
+            input.datum_type.is_float() || input.datum_type.is_integer(),
+            "{} takes numbers, not {:?}",
+            Expansion::name(self),
+            input.datum_type
+        );
+        ensure!(
+            input.rank() == 2,
+            "{} takes rows: a rank-2 input",
+            Expansion::name(self)
+        );
+        if let Ok(features) = input.shape[1].to_usize() {
+            ensure!(
+                features >= self.trees.num_features(),
+                "the trees read feature {} but the input has {features} features",
+                self.trees.num_features() - 1
+            );
+        }
+        let rows = input.shape[0].clone();
+        let scores = f32::fact(&[rows.clone(), self.trees.width().to_dim()]);
+        if !self.is_classifier() {
+            return Ok(tvec!(scores));
+        }
+        Ok(tvec!(self.label_type().fact(&[rows]), scores))
+    }
+
+    as_op!();
+}
+
+/// `Scaler`, `Imputer` and `Binarizer`: a map of each value by its column
+/// (the last axis), in `f32`.
+#[derive(Debug, Clone, PartialEq)]
+enum ColumnMap {
+    /// `(x - offset) * scale`.
+    Scaler { offset: Vec<f32>, scale: Vec<f32> },
+    /// `imputed` where `x` is `replaced` (NaN: where `x` is NaN).
+    Imputer { imputed: Vec<f32>, replaced: f32 },
+    /// 1 where `x > threshold`, else 0.
+    Binarizer { threshold: f32 },
+}
+
+impl Eq for ColumnMap {}
+
+/// The value of a per-column attribute for column `c`: one value for all,
+/// or one a column.
+fn per_column(values: &[f32], c: usize) -> f32 {
+    if values.len() == 1 {
+        values[0]
+    } else {
+        values[c]
+    }
+}
+
+impl ColumnMap {
+    /// The per-column attributes' length, which the column count must match.
+    fn columns(&self) -> Option<usize> {
+        let len = match self {
+            ColumnMap::Scaler { offset, scale } => offset.len().max(scale.len()),
+            ColumnMap::Imputer { imputed, .. } => imputed.len(),
+            ColumnMap::Binarizer { .. } => 1,
+        };
+        (len > 1).then_some(len)
+    }
+
+    fn apply(&self, x: f32, c: usize) -> f32 {
+        match self {
+            ColumnMap::Scaler { offset, scale } => {
+                (x - per_column(offset, c)) * per_column(scale, c)
+            }
+            ColumnMap::Imputer { imputed, replaced } => {
+                let replace = if replaced.is_nan() {
+                    x.is_nan()
+                } else {
+                    x == *replaced
+                };
+                if replace {
+                    per_column(imputed, c)
+                } else {
+                    x
+                }
+            }
+            ColumnMap::Binarizer { threshold } => {
+                if x > *threshold {
+                    1.0
+                } else {
+                    0.0
+                }
+            }
+        }
+    }
+
+    fn op_name(&self) -> &'static str {
+        match self {
+            ColumnMap::Scaler { .. } => "Scaler",
+            ColumnMap::Imputer { .. } => "Imputer",
+            ColumnMap::Binarizer { .. } => "Binarizer",
+        }
+    }
+}
+
+fn scaler(_ctx: &ParsingContext<'_>, node: &NodeProto) -> Built {
+    let offset = floats(node, "offset")?.unwrap_or_else(|| vec![0.0]);
+    let scale = floats(node, "scale")?.unwrap_or_else(|| vec![1.0]);
+    ensure!(
+        !offset.is_empty() && !scale.is_empty(),
+        "Scaler needs offset and scale values"
+    );
+    ensure!(
+        offset.len() == 1 || scale.len() == 1 || offset.len() == scale.len(),
+        "Scaler has {} offsets and {} scales",
+        offset.len(),
+        scale.len()
+    );
+    Ok((expand(ColumnMap::Scaler { offset, scale }), vec![]))
+}
+
+fn imputer(_ctx: &ParsingContext<'_>, node: &NodeProto) -> Built {
+    if node
+        .get_attr_opt_vec::<i64>("imputed_value_int64s")?
+        .is_some()
+    {
+        bail!("Imputer on integer features is not supported; impute float features (imputed_value_floats)")
+    }
+    let imputed = floats(node, "imputed_value_floats")?.unwrap_or_default();
+    ensure!(!imputed.is_empty(), "Imputer needs imputed_value_floats");
+    let replaced: Option<f32> = node.get_attr_opt("replaced_value_float")?;
+    Ok((
+        expand(ColumnMap::Imputer {
+            imputed,
+            replaced: replaced.unwrap_or(0.0),
+        }),
+        vec![],
+    ))
+}
+
+fn binarizer(_ctx: &ParsingContext<'_>, node: &NodeProto) -> Built {
+    let threshold: Option<f32> = node.get_attr_opt("threshold")?;
+    Ok((
+        expand(ColumnMap::Binarizer {
+            threshold: threshold.unwrap_or(0.0),
+        }),
+        vec![],
+    ))
+}
+
+fn zip_map(_ctx: &ParsingContext<'_>, _node: &NodeProto) -> Built {
+    bail!(
+        "ZipMap turns the probabilities into a sequence of maps, which no V2 tensor carries; \
+         convert the model without it: options={{'zipmap': False}} for skl2onnx, zipmap=False \
+         for onnxmltools"
+    )
+}
+
+impl Expansion for ColumnMap {
+    fn name(&self) -> StaticName {
+        self.op_name().into()
+    }
+
+    fn rules<'r, 'p: 'r, 's: 'r>(
+        &'s self,
+        s: &mut Solver<'r>,
+        inputs: &'p [TensorProxy],
+        outputs: &'p [TensorProxy],
+    ) -> InferenceResult {
+        check_input_arity(inputs, 1)?;
+        check_output_arity(outputs, 1)?;
+        s.equals(&outputs[0].datum_type, DatumType::F32)?;
+        s.equals(&inputs[0].shape, &outputs[0].shape)?;
+        Ok(())
+    }
+
+    fn wire(
+        &self,
+        prefix: &str,
+        model: &mut TypedModel,
+        inputs: &[OutletId],
+    ) -> TractResult<TVec<OutletId>> {
+        model.wire_node(prefix, self.clone(), inputs)
+    }
+}
+
+impl Op for ColumnMap {
+    fn name(&self) -> StaticName {
+        self.op_name().into()
+    }
+
+    op_as_typed_op!();
+}
+
+impl EvalOp for ColumnMap {
+    op_out_of_plan!();
+
+    fn eval(&self, _ctx: &EvalContext<'_>, inputs: TVec<TValue>) -> TractResult<TVec<TValue>> {
+        let input = args_1!(inputs);
+        let shape = input.shape().to_vec();
+        let columns = shape.last().copied().unwrap_or(1).max(1);
+        if let Some(expected) = self.columns() {
+            ensure!(
+                columns == expected,
+                "{} has values for {expected} columns, the input has {columns}",
+                self.op_name()
+            );
+        }
+        let x = input.cast_to::<f32>()?;
+        let x = x.try_as_plain_ram()?;
+        let x = x.as_slice::<f32>()?;
+        let y: Vec<f32> = x
+            .iter()
+            .enumerate()
+            .map(|(i, &v)| self.apply(v, i % columns))
+            .collect();
+        Ok(tvec!(Tensor::from_shape(&shape, &y)?.into_tvalue()))
+    }
+}
+
+impl TypedOp for ColumnMap {
+    fn output_facts(&self, inputs: &[&TypedFact]) -> TractResult<TVec<TypedFact>> {
+        let input = inputs[0];
+        ensure!(
+            input.datum_type.is_number(),
+            "{} takes numbers, not {:?}",
+            self.op_name(),
+            input.datum_type
+        );
+        if let (Some(expected), Some(last)) = (self.columns(), input.shape.last()) {
+            if let Ok(columns) = last.to_usize() {
+                ensure!(
+                    columns == expected,
+                    "{} has values for {expected} columns, the input has {columns}",
+                    self.op_name()
+                );
+            }
+        }
+        Ok(tvec!(f32::fact(input.shape.iter())))
+    }
+
+    as_op!();
+}
