@@ -1,11 +1,15 @@
 #!/usr/bin/env python3
-"""ONNX models in-process: wirespeed's tract engine (the `onnx` backend,
-through `crates/wirespeed-models/examples/onnx_infer.rs`) against
+"""ONNX models in-process: wirespeed's `onnx` backend (tract, with tree
+ensembles on wirespeed-trees), through
+`crates/wirespeed-models/examples/onnx_infer.rs`, against
 onnxruntime's InferenceSession with one intra-op thread and with its
 default threads, on the same files and rows, in one run. The models are
 the three of tests/test_onnx.py (an MLP, a small CNN, a transformer
-block), at batch 1 and 64. Medians per call; each engine's answer is
-checked against onnxruntime's.
+block) and the tabular ones of tests/test_onnx_ml.py (a random forest of
+100 trees, XGBoost with 100 trees, LightGBM, gradient boosting, a
+StandardScaler + LogisticRegression pipeline), at batch 1 and 64. Medians
+per call, every output asked for; each engine's answer is checked against
+onnxruntime's.
 
     cargo build --release -p wirespeed-models --example onnx_infer
     .venv/bin/python benchmarks/scripts/onnx_inprocess.py
@@ -24,6 +28,7 @@ import onnxruntime
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests"))
 import test_onnx  # noqa: E402  (the models the tests build)
+import test_onnx_ml  # noqa: E402
 
 EXAMPLE = ROOT / "target" / "release" / "examples" / "onnx_infer"
 
@@ -42,6 +47,19 @@ def ort_median(session, feed, calls):
     return sorted(times)[len(times) // 2]
 
 
+def models():
+    """name -> (ONNX model, input name, one row's shape)."""
+    chosen = {name: (make(), input_name, shape) for name, (make, input_name, shape, _) in test_onnx.MODELS.items()}
+    for name in ["forest", "xgboost", "lightgbm", "boosting", "pipeline"]:
+        model = test_onnx_ml.CONVERTED[name]
+        chosen[name] = (model, model.graph.input[0].name, (test_onnx_ml.FEATURES,))
+    return chosen
+
+
+def first_float(outputs):
+    return next(o for o in outputs if o.dtype == np.float32)
+
+
 def main():
     if not EXAMPLE.exists():
         sys.exit(f"build it first: cargo build --release -p wirespeed-models --example onnx_infer ({EXAMPLE})")
@@ -49,10 +67,10 @@ def main():
     rows_out = []
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
-        for name, (make, input_name, shape, _) in test_onnx.MODELS.items():
+        for name, (model, input_name, shape) in models().items():
             folder = tmp / name
             folder.mkdir()
-            onnx.save(make(), folder / "model.onnx")
+            onnx.save(model, folder / "model.onnx")
             (folder / "config.toml").write_text('backend = "onnx"\n')
             one = onnxruntime.SessionOptions()
             one.intra_op_num_threads = 1
@@ -65,7 +83,7 @@ def main():
             for rows in (1, 64):
                 x = rng.standard_normal((rows, *shape)).astype(np.float32)
                 feed = {input_name: x}
-                want = sessions["ort default"].run(None, feed)[0]
+                want = first_float(sessions["ort 1 thread"].run(None, feed))
                 (tmp / "in.bin").write_bytes(x.tobytes())
                 out = subprocess.run([str(EXAMPLE), str(folder), str(tmp / "in.bin"),
                                       ",".join(map(str, x.shape)), str(calls_for(rows)), str(tmp / "out.bin")],
@@ -76,12 +94,12 @@ def main():
                 ort = {label: ort_median(s, feed, calls_for(rows)) for label, s in sessions.items()}
                 rows_out.append((name, rows, tract, ort["ort 1 thread"], ort["ort default"]))
 
-    print(f"{'model':<8} {'batch':>5} {'tract µs':>10} {'ORT 1 thread µs':>16} {'ORT default µs':>15} "
-          f"{'tract / ORT-1':>14} {'tract / ORT-default':>20}")
+    print(f"{'model':<9} {'batch':>5} {'wirespeed µs':>12} {'ORT 1 thread µs':>16} {'ORT default µs':>15} "
+          f"{'ORT-1 / ws':>11} {'ORT-default / ws':>17}")
     for name, rows, tract, ort1, ortd in rows_out:
-        print(f"{name:<8} {rows:>5} {tract * 1e6:>10.1f} {ort1 * 1e6:>16.1f} {ortd * 1e6:>15.1f} "
-              f"{ort1 / tract:>13.2f}x {ortd / tract:>19.2f}x")
-    print("(ratios above 1: tract is faster)")
+        print(f"{name:<9} {rows:>5} {tract * 1e6:>12.1f} {ort1 * 1e6:>16.1f} {ortd * 1e6:>15.1f} "
+              f"{ort1 / tract:>10.2f}x {ortd / tract:>16.2f}x")
+    print("(ratios above 1: wirespeed is faster; the tree models run on wirespeed-trees, the rest on tract)")
 
 
 if __name__ == "__main__":

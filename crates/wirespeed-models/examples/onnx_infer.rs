@@ -1,8 +1,9 @@
 //! Times one ONNX model in-process, for `benchmarks/scripts/onnx_inprocess.py`:
 //! loads the model folder the way the server does (`backend = "onnx"`),
-//! runs it on the given FP32 rows `calls` times, and prints the median
-//! seconds per call; writes the first call's first output (FP32, little
-//! endian) for the script to check against onnxruntime's.
+//! runs it on the given FP32 rows `calls` times, asking for every output,
+//! and prints the median seconds per call; writes the first call's first
+//! FP32 output (little endian) for the script to check against
+//! onnxruntime's.
 //!
 //!     onnx_infer FOLDER INPUT_FILE d0,d1,.. CALLS OUTPUT_FILE
 
@@ -34,15 +35,19 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         data: TensorData::Fp32(values),
     };
     let inputs = [tensor];
-    let first = model.infer(&inputs, &[0])?;
-    if let TensorData::Fp32(out) = &first[0].data {
+    let every: Vec<usize> = (0..model.metadata().outputs.len()).collect();
+    let first = model.infer(&inputs, &every)?;
+    if let Some(out) = first.iter().find_map(|t| match &t.data {
+        TensorData::Fp32(out) => Some(out),
+        _ => None,
+    }) {
         let raw: Vec<u8> = out.iter().flat_map(|v| v.to_le_bytes()).collect();
         std::fs::write(output, raw)?;
     }
     let mut times = Vec::with_capacity(calls);
     for _ in 0..calls {
         let started = Instant::now();
-        let answer = model.infer(&inputs, &[0])?;
+        let answer = model.infer(&inputs, &every)?;
         times.push(started.elapsed().as_secs_f64());
         std::hint::black_box(answer);
     }
