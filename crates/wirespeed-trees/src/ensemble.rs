@@ -369,16 +369,16 @@ impl TreeEnsemble {
         }
     }
 
-    /// Adds each tree's leaf for the rows of `block` (whole rows) to their
-    /// margins, tree by tree, [`LANES`] rows at a time.
+    /// Adds each tree's leaf for the rows of `block` (whole rows of `nf`
+    /// values) to their margins, tree by tree, [`LANES`] rows at a time.
     #[inline(always)]
     fn add_block<T: Copy + std::ops::AddAssign>(
         &self,
         block: &[f32],
+        nf: usize,
         sums: &mut [T],
         leaf: impl Fn(usize) -> T,
     ) {
-        let nf = self.num_features;
         let groups = self.num_groups();
         let n = block.len() / nf;
         let whole = n / LANES * LANES;
@@ -466,6 +466,27 @@ impl TreeEnsemble {
         }
     }
 
+    /// Adds every tree's leaf value to `sums` (`num_groups` a row, not
+    /// reset) for the rows of `rows` (`stride` values a row, at least
+    /// `num_features`), trees in model order: [`predict_margins`](Self::predict_margins)
+    /// without the base margins, for rows wider than the trees read.
+    pub(crate) fn sum_leaves(&self, rows: &[f32], stride: usize, sums: &mut [f32]) {
+        let groups = self.num_groups();
+        let n = rows.len() / stride;
+        if n == 1 {
+            self.row_margins(&rows[..stride], &mut sums[..groups], |i| {
+                self.nodes[i].value
+            });
+            return;
+        }
+        for (block, sums) in rows[..n * stride]
+            .chunks(ROW_BLOCK * stride)
+            .zip(sums.chunks_mut(ROW_BLOCK * groups))
+        {
+            self.add_block(block, stride, sums, |i| self.nodes[i].value);
+        }
+    }
+
     /// Calls `visit(row, tree, leaf)` for every row of `rows` (row-major,
     /// `stride` values a row, at least `num_features`) and every tree; for
     /// each row the trees come in model order. One row walks [`LANES`]
@@ -546,7 +567,7 @@ impl TreeEnsemble {
             for m in margin_block.chunks_exact_mut(groups) {
                 m.copy_from_slice(&self.base_margins);
             }
-            self.add_block(row_block, margin_block, |i| self.nodes[i].value);
+            self.add_block(row_block, nf, margin_block, |i| self.nodes[i].value);
         }
     }
 
@@ -565,7 +586,7 @@ impl TreeEnsemble {
                     *m = f64::from(base);
                 }
             }
-            self.add_block(row_block, sums, |i| self.leaf64[i]);
+            self.add_block(row_block, nf, sums, |i| self.leaf64[i]);
             let first = b * ROW_BLOCK;
             for (r, m) in sums.chunks_exact(groups).enumerate() {
                 let row = first + r;

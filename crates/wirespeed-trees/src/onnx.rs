@@ -179,6 +179,10 @@ pub struct OnnxTrees {
     weights: Vec<(u32, f32)>,
     /// By node index, for one-target regressors: the leaf's weights summed.
     unique: Vec<f32>,
+    /// When every leaf has one weight and each tree one target: which
+    /// targets any tree scores; the leaves' weights are then the nodes'
+    /// values, summed by the runtime's own loops.
+    scored: Option<Vec<bool>>,
     n_targets: usize,
     base_values: Vec<f32>,
     post_transform: PostTransform,
@@ -350,6 +354,7 @@ impl OnnxTrees {
         let mut flat: Vec<Node> = Vec::with_capacity(n);
         let mut flat_source: Vec<usize> = Vec::with_capacity(n);
         let mut swapped: Vec<bool> = Vec::with_capacity(n);
+        let mut tree_of: Vec<u32> = Vec::with_capacity(n);
         let mut roots = Vec::with_capacity(tree_order.len());
         for &tree in &tree_order {
             let mut tree_roots = (0..n).filter(|&i| nodes.tree_ids[i] == tree && !pointed[i]);
@@ -362,6 +367,7 @@ impl OnnxTrees {
                 )));
             }
             roots.push(flat.len() as u32);
+            let tree_index = roots.len() as u32 - 1;
             // Depth first, each node's index fixed when it is reached;
             // children are patched in once they have theirs.
             let mut stack = vec![(root, usize::MAX, false)];
@@ -377,6 +383,7 @@ impl OnnxTrees {
                     flat[parent].set_child(is_true != swapped[parent], at as u32);
                 }
                 flat_source.push(i);
+                tree_of.push(tree_index);
                 if nodes.modes[i] == NodeMode::Leaf {
                     flat.push(Node::leaf(0.0));
                     swapped.push(false);
@@ -440,11 +447,43 @@ impl OnnxTrees {
             starts.push(weights.len() as u32);
         }
 
+        // When every leaf has one weight and every tree adds to one
+        // target, the sums are the runtime's own margins: each leaf's
+        // weight in its node, each tree in its target's group.
+        let summed = !matches!(
+            kind,
+            Kind::Regressor {
+                aggregate: Aggregate::Min | Aggregate::Max
+            }
+        );
+        let mut tree_groups: Vec<Option<u32>> = vec![None; roots.len()];
+        let mut one_per_leaf = summed;
+        for (at, list) in per_node.iter().enumerate() {
+            if !one_per_leaf || !flat[at].is_unfinished_leaf() {
+                continue;
+            }
+            let group = &mut tree_groups[tree_of[at] as usize];
+            match (list.as_slice(), *group) {
+                ([(target, w)], None) => {
+                    *group = Some(*target);
+                    flat[at] = Node::leaf(*w);
+                }
+                ([(target, w)], Some(g)) if g == *target => flat[at] = Node::leaf(*w),
+                _ => one_per_leaf = false,
+            }
+        }
+        let scored = one_per_leaf.then(|| {
+            let mut scored = vec![false; n_targets];
+            for g in tree_groups.iter().flatten() {
+                scored[*g as usize] = true;
+            }
+            scored
+        });
         let mut trees = TreeEnsemble {
             nodes: flat,
-            tree_groups: vec![0; roots.len()],
+            tree_groups: tree_groups.iter().map(|g| g.unwrap_or(0)).collect(),
             roots,
-            base_margins: vec![0.0],
+            base_margins: vec![0.0; n_targets],
             num_features,
             objective: Objective::RegSquaredError,
             cat_sets: Vec::new(),
@@ -459,6 +498,7 @@ impl OnnxTrees {
             starts,
             weights,
             unique,
+            scored,
             n_targets,
             base_values,
             post_transform,
@@ -521,20 +561,31 @@ impl OnnxTrees {
             Kind::Classifier { .. } => Aggregate::Sum,
         };
         let mut sums = vec![Score::default(); n_rows * t];
-        self.trees.walk(rows, stride, |row, _, leaf| {
-            let range = self.starts[leaf] as usize..self.starts[leaf + 1] as usize;
-            let row_sums = &mut sums[row * t..(row + 1) * t];
-            for &(target, w) in &self.weights[range] {
-                let s = &mut row_sums[target as usize];
-                s.value = match aggregate {
-                    Aggregate::Sum | Aggregate::Average => s.value + w,
-                    Aggregate::Min if s.has && s.value <= w => s.value,
-                    Aggregate::Max if s.has && s.value >= w => s.value,
-                    Aggregate::Min | Aggregate::Max => w,
-                };
-                s.has = true;
+        if let Some(scored) = &self.scored {
+            let mut margins = vec![0f32; n_rows * t];
+            self.trees.sum_leaves(rows, stride, &mut margins);
+            for (s, (&value, &has)) in sums
+                .iter_mut()
+                .zip(margins.iter().zip(scored.iter().cycle()))
+            {
+                *s = Score { value, has };
             }
-        });
+        } else {
+            self.trees.walk(rows, stride, |row, _, leaf| {
+                let range = self.starts[leaf] as usize..self.starts[leaf + 1] as usize;
+                let row_sums = &mut sums[row * t..(row + 1) * t];
+                for &(target, w) in &self.weights[range] {
+                    let s = &mut row_sums[target as usize];
+                    s.value = match aggregate {
+                        Aggregate::Sum | Aggregate::Average => s.value + w,
+                        Aggregate::Min if s.has && s.value <= w => s.value,
+                        Aggregate::Max if s.has && s.value >= w => s.value,
+                        Aggregate::Min | Aggregate::Max => w,
+                    };
+                    s.has = true;
+                }
+            });
+        }
         let mut row_scores = Vec::with_capacity(t);
         for (r, row) in sums.chunks_exact_mut(t).enumerate() {
             let out = &mut scores[r * t..(r + 1) * t];
@@ -571,17 +622,25 @@ impl OnnxTrees {
         scores: &mut [f32],
     ) {
         let mut sums = vec![Score::default(); scores.len()];
-        self.trees.walk(rows, stride, |row, _, leaf| {
-            let w = self.unique[leaf];
-            let s = &mut sums[row];
-            s.value = match aggregate {
-                Aggregate::Sum | Aggregate::Average => s.value + w,
-                Aggregate::Min if s.has && s.value <= w => s.value,
-                Aggregate::Max if s.has && s.value >= w => s.value,
-                Aggregate::Min | Aggregate::Max => w,
-            };
-            s.has = true;
-        });
+        if self.scored.is_some() {
+            let mut margins = vec![0f32; scores.len()];
+            self.trees.sum_leaves(rows, stride, &mut margins);
+            for (s, value) in sums.iter_mut().zip(margins) {
+                *s = Score { value, has: true };
+            }
+        } else {
+            self.trees.walk(rows, stride, |row, _, leaf| {
+                let w = self.unique[leaf];
+                let s = &mut sums[row];
+                s.value = match aggregate {
+                    Aggregate::Sum | Aggregate::Average => s.value + w,
+                    Aggregate::Min if s.has && s.value <= w => s.value,
+                    Aggregate::Max if s.has && s.value >= w => s.value,
+                    Aggregate::Min | Aggregate::Max => w,
+                };
+                s.has = true;
+            });
+        }
         let origin = if self.base_values.len() == 1 {
             self.base_values[0]
         } else {

@@ -27,8 +27,8 @@ use std::sync::Arc;
 
 use serde::Deserialize;
 use tract_onnx::prelude::{
-    tvec, DatumType, Framework, InferenceFact, InferenceModelExt, IntoRunnable, TDim, TValue, TVec,
-    SpecialOps, Tensor as TractTensor, TractResult, TypedModel, TypedRunnableModel,
+    tvec, DatumType, Framework, InferenceFact, InferenceModelExt, IntoRunnable, SpecialOps, TDim,
+    TValue, TVec, Tensor as TractTensor, TractResult, TypedModel, TypedRunnableModel,
 };
 use tract_onnx::tract_hir::infer::Factoid;
 use wirespeed_core::{
