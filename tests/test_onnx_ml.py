@@ -274,3 +274,11 @@ def test_zipmap_and_double_inputs_are_load_errors_that_say_what_to_do(tmp_path):
         assert out.returncode != 0 and says in out.stderr, out.stderr
         (folder / "model.onnx").unlink()
         folder.rmdir()
+
+
+@pytest.mark.parametrize("name", ["forest", "forest3", "xgboost"])
+def test_large_batches_split_over_the_pool_answer_the_same(ml_server, name):
+    """300 rows through 100 trees are split over the CPU pool's threads."""
+    server, root = ml_server
+    x = RNG.standard_normal((300, FEATURES)).astype(np.float32)
+    assert_same(ask(server, grpcclient, name, x), reference(root, name, x), name)

@@ -5,7 +5,10 @@
 //! FP32 output (little endian) for the script to check against
 //! onnxruntime's.
 //!
-//!     onnx_infer FOLDER INPUT_FILE d0,d1,.. CALLS OUTPUT_FILE
+//! The model gets a CPU pool of THREADS threads (default 1), over which
+//! the tree ensembles split large batches, as on the server.
+//!
+//!     onnx_infer FOLDER INPUT_FILE d0,d1,.. CALLS OUTPUT_FILE [THREADS]
 
 use std::time::Instant;
 
@@ -14,8 +17,14 @@ use wirespeed_models::{load_model, Registry};
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args: Vec<String> = std::env::args().collect();
-    let [_, folder, input, shape, calls, output] = &args[..] else {
-        return Err("usage: onnx_infer FOLDER INPUT_FILE d0,d1,.. CALLS OUTPUT_FILE".into());
+    let (folder, input, shape, calls, output, threads) = match &args[..] {
+        [_, f, i, s, c, o] => (f, i, s, c, o, "1"),
+        [_, f, i, s, c, o, t] => (f, i, s, c, o, t.as_str()),
+        _ => {
+            return Err(
+                "usage: onnx_infer FOLDER INPUT_FILE d0,d1,.. CALLS OUTPUT_FILE [THREADS]".into(),
+            )
+        }
     };
     let shape: Vec<usize> = shape.split(',').map(str::parse).collect::<Result<_, _>>()?;
     let calls: usize = calls.parse()?;
@@ -24,7 +33,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .chunks_exact(4)
         .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
         .collect();
-    let pool = CpuPool::new(1)?;
+    let pool = CpuPool::new(threads.parse()?)?;
     let folder = std::path::Path::new(folder);
     let loaded = load_model("bench", folder, &Registry::builtin(), &pool, None)?.remove(0);
     let model = loaded.model;

@@ -32,7 +32,7 @@ use tract_onnx::prelude::{
 };
 use tract_onnx::tract_hir::infer::Factoid;
 use wirespeed_core::{
-    DataType, Error, Execution, Model, ModelMetadata, Tensor, TensorData, TensorSpec,
+    CpuPool, DataType, Error, Execution, Model, ModelMetadata, Tensor, TensorData, TensorSpec,
 };
 
 use crate::config::TensorConfig;
@@ -100,7 +100,7 @@ impl OnnxModel {
         // malformed graph is caught here too, so that it is a load error
         // of this model and the server serves the others.
         let planned = std::panic::catch_unwind(AssertUnwindSafe(|| {
-            plan(&path, &config.inputs, &config.outputs)
+            plan(&path, &config.inputs, &config.outputs, source.pool())
         }))
         .unwrap_or_else(|_| {
             Err(format!(
@@ -133,6 +133,7 @@ fn plan(
     path: &std::path::Path,
     declared_inputs: &[TensorConfig],
     declared_outputs: &[TensorConfig],
+    pool: &CpuPool,
 ) -> Result<Planned, String> {
     let file = path.display();
     let mut model = framework()
@@ -204,6 +205,7 @@ fn plan(
         .into_typed()
         .map_err(|e| format!("{file}: the graph cannot be typed: {e:#}"))?;
     int64_outputs(&mut typed).map_err(|e| format!("{file}: {e:#}"))?;
+    ml::share_pool(&mut typed, pool);
     let mut outputs = Vec::new();
     for (i, outlet) in typed
         .output_outlets()
