@@ -223,3 +223,66 @@ def test_kserves_layout_of_an_onnx_model_needs_no_config(tmp_path):
         np.testing.assert_allclose(got, session.run(None, {"x": x})[0], rtol=1e-5, atol=1e-6)
     finally:
         server.stop()
+
+
+def onnxruntime_library():
+    """The ONNX Runtime library the onnxruntime wheel ships."""
+    from pathlib import Path
+    return str(next((Path(onnxruntime.__file__).parent / "capi").glob("libonnxruntime.so*")))
+
+
+@pytest.fixture(scope="module")
+def ort_server(tmp_path_factory, monkeypatch_module):
+    root = tmp_path_factory.mktemp("onnx_ort")
+    for name, (make, *_rest) in MODELS.items():
+        write_model(root, name, make(), 'backend = "onnx"\nengine = "onnxruntime"\ninstances = 2\n')
+    monkeypatch_module.setenv("ORT_DYLIB_PATH", onnxruntime_library())
+    server = RunningServer(root)
+    yield server, root
+    server.stop()
+
+
+@pytest.fixture(scope="module")
+def monkeypatch_module():
+    with pytest.MonkeyPatch.context() as patch:
+        yield patch
+
+
+@pytest.mark.parametrize("name", sorted(MODELS))
+@pytest.mark.parametrize("module", [httpclient, grpcclient], ids=["http", "grpc"])
+def test_the_onnxruntime_engine_answers_as_onnxruntime(ort_server, name, module):
+    """engine = "onnxruntime" runs the wheel's own library: the same floats."""
+    server, root = ort_server
+    _, input_name, shape, output_name = MODELS[name]
+    address = server.address if module is httpclient else server.grpc_address
+    client = module.InferenceServerClient(address)
+    for rows in (1, 7, 64):
+        x = RNG.standard_normal((rows, *shape)).astype(np.float32)
+        inp = module.InferInput(input_name, list(x.shape), "FP32")
+        inp.set_data_from_numpy(x)
+        got = client.infer(name, [inp]).as_numpy(output_name)
+        options = onnxruntime.SessionOptions()
+        options.intra_op_num_threads = 1
+        session = onnxruntime.InferenceSession(str(root / name / "model.onnx"), options,
+                                               providers=["CPUExecutionProvider"])
+        np.testing.assert_array_equal(got, session.run(None, {input_name: x})[0])
+
+
+def test_the_onnxruntime_engine_reports_its_platform_and_bad_inputs(ort_server):
+    server, _ = ort_server
+    metadata = httpclient.InferenceServerClient(server.address).get_model_metadata("mlp")
+    assert metadata["platform"] == "onnxruntime_onnx"
+    assert metadata["inputs"] == [{"name": "x", "datatype": "FP32", "shape": [-1, 8]}]
+    answer = requests.post(f"http://{server.address}/v2/models/mlp/infer", json={
+        "inputs": [{"name": "x", "datatype": "FP32", "shape": [1, 5], "data": [0.0] * 5}]})
+    assert answer.status_code == 400 and "[1, 5]" in answer.json()["error"], answer.text
+
+
+def test_the_onnxruntime_engine_without_its_library_is_a_load_error(tmp_path, monkeypatch):
+    write_model(tmp_path, "mlp", mlp(), 'backend = "onnx"\nengine = "onnxruntime"\n')
+    monkeypatch.delenv("ORT_DYLIB_PATH", raising=False)
+    out = run_wirespeed("serve", "--models", tmp_path, "--check")
+    assert out.returncode != 0 and "set ORT_DYLIB_PATH" in out.stderr, out.stderr
+    monkeypatch.setenv("ORT_DYLIB_PATH", str(tmp_path / "nowhere.so"))
+    out = run_wirespeed("serve", "--models", tmp_path, "--check")
+    assert out.returncode != 0 and "nowhere.so" in out.stderr, out.stderr

@@ -21,6 +21,8 @@
 //! the server's CPU pool, never on an I/O thread.
 
 mod ml;
+#[cfg(feature = "onnxruntime")]
+mod runtime;
 
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
@@ -70,24 +72,25 @@ fn default_model_file() -> String {
     "model.onnx".to_owned()
 }
 
-/// An ONNX model, its plan optimized for tract.
+/// An ONNX model, ready on its engine.
 pub struct OnnxModel {
     metadata: ModelMetadata,
-    plan: Arc<TypedRunnableModel>,
+    engine: Engine,
     instances: Option<usize>,
+}
+
+/// What runs the graph.
+enum Engine {
+    /// tract's plan, optimized once at load.
+    Tract(Arc<TypedRunnableModel>),
+    /// ONNX Runtime's sessions, one a request computed at once.
+    #[cfg(feature = "onnxruntime")]
+    OnnxRuntime(runtime::Sessions),
 }
 
 impl OnnxModel {
     fn load(source: &ModelSource<'_>) -> Result<OnnxModel, String> {
         let keys: OnnxKeys = source.keys()?;
-        match keys.engine.as_deref() {
-            None | Some("tract") => {}
-            Some(other) => {
-                return Err(format!(
-                    "unknown engine '{other}'; the onnx backend runs models on 'tract'"
-                ))
-            }
-        }
         if keys.instances == Some(0) {
             return Err("instances must be at least 1".to_owned());
         }
@@ -96,6 +99,40 @@ impl OnnxModel {
             return Err(format!("model_file {} does not exist", path.display()));
         }
         let config = source.config();
+        match keys.engine.as_deref() {
+            None | Some("tract") => {}
+            #[cfg(feature = "onnxruntime")]
+            Some("onnxruntime") => {
+                let sessions = keys.instances.unwrap_or(source.pool().threads());
+                let (sessions, inputs, outputs) =
+                    runtime::Sessions::load(&path, sessions, &config.inputs, &config.outputs)?;
+                return Ok(OnnxModel {
+                    metadata: ModelMetadata {
+                        name: source.name().to_owned(),
+                        versions: vec![config.version.clone()],
+                        platform: "onnxruntime_onnx".to_owned(),
+                        inputs,
+                        outputs,
+                    },
+                    engine: Engine::OnnxRuntime(sessions),
+                    instances: Some(keys.instances.unwrap_or(source.pool().threads())),
+                });
+            }
+            #[cfg(not(feature = "onnxruntime"))]
+            Some("onnxruntime") => {
+                return Err(
+                    "engine 'onnxruntime': this wirespeed was built without it; build \
+                            with `cargo build --release -p wirespeed --features onnxruntime`"
+                        .to_owned(),
+                )
+            }
+            Some(other) => {
+                return Err(format!(
+                    "unknown engine '{other}'; the onnx backend runs models on 'tract' (the \
+                     default) or 'onnxruntime'"
+                ))
+            }
+        }
         // tract reports what it cannot read as errors; a panic deep in a
         // malformed graph is caught here too, so that it is a load error
         // of this model and the server serves the others.
@@ -117,7 +154,7 @@ impl OnnxModel {
                 inputs,
                 outputs,
             },
-            plan,
+            engine: Engine::Tract(plan),
             instances: keys.instances,
         })
     }
@@ -406,15 +443,28 @@ impl Model for OnnxModel {
 
     fn infer(&self, inputs: &[Tensor], outputs: &[usize]) -> Result<Vec<Tensor>, Error> {
         // In the graph's order, whatever the request's.
+        let ordered = self
+            .metadata
+            .inputs
+            .iter()
+            .map(|spec| {
+                inputs.iter().find(|t| t.name == spec.name).ok_or_else(|| {
+                    Error::invalid_input(format!("input '{}' is missing", spec.name))
+                })
+            })
+            .collect::<Result<Vec<&Tensor>, Error>>()?;
+        let plan = match &self.engine {
+            Engine::Tract(plan) => plan,
+            #[cfg(feature = "onnxruntime")]
+            Engine::OnnxRuntime(sessions) => {
+                return sessions.run(&self.metadata, &ordered, outputs);
+            }
+        };
         let mut values: TVec<TValue> = tvec![];
-        for spec in &self.metadata.inputs {
-            let tensor = inputs
-                .iter()
-                .find(|t| t.name == spec.name)
-                .ok_or_else(|| Error::invalid_input(format!("input '{}' is missing", spec.name)))?;
+        for tensor in ordered {
             values.push(to_tract(tensor).map_err(Error::invalid_input)?.into());
         }
-        let results = self.plan.run(values).map_err(|e| {
+        let results = plan.run(values).map_err(|e| {
             Error::invalid_input(format!(
                 "model '{}' cannot run on these inputs: {e:#}",
                 self.metadata.name

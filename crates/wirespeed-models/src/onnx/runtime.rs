@@ -1,0 +1,247 @@
+//! `engine = "onnxruntime"`: ONNX Runtime through the `ort` crate, behind
+//! the `onnxruntime` cargo feature, loaded at run time from the library
+//! `ORT_DYLIB_PATH` names (the `libonnxruntime.so` the `onnxruntime`
+//! Python wheel ships, in `onnxruntime/capi/`, will do), so building needs
+//! no library and the default build stays pure Rust.
+//!
+//! `Session::run` takes `&mut self`, so a model holds one session an
+//! instance (`instances`, by default the CPU pool's threads) and each
+//! request computing takes one; the scheduler computes at most that many
+//! at once, so a request always finds one free. Each session runs on one
+//! intra-op thread: requests, not ONNX Runtime's own threads, share the
+//! cores, as every other backend's do.
+
+use std::path::Path;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Mutex, OnceLock};
+
+use ort::environment::Environment;
+use ort::session::{Session, SessionInputValue};
+use ort::value::{DynValue, TensorElementType, TensorRef, ValueType};
+use wirespeed_core::{DataType, Error, ModelMetadata, Tensor, TensorData, TensorSpec};
+
+use super::{agree, undeclared};
+use crate::config::TensorConfig;
+
+/// The process's one ONNX Runtime environment, made at the first load.
+static ENVIRONMENT: OnceLock<Result<Environment, String>> = OnceLock::new();
+
+fn environment() -> Result<&'static Environment, String> {
+    ENVIRONMENT
+        .get_or_init(|| {
+            let library = std::env::var_os("ORT_DYLIB_PATH").ok_or_else(|| {
+                "engine 'onnxruntime' loads ONNX Runtime at run time: set ORT_DYLIB_PATH to its \
+                 library (e.g. the libonnxruntime.so.* in the onnxruntime wheel's capi folder)"
+                    .to_owned()
+            })?;
+            ort::init_from(&library)
+                .map_err(|e| format!("ORT_DYLIB_PATH: {e}"))?
+                .with_name("wirespeed")
+                .with_telemetry(false)
+                .build()
+                .map_err(|e| format!("ONNX Runtime: {e}"))
+        })
+        .as_ref()
+        .map_err(Clone::clone)
+}
+
+/// A model's sessions, one an instance.
+pub(super) struct Sessions {
+    sessions: Vec<Mutex<Session>>,
+    next: AtomicUsize,
+}
+
+/// The sessions, and the model's inputs and outputs as clients see them.
+type Loaded = (Sessions, Vec<TensorSpec>, Vec<TensorSpec>);
+
+impl Sessions {
+    /// `count` sessions of the model at `path`, its inputs and outputs
+    /// checked against the config's when it declares them.
+    pub(super) fn load(
+        path: &Path,
+        count: usize,
+        declared_inputs: &[TensorConfig],
+        declared_outputs: &[TensorConfig],
+    ) -> Result<Loaded, String> {
+        let environment = environment()?;
+        let file = path.display();
+        let mut sessions = Vec::with_capacity(count);
+        for _ in 0..count.max(1) {
+            let session = Session::builder(environment)
+                .and_then(|b| b.with_intra_threads(1).map_err(Into::into))
+                .and_then(|mut b| b.commit_from_file(path))
+                .map_err(|e| format!("{file}: ONNX Runtime cannot load it: {e}"))?;
+            sessions.push(session);
+        }
+        let first = &sessions[0];
+        let specs = |outlets: &[ort::value::Outlet], what: &str| {
+            outlets
+                .iter()
+                .map(|o| spec(o.name(), o.dtype(), what))
+                .collect::<Result<Vec<_>, String>>()
+        };
+        let inputs = specs(first.inputs(), "input")?;
+        let outputs = specs(first.outputs(), "output")?;
+        for (specs, declared, what) in [
+            (&inputs, declared_inputs, "input"),
+            (&outputs, declared_outputs, "output"),
+        ] {
+            for spec in specs.iter() {
+                if let Some(d) = declared.iter().find(|d| d.name == spec.name) {
+                    agree(what, spec, &d.to_spec()?)?;
+                }
+            }
+            undeclared(what, declared, specs)?;
+        }
+        let sessions = sessions.into_iter().map(Mutex::new).collect();
+        Ok((
+            Sessions {
+                sessions,
+                next: AtomicUsize::new(0),
+            },
+            inputs,
+            outputs,
+        ))
+    }
+
+    /// Runs `inputs` (in the graph's order) on a free session.
+    pub(super) fn run(
+        &self,
+        metadata: &ModelMetadata,
+        inputs: &[&Tensor],
+        outputs: &[usize],
+    ) -> Result<Vec<Tensor>, Error> {
+        let values = inputs
+            .iter()
+            .map(|t| value(t).map_err(Error::invalid_input))
+            .collect::<Result<Vec<SessionInputValue<'_>>, Error>>()?;
+        let mut session = self.free();
+        let results = session.run(values.as_slice()).map_err(|e| {
+            Error::invalid_input(format!(
+                "model '{}' cannot run on these inputs: {e}",
+                metadata.name
+            ))
+        })?;
+        outputs
+            .iter()
+            .map(|&i| {
+                let name = &metadata.outputs[i].name;
+                tensor(name, &results[i]).map_err(Error::internal)
+            })
+            .collect()
+    }
+
+    /// A session no other request holds: the scheduler computes at most
+    /// one request a session, so one is free; should it not be, the next
+    /// in turn is waited for.
+    fn free(&self) -> std::sync::MutexGuard<'_, Session> {
+        let n = self.sessions.len();
+        let start = self.next.fetch_add(1, Ordering::Relaxed);
+        for k in 0..n {
+            if let Ok(session) = self.sessions[(start + k) % n].try_lock() {
+                return session;
+            }
+        }
+        self.sessions[start % n]
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+}
+
+/// An input or output as clients see it.
+fn spec(name: &str, dtype: &ValueType, what: &str) -> Result<TensorSpec, String> {
+    let ValueType::Tensor { ty, shape, .. } = dtype else {
+        return Err(format!(
+            "{what} '{name}' is {dtype}, not a tensor; V2 carries tensors only (a ZipMap? convert \
+             without it)"
+        ));
+    };
+    let datatype = data_type(*ty)
+        .ok_or_else(|| format!("{what} '{name}' is {ty:?}, which wirespeed cannot send"))?;
+    Ok(TensorSpec {
+        name: name.to_owned(),
+        datatype,
+        shape: shape.iter().map(|&d| if d < 0 { -1 } else { d }).collect(),
+    })
+}
+
+/// The datatypes both sides have, once: the wire datatype, the
+/// `TensorData` variant and ONNX Runtime's element type.
+macro_rules! datatypes {
+    ($($variant:ident => $element:ident),+ $(,)?) => {
+        fn data_type(ty: TensorElementType) -> Option<DataType> {
+            match ty {
+                $(TensorElementType::$element => Some(DataType::$variant),)+
+                TensorElementType::String => Some(DataType::Bytes),
+                _ => None,
+            }
+        }
+
+        /// A request tensor as an ONNX Runtime value over its data.
+        fn value(tensor: &Tensor) -> Result<SessionInputValue<'_>, String> {
+            let shape: Vec<i64> = tensor.shape.iter().map(|&d| d as i64).collect();
+            let made = match &tensor.data {
+                $(TensorData::$variant(v) => {
+                    TensorRef::from_array_view((shape, v.as_slice())).map(SessionInputValue::from)
+                })+
+                TensorData::Bytes(v) => {
+                    let text = v
+                        .iter()
+                        .map(|b| String::from_utf8(b.clone()))
+                        .collect::<Result<Vec<String>, _>>()
+                        .map_err(|_| {
+                            format!("input '{}' has an element that is not UTF-8 text", tensor.name)
+                        })?;
+                    ort::value::Tensor::from_string_array((shape, text.as_slice()))
+                        .map(SessionInputValue::from)
+                }
+                other => {
+                    return Err(format!(
+                        "input '{}' is {}, which the onnxruntime engine does not take",
+                        tensor.name,
+                        other.datatype().as_str()
+                    ))
+                }
+            };
+            made.map_err(|e| format!("input '{}': {e}", tensor.name))
+        }
+
+        /// An ONNX Runtime result as a response tensor called `name`.
+        fn tensor(name: &str, value: &DynValue) -> Result<Tensor, String> {
+            let ValueType::Tensor { ty, .. } = value.dtype() else {
+                return Err(format!("output '{name}' is not a tensor"));
+            };
+            let fail = |e: ort::Error| format!("output '{name}': {e}");
+            let (shape, data) = match ty {
+                $(TensorElementType::$element => {
+                    let (shape, data) = value.try_extract_tensor().map_err(fail)?;
+                    (shape.to_vec(), TensorData::$variant(data.to_vec()))
+                })+
+                TensorElementType::String => {
+                    let (shape, data) = value.try_extract_strings().map_err(fail)?;
+                    (shape.to_vec(), TensorData::Bytes(data.into_iter().map(String::into_bytes).collect()))
+                }
+                other => return Err(format!("output '{name}' came out as {other:?}")),
+            };
+            Ok(Tensor {
+                name: name.to_owned(),
+                shape: shape.iter().map(|&d| d.max(0) as usize).collect(),
+                data,
+            })
+        }
+    };
+}
+
+datatypes! {
+    Bool => Bool,
+    Uint8 => Uint8,
+    Uint16 => Uint16,
+    Uint32 => Uint32,
+    Uint64 => Uint64,
+    Int8 => Int8,
+    Int16 => Int16,
+    Int32 => Int32,
+    Int64 => Int64,
+    Fp32 => Float32,
+    Fp64 => Float64,
+}
