@@ -77,6 +77,8 @@ pub struct OnnxModel {
     metadata: ModelMetadata,
     engine: Engine,
     instances: Option<usize>,
+    /// Every operator is light: small requests run inline.
+    light: bool,
 }
 
 /// What runs the graph.
@@ -116,6 +118,7 @@ impl OnnxModel {
                     },
                     engine: Engine::OnnxRuntime(sessions),
                     instances: Some(keys.instances.unwrap_or(source.pool().threads())),
+                    light: false,
                 });
             }
             #[cfg(not(feature = "onnxruntime"))]
@@ -145,7 +148,7 @@ impl OnnxModel {
                 path.display()
             ))
         })?;
-        let (plan, inputs, outputs) = planned;
+        let (plan, inputs, outputs, light) = planned;
         Ok(OnnxModel {
             metadata: ModelMetadata {
                 name: source.name().to_owned(),
@@ -156,12 +159,19 @@ impl OnnxModel {
             },
             engine: Engine::Tract(plan),
             instances: keys.instances,
+            light,
         })
     }
 }
 
-/// A graph's plan, and its inputs and outputs as clients see them.
-type Planned = (Arc<TypedRunnableModel>, Vec<TensorSpec>, Vec<TensorSpec>);
+/// A graph's plan, its inputs and outputs as clients see them, and
+/// whether it is light (`LIGHT_OPERATORS`).
+type Planned = (
+    Arc<TypedRunnableModel>,
+    Vec<TensorSpec>,
+    Vec<TensorSpec>,
+    bool,
+);
 
 /// Reads, types and optimizes the graph at `path`, checking it against the
 /// config's `inputs` and `outputs` when it declares them. Returns the plan
@@ -173,9 +183,19 @@ fn plan(
     pool: &CpuPool,
 ) -> Result<Planned, String> {
     let file = path.display();
-    let mut model = framework()
-        .model_for_path(path)
-        .map_err(|e| format!("{file} cannot be loaded: {e:#}"))?;
+    let onnx = framework();
+    let loaded = onnx.proto_model_for_path(path).and_then(|proto| {
+        let dir = path.parent().and_then(|d| d.to_str());
+        let parsed = onnx.parse(&proto, dir)?;
+        if !parsed.unresolved_inputs.is_empty() {
+            return Err(tract_onnx::prelude::TractError::msg(format!(
+                "inputs {:?} come from nowhere",
+                parsed.unresolved_inputs
+            )));
+        }
+        Ok((parsed.model, light(&proto)))
+    });
+    let (mut model, light) = loaded.map_err(|e| format!("{file} cannot be loaded: {e:#}"))?;
     // Every operator the engine lacks, at once, each with its node.
     let missing: Vec<String> = model
         .nodes()
@@ -280,8 +300,41 @@ fn plan(
         .into_optimized()
         .and_then(|m| m.into_runnable())
         .map_err(|e| format!("{file}: the graph cannot be planned: {e:#}"))?;
-    Ok((plan, inputs, outputs))
+    Ok((plan, inputs, outputs, light))
 }
+
+/// Operators whose cost is a few operations an element: a graph of only
+/// these (a tabular model: trees, scalers, a linear model, the casts
+/// around them) answers a small request in microseconds.
+#[rustfmt::skip]
+const LIGHT_OPERATORS: &[&str] = &[
+    // ai.onnx.ml
+    "TreeEnsembleClassifier", "TreeEnsembleRegressor", "Scaler", "Imputer", "Binarizer",
+    "LinearClassifier", "LinearRegressor", "Normalizer", "ArrayFeatureExtractor", "CategoryMapper",
+    // element-wise and shape operators
+    "Abs", "Add", "And", "ArgMax", "ArgMin", "Cast", "CastLike", "Ceil", "Clip", "Concat",
+    "Constant", "ConstantOfShape", "Div", "Equal", "Erf", "Exp", "Flatten", "Floor", "Gather",
+    "Greater", "GreaterOrEqual", "Identity", "IsNaN", "Less", "LessOrEqual", "Log", "Max", "Min",
+    "Mul", "Neg", "Not", "Or", "Pow", "Reciprocal", "ReduceMax", "ReduceMean", "ReduceMin",
+    "ReduceSum", "Relu", "Reshape", "Round", "Shape", "Sigmoid", "Slice", "Softmax", "Split",
+    "Sqrt", "Squeeze", "Sub", "Sum", "Tanh", "Transpose", "Unsqueeze", "Where",
+];
+
+/// Whether every node of the graph is a light operator.
+fn light(proto: &tract_onnx::pb::ModelProto) -> bool {
+    proto.graph.as_ref().is_some_and(|graph| {
+        graph
+            .node
+            .iter()
+            .all(|node| LIGHT_OPERATORS.contains(&node.op_type.as_str()))
+    })
+}
+
+/// Requests of fewer input elements than this, to a graph of light
+/// operators, run on the I/O thread that read them: their compute
+/// (microseconds: one row through 100 trees takes 3 µs) costs less than
+/// handing them to the CPU pool and back.
+const LIGHT_INLINE_ELEMENTS: usize = 1024;
 
 /// tract reads ONNX's INT64 casts as its symbolic dimension type (`TDim`);
 /// an output of that type is cast back to `i64`, the INT64 the graph
@@ -483,10 +536,15 @@ impl Model for OnnxModel {
         self.instances
     }
 
-    /// Always the CPU pool: a graph's cost is not its input's size (a
-    /// small image through a CNN takes milliseconds).
-    fn execution(&self, _elements: usize) -> Execution {
-        Execution::Pool
+    /// The CPU pool, since a graph's cost is not its input's size (a
+    /// small image through a CNN takes milliseconds); but a small request
+    /// to a graph of light operators (a tabular model) runs inline.
+    fn execution(&self, elements: usize) -> Execution {
+        if self.light && elements < LIGHT_INLINE_ELEMENTS {
+            Execution::Inline
+        } else {
+            Execution::Pool
+        }
     }
 }
 
@@ -513,6 +571,34 @@ pub fn supported_operators() -> Vec<String> {
 
 #[cfg(test)]
 mod tests {
+    use tract_onnx::pb::{GraphProto, ModelProto, NodeProto};
+
+    fn graph_of(ops: &[&str]) -> ModelProto {
+        ModelProto {
+            graph: Some(GraphProto {
+                node: ops
+                    .iter()
+                    .map(|op| NodeProto {
+                        op_type: (*op).to_owned(),
+                        ..NodeProto::default()
+                    })
+                    .collect(),
+                ..GraphProto::default()
+            }),
+            ..ModelProto::default()
+        }
+    }
+
+    /// A converted scikit-learn pipeline is light; a graph with one
+    /// convolution or matrix product is not.
+    #[test]
+    fn tabular_graphs_are_light_and_others_not() {
+        assert!(super::light(&graph_of(&["Scaler", "TreeEnsembleClassifier", "Cast"])));
+        assert!(!super::light(&graph_of(&["Scaler", "Conv"])));
+        assert!(!super::light(&graph_of(&["MatMul"])));
+        assert!(!super::light(&ModelProto::default()));
+    }
+
     /// docs/onnx.md lists exactly the operators tract registers, so the
     /// page cannot drift from the engine it documents.
     #[test]
