@@ -593,7 +593,11 @@ mod tests {
     /// convolution or matrix product is not.
     #[test]
     fn tabular_graphs_are_light_and_others_not() {
-        assert!(super::light(&graph_of(&["Scaler", "TreeEnsembleClassifier", "Cast"])));
+        assert!(super::light(&graph_of(&[
+            "Scaler",
+            "TreeEnsembleClassifier",
+            "Cast"
+        ])));
         assert!(!super::light(&graph_of(&["Scaler", "Conv"])));
         assert!(!super::light(&graph_of(&["MatMul"])));
         assert!(!super::light(&ModelProto::default()));
