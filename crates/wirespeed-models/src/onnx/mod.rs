@@ -506,6 +506,11 @@ impl Model for OnnxModel {
                 })
             })
             .collect::<Result<Vec<&Tensor>, Error>>()?;
+        // Without the onnxruntime feature, tract is the only engine.
+        #[cfg_attr(
+            not(feature = "onnxruntime"),
+            allow(clippy::infallible_destructuring_match)
+        )]
         let plan = match &self.engine {
             Engine::Tract(plan) => plan,
             #[cfg(feature = "onnxruntime")]
