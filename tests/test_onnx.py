@@ -186,6 +186,12 @@ def test_broken_files_are_load_errors_and_the_other_models_serve(tmp_path):
     folder = write_model(tmp_path, "cut", mlp())
     data = (folder / "model.onnx").read_bytes()
     (folder / "model.onnx").write_bytes(data[: len(data) // 2])
+    future = mlp()
+    future.opset_import[0].version = 99
+    folder = tmp_path / "future"
+    folder.mkdir()
+    onnx.save(future, folder / "model.onnx")  # onnx.checker refuses it too
+    (folder / "config.toml").write_text('backend = "onnx"\n')
     odd = tmp_path / "odd"
     odd.mkdir()
     onnx.save(unsupported_operator(), odd / "model.onnx")
@@ -193,7 +199,8 @@ def test_broken_files_are_load_errors_and_the_other_models_serve(tmp_path):
     server = RunningServer(tmp_path, extra_args=["--model-control-mode", "explicit", "--load-model", "good"])
     try:
         client = httpclient.InferenceServerClient(server.address)
-        for name, says in [("cut", "failed to decode"), ("odd", "operators tract does not run: Frobnicate (node 'y')")]:
+        for name, says in [("cut", "failed to decode"), ("odd", "operators tract does not run: Frobnicate (node 'y')"),
+                           ("future", "opset 99 of the default domain, which does not exist")]:
             with pytest.raises(InferenceServerException) as e:
                 client.load_model(name)
             assert says in str(e.value) and "model.onnx" in str(e.value), e.value

@@ -185,6 +185,7 @@ fn plan(
     let file = path.display();
     let onnx = framework();
     let loaded = onnx.proto_model_for_path(path).and_then(|proto| {
+        opsets(&proto).map_err(tract_onnx::prelude::TractError::msg)?;
         let dir = path.parent().and_then(|d| d.to_str());
         let parsed = onnx.parse(&proto, dir)?;
         if !parsed.unresolved_inputs.is_empty() {
@@ -301,6 +302,30 @@ fn plan(
         .and_then(|m| m.into_runnable())
         .map_err(|e| format!("{file}: the graph cannot be planned: {e:#}"))?;
     Ok((plan, inputs, outputs, light))
+}
+
+/// The newest operator sets published (ONNX 1.23): the default domain's
+/// and `ai.onnx.ml`'s. A model that declares a newer one was written for
+/// operators whose meaning no engine here knows.
+const NEWEST_OPSET: i64 = 28;
+const NEWEST_ML_OPSET: i64 = 5;
+
+/// Refuses opsets that do not exist (yet).
+fn opsets(proto: &tract_onnx::pb::ModelProto) -> Result<(), String> {
+    for opset in &proto.opset_import {
+        let (name, newest) = match opset.domain.as_str() {
+            "" | "ai.onnx" => ("the default domain", NEWEST_OPSET),
+            "ai.onnx.ml" => ("ai.onnx.ml", NEWEST_ML_OPSET),
+            _ => continue,
+        };
+        if opset.version < 1 || opset.version > newest {
+            return Err(format!(
+                "it declares opset {} of {name}, which does not exist: the newest is {newest}",
+                opset.version
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// Operators whose cost is a few operations an element: a graph of only
