@@ -101,31 +101,36 @@ impl OnnxModel {
             return Err(format!("model_file {} does not exist", path.display()));
         }
         let config = source.config();
-        match keys.engine.as_deref() {
-            None | Some("tract") => {}
+        let (engine, inputs, outputs, light) = match keys.engine.as_deref() {
+            None | Some("tract") => {
+                // tract reports what it cannot read as errors; a panic
+                // deep in a malformed graph is caught here too, so that it
+                // is a load error of this model and the server serves the
+                // others.
+                let planned = std::panic::catch_unwind(AssertUnwindSafe(|| {
+                    plan(&path, &config.inputs, &config.outputs, source.pool())
+                }))
+                .unwrap_or_else(|_| {
+                    Err(format!(
+                        "{}: tract failed on this graph (it panicked); the file may be corrupt",
+                        path.display()
+                    ))
+                })?;
+                let (plan, inputs, outputs, light) = planned;
+                (Engine::Tract(plan), inputs, outputs, light)
+            }
             #[cfg(feature = "onnxruntime")]
             Some("onnxruntime") => {
-                let sessions = keys.instances.unwrap_or(source.pool().threads());
+                let count = keys.instances.unwrap_or(source.pool().threads());
                 let (sessions, inputs, outputs) =
-                    runtime::Sessions::load(&path, sessions, &config.inputs, &config.outputs)?;
-                return Ok(OnnxModel {
-                    metadata: ModelMetadata {
-                        name: source.name().to_owned(),
-                        versions: vec![config.version.clone()],
-                        platform: "onnxruntime_onnx".to_owned(),
-                        inputs,
-                        outputs,
-                    },
-                    engine: Engine::OnnxRuntime(sessions),
-                    instances: Some(keys.instances.unwrap_or(source.pool().threads())),
-                    light: false,
-                });
+                    runtime::Sessions::load(&path, count, &config.inputs, &config.outputs)?;
+                (Engine::OnnxRuntime(sessions), inputs, outputs, false)
             }
             #[cfg(not(feature = "onnxruntime"))]
             Some("onnxruntime") => {
                 return Err(
                     "engine 'onnxruntime': this wirespeed was built without it; build \
-                            with `cargo build --release -p wirespeed --features onnxruntime`"
+                     with `cargo build --release -p wirespeed --features onnxruntime`"
                         .to_owned(),
                 )
             }
@@ -135,32 +140,30 @@ impl OnnxModel {
                      default) or 'onnxruntime'"
                 ))
             }
-        }
-        // tract reports what it cannot read as errors; a panic deep in a
-        // malformed graph is caught here too, so that it is a load error
-        // of this model and the server serves the others.
-        let planned = std::panic::catch_unwind(AssertUnwindSafe(|| {
-            plan(&path, &config.inputs, &config.outputs, source.pool())
-        }))
-        .unwrap_or_else(|_| {
-            Err(format!(
-                "{}: tract failed on this graph (it panicked); the file may be corrupt",
-                path.display()
-            ))
-        })?;
-        let (plan, inputs, outputs, light) = planned;
+        };
         Ok(OnnxModel {
             metadata: ModelMetadata {
                 name: source.name().to_owned(),
                 versions: vec![config.version.clone()],
-                platform: "onnx_tract".to_owned(),
+                platform: engine.platform().to_owned(),
                 inputs,
                 outputs,
             },
-            engine: Engine::Tract(plan),
+            engine,
             instances: keys.instances,
             light,
         })
+    }
+}
+
+impl Engine {
+    /// The model's platform, as Triton names it.
+    fn platform(&self) -> &'static str {
+        match self {
+            Engine::Tract(_) => "onnx_tract",
+            #[cfg(feature = "onnxruntime")]
+            Engine::OnnxRuntime(_) => "onnxruntime_onnx",
+        }
     }
 }
 
@@ -433,6 +436,15 @@ fn undeclared(what: &str, declared: &[TensorConfig], graph: &[TensorSpec]) -> Re
     }
 }
 
+/// A BYTES input's elements as the UTF-8 strings ONNX's are.
+fn text(name: &str, elements: &[Vec<u8>]) -> Result<Vec<String>, String> {
+    elements
+        .iter()
+        .map(|b| String::from_utf8(b.clone()))
+        .collect::<Result<Vec<String>, _>>()
+        .map_err(|_| format!("input '{name}' has an element that is not UTF-8 text"))
+}
+
 /// The datatypes both sides have, once: each wire datatype with its
 /// `TensorData` variant and tract's datum type, and the three conversions
 /// made from the one table.
@@ -451,16 +463,8 @@ macro_rules! datatypes {
         fn to_tract(tensor: &Tensor) -> Result<TractTensor, String> {
             let made = match &tensor.data {
                 $(TensorData::$variant(v) => TractTensor::from_shape(&tensor.shape, v),)+
-                // ONNX strings are UTF-8.
                 TensorData::Bytes(v) => {
-                    let text = v
-                        .iter()
-                        .map(|b| String::from_utf8(b.clone()))
-                        .collect::<Result<Vec<String>, _>>()
-                        .map_err(|_| {
-                            format!("input '{}' has an element that is not UTF-8 text", tensor.name)
-                        })?;
-                    tract_onnx::prelude::tensor1(&text).into_shape(&tensor.shape)
+                    tract_onnx::prelude::tensor1(&text(&tensor.name, v)?).into_shape(&tensor.shape)
                 }
                 other => {
                     return Err(format!(

@@ -20,7 +20,7 @@ use ort::session::{Session, SessionInputValue};
 use ort::value::{DynValue, TensorElementType, TensorRef, ValueType};
 use wirespeed_core::{DataType, Error, ModelMetadata, Tensor, TensorData, TensorSpec};
 
-use super::{agree, undeclared};
+use super::{agree, text, undeclared};
 use crate::config::TensorConfig;
 
 /// The process's one ONNX Runtime environment, made at the first load.
@@ -185,13 +185,7 @@ macro_rules! datatypes {
                     TensorRef::from_array_view((shape, v.as_slice())).map(SessionInputValue::from)
                 })+
                 TensorData::Bytes(v) => {
-                    let text = v
-                        .iter()
-                        .map(|b| String::from_utf8(b.clone()))
-                        .collect::<Result<Vec<String>, _>>()
-                        .map_err(|_| {
-                            format!("input '{}' has an element that is not UTF-8 text", tensor.name)
-                        })?;
+                    let text = text(&tensor.name, v)?;
                     ort::value::Tensor::from_string_array((shape, text.as_slice()))
                         .map(SessionInputValue::from)
                 }
