@@ -172,6 +172,11 @@ impl Node {
         }
     }
 
+    /// The left and right children of a split.
+    pub(crate) fn children(&self) -> [u32; 2] {
+        [self.left, self.right]
+    }
+
     /// A leaf, before [`TreeEnsemble::finalize`].
     pub(crate) fn is_unfinished_leaf(&self) -> bool {
         self.left == 0

@@ -355,6 +355,7 @@ impl OnnxTrees {
         let mut flat_source: Vec<usize> = Vec::with_capacity(n);
         let mut swapped: Vec<bool> = Vec::with_capacity(n);
         let mut tree_of: Vec<u32> = Vec::with_capacity(n);
+        let mut placed: Vec<Option<u32>> = vec![None; n];
         let mut roots = Vec::with_capacity(tree_order.len());
         for &tree in &tree_order {
             let mut tree_roots = (0..n).filter(|&i| nodes.tree_ids[i] == tree && !pointed[i]);
@@ -370,18 +371,21 @@ impl OnnxTrees {
             let tree_index = roots.len() as u32 - 1;
             // Depth first, each node's index fixed when it is reached;
             // children are patched in once they have theirs.
+            // Depth first, each node placed when first reached; a node two
+            // parents share (ONNX allows it: a set-membership split is a
+            // chain of equality splits to one child) is placed once.
             let mut stack = vec![(root, usize::MAX, false)];
-            let mut seen = 0usize;
             while let Some((i, parent, is_true)) = stack.pop() {
-                seen += 1;
-                if seen > n {
-                    return Err(LoadError::onnx(format!("tree {tree} has a cycle")));
-                }
-                let at = flat.len();
+                let at = placed[i].unwrap_or(flat.len() as u32);
                 if parent != usize::MAX {
                     // The true branch is the left child unless swapped.
-                    flat[parent].set_child(is_true != swapped[parent], at as u32);
+                    flat[parent].set_child(is_true != swapped[parent], at);
                 }
+                if placed[i].is_some() {
+                    continue;
+                }
+                placed[i] = Some(at);
+                let at = at as usize;
                 flat_source.push(i);
                 tree_of.push(tree_index);
                 if nodes.modes[i] == NodeMode::Leaf {
@@ -407,8 +411,14 @@ impl OnnxTrees {
         }
         if flat.len() != n {
             return Err(LoadError::onnx(
-                "some nodes belong to no tree reachable from a root, or to two places in one",
+                "some nodes belong to no tree: no root reaches them",
             ));
+        }
+        if let Some(tree) = cyclic(&flat, &roots) {
+            return Err(LoadError::onnx(format!(
+                "tree {} has a cycle",
+                tree_order[tree]
+            )));
         }
 
         // The leaves' weights, by flat index.
@@ -785,6 +795,40 @@ impl OnnxTrees {
     }
 }
 
+/// The first tree (by index) in which a walk from the root can come back
+/// to a node it has passed, before the leaves point at themselves.
+fn cyclic(flat: &[Node], roots: &[u32]) -> Option<usize> {
+    // 0: not reached, 1: on the current path, 2: done.
+    let mut state = vec![0u8; flat.len()];
+    for (tree, &root) in roots.iter().enumerate() {
+        // (node, whether its children have been pushed)
+        let mut stack = vec![(root as usize, false)];
+        while let Some((i, expanded)) = stack.pop() {
+            if expanded {
+                state[i] = 2;
+                continue;
+            }
+            match state[i] {
+                1 => return Some(tree),
+                2 => continue,
+                _ => {}
+            }
+            state[i] = 1;
+            stack.push((i, true));
+            if !flat[i].is_unfinished_leaf() {
+                for child in flat[i].children() {
+                    match state[child as usize] {
+                        1 => return Some(tree),
+                        0 => stack.push((child as usize, false)),
+                        _ => {}
+                    }
+                }
+            }
+        }
+    }
+    None
+}
+
 /// A node's decision in this runtime's form.
 #[derive(Debug, Clone, Copy)]
 struct Split {
@@ -1063,6 +1107,56 @@ mod tests {
             classify(&[(1, 0, -0.7), (2, 1, 0.2)], &[0, 1], &[], None),
             (vec![0, 1], vec![0.7, -0.7, 0.0, 0.2])
         );
+    }
+
+    /// Two splits that share a child (a set-membership chain), and a
+    /// cycle, which is refused.
+    #[test]
+    fn shared_children_are_placed_once_and_cycles_refused() {
+        use NodeMode::*;
+        let nodes = |true_of_2: i64| OnnxNodes {
+            tree_ids: vec![0; 4],
+            node_ids: vec![0, 1, 2, 3],
+            feature_ids: vec![0; 4],
+            values: vec![1.0, 2.0, 0.0, 0.0],
+            modes: vec![
+                BranchEq,
+                BranchEq,
+                if true_of_2 == 0 { Leaf } else { BranchLeq },
+                Leaf,
+            ],
+            true_ids: vec![2, 2, true_of_2, 0],
+            false_ids: vec![1, 3, 1, 0],
+            missing_tracks_true: vec![],
+        };
+        let weights = OnnxWeights {
+            tree_ids: vec![0, 0],
+            node_ids: vec![2, 3],
+            target_ids: vec![0, 0],
+            weights: vec![10.0, 20.0],
+        };
+        let member = OnnxTrees::regressor(
+            &nodes(0),
+            &weights,
+            1,
+            Aggregate::Sum,
+            PostTransform::None,
+            vec![],
+        )
+        .unwrap();
+        let mut out = [0.0; 4];
+        member.predict(&[1.0, 2.0, 3.0, f32::NAN], 1, &mut out, &mut []);
+        assert_eq!(out, [10.0, 10.0, 20.0, 20.0]);
+        let err = OnnxTrees::regressor(
+            &nodes(1),
+            &weights,
+            1,
+            Aggregate::Sum,
+            PostTransform::None,
+            vec![],
+        )
+        .unwrap_err();
+        assert!(err.to_string().contains("cycle"), "{err}");
     }
 
     #[test]

@@ -42,6 +42,7 @@ pub(super) fn share_pool(typed: &mut TypedModel, pool: &CpuPool) {
 pub(super) fn register(register: &mut OnnxOpRegister) {
     register.insert("TreeEnsembleClassifier", tree_classifier);
     register.insert("TreeEnsembleRegressor", tree_regressor);
+    register.insert("TreeEnsemble", tree_ensemble);
     register.insert("Scaler", scaler);
     register.insert("Imputer", imputer);
     register.insert("Binarizer", binarizer);
@@ -57,31 +58,40 @@ fn floats(node: &NodeProto, name: &str) -> TractResult<Option<Vec<f32>>> {
     if let Some(values) = node.get_attr_opt_vec::<f32>(name)? {
         return Ok(Some(values));
     }
-    let Some(tensor) =
-        node.get_attr_opt::<&tract_onnx::pb::TensorProto>(&format!("{name}_as_tensor"))?
-    else {
+    let Some(values) = tensor_attribute(node, &format!("{name}_as_tensor"))? else {
         return Ok(None);
     };
-    let doubles: Vec<f64> = if !tensor.double_data.is_empty() {
+    Ok(Some(values.iter().map(|&d| d as f32).collect()))
+}
+
+/// A tensor attribute's numbers (float, double or integer elements).
+fn tensor_attribute(node: &NodeProto, name: &str) -> TractResult<Option<Vec<f64>>> {
+    let Some(tensor) = node.get_attr_opt::<&tract_onnx::pb::TensorProto>(name)? else {
+        return Ok(None);
+    };
+    let raw = &tensor.raw_data;
+    let values: Vec<f64> = if !tensor.double_data.is_empty() {
         tensor.double_data.clone()
     } else if !tensor.float_data.is_empty() {
         tensor.float_data.iter().map(|&f| f64::from(f)).collect()
-    } else if tensor.data_type == 11 && tensor.raw_data.len() % 8 == 0 {
-        tensor
-            .raw_data
-            .chunks_exact(8)
-            .map(|b| f64::from_le_bytes(b.try_into().unwrap()))
-            .collect()
-    } else if tensor.data_type == 1 && tensor.raw_data.len() % 4 == 0 {
-        tensor
-            .raw_data
-            .chunks_exact(4)
-            .map(|b| f64::from(f32::from_le_bytes(b.try_into().unwrap())))
-            .collect()
+    } else if !tensor.int32_data.is_empty() {
+        tensor.int32_data.iter().map(|&i| f64::from(i)).collect()
     } else {
-        bail!("{name}_as_tensor is neither doubles nor floats")
+        // Little-endian raw data of the tensor's type.
+        match (tensor.data_type, raw.len()) {
+            (11, len) if len % 8 == 0 => raw
+                .chunks_exact(8)
+                .map(|b| f64::from_le_bytes(b.try_into().unwrap()))
+                .collect(),
+            (1, len) if len % 4 == 0 => raw
+                .chunks_exact(4)
+                .map(|b| f64::from(f32::from_le_bytes(b.try_into().unwrap())))
+                .collect(),
+            (2, _) => raw.iter().map(|&b| f64::from(b)).collect(),
+            (kind, _) => bail!("{name}: a tensor of type {kind} is not read here"),
+        }
     };
-    Ok(Some(doubles.iter().map(|&d| d as f32).collect()))
+    Ok(Some(values))
 }
 
 fn ints(node: &NodeProto, name: &str) -> TractResult<Vec<i64>> {
@@ -181,6 +191,204 @@ fn tree_regressor(_ctx: &ParsingContext<'_>, node: &NodeProto) -> Built {
 /// less on two).
 const PARALLEL_ROWS: usize = 256;
 const PARALLEL_WALKS: usize = 16_384;
+
+/// `TreeEnsemble` (ai.onnx.ml opset 5), whose nodes and leaves are indexed
+/// arrays and whose set-membership splits list their members: written as
+/// the older operators' nodes (tree, node id), a membership split as a
+/// chain of equality splits, and run as a `TreeEnsembleRegressor`.
+fn tree_ensemble(_ctx: &ParsingContext<'_>, node: &NodeProto) -> Built {
+    let required = |name: &str| -> TractResult<Vec<f64>> {
+        tensor_attribute(node, name)?.ok_or_else(|| format_err!("TreeEnsemble needs {name}"))
+    };
+    let roots = ints(node, "tree_roots")?;
+    let features = ints(node, "nodes_featureids")?;
+    let n = features.len();
+    let modes = required("nodes_modes")?;
+    let splits = required("nodes_splits")?;
+    let true_ids = ints(node, "nodes_truenodeids")?;
+    let false_ids = ints(node, "nodes_falsenodeids")?;
+    let true_leaves = ints(node, "nodes_trueleafs")?;
+    let false_leaves = ints(node, "nodes_falseleafs")?;
+    let tracks = ints(node, "nodes_missing_value_tracks_true")?;
+    let leaf_targets = ints(node, "leaf_targetids")?;
+    let leaf_weights = required("leaf_weights")?;
+    for (name, len) in [
+        ("nodes_modes", modes.len()),
+        ("nodes_splits", splits.len()),
+        ("nodes_truenodeids", true_ids.len()),
+        ("nodes_falsenodeids", false_ids.len()),
+        ("nodes_trueleafs", true_leaves.len()),
+        ("nodes_falseleafs", false_leaves.len()),
+    ] {
+        ensure!(len == n, "{name} has {len} entries, nodes_featureids {n}");
+    }
+    ensure!(
+        tracks.is_empty() || tracks.len() == n,
+        "nodes_missing_value_tracks_true has {} entries, nodes_featureids {n}",
+        tracks.len()
+    );
+    ensure!(
+        leaf_targets.len() == leaf_weights.len(),
+        "leaf_targetids and leaf_weights differ in length"
+    );
+    // Each membership split's members, in node order, separated by NaN.
+    let members = tensor_attribute(node, "membership_values")?.unwrap_or_default();
+    let mut sets = members.split(|m| m.is_nan());
+    let mut set_of = vec![Vec::new(); n];
+    for (i, &mode) in modes.iter().enumerate() {
+        if mode == 6.0 {
+            set_of[i] = sets.next().unwrap_or_default().to_vec();
+            ensure!(!set_of[i].is_empty(), "membership node {i} has no members");
+        }
+    }
+    let mode_of = |code: f64| -> TractResult<NodeMode> {
+        Ok(match code as i64 {
+            0 => NodeMode::BranchLeq,
+            1 => NodeMode::BranchLt,
+            2 => NodeMode::BranchGte,
+            3 => NodeMode::BranchGt,
+            4 => NodeMode::BranchEq,
+            5 => NodeMode::BranchNeq,
+            other => bail!("unknown node mode {other}"),
+        })
+    };
+    // Node ids: interior nodes keep their index, leaf j is n + j, and the
+    // extra links of membership chains come after.
+    let leaf_id = |j: i64| n as i64 + j;
+    let mut next_id = n as i64 + leaf_weights.len() as i64;
+    let mut nodes = OnnxNodes::default();
+    let mut weights = OnnxWeights::default();
+    let push = |nodes: &mut OnnxNodes,
+                tree: i64,
+                id: i64,
+                feature: i64,
+                value: f32,
+                mode: NodeMode,
+                yes: i64,
+                no: i64,
+                nan_true: bool| {
+        nodes.tree_ids.push(tree);
+        nodes.node_ids.push(id);
+        nodes.feature_ids.push(feature);
+        nodes.values.push(value);
+        nodes.modes.push(mode);
+        nodes.true_ids.push(yes);
+        nodes.false_ids.push(no);
+        nodes.missing_tracks_true.push(nan_true);
+    };
+    for (tree, &root) in roots.iter().enumerate() {
+        let tree = tree as i64;
+        ensure!(
+            root >= 0 && (root as usize) < n,
+            "tree_roots names node {root}; there are {n}"
+        );
+        let mut seen_nodes = vec![false; n];
+        let mut seen_leaves = vec![false; leaf_weights.len()];
+        let mut stack = vec![root as usize];
+        while let Some(i) = stack.pop() {
+            if std::mem::replace(&mut seen_nodes[i], true) {
+                continue;
+            }
+            let mut child = |id: i64, leaf: bool, stack: &mut Vec<usize>| -> TractResult<i64> {
+                if leaf {
+                    ensure!(
+                        id >= 0 && (id as usize) < leaf_weights.len(),
+                        "node {i} points at leaf {id}; there are {}",
+                        leaf_weights.len()
+                    );
+                    if !std::mem::replace(&mut seen_leaves[id as usize], true) {
+                        let at = leaf_id(id);
+                        push(&mut nodes, tree, at, 0, 0.0, NodeMode::Leaf, 0, 0, false);
+                        weights.tree_ids.push(tree);
+                        weights.node_ids.push(at);
+                        weights.target_ids.push(leaf_targets[id as usize]);
+                        weights.weights.push(leaf_weights[id as usize] as f32);
+                    }
+                    Ok(leaf_id(id))
+                } else {
+                    ensure!(
+                        id >= 0 && (id as usize) < n,
+                        "node {i} points at node {id}; there are {n}"
+                    );
+                    stack.push(id as usize);
+                    Ok(id)
+                }
+            };
+            let yes = child(true_ids[i], true_leaves[i] != 0, &mut stack)?;
+            let no = child(false_ids[i], false_leaves[i] != 0, &mut stack)?;
+            let nan_true = tracks.get(i).is_some_and(|&t| t != 0);
+            if modes[i] == 6.0 {
+                // x in {m1, m2, ..}: x == m1, else x == m2, .., else false.
+                let set = &set_of[i];
+                let mut id = i as i64;
+                for (k, &member) in set.iter().enumerate() {
+                    let last = k + 1 == set.len();
+                    let next = if last { no } else { next_id };
+                    push(
+                        &mut nodes,
+                        tree,
+                        id,
+                        features[i],
+                        member as f32,
+                        NodeMode::BranchEq,
+                        yes,
+                        next,
+                        nan_true,
+                    );
+                    if !last {
+                        id = next_id;
+                        next_id += 1;
+                    }
+                }
+            } else {
+                push(
+                    &mut nodes,
+                    tree,
+                    i as i64,
+                    features[i],
+                    splits[i] as f32,
+                    mode_of(modes[i])?,
+                    yes,
+                    no,
+                    nan_true,
+                );
+            }
+        }
+    }
+    let aggregate = match node.get_attr_opt::<i64>("aggregate_function")?.unwrap_or(1) {
+        0 => Aggregate::Average,
+        1 => Aggregate::Sum,
+        2 => Aggregate::Min,
+        3 => Aggregate::Max,
+        other => bail!("unknown aggregate_function {other}"),
+    };
+    let post = match node.get_attr_opt::<i64>("post_transform")?.unwrap_or(0) {
+        0 => PostTransform::None,
+        1 => PostTransform::Softmax,
+        2 => PostTransform::Logistic,
+        3 => PostTransform::SoftmaxZero,
+        4 => PostTransform::Probit,
+        other => bail!("unknown post_transform {other}"),
+    };
+    let n_targets = node.get_attr_opt::<i64>("n_targets")?.unwrap_or(1);
+    ensure!(n_targets >= 1, "n_targets is {n_targets}");
+    let trees = OnnxTrees::regressor(
+        &nodes,
+        &weights,
+        n_targets as usize,
+        aggregate,
+        post,
+        vec![],
+    )?;
+    Ok((
+        expand(Trees {
+            trees: Arc::new(trees),
+            names: None,
+            pool: None,
+        }),
+        vec![],
+    ))
+}
 
 /// A tree ensemble: a regressor's scores, or a classifier's labels and scores.
 #[derive(Debug, Clone)]
