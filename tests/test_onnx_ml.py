@@ -25,6 +25,7 @@ from sklearn.impute import SimpleImputer
 from sklearn.linear_model import LogisticRegression
 from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import StandardScaler
+from sklearn.svm import LinearSVC
 
 from conftest import RunningServer, run_wirespeed
 
@@ -47,6 +48,10 @@ def converted():
     return {
         "pipeline": to_onnx(make_pipeline(StandardScaler(), LogisticRegression(max_iter=500)).fit(X3, Y3),
                             X3[:1], options=NO_ZIPMAP),
+        "pipeline2": to_onnx(make_pipeline(StandardScaler(), LogisticRegression(max_iter=500)).fit(X, Y),
+                             X[:1], options=NO_ZIPMAP),
+        "svc": to_onnx(LinearSVC().fit(X3, Y3), X3[:1]),
+        "svc2": to_onnx(LinearSVC().fit(X, Y), X[:1]),
         "forest": to_onnx(RandomForestClassifier(n_estimators=100, max_depth=10, random_state=0).fit(X, Y),
                           X[:1], options=NO_ZIPMAP),
         "forest3": to_onnx(RandomForestClassifier(n_estimators=30, random_state=0).fit(X3, Y3),
@@ -236,7 +241,7 @@ def opset5():
 
 CONVERTED = converted()
 # The models whose scores come from tract's linear algebra, not from trees.
-LINEAR = {"pipeline"}
+LINEAR = {"pipeline", "pipeline2", "svc", "svc2"}
 SYNTHETIC = {**synthetic(), **opset5()}
 
 

@@ -664,11 +664,7 @@ impl OnnxTrees {
                 Aggregate::Min | Aggregate::Max if s.has => s.value + origin,
                 Aggregate::Min | Aggregate::Max => origin,
             };
-            *out = if self.post_transform == PostTransform::Probit {
-                probit(value)
-            } else {
-                value
-            };
+            *out = self.post_transform.apply_one(value);
         }
     }
 
@@ -687,7 +683,7 @@ impl OnnxTrees {
             };
             *o = Score { value, has: s.has }.written();
         }
-        transform(self.post_transform, out);
+        self.post_transform.apply(out);
     }
 
     /// A classifier's row: its scores into `out` and its label.
@@ -715,7 +711,7 @@ impl OnnxTrees {
             for (o, s) in out.iter_mut().zip(row.iter()) {
                 *o = s.written();
             }
-            transform(self.post_transform, out);
+            self.post_transform.apply(out);
             return labels[best.unwrap_or(0)];
         }
         // Two classes: ONNX Runtime's binary rules.
@@ -771,7 +767,7 @@ impl OnnxTrees {
         if row.len() == 2 {
             out[0] = row[0].written();
             out[1] = row[1].written();
-            transform(self.post_transform, out);
+            self.post_transform.apply(out);
             return label;
         }
         let s = row[0].written();
@@ -896,6 +892,24 @@ impl Split {
             Node::equals(feature, self.value, default_left, u32::MAX, u32::MAX)
         } else {
             Node::split(feature, self.value, default_left, u32::MAX, u32::MAX)
+        }
+    }
+}
+
+impl PostTransform {
+    /// The transform of a row of two or more scores, as ONNX Runtime's
+    /// `write_scores` computes it (the linear models' too).
+    pub fn apply(self, scores: &mut [f32]) {
+        transform(self, scores);
+    }
+
+    /// The transform of one score alone: ONNX Runtime applies only
+    /// `PROBIT` to a single score.
+    pub fn apply_one(self, score: f32) -> f32 {
+        if self == PostTransform::Probit {
+            probit(score)
+        } else {
+            score
         }
     }
 }
