@@ -582,7 +582,7 @@ impl Model for OnnxModel {
     }
 }
 
-/// tract's ONNX reader with wirespeed's `ai.onnx.ml` operators (`ml.rs`).
+/// tract's ONNX reader with wirespeed's `ai.onnx.ml` operators (`ml/`).
 fn framework() -> tract_onnx::Onnx {
     let mut onnx = tract_onnx::onnx();
     ml::register(&mut onnx.op_register);
