@@ -25,6 +25,10 @@
 use crate::ensemble::{Node, TreeEnsemble, MAX_FEATURES};
 use crate::{LoadError, Objective};
 
+/// Scores a row at most: a file cannot make every request allocate
+/// without bound.
+const MAX_TARGETS: usize = 1 << 20;
+
 /// How a node decides (`nodes_modes`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum NodeMode {
@@ -273,6 +277,11 @@ impl OnnxTrees {
         base_values: Vec<f32>,
         kind: Kind,
     ) -> Result<OnnxTrees, LoadError> {
+        if n_targets > MAX_TARGETS {
+            return Err(LoadError::onnx(format!(
+                "{n_targets} targets or classes; at most {MAX_TARGETS} are served"
+            )));
+        }
         let n = nodes.tree_ids.len();
         let lengths = [
             ("nodes_nodeids", nodes.node_ids.len()),
