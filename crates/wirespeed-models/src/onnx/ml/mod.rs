@@ -7,7 +7,7 @@
 //!   own classifier, with ONNX Runtime's arithmetic; the rest of the
 //!   graph (casts, scalers, linear models, concatenations) stays tract's.
 //! - `LinearClassifier` (scikit-learn's logistic regression, linear SVC)
-//!   is one node of its own rather than tract's expansion into six: its
+//!   is one node of its own rather than tract's expansion into many: its
 //!   cost at batch 1 is the nodes, not the arithmetic. It follows ONNX
 //!   Runtime's rules for one-score models.
 //! - `ArrayFeatureExtractor` keeps the last axis, `[N, k]` for `k`
