@@ -211,6 +211,22 @@ def tree_ensemble_v5(rng, trees, depth, targets, aggregate, post, membership=Fal
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21), helper.make_opsetid("ai.onnx.ml", 5)])
 
 
+def one_leaf_model():
+    """Opset 5's one-leaf tree: a split whose two branches are one leaf,
+    beside a stump on feature 1."""
+    attrs = dict(
+        tree_roots=[0, 1], nodes_featureids=[0, 1], nodes_truenodeids=[0, 1], nodes_falsenodeids=[0, 2],
+        nodes_trueleafs=[1, 1], nodes_falseleafs=[1, 1], leaf_targetids=[0, 0, 0], n_targets=1,
+        nodes_modes=helper.make_tensor("nodes_modes", TensorProto.UINT8, [2], [0, 1]),
+        nodes_splits=helper.make_tensor("nodes_splits", TensorProto.FLOAT, [2], [0.0, 0.0]),
+        leaf_weights=helper.make_tensor("leaf_weights", TensorProto.FLOAT, [3], [0.75, 1.0, 2.0]))
+    node = helper.make_node("TreeEnsemble", ["X"], ["Y"], domain="ai.onnx.ml", **attrs)
+    graph = helper.make_graph(
+        [node], "leaf", [helper.make_tensor_value_info("X", TensorProto.FLOAT, ["N", FEATURES])],
+        [helper.make_tensor_value_info("Y", TensorProto.FLOAT, ["N", 1])])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21), helper.make_opsetid("ai.onnx.ml", 5)])
+
+
 def membership_model(tracks):
     """One set-membership split, {0, 1} on feature 0, and its two leaves."""
     attrs = dict(
@@ -236,6 +252,7 @@ def opset5():
     models = {f"v5_{aggregate}_{post}_{targets}": tree_ensemble_v5(rng, 8, 4, targets, aggregate, post)
               for aggregate in range(4) for post, targets in [(0, 1), (0, 3), (3, 3), (4, 1)]}
     models.update({f"v5_member_{tracks}": membership_model(tracks) for tracks in (0, 1)})
+    models["v5_one_leaf"] = one_leaf_model()
     return models
 
 

@@ -244,24 +244,31 @@ impl TreeEnsemble {
             }
         }
         self.special = self.nodes.iter().any(|n| n.feature & SPECIAL != 0);
-        self.depths = self
-            .roots
-            .iter()
-            .map(|&root| {
-                let mut deepest = 0;
-                let mut stack = vec![(root as usize, 0u32)];
-                while let Some((i, d)) = stack.pop() {
-                    let node = &self.nodes[i];
-                    if node.is_leaf() {
-                        deepest = deepest.max(d);
-                    } else {
-                        stack.push((node.left as usize, d + 1));
-                        stack.push((node.right as usize, d + 1));
-                    }
+        // Each node's height once, children before parents: a child two
+        // splits share (ONNX's membership chains) is not walked twice, so
+        // no graph of shared children costs more than its size.
+        let mut height = vec![u32::MAX; self.nodes.len()];
+        let mut stack = Vec::new();
+        for &root in &self.roots {
+            stack.push((root as usize, false));
+            while let Some((i, children_done)) = stack.pop() {
+                if height[i] != u32::MAX {
+                    continue;
                 }
-                deepest
-            })
-            .collect();
+                let node = self.nodes[i];
+                if node.is_leaf() {
+                    height[i] = 0;
+                } else if children_done {
+                    let below = height[node.left as usize].max(height[node.right as usize]);
+                    height[i] = below.saturating_add(1);
+                } else {
+                    stack.push((i, true));
+                    stack.push((node.left as usize, false));
+                    stack.push((node.right as usize, false));
+                }
+            }
+        }
+        self.depths = self.roots.iter().map(|&r| height[r as usize]).collect();
     }
 
     /// The number of features each row must have.

@@ -365,6 +365,7 @@ impl OnnxTrees {
         let mut swapped: Vec<bool> = Vec::with_capacity(n);
         let mut tree_of: Vec<u32> = Vec::with_capacity(n);
         let mut placed: Vec<Option<u32>> = vec![None; n];
+        let mut bypassed = vec![false; n];
         let mut roots = Vec::with_capacity(tree_order.len());
         for &tree in &tree_order {
             let mut tree_roots = (0..n).filter(|&i| nodes.tree_ids[i] == tree && !pointed[i]);
@@ -385,6 +386,19 @@ impl OnnxTrees {
             // chain of equality splits to one child) is placed once.
             let mut stack = vec![(root, usize::MAX, false)];
             while let Some((i, parent, is_true)) = stack.pop() {
+                // A split whose two branches are one node goes there either
+                // way (the opset 5 way to write a one-leaf tree): it is
+                // that node, since a node with equal children is a leaf here.
+                let mut i = i;
+                let mut hops = 0;
+                while nodes.modes[i] != NodeMode::Leaf && nodes.true_ids[i] == nodes.false_ids[i] {
+                    bypassed[i] = true;
+                    i = child(i, nodes.true_ids[i], "true")?;
+                    hops += 1;
+                    if hops > n {
+                        return Err(LoadError::onnx(format!("tree {tree} has a cycle")));
+                    }
+                }
                 let at = placed[i].unwrap_or(flat.len() as u32);
                 if parent != usize::MAX {
                     // The true branch is the left child unless swapped.
@@ -418,7 +432,7 @@ impl OnnxTrees {
                 stack.push((child(i, nodes.true_ids[i], "true")?, at, true));
             }
         }
-        if flat.len() != n {
+        if flat.len() + bypassed.iter().filter(|&&b| b).count() != n {
             return Err(LoadError::onnx(
                 "some nodes belong to no tree: no root reaches them",
             ));
@@ -431,11 +445,12 @@ impl OnnxTrees {
         }
 
         // The leaves' weights, by flat index.
-        let mut flat_of = vec![0usize; n];
+        let m = flat.len();
+        let mut flat_of = vec![usize::MAX; n];
         for (at, &i) in flat_source.iter().enumerate() {
             flat_of[i] = at;
         }
-        let mut per_node: Vec<Vec<(u32, f32)>> = vec![Vec::new(); n];
+        let mut per_node: Vec<Vec<(u32, f32)>> = vec![Vec::new(); m];
         for k in 0..w {
             let key = (leaf_weights.tree_ids[k], leaf_weights.node_ids[k]);
             let i = *by_id.get(&key).ok_or_else(|| {
@@ -451,11 +466,14 @@ impl OnnxTrees {
                     key.1, key.0
                 )));
             }
-            per_node[flat_of[i]].push((target as u32, leaf_weights.weights[k]));
+            // A bypassed split's weights are never reached, as in ONNX Runtime.
+            if let Some(list) = per_node.get_mut(flat_of[i]) {
+                list.push((target as u32, leaf_weights.weights[k]));
+            }
         }
-        let mut starts = Vec::with_capacity(n + 1);
+        let mut starts = Vec::with_capacity(m + 1);
         let mut weights = Vec::with_capacity(w);
-        let mut unique = vec![0f32; n];
+        let mut unique = vec![0f32; m];
         starts.push(0u32);
         for (at, list) in per_node.iter().enumerate() {
             // Weights on split nodes are never reached, as in ONNX Runtime.
@@ -1180,6 +1198,49 @@ mod tests {
         )
         .unwrap_err();
         assert!(err.to_string().contains("cycle"), "{err}");
+    }
+
+    /// 64 splits whose both children are the next split: 2^64 paths, one
+    /// graph of 65 nodes, measured and walked in its size.
+    #[test]
+    fn a_chain_of_shared_children_loads_in_its_size() {
+        let n = 64i64;
+        let nodes = OnnxNodes {
+            tree_ids: vec![0; n as usize + 1],
+            node_ids: (0..=n).collect(),
+            feature_ids: vec![0; n as usize + 1],
+            values: vec![0.5; n as usize + 1],
+            modes: (0..=n)
+                .map(|i| {
+                    if i < n {
+                        NodeMode::BranchLt
+                    } else {
+                        NodeMode::Leaf
+                    }
+                })
+                .collect(),
+            true_ids: (1..=n + 1).collect(),
+            false_ids: (1..=n + 1).collect(),
+            missing_tracks_true: vec![],
+        };
+        let weights = OnnxWeights {
+            tree_ids: vec![0],
+            node_ids: vec![n],
+            target_ids: vec![0],
+            weights: vec![3.0],
+        };
+        let trees = OnnxTrees::regressor(
+            &nodes,
+            &weights,
+            1,
+            Aggregate::Sum,
+            PostTransform::None,
+            vec![],
+        )
+        .unwrap();
+        let mut out = [0.0; 2];
+        trees.predict(&[0.0, 1.0], 1, &mut out, &mut []);
+        assert_eq!(out, [3.0, 3.0]);
     }
 
     #[test]
