@@ -77,8 +77,8 @@ pub struct OnnxModel {
     metadata: ModelMetadata,
     engine: Engine,
     instances: Option<usize>,
-    /// Every operator is light: small requests run inline.
-    light: bool,
+    /// Requests of fewer input elements run inline (0: none do).
+    inline_elements: usize,
 }
 
 /// What runs the graph.
@@ -101,7 +101,7 @@ impl OnnxModel {
             return Err(format!("model_file {} does not exist", path.display()));
         }
         let config = source.config();
-        let (engine, inputs, outputs, light) = match keys.engine.as_deref() {
+        let (engine, inputs, outputs, inline_elements) = match keys.engine.as_deref() {
             None | Some("tract") => {
                 // tract reports what it cannot read as errors; a panic
                 // deep in a malformed graph is caught here too, so that it
@@ -116,15 +116,15 @@ impl OnnxModel {
                         path.display()
                     ))
                 })?;
-                let (plan, inputs, outputs, light) = planned;
-                (Engine::Tract(plan), inputs, outputs, light)
+                let (plan, inputs, outputs, inline_elements) = planned;
+                (Engine::Tract(plan), inputs, outputs, inline_elements)
             }
             #[cfg(feature = "onnxruntime")]
             Some("onnxruntime") => {
                 let count = keys.instances.unwrap_or(source.pool().threads());
                 let (sessions, inputs, outputs) =
                     runtime::Sessions::load(&path, count, &config.inputs, &config.outputs)?;
-                (Engine::OnnxRuntime(sessions), inputs, outputs, false)
+                (Engine::OnnxRuntime(sessions), inputs, outputs, 0)
             }
             #[cfg(not(feature = "onnxruntime"))]
             Some("onnxruntime") => {
@@ -151,7 +151,7 @@ impl OnnxModel {
             },
             engine,
             instances: keys.instances,
-            light,
+            inline_elements,
         })
     }
 }
@@ -168,12 +168,12 @@ impl Engine {
 }
 
 /// A graph's plan, its inputs and outputs as clients see them, and
-/// whether it is light (`LIGHT_OPERATORS`).
+/// the requests small enough to run inline (`inline_elements`).
 type Planned = (
     Arc<TypedRunnableModel>,
     Vec<TensorSpec>,
     Vec<TensorSpec>,
-    bool,
+    usize,
 );
 
 /// Reads, types and optimizes the graph at `path`, checking it against the
@@ -266,7 +266,7 @@ fn plan(
         .into_typed()
         .map_err(|e| format!("{file}: the graph cannot be typed: {e:#}"))?;
     int64_outputs(&mut typed).map_err(|e| format!("{file}: {e:#}"))?;
-    ml::share_pool(&mut typed, pool);
+    let trees = ml::share_pool(&mut typed, pool);
     let mut outputs = Vec::new();
     for (i, outlet) in typed
         .output_outlets()
@@ -304,7 +304,12 @@ fn plan(
         .into_optimized()
         .and_then(|m| m.into_runnable())
         .map_err(|e| format!("{file}: the graph cannot be planned: {e:#}"))?;
-    Ok((plan, inputs, outputs, light))
+    let inline = if light {
+        inline_elements(&inputs, trees)
+    } else {
+        0
+    };
+    Ok((plan, inputs, outputs, inline))
 }
 
 /// The newest operator sets published (ONNX 1.23): the default domain's
@@ -363,6 +368,28 @@ fn light(proto: &tract_onnx::pb::ModelProto) -> bool {
 /// (microseconds: one row through 100 trees takes 3 µs) costs less than
 /// handing them to the CPU pool and back.
 const LIGHT_INLINE_ELEMENTS: usize = 1024;
+
+/// Tree walks (a row through a tree, about 10 ns) a request may cost and
+/// still run inline.
+const LIGHT_INLINE_WALKS: usize = 4096;
+
+/// The input elements below which a light graph's request runs inline:
+/// [`LIGHT_INLINE_ELEMENTS`], fewer when its `trees` would make that many
+/// elements cost more than [`LIGHT_INLINE_WALKS`] (a row is the first
+/// input's elements past its first dimension; a variable one counts 1).
+fn inline_elements(inputs: &[TensorSpec], trees: usize) -> usize {
+    if trees == 0 {
+        return LIGHT_INLINE_ELEMENTS;
+    }
+    let row: usize = inputs.first().map_or(1, |spec| {
+        spec.shape
+            .iter()
+            .skip(1)
+            .map(|&d| usize::try_from(d).unwrap_or(1).max(1))
+            .product()
+    });
+    (LIGHT_INLINE_WALKS.saturating_mul(row) / trees).min(LIGHT_INLINE_ELEMENTS)
+}
 
 /// tract reads ONNX's INT64 casts as its symbolic dimension type (`TDim`);
 /// an output of that type is cast back to `i64`, the INT64 the graph
@@ -574,7 +601,7 @@ impl Model for OnnxModel {
     /// small image through a CNN takes milliseconds); but a small request
     /// to a graph of light operators (a tabular model) runs inline.
     fn execution(&self, elements: usize) -> Execution {
-        if self.light && elements < LIGHT_INLINE_ELEMENTS {
+        if elements < self.inline_elements {
             Execution::Inline
         } else {
             Execution::Pool
@@ -621,6 +648,21 @@ mod tests {
             }),
             ..ModelProto::default()
         }
+    }
+
+    /// A light graph's requests run inline up to 1024 elements, fewer as
+    /// its trees cost more: a 100-tree forest of 8 features inlines 40
+    /// rows; 100,000 trees, none.
+    #[test]
+    fn trees_bound_what_runs_inline() {
+        let input = |shape: Vec<i64>| wirespeed_core::TensorSpec {
+            name: "x".into(),
+            datatype: wirespeed_core::DataType::Fp32,
+            shape,
+        };
+        assert_eq!(super::inline_elements(&[input(vec![-1, 8])], 0), 1024);
+        assert_eq!(super::inline_elements(&[input(vec![-1, 8])], 100), 327);
+        assert_eq!(super::inline_elements(&[input(vec![-1, -1])], 100_000), 0);
     }
 
     /// A converted scikit-learn pipeline is light; a graph with one

@@ -6,7 +6,7 @@ use tract_onnx::pb::NodeProto;
 use tract_onnx::prelude::*;
 use tract_onnx::tract_hir::internal::*;
 
-use super::{floats, Built};
+use super::{floats, owned, Built};
 
 /// `Scaler`, `Imputer` and `Binarizer`: a map of each value by its column
 /// (the last axis), in `f32`.
@@ -150,23 +150,10 @@ impl Expansion for ColumnMap {
         Ok(())
     }
 
-    fn wire(
-        &self,
-        prefix: &str,
-        model: &mut TypedModel,
-        inputs: &[OutletId],
-    ) -> TractResult<TVec<OutletId>> {
-        model.wire_node(prefix, self.clone(), inputs)
-    }
+    wire_itself!();
 }
 
-impl Op for ColumnMap {
-    fn name(&self) -> StaticName {
-        self.op_name().into()
-    }
-
-    op_as_typed_op!();
-}
+own_typed_op!(ColumnMap);
 
 impl EvalOp for ColumnMap {
     op_out_of_plan!();
@@ -190,7 +177,7 @@ impl EvalOp for ColumnMap {
             .enumerate()
             .map(|(i, &v)| self.apply(v, i % columns))
             .collect();
-        Ok(tvec!(Tensor::from_shape(&shape, &y)?.into_tvalue()))
+        Ok(tvec!(owned(&shape, y)?.into_tvalue()))
     }
 }
 

@@ -9,7 +9,7 @@ use tract_onnx::prelude::*;
 use tract_onnx::tract_hir::internal::*;
 use wirespeed_trees::onnx::PostTransform;
 
-use super::{floats, Built};
+use super::{floats, owned, Built};
 
 pub(super) fn linear_classifier(_ctx: &ParsingContext<'_>, node: &NodeProto) -> Built {
     let coefficients = floats(node, "coefficients")?.unwrap_or_default();
@@ -127,23 +127,10 @@ impl Expansion for Linear {
         Ok(())
     }
 
-    fn wire(
-        &self,
-        prefix: &str,
-        model: &mut TypedModel,
-        inputs: &[OutletId],
-    ) -> TractResult<TVec<OutletId>> {
-        model.wire_node(prefix, self.clone(), inputs)
-    }
+    wire_itself!();
 }
 
-impl Op for Linear {
-    fn name(&self) -> StaticName {
-        "LinearClassifier".into()
-    }
-
-    op_as_typed_op!();
-}
+own_typed_op!(Linear);
 
 impl EvalOp for Linear {
     op_out_of_plan!();
@@ -203,7 +190,7 @@ impl EvalOp for Linear {
                         _ => ints[k],
                     })
                     .collect();
-                Tensor::from_shape(&[rows], &values)?
+                owned(&[rows], values)?
             }
             LinearLabels::Text(text) => {
                 let values: Vec<String> = chosen
@@ -213,12 +200,12 @@ impl EvalOp for Linear {
                         _ => text[k].clone(),
                     })
                     .collect();
-                tensor1(&values)
+                owned(&[rows], values)?
             }
         };
         Ok(tvec!(
             labels.into_tvalue(),
-            Tensor::from_shape(&[rows, width], &scores)?.into_tvalue()
+            owned(&[rows, width], scores)?.into_tvalue()
         ))
     }
 }
@@ -272,23 +259,10 @@ impl Expansion for Extract {
         Ok(())
     }
 
-    fn wire(
-        &self,
-        prefix: &str,
-        model: &mut TypedModel,
-        inputs: &[OutletId],
-    ) -> TractResult<TVec<OutletId>> {
-        model.wire_node(prefix, self.clone(), inputs)
-    }
+    wire_itself!();
 }
 
-impl Op for Extract {
-    fn name(&self) -> StaticName {
-        "ArrayFeatureExtractor".into()
-    }
-
-    op_as_typed_op!();
-}
+own_typed_op!(Extract);
 
 impl EvalOp for Extract {
     op_out_of_plan!();
@@ -321,7 +295,7 @@ impl EvalOp for Extract {
                     .chunks_exact(last.max(1))
                     .flat_map(|row| picks.iter().map(move |&k| row[k]))
                     .collect();
-                Tensor::from_shape(&out_shape, &values)?
+                owned(&out_shape, values)?
             }
             Err(_) => {
                 let x = x.cast_to::<i64>()?;
@@ -331,7 +305,7 @@ impl EvalOp for Extract {
                     .chunks_exact(last.max(1))
                     .flat_map(|row| picks.iter().map(move |&k| row[k]))
                     .collect();
-                Tensor::from_shape(&out_shape, &values)?
+                owned(&out_shape, values)?
             }
         };
         Ok(tvec!(out.into_tvalue()))

@@ -22,6 +22,34 @@
 //! `trees.rs`, `linear.rs` and `columns.rs` hold them. Each is an [`Expansion`] (tract's way to add an operator: typing rules,
 //! then the typed op it wires) around one typed op with its own `eval`.
 
+/// An operator that is its own typed op: its `Op` is named as its
+/// expansion is, and (`wire_itself!` inside its `Expansion`) its expansion
+/// wires just itself.
+macro_rules! own_typed_op {
+    ($op:ty) => {
+        impl Op for $op {
+            fn name(&self) -> StaticName {
+                Expansion::name(self)
+            }
+
+            op_as_typed_op!();
+        }
+    };
+}
+
+macro_rules! wire_itself {
+    () => {
+        fn wire(
+            &self,
+            prefix: &str,
+            model: &mut TypedModel,
+            inputs: &[OutletId],
+        ) -> TractResult<TVec<OutletId>> {
+            model.wire_node(prefix, self.clone(), inputs)
+        }
+    };
+}
+
 mod columns;
 mod linear;
 mod trees;
@@ -33,13 +61,16 @@ use tract_onnx::tract_hir::internal::*;
 use wirespeed_core::CpuPool;
 
 /// Gives the tree nodes of `typed` the server's CPU pool, over which they
-/// split large batches.
-pub(super) fn share_pool(typed: &mut TypedModel, pool: &CpuPool) {
+/// split large batches; returns how many trees they hold.
+pub(super) fn share_pool(typed: &mut TypedModel, pool: &CpuPool) -> usize {
+    let mut count = 0;
     for node in typed.nodes_mut() {
         if let Some(trees) = node.op_as_mut::<trees::Trees>() {
             trees.pool = Some(pool.clone());
+            count += trees.num_trees();
         }
     }
+    count
 }
 
 /// Puts the operators above in `register`, replacing tract's own where
@@ -57,6 +88,11 @@ pub(super) fn register(register: &mut OnnxOpRegister) {
 }
 
 type Built = TractResult<(Box<dyn InferenceOp>, Vec<String>)>;
+
+/// An op's result as a tensor of `shape`, taking `values` without a copy.
+fn owned<T: Datum>(shape: &[usize], values: Vec<T>) -> TractResult<Tensor> {
+    Ok(tract_ndarray::ArrayD::from_shape_vec(shape, values)?.into())
+}
 
 /// A float list attribute that may also come as a tensor of doubles
 /// (`name_as_tensor`, ai.onnx.ml opset 3), rounded to `f32` as ONNX

@@ -13,7 +13,7 @@ use wirespeed_trees::onnx::{
     Aggregate, NodeMode, OnnxNodes, OnnxTrees, OnnxWeights, PostTransform,
 };
 
-use super::{floats, ints, tensor_attribute, Built};
+use super::{floats, ints, owned, tensor_attribute, Built};
 
 fn tree_nodes(node: &NodeProto) -> TractResult<OnnxNodes> {
     let modes = node
@@ -68,14 +68,7 @@ pub(super) fn tree_classifier(_ctx: &ParsingContext<'_>, node: &NodeProto) -> Bu
         post_transform(node)?,
         floats(node, "base_values")?.unwrap_or_default(),
     )?;
-    Ok((
-        expand(Trees {
-            trees: Arc::new(trees),
-            names,
-            pool: None,
-        }),
-        vec![],
-    ))
+    Trees::built(trees, names)
 }
 
 pub(super) fn tree_regressor(_ctx: &ParsingContext<'_>, node: &NodeProto) -> Built {
@@ -91,14 +84,7 @@ pub(super) fn tree_regressor(_ctx: &ParsingContext<'_>, node: &NodeProto) -> Bui
         post_transform(node)?,
         floats(node, "base_values")?.unwrap_or_default(),
     )?;
-    Ok((
-        expand(Trees {
-            trees: Arc::new(trees),
-            names: None,
-            pool: None,
-        }),
-        vec![],
-    ))
+    Trees::built(trees, None)
 }
 
 /// Batches of at least this many rows, and this many rows times trees,
@@ -193,17 +179,20 @@ pub(super) fn tree_ensemble(_ctx: &ParsingContext<'_>, node: &NodeProto) -> Buil
         nodes.false_ids.push(no);
         nodes.missing_tracks_true.push(nan_true);
     };
+    // The last tree (plus one) that reached each node and leaf: one pass
+    // over each tree's own nodes, however many trees there are.
+    let mut seen_nodes = vec![0usize; n];
+    let mut seen_leaves = vec![0usize; leaf_weights.len()];
     for (tree, &root) in roots.iter().enumerate() {
+        let stamp = tree + 1;
         let tree = tree as i64;
         ensure!(
             root >= 0 && (root as usize) < n,
             "tree_roots names node {root}; there are {n}"
         );
-        let mut seen_nodes = vec![false; n];
-        let mut seen_leaves = vec![false; leaf_weights.len()];
         let mut stack = vec![root as usize];
         while let Some(i) = stack.pop() {
-            if std::mem::replace(&mut seen_nodes[i], true) {
+            if std::mem::replace(&mut seen_nodes[i], stamp) == stamp {
                 continue;
             }
             let mut child = |id: i64, leaf: bool, stack: &mut Vec<usize>| -> TractResult<i64> {
@@ -213,7 +202,7 @@ pub(super) fn tree_ensemble(_ctx: &ParsingContext<'_>, node: &NodeProto) -> Buil
                         "node {i} points at leaf {id}; there are {}",
                         leaf_weights.len()
                     );
-                    if !std::mem::replace(&mut seen_leaves[id as usize], true) {
+                    if std::mem::replace(&mut seen_leaves[id as usize], stamp) != stamp {
                         let at = leaf_id(id);
                         push(&mut nodes, tree, at, 0, 0.0, NodeMode::Leaf, 0, 0, false);
                         weights.tree_ids.push(tree);
@@ -297,14 +286,7 @@ pub(super) fn tree_ensemble(_ctx: &ParsingContext<'_>, node: &NodeProto) -> Buil
         post,
         vec![],
     )?;
-    Ok((
-        expand(Trees {
-            trees: Arc::new(trees),
-            names: None,
-            pool: None,
-        }),
-        vec![],
-    ))
+    Trees::built(trees, None)
 }
 
 /// A tree ensemble: a regressor's scores, or a classifier's labels and scores.
@@ -326,6 +308,20 @@ impl PartialEq for Trees {
 impl Eq for Trees {}
 
 impl Trees {
+    /// The expansion of `trees`, whose string labels, if any, are `names`.
+    fn built(trees: OnnxTrees, names: Option<Arc<Vec<String>>>) -> Built {
+        let op = Trees {
+            trees: Arc::new(trees),
+            names,
+            pool: None,
+        };
+        Ok((expand(op), vec![]))
+    }
+
+    pub(super) fn num_trees(&self) -> usize {
+        self.trees.num_trees()
+    }
+
     fn is_classifier(&self) -> bool {
         self.trees.labels().is_some()
     }
@@ -424,23 +420,10 @@ impl Expansion for Trees {
         Ok(())
     }
 
-    fn wire(
-        &self,
-        prefix: &str,
-        model: &mut TypedModel,
-        inputs: &[OutletId],
-    ) -> TractResult<TVec<OutletId>> {
-        model.wire_node(prefix, self.clone(), inputs)
-    }
+    wire_itself!();
 }
 
-impl Op for Trees {
-    fn name(&self) -> StaticName {
-        Expansion::name(self)
-    }
-
-    op_as_typed_op!();
-}
+own_typed_op!(Trees);
 
 impl EvalOp for Trees {
     op_out_of_plan!();
@@ -463,18 +446,18 @@ impl EvalOp for Trees {
         if rows > 0 && stride > 0 {
             self.predict(features, stride, &mut scores, &mut labels);
         }
-        let scores = Tensor::from_shape(&[rows, width], &scores)?.into_tvalue();
+        let scores = owned(&[rows, width], scores)?.into_tvalue();
         if !self.is_classifier() {
             return Ok(tvec!(scores));
         }
         let labels = match &self.names {
-            None => Tensor::from_shape(&[rows], &labels)?,
+            None => owned(&[rows], labels)?,
             Some(names) => {
                 let text: Vec<String> = labels
                     .iter()
                     .map(|&l| names.get(l as usize).cloned().unwrap_or_default())
                     .collect();
-                tensor1(&text)
+                owned(&[rows], text)?
             }
         };
         Ok(tvec!(labels.into_tvalue(), scores))
