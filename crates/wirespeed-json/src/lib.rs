@@ -28,6 +28,8 @@
 //! categories. fast-float2 converts every float the hot path cannot prove
 //! exact; `number.rs` says why the common ones are converted by hand.
 //!
+//! [`ResponseDecoder`] decodes an infer response the same way, for clients.
+//!
 //! With a [`DecodeOptions::pool`], a run of numbers of
 //! [`PARALLEL_MIN_BYTES`] or more within one chunk is decoded together with
 //! the pool's threads, bit-identical to one thread.
@@ -39,6 +41,7 @@ mod error;
 mod number;
 mod options;
 mod parallel;
+mod response;
 mod run;
 mod string;
 
@@ -50,6 +53,7 @@ pub use encode::{
 pub use error::{Category, DecodeError};
 pub use options::DecodeOptions;
 pub use parallel::MIN_REGION_BYTES as PARALLEL_MIN_BYTES;
+pub use response::{DecodedResponse, ResponseDecoder};
 
 /// Decodes a whole body at once.
 pub fn decode_infer_request(

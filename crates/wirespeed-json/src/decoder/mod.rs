@@ -65,7 +65,16 @@ pub struct RequestDecoder {
     binary_data: bool,
     /// The model's inputs, for TF Serving and Clipper requests.
     named: Option<Box<rows::Named>>,
+    /// Decoding an infer response: `outputs` hold the tensors.
+    response: Option<Box<ResponseHead>>,
     failed: bool,
+}
+
+/// The fields of an infer response that a request does not have.
+#[derive(Default)]
+struct ResponseHead {
+    model_name: Option<String>,
+    model_version: Option<String>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -163,6 +172,8 @@ enum Key {
     /// A model input named in a TF instance or columns object.
     NamedInput,
     B64,
+    ModelName,
+    ModelVersion,
     Unknown,
 }
 
@@ -181,6 +192,8 @@ impl Key {
             Key::Instances => 256,
             Key::Input => 512,
             Key::InputBatch => 1024,
+            Key::ModelName => 2048,
+            Key::ModelVersion => 4096,
             Key::None | Key::Param | Key::NamedInput | Key::B64 | Key::Unknown => 0,
         }
     }
@@ -212,6 +225,8 @@ enum Slot {
     ClipperInput,
     ClipperBatch,
     B64(usize),
+    ModelName,
+    ModelVersion,
     Ignore,
 }
 
@@ -301,7 +316,26 @@ impl RequestDecoder {
             data_root: None,
             binary_data: false,
             named: None,
+            response: None,
             failed: false,
+        }
+    }
+
+    /// A decoder for one infer response body (Triton's binary tensor data
+    /// extension included): its `outputs` are decoded as a request's
+    /// `inputs` are.
+    pub(crate) fn for_response(options: DecodeOptions) -> RequestDecoder {
+        let mut decoder = RequestDecoder::new(options).with_binary_data();
+        decoder.response = Some(Box::default());
+        decoder
+    }
+
+    /// What the tensors are called in messages.
+    fn tensor_noun(&self) -> &'static str {
+        if self.response.is_some() {
+            "output"
+        } else {
+            "input"
         }
     }
 
@@ -788,6 +822,28 @@ impl RequestDecoder {
             return self.finish_named();
         }
         self.finish().map(|request| (request, Format::V2))
+    }
+
+    /// Completes a response after the last chunk: the response, and its
+    /// outputs whose raw bytes follow the JSON.
+    pub(crate) fn finish_response(
+        mut self,
+    ) -> Result<(wirespeed_core::InferResponse, Vec<BinaryInput>), DecodeError> {
+        self.finish_value()?;
+        let request = self.request;
+        if request.seen & Key::Inputs.bit() == 0 {
+            return Err(schema(0, "the response has no 'outputs'"));
+        }
+        let head = self.response.unwrap_or_default();
+        let response = wirespeed_core::InferResponse {
+            model_name: head.model_name.unwrap_or_default(),
+            model_version: head.model_version.unwrap_or_default(),
+            id: request.id,
+            parameters: request.parameters,
+            outputs: request.finished_inputs,
+            shared_outputs: Vec::new(),
+        };
+        Ok((response, request.binary_inputs))
     }
 
     /// Completes the request after the last chunk.

@@ -28,6 +28,8 @@ impl RequestDecoder {
                 Key::Inputs => Slot::Inputs,
                 Key::Outputs => Slot::Outputs,
                 Key::Parameters => Slot::Params(Owner::Request),
+                Key::ModelName => Slot::ModelName,
+                Key::ModelVersion => Slot::ModelVersion,
                 _ => Slot::Ignore,
             },
             Ctx::Inputs => Slot::Input,
@@ -62,9 +64,17 @@ impl RequestDecoder {
         let what = match slot {
             Slot::Top => "an infer request must be a JSON object".to_owned(),
             Slot::Id => "'id' must be a string".to_owned(),
+            Slot::Inputs if self.response.is_some() => {
+                "'outputs' must be an array of output objects".to_owned()
+            }
             Slot::Inputs => "'inputs' must be an array of input objects".to_owned(),
+            Slot::ModelName => "'model_name' must be a string".to_owned(),
+            Slot::ModelVersion => "'model_version' must be a string".to_owned(),
             Slot::Outputs => "'outputs' must be an array of output objects".to_owned(),
             Slot::Params(_) => "'parameters' must be an object".to_owned(),
+            Slot::Input if self.response.is_some() => {
+                "each element of 'outputs' must be an object".to_owned()
+            }
             Slot::Input => "each element of 'inputs' must be an object".to_owned(),
             Slot::Output => "each element of 'outputs' must be an object".to_owned(),
             Slot::InputName | Slot::OutputName => "'name' must be a string".to_owned(),
@@ -293,6 +303,14 @@ impl RequestDecoder {
         self.expect = Expect::Colon;
         let ctx = self.stack.last().map(|f| f.ctx);
         let parsed = match ctx {
+            Some(Ctx::Root) if self.response.is_some() => match key {
+                b"model_name" => Key::ModelName,
+                b"model_version" => Key::ModelVersion,
+                b"id" => Key::Id,
+                b"outputs" => Key::Inputs,
+                b"parameters" => Key::Parameters,
+                _ => Key::Unknown,
+            },
             Some(Ctx::Root) => match key {
                 b"id" => Key::Id,
                 b"inputs" => Key::Inputs,
@@ -359,6 +377,19 @@ impl RequestDecoder {
         let text = |s: &[u8]| String::from_utf8_lossy(s).into_owned();
         match (slot, scalar) {
             (Slot::Id, Scalar::String(s)) => self.request.id = Some(text(s)),
+            // Some servers write `null` for a response's absent id or version.
+            (Slot::Id | Slot::ModelName | Slot::ModelVersion, Scalar::Null)
+                if self.response.is_some() => {}
+            (Slot::ModelName, Scalar::String(s)) => {
+                if let Some(head) = self.response.as_mut() {
+                    head.model_name = Some(text(s));
+                }
+            }
+            (Slot::ModelVersion, Scalar::String(s)) => {
+                if let Some(head) = self.response.as_mut() {
+                    head.model_version = Some(text(s));
+                }
+            }
             (Slot::InputName, Scalar::String(s)) => {
                 if let Some(input) = self.request.inputs.last_mut() {
                     input.name = Some(text(s));
@@ -458,11 +489,12 @@ impl RequestDecoder {
             .pop()
             .expect("an input frame has an input");
         let at = input.start;
+        let noun = self.tensor_noun();
         let name = input
             .name
-            .ok_or_else(|| schema(at, "an input has no 'name'"))?;
+            .ok_or_else(|| schema(at, format!("an {noun} has no 'name'")))?;
         let missing = |field: &str| {
-            schema(at, format!("input '{name}' has no '{field}'")).with_input(Some(&name))
+            schema(at, format!("{noun} '{name}' has no '{field}'")).with_input(Some(&name))
         };
         let datatype = input.datatype.ok_or_else(|| missing("datatype"))?;
         let shape = input.shape.ok_or_else(|| missing("shape"))?;

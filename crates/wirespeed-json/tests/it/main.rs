@@ -6,4 +6,5 @@
 mod binary;
 mod differential;
 mod hostile;
+mod response;
 mod rows;
