@@ -140,6 +140,23 @@ pub fn encode_infer_request(
     out.push(b'}');
 }
 
+/// Appends the elements of `data` as the inside of a JSON `data` array:
+/// comma-separated, floats shortest round-trip, non-finite ones as the
+/// `NaN`/`Infinity` tokens, BYTES as strings (lossy when not UTF-8).
+pub fn encode_tensor_data(data: &TensorData, out: &mut Vec<u8>) {
+    write_data(out, data);
+}
+
+/// Appends `text` as a JSON string.
+pub fn encode_string(text: &str, out: &mut Vec<u8>) {
+    write_string(out, text.as_bytes());
+}
+
+/// Appends `"parameters":{...}` after a comma, when there are any.
+pub fn encode_parameters(parameters: &Parameters, out: &mut Vec<u8>) {
+    write_parameters(out, parameters);
+}
+
 /// Writes `,"parameters":{...}` when there are any.
 fn write_parameters(out: &mut Vec<u8>, parameters: &Parameters) {
     if parameters.is_empty() {

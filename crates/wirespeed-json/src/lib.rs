@@ -48,7 +48,8 @@ mod string;
 pub use decoder::{Format, RequestDecoder};
 pub use encode::{
     encode_clipper_response, encode_infer_request, encode_infer_response,
-    encode_infer_response_header, encode_tf_response,
+    encode_infer_response_header, encode_parameters, encode_string, encode_tensor_data,
+    encode_tf_response,
 };
 pub use error::{Category, DecodeError};
 pub use options::DecodeOptions;

@@ -1,0 +1,213 @@
+//! Reading an infer answer as it arrives: the JSON (all of the body, or the
+//! first `Inference-Header-Content-Length` bytes of it) goes through the
+//! response decoder chunk by chunk; the raw bytes after it fill the binary
+//! outputs in order, straight from the socket's buffer.
+
+use wirespeed_core::raw::RawFiller;
+use wirespeed_core::{element_count, BinaryInput, InferResponse, RequestLimits};
+use wirespeed_json::{DecodeOptions, ResponseDecoder};
+
+use crate::ClientError;
+
+/// A decoded infer answer: every output's data is in its tensor.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Answer {
+    /// The response.
+    pub response: InferResponse,
+    /// The outputs that came as raw bytes (by index in `response.outputs`).
+    pub binary_outputs: Vec<usize>,
+}
+
+/// Takes an infer answer's body chunk by chunk.
+pub(crate) struct AnswerReader {
+    /// JSON bytes still to come.
+    json_left: u64,
+    decoder: Option<ResponseDecoder>,
+    response: Option<InferResponse>,
+    binaries: Vec<BinaryInput>,
+    /// The binary output being filled, by index in `binaries`.
+    next: usize,
+    filler: Option<RawFiller>,
+}
+
+impl AnswerReader {
+    /// A reader of a body of `body_len` bytes (when known) whose JSON is
+    /// its first `header_length` bytes (or all of it).
+    pub(crate) fn new(body_len: Option<u64>, header_length: Option<u64>, max_body: u64) -> Self {
+        let json_len = header_length.or(body_len);
+        let limit = usize::try_from(max_body).unwrap_or(usize::MAX);
+        let options = DecodeOptions {
+            limits: RequestLimits {
+                max_elements: limit,
+                max_tensor_bytes: limit.saturating_mul(8),
+                max_string_bytes: limit,
+                max_inputs: 1 << 20,
+                ..RequestLimits::default()
+            },
+            strict: false,
+            pool: None,
+        };
+        let mut decoder = ResponseDecoder::new(options);
+        if let Some(len) = json_len {
+            decoder = decoder.with_body_len(len);
+        }
+        AnswerReader {
+            json_left: json_len.unwrap_or(u64::MAX),
+            decoder: Some(decoder),
+            response: None,
+            binaries: Vec::new(),
+            next: 0,
+            filler: None,
+        }
+    }
+
+    pub(crate) fn feed(&mut self, mut chunk: &[u8]) -> Result<(), ClientError> {
+        if let Some(decoder) = self.decoder.as_mut() {
+            let n = usize::try_from(self.json_left)
+                .unwrap_or(usize::MAX)
+                .min(chunk.len());
+            decoder.feed(&chunk[..n]).map_err(answer_error)?;
+            self.json_left -= n as u64;
+            chunk = &chunk[n..];
+            if self.json_left == 0 {
+                self.end_json()?;
+            }
+        }
+        while !chunk.is_empty() {
+            let Some(filler) = self.filler.as_mut() else {
+                return Err(ClientError::Protocol(format!(
+                    "the answer has {} bytes after the data its outputs' binary_data_size \
+                     values account for",
+                    chunk.len()
+                )));
+            };
+            let n = filler.remaining().min(chunk.len());
+            filler
+                .push(&chunk[..n])
+                .map_err(|e| ClientError::Protocol(format!("binary output: {}", raw_message(e))))?;
+            chunk = &chunk[n..];
+            if filler.remaining() == 0 {
+                self.finish_output()?;
+            }
+        }
+        Ok(())
+    }
+
+    fn end_json(&mut self) -> Result<(), ClientError> {
+        let decoder = self.decoder.take().expect("the JSON ends once");
+        let decoded = decoder.finish().map_err(answer_error)?;
+        self.response = Some(decoded.response);
+        self.binaries = decoded.binary_outputs;
+        self.start_output()
+    }
+
+    /// Starts filling the next binary output, skipping empty ones.
+    fn start_output(&mut self) -> Result<(), ClientError> {
+        while let Some(binary) = self.binaries.get(self.next) {
+            let response = self.response.as_ref().expect("decoded");
+            let tensor = &response.outputs[binary.input];
+            let count = element_count(&tensor.shape).unwrap_or(usize::MAX);
+            let filler = RawFiller::new(tensor.datatype(), count, binary.size, binary.size)
+                .map_err(|e| {
+                    ClientError::Protocol(format!("output '{}': {}", tensor.name, raw_message(e)))
+                })?;
+            self.filler = Some(filler);
+            if binary.size > 0 {
+                return Ok(());
+            }
+            self.finish_output()?;
+        }
+        Ok(())
+    }
+
+    fn finish_output(&mut self) -> Result<(), ClientError> {
+        let filler = self.filler.take().expect("an output is being filled");
+        let index = self.binaries[self.next].input;
+        let response = self.response.as_mut().expect("decoded");
+        let tensor = &mut response.outputs[index];
+        tensor.data = filler.finish().map_err(|e| {
+            ClientError::Protocol(format!("output '{}': {}", tensor.name, raw_message(e)))
+        })?;
+        self.next += 1;
+        self.start_output()
+    }
+
+    /// The answer, once the body has ended.
+    pub(crate) fn finish(mut self) -> Result<Answer, ClientError> {
+        if self.decoder.is_some() {
+            if self.json_left != u64::MAX {
+                return Err(ClientError::Protocol(format!(
+                    "the answer ended {} bytes before the end of its JSON",
+                    self.json_left
+                )));
+            }
+            self.end_json()?;
+        }
+        if let Some(binary) = self.binaries.get(self.next) {
+            let response = self.response.as_ref().expect("decoded");
+            return Err(ClientError::Protocol(format!(
+                "the answer ended inside the {} bytes of binary data of output '{}'",
+                binary.size, response.outputs[binary.input].name
+            )));
+        }
+        Ok(Answer {
+            response: self.response.expect("decoded"),
+            binary_outputs: self.binaries.iter().map(|b| b.input).collect(),
+        })
+    }
+}
+
+fn answer_error(e: wirespeed_json::DecodeError) -> ClientError {
+    ClientError::Protocol(format!("the infer answer is not a V2 infer response: {e}"))
+}
+
+fn raw_message(e: wirespeed_core::raw::RawError) -> String {
+    e.for_input("").message().to_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use wirespeed_core::TensorData;
+
+    fn read(body: &[u8], header: Option<u64>, chunk: usize) -> Result<Answer, ClientError> {
+        let mut reader = AnswerReader::new(Some(body.len() as u64), header, 1 << 30);
+        for part in body.chunks(chunk) {
+            reader.feed(part)?;
+        }
+        reader.finish()
+    }
+
+    #[test]
+    fn binary_outputs_are_filled_at_every_split() {
+        let json = br#"{"model_name":"m","outputs":[
+            {"name":"a","datatype":"FP32","shape":[2],"parameters":{"binary_data_size":8}},
+            {"name":"e","datatype":"INT8","shape":[0],"parameters":{"binary_data_size":0}},
+            {"name":"j","datatype":"INT32","shape":[1],"data":[5]},
+            {"name":"s","datatype":"BYTES","shape":[2],"parameters":{"binary_data_size":11}}]}"#;
+        let mut body = json.to_vec();
+        body.extend(1.5f32.to_le_bytes());
+        body.extend((-2.0f32).to_le_bytes());
+        body.extend(3u32.to_le_bytes());
+        body.extend(b"abc");
+        body.extend(0u32.to_le_bytes());
+        for chunk in 1..body.len() {
+            let answer = read(&body, Some(json.len() as u64), chunk).unwrap();
+            let out = &answer.response.outputs;
+            assert_eq!(out[0].data, TensorData::Fp32(vec![1.5, -2.0]));
+            assert_eq!(out[1].data, TensorData::Int8(vec![]));
+            assert_eq!(out[2].data, TensorData::Int32(vec![5]));
+            assert_eq!(
+                out[3].data,
+                TensorData::Bytes(vec![b"abc".to_vec(), vec![]])
+            );
+            assert_eq!(answer.binary_outputs, [0, 1, 3]);
+        }
+        let err = read(&body[..body.len() - 1], Some(json.len() as u64), 9).unwrap_err();
+        assert!(err.to_string().contains("output 's'"), "{err}");
+        let mut extra = body.clone();
+        extra.push(0);
+        let err = read(&extra, Some(json.len() as u64), 9).unwrap_err();
+        assert!(err.to_string().contains("1 bytes after"), "{err}");
+    }
+}

@@ -1,0 +1,252 @@
+//! An infer request as the client writes it: the JSON header, with each
+//! input's data in it or after it as raw bytes (Triton's binary tensor data
+//! extension), input by input as the caller chose.
+
+use wirespeed_core::{DataType, ParameterValue, Parameters, TensorData};
+use wirespeed_json::{encode_parameters, encode_string, encode_tensor_data};
+
+/// Where an input's data goes.
+#[derive(Debug, Clone, PartialEq)]
+pub enum InputData {
+    /// In the JSON, as `data`.
+    Json(TensorData),
+    /// After the JSON, as these raw bytes (`binary_data_size`).
+    Raw(Vec<u8>),
+    /// In a shared-memory region the server has registered.
+    Shared {
+        /// The region's name.
+        region: String,
+        /// Bytes the tensor takes.
+        byte_size: usize,
+        /// Where in the region it starts.
+        offset: usize,
+    },
+}
+
+/// One input of a request.
+#[derive(Debug, Clone, PartialEq)]
+pub struct InferInput {
+    /// The model input's name.
+    pub name: String,
+    /// Its shape.
+    pub shape: Vec<usize>,
+    /// Its datatype.
+    pub datatype: DataType,
+    /// Its data.
+    pub data: InputData,
+    /// Its own parameters, besides those the data's placement writes.
+    pub parameters: Parameters,
+}
+
+impl InferInput {
+    /// An input whose data is sent in the JSON.
+    pub fn json(name: impl Into<String>, shape: Vec<usize>, data: TensorData) -> InferInput {
+        InferInput {
+            name: name.into(),
+            shape,
+            datatype: data.datatype(),
+            data: InputData::Json(data),
+            parameters: Vec::new(),
+        }
+    }
+
+    /// An input whose data is sent as raw bytes after the JSON.
+    pub fn binary(name: impl Into<String>, shape: Vec<usize>, data: TensorData) -> InferInput {
+        let mut raw = Vec::with_capacity(wirespeed_core::raw::raw_len(&data));
+        wirespeed_core::raw::write_raw(&data, &mut raw);
+        InferInput {
+            name: name.into(),
+            shape,
+            datatype: data.datatype(),
+            data: InputData::Raw(raw),
+            parameters: Vec::new(),
+        }
+    }
+}
+
+/// An output the request asks for.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct RequestedOutput {
+    /// The output's name.
+    pub name: String,
+    /// Asks for its data as raw bytes after the JSON.
+    pub binary: bool,
+    /// Asks for the top classes instead (Triton's classification extension).
+    pub class_count: u32,
+    /// Asks for it in a registered shared-memory region: name, size, offset.
+    pub shared: Option<(String, usize, usize)>,
+}
+
+/// An infer request.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct InferRequest {
+    /// The request's id, echoed in the answer.
+    pub id: Option<String>,
+    /// Its inputs.
+    pub inputs: Vec<InferInput>,
+    /// The outputs asked for; none asks for all.
+    pub outputs: Vec<RequestedOutput>,
+    /// Request-level parameters.
+    pub parameters: Parameters,
+}
+
+impl InferRequest {
+    /// A request of `inputs` asking for every output.
+    pub fn new(inputs: Vec<InferInput>) -> InferRequest {
+        InferRequest {
+            inputs,
+            ..InferRequest::default()
+        }
+    }
+
+    /// Appends the JSON header to `out`; returns whether raw bytes follow it.
+    pub(crate) fn write_header(&self, out: &mut Vec<u8>) -> bool {
+        let mut ints = itoa::Buffer::new();
+        let mut raw = false;
+        out.push(b'{');
+        if let Some(id) = &self.id {
+            out.extend_from_slice(b"\"id\":");
+            encode_string(id, out);
+            out.push(b',');
+        }
+        out.extend_from_slice(b"\"inputs\":[");
+        for (i, input) in self.inputs.iter().enumerate() {
+            if i > 0 {
+                out.push(b',');
+            }
+            out.extend_from_slice(b"{\"name\":");
+            encode_string(&input.name, out);
+            out.extend_from_slice(b",\"shape\":[");
+            for (k, d) in input.shape.iter().enumerate() {
+                if k > 0 {
+                    out.push(b',');
+                }
+                out.extend_from_slice(ints.format(*d).as_bytes());
+            }
+            out.extend_from_slice(b"],\"datatype\":\"");
+            out.extend_from_slice(input.datatype.as_str().as_bytes());
+            out.push(b'"');
+            let mut parameters = input.parameters.clone();
+            match &input.data {
+                InputData::Json(_) => {}
+                InputData::Raw(bytes) => {
+                    raw = true;
+                    parameters.push(("binary_data_size".into(), int(bytes.len())));
+                }
+                InputData::Shared {
+                    region,
+                    byte_size,
+                    offset,
+                } => {
+                    parameters.push((
+                        "shared_memory_region".into(),
+                        ParameterValue::String(region.clone()),
+                    ));
+                    parameters.push(("shared_memory_byte_size".into(), int(*byte_size)));
+                    if *offset > 0 {
+                        parameters.push(("shared_memory_offset".into(), int(*offset)));
+                    }
+                }
+            }
+            encode_parameters(&parameters, out);
+            if let InputData::Json(data) = &input.data {
+                out.extend_from_slice(b",\"data\":[");
+                encode_tensor_data(data, out);
+                out.push(b']');
+            }
+            out.push(b'}');
+        }
+        out.push(b']');
+        if !self.outputs.is_empty() {
+            out.extend_from_slice(b",\"outputs\":[");
+            for (i, output) in self.outputs.iter().enumerate() {
+                if i > 0 {
+                    out.push(b',');
+                }
+                out.extend_from_slice(b"{\"name\":");
+                encode_string(&output.name, out);
+                let mut parameters = Vec::new();
+                if output.class_count > 0 {
+                    parameters.push(("classification".into(), int(output.class_count as usize)));
+                }
+                if let Some((region, size, offset)) = &output.shared {
+                    parameters.push((
+                        "shared_memory_region".into(),
+                        ParameterValue::String(region.clone()),
+                    ));
+                    parameters.push(("shared_memory_byte_size".into(), int(*size)));
+                    if *offset > 0 {
+                        parameters.push(("shared_memory_offset".into(), int(*offset)));
+                    }
+                } else if output.binary {
+                    parameters.push(("binary_data".into(), ParameterValue::Bool(true)));
+                }
+                encode_parameters(&parameters, out);
+                out.push(b'}');
+            }
+            out.push(b']');
+        }
+        encode_parameters(&self.parameters, out);
+        out.push(b'}');
+        raw
+    }
+
+    /// The raw bytes that follow the header, in order.
+    pub(crate) fn raw_parts(&self) -> impl Iterator<Item = &[u8]> {
+        self.inputs.iter().filter_map(|i| match &i.data {
+            InputData::Raw(bytes) => Some(bytes.as_slice()),
+            _ => None,
+        })
+    }
+}
+
+fn int(n: usize) -> ParameterValue {
+    ParameterValue::Int(i64::try_from(n).unwrap_or(i64::MAX))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_header_is_the_protocol_json() {
+        let request = InferRequest {
+            id: Some("7".into()),
+            inputs: vec![
+                InferInput::json("a", vec![2], TensorData::Fp32(vec![0.1, f32::NAN])),
+                InferInput::binary("b", vec![1, 2], TensorData::Int64(vec![1, -2])),
+            ],
+            outputs: vec![RequestedOutput {
+                name: "y".into(),
+                binary: true,
+                ..Default::default()
+            }],
+            parameters: vec![("priority".into(), ParameterValue::Int(1))],
+        };
+        let mut out = Vec::new();
+        assert!(request.write_header(&mut out));
+        let json: serde_json::Value =
+            serde_json::from_str(&String::from_utf8(out).unwrap().replace("NaN", "null")).unwrap();
+        assert_eq!(
+            json,
+            serde_json::json!({
+                "id": "7",
+                "inputs": [
+                    {"name": "a", "shape": [2], "datatype": "FP32", "data": [0.1, null]},
+                    {"name": "b", "shape": [1, 2], "datatype": "INT64",
+                     "parameters": {"binary_data_size": 16}},
+                ],
+                "outputs": [{"name": "y", "parameters": {"binary_data": true}}],
+                "parameters": {"priority": 1},
+            })
+        );
+        let raw: Vec<u8> = request.raw_parts().flatten().copied().collect();
+        assert_eq!(
+            raw,
+            [1i64, -2]
+                .iter()
+                .flat_map(|x| x.to_le_bytes())
+                .collect::<Vec<_>>()
+        );
+    }
+}
