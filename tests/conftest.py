@@ -6,16 +6,22 @@ Every server binds 127.0.0.1:0 and the fixture reads the real port from the
 
 import os
 import re
+import socket
 import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
+import requests
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT / "tests" / "data" / "titanic"
 MODELS = ROOT / "models"
+MLSERVER = ROOT / ".venv-mlserver" / "bin" / "mlserver"
+SAFETY = 60  # seconds: only against a server that never gets there
 
 # Every server the tests start serves its metrics listener on a free port
 # (the default, 127.0.0.1:8002, is one port for all of them).
@@ -140,3 +146,91 @@ def demo_server():
     yield server
     server.stop()
     assert server.process.returncode == 0, "".join(server.log)
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_until(what, done, timeout=SAFETY):
+    """Polls `done` until it holds: the event is a readiness flip or a file
+    line, which no signal announces; the timeout is a safety net only."""
+    deadline = time.monotonic() + timeout
+    while not done():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"waited for {what}")
+        time.sleep(0.02)
+
+
+def http_ok(url):
+    try:
+        return requests.get(url, timeout=2).status_code == 200
+    except requests.RequestException:
+        return False
+
+
+# The peers, started once per test run: KServe and MLServer serving an
+# XGBoost model (and KServe its echo models, tests/upstream/kserve_models.py).
+
+
+@pytest.fixture(scope="session")
+def xgb_model(tmp_path_factory):
+    """An XGBoost classifier over 10 features, and rows to ask it about."""
+    rng = np.random.default_rng(7)
+    x = rng.normal(size=(2000, 10)).astype(np.float32)
+    y = (x[:, 0] + x[:, 1] * x[:, 2] > 0).astype(int)
+    import xgboost
+
+    model = xgboost.XGBClassifier(n_estimators=20, max_depth=4, n_jobs=1)
+    model.fit(x, y)
+    path = tmp_path_factory.mktemp("xgb") / "model.json"
+    model.save_model(path)
+    return path, model, x[:64]
+
+
+@pytest.fixture(scope="session")
+def kserve(xgb_model, tmp_path_factory):
+    """KServe's ModelServer with tests/upstream/kserve_models.py."""
+    http, grpc = free_port(), free_port()
+    cancels = tmp_path_factory.mktemp("kserve") / "cancelled.log"
+    cancels.write_text("")
+    process = subprocess.Popen(
+        [sys.executable, str(ROOT / "tests" / "upstream" / "kserve_models.py"), str(xgb_model[0]), str(cancels),
+         "--http_port", str(http), "--grpc_port", str(grpc)],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
+    wait_until("KServe ready", lambda: process.poll() is None and http_ok(f"http://127.0.0.1:{http}/v2/health/ready"))
+    yield {"http": http, "grpc": grpc, "cancels": cancels}
+    process.terminate()
+    process.wait(timeout=15)
+
+
+@pytest.fixture(scope="session")
+def mlserver(xgb_model, tmp_path_factory):
+    """MLServer serving the XGBoost model with mlserver-xgboost."""
+    if not MLSERVER.exists():
+        pytest.fail(f"{MLSERVER} is missing: scripts/test installs MLServer into .venv-mlserver")
+    repo = tmp_path_factory.mktemp("mlserver")
+    http, grpc, metrics = free_port(), free_port(), free_port()
+    (repo / "settings.json").write_text(
+        f'{{"host": "127.0.0.1", "http_port": {http}, "grpc_port": {grpc}, "metrics_port": {metrics},'
+        f' "parallel_workers": 0, "debug": false}}'
+    )
+    (repo / "xgb").mkdir()
+    (repo / "xgb" / "model.json").write_bytes(Path(xgb_model[0]).read_bytes())
+    (repo / "xgb" / "model-settings.json").write_text(
+        '{"name": "xgb", "implementation": "mlserver_xgboost.XGBoostModel", "parameters": {"uri": "./model.json"}}'
+    )
+    process = subprocess.Popen(
+        [str(MLSERVER), "start", str(repo)], cwd=repo, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
+    wait_until(
+        "MLServer ready",
+        lambda: process.poll() is None and http_ok(f"http://127.0.0.1:{http}/v2/models/xgb/ready"),
+    )
+    yield {"http": http, "grpc": grpc}
+    process.terminate()
+    process.wait(timeout=15)

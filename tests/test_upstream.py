@@ -28,34 +28,9 @@ import tritonclient.http as httpclient
 import xgboost
 from tritonclient.utils import InferenceServerException
 
-from conftest import MODELS, ROOT, RunningServer, proc_status, run_wirespeed
+from conftest import MODELS, ROOT, SAFETY, RunningServer, free_port, http_ok, proc_status, run_wirespeed, wait_until
 
 HERE = Path(__file__).resolve().parent / "upstream"
-MLSERVER = ROOT / ".venv-mlserver" / "bin" / "mlserver"
-SAFETY = 60  # seconds: only against a server that never gets there
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def wait_until(what, done, timeout=SAFETY):
-    """Polls `done` until it holds: the event is a readiness flip or a file
-    line, which no signal announces; the timeout is a safety net only."""
-    deadline = time.monotonic() + timeout
-    while not done():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"waited for {what}")
-        time.sleep(0.02)
-
-
-def http_ok(url):
-    try:
-        return requests.get(url, timeout=2).status_code == 200
-    except requests.RequestException:
-        return False
 
 
 def write_models(root: Path, models: dict) -> Path:
@@ -85,65 +60,6 @@ def start_front(tmp_path, models, extra_args=()):
 
 def wait_model_ready(server, model):
     wait_until(f"model {model} ready", lambda: http_ok(f"http://{server.address}/v2/models/{model}/ready"))
-
-
-@pytest.fixture(scope="module")
-def xgb_model(tmp_path_factory):
-    """An XGBoost classifier over 10 features, and rows to ask it about."""
-    rng = np.random.default_rng(7)
-    x = rng.normal(size=(2000, 10)).astype(np.float32)
-    y = (x[:, 0] + x[:, 1] * x[:, 2] > 0).astype(int)
-    model = xgboost.XGBClassifier(n_estimators=20, max_depth=4, n_jobs=1)
-    model.fit(x, y)
-    path = tmp_path_factory.mktemp("xgb") / "model.json"
-    model.save_model(path)
-    return path, model, x[:64]
-
-
-@pytest.fixture(scope="module")
-def kserve(xgb_model, tmp_path_factory):
-    """KServe's ModelServer with tests/upstream/kserve_models.py."""
-    http, grpc = free_port(), free_port()
-    cancels = tmp_path_factory.mktemp("kserve") / "cancelled.log"
-    cancels.write_text("")
-    process = subprocess.Popen(
-        [sys.executable, str(HERE / "kserve_models.py"), str(xgb_model[0]), str(cancels),
-         "--http_port", str(http), "--grpc_port", str(grpc)],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env={**os.environ, "OMP_NUM_THREADS": "1"},
-    )
-    wait_until("KServe ready", lambda: process.poll() is None and http_ok(f"http://127.0.0.1:{http}/v2/health/ready"))
-    yield {"http": http, "grpc": grpc, "cancels": cancels}
-    process.terminate()
-    process.wait(timeout=15)
-
-
-@pytest.fixture(scope="module")
-def mlserver(xgb_model, tmp_path_factory):
-    """MLServer serving the XGBoost model with mlserver-xgboost."""
-    if not MLSERVER.exists():
-        pytest.fail(f"{MLSERVER} is missing: scripts/test installs MLServer into .venv-mlserver")
-    repo = tmp_path_factory.mktemp("mlserver")
-    http, grpc, metrics = free_port(), free_port(), free_port()
-    (repo / "settings.json").write_text(
-        f'{{"host": "127.0.0.1", "http_port": {http}, "grpc_port": {grpc}, "metrics_port": {metrics},'
-        f' "parallel_workers": 0, "debug": false}}'
-    )
-    (repo / "xgb").mkdir()
-    (repo / "xgb" / "model.json").write_bytes(Path(xgb_model[0]).read_bytes())
-    (repo / "xgb" / "model-settings.json").write_text(
-        '{"name": "xgb", "implementation": "mlserver_xgboost.XGBoostModel", "parameters": {"uri": "./model.json"}}'
-    )
-    process = subprocess.Popen(
-        [str(MLSERVER), "start", str(repo)], cwd=repo, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-        env={**os.environ, "OMP_NUM_THREADS": "1"},
-    )
-    wait_until(
-        "MLServer ready",
-        lambda: process.poll() is None and http_ok(f"http://127.0.0.1:{http}/v2/models/xgb/ready"),
-    )
-    yield {"http": http, "grpc": grpc}
-    process.terminate()
-    process.wait(timeout=15)
 
 
 @pytest.fixture

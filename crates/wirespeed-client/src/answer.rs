@@ -162,7 +162,10 @@ fn answer_error(e: wirespeed_json::DecodeError) -> ClientError {
 }
 
 fn raw_message(e: wirespeed_core::raw::RawError) -> String {
-    e.for_input("").message().to_owned()
+    match e {
+        wirespeed_core::raw::RawError::Invalid(m) => m,
+        wirespeed_core::raw::RawError::Limit(e) => e.message().to_owned(),
+    }
 }
 
 #[cfg(test)]

@@ -2,6 +2,8 @@
 //! input's data in it or after it as raw bytes (Triton's binary tensor data
 //! extension), input by input as the caller chose.
 
+use std::sync::Arc;
+
 use wirespeed_core::{DataType, ParameterValue, Parameters, TensorData};
 use wirespeed_json::{encode_parameters, encode_string, encode_tensor_data};
 
@@ -82,8 +84,8 @@ pub struct RequestedOutput {
 pub struct InferRequest {
     /// The request's id, echoed in the answer.
     pub id: Option<String>,
-    /// Its inputs.
-    pub inputs: Vec<InferInput>,
+    /// Its inputs, shared so that one input can be sent by many requests.
+    pub inputs: Vec<Arc<InferInput>>,
     /// The outputs asked for; none asks for all.
     pub outputs: Vec<RequestedOutput>,
     /// Request-level parameters.
@@ -94,7 +96,7 @@ impl InferRequest {
     /// A request of `inputs` asking for every output.
     pub fn new(inputs: Vec<InferInput>) -> InferRequest {
         InferRequest {
-            inputs,
+            inputs: inputs.into_iter().map(Arc::new).collect(),
             ..InferRequest::default()
         }
     }
@@ -213,8 +215,16 @@ mod tests {
         let request = InferRequest {
             id: Some("7".into()),
             inputs: vec![
-                InferInput::json("a", vec![2], TensorData::Fp32(vec![0.1, f32::NAN])),
-                InferInput::binary("b", vec![1, 2], TensorData::Int64(vec![1, -2])),
+                Arc::new(InferInput::json(
+                    "a",
+                    vec![2],
+                    TensorData::Fp32(vec![0.1, f32::NAN]),
+                )),
+                Arc::new(InferInput::binary(
+                    "b",
+                    vec![1, 2],
+                    TensorData::Int64(vec![1, -2]),
+                )),
             ],
             outputs: vec![RequestedOutput {
                 name: "y".into(),

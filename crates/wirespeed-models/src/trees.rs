@@ -256,6 +256,56 @@ impl TreeModel {
     pub fn ensemble(&self) -> &TreeEnsemble {
         &self.ensemble
     }
+
+    /// Loads the tree model of `folder` from its `config.toml` (backend
+    /// `xgboost` or `lightgbm`), outside a server: what a library user
+    /// calls to get the same model, preprocessing included.
+    pub fn load_folder(folder: &std::path::Path, pool: &CpuPool) -> Result<TreeModel, String> {
+        let config = crate::ModelConfig::load(&folder.join("config.toml"))?;
+        let name = folder
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let source = ModelSource::new(&name, folder, &config, pool);
+        let platform = match config.backend.as_str() {
+            "xgboost" => "xgboost_json",
+            "lightgbm" => "lightgbm_text",
+            other => {
+                return Err(format!(
+                    "backend '{other}' is not a tree ensemble (xgboost or lightgbm)"
+                ))
+            }
+        };
+        TreeModel::load(&source, platform)
+    }
+
+    /// The raw columns a model with `preprocess` takes, in order, or none.
+    pub fn columns(&self) -> &[Column] {
+        self.preprocessor.as_ref().map_or(&[], |p| p.columns())
+    }
+
+    /// The feature rows of a batch of raw columns (one tensor per column,
+    /// by name, each one element per row): `(rows, features)`. An error
+    /// when the model has no `preprocess`.
+    pub fn features(&self, columns: &[Tensor]) -> Result<(usize, Vec<f32>), Error> {
+        let pre = self.preprocessor.as_ref().ok_or_else(|| {
+            Error::invalid_input("the model has no 'preprocess' columns; give it feature rows")
+        })?;
+        for c in pre.columns() {
+            if !columns.iter().any(|t| t.name == c.name) {
+                return Err(Error::invalid_input(format!(
+                    "column '{}' is missing; the model takes {}",
+                    c.name,
+                    pre.columns()
+                        .iter()
+                        .map(|c| format!("'{}'", c.name))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                )));
+            }
+        }
+        features(pre, columns)
+    }
 }
 
 impl Model for TreeModel {

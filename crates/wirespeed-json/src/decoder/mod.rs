@@ -708,7 +708,8 @@ impl RequestDecoder {
                             "{} is not JSON (strict mode)",
                             String::from_utf8_lossy(token)
                         ),
-                    ));
+                    )
+                    .with_input(self.input_name()));
                 }
                 Scalar::NonFinite(match token {
                     b"NaN" => f64::NAN,

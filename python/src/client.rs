@@ -1,0 +1,611 @@
+//! The engine of `wirespeed.client.http`: tritonclient's `InferInput`,
+//! `InferRequestedOutput` and `InferResult`, and a pool of kept-open
+//! connections, each call made by the caller's thread with the GIL released.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use numpy::PyArrayMethods;
+use pyo3::prelude::*;
+use pyo3::types::{PyDict, PyList, PyString};
+use wirespeed_client::{
+    Answer, Client, ClientError, ClientOptions, InferRequest, InputData, RequestedOutput,
+};
+use wirespeed_core::{DataType, TensorData};
+
+use crate::codec::{parameters_dict, parameters_from};
+use crate::tensors::{datatype_of, from_numpy, to_numpy};
+
+/// tritonclient's exception type, defined in `wirespeed.client.utils`.
+fn server_exception(
+    py: Python<'_>,
+    message: String,
+    status: Option<String>,
+    debug: Option<String>,
+) -> PyErr {
+    let class = py
+        .import("wirespeed.client.utils")
+        .and_then(|m| m.getattr("InferenceServerException"));
+    match class.and_then(|c| c.call1((message.clone(), status, debug))) {
+        Ok(instance) => PyErr::from_value(instance),
+        Err(e) => e,
+    }
+}
+
+fn raise(py: Python<'_>, message: impl Into<String>) -> PyErr {
+    server_exception(py, message.into(), None, None)
+}
+
+fn client_error(py: Python<'_>, e: ClientError) -> PyErr {
+    let status = e.status().map(|s| s.to_string());
+    server_exception(py, e.to_string(), status, None)
+}
+
+fn headers_from(headers: Option<&Bound<'_, PyDict>>) -> PyResult<Vec<(String, String)>> {
+    let mut out = Vec::new();
+    if let Some(headers) = headers {
+        for (k, v) in headers.iter() {
+            out.push((k.str()?.to_string(), v.str()?.to_string()));
+        }
+    }
+    Ok(out)
+}
+
+/// One input of an infer request (tritonclient's `InferInput`).
+#[pyclass(module = "wirespeed.client.http")]
+pub(crate) struct InferInput {
+    name: String,
+    shape: Vec<i64>,
+    datatype: String,
+    /// The request's input, once data is set: shared by every request
+    /// that sends it, never copied.
+    input: Option<Arc<wirespeed_client::InferInput>>,
+}
+
+#[pymethods]
+impl InferInput {
+    #[new]
+    fn new(name: String, shape: Vec<i64>, datatype: String) -> InferInput {
+        InferInput {
+            name,
+            shape,
+            datatype,
+            input: None,
+        }
+    }
+
+    /// The input's name.
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Its datatype.
+    fn datatype(&self) -> &str {
+        &self.datatype
+    }
+
+    /// Its shape.
+    fn shape(&self) -> Vec<i64> {
+        self.shape.clone()
+    }
+
+    /// Sets the shape.
+    fn set_shape(mut slf: PyRefMut<'_, Self>, shape: Vec<i64>) -> PyRefMut<'_, Self> {
+        slf.shape = shape;
+        slf
+    }
+
+    /// Sets the data: as raw bytes after the JSON (`binary_data=True`, the
+    /// default) or in the JSON.
+    #[pyo3(signature = (input_tensor, binary_data=true))]
+    fn set_data_from_numpy<'py>(
+        mut slf: PyRefMut<'py, Self>,
+        input_tensor: &Bound<'py, PyAny>,
+        binary_data: bool,
+    ) -> PyResult<PyRefMut<'py, Self>> {
+        let py = input_tensor.py();
+        let Ok(dtype) = datatype_of(input_tensor) else {
+            if !input_tensor.is_instance_of::<numpy::PyUntypedArray>() {
+                return Err(raise(py, "input_tensor must be a numpy array"));
+            }
+            return Err(raise(
+                py,
+                format!(
+                    "got unexpected datatype {} from numpy array, expected {}",
+                    input_tensor.getattr("dtype")?,
+                    slf.datatype
+                ),
+            ));
+        };
+        if dtype.as_str() != slf.datatype {
+            return Err(raise(
+                py,
+                format!(
+                    "got unexpected datatype {dtype} from numpy array, expected {}",
+                    slf.datatype
+                ),
+            ));
+        }
+        let (shape, data) = from_numpy(input_tensor)?;
+        let fits = shape.len() == slf.shape.len()
+            && shape.iter().zip(&slf.shape).all(|(&a, &b)| a as i64 == b);
+        if !fits {
+            let list = |s: &[String]| s.join(", ");
+            return Err(raise(
+                py,
+                format!(
+                    "got unexpected numpy array shape [{}], expected [{}]",
+                    list(&shape.iter().map(|d| d.to_string()).collect::<Vec<_>>()),
+                    list(&slf.shape.iter().map(|d| d.to_string()).collect::<Vec<_>>()),
+                ),
+            ));
+        }
+        let name = slf.name.clone();
+        let input = if binary_data {
+            wirespeed_client::InferInput::binary(name, shape, data)
+        } else {
+            if dtype == DataType::Bf16 {
+                return Err(raise(
+                    py,
+                    "BF16 inputs must be sent as binary data over HTTP. Please set binary_data=True",
+                ));
+            }
+            wirespeed_client::InferInput::json(name, shape, data)
+        };
+        slf.input = Some(Arc::new(input));
+        Ok(slf)
+    }
+
+    /// Sends the data from a registered shared-memory region instead.
+    #[pyo3(signature = (region_name, byte_size, offset=0))]
+    fn set_shared_memory(
+        mut slf: PyRefMut<'_, Self>,
+        region_name: String,
+        byte_size: usize,
+        offset: usize,
+    ) -> PyResult<PyRefMut<'_, Self>> {
+        let datatype: DataType = slf
+            .datatype
+            .parse()
+            .map_err(|e: wirespeed_core::UnknownDataType| raise(slf.py(), e.to_string()))?;
+        let shape = slf.shape.iter().map(|&d| d.max(0) as usize).collect();
+        slf.input = Some(Arc::new(wirespeed_client::InferInput {
+            name: slf.name.clone(),
+            shape,
+            datatype,
+            data: InputData::Shared {
+                region: region_name,
+                byte_size,
+                offset,
+            },
+            parameters: Vec::new(),
+        }));
+        Ok(slf)
+    }
+}
+
+/// An output asked for (tritonclient's `InferRequestedOutput`).
+#[pyclass(module = "wirespeed.client.http")]
+pub(crate) struct InferRequestedOutput {
+    output: RequestedOutput,
+}
+
+#[pymethods]
+impl InferRequestedOutput {
+    #[new]
+    #[pyo3(signature = (name, binary_data=true, class_count=0))]
+    fn new(name: String, binary_data: bool, class_count: u32) -> InferRequestedOutput {
+        InferRequestedOutput {
+            output: RequestedOutput {
+                name,
+                binary: binary_data,
+                class_count,
+                shared: None,
+            },
+        }
+    }
+
+    /// The output's name.
+    fn name(&self) -> &str {
+        &self.output.name
+    }
+
+    /// Asks for the output in a registered shared-memory region.
+    #[pyo3(signature = (region_name, byte_size, offset=0))]
+    fn set_shared_memory(&mut self, region_name: String, byte_size: usize, offset: usize) {
+        self.output.shared = Some((region_name, byte_size, offset));
+    }
+
+    /// Asks for the output in the answer again.
+    fn unset_shared_memory(&mut self) {
+        self.output.shared = None;
+    }
+}
+
+/// One output of an answer, turned into numpy when first asked for.
+struct Output {
+    name: String,
+    datatype: DataType,
+    shape: Vec<usize>,
+    binary: bool,
+    data: Option<TensorData>,
+    array: Option<Py<PyAny>>,
+}
+
+/// The answer to an infer call (tritonclient's `InferResult`).
+#[pyclass(module = "wirespeed.client.http")]
+pub(crate) struct InferResult {
+    model_name: String,
+    model_version: String,
+    id: Option<String>,
+    parameters: wirespeed_core::Parameters,
+    outputs: Vec<Output>,
+}
+
+impl InferResult {
+    fn from_answer(answer: Answer) -> InferResult {
+        let response = answer.response;
+        let outputs = response
+            .outputs
+            .into_iter()
+            .enumerate()
+            .map(|(i, t)| Output {
+                datatype: t.datatype(),
+                name: t.name,
+                shape: t.shape,
+                binary: answer.binary_outputs.contains(&i),
+                data: Some(t.data),
+                array: None,
+            })
+            .collect();
+        InferResult {
+            model_name: response.model_name,
+            model_version: response.model_version,
+            id: response.id,
+            parameters: response.parameters,
+            outputs,
+        }
+    }
+
+    fn array<'py>(py: Python<'py>, output: &mut Output) -> PyResult<Bound<'py, PyAny>> {
+        if let Some(array) = &output.array {
+            return Ok(array.bind(py).clone());
+        }
+        let data = output
+            .data
+            .take()
+            .unwrap_or_else(|| TensorData::with_capacity(output.datatype, 0));
+        let array = match data {
+            // BYTES sent in the JSON are text: tritonclient gives `str`s.
+            TensorData::Bytes(v) if !output.binary => {
+                let strings: Vec<Py<PyAny>> = v
+                    .iter()
+                    .map(|b| {
+                        PyString::new(py, &String::from_utf8_lossy(b))
+                            .into_any()
+                            .unbind()
+                    })
+                    .collect();
+                let a = numpy::PyArray1::from_vec(py, strings);
+                a.reshape(output.shape.clone())?.into_any()
+            }
+            data => to_numpy(py, &output.shape, data)?,
+        };
+        output.array = Some(array.clone().unbind());
+        Ok(array)
+    }
+}
+
+#[pymethods]
+impl InferResult {
+    /// The output's data as a numpy array, or None without such an output.
+    fn as_numpy<'py>(&mut self, py: Python<'py>, name: &str) -> PyResult<Option<Bound<'py, PyAny>>> {
+        match self.outputs.iter_mut().find(|o| o.name == name) {
+            Some(output) => InferResult::array(py, output).map(Some),
+            None => Ok(None),
+        }
+    }
+
+    /// The output as the answer's JSON would have it, or None.
+    fn get_output<'py>(
+        &mut self,
+        py: Python<'py>,
+        name: &str,
+    ) -> PyResult<Option<Bound<'py, PyDict>>> {
+        match self.outputs.iter().position(|o| o.name == name) {
+            Some(i) => self.output_dict(py, i).map(Some),
+            None => Ok(None),
+        }
+    }
+
+    /// The whole answer as a dict, as tritonclient's `get_response`.
+    fn get_response<'py>(&mut self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let dict = PyDict::new(py);
+        dict.set_item("model_name", &self.model_name)?;
+        dict.set_item("model_version", &self.model_version)?;
+        if let Some(id) = &self.id {
+            dict.set_item("id", id)?;
+        }
+        if !self.parameters.is_empty() {
+            dict.set_item("parameters", parameters_dict(py, &self.parameters)?)?;
+        }
+        let outputs = PyList::empty(py);
+        for i in 0..self.outputs.len() {
+            outputs.append(self.output_dict(py, i)?)?;
+        }
+        dict.set_item("outputs", outputs)?;
+        Ok(dict)
+    }
+}
+
+impl InferResult {
+    fn output_dict<'py>(&mut self, py: Python<'py>, index: usize) -> PyResult<Bound<'py, PyDict>> {
+        let output = &mut self.outputs[index];
+        let dict = PyDict::new(py);
+        dict.set_item("name", &output.name)?;
+        dict.set_item("datatype", output.datatype.as_str())?;
+        dict.set_item("shape", output.shape.clone())?;
+        let array = InferResult::array(py, output)?;
+        if output.binary {
+            let size = match output.datatype {
+                DataType::Bytes => {
+                    let mut n = 0usize;
+                    for item in array.call_method0("ravel")?.try_iter()? {
+                        n += 4 + item?.len()?;
+                    }
+                    n
+                }
+                _ => array.getattr("nbytes")?.extract()?,
+            };
+            let parameters = PyDict::new(py);
+            parameters.set_item("binary_data_size", size)?;
+            dict.set_item("parameters", parameters)?;
+        } else if matches!(
+            output.datatype,
+            DataType::Fp32 | DataType::Fp16 | DataType::Bf16
+        ) {
+            // The JSON's numbers, as tritonclient's `json.loads` reads them:
+            // each value's shortest decimal, read as a Python float.
+            let widened: Vec<f64> = array
+                .call_method0("ravel")?
+                .call_method1("astype", ("float64",))?
+                .call_method0("tolist")?
+                .extract()?;
+            let mut text = ryu::Buffer::new();
+            let values: Vec<f64> = widened
+                .into_iter()
+                .map(|x| {
+                    let narrow = x as f32;
+                    if narrow.is_finite() {
+                        text.format_finite(narrow).parse().unwrap_or(x)
+                    } else {
+                        x
+                    }
+                })
+                .collect();
+            dict.set_item("data", values)?;
+        } else {
+            let values = array.call_method0("ravel")?.call_method0("tolist")?;
+            dict.set_item("data", values)?;
+        }
+        Ok(dict)
+    }
+}
+
+/// Kept-open connections to one server, each used by one call at a time.
+#[pyclass(module = "wirespeed.client.http", frozen)]
+pub(crate) struct HttpClient {
+    url: String,
+    options: ClientOptions,
+    idle: Mutex<Vec<Client>>,
+    /// Connections kept open when idle.
+    keep: usize,
+}
+
+impl HttpClient {
+    /// Runs `call` on an idle connection (or a new one), with the GIL
+    /// released, and keeps the connection for the next call.
+    fn with_client<T: Send>(
+        &self,
+        py: Python<'_>,
+        call: impl FnOnce(&mut Client) -> Result<T, ClientError> + Send,
+    ) -> PyResult<T> {
+        let result = py.detach(|| {
+            let taken = self.idle.lock().map(|mut idle| idle.pop()).unwrap_or(None);
+            let mut client = match taken {
+                Some(c) => c,
+                None => Client::new(&self.url, self.options.clone())?,
+            };
+            let result = call(&mut client);
+            if let Ok(mut idle) = self.idle.lock() {
+                if idle.len() < self.keep {
+                    idle.push(client);
+                }
+            }
+            result
+        });
+        result.map_err(|e| client_error(py, e))
+    }
+}
+
+fn json_value(py: Python<'_>, body: &[u8]) -> PyResult<Py<PyAny>> {
+    let text = std::str::from_utf8(body)
+        .map_err(|_| raise(py, "the server's answer is not UTF-8 JSON"))?;
+    Ok(py
+        .import("json")?
+        .call_method1("loads", (text,))?
+        .unbind())
+}
+
+#[pymethods]
+impl HttpClient {
+    #[new]
+    #[pyo3(signature = (url, connection_timeout=60.0, network_timeout=60.0, concurrency=1))]
+    fn new(
+        url: &str,
+        connection_timeout: f64,
+        network_timeout: f64,
+        concurrency: usize,
+        py: Python<'_>,
+    ) -> PyResult<HttpClient> {
+        wirespeed_client::Target::parse(url).map_err(|e| client_error(py, e))?;
+        let seconds = |s: f64| Duration::from_secs_f64(if s > 0.0 { s } else { 1e9 });
+        Ok(HttpClient {
+            url: url.to_owned(),
+            options: ClientOptions {
+                connect_timeout: seconds(connection_timeout),
+                network_timeout: seconds(network_timeout),
+                ..ClientOptions::default()
+            },
+            idle: Mutex::new(Vec::new()),
+            keep: concurrency.max(1),
+        })
+    }
+
+    /// Closes the idle connections.
+    fn close(&self) {
+        if let Ok(mut idle) = self.idle.lock() {
+            idle.clear();
+        }
+    }
+
+    #[pyo3(signature = (headers=None))]
+    fn is_server_live(&self, py: Python<'_>, headers: Option<&Bound<'_, PyDict>>) -> PyResult<bool> {
+        let headers = headers_from(headers)?;
+        self.with_client(py, |c| c.is_server_live(&headers))
+    }
+
+    #[pyo3(signature = (headers=None))]
+    fn is_server_ready(&self, py: Python<'_>, headers: Option<&Bound<'_, PyDict>>) -> PyResult<bool> {
+        let headers = headers_from(headers)?;
+        self.with_client(py, |c| c.is_server_ready(&headers))
+    }
+
+    #[pyo3(signature = (model_name, model_version="", headers=None))]
+    fn is_model_ready(
+        &self,
+        py: Python<'_>,
+        model_name: &str,
+        model_version: &str,
+        headers: Option<&Bound<'_, PyDict>>,
+    ) -> PyResult<bool> {
+        let headers = headers_from(headers)?;
+        self.with_client(py, |c| c.is_model_ready(model_name, model_version, &headers))
+    }
+
+    #[pyo3(signature = (headers=None))]
+    fn get_server_metadata(
+        &self,
+        py: Python<'_>,
+        headers: Option<&Bound<'_, PyDict>>,
+    ) -> PyResult<Py<PyAny>> {
+        let headers = headers_from(headers)?;
+        let body = self.with_client(py, |c| c.server_metadata(&headers))?;
+        json_value(py, &body)
+    }
+
+    #[pyo3(signature = (model_name, model_version="", headers=None))]
+    fn get_model_metadata(
+        &self,
+        py: Python<'_>,
+        model_name: &str,
+        model_version: &str,
+        headers: Option<&Bound<'_, PyDict>>,
+    ) -> PyResult<Py<PyAny>> {
+        let headers = headers_from(headers)?;
+        let body = self.with_client(py, |c| c.model_metadata(model_name, model_version, &headers))?;
+        json_value(py, &body)
+    }
+
+    #[pyo3(signature = (model_name, model_version="", headers=None))]
+    fn get_model_config(
+        &self,
+        py: Python<'_>,
+        model_name: &str,
+        model_version: &str,
+        headers: Option<&Bound<'_, PyDict>>,
+    ) -> PyResult<Py<PyAny>> {
+        let headers = headers_from(headers)?;
+        let body = self.with_client(py, |c| c.model_config(model_name, model_version, &headers))?;
+        json_value(py, &body)
+    }
+
+    /// A `GET` or `POST` (with a JSON body) of any path: (status, JSON or None).
+    #[pyo3(signature = (method, path, body=None, headers=None))]
+    fn request(
+        &self,
+        py: Python<'_>,
+        method: &str,
+        path: &str,
+        body: Option<&[u8]>,
+        headers: Option<&Bound<'_, PyDict>>,
+    ) -> PyResult<(u16, Py<PyAny>)> {
+        let headers = headers_from(headers)?;
+        let reply = match method {
+            "GET" => self.with_client(py, |c| c.get(path, &headers))?,
+            "POST" => {
+                let body = body.unwrap_or(b"{}").to_vec();
+                self.with_client(py, move |c| c.post(path, &body, &headers))?
+            }
+            other => return Err(raise(py, format!("method {other} is not supported"))),
+        };
+        let value = if reply.body.is_empty() {
+            py.None()
+        } else {
+            json_value(py, &reply.body)?
+        };
+        Ok((reply.status, value))
+    }
+
+    /// Runs inference, as tritonclient's `infer`.
+    #[pyo3(signature = (model_name, inputs, model_version="", outputs=None, request_id="",
+                        parameters=None, headers=None, binary_data_output=true))]
+    #[allow(clippy::too_many_arguments)]
+    fn infer(
+        &self,
+        py: Python<'_>,
+        model_name: &str,
+        inputs: Vec<PyRef<'_, InferInput>>,
+        model_version: &str,
+        outputs: Option<Vec<PyRef<'_, InferRequestedOutput>>>,
+        request_id: &str,
+        parameters: Option<&Bound<'_, PyDict>>,
+        headers: Option<&Bound<'_, PyDict>>,
+        binary_data_output: bool,
+    ) -> PyResult<InferResult> {
+        let mut request = InferRequest {
+            id: (!request_id.is_empty()).then(|| request_id.to_owned()),
+            ..InferRequest::default()
+        };
+        for input in &inputs {
+            let Some(data) = &input.input else {
+                return Err(raise(
+                    py,
+                    format!(
+                        "input '{}' has no data: call set_data_from_numpy or set_shared_memory",
+                        input.name
+                    ),
+                ));
+            };
+            request.inputs.push(Arc::clone(data));
+        }
+        request.outputs = outputs
+            .unwrap_or_default()
+            .iter()
+            .map(|o| o.output.clone())
+            .collect();
+        request.parameters = parameters_from(parameters)?;
+        // tritonclient asks for every output in binary when it names none.
+        if request.outputs.is_empty() && binary_data_output {
+            request.parameters.push((
+                "binary_data_output".to_owned(),
+                wirespeed_core::ParameterValue::Bool(true),
+            ));
+        }
+        let headers = headers_from(headers)?;
+        let answer = self.with_client(py, |c| {
+            c.infer_with_headers(model_name, model_version, &request, &headers)
+        })?;
+        Ok(InferResult::from_answer(answer))
+    }
+}
