@@ -139,7 +139,7 @@ HOSTILE = [
     (b'{"inputs": [{"name": "x", "shape": [1], "datatype": "FP99", "data": [1]}]}', "type"),
     (b'{"inputs": [{"name": "x", "shape": [1000000000000], "datatype": "FP32", "data": []}]}', "limit"),
     (b'{"inputs": [{"name": "x", "shape": [1], "datatype": "FP32", "data": [1]}]', "syntax"),
-    (b'{"inputs": [{"name": "x", "shape": [1], "datatype": "FP32", "data": ' + b"[" * 100000, "limit"),
+    (b'{"unknown": ' + b"[" * 100000, "limit"),
     (b'{"inputs": [{"name": "x", "shape": [1], "datatype": "BYTES", "data": ["\\ud800"]}]}', None),
 ]
 

@@ -7,13 +7,13 @@ use std::time::Duration;
 
 use numpy::PyArrayMethods;
 use pyo3::prelude::*;
-use pyo3::types::{PyDict, PyList, PyString};
+use pyo3::types::{PyDict, PyString};
 use wirespeed_client::{
     Answer, Client, ClientError, ClientOptions, InferRequest, InputData, RequestedOutput,
 };
 use wirespeed_core::{DataType, TensorData};
 
-use crate::codec::{parameters_dict, parameters_from};
+use crate::codec::parameters_from;
 use crate::tensors::{datatype_of, from_numpy, to_numpy};
 
 /// tritonclient's exception type, defined in `wirespeed.client.utils`.
@@ -235,10 +235,10 @@ struct Output {
 /// The answer to an infer call (tritonclient's `InferResult`).
 #[pyclass(module = "wirespeed.client.http")]
 pub(crate) struct InferResult {
-    model_name: String,
-    model_version: String,
-    id: Option<String>,
-    parameters: wirespeed_core::Parameters,
+    /// The answer's JSON, as the server wrote it.
+    json: Vec<u8>,
+    /// `json.loads` of it, once asked for.
+    response: Option<Py<PyAny>>,
     outputs: Vec<Output>,
 }
 
@@ -259,10 +259,8 @@ impl InferResult {
             })
             .collect();
         InferResult {
-            model_name: response.model_name,
-            model_version: response.model_version,
-            id: response.id,
-            parameters: response.parameters,
+            json: answer.json,
+            response: None,
             outputs,
         }
     }
@@ -299,96 +297,44 @@ impl InferResult {
 #[pymethods]
 impl InferResult {
     /// The output's data as a numpy array, or None without such an output.
-    fn as_numpy<'py>(&mut self, py: Python<'py>, name: &str) -> PyResult<Option<Bound<'py, PyAny>>> {
+    fn as_numpy<'py>(
+        &mut self,
+        py: Python<'py>,
+        name: &str,
+    ) -> PyResult<Option<Bound<'py, PyAny>>> {
         match self.outputs.iter_mut().find(|o| o.name == name) {
             Some(output) => InferResult::array(py, output).map(Some),
             None => Ok(None),
         }
     }
 
-    /// The output as the answer's JSON would have it, or None.
+    /// The output's object in the answer's JSON, or None.
     fn get_output<'py>(
         &mut self,
         py: Python<'py>,
         name: &str,
-    ) -> PyResult<Option<Bound<'py, PyDict>>> {
-        match self.outputs.iter().position(|o| o.name == name) {
-            Some(i) => self.output_dict(py, i).map(Some),
-            None => Ok(None),
+    ) -> PyResult<Option<Bound<'py, PyAny>>> {
+        let response = self.get_response(py)?;
+        let Ok(outputs) = response.get_item("outputs") else {
+            return Ok(None);
+        };
+        for output in outputs.try_iter()? {
+            let output = output?;
+            if output.get_item("name")?.eq(name)? {
+                return Ok(Some(output));
+            }
         }
+        Ok(None)
     }
 
-    /// The whole answer as a dict, as tritonclient's `get_response`.
-    fn get_response<'py>(&mut self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        let dict = PyDict::new(py);
-        dict.set_item("model_name", &self.model_name)?;
-        dict.set_item("model_version", &self.model_version)?;
-        if let Some(id) = &self.id {
-            dict.set_item("id", id)?;
+    /// The answer's JSON as a dict, as tritonclient's `get_response`.
+    fn get_response<'py>(&mut self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        if let Some(response) = &self.response {
+            return Ok(response.bind(py).clone());
         }
-        if !self.parameters.is_empty() {
-            dict.set_item("parameters", parameters_dict(py, &self.parameters)?)?;
-        }
-        let outputs = PyList::empty(py);
-        for i in 0..self.outputs.len() {
-            outputs.append(self.output_dict(py, i)?)?;
-        }
-        dict.set_item("outputs", outputs)?;
-        Ok(dict)
-    }
-}
-
-impl InferResult {
-    fn output_dict<'py>(&mut self, py: Python<'py>, index: usize) -> PyResult<Bound<'py, PyDict>> {
-        let output = &mut self.outputs[index];
-        let dict = PyDict::new(py);
-        dict.set_item("name", &output.name)?;
-        dict.set_item("datatype", output.datatype.as_str())?;
-        dict.set_item("shape", output.shape.clone())?;
-        let array = InferResult::array(py, output)?;
-        if output.binary {
-            let size = match output.datatype {
-                DataType::Bytes => {
-                    let mut n = 0usize;
-                    for item in array.call_method0("ravel")?.try_iter()? {
-                        n += 4 + item?.len()?;
-                    }
-                    n
-                }
-                _ => array.getattr("nbytes")?.extract()?,
-            };
-            let parameters = PyDict::new(py);
-            parameters.set_item("binary_data_size", size)?;
-            dict.set_item("parameters", parameters)?;
-        } else if matches!(
-            output.datatype,
-            DataType::Fp32 | DataType::Fp16 | DataType::Bf16
-        ) {
-            // The JSON's numbers, as tritonclient's `json.loads` reads them:
-            // each value's shortest decimal, read as a Python float.
-            let widened: Vec<f64> = array
-                .call_method0("ravel")?
-                .call_method1("astype", ("float64",))?
-                .call_method0("tolist")?
-                .extract()?;
-            let mut text = ryu::Buffer::new();
-            let values: Vec<f64> = widened
-                .into_iter()
-                .map(|x| {
-                    let narrow = x as f32;
-                    if narrow.is_finite() {
-                        text.format_finite(narrow).parse().unwrap_or(x)
-                    } else {
-                        x
-                    }
-                })
-                .collect();
-            dict.set_item("data", values)?;
-        } else {
-            let values = array.call_method0("ravel")?.call_method0("tolist")?;
-            dict.set_item("data", values)?;
-        }
-        Ok(dict)
+        let value = json_value(py, &self.json)?.into_bound(py);
+        self.response = Some(value.clone().unbind());
+        Ok(value)
     }
 }
 
@@ -431,10 +377,7 @@ impl HttpClient {
 fn json_value(py: Python<'_>, body: &[u8]) -> PyResult<Py<PyAny>> {
     let text = std::str::from_utf8(body)
         .map_err(|_| raise(py, "the server's answer is not UTF-8 JSON"))?;
-    Ok(py
-        .import("json")?
-        .call_method1("loads", (text,))?
-        .unbind())
+    Ok(py.import("json")?.call_method1("loads", (text,))?.unbind())
 }
 
 #[pymethods]
@@ -470,13 +413,21 @@ impl HttpClient {
     }
 
     #[pyo3(signature = (headers=None))]
-    fn is_server_live(&self, py: Python<'_>, headers: Option<&Bound<'_, PyDict>>) -> PyResult<bool> {
+    fn is_server_live(
+        &self,
+        py: Python<'_>,
+        headers: Option<&Bound<'_, PyDict>>,
+    ) -> PyResult<bool> {
         let headers = headers_from(headers)?;
         self.with_client(py, |c| c.is_server_live(&headers))
     }
 
     #[pyo3(signature = (headers=None))]
-    fn is_server_ready(&self, py: Python<'_>, headers: Option<&Bound<'_, PyDict>>) -> PyResult<bool> {
+    fn is_server_ready(
+        &self,
+        py: Python<'_>,
+        headers: Option<&Bound<'_, PyDict>>,
+    ) -> PyResult<bool> {
         let headers = headers_from(headers)?;
         self.with_client(py, |c| c.is_server_ready(&headers))
     }
@@ -490,7 +441,9 @@ impl HttpClient {
         headers: Option<&Bound<'_, PyDict>>,
     ) -> PyResult<bool> {
         let headers = headers_from(headers)?;
-        self.with_client(py, |c| c.is_model_ready(model_name, model_version, &headers))
+        self.with_client(py, |c| {
+            c.is_model_ready(model_name, model_version, &headers)
+        })
     }
 
     #[pyo3(signature = (headers=None))]
@@ -513,7 +466,9 @@ impl HttpClient {
         headers: Option<&Bound<'_, PyDict>>,
     ) -> PyResult<Py<PyAny>> {
         let headers = headers_from(headers)?;
-        let body = self.with_client(py, |c| c.model_metadata(model_name, model_version, &headers))?;
+        let body = self.with_client(py, |c| {
+            c.model_metadata(model_name, model_version, &headers)
+        })?;
         json_value(py, &body)
     }
 

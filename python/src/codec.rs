@@ -61,7 +61,10 @@ impl Request {
             .iter()
             .map(|k| k.to_string())
             .collect();
-        let id = self.id.as_deref().map_or("None".to_owned(), |id| format!("{id:?}"));
+        let id = self
+            .id
+            .as_deref()
+            .map_or("None".to_owned(), |id| format!("{id:?}"));
         format!("Request(id={id}, inputs={names:?})")
     }
 }
@@ -141,7 +144,10 @@ fn decode(
                 "binary",
                 0,
                 None,
-                format!("header_length {n} is past the body's end ({} bytes)", body.len()),
+                format!(
+                    "header_length {n} is past the body's end ({} bytes)",
+                    body.len()
+                ),
             ))
         }
         Some(n) => n,

@@ -16,12 +16,17 @@ pub struct Answer {
     pub response: InferResponse,
     /// The outputs that came as raw bytes (by index in `response.outputs`).
     pub binary_outputs: Vec<usize>,
+    /// The answer's JSON as the server wrote it (the header of a binary
+    /// answer), for callers that want every field as sent.
+    pub json: Vec<u8>,
 }
 
 /// Takes an infer answer's body chunk by chunk.
 pub(crate) struct AnswerReader {
     /// JSON bytes still to come.
     json_left: u64,
+    /// The JSON so far.
+    json: Vec<u8>,
     decoder: Option<ResponseDecoder>,
     response: Option<InferResponse>,
     binaries: Vec<BinaryInput>,
@@ -51,8 +56,10 @@ impl AnswerReader {
         if let Some(len) = json_len {
             decoder = decoder.with_body_len(len);
         }
+        let reserve = json_len.map_or(0, |n| usize::try_from(n).unwrap_or(0).min(1 << 20));
         AnswerReader {
             json_left: json_len.unwrap_or(u64::MAX),
+            json: Vec::with_capacity(reserve),
             decoder: Some(decoder),
             response: None,
             binaries: Vec::new(),
@@ -67,6 +74,7 @@ impl AnswerReader {
                 .unwrap_or(usize::MAX)
                 .min(chunk.len());
             decoder.feed(&chunk[..n]).map_err(answer_error)?;
+            self.json.extend_from_slice(&chunk[..n]);
             self.json_left -= n as u64;
             chunk = &chunk[n..];
             if self.json_left == 0 {
@@ -153,6 +161,7 @@ impl AnswerReader {
         Ok(Answer {
             response: self.response.expect("decoded"),
             binary_outputs: self.binaries.iter().map(|b| b.input).collect(),
+            json: self.json,
         })
     }
 }

@@ -221,7 +221,13 @@ impl Client {
         head.extend_from_slice(self.host.as_bytes());
         head.extend_from_slice(b"\r\n");
         if call.method == "POST" {
-            head.extend_from_slice(b"Content-Type: application/json\r\nContent-Length: ");
+            // A JSON body says so; a binary one must not, or servers that
+            // parse JSON bodies by their type (KServe's FastAPI) refuse it.
+            head.extend_from_slice(match header_len {
+                Some(_) => b"Content-Type: application/octet-stream\r\n",
+                None => b"Content-Type: application/json\r\n",
+            });
+            head.extend_from_slice(b"Content-Length: ");
             head.extend_from_slice(itoa::Buffer::new().format(length).as_bytes());
             head.extend_from_slice(b"\r\n");
         }

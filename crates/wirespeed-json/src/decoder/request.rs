@@ -378,7 +378,8 @@ impl RequestDecoder {
         match (slot, scalar) {
             (Slot::Id, Scalar::String(s)) => self.request.id = Some(text(s)),
             // Some servers write `null` for a response's absent id or version.
-            (Slot::Id | Slot::ModelName | Slot::ModelVersion, Scalar::Null)
+            // KServe writes `"parameters": null` too.
+            (Slot::Id | Slot::ModelName | Slot::ModelVersion | Slot::Params(_), Scalar::Null)
                 if self.response.is_some() => {}
             (Slot::ModelName, Scalar::String(s)) => {
                 if let Some(head) = self.response.as_mut() {

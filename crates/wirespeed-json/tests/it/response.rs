@@ -10,7 +10,8 @@ use wirespeed_json::{Category, DecodeOptions, DecodedResponse, ResponseDecoder};
 const RESPONSE: &str = r#"{"id":null,"outputs":[
     {"data":[0.1,2.5e-7,-3.0,1e308],"name":"p","shape":[2,2],"datatype":"FP64"},
     {"name":"label","datatype":"BYTES","shape":[2],"data":["yes","n\u00f6"]},
-    {"name":"raw","datatype":"INT32","shape":[3],"parameters":{"binary_data_size":12}}],
+    {"name":"raw","datatype":"INT32","shape":[3],"parameters":{"binary_data_size":12}},
+    {"name":"n","datatype":"INT8","shape":[0],"data":[],"parameters":null}],
     "model_version":null,"model_name":"titanic","parameters":{"sequence_end":true}}"#;
 
 fn decode(body: &str, chunk: usize) -> Result<DecodedResponse, wirespeed_json::DecodeError> {
@@ -50,6 +51,7 @@ fn every_field_at_every_chunk_size() {
         assert_eq!(r.outputs[2].shape, [3]);
         assert!(r.outputs[2].data.is_empty());
         assert_eq!(d.binary_outputs, [BinaryInput { input: 2, size: 12 }]);
+        assert_eq!(r.outputs[3].data, TensorData::Int8(vec![]));
     }
 }
 

@@ -1,0 +1,342 @@
+"""`wirespeed.client.http`, the package's tritonclient-compatible client,
+against tritonclient itself as the reference: the same answers (arrays and
+`get_response()`), the same errors, from wirespeed (over TCP and a Unix
+socket), KServe's ModelServer and MLServer, in JSON and in Triton's binary
+tensor data; a tritonclient script run with only its imports changed; many
+threads and asyncio tasks, each getting its own data back."""
+
+import asyncio
+import subprocess
+import sys
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
+import ml_dtypes
+import numpy as np
+import pytest
+import tritonclient.http as tritonhttp
+import tritonclient.utils as tritonutils
+
+from conftest import RunningServer, free_port
+
+try:
+    import wirespeed.client.http as wshttp
+    import wirespeed.client.http.aio as wsaio
+    from wirespeed.client.utils import InferenceServerException
+except ImportError:  # pragma: no cover
+    pytest.fail("the wirespeed package is not installed: run scripts/build-wheel", pytrace=False)
+
+DTYPES = {
+    "BOOL": np.bool_, "UINT8": np.uint8, "UINT16": np.uint16, "UINT32": np.uint32, "UINT64": np.uint64,
+    "INT8": np.int8, "INT16": np.int16, "INT32": np.int32, "INT64": np.int64,
+    "FP16": np.float16, "FP32": np.float32, "FP64": np.float64, "BF16": ml_dtypes.bfloat16, "BYTES": np.object_,
+}
+
+
+def sample(datatype, shape=(2, 3), seed=0):
+    rng = np.random.default_rng(seed)
+    n = int(np.prod(shape))
+    if datatype == "BYTES":
+        return np.array([f"s{i}-ü".encode() * (i % 3) for i in range(n)], dtype=np.object_).reshape(shape)
+    if datatype == "BOOL":
+        return (rng.random(n) > 0.5).reshape(shape)
+    dtype = DTYPES[datatype]
+    if np.issubdtype(dtype, np.integer):
+        info = np.iinfo(dtype)
+        values = rng.integers(info.min, info.max, size=n, dtype=dtype, endpoint=True)
+        values[0], values[-1] = info.min, info.max
+        return values.reshape(shape)
+    return (rng.normal(size=n) * 1000).astype(dtype).reshape(shape)
+
+
+def identity_models(root):
+    for datatype in DTYPES:
+        folder = root / f"id_{datatype.lower()}"
+        folder.mkdir(parents=True)
+        (folder / "config.toml").write_text(
+            f'backend = "identity"\n\n[[inputs]]\nname = "x"\ndatatype = "{datatype}"\nshape = [-1, -1]\n\n'
+            f'[[outputs]]\nname = "y"\ndatatype = "{datatype}"\nshape = [-1, -1]\n'
+        )
+    return root
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    root = tmp_path_factory.mktemp("client")
+    socket = root / "http.sock"
+    running = RunningServer(identity_models(root / "models"), extra_args=["--http-uds", str(socket)], grpc="off")
+    running.socket = socket
+    yield running
+    running.stop()
+
+
+def call(module, url, model, arrays, binary_in, binary_out, outputs=("y",), **kwargs):
+    client = module.InferenceServerClient(url)
+    inputs = []
+    for name, (datatype, array) in arrays.items():
+        inputs.append(module.InferInput(name, list(array.shape), datatype).set_data_from_numpy(array, binary_data=binary_in))
+    requested = [module.InferRequestedOutput(o, binary_data=binary_out) for o in outputs] if outputs else None
+    return client.infer(model, inputs, outputs=requested, **kwargs)
+
+
+def assert_same_result(ours, theirs, names):
+    assert ours.get_response() == theirs.get_response()
+    for name in names:
+        a, b = ours.as_numpy(name), theirs.as_numpy(name)
+        assert a.dtype == b.dtype and a.shape == b.shape, (a, b)
+        if a.dtype == np.object_:
+            assert a.tolist() == b.tolist()
+        else:
+            assert a.tobytes() == b.tobytes()
+
+
+MODES = [(True, True), (False, False), (True, False), (False, True)]
+
+
+@pytest.mark.parametrize("binary_in,binary_out", MODES, ids=["binary", "json", "binary-in", "binary-out"])
+@pytest.mark.parametrize("datatype", DTYPES)
+def test_every_datatype_as_tritonclient_gets_it(server, datatype, binary_in, binary_out):
+    if datatype == "BF16" and not (binary_in and binary_out):
+        pytest.skip("BF16 goes in binary only (tritonclient refuses it in JSON)")
+    array = sample(datatype)
+    model = f"id_{datatype.lower()}"
+    theirs = call(tritonhttp, server.address, model, {"x": (datatype, array)}, binary_in, binary_out, request_id="7")
+    for url in (server.address, f"unix://{server.socket}"):
+        ours = call(wshttp, url, model, {"x": (datatype, array)}, binary_in, binary_out, request_id="7")
+        assert_same_result(ours, theirs, ["y"])
+    if binary_out:
+        assert ours.as_numpy("y").tobytes() == array.tobytes() or datatype == "BYTES"
+
+
+def test_no_outputs_named_means_all_in_binary_as_tritonclient(server):
+    array = sample("FP32")
+    theirs = call(tritonhttp, server.address, "id_fp32", {"x": ("FP32", array)}, True, True, outputs=None)
+    ours = call(wshttp, server.address, "id_fp32", {"x": ("FP32", array)}, True, True, outputs=None)
+    assert_same_result(ours, theirs, ["y"])
+    assert "binary_data_size" in ours.get_output("y")["parameters"]
+
+
+def test_a_large_json_answer(server):
+    array = sample("FP32", shape=(1000, 1000))
+    theirs = call(tritonhttp, server.address, "id_fp32", {"x": ("FP32", array)}, True, False)
+    ours = call(wshttp, server.address, "id_fp32", {"x": ("FP32", array)}, True, False)
+    np.testing.assert_array_equal(ours.as_numpy("y"), theirs.as_numpy("y"))
+    np.testing.assert_array_equal(ours.as_numpy("y"), array)
+
+
+def test_health_metadata_and_errors_as_tritonclient(server):
+    ours, theirs = wshttp.InferenceServerClient(server.address), tritonhttp.InferenceServerClient(server.address)
+    for method, args in [
+        ("is_server_live", ()), ("is_server_ready", ()), ("is_model_ready", ("id_fp32",)),
+        ("is_model_ready", ("nope",)), ("get_server_metadata", ()), ("get_model_metadata", ("id_int8",)),
+        ("get_model_config", ("id_int8",)), ("get_model_repository_index", ()),
+        ("get_inference_statistics", ("id_int8",)),
+    ]:
+        assert getattr(ours, method)(*args) == getattr(theirs, method)(*args), method
+    for method, args in [("get_model_metadata", ("nope",)), ("get_model_metadata", ("id_int8", "9"))]:
+        with pytest.raises(tritonutils.InferenceServerException) as want:
+            getattr(theirs, method)(*args)
+        with pytest.raises(InferenceServerException) as got:
+            getattr(ours, method)(*args)
+        assert (got.value.message(), got.value.status()) == (want.value.message(), want.value.status())
+        assert str(got.value) == str(want.value)
+
+
+def test_refused_requests_raise_the_servers_error_as_tritonclient(server):
+    good = sample("FP32")
+    cases = [
+        ("nope", "x", "FP32", good),  # unknown model
+        ("id_fp32", "wrong", "FP32", good),  # unknown input
+        ("id_fp32", "x", "INT32", good.astype(np.int32)),  # wrong datatype
+    ]
+    for model, name, datatype, array in cases:
+        for binary in (True, False):
+            errors = []
+            for module, exc in ((tritonhttp, tritonutils.InferenceServerException), (wshttp, InferenceServerException)):
+                client = module.InferenceServerClient(server.address)
+                with pytest.raises(exc) as raised:
+                    client.infer(model, [module.InferInput(name, list(array.shape), datatype).set_data_from_numpy(array, binary_data=binary)])
+                errors.append((raised.value.message(), raised.value.status()))
+            assert errors[0] == errors[1]
+            assert errors[1][1] in ("400", "404")
+
+
+def test_client_side_mistakes_are_refused_as_tritonclient():
+    for module, exc in ((tritonhttp, tritonutils.InferenceServerException), (wshttp, InferenceServerException)):
+        inp = module.InferInput("x", [2, 3], "FP32")
+        with pytest.raises(exc, match="got unexpected datatype INT32 from numpy array, expected FP32"):
+            inp.set_data_from_numpy(np.zeros((2, 3), np.int32))
+        with pytest.raises(exc, match=r"got unexpected numpy array shape \[3, 2\], expected \[2, 3\]"):
+            inp.set_data_from_numpy(np.zeros((3, 2), np.float32))
+        with pytest.raises(exc, match="input_tensor must be a numpy array"):
+            inp.set_data_from_numpy([1.0])
+        with pytest.raises(exc, match="reserved parameter"):
+            module.InferenceServerClient("localhost:1").infer("m", [], parameters={"priority": 1})
+
+
+def test_a_server_that_is_not_there_is_a_clear_error():
+    client = wshttp.InferenceServerClient(f"127.0.0.1:{free_port()}")
+    with pytest.raises(InferenceServerException, match="failed to connect to 127.0.0.1:.*refused"):
+        client.is_server_live()
+    with pytest.raises(InferenceServerException, match="invalid url"):
+        wshttp.InferenceServerClient("localhost:http")
+
+
+SCRIPT = '''
+import numpy as np
+import tritonclient.http as httpclient
+from tritonclient.utils import InferenceServerException, np_to_triton_dtype
+
+client = httpclient.InferenceServerClient(url=URL)
+assert client.is_server_live() and client.is_model_ready("id_int64")
+data = np.arange(12, dtype=np.int64).reshape(3, 4)
+inputs = [httpclient.InferInput("x", list(data.shape), np_to_triton_dtype(data.dtype))]
+inputs[0].set_data_from_numpy(data)
+outputs = [httpclient.InferRequestedOutput("y", binary_data=False)]
+result = client.infer("id_int64", inputs, outputs=outputs, request_id="42")
+print(result.get_response()["id"], result.as_numpy("y").sum(), result.get_output("y")["datatype"])
+try:
+    client.infer("missing", inputs)
+except InferenceServerException as e:
+    print("error", e.status(), e.message())
+client.close()
+'''
+
+
+def test_a_tritonclient_script_runs_with_only_its_imports_changed(server):
+    original = SCRIPT.replace("URL", repr(server.address))
+    switched = original.replace("import tritonclient.http as", "import wirespeed.client.http as").replace(
+        "from tritonclient.utils import", "from wirespeed.client.utils import"
+    )
+    assert switched.count("wirespeed") == 2
+    outputs = [subprocess.run([sys.executable, "-c", text], capture_output=True, text=True, check=True).stdout
+               for text in (original, switched)]
+    assert outputs[0] == outputs[1]
+    assert outputs[0].startswith("42 66 INT64\nerror 404")
+
+
+def test_threads_sharing_a_client_each_get_their_own_data(server):
+    client = wshttp.InferenceServerClient(server.address, concurrency=8)
+
+    def one(i):
+        array = np.full((1, 64), i, dtype=np.int64)
+        inp = wshttp.InferInput("x", [1, 64], "INT64").set_data_from_numpy(array)
+        return client.infer("id_int64", [inp], request_id=str(i))
+
+    with ThreadPoolExecutor(64) as pool:
+        results = list(pool.map(one, range(256)))
+    for i, result in enumerate(results):
+        assert result.get_response()["id"] == str(i)
+        assert (result.as_numpy("y") == i).all()
+    # async_infer, as tritonclient's.
+    pending = [client.async_infer("id_int64", [wshttp.InferInput("x", [1, 1], "INT64").set_data_from_numpy(
+        np.array([[i]], dtype=np.int64))]) for i in range(32)]
+    assert [p.get_result().as_numpy("y")[0, 0] for p in pending] == list(range(32))
+    client.close()
+
+
+def test_the_asyncio_client(server):
+    async def main():
+        async with wsaio.InferenceServerClient(server.address, conn_limit=16) as client:
+            assert await client.is_model_ready("id_fp64")
+
+            async def one(i):
+                inp = wsaio.InferInput("x", [2, 2], "FP64").set_data_from_numpy(np.full((2, 2), i / 7))
+                return (await client.infer("id_fp64", [inp])).as_numpy("y")
+
+            return await asyncio.gather(*(one(i) for i in range(100)))
+
+    for i, y in enumerate(asyncio.run(main())):
+        assert (y == i / 7).all()
+
+
+def test_the_connection_is_kept_between_calls(server):
+    client = wshttp.InferenceServerClient(server.address)
+    inp = wshttp.InferInput("x", [1, 1], "FP32").set_data_from_numpy(np.ones((1, 1), np.float32))
+    client.infer("id_fp32", [inp])
+    before = server_connections(server)
+    for _ in range(50):
+        client.infer("id_fp32", [inp])
+    assert server_connections(server) == before
+
+
+def server_connections(server):
+    """The server's established TCP connections, from /proc."""
+    out = subprocess.run(["ss", "-tnH", "state", "established", f"sport = :{server.port}"],
+                         capture_output=True, text=True, check=True).stdout
+    return len(out.splitlines())
+
+
+# The peers: KServe's ModelServer (echo models and an XGBoost model) and
+# MLServer (the XGBoost model), started once for the test run (conftest).
+
+KSERVE_ECHOES = {"echo_fp32": "FP32", "echo_int64": "INT64", "echo_bool": "BOOL", "echo_bytes": "BYTES"}
+
+
+def both(url, model, arrays, binary, outputs):
+    """tritonclient's result (or its error) and ours, for one request."""
+    results = []
+    for module, exc in ((tritonhttp, tritonutils.InferenceServerException), (wshttp, InferenceServerException)):
+        try:
+            results.append(call(module, url, model, arrays, binary, binary, outputs=outputs))
+        except exc as e:
+            results.append((e.status(), e.message()))
+    return results
+
+
+def assert_as_tritonclient(theirs, ours, names, expected):
+    """Ours answers as tritonclient's does (ids aside: KServe makes one up
+    per request), or refuses as it does; where tritonclient's request is
+    refused and ours is not, ours must be right."""
+    assert not isinstance(ours, tuple) or isinstance(theirs, tuple), f"only ours failed: {ours}"
+    if isinstance(theirs, tuple):
+        if isinstance(ours, tuple):
+            # Both refused (the peer refuses what both clients send, at
+            # different stages of its own parsing): a server error each.
+            assert ours[0] is not None and int(ours[0]) >= 400, ours
+        else:
+            for name, want in zip(names, expected):
+                got = ours.as_numpy(name)
+                np.testing.assert_array_equal(got.reshape(want.shape), as_answered(got, want))
+        return
+    a, b = dict(ours.get_response()), dict(theirs.get_response())
+    a.pop("id", None), b.pop("id", None)
+    assert a == b
+    for name, want in zip(names, expected):
+        got = ours.as_numpy(name)
+        assert got.dtype == theirs.as_numpy(name).dtype
+        assert got.tolist() == theirs.as_numpy(name).tolist()
+        np.testing.assert_array_equal(got.reshape(want.shape), as_answered(got, want))
+
+
+def as_answered(got, want):
+    """`want` as the answer carries it: BYTES a peer answered in JSON are
+    text, as tritonclient gives them."""
+    if got.dtype == object and got.size and isinstance(got.flat[0], str):
+        return np.array([v.decode() for v in want.ravel()], dtype=object).reshape(want.shape)
+    return want
+
+
+@pytest.mark.parametrize("binary", [True, False], ids=["binary", "json"])
+@pytest.mark.parametrize("model", KSERVE_ECHOES)
+def test_kserve_answers_as_tritonclient_gets_them(kserve, model, binary):
+    datatype = KSERVE_ECHOES[model]
+    array = sample(datatype, shape=(3, 4), seed=1)
+    theirs, ours = both(f"127.0.0.1:{kserve['http']}", model, {"x": (datatype, array)}, binary, ("y",))
+    assert_as_tritonclient(theirs, ours, ["y"], [array])
+
+
+@pytest.mark.parametrize("binary", [True, False], ids=["binary", "json"])
+def test_xgboost_on_kserve_and_mlserver_as_tritonclient_gets_it(kserve, mlserver, xgb_model, binary):
+    _, model, x = xgb_model
+    want = model.predict(x)
+    for url, input_name, output in (
+        (f"127.0.0.1:{kserve['http']}", "x", "predict"),
+        (f"127.0.0.1:{mlserver['http']}", "predict", "predict"),
+    ):
+        theirs, ours = both(url, "xgb", {input_name: ("FP32", x)}, binary, None)
+        if isinstance(ours, tuple):
+            assert_as_tritonclient(theirs, ours, [], [])
+            continue
+        names = [o["name"] for o in ours.get_response()["outputs"]]
+        assert_as_tritonclient(theirs, ours, names[:1], [want.reshape(-1, 1) if url.endswith(str(kserve["http"])) else want])
