@@ -23,8 +23,8 @@ pub struct Answer {
 
 /// Takes an infer answer's body chunk by chunk.
 pub(crate) struct AnswerReader {
-    /// JSON bytes still to come.
-    json_left: u64,
+    /// JSON bytes still to come; None: all of the body.
+    json_left: Option<u64>,
     /// The JSON so far.
     json: Vec<u8>,
     decoder: Option<ResponseDecoder>,
@@ -58,7 +58,7 @@ impl AnswerReader {
         }
         let reserve = json_len.map_or(0, |n| usize::try_from(n).unwrap_or(0).min(1 << 20));
         AnswerReader {
-            json_left: json_len.unwrap_or(u64::MAX),
+            json_left: json_len,
             json: Vec::with_capacity(reserve),
             decoder: Some(decoder),
             response: None,
@@ -70,15 +70,18 @@ impl AnswerReader {
 
     pub(crate) fn feed(&mut self, mut chunk: &[u8]) -> Result<(), ClientError> {
         if let Some(decoder) = self.decoder.as_mut() {
-            let n = usize::try_from(self.json_left)
-                .unwrap_or(usize::MAX)
-                .min(chunk.len());
+            let n = match self.json_left {
+                Some(left) => usize::try_from(left).unwrap_or(usize::MAX).min(chunk.len()),
+                None => chunk.len(),
+            };
             decoder.feed(&chunk[..n]).map_err(answer_error)?;
             self.json.extend_from_slice(&chunk[..n]);
-            self.json_left -= n as u64;
             chunk = &chunk[n..];
-            if self.json_left == 0 {
-                self.end_json()?;
+            if let Some(left) = self.json_left.as_mut() {
+                *left -= n as u64;
+                if *left == 0 {
+                    self.end_json()?;
+                }
             }
         }
         while !chunk.is_empty() {
@@ -143,10 +146,9 @@ impl AnswerReader {
     /// The answer, once the body has ended.
     pub(crate) fn finish(mut self) -> Result<Answer, ClientError> {
         if self.decoder.is_some() {
-            if self.json_left != u64::MAX {
+            if let Some(left) = self.json_left.filter(|&left| left > 0) {
                 return Err(ClientError::Protocol(format!(
-                    "the answer ended {} bytes before the end of its JSON",
-                    self.json_left
+                    "the answer ended {left} bytes before the end of its JSON"
                 )));
             }
             self.end_json()?;
