@@ -14,12 +14,14 @@ from concurrent.futures import ThreadPoolExecutor
 import ml_dtypes
 import numpy as np
 import pytest
+import tritonclient.grpc as tritongrpc
 import tritonclient.http as tritonhttp
 import tritonclient.utils as tritonutils
 
 from conftest import RunningServer, free_port
 
 try:
+    import wirespeed.client.grpc as wsgrpc
     import wirespeed.client.http as wshttp
     import wirespeed.client.http.aio as wsaio
     from wirespeed.client.utils import InferenceServerException
@@ -63,9 +65,10 @@ def identity_models(root):
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
     root = tmp_path_factory.mktemp("client")
-    socket = root / "http.sock"
-    running = RunningServer(identity_models(root / "models"), extra_args=["--http-uds", str(socket)], grpc="off")
-    running.socket = socket
+    socket, grpc_socket = root / "http.sock", root / "grpc.sock"
+    running = RunningServer(identity_models(root / "models"),
+                            extra_args=["--http-uds", str(socket), "--grpc-uds", str(grpc_socket)])
+    running.socket, running.grpc_socket = socket, grpc_socket
     yield running
     running.stop()
 
@@ -273,6 +276,98 @@ def server_connections(server):
     return count
 
 
+def grpc_call(module, url, model, arrays, outputs=("y",), **kwargs):
+    client = module.InferenceServerClient(url)
+    inputs = []
+    for name, (datatype, array) in arrays.items():
+        inp = module.InferInput(name, list(array.shape), datatype)
+        inp.set_data_from_numpy(array)
+        inputs.append(inp)
+    requested = [module.InferRequestedOutput(o) for o in outputs] if outputs else None
+    return client.infer(model, inputs, outputs=requested, **kwargs)
+
+
+def assert_same_grpc_result(ours, theirs, names):
+    assert ours.get_response(as_json=True) == theirs.get_response(as_json=True)
+    for name in names:
+        a, b = ours.as_numpy(name), theirs.as_numpy(name)
+        assert a.dtype == b.dtype and a.shape == b.shape
+        assert a.tolist() == b.tolist() if a.dtype == np.object_ else a.tobytes() == b.tobytes()
+        mine, reference = ours.get_output(name), theirs.get_output(name)
+        assert (mine.name, mine.datatype, list(mine.shape)) == (reference.name, reference.datatype, list(reference.shape))
+        # tritonclient 2.73's get_output(as_json=True) returns None (it drops
+        # the value it makes); ours returns the documented dict.
+        assert ours.get_output(name, as_json=True) in ours.get_response(as_json=True)["outputs"]
+
+
+@pytest.mark.parametrize("datatype", DTYPES)
+def test_every_datatype_over_grpc_as_tritonclient_gets_it(server, datatype):
+    array = sample(datatype, seed=2)
+    model = f"id_{datatype.lower()}"
+    theirs = grpc_call(tritongrpc, server.grpc_address, model, {"x": (datatype, array)}, request_id="9",
+                       parameters={"note": "n", "n": 3})
+    for url in (server.grpc_address, f"unix://{server.grpc_socket}"):
+        ours = grpc_call(wsgrpc, url, model, {"x": (datatype, array)}, request_id="9", parameters={"note": "n", "n": 3})
+        assert_same_grpc_result(ours, theirs, ["y"])
+
+
+def test_grpc_metadata_and_errors_as_tritonclient(server):
+    ours, theirs = wsgrpc.InferenceServerClient(server.grpc_address), tritongrpc.InferenceServerClient(server.grpc_address)
+    assert ours.is_server_live() and ours.is_server_ready() and ours.is_model_ready("id_fp32")
+    with pytest.raises(tritonutils.InferenceServerException) as want:
+        theirs.is_model_ready("nope")
+    with pytest.raises(InferenceServerException) as got:
+        ours.is_model_ready("nope")
+    assert str(got.value) == str(want.value)
+    for method, args in [("get_server_metadata", ()), ("get_model_metadata", ("id_int8",)),
+                         ("get_model_config", ("id_int8",))]:
+        want = getattr(theirs, method)(*args, as_json=True)
+        assert getattr(ours, method)(*args, as_json=True) == want, method
+        # Without as_json: the message's fields as attributes.
+        message, reference = getattr(ours, method)(*args), getattr(theirs, method)(*args)
+        if method == "get_model_metadata":
+            assert message.name == reference.name and message.platform == reference.platform
+            assert [(t.name, t.datatype, list(t.shape)) for t in message.inputs] == \
+                [(t.name, t.datatype, list(t.shape)) for t in reference.inputs]
+        if method == "get_server_metadata":
+            assert (message.name, message.version, list(message.extensions)) == \
+                (reference.name, reference.version, list(reference.extensions))
+    for call in (lambda c: c.get_model_metadata("nope"),
+                 lambda c: c.infer("nope", [c_input(c)]),
+                 lambda c: c.infer("id_fp32", [c_input(c, "INT32")])):
+        with pytest.raises(tritonutils.InferenceServerException) as want:
+            call(theirs)
+        with pytest.raises(InferenceServerException) as got:
+            call(ours)
+        assert (str(got.value), got.value.status()) == (str(want.value), want.value.status())
+
+
+def c_input(client, datatype="FP32"):
+    module = wsgrpc if isinstance(client, wsgrpc.InferenceServerClient) else tritongrpc
+    inp = module.InferInput("x", [1, 2], datatype)
+    inp.set_data_from_numpy(np.ones((1, 2), dtype=DTYPES[datatype]))
+    return inp
+
+
+def test_grpc_callbacks_and_threads_each_get_their_own_data(server):
+    client = wsgrpc.InferenceServerClient(server.grpc_address)
+    done = {}
+    finished = threading.Event()
+
+    def callback(result, error):
+        assert error is None
+        done[int(result.get_response(as_json=True)["id"])] = result.as_numpy("y")
+        if len(done) == 64:
+            finished.set()
+
+    for i in range(64):
+        inp = wsgrpc.InferInput("x", [1, 3], "INT64")
+        inp.set_data_from_numpy(np.full((1, 3), i, dtype=np.int64))
+        client.async_infer("id_int64", [inp], callback, request_id=str(i))
+    assert finished.wait(60)
+    assert all((done[i] == i).all() for i in range(64))
+
+
 # The peers: KServe's ModelServer (echo models and an XGBoost model) and
 # MLServer (the XGBoost model), started once for the test run (conftest).
 
@@ -346,3 +441,23 @@ def test_xgboost_on_kserve_and_mlserver_as_tritonclient_gets_it(kserve, mlserver
             continue
         names = [o["name"] for o in ours.get_response()["outputs"]]
         assert_as_tritonclient(theirs, ours, names[:1], [want.reshape(-1, 1) if url.endswith(str(kserve["http"])) else want])
+
+
+def test_grpc_on_kserve_and_mlserver_as_tritonclient_gets_it(kserve, mlserver, xgb_model):
+    _, model, x = xgb_model
+    want = model.predict(x)
+    for url, input_name in ((f"127.0.0.1:{kserve['grpc']}", "x"), (f"127.0.0.1:{mlserver['grpc']}", "predict")):
+        results = []
+        for module in (tritongrpc, wsgrpc):
+            results.append(grpc_call(module, url, "xgb", {input_name: ("FP32", x)}, outputs=None))
+        theirs, ours = results
+        a, b = ours.get_response(as_json=True), theirs.get_response(as_json=True)
+        a.pop("id", None), b.pop("id", None)
+        assert a == b
+        name = a["outputs"][0]["name"]
+        assert ours.as_numpy(name).tolist() == theirs.as_numpy(name).tolist()
+        assert ours.as_numpy(name).ravel().tolist() == want.tolist()
+    for module in (tritongrpc, wsgrpc):
+        client = module.InferenceServerClient(f"127.0.0.1:{kserve['grpc']}")
+        assert client.is_model_ready("xgb")
+        assert client.get_model_metadata("xgb", as_json=True)["name"] == "xgb"

@@ -17,7 +17,7 @@ use crate::codec::parameters_from;
 use crate::tensors::{datatype_of, from_numpy, to_numpy};
 
 /// tritonclient's exception type, defined in `wirespeed.client.utils`.
-fn server_exception(
+pub(crate) fn server_exception(
     py: Python<'_>,
     message: String,
     status: Option<String>,
@@ -32,16 +32,19 @@ fn server_exception(
     }
 }
 
-fn raise(py: Python<'_>, message: impl Into<String>) -> PyErr {
+pub(crate) fn raise(py: Python<'_>, message: impl Into<String>) -> PyErr {
     server_exception(py, message.into(), None, None)
 }
 
-fn client_error(py: Python<'_>, e: ClientError) -> PyErr {
-    let status = e.status().map(|s| s.to_string());
+pub(crate) fn client_error(py: Python<'_>, e: ClientError) -> PyErr {
+    let status = match &e {
+        ClientError::Status { name, .. } => Some(name.to_string()),
+        e => e.status().map(|s| s.to_string()),
+    };
     server_exception(py, e.to_string(), status, None)
 }
 
-fn headers_from(headers: Option<&Bound<'_, PyDict>>) -> PyResult<Vec<(String, String)>> {
+pub(crate) fn headers_from(headers: Option<&Bound<'_, PyDict>>) -> PyResult<Vec<(String, String)>> {
     let mut out = Vec::new();
     if let Some(headers) = headers {
         for (k, v) in headers.iter() {
@@ -54,12 +57,12 @@ fn headers_from(headers: Option<&Bound<'_, PyDict>>) -> PyResult<Vec<(String, St
 /// One input of an infer request (tritonclient's `InferInput`).
 #[pyclass(module = "wirespeed.client.http")]
 pub(crate) struct InferInput {
-    name: String,
+    pub(crate) name: String,
     shape: Vec<i64>,
     datatype: String,
     /// The request's input, once data is set: shared by every request
     /// that sends it, never copied.
-    input: Option<Arc<wirespeed_client::InferInput>>,
+    pub(crate) input: Option<Arc<wirespeed_client::InferInput>>,
 }
 
 #[pymethods]
@@ -187,7 +190,7 @@ impl InferInput {
 /// An output asked for (tritonclient's `InferRequestedOutput`).
 #[pyclass(module = "wirespeed.client.http")]
 pub(crate) struct InferRequestedOutput {
-    output: RequestedOutput,
+    pub(crate) output: RequestedOutput,
 }
 
 #[pymethods]
@@ -235,14 +238,25 @@ struct Output {
 /// The answer to an infer call (tritonclient's `InferResult`).
 #[pyclass(module = "wirespeed.client.http")]
 pub(crate) struct InferResult {
-    /// The answer's JSON, as the server wrote it.
+    /// The answer's JSON, as the server wrote it (HTTP).
     json: Vec<u8>,
-    /// `json.loads` of it, once asked for.
+    /// The answer's message (gRPC).
+    message: Option<Box<wirespeed_client::pb::ModelInferResponse>>,
+    /// `get_response()`, once asked for.
     response: Option<Py<PyAny>>,
     outputs: Vec<Output>,
 }
 
 impl InferResult {
+    pub(crate) fn from_message(
+        answer: Answer,
+        message: wirespeed_client::pb::ModelInferResponse,
+    ) -> InferResult {
+        let mut result = InferResult::from_answer(answer);
+        result.message = Some(Box::new(message));
+        result
+    }
+
     fn from_answer(answer: Answer) -> InferResult {
         let response = answer.response;
         let outputs = response
@@ -260,6 +274,7 @@ impl InferResult {
             .collect();
         InferResult {
             json: answer.json,
+            message: None,
             response: None,
             outputs,
         }
@@ -308,27 +323,49 @@ impl InferResult {
         }
     }
 
-    /// The output's object in the answer's JSON, or None.
+    /// The output's object in the answer, or None: a dict of its JSON
+    /// (HTTP); over gRPC, its message (`as_json`: its JSON mapping).
+    #[pyo3(signature = (name, as_json=false))]
     fn get_output<'py>(
         &mut self,
         py: Python<'py>,
         name: &str,
+        as_json: bool,
     ) -> PyResult<Option<Bound<'py, PyAny>>> {
-        let response = self.get_response(py)?;
-        let Ok(outputs) = response.get_item("outputs") else {
-            return Ok(None);
+        let response = self.get_response(py, as_json)?;
+        let outputs = match response.get_item("outputs") {
+            Ok(outputs) => outputs,
+            Err(_) => match response.getattr("outputs") {
+                Ok(outputs) => outputs,
+                Err(_) => return Ok(None),
+            },
         };
         for output in outputs.try_iter()? {
             let output = output?;
-            if output.get_item("name")?.eq(name)? {
+            let found = match output.get_item("name") {
+                Ok(n) => n,
+                Err(_) => output.getattr("name")?,
+            };
+            if found.eq(name)? {
                 return Ok(Some(output));
             }
         }
         Ok(None)
     }
 
-    /// The answer's JSON as a dict, as tritonclient's `get_response`.
-    fn get_response<'py>(&mut self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+    /// The whole answer, as tritonclient's `get_response`: the answer's JSON
+    /// as a dict (HTTP); over gRPC, the `ModelInferResponse` (`as_json`:
+    /// its JSON mapping as a dict).
+    #[pyo3(signature = (as_json=false))]
+    fn get_response<'py>(&mut self, py: Python<'py>, as_json: bool) -> PyResult<Bound<'py, PyAny>> {
+        if let Some(message) = &self.message {
+            return crate::grpc::message_value(
+                py,
+                message.as_ref(),
+                "inference.ModelInferResponse",
+                as_json,
+            );
+        }
         if let Some(response) = &self.response {
             return Ok(response.bind(py).clone());
         }
@@ -374,7 +411,7 @@ impl HttpClient {
     }
 }
 
-fn json_value(py: Python<'_>, body: &[u8]) -> PyResult<Py<PyAny>> {
+pub(crate) fn json_value(py: Python<'_>, body: &[u8]) -> PyResult<Py<PyAny>> {
     let text = std::str::from_utf8(body)
         .map_err(|_| raise(py, "the server's answer is not UTF-8 JSON"))?;
     Ok(py.import("json")?.call_method1("loads", (text,))?.unbind())

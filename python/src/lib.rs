@@ -7,6 +7,7 @@
 //! - `trees.rs`: `wirespeed.trees` (wirespeed-trees, and wirespeed-models
 //!   for a model folder's preprocessing);
 //! - `client.rs`: the engine of `wirespeed.client.http` (wirespeed-client);
+//! - `grpc.rs`: the engine of `wirespeed.client.grpc`;
 //! - `tensors.rs`: tensors to and from numpy.
 //!
 //! The typed, documented Python API is the `wirespeed` package beside this
@@ -14,6 +15,7 @@
 
 mod client;
 mod codec;
+mod grpc;
 mod tensors;
 mod trees;
 
@@ -33,5 +35,6 @@ fn _wirespeed(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<client::InferInput>()?;
     m.add_class::<client::InferRequestedOutput>()?;
     m.add_class::<client::InferResult>()?;
+    m.add_class::<grpc::GrpcConnections>()?;
     Ok(())
 }

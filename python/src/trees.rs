@@ -19,11 +19,21 @@ use crate::tensors::{from_numpy, to_numpy};
 /// Rows from which a batch is split over threads.
 const PARALLEL_ROWS: usize = 4096;
 
-/// The threads large batches are split over: one per core.
+/// The threads large batches are split over: one per core, or
+/// `WIRESPEED_THREADS` (read at the first large batch; 1 keeps every
+/// prediction on the calling thread).
 fn pool() -> PyResult<&'static CpuPool> {
     static POOL: OnceLock<Result<CpuPool, String>> = OnceLock::new();
     POOL.get_or_init(|| {
-        let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let threads = match std::env::var("WIRESPEED_THREADS") {
+            Ok(n) => n
+                .trim()
+                .parse::<usize>()
+                .ok()
+                .filter(|&n| n > 0)
+                .ok_or_else(|| format!("WIRESPEED_THREADS={n:?} is not a positive number"))?,
+            Err(_) => std::thread::available_parallelism().map_or(1, |n| n.get()),
+        };
         CpuPool::new(threads).map_err(|e| e.to_string())
     })
     .as_ref()

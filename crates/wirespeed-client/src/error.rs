@@ -40,6 +40,16 @@ pub enum ClientError {
         /// The server's `error` message (or its body, when it has none).
         message: String,
     },
+    /// The gRPC server answered with an error status.
+    #[error("{message}")]
+    Status {
+        /// The status code's number.
+        code: i32,
+        /// Its name as grpcio writes it: `StatusCode.NOT_FOUND`.
+        name: &'static str,
+        /// The server's message.
+        message: String,
+    },
     /// A request that cannot be sent as given.
     #[error("{0}")]
     Request(String),

@@ -30,11 +30,15 @@ mod answer;
 mod client;
 mod connection;
 mod error;
+mod grpc;
 mod request;
 mod target;
 
 pub use answer::Answer;
 pub use client::{Client, ClientOptions, Reply};
 pub use error::ClientError;
+pub use grpc::{message_json, GrpcClient, GrpcOptions};
 pub use request::{InferInput, InferRequest, InputData, RequestedOutput};
 pub use target::Target;
+/// The V2 gRPC API's messages.
+pub use wirespeed_proto::inference as pb;

@@ -12,8 +12,9 @@ use wirespeed_json::{encode_parameters, encode_string, encode_tensor_data};
 pub enum InputData {
     /// In the JSON, as `data`.
     Json(TensorData),
-    /// After the JSON, as these raw bytes (`binary_data_size`).
-    Raw(Vec<u8>),
+    /// After the JSON, as these raw bytes (`binary_data_size`); over gRPC,
+    /// as `raw_input_contents`, sent from this buffer.
+    Raw(bytes::Bytes),
     /// In a shared-memory region the server has registered.
     Shared {
         /// The region's name.
@@ -60,7 +61,7 @@ impl InferInput {
             name: name.into(),
             shape,
             datatype: data.datatype(),
-            data: InputData::Raw(raw),
+            data: InputData::Raw(raw.into()),
             parameters: Vec::new(),
         }
     }
@@ -196,7 +197,7 @@ impl InferRequest {
     /// The raw bytes that follow the header, in order.
     pub(crate) fn raw_parts(&self) -> impl Iterator<Item = &[u8]> {
         self.inputs.iter().filter_map(|i| match &i.data {
-            InputData::Raw(bytes) => Some(bytes.as_slice()),
+            InputData::Raw(bytes) => Some(&bytes[..]),
             _ => None,
         })
     }

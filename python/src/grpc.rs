@@ -1,0 +1,230 @@
+//! The engine of `wirespeed.client.grpc`: tritonclient.grpc's calls on
+//! wirespeed-client's gRPC client, a pool of connections each used by one
+//! call at a time, with the GIL released while it waits.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use pyo3::prelude::*;
+use pyo3::types::PyDict;
+use wirespeed_client::{message_json, pb, ClientError, GrpcClient, GrpcOptions, InferRequest};
+
+use crate::client::{
+    client_error, headers_from, json_value, raise, InferInput, InferRequestedOutput, InferResult,
+};
+use crate::codec::parameters_from;
+
+/// A message of the V2 gRPC API for Python: its JSON mapping as a dict
+/// (`as_json`, as tritonclient gives it), or an object with the message's
+/// fields as attributes, defaults included and 64-bit integers as ints.
+pub(crate) fn message_value<'py>(
+    py: Python<'py>,
+    message: &impl prost::Message,
+    name: &str,
+    as_json: bool,
+) -> PyResult<Bound<'py, PyAny>> {
+    let json = message_json(message, name, as_json).map_err(|e| client_error(py, e))?;
+    let value = json_value(py, &json)?.into_bound(py);
+    if as_json {
+        return Ok(value);
+    }
+    py.import("wirespeed.client.grpc")?
+        .getattr("_message")?
+        .call1((value,))
+}
+
+/// Kept-open gRPC connections to one server.
+#[pyclass(module = "wirespeed.client.grpc", frozen)]
+pub(crate) struct GrpcConnections {
+    url: String,
+    options: GrpcOptions,
+    idle: Mutex<Vec<GrpcClient>>,
+    keep: usize,
+}
+
+impl GrpcConnections {
+    fn with_client<T: Send>(
+        &self,
+        py: Python<'_>,
+        call: impl FnOnce(&mut GrpcClient) -> Result<T, ClientError> + Send,
+    ) -> PyResult<T> {
+        let result = py.detach(|| {
+            let taken = self.idle.lock().map(|mut idle| idle.pop()).unwrap_or(None);
+            let mut client = match taken {
+                Some(c) => c,
+                None => GrpcClient::new(&self.url, &self.options)?,
+            };
+            let result = call(&mut client);
+            if let Ok(mut idle) = self.idle.lock() {
+                if idle.len() < self.keep {
+                    idle.push(client);
+                }
+            }
+            result
+        });
+        result.map_err(|e| client_error(py, e))
+    }
+}
+
+fn timeout(seconds: Option<f64>) -> Option<Duration> {
+    seconds.filter(|s| *s > 0.0).map(Duration::from_secs_f64)
+}
+
+#[pymethods]
+impl GrpcConnections {
+    #[new]
+    #[pyo3(signature = (url, concurrency=1))]
+    fn new(py: Python<'_>, url: &str, concurrency: usize) -> PyResult<GrpcConnections> {
+        let options = GrpcOptions::default();
+        // Checks the address now; connects on the first call.
+        let first = GrpcClient::new(url, &options).map_err(|e| client_error(py, e))?;
+        Ok(GrpcConnections {
+            url: url.to_owned(),
+            options,
+            idle: Mutex::new(vec![first]),
+            keep: concurrency.max(1),
+        })
+    }
+
+    fn close(&self) {
+        if let Ok(mut idle) = self.idle.lock() {
+            idle.clear();
+        }
+    }
+
+    #[pyo3(signature = (headers=None, client_timeout=None))]
+    fn is_server_live(
+        &self,
+        py: Python<'_>,
+        headers: Option<&Bound<'_, PyDict>>,
+        client_timeout: Option<f64>,
+    ) -> PyResult<bool> {
+        let headers = headers_from(headers)?;
+        self.with_client(py, |c| c.server_live(&headers, timeout(client_timeout)))
+    }
+
+    #[pyo3(signature = (headers=None, client_timeout=None))]
+    fn is_server_ready(
+        &self,
+        py: Python<'_>,
+        headers: Option<&Bound<'_, PyDict>>,
+        client_timeout: Option<f64>,
+    ) -> PyResult<bool> {
+        let headers = headers_from(headers)?;
+        self.with_client(py, |c| c.server_ready(&headers, timeout(client_timeout)))
+    }
+
+    #[pyo3(signature = (model_name, model_version="", headers=None, client_timeout=None))]
+    fn is_model_ready(
+        &self,
+        py: Python<'_>,
+        model_name: &str,
+        model_version: &str,
+        headers: Option<&Bound<'_, PyDict>>,
+        client_timeout: Option<f64>,
+    ) -> PyResult<bool> {
+        let headers = headers_from(headers)?;
+        self.with_client(py, |c| {
+            c.model_ready(model_name, model_version, &headers, timeout(client_timeout))
+        })
+    }
+
+    #[pyo3(signature = (headers=None, as_json=false, client_timeout=None))]
+    fn get_server_metadata<'py>(
+        &self,
+        py: Python<'py>,
+        headers: Option<&Bound<'_, PyDict>>,
+        as_json: bool,
+        client_timeout: Option<f64>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let headers = headers_from(headers)?;
+        let message =
+            self.with_client(py, |c| c.server_metadata(&headers, timeout(client_timeout)))?;
+        message_value(py, &message, "inference.ServerMetadataResponse", as_json)
+    }
+
+    #[pyo3(signature = (model_name, model_version="", headers=None, as_json=false, client_timeout=None))]
+    fn get_model_metadata<'py>(
+        &self,
+        py: Python<'py>,
+        model_name: &str,
+        model_version: &str,
+        headers: Option<&Bound<'_, PyDict>>,
+        as_json: bool,
+        client_timeout: Option<f64>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let headers = headers_from(headers)?;
+        let message = self.with_client(py, |c| {
+            c.model_metadata(model_name, model_version, &headers, timeout(client_timeout))
+        })?;
+        message_value(py, &message, "inference.ModelMetadataResponse", as_json)
+    }
+
+    #[pyo3(signature = (model_name, model_version="", headers=None, as_json=false, client_timeout=None))]
+    fn get_model_config<'py>(
+        &self,
+        py: Python<'py>,
+        model_name: &str,
+        model_version: &str,
+        headers: Option<&Bound<'_, PyDict>>,
+        as_json: bool,
+        client_timeout: Option<f64>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let headers = headers_from(headers)?;
+        let message = self.with_client(py, |c| {
+            c.model_config(model_name, model_version, &headers, timeout(client_timeout))
+        })?;
+        message_value(py, &message, "inference.ModelConfigResponse", as_json)
+    }
+
+    /// Runs inference, as tritonclient.grpc's `infer`.
+    #[pyo3(signature = (model_name, inputs, model_version="", outputs=None, request_id="",
+                        parameters=None, headers=None, client_timeout=None))]
+    #[allow(clippy::too_many_arguments)]
+    fn infer(
+        &self,
+        py: Python<'_>,
+        model_name: &str,
+        inputs: Vec<PyRef<'_, InferInput>>,
+        model_version: &str,
+        outputs: Option<Vec<PyRef<'_, InferRequestedOutput>>>,
+        request_id: &str,
+        parameters: Option<&Bound<'_, PyDict>>,
+        headers: Option<&Bound<'_, PyDict>>,
+        client_timeout: Option<f64>,
+    ) -> PyResult<InferResult> {
+        let mut request = InferRequest {
+            id: (!request_id.is_empty()).then(|| request_id.to_owned()),
+            parameters: parameters_from(parameters)?,
+            ..InferRequest::default()
+        };
+        for input in &inputs {
+            let Some(data) = &input.input else {
+                return Err(raise(
+                    py,
+                    format!(
+                        "input '{}' has no data: call set_data_from_numpy or set_shared_memory",
+                        input.name
+                    ),
+                ));
+            };
+            request.inputs.push(Arc::clone(data));
+        }
+        request.outputs = outputs
+            .unwrap_or_default()
+            .iter()
+            .map(|o| o.output.clone())
+            .collect();
+        let headers = headers_from(headers)?;
+        let (answer, message): (_, pb::ModelInferResponse) = self.with_client(py, |c| {
+            c.infer(
+                model_name,
+                model_version,
+                &request,
+                &headers,
+                timeout(client_timeout),
+            )
+        })?;
+        Ok(InferResult::from_message(answer, message))
+    }
+}
