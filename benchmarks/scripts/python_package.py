@@ -9,12 +9,14 @@ see the same background load; medians reported.
     .venv/bin/python benchmarks/scripts/python_package.py client   # one Titanic row: wirespeed.client vs tritonclient
 
 decode: the refbench bodies (../shared/refbench/gen_bodies.py, written to
-a temporary folder), timed in thread CPU time per call as refbench's
-py/bench.py does; MB/s of JSON text.
+a temporary folder), wall time per call (a body of 256 KiB or more is
+decoded on every core; `--threads 1` keeps it on the calling thread); MB/s
+of JSON text.
 
-trees: a 300-tree depth-8 binary model (and the bundled Titanic model),
-xgboost with nthread=1, wirespeed with WIRESPEED_THREADS=1; batches of 1,
-64, 1024 and 10,000 rows.
+trees: 300-tree depth-8 binary models trained as trees_batch.py's (hist,
+64 bins) and with xgboost's default tree method, and the bundled Titanic
+model; xgboost with nthread=1, wirespeed with WIRESPEED_THREADS=1;
+batches of 1, 64, 1024 and 10,000 rows with 10 % NaN (`--nan`).
 
 client: one release `wirespeed serve` on models/ and KServe's ModelServer
 serving the Titanic model (tests/upstream/kserve_models.py); each client
@@ -64,6 +66,8 @@ def interleaved(methods, rounds, min_ns, clock=time.thread_time_ns):
 
 
 def decode(args):
+    if args.threads:
+        os.environ["WIRESPEED_THREADS"] = str(args.threads)
     import orjson
 
     import wirespeed
@@ -79,11 +83,12 @@ def decode(args):
             want = np.asarray(json.loads(body)["inputs"][0]["data"], dtype=np.float32).reshape(b, n)
             got = wirespeed.decode_request(body).inputs["x"]
             assert got.tobytes() == want.tobytes() or style == "long", "decoded values differ"
+            # Wall time: a large body is decoded on the pool's threads too.
             t = interleaved({
                 "wirespeed": lambda: wirespeed.decode_request(body).inputs["x"],
                 "orjson": lambda: np.asarray(orjson.loads(body)["inputs"][0]["data"], dtype=np.float32).reshape(b, n),
                 "json": lambda: np.asarray(json.loads(body)["inputs"][0]["data"], dtype=np.float32).reshape(b, n),
-            }, args.rounds, args.min_ms * 1e6)
+            }, args.rounds, args.min_ms * 1e6, clock=time.perf_counter_ns)
             mbs = {k: len(body) / v * 1e3 for k, v in t.items()}
             print(f"| {style}_b{b}_n{n} | {len(body):,} | {mbs['wirespeed']:.0f} | {mbs['orjson']:.0f} | "
                   f"{mbs['json']:.0f} | {t['orjson'] / t['wirespeed']:.1f}x | {t['json'] / t['wirespeed']:.1f}x |")
@@ -97,14 +102,19 @@ def trees(args):
 
     rng = np.random.default_rng(0)
     x = rng.normal(size=(20_000, 20)).astype(np.float32)
-    y = (x[:, 0] + x[:, 1] * x[:, 2] - x[:, 3] ** 2 > 0).astype(np.float32)
     x[rng.random(x.shape) < 0.1] = np.nan
+    y = (np.nan_to_num(x[:, 0]) + np.nan_to_num(x[:, 1]) * np.nan_to_num(x[:, 2])
+         + rng.normal(scale=0.5, size=len(x)) > 0).astype(np.float32)
     tmp = Path(tempfile.mkdtemp(prefix="wirespeed-trees-"))
-    booster = xgboost.train({"objective": "binary:logistic", "max_depth": 8, "nthread": 1, "eta": 0.1},
-                            xgboost.DMatrix(x, y), num_boost_round=300)
-    booster.save_model(tmp / "model.json")
-    models = {"300 trees, depth 8, 20 features": tmp / "model.json",
-              "Titanic (models/titanic)": ROOT / "models" / "titanic" / "model.json"}
+    models = {}
+    # trees_batch.py's model (hist, 64 bins), and xgboost's defaults.
+    for label, params in (("hist, 64 bins", {"tree_method": "hist", "max_bin": 64}), ("defaults", {})):
+        booster = xgboost.train({"objective": "binary:logistic", "max_depth": 8, "nthread": 2, "eta": 0.05, **params},
+                                xgboost.DMatrix(x, y), num_boost_round=args.trees)
+        path = tmp / f"{len(models)}.json"
+        booster.save_model(path)
+        models[f"{args.trees} trees, depth 8, {label}"] = path
+    models["Titanic (models/titanic)"] = ROOT / "models" / "titanic" / "model.json"
     print("| model | rows | wirespeed µs | xgboost µs | ratio |")
     print("|---|---:|---:|---:|---:|")
     for label, path in models.items():
@@ -113,7 +123,8 @@ def trees(args):
         ours = wirespeed.trees.load(path)
         nf = ours.num_features
         for rows in (1, 64, 1024, 10_000):
-            batch = np.ascontiguousarray(rng.normal(size=(rows, nf)).astype(np.float32))
+            batch = rng.normal(size=(rows, nf)).astype(np.float32)
+            batch[rng.random(batch.shape) < args.nan] = np.nan
             assert np.array_equal(ours.predict(batch), reference.inplace_predict(batch))
             t = interleaved({
                 "wirespeed": lambda: ours.predict(batch),
@@ -143,6 +154,32 @@ def wait_ready(url, process):
             pass
         time.sleep(0.05)
     sys.exit(f"{url} never became ready")
+
+
+def raw_socket(port, row):
+    """The same binary request as prepared bytes on a plain socket, the
+    answer read by its Content-Length: what any client adds is above this."""
+    conn = socket.create_connection(("127.0.0.1", port))
+    conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    head = json.dumps({"inputs": [{"name": "features", "shape": [1, 12], "datatype": "FP32",
+                                   "parameters": {"binary_data_size": 48}}],
+                       "outputs": [{"name": "probability", "parameters": {"binary_data": True}}]}).encode()
+    body = head + row.tobytes()
+    request = (f"POST /v2/models/titanic/infer HTTP/1.1\r\nHost: x\r\nContent-Length: {len(body)}\r\n"
+               f"Inference-Header-Content-Length: {len(head)}\r\n\r\n").encode() + body
+
+    def call():
+        conn.sendall(request)
+        data = conn.recv(65536)
+        while b"\r\n\r\n" not in data:
+            data += conn.recv(65536)
+        head, _, rest = data.partition(b"\r\n\r\n")
+        length = int(re.search(rb"(?i)content-length: *(\d+)", head).group(1))
+        while len(rest) < length:
+            rest += conn.recv(65536)
+        return rest
+
+    return call
 
 
 def client(args):
@@ -184,14 +221,15 @@ def client(args):
             return lambda: c.infer(model, [inp], outputs=outs).as_numpy(output)
 
         targets = {
+            "raw socket (the floor: bytes out, the answer read, nothing decoded)": raw_socket(http, row),
             "wirespeed.client HTTP binary": caller(whttp, f"127.0.0.1:{http}", "titanic", "features", "probability", True),
             "wirespeed.client HTTP JSON": caller(whttp, f"127.0.0.1:{http}", "titanic", "features", "probability", False),
             "wirespeed.client Unix socket": caller(whttp, f"unix://{sock}", "titanic", "features", "probability", True),
             "tritonclient HTTP binary": caller(thttp, f"127.0.0.1:{http}", "titanic", "features", "probability", True),
             "tritonclient HTTP JSON": caller(thttp, f"127.0.0.1:{http}", "titanic", "features", "probability", False),
             "tritonclient gRPC": caller(tgrpc, f"127.0.0.1:{grpc}", "titanic", "features", "probability", True, grpc=True),
-            "KServe: wirespeed.client HTTP JSON": caller(whttp, f"127.0.0.1:{kserve_http}", "xgb", "x", "predict", False),
-            "KServe: tritonclient HTTP JSON": caller(thttp, f"127.0.0.1:{kserve_http}", "xgb", "x", "predict", False),
+            "KServe: wirespeed.client HTTP binary": caller(whttp, f"127.0.0.1:{kserve_http}", "xgb", "x", "predict", True),
+            "KServe: tritonclient HTTP binary": caller(thttp, f"127.0.0.1:{kserve_http}", "xgb", "x", "predict", True),
         }
         for f in targets.values():
             for _ in range(200):
@@ -219,8 +257,10 @@ def client(args):
                   f"{p50[f'tritonclient {kind}'] / p50[f'wirespeed.client {kind}']:.1f}x")
         print(f"gRPC tritonclient / wirespeed.client HTTP binary = "
               f"{p50['tritonclient gRPC'] / p50['wirespeed.client HTTP binary']:.1f}x")
+        floor = p50[next(iter(p50))]
+        print(f"wirespeed.client HTTP binary above the raw socket: {(p50['wirespeed.client HTTP binary'] - floor) * 1e3:.0f} µs")
         print(f"KServe: tritonclient / wirespeed.client = "
-              f"{p50['KServe: tritonclient HTTP JSON'] / p50['KServe: wirespeed.client HTTP JSON']:.2f}x")
+              f"{p50['KServe: tritonclient HTTP binary'] / p50['KServe: wirespeed.client HTTP binary']:.2f}x")
     finally:
         for s in servers:
             s.terminate()
@@ -233,6 +273,10 @@ def main():
     parser.add_argument("--rounds", type=int, default=9)
     parser.add_argument("--min-ms", type=float, default=30, help="decode, trees: length of one sample")
     parser.add_argument("--calls", type=int, default=300, help="client: calls per target per round")
+    parser.add_argument("--trees", type=int, default=300, help="trees: the models' trees")
+    parser.add_argument("--nan", type=float, default=0.1, help="trees: the share of missing values in the rows")
+    parser.add_argument("--threads", type=int, default=0,
+                        help="decode: WIRESPEED_THREADS (1: the calling thread alone; default: one per core)")
     args = parser.parse_args()
     {"decode": decode, "trees": trees, "client": client}[args.what](args)
 

@@ -101,10 +101,19 @@ pub(crate) fn decode_request(
         limits.max_elements = max;
         limits.max_tensor_bytes = max.saturating_mul(8);
     }
+    // A large body's runs of numbers are decoded on the pool's threads
+    // too, bit-identical to one thread.
+    let pool = if bytes.len() >= wirespeed_json::PARALLEL_MIN_BYTES {
+        Some(crate::pool::pool()?)
+            .filter(|p| p.threads() > 1)
+            .cloned()
+    } else {
+        None
+    };
     let options = DecodeOptions {
         limits,
         strict,
-        pool: None,
+        pool,
     };
     let decoded = py.detach(|| decode(bytes, header_length, options));
     let request = decoded.map_err(|e| decode_error(py, e.0, e.1, e.2.as_deref(), e.3))?;

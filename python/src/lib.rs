@@ -16,6 +16,7 @@
 mod client;
 mod codec;
 mod grpc;
+mod pool;
 mod tensors;
 mod trees;
 

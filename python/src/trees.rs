@@ -4,41 +4,20 @@
 //! preprocessing.
 
 use std::path::PathBuf;
-use std::sync::OnceLock;
 
 use numpy::{PyArrayDyn, PyArrayMethods, PyUntypedArrayMethods};
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
-use wirespeed_core::{CpuPool, Tensor, TensorData};
+use wirespeed_core::{Tensor, TensorData};
 use wirespeed_models::TreeModel;
 use wirespeed_trees::TreeEnsemble;
 
+use crate::pool::pool;
 use crate::tensors::{from_numpy, to_numpy};
 
 /// Rows from which a batch is split over threads.
 const PARALLEL_ROWS: usize = 4096;
-
-/// The threads large batches are split over: one per core, or
-/// `WIRESPEED_THREADS` (read at the first large batch; 1 keeps every
-/// prediction on the calling thread).
-fn pool() -> PyResult<&'static CpuPool> {
-    static POOL: OnceLock<Result<CpuPool, String>> = OnceLock::new();
-    POOL.get_or_init(|| {
-        let threads = match std::env::var("WIRESPEED_THREADS") {
-            Ok(n) => n
-                .trim()
-                .parse::<usize>()
-                .ok()
-                .filter(|&n| n > 0)
-                .ok_or_else(|| format!("WIRESPEED_THREADS={n:?} is not a positive number"))?,
-            Err(_) => std::thread::available_parallelism().map_or(1, |n| n.get()),
-        };
-        CpuPool::new(threads).map_err(|e| e.to_string())
-    })
-    .as_ref()
-    .map_err(|e| PyValueError::new_err(format!("no thread pool: {e}")))
-}
 
 enum Loaded {
     File(TreeEnsemble),

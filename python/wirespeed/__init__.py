@@ -19,4 +19,11 @@ from wirespeed._wirespeed import (
 
 from wirespeed import trees  # noqa: E402
 
-__all__ = ["DecodeError", "Request", "decode_request", "encode_response", "trees", "__version__"]
+
+def encode_error(message: str) -> bytes:
+    """The V2 error body, ``{"error": message}``, for a 4xx or 5xx answer."""
+    import json
+
+    return json.dumps({"error": message}).encode()
+
+__all__ = ["DecodeError", "Request", "decode_request", "encode_response", "encode_error", "trees", "__version__"]

@@ -57,3 +57,6 @@ def encode_response(
     extension) and ``header_length`` is the JSON's length, to send as the
     ``Inference-Header-Content-Length`` header; otherwise it is None.
     """
+
+def encode_error(message: str) -> bytes:
+    """The V2 error body, ``{"error": message}``, for a 4xx or 5xx answer."""

@@ -1,0 +1,1 @@
+from wirespeed.client.utils import InferenceServerException as InferenceServerException
