@@ -84,7 +84,7 @@ def test_the_mlserver_recipe_answers_tritonclient(tmp_path):
         for binary in (True, False):
             np.testing.assert_array_equal(ask(f"127.0.0.1:{http}/fast", "titanic", x, binary), want)
         # MLServer's own endpoint, the same model: the same answers, slower.
-        np.testing.assert_array_equal(ask(f"127.0.0.1:{http}", "titanic", x, False), want)
+        np.testing.assert_array_equal(ask(f"127.0.0.1:{http}", "titanic", x, False).ravel(), want)
     finally:
         process.terminate()
         process.wait(timeout=15)

@@ -17,11 +17,13 @@ from mlserver import MLModel
 from mlserver.codecs import NumpyCodec
 from mlserver.handlers import custom_handler
 from mlserver.types import InferenceRequest, InferenceResponse
+from mlserver.utils import get_model_uri
 
 
 class FastTrees(MLModel):
     async def load(self) -> bool:
-        self.trees = wirespeed.trees.load(self.settings.parameters.uri)
+        # The uri, relative to model-settings.json's folder.
+        self.trees = wirespeed.trees.load(await get_model_uri(self.settings))
         return True
 
     async def predict(self, payload: InferenceRequest) -> InferenceResponse:
