@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 import lightgbm as lgb
+import ml_dtypes
 import numpy as np
 import pytest
 import tritonclient.http as httpclient
@@ -26,8 +27,8 @@ try:
 except ImportError:  # pragma: no cover
     pytest.fail("the wirespeed package is not installed: run scripts/build-wheel", pytrace=False)
 
-# Every datatype the protocol has but BF16 (numpy has none), with values
-# that stress it: extremes, NaN, infinities, non-ASCII text.
+# Every datatype the protocol has (BF16 as ml_dtypes' bfloat16), with
+# values that stress it: extremes, subnormals, halfway cases, non-ASCII text.
 VALUES = {
     "BOOL": (np.bool_, [True, False, True, True]),
     "UINT8": (np.uint8, [0, 1, 254, 255]),
@@ -41,6 +42,7 @@ VALUES = {
     "FP16": (np.float16, [0.1, -65504.0, 6e-8, 1.0009765625]),
     "FP32": (np.float32, [0.1, 3.4028234663852886e38, 1.401298464324817e-45, 1.0000001]),
     "FP64": (np.float64, [0.1, 1.7976931348623157e308, 5e-324, 2.2250738585072014e-308]),
+    "BF16": (ml_dtypes.bfloat16, [0.1, -3.3895313892515355e38, 1.00390625, 1e-40]),
     "BYTES": (np.object_, ["plain", "naïve", "", "汉字 ☃"]),
 }
 
@@ -56,7 +58,7 @@ def reference(datatype, values):
 def assert_same(got, want):
     assert got.dtype == want.dtype, (got.dtype, want.dtype)
     assert got.shape == want.shape
-    if got.dtype.kind == "f":
+    if got.dtype.kind == "f" or got.dtype == ml_dtypes.bfloat16:
         assert got.tobytes() == want.tobytes(), (got, want)
     else:
         assert got.tolist() == want.tolist()
@@ -80,7 +82,7 @@ def test_decode_request_equals_json_loads_and_numpy(datatype):
     assert_same(request.inputs["x"], reference(datatype, parsed["inputs"][0]["data"]))
 
 
-@pytest.mark.parametrize("datatype", ["FP16", "FP32", "FP64"])
+@pytest.mark.parametrize("datatype", ["FP16", "FP32", "FP64", "BF16"])
 def test_non_finite_floats_as_python_writes_them(datatype):
     dtype, _ = VALUES[datatype]
     values = [float("nan"), float("inf"), float("-inf"), -0.0]
