@@ -22,6 +22,7 @@ from conftest import RunningServer, free_port
 
 try:
     import wirespeed.client.grpc as wsgrpc
+    import wirespeed.client.grpc.aio as wsgrpcaio
     import wirespeed.client.http as wshttp
     import wirespeed.client.http.aio as wsaio
     from wirespeed.client.utils import InferenceServerException
@@ -251,6 +252,20 @@ def test_the_asyncio_client(server):
 
     for i, y in enumerate(asyncio.run(main())):
         assert (y == i / 7).all()
+
+    async def over_grpc():
+        async with wsgrpcaio.InferenceServerClient(server.grpc_address) as client:
+            assert (await client.get_model_metadata("id_fp64", as_json=True))["name"] == "id_fp64"
+
+            async def one(i):
+                inp = wsgrpcaio.InferInput("x", [1, 2], "FP64")
+                inp.set_data_from_numpy(np.full((1, 2), i / 3))
+                return (await client.infer("id_fp64", [inp])).as_numpy("y")
+
+            return await asyncio.gather(*(one(i) for i in range(50)))
+
+    for i, y in enumerate(asyncio.run(over_grpc())):
+        assert (y == i / 3).all()
 
 
 def test_the_connection_is_kept_between_calls(server):

@@ -2,7 +2,7 @@
 //! `InferRequestedOutput` and `InferResult`, and a pool of kept-open
 //! connections, each call made by the caller's thread with the GIL released.
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use numpy::PyArrayMethods;
@@ -14,6 +14,7 @@ use wirespeed_client::{
 use wirespeed_core::{DataType, TensorData};
 
 use crate::codec::parameters_from;
+use crate::connections::Connections;
 use crate::tensors::{datatype_of, from_numpy, to_numpy};
 
 /// tritonclient's exception type, defined in `wirespeed.client.utils`.
@@ -375,39 +376,22 @@ impl InferResult {
     }
 }
 
-/// Kept-open connections to one server, each used by one call at a time.
+/// The HTTP client of one server: its kept-open connections.
 #[pyclass(module = "wirespeed.client.http", frozen)]
 pub(crate) struct HttpClient {
     url: String,
     options: ClientOptions,
-    idle: Mutex<Vec<Client>>,
-    /// Connections kept open when idle.
-    keep: usize,
+    connections: Connections<Client>,
 }
 
 impl HttpClient {
-    /// Runs `call` on an idle connection (or a new one), with the GIL
-    /// released, and keeps the connection for the next call.
     fn with_client<T: Send>(
         &self,
         py: Python<'_>,
         call: impl FnOnce(&mut Client) -> Result<T, ClientError> + Send,
     ) -> PyResult<T> {
-        let result = py.detach(|| {
-            let taken = self.idle.lock().map(|mut idle| idle.pop()).unwrap_or(None);
-            let mut client = match taken {
-                Some(c) => c,
-                None => Client::new(&self.url, self.options.clone())?,
-            };
-            let result = call(&mut client);
-            if let Ok(mut idle) = self.idle.lock() {
-                if idle.len() < self.keep {
-                    idle.push(client);
-                }
-            }
-            result
-        });
-        result.map_err(|e| client_error(py, e))
+        let open = || Client::new(&self.url, self.options.clone());
+        self.connections.run(py, open, call)
     }
 }
 
@@ -437,16 +421,13 @@ impl HttpClient {
                 network_timeout: seconds(network_timeout),
                 ..ClientOptions::default()
             },
-            idle: Mutex::new(Vec::new()),
-            keep: concurrency.max(1),
+            connections: Connections::new(concurrency, None),
         })
     }
 
     /// Closes the idle connections.
     fn close(&self) {
-        if let Ok(mut idle) = self.idle.lock() {
-            idle.clear();
-        }
+        self.connections.close();
     }
 
     #[pyo3(signature = (headers=None))]

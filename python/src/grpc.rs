@@ -2,7 +2,7 @@
 //! wirespeed-client's gRPC client, a pool of connections each used by one
 //! call at a time, with the GIL released while it waits.
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use pyo3::prelude::*;
@@ -13,6 +13,7 @@ use crate::client::{
     client_error, headers_from, json_value, raise, InferInput, InferRequestedOutput, InferResult,
 };
 use crate::codec::parameters_from;
+use crate::connections::Connections;
 
 /// A message of the V2 gRPC API for Python: its JSON mapping as a dict
 /// (`as_json`, as tritonclient gives it), or an object with the message's
@@ -33,13 +34,12 @@ pub(crate) fn message_value<'py>(
         .call1((value,))
 }
 
-/// Kept-open gRPC connections to one server.
+/// The gRPC client of one server: its kept-open connections.
 #[pyclass(module = "wirespeed.client.grpc", frozen)]
 pub(crate) struct GrpcConnections {
     url: String,
     options: GrpcOptions,
-    idle: Mutex<Vec<GrpcClient>>,
-    keep: usize,
+    connections: Connections<GrpcClient>,
 }
 
 impl GrpcConnections {
@@ -48,21 +48,8 @@ impl GrpcConnections {
         py: Python<'_>,
         call: impl FnOnce(&mut GrpcClient) -> Result<T, ClientError> + Send,
     ) -> PyResult<T> {
-        let result = py.detach(|| {
-            let taken = self.idle.lock().map(|mut idle| idle.pop()).unwrap_or(None);
-            let mut client = match taken {
-                Some(c) => c,
-                None => GrpcClient::new(&self.url, &self.options)?,
-            };
-            let result = call(&mut client);
-            if let Ok(mut idle) = self.idle.lock() {
-                if idle.len() < self.keep {
-                    idle.push(client);
-                }
-            }
-            result
-        });
-        result.map_err(|e| client_error(py, e))
+        let open = || GrpcClient::new(&self.url, &self.options);
+        self.connections.run(py, open, call)
     }
 }
 
@@ -81,15 +68,12 @@ impl GrpcConnections {
         Ok(GrpcConnections {
             url: url.to_owned(),
             options,
-            idle: Mutex::new(vec![first]),
-            keep: concurrency.max(1),
+            connections: Connections::new(concurrency, Some(first)),
         })
     }
 
     fn close(&self) {
-        if let Ok(mut idle) = self.idle.lock() {
-            idle.clear();
-        }
+        self.connections.close();
     }
 
     #[pyo3(signature = (headers=None, client_timeout=None))]

@@ -8,6 +8,8 @@
 //!   for a model folder's preprocessing);
 //! - `client.rs`: the engine of `wirespeed.client.http` (wirespeed-client);
 //! - `grpc.rs`: the engine of `wirespeed.client.grpc`;
+//! - `connections.rs`: the kept-open connections both clients share;
+//! - `pool.rs`: the CPU threads for large decodes and tree batches;
 //! - `tensors.rs`: tensors to and from numpy.
 //!
 //! The typed, documented Python API is the `wirespeed` package beside this
@@ -15,6 +17,7 @@
 
 mod client;
 mod codec;
+mod connections;
 mod grpc;
 mod pool;
 mod tensors;

@@ -15,7 +15,7 @@ use prost_reflect::{DescriptorPool, DynamicMessage, SerializeOptions};
 use tonic::metadata::{MetadataKey, MetadataValue};
 use tonic::transport::{Channel, Endpoint};
 use wirespeed_core::raw::from_raw;
-use wirespeed_core::{element_count, DataType, InferResponse, ParameterValue, Tensor};
+use wirespeed_core::{element_count, DataType, InferResponse, Tensor};
 use wirespeed_proto::inference as pb;
 use wirespeed_proto::inference::grpc_inference_service_client::GrpcInferenceServiceClient;
 use wirespeed_proto::tensors::{parameters_from_map, parameters_to_map, typed_contents};
@@ -266,10 +266,6 @@ fn grpc_code_name(code: tonic::Code) -> &'static str {
     }
 }
 
-fn int(n: usize) -> ParameterValue {
-    ParameterValue::Int(i64::try_from(n).unwrap_or(i64::MAX))
-}
-
 /// The `ModelInferRequest` of `request`: every input's data as
 /// `raw_input_contents`.
 fn infer_message(
@@ -285,7 +281,6 @@ fn infer_message(
         ..Default::default()
     };
     for input in &request.inputs {
-        let mut parameters = input.parameters.clone();
         match &input.data {
             InputData::Raw(bytes) => message.raw_input_contents.push(bytes.clone()),
             InputData::Json(data) => {
@@ -293,21 +288,9 @@ fn infer_message(
                 wirespeed_core::raw::write_raw(data, &mut raw);
                 message.raw_input_contents.push(raw.into());
             }
-            InputData::Shared {
-                region,
-                byte_size,
-                offset,
-            } => {
-                parameters.push((
-                    "shared_memory_region".into(),
-                    ParameterValue::String(region.clone()),
-                ));
-                parameters.push(("shared_memory_byte_size".into(), int(*byte_size)));
-                if *offset > 0 {
-                    parameters.push(("shared_memory_offset".into(), int(*offset)));
-                }
-            }
+            InputData::Shared { .. } => {}
         }
+        let parameters = input.wire_parameters(false);
         message
             .inputs
             .push(pb::model_infer_request::InferInputTensor {
@@ -330,20 +313,7 @@ fn infer_message(
         ));
     }
     for output in &request.outputs {
-        let mut parameters = Vec::new();
-        if output.class_count > 0 {
-            parameters.push(("classification".into(), int(output.class_count as usize)));
-        }
-        if let Some((region, size, offset)) = &output.shared {
-            parameters.push((
-                "shared_memory_region".into(),
-                ParameterValue::String(region.clone()),
-            ));
-            parameters.push(("shared_memory_byte_size".into(), int(*size)));
-            if *offset > 0 {
-                parameters.push(("shared_memory_offset".into(), int(*offset)));
-            }
-        }
+        let parameters = output.wire_parameters(false);
         message
             .outputs
             .push(pb::model_infer_request::InferRequestedOutputTensor {

@@ -42,6 +42,27 @@ pub struct InferInput {
 }
 
 impl InferInput {
+    /// Its parameters as sent, with those its data's placement writes:
+    /// `binary_data_size` (over HTTP; `binary` says whether raw bytes are
+    /// written after the JSON) or the shared-memory ones.
+    pub(crate) fn wire_parameters(&self, binary: bool) -> Parameters {
+        let mut parameters = self.parameters.clone();
+        match &self.data {
+            InputData::Json(_) => {}
+            InputData::Raw(bytes) => {
+                if binary {
+                    parameters.push(("binary_data_size".into(), int(bytes.len())));
+                }
+            }
+            InputData::Shared {
+                region,
+                byte_size,
+                offset,
+            } => parameters.extend(shared_parameters(region, *byte_size, *offset)),
+        }
+        parameters
+    }
+
     /// An input whose data is sent in the JSON.
     pub fn json(name: impl Into<String>, shape: Vec<usize>, data: TensorData) -> InferInput {
         InferInput {
@@ -78,6 +99,38 @@ pub struct RequestedOutput {
     pub class_count: u32,
     /// Asks for it in a registered shared-memory region: name, size, offset.
     pub shared: Option<(String, usize, usize)>,
+}
+
+impl RequestedOutput {
+    /// Its parameters as sent: `classification`, and where its data goes
+    /// (a shared-memory region, or over HTTP `binary_data` when `http`).
+    pub(crate) fn wire_parameters(&self, http: bool) -> Parameters {
+        let mut parameters = Vec::new();
+        if self.class_count > 0 {
+            parameters.push(("classification".into(), int(self.class_count as usize)));
+        }
+        if let Some((region, size, offset)) = &self.shared {
+            parameters.extend(shared_parameters(region, *size, *offset));
+        } else if http && self.binary {
+            parameters.push(("binary_data".into(), ParameterValue::Bool(true)));
+        }
+        parameters
+    }
+}
+
+/// Triton's parameters of a tensor in a registered shared-memory region.
+fn shared_parameters(region: &str, byte_size: usize, offset: usize) -> Parameters {
+    let mut parameters = vec![
+        (
+            "shared_memory_region".into(),
+            ParameterValue::String(region.to_owned()),
+        ),
+        ("shared_memory_byte_size".into(), int(byte_size)),
+    ];
+    if offset > 0 {
+        parameters.push(("shared_memory_offset".into(), int(offset)));
+    }
+    parameters
 }
 
 /// An infer request.
@@ -129,28 +182,8 @@ impl InferRequest {
             out.extend_from_slice(b"],\"datatype\":\"");
             out.extend_from_slice(input.datatype.as_str().as_bytes());
             out.push(b'"');
-            let mut parameters = input.parameters.clone();
-            match &input.data {
-                InputData::Json(_) => {}
-                InputData::Raw(bytes) => {
-                    raw = true;
-                    parameters.push(("binary_data_size".into(), int(bytes.len())));
-                }
-                InputData::Shared {
-                    region,
-                    byte_size,
-                    offset,
-                } => {
-                    parameters.push((
-                        "shared_memory_region".into(),
-                        ParameterValue::String(region.clone()),
-                    ));
-                    parameters.push(("shared_memory_byte_size".into(), int(*byte_size)));
-                    if *offset > 0 {
-                        parameters.push(("shared_memory_offset".into(), int(*offset)));
-                    }
-                }
-            }
+            raw |= matches!(input.data, InputData::Raw(_));
+            let parameters = input.wire_parameters(true);
             encode_parameters(&parameters, out);
             if let InputData::Json(data) = &input.data {
                 out.extend_from_slice(b",\"data\":[");
@@ -168,22 +201,7 @@ impl InferRequest {
                 }
                 out.extend_from_slice(b"{\"name\":");
                 encode_string(&output.name, out);
-                let mut parameters = Vec::new();
-                if output.class_count > 0 {
-                    parameters.push(("classification".into(), int(output.class_count as usize)));
-                }
-                if let Some((region, size, offset)) = &output.shared {
-                    parameters.push((
-                        "shared_memory_region".into(),
-                        ParameterValue::String(region.clone()),
-                    ));
-                    parameters.push(("shared_memory_byte_size".into(), int(*size)));
-                    if *offset > 0 {
-                        parameters.push(("shared_memory_offset".into(), int(*offset)));
-                    }
-                } else if output.binary {
-                    parameters.push(("binary_data".into(), ParameterValue::Bool(true)));
-                }
+                let parameters = output.wire_parameters(true);
                 encode_parameters(&parameters, out);
                 out.push(b'}');
             }

@@ -16,12 +16,10 @@ from wirespeed._wirespeed import GrpcConnections as _Connections
 from wirespeed._wirespeed import InferInput as _InferInput
 from wirespeed._wirespeed import InferRequestedOutput as _InferRequestedOutput
 from wirespeed._wirespeed import InferResult
+from wirespeed.client._common import infer_parameters
 from wirespeed.client.utils import InferenceServerException, raise_error
 
 __all__ = ["InferenceServerClient", "InferInput", "InferRequestedOutput", "InferResult", "InferenceServerException"]
-
-_RESERVED = {"sequence_id", "priority", "timeout", "sequence_start", "sequence_end"}
-_RESERVED_PREFIX = "triton_"
 
 
 class Message:
@@ -56,24 +54,6 @@ def InferInput(name, shape, datatype):
 def InferRequestedOutput(name, class_count=0):
     """An output asked for (tritonclient.grpc's ``InferRequestedOutput``)."""
     return _InferRequestedOutput(name, True, class_count)
-
-
-def _infer_parameters(sequence_id, sequence_start, sequence_end, priority, timeout, parameters):
-    out = {}
-    if sequence_id != 0 and sequence_id != "":
-        out["sequence_id"] = sequence_id
-        out["sequence_start"] = sequence_start
-        out["sequence_end"] = sequence_end
-    if priority != 0:
-        out["priority"] = priority
-    if timeout is not None:
-        out["timeout"] = timeout
-    if parameters:
-        for key, value in parameters.items():
-            if key in _RESERVED or key.startswith(_RESERVED_PREFIX):
-                raise_error(f'Parameter "{key}" is a reserved parameter and cannot be specified.')
-            out[key] = value
-    return out or None
 
 
 class InferenceServerClient:
@@ -137,7 +117,7 @@ class InferenceServerClient:
             raise_error("model version must be a string")
         return self._connections.infer(
             model_name, inputs, model_version, outputs, request_id,
-            _infer_parameters(sequence_id, sequence_start, sequence_end, priority, timeout, parameters),
+            infer_parameters(sequence_id, sequence_start, sequence_end, priority, timeout, parameters),
             headers, client_timeout,
         )
 

@@ -20,6 +20,7 @@ from wirespeed._wirespeed import (
     InferRequestedOutput,
     InferResult,
 )
+from wirespeed.client._common import infer_parameters
 from wirespeed.client.utils import InferenceServerException, raise_error
 
 __all__ = [
@@ -31,10 +32,6 @@ __all__ = [
     "InferenceServerException",
 ]
 
-# Request parameters the protocol sets itself (tritonclient's list).
-_RESERVED = {"sequence_id", "priority", "timeout", "sequence_start", "sequence_end", "binary_data_output"}
-_RESERVED_PREFIX = "triton_"
-
 
 def _unsupported(name, value):
     if value:
@@ -45,24 +42,6 @@ def _check_headers(headers):
     if headers is not None and not isinstance(headers, dict):
         raise_error("headers must be a dict")
     return headers
-
-
-def _infer_parameters(sequence_id, sequence_start, sequence_end, priority, timeout, parameters):
-    out = {}
-    if sequence_id != 0 and sequence_id != "":
-        out["sequence_id"] = sequence_id
-        out["sequence_start"] = sequence_start
-        out["sequence_end"] = sequence_end
-    if priority != 0:
-        out["priority"] = priority
-    if timeout is not None:
-        out["timeout"] = timeout
-    if parameters:
-        for key, value in parameters.items():
-            if key in _RESERVED or key.startswith(_RESERVED_PREFIX):
-                raise_error(f'Parameter "{key}" is a reserved parameter and cannot be specified.')
-            out[key] = value
-    return out or None
 
 
 class InferAsyncRequest:
@@ -240,7 +219,7 @@ class InferenceServerClient:
             model_version,
             outputs,
             request_id,
-            _infer_parameters(sequence_id, sequence_start, sequence_end, priority, timeout, parameters),
+            infer_parameters(sequence_id, sequence_start, sequence_end, priority, timeout, parameters),
             _check_headers(headers),
         )
 
