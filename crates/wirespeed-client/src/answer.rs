@@ -25,6 +25,10 @@ pub struct Answer {
 pub(crate) struct AnswerReader {
     /// JSON bytes still to come; None: all of the body.
     json_left: Option<u64>,
+    /// The body's bytes after the JSON, when the body's length is known.
+    after_json: Option<u64>,
+    /// The largest body accepted.
+    max_body: u64,
     /// The JSON so far.
     json: Vec<u8>,
     decoder: Option<ResponseDecoder>,
@@ -59,6 +63,9 @@ impl AnswerReader {
         let reserve = json_len.map_or(0, |n| usize::try_from(n).unwrap_or(0).min(1 << 20));
         AnswerReader {
             json_left: json_len,
+            after_json: body_len
+                .zip(header_length)
+                .map(|(b, h)| b.saturating_sub(h)),
             json: Vec::with_capacity(reserve),
             decoder: Some(decoder),
             response: None,
@@ -107,6 +114,26 @@ impl AnswerReader {
     fn end_json(&mut self) -> Result<(), ClientError> {
         let decoder = self.decoder.take().expect("the JSON ends once");
         let decoded = decoder.finish().map_err(answer_error)?;
+        // Checked before any output is allocated: sizes the body cannot
+        // hold are refused, not reserved.
+        let declared = decoded
+            .binary_outputs
+            .iter()
+            .try_fold(0u64, |sum, b| sum.checked_add(b.size as u64));
+        if declared.is_none_or(|d| d > self.max_body) {
+            return Err(ClientError::Protocol(format!(
+                "the answer's binary outputs declare more than the client's limit of {} bytes",
+                self.max_body
+            )));
+        }
+        if let Some(after) = self.after_json {
+            if declared != Some(after) {
+                return Err(ClientError::Protocol(format!(
+                    "the answer's binary outputs declare {} bytes, but {after} follow its JSON",
+                    declared.map_or("more than 2^64".to_owned(), |d| d.to_string())
+                )));
+            }
+        }
         self.response = Some(decoded.response);
         self.binaries = decoded.binary_outputs;
         self.start_output()
@@ -185,7 +212,17 @@ mod tests {
     use wirespeed_core::TensorData;
 
     fn read(body: &[u8], header: Option<u64>, chunk: usize) -> Result<Answer, ClientError> {
-        let mut reader = AnswerReader::new(Some(body.len() as u64), header, 1 << 30);
+        read_of(body, Some(body.len() as u64), header, chunk)
+    }
+
+    /// `body` fed whole, where the answer's head said `length`.
+    fn read_of(
+        body: &[u8],
+        length: Option<u64>,
+        header: Option<u64>,
+        chunk: usize,
+    ) -> Result<Answer, ClientError> {
+        let mut reader = AnswerReader::new(length, header, 1 << 30);
         for part in body.chunks(chunk) {
             reader.feed(part)?;
         }
@@ -217,11 +254,21 @@ mod tests {
             );
             assert_eq!(answer.binary_outputs, [0, 1, 3]);
         }
-        let err = read(&body[..body.len() - 1], Some(json.len() as u64), 9).unwrap_err();
+        // The connection ends early: the last output is cut.
+        let header = Some(json.len() as u64);
+        let cut = &body[..body.len() - 1];
+        let err = read_of(cut, Some(body.len() as u64), header, 9).unwrap_err();
         assert!(err.to_string().contains("output 's'"), "{err}");
+        // No length (chunked): one byte more than declared.
         let mut extra = body.clone();
         extra.push(0);
-        let err = read(&extra, Some(json.len() as u64), 9).unwrap_err();
+        let err = read_of(&extra, None, header, 9).unwrap_err();
         assert!(err.to_string().contains("1 bytes after"), "{err}");
+        // A length that disagrees with the declared sizes.
+        let err = read(&extra, header, 9).unwrap_err();
+        assert!(
+            err.to_string().contains("declare 19 bytes, but 20"),
+            "{err}"
+        );
     }
 }

@@ -166,3 +166,21 @@ fn a_body_over_the_limit_is_refused_before_it_is_read() {
     let err = outputs(&mut client).unwrap_err();
     assert!(err.to_string().contains("over the client's limit"), "{err}");
 }
+
+#[test]
+fn binary_sizes_the_body_cannot_hold_are_refused_before_allocating() {
+    let json = r#"{"outputs":[{"name":"y","datatype":"FP32","shape":[1000000000],"parameters":{"binary_data_size":4000000000}}]}"#;
+    let answer = format!(
+        "HTTP/1.1 200 OK\r\nInference-Header-Content-Length: {}\r\nContent-Length: {}\r\n\r\n{json}abcd",
+        json.len(),
+        json.len() + 4
+    );
+    let address = serve(vec![(answer.into_bytes(), true)]);
+    let mut client = Client::new(&address, ClientOptions::default()).unwrap();
+    let err = outputs(&mut client).unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("declare 4000000000 bytes, but 4 follow"),
+        "{err}"
+    );
+}
