@@ -66,6 +66,7 @@ impl AnswerReader {
             after_json: body_len
                 .zip(header_length)
                 .map(|(b, h)| b.saturating_sub(h)),
+            max_body,
             json: Vec::with_capacity(reserve),
             decoder: Some(decoder),
             response: None,
