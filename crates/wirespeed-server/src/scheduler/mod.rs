@@ -538,13 +538,19 @@ impl Scheduler {
                     trace: job.trace,
                 };
                 // A task of its own, so that a model that panics fails
-                // one request; aborted if the caller goes.
+                // one request; aborted if the caller goes. The slot is
+                // shared with the guard, which frees it at once when the
+                // caller goes, before the task is aborted.
+                let slot = Arc::new(std::sync::Mutex::new(Some(slot)));
+                let held = Arc::clone(&slot);
                 let task = tokio::spawn(
                     async move {
                         let started = Instant::now();
                         let result = Arc::clone(&model).infer_async(call).await;
                         let spent = started.elapsed();
-                        freed(slot, model.as_ref());
+                        if let Some(slot) = take(&held) {
+                            freed(slot, model.as_ref());
+                        }
                         (result, spent)
                     }
                     .instrument(span),
@@ -552,6 +558,7 @@ impl Scheduler {
                 let _guard = AbortOnDrop {
                     task: task.abort_handle(),
                     model: Arc::clone(&self.model),
+                    slot,
                 };
                 let (result, spent) = task.await.map_err(|_| self.crashed())?;
                 stages.compute = spent;
@@ -653,15 +660,24 @@ impl Drop for Turn<'_> {
     }
 }
 
-/// Aborts a model's task if its caller goes before it ends.
+/// Aborts a model's task if its caller goes before it ends, freeing its
+/// slot first: the slot is free once the caller has gone, not once the
+/// runtime gets to drop the aborted task.
 struct AbortOnDrop {
     task: tokio::task::AbortHandle,
     model: Arc<dyn Model>,
+    slot: Arc<std::sync::Mutex<Option<Slot>>>,
+}
+
+/// The slot, if nobody has freed it yet.
+fn take(slot: &std::sync::Mutex<Option<Slot>>) -> Option<Slot> {
+    slot.lock().ok().and_then(|mut s| s.take())
 }
 
 impl Drop for AbortOnDrop {
     fn drop(&mut self) {
         if !self.task.is_finished() {
+            drop(take(&self.slot));
             self.task.abort();
             let model = &self.model.metadata().name;
             tracing::debug!(%model, "the caller left mid-compute; the model's call is cancelled and its slot freed");
