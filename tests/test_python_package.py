@@ -306,5 +306,5 @@ def test_the_wheel_installs_the_wirespeed_command():
 def test_the_package_is_typed():
     package = Path(wirespeed.__file__).parent
     assert (package / "py.typed").is_file()
-    for stub in ("__init__.pyi", "trees.pyi"):
+    for stub in ("__init__.pyi", "trees.pyi", "_wirespeed.pyi", "client/__init__.pyi"):
         assert (package / stub).is_file()
