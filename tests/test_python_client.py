@@ -120,6 +120,23 @@ def test_no_outputs_named_means_all_in_binary_as_tritonclient(server):
     assert "binary_data_size" in ours.get_output("y")["parameters"]
 
 
+@pytest.mark.parametrize("binary", [True, False], ids=["binary", "json"])
+def test_from_response_body_reads_a_body_as_tritonclient_does(binary):
+    import gzip
+
+    import wirespeed
+
+    outputs = {"f": sample("FP32"), "s": sample("BYTES"), "b": sample("BOOL")}
+    body, header_length = wirespeed.encode_response(outputs, model_name="m", binary=binary)
+    for encoding, data in ((None, body), ("gzip", gzip.compress(body))):
+        ours = wshttp.InferResult.from_response_body(data, header_length=header_length, content_encoding=encoding)
+        theirs = tritonhttp.InferResult.from_response_body(data, header_length=header_length,
+                                                          content_encoding=encoding)
+        assert_same_result(ours, theirs, list(outputs))
+    with pytest.raises(InferenceServerException, match="not a V2 infer response"):
+        wshttp.InferResult.from_response_body(b'{"outputs": 1}')
+
+
 def test_a_large_json_answer(server):
     array = sample("FP32", shape=(1000, 1000))
     theirs = call(tritonhttp, server.address, "id_fp32", {"x": ("FP32", array)}, True, False)

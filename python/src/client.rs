@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use numpy::PyArrayMethods;
 use pyo3::prelude::*;
-use pyo3::types::{PyDict, PyString};
+use pyo3::types::{PyBytes, PyDict, PyString};
 use wirespeed_client::{
     Answer, Client, ClientError, ClientOptions, InferRequest, InputData, RequestedOutput,
 };
@@ -312,6 +312,41 @@ impl InferResult {
 
 #[pymethods]
 impl InferResult {
+    /// An answer body read by the caller's own HTTP code, as tritonclient's
+    /// `InferResult.from_response_body`: `header_length` is its
+    /// `Inference-Header-Content-Length`, `content_encoding` its
+    /// `Content-Encoding` (gzip or deflate).
+    #[staticmethod]
+    #[pyo3(signature = (response_body, verbose=false, header_length=None, content_encoding=None))]
+    fn from_response_body(
+        py: Python<'_>,
+        response_body: &Bound<'_, PyAny>,
+        verbose: bool,
+        header_length: Option<u64>,
+        content_encoding: Option<&str>,
+    ) -> PyResult<InferResult> {
+        let _ = verbose;
+        let body = match content_encoding {
+            None | Some("identity") => response_body.clone(),
+            Some("gzip") => py
+                .import("gzip")?
+                .call_method1("decompress", (response_body,))?,
+            Some("deflate") => py
+                .import("zlib")?
+                .call_method1("decompress", (response_body,))?,
+            Some(other) => {
+                return Err(raise(py, format!("unsupported content encoding '{other}'")));
+            }
+        };
+        // bytes(x) is x itself for bytes, one copy for the others.
+        let body = py.get_type::<PyBytes>().call1((body,))?;
+        let bytes = body.cast::<PyBytes>()?.as_bytes();
+        let answer = py
+            .detach(|| wirespeed_client::decode_answer(bytes, header_length))
+            .map_err(|e| client_error(py, e))?;
+        Ok(InferResult::from_answer(answer))
+    }
+
     /// The output's data as a numpy array, or None without such an output.
     fn as_numpy<'py>(
         &mut self,

@@ -37,6 +37,11 @@ class InferRequestedOutput:
 class InferResult:
     """The answer to an infer call (tritonclient's ``InferResult``)."""
 
+    @staticmethod
+    def from_response_body(response_body: bytes, verbose: bool = False, header_length: Optional[int] = None,
+                           content_encoding: Optional[str] = None) -> "InferResult":
+        """An answer body read by the caller's own HTTP code."""
+
     def as_numpy(self, name: str) -> Optional[np.ndarray]:
         """The output as an array that owns the decoded buffer; None
         without such an output."""

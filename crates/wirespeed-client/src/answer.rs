@@ -21,6 +21,15 @@ pub struct Answer {
     pub json: Vec<u8>,
 }
 
+/// Decodes a whole infer answer's body, whose JSON is its first
+/// `header_length` bytes (Triton's binary extension) or all of it: for
+/// callers that did the HTTP themselves.
+pub fn decode_answer(body: &[u8], header_length: Option<u64>) -> Result<Answer, ClientError> {
+    let mut reader = AnswerReader::new(Some(body.len() as u64), header_length, body.len() as u64);
+    reader.feed(body)?;
+    reader.finish()
+}
+
 /// Takes an infer answer's body chunk by chunk.
 pub(crate) struct AnswerReader {
     /// JSON bytes still to come; None: all of the body.

@@ -34,7 +34,7 @@ mod grpc;
 mod request;
 mod target;
 
-pub use answer::Answer;
+pub use answer::{decode_answer, Answer};
 pub use client::{Client, ClientOptions, Reply};
 pub use error::ClientError;
 pub use grpc::{message_json, GrpcClient, GrpcOptions};
