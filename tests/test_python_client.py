@@ -18,7 +18,7 @@ import tritonclient.grpc as tritongrpc
 import tritonclient.http as tritonhttp
 import tritonclient.utils as tritonutils
 
-from conftest import RunningServer, free_port
+from conftest import ROOT, RunningServer, free_port
 
 try:
     import wirespeed.client.grpc as wsgrpc
@@ -493,3 +493,41 @@ def test_grpc_on_kserve_and_mlserver_as_tritonclient_gets_it(kserve, mlserver, x
         client = module.InferenceServerClient(f"127.0.0.1:{kserve['grpc']}")
         assert client.is_model_ready("xgb")
         assert client.get_model_metadata("xgb", as_json=True)["name"] == "xgb"
+
+
+@pytest.fixture(scope="module")
+def hostile_grpc():
+    """tests/upstream/hostile.py: a V2 gRPC server that answers wrongly on purpose."""
+    port = free_port()
+    process = subprocess.Popen([sys.executable, str(ROOT / "tests" / "upstream" / "hostile.py"), str(port)],
+                               stdout=subprocess.PIPE, text=True)
+    assert process.stdout.readline().strip() == "serving"
+    yield f"127.0.0.1:{port}"
+    process.terminate()
+    process.wait(timeout=15)
+
+
+@pytest.mark.parametrize("model, status, says", [
+    ("short", None, "the ModelInfer answer: output 'y': 1 FP32 elements take 4 bytes, but 3 were declared"),
+    ("garbage", "StatusCode.INTERNAL", "decode"),
+    ("failing", "StatusCode.INTERNAL", "the model raised ValueError: boom"),
+    ("missing", "StatusCode.NOT_FOUND", "no model missing"),
+])
+def test_a_hostile_grpc_server_is_a_clear_error(hostile_grpc, model, status, says):
+    client = wsgrpc.InferenceServerClient(hostile_grpc)
+    inp = wsgrpc.InferInput("x", [1], "FP32")
+    inp.set_data_from_numpy(np.ones(1, np.float32))
+    with pytest.raises(InferenceServerException) as raised:
+        client.infer(model, [inp], client_timeout=30)
+    assert says in raised.value.message(), raised.value.message()
+    assert raised.value.status() == status
+    # The client is still good for the next call.
+    assert client.is_server_live()
+
+
+def test_a_large_grpc_answer_from_another_server(hostile_grpc):
+    client = wsgrpc.InferenceServerClient(hostile_grpc)
+    inp = wsgrpc.InferInput("x", [1], "FP32")
+    inp.set_data_from_numpy(np.ones(1, np.float32))
+    y = client.infer("huge", [inp]).as_numpy("y")
+    assert y.shape == (2 << 18,) and not y.any()

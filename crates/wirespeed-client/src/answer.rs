@@ -209,7 +209,9 @@ fn answer_error(e: wirespeed_json::DecodeError) -> ClientError {
     ClientError::Protocol(format!("the infer answer is not a V2 infer response: {e}"))
 }
 
-fn raw_message(e: wirespeed_core::raw::RawError) -> String {
+/// What is wrong with raw bytes, without naming an input: the caller
+/// names the output.
+pub(crate) fn raw_message(e: wirespeed_core::raw::RawError) -> String {
     match e {
         wirespeed_core::raw::RawError::Invalid(m) => m,
         wirespeed_core::raw::RawError::Limit(e) => e.message().to_owned(),

@@ -20,6 +20,7 @@ use wirespeed_proto::inference as pb;
 use wirespeed_proto::inference::grpc_inference_service_client::GrpcInferenceServiceClient;
 use wirespeed_proto::tensors::{parameters_from_map, parameters_to_map, typed_contents};
 
+use crate::answer::raw_message;
 use crate::{Answer, ClientError, InferRequest, InputData};
 
 /// How a gRPC client connects.
@@ -346,13 +347,8 @@ fn answer_tensors(answer: &pb::ModelInferResponse) -> Result<Answer, ClientError
         let count = element_count(&shape)
             .ok_or_else(|| bad(format!("output '{}' has too many elements", output.name)))?;
         let data = match (answer.raw_output_contents.get(i), &output.contents) {
-            (Some(raw), _) => from_raw(datatype, count, raw, raw.len()).map_err(|e| {
-                bad(format!(
-                    "output '{}': {}",
-                    output.name,
-                    e.for_input(&output.name)
-                ))
-            })?,
+            (Some(raw), _) => from_raw(datatype, count, raw, raw.len())
+                .map_err(|e| bad(format!("output '{}': {}", output.name, raw_message(e))))?,
             (None, Some(contents)) => typed_contents(
                 datatype,
                 count,
