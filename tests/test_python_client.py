@@ -195,6 +195,14 @@ def test_client_side_mistakes_are_refused_as_tritonclient():
             module.InferenceServerClient("localhost:1").infer("m", [], parameters={"priority": 1})
 
 
+def test_timeouts_of_any_value_are_taken(server):
+    for value in (float("inf"), float("nan"), 1e300, -1.0, 0.0):
+        client = wshttp.InferenceServerClient(server.address, connection_timeout=value, network_timeout=value)
+        assert client.is_server_live()
+        grpc = wsgrpc.InferenceServerClient(server.grpc_address)
+        assert grpc.is_server_live(client_timeout=value)
+
+
 def test_a_server_that_is_not_there_is_a_clear_error():
     client = wshttp.InferenceServerClient(f"127.0.0.1:{free_port()}")
     with pytest.raises(InferenceServerException, match="failed to connect to 127.0.0.1:.*refused"):

@@ -411,6 +411,40 @@ impl InferResult {
     }
 }
 
+/// The request of tritonclient's `infer` arguments, HTTP or gRPC: the
+/// inputs' data shared, not copied.
+pub(crate) fn infer_request(
+    py: Python<'_>,
+    inputs: &[PyRef<'_, InferInput>],
+    outputs: Option<Vec<PyRef<'_, InferRequestedOutput>>>,
+    request_id: &str,
+    parameters: Option<&Bound<'_, PyDict>>,
+) -> PyResult<InferRequest> {
+    let mut request = InferRequest {
+        id: (!request_id.is_empty()).then(|| request_id.to_owned()),
+        parameters: parameters_from(parameters)?,
+        ..InferRequest::default()
+    };
+    for input in inputs {
+        let Some(data) = &input.input else {
+            return Err(raise(
+                py,
+                format!(
+                    "input '{}' has no data: call set_data_from_numpy or set_shared_memory",
+                    input.name
+                ),
+            ));
+        };
+        request.inputs.push(Arc::clone(data));
+    }
+    request.outputs = outputs
+        .unwrap_or_default()
+        .iter()
+        .map(|o| o.output.clone())
+        .collect();
+    Ok(request)
+}
+
 /// The HTTP client of one server: its kept-open connections.
 #[pyclass(module = "wirespeed.client.http", frozen)]
 pub(crate) struct HttpClient {
@@ -448,7 +482,13 @@ impl HttpClient {
         py: Python<'_>,
     ) -> PyResult<HttpClient> {
         wirespeed_client::Target::parse(url).map_err(|e| client_error(py, e))?;
-        let seconds = |s: f64| Duration::from_secs_f64(if s > 0.0 { s } else { 1e9 });
+        // No timeout (zero, negative, NaN, infinite or too large): a year.
+        let seconds = |s: f64| {
+            Some(s)
+                .filter(|s| *s > 0.0)
+                .and_then(|s| Duration::try_from_secs_f64(s).ok())
+                .unwrap_or(Duration::from_secs(365 * 24 * 3600))
+        };
         Ok(HttpClient {
             url: url.to_owned(),
             options: ClientOptions {
@@ -581,28 +621,7 @@ impl HttpClient {
         headers: Option<&Bound<'_, PyDict>>,
         binary_data_output: bool,
     ) -> PyResult<InferResult> {
-        let mut request = InferRequest {
-            id: (!request_id.is_empty()).then(|| request_id.to_owned()),
-            ..InferRequest::default()
-        };
-        for input in &inputs {
-            let Some(data) = &input.input else {
-                return Err(raise(
-                    py,
-                    format!(
-                        "input '{}' has no data: call set_data_from_numpy or set_shared_memory",
-                        input.name
-                    ),
-                ));
-            };
-            request.inputs.push(Arc::clone(data));
-        }
-        request.outputs = outputs
-            .unwrap_or_default()
-            .iter()
-            .map(|o| o.output.clone())
-            .collect();
-        request.parameters = parameters_from(parameters)?;
+        let mut request = infer_request(py, &inputs, outputs, request_id, parameters)?;
         // tritonclient asks for every output in binary when it names none.
         if request.outputs.is_empty() && binary_data_output {
             request.parameters.push((

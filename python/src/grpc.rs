@@ -2,17 +2,16 @@
 //! wirespeed-client's gRPC client, a pool of connections each used by one
 //! call at a time, with the GIL released while it waits.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
-use wirespeed_client::{message_json, pb, ClientError, GrpcClient, GrpcOptions, InferRequest};
+use wirespeed_client::{message_json, pb, ClientError, GrpcClient, GrpcOptions};
 
 use crate::client::{
-    client_error, headers_from, json_value, raise, InferInput, InferRequestedOutput, InferResult,
+    client_error, headers_from, infer_request, json_value, InferInput, InferRequestedOutput,
+    InferResult,
 };
-use crate::codec::parameters_from;
 use crate::connections::Connections;
 
 /// A message of the V2 gRPC API for Python: its JSON mapping as a dict
@@ -54,7 +53,11 @@ impl GrpcConnections {
 }
 
 fn timeout(seconds: Option<f64>) -> Option<Duration> {
-    seconds.filter(|s| *s > 0.0).map(Duration::from_secs_f64)
+    // None, or a timeout that is not a positive number of seconds that
+    // fits a Duration: no deadline.
+    seconds
+        .filter(|s| *s > 0.0)
+        .and_then(|s| Duration::try_from_secs_f64(s).ok())
 }
 
 #[pymethods]
@@ -177,28 +180,7 @@ impl GrpcConnections {
         headers: Option<&Bound<'_, PyDict>>,
         client_timeout: Option<f64>,
     ) -> PyResult<InferResult> {
-        let mut request = InferRequest {
-            id: (!request_id.is_empty()).then(|| request_id.to_owned()),
-            parameters: parameters_from(parameters)?,
-            ..InferRequest::default()
-        };
-        for input in &inputs {
-            let Some(data) = &input.input else {
-                return Err(raise(
-                    py,
-                    format!(
-                        "input '{}' has no data: call set_data_from_numpy or set_shared_memory",
-                        input.name
-                    ),
-                ));
-            };
-            request.inputs.push(Arc::clone(data));
-        }
-        request.outputs = outputs
-            .unwrap_or_default()
-            .iter()
-            .map(|o| o.output.clone())
-            .collect();
+        let request = infer_request(py, &inputs, outputs, request_id, parameters)?;
         let headers = headers_from(headers)?;
         let (answer, message): (_, pb::ModelInferResponse) = self.with_client(py, |c| {
             c.infer(
