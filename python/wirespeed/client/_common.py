@@ -1,8 +1,10 @@
-"""What the HTTP and gRPC clients share: the request parameters tritonclient
-writes for its keyword arguments, and the awaitable wrapper of a client."""
+"""What the HTTP and gRPC clients share: their life cycle and background
+calls, the request parameters tritonclient writes for its keyword
+arguments, and the awaitable wrapper of a client."""
 
 import asyncio
 import functools
+import threading
 from concurrent.futures import ThreadPoolExecutor
 
 from wirespeed.client.utils import raise_error
@@ -29,6 +31,37 @@ def infer_parameters(sequence_id, sequence_start, sequence_end, priority, timeou
                 raise_error(f'Parameter "{key}" is a reserved parameter and cannot be specified.')
             out[key] = value
     return out or None
+
+
+class Lifecycle:
+    """A client's connections (the extension's engine), closed by
+    ``close()`` or the ``with`` block, and up to ``workers`` threads for
+    calls started in the background (``async_infer``), made at first use."""
+
+    def __init__(self, connections, workers):
+        self._connections = connections
+        self._workers = max(1, workers)
+        self._executor = None
+        self._lock = threading.Lock()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, type, value, traceback):
+        self.close()
+
+    def close(self):
+        """Closes the connections (and waits for calls in the background)."""
+        if self._executor is not None:
+            self._executor.shutdown(wait=True)
+            self._executor = None
+        self._connections.close()
+
+    def _submit(self, call, *args, **kwargs):
+        with self._lock:
+            if self._executor is None:
+                self._executor = ThreadPoolExecutor(max_workers=self._workers)
+        return self._executor.submit(call, *args, **kwargs)
 
 
 class Awaitable:

@@ -9,14 +9,11 @@ as objects with the message's fields as attributes (docs/python.md says how
 they differ from protobuf messages).
 """
 
-from concurrent.futures import ThreadPoolExecutor
-import threading
-
 from wirespeed._wirespeed import GrpcConnections as _Connections
 from wirespeed._wirespeed import InferInput as _InferInput
 from wirespeed._wirespeed import InferRequestedOutput as _InferRequestedOutput
 from wirespeed._wirespeed import InferResult
-from wirespeed.client._common import infer_parameters
+from wirespeed.client._common import Lifecycle, infer_parameters
 from wirespeed.client.utils import InferenceServerException, raise_error
 
 __all__ = ["InferenceServerClient", "InferInput", "InferRequestedOutput", "InferResult", "InferenceServerException"]
@@ -56,7 +53,7 @@ def InferRequestedOutput(name, class_count=0):
     return _InferRequestedOutput(name, True, class_count)
 
 
-class InferenceServerClient:
+class InferenceServerClient(Lifecycle):
     """A client of one V2 server's gRPC API.
 
     ``url`` is ``host:port`` (as tritonclient's) or ``unix:///path/to.sock``.
@@ -66,22 +63,8 @@ class InferenceServerClient:
                  certificate_chain=None, creds=None, keepalive_options=None, channel_args=None):
         if ssl or creds is not None:
             raise_error("TLS is not supported by wirespeed's client")
-        self._connections = _Connections(url, concurrency=8)
+        super().__init__(_Connections(url, concurrency=8), 8)
         self._verbose = verbose
-        self._executor = None
-        self._lock = threading.Lock()
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, type, value, traceback):
-        self.close()
-
-    def close(self):
-        if self._executor is not None:
-            self._executor.shutdown(wait=True)
-            self._executor = None
-        self._connections.close()
 
     def is_server_live(self, headers=None, client_timeout=None):
         return self._connections.is_server_live(headers, client_timeout)
@@ -124,10 +107,6 @@ class InferenceServerClient:
     def async_infer(self, model_name, inputs, callback, model_version="", outputs=None, request_id="", **kwargs):
         """Starts :meth:`infer` on a worker thread; calls ``callback(result,
         error)`` with the result or the exception, as tritonclient.grpc does."""
-        with self._lock:
-            if self._executor is None:
-                self._executor = ThreadPoolExecutor(max_workers=8)
-
         def run():
             try:
                 result = self.infer(model_name, inputs, model_version, outputs, request_id, **kwargs)
@@ -136,4 +115,4 @@ class InferenceServerClient:
             else:
                 callback(result, None)
 
-        self._executor.submit(run)
+        self._submit(run)

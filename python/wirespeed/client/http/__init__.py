@@ -10,8 +10,6 @@ decoded buffers.
 """
 
 import json
-import threading
-from concurrent.futures import ThreadPoolExecutor
 from urllib.parse import quote
 
 from wirespeed._wirespeed import (
@@ -20,7 +18,7 @@ from wirespeed._wirespeed import (
     InferRequestedOutput,
     InferResult,
 )
-from wirespeed.client._common import infer_parameters
+from wirespeed.client._common import Lifecycle, infer_parameters
 from wirespeed.client.utils import InferenceServerException, raise_error
 
 __all__ = [
@@ -58,7 +56,7 @@ class InferAsyncRequest:
         return self._future.result(timeout=timeout)
 
 
-class InferenceServerClient:
+class InferenceServerClient(Lifecycle):
     """A client of one V2 server over HTTP/1.1.
 
     ``url`` is ``host:port`` (as tritonclient's), ``http://host:port`` or
@@ -81,68 +79,53 @@ class InferenceServerClient:
     ):
         if ssl:
             raise_error("TLS is not supported by wirespeed's client; use http or a Unix socket")
-        self._client = _HttpClient(
+        connections = _HttpClient(
             url,
             connection_timeout=connection_timeout,
             network_timeout=network_timeout,
             concurrency=concurrency,
         )
+        super().__init__(connections, concurrency)
         self._verbose = verbose
-        self._concurrency = max(1, concurrency)
-        self._executor = None
-        self._lock = threading.Lock()
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, type, value, traceback):
-        self.close()
-
-    def close(self):
-        """Closes the connections (and waits for pending async requests)."""
-        if self._executor is not None:
-            self._executor.shutdown(wait=True)
-            self._executor = None
-        self._client.close()
 
     # Health and metadata.
 
     def is_server_live(self, headers=None, query_params=None):
         _unsupported("query_params", query_params)
-        return self._client.is_server_live(_check_headers(headers))
+        return self._connections.is_server_live(_check_headers(headers))
 
     def is_server_ready(self, headers=None, query_params=None):
         _unsupported("query_params", query_params)
-        return self._client.is_server_ready(_check_headers(headers))
+        return self._connections.is_server_ready(_check_headers(headers))
 
     def is_model_ready(self, model_name, model_version="", headers=None, query_params=None):
         _unsupported("query_params", query_params)
         if type(model_version) != str:
             raise_error("model version must be a string")
-        return self._client.is_model_ready(model_name, model_version, _check_headers(headers))
+        return self._connections.is_model_ready(model_name, model_version, _check_headers(headers))
 
     def get_server_metadata(self, headers=None, query_params=None):
         _unsupported("query_params", query_params)
-        return self._client.get_server_metadata(_check_headers(headers))
+        return self._connections.get_server_metadata(_check_headers(headers))
 
     def get_model_metadata(self, model_name, model_version="", headers=None, query_params=None):
         _unsupported("query_params", query_params)
         if type(model_version) != str:
             raise_error("model version must be a string")
-        return self._client.get_model_metadata(model_name, model_version, _check_headers(headers))
+        return self._connections.get_model_metadata(model_name, model_version, _check_headers(headers))
 
     def get_model_config(self, model_name, model_version="", headers=None, query_params=None):
         _unsupported("query_params", query_params)
         if type(model_version) != str:
             raise_error("model version must be a string")
-        return self._client.get_model_config(model_name, model_version, _check_headers(headers))
+        return self._connections.get_model_config(model_name, model_version, _check_headers(headers))
 
     # Triton's extensions, as plain JSON calls.
 
     def _call(self, method, path, body=None, headers=None, query_params=None):
         _unsupported("query_params", query_params)
         data = None if body is None else json.dumps(body).encode()
-        status, value = self._client.request(method, path, data, _check_headers(headers))
+        status, value = self._connections.request(method, path, data, _check_headers(headers))
         if status != 200:
             message = value.get("error") if isinstance(value, dict) else None
             raise InferenceServerException(
@@ -213,7 +196,7 @@ class InferenceServerClient:
         _unsupported("response_compression_algorithm", response_compression_algorithm)
         if type(model_version) != str:
             raise_error("model version must be a string")
-        return self._client.infer(
+        return self._connections.infer(
             model_name,
             inputs,
             model_version,
@@ -226,10 +209,5 @@ class InferenceServerClient:
     def async_infer(self, model_name, inputs, model_version="", outputs=None, request_id="", **kwargs):
         """Starts :meth:`infer` on one of ``concurrency`` threads; returns an
         :class:`InferAsyncRequest`."""
-        with self._lock:
-            if self._executor is None:
-                self._executor = ThreadPoolExecutor(max_workers=self._concurrency)
-        future = self._executor.submit(
-            self.infer, model_name, inputs, model_version, outputs, request_id, **kwargs
-        )
+        future = self._submit(self.infer, model_name, inputs, model_version, outputs, request_id, **kwargs)
         return InferAsyncRequest(future, self._verbose)
