@@ -74,15 +74,14 @@ impl InferInput {
         }
     }
 
-    /// An input whose data is sent as raw bytes after the JSON.
+    /// An input whose data is sent as raw bytes after the JSON: the
+    /// tensor's own buffer where its memory is its raw form.
     pub fn binary(name: impl Into<String>, shape: Vec<usize>, data: TensorData) -> InferInput {
-        let mut raw = Vec::with_capacity(wirespeed_core::raw::raw_len(&data));
-        wirespeed_core::raw::write_raw(&data, &mut raw);
         InferInput {
             name: name.into(),
             shape,
             datatype: data.datatype(),
-            data: InputData::Raw(raw.into()),
+            data: InputData::Raw(wirespeed_core::raw::into_raw(data)),
             parameters: Vec::new(),
         }
     }

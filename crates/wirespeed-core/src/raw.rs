@@ -288,6 +288,28 @@ pub fn raw_bytes(data: &TensorData) -> Option<&[u8]> {
     })
 }
 
+/// A tensor's buffer, owned by the `Bytes` that sends it.
+struct Owned(TensorData);
+
+impl AsRef<[u8]> for Owned {
+    fn as_ref(&self) -> &[u8] {
+        raw_bytes(&self.0).unwrap_or_default()
+    }
+}
+
+/// A tensor's raw form as `Bytes`, to send: its own buffer where its memory
+/// is its raw form (every fixed-size type but BOOL, no copy), else written
+/// out once.
+pub fn into_raw(data: TensorData) -> bytes::Bytes {
+    if raw_bytes(&data).is_some() {
+        bytes::Bytes::from_owner(Owned(data))
+    } else {
+        let mut out = Vec::with_capacity(raw_len(&data));
+        write_raw(&data, &mut out);
+        bytes::Bytes::from(out)
+    }
+}
+
 /// Appends the raw form of `data` to `out`.
 pub fn write_raw(data: &TensorData, out: &mut Vec<u8>) {
     fn pod<T: Pod>(out: &mut Vec<u8>, v: &[T]) {

@@ -338,7 +338,11 @@ pub(crate) fn infer_body(
     }
     let header_len = header.len();
     let mut parts = vec![Bytes::from(header)];
-    parts.extend(inputs.into_iter().map(|t| crate::v2::raw_contents(t.data)));
+    parts.extend(
+        inputs
+            .into_iter()
+            .map(|t| wirespeed_core::raw::into_raw(t.data)),
+    );
     (Chunks::new(parts), Some(header_len))
 }
 

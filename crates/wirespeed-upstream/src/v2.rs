@@ -8,10 +8,9 @@ use std::time::Instant;
 use bytes::{BufMut, Bytes, BytesMut};
 use hyper::header::HeaderMap;
 use prost::Message;
-use wirespeed_core::raw::{from_raw, raw_bytes, raw_len, write_raw};
+use wirespeed_core::raw::{from_raw, into_raw};
 use wirespeed_core::{
-    element_count, DataType, Parameters, RequestLimits, Tensor, TensorData, TensorSpec,
-    TraceContext,
+    element_count, DataType, Parameters, RequestLimits, Tensor, TensorSpec, TraceContext,
 };
 use wirespeed_proto::inference as pb;
 use wirespeed_proto::tensors::{parameters_to_map, typed_contents};
@@ -347,27 +346,6 @@ fn rest_path(model: &str, version: &str, tail: &str) -> String {
     }
 }
 
-/// A tensor's buffer, owned by the `Bytes` that sends it.
-struct Owned(TensorData);
-
-impl AsRef<[u8]> for Owned {
-    fn as_ref(&self) -> &[u8] {
-        raw_bytes(&self.0).unwrap_or_default()
-    }
-}
-
-/// A tensor's raw contents: its own buffer where its memory is its raw
-/// form (every fixed-size type but BOOL), else written out once.
-pub(crate) fn raw_contents(data: TensorData) -> Bytes {
-    if raw_bytes(&data).is_some() {
-        Bytes::from_owner(Owned(data))
-    } else {
-        let mut out = Vec::with_capacity(raw_len(&data));
-        write_raw(&data, &mut out);
-        Bytes::from(out)
-    }
-}
-
 /// The `raw_input_contents` field, numbered 7 in `ModelInferRequest`, as
 /// a length-delimited field's tag.
 const RAW_INPUT_TAG: u8 = (7 << 3) | 2;
@@ -393,7 +371,7 @@ fn infer_body(
             parameters: Default::default(),
             contents: None,
         });
-        raw.push(raw_contents(tensor.data));
+        raw.push(into_raw(tensor.data));
     }
     let head = pb::ModelInferRequest {
         model_name: model.to_owned(),
@@ -533,6 +511,7 @@ fn holds_values(c: &pb::InferTensorContents) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use wirespeed_core::TensorData;
 
     fn spec(name: &str, datatype: DataType, shape: Vec<i64>) -> TensorSpec {
         TensorSpec {
