@@ -26,7 +26,11 @@ def run_perf_analyzer(*args):
     cuda = Path(list(spec.submodule_search_locations)[0]) / "lib"
     env = dict(os.environ, LD_LIBRARY_PATH=str(cuda))
     return subprocess.run(
-        [str(PERF_ANALYZER), *args, "--measurement-mode", "count_windows", "--measurement-request-count", "200"],
+        # More windows than the default 10 to find two within its 10 %
+        # (the criterion itself unchanged): on a 2-core VM with noisy
+        # loopback, 10 windows of a debug build were sometimes not enough.
+        [str(PERF_ANALYZER), *args, "--measurement-mode", "count_windows", "--measurement-request-count", "200",
+         "--max-trials", "30"],
         capture_output=True,
         text=True,
         env=env,
