@@ -114,6 +114,8 @@ pub struct Tokenizer {
     scratch: Vec<u8>,
     scanner: StringScanner,
     failed: bool,
+    /// Values follow one another (NDJSON, or JSON text sequences).
+    sequence: bool,
 }
 
 impl Tokenizer {
@@ -130,6 +132,17 @@ impl Tokenizer {
             scratch: Vec::new(),
             scanner: StringScanner::default(),
             failed: false,
+            sequence: false,
+        }
+    }
+
+    /// A tokenizer of any number of JSON values one after another,
+    /// separated by whitespace (newline-delimited JSON): each is handed to
+    /// the sink whole, and none is also a document.
+    pub fn sequence(bounds: Bounds) -> Tokenizer {
+        Tokenizer {
+            sequence: true,
+            ..Tokenizer::new(bounds)
         }
     }
 
@@ -165,7 +178,8 @@ impl Tokenizer {
             }
             Partial::None => {}
         }
-        if self.expect != Expect::Done {
+        let between = self.sequence && self.stack.is_empty() && self.expect == Expect::Value;
+        if self.expect != Expect::Done && !between {
             let what = if self.stack.is_empty() && self.expect == Expect::Value {
                 "the document is empty"
             } else {
@@ -283,6 +297,7 @@ impl Tokenizer {
                     }
                     pos += 1;
                 }
+                Expect::Done if self.sequence => self.expect = Expect::Value,
                 Expect::Done => {
                     let found = describe(b);
                     return Err(syntax(
@@ -579,5 +594,29 @@ mod tests {
         let deep = "[".repeat(65) + &"]".repeat(65);
         let e = echo(&deep, 7).unwrap_err();
         assert_eq!(e.category(), Category::Limit);
+    }
+
+    #[test]
+    fn a_sequence_hands_on_each_value_and_may_be_empty() {
+        let text = "{\"a\": 1}\n{\"b\": [2, 3]}\n\n7 \"x\"{}";
+        for chunk in [1, 2, 5, 100] {
+            let mut t = Tokenizer::sequence(Bounds::default());
+            let mut sink = Echo::default();
+            for piece in text.as_bytes().chunks(chunk) {
+                t.feed(piece, &mut sink).unwrap();
+            }
+            t.finish(&mut sink).unwrap();
+            assert_eq!(sink.out, r#"{"a":1}{"b":[2,3]}7"x"{}"#, "chunks of {chunk}");
+        }
+        for text in ["", " \n "] {
+            let mut t = Tokenizer::sequence(Bounds::default());
+            t.feed(text.as_bytes(), &mut Echo::default()).unwrap();
+            t.finish(&mut Echo::default()).unwrap();
+        }
+        let mut t = Tokenizer::sequence(Bounds::default());
+        let mut sink = Echo::default();
+        t.feed(b"{} {\"a\":", &mut sink).unwrap();
+        let e = t.finish(&mut sink).unwrap_err();
+        assert!(e.to_string().contains("ends before"), "{e}");
     }
 }

@@ -325,7 +325,7 @@ impl Scalar<'_> {
     }
 }
 
-struct Encoder {
+pub(crate) struct Encoder {
     out: Vec<u8>,
     stack: Vec<Frame>,
     /// The body's message, until its value starts.
@@ -340,6 +340,35 @@ fn invalid(at: u64, message: impl Into<String>) -> TranscodeError {
 }
 
 impl Encoder {
+    /// An encoder of one `message` at a time, for a stream of them: each
+    /// begins with [`Encoder::start`].
+    pub(crate) fn idle(options: EncodeOptions) -> Encoder {
+        Encoder {
+            out: Vec::new(),
+            stack: Vec::new(),
+            root: None,
+            options,
+            field_body: false,
+        }
+    }
+
+    /// The next object is a whole `message`.
+    pub(crate) fn start(&mut self, message: MessageDescriptor) {
+        self.out.clear();
+        self.stack.clear();
+        self.root = Some(message);
+    }
+
+    /// Whether the message begun by [`Encoder::start`] has ended.
+    pub(crate) fn ended(&self) -> bool {
+        self.stack.is_empty() && self.root.is_none()
+    }
+
+    /// The ended message's wire format.
+    pub(crate) fn take(&mut self) -> Vec<u8> {
+        std::mem::take(&mut self.out)
+    }
+
     fn dest(&mut self, at: u64) -> Result<Dest, TranscodeError> {
         let Some(top) = self.stack.last_mut() else {
             return match self.root.take() {

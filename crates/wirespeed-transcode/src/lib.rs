@@ -6,6 +6,9 @@
 //! `wirespeed_json`: no JSON tree and no message tree are built, so the
 //! cost of a body does not depend on how it was cut into chunks.
 //! [`proto_to_json`] writes a message's JSON straight from its wire bytes.
+//! [`JsonToProtoStream`] does the same for a stream of messages (a
+//! client-streaming call's body), and [`StreamFormat`] frames a stream of
+//! answers as a JSON array, NDJSON or server-sent events.
 //!
 //! [`Routes`] compiles the `google.api.http` rules of a set of services
 //! (and `POST /package.Service/Method` for every method) into a trie of
@@ -21,6 +24,7 @@ mod error;
 mod request;
 mod routes;
 mod rule;
+mod stream;
 mod template;
 mod wire;
 mod wkt;
@@ -31,3 +35,4 @@ pub use error::{Category, TranscodeError};
 pub use request::{body_target, bound_fields};
 pub use routes::{BodyTarget, Found, NotFound, Route, Routes};
 pub use rule::{http_rule, CustomHttpPattern, HttpRule, Pattern};
+pub use stream::{JsonToProtoStream, StreamFormat};
