@@ -1,5 +1,7 @@
-//! A request body made of buffers that already exist: the message's header
-//! and each tensor's own bytes, handed to hyper one by one, never joined.
+//! Request bodies. [`Chunks`]: buffers that already exist (a message's
+//! header and each tensor's own bytes), handed to hyper one by one, never
+//! joined. [`CallBody`] adds the body of a client-streaming call, whose
+//! messages are sent as they are made ([`MessageSender`]).
 
 use std::collections::VecDeque;
 use std::convert::Infallible;
@@ -8,6 +10,7 @@ use std::task::{Context, Poll};
 
 use bytes::Bytes;
 use hyper::body::{Body, Frame, SizeHint};
+use tokio::sync::mpsc;
 
 /// Buffers sent in order as the body's data frames.
 #[derive(Debug, Clone, Default)]
@@ -56,5 +59,97 @@ impl Body for Chunks {
 
     fn size_hint(&self) -> SizeHint {
         SizeHint::with_exact(self.len)
+    }
+}
+
+/// The body of a gRPC call: existing buffers, or a client stream's
+/// messages as they are sent.
+#[derive(Debug)]
+pub enum CallBody {
+    /// Buffers sent in order.
+    Chunks(Chunks),
+    /// Frames from a [`MessageSender`]; an error resets the call.
+    Stream(mpsc::Receiver<Result<Bytes, Aborted>>),
+}
+
+impl From<Chunks> for CallBody {
+    fn from(chunks: Chunks) -> CallBody {
+        CallBody::Chunks(chunks)
+    }
+}
+
+/// Why a client stream was given up: its sender failed (the client's
+/// body did not encode), so the call is reset rather than half-closed,
+/// and the upstream never takes a cut stream for a whole one.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("the request stream was abandoned: {0}")]
+pub struct Aborted(pub String);
+
+impl Body for CallBody {
+    type Data = Bytes;
+    type Error = Aborted;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Aborted>>> {
+        match self.get_mut() {
+            CallBody::Chunks(chunks) => Pin::new(chunks)
+                .poll_frame(cx)
+                .map(|frame| frame.map(|f| f.map_err(|never| match never {}))),
+            CallBody::Stream(receiver) => receiver
+                .poll_recv(cx)
+                .map(|item| item.map(|r| r.map(Frame::data))),
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        match self {
+            CallBody::Chunks(chunks) => chunks.is_end_stream(),
+            CallBody::Stream(_) => false,
+        }
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        match self {
+            CallBody::Chunks(chunks) => chunks.size_hint(),
+            CallBody::Stream(_) => SizeHint::default(),
+        }
+    }
+}
+
+/// Sends a client stream's messages, each framed, as they are made; the
+/// call's request ends when the sender is dropped.
+#[derive(Debug)]
+pub struct MessageSender {
+    frames: mpsc::Sender<Result<Bytes, Aborted>>,
+}
+
+/// A client stream: the sender, and the body for
+/// [`Upstream::open`](crate::Upstream::open). `depth` messages may wait
+/// unsent before [`MessageSender::send`] waits for the upstream to take
+/// them.
+pub fn message_stream(depth: usize) -> (MessageSender, CallBody) {
+    let (frames, receiver) = mpsc::channel(depth.max(1) * 2);
+    (MessageSender { frames }, CallBody::Stream(receiver))
+}
+
+impl MessageSender {
+    /// Sends one message (its encoding, unframed). `false` when the call
+    /// has ended and takes no more.
+    pub async fn send(&self, message: Bytes) -> bool {
+        let len = u32::try_from(message.len()).unwrap_or(u32::MAX);
+        let mut prefix = [0u8; 5];
+        prefix[1..].copy_from_slice(&len.to_be_bytes());
+        self.frames
+            .send(Ok(Bytes::copy_from_slice(&prefix)))
+            .await
+            .is_ok()
+            && self.frames.send(Ok(message)).await.is_ok()
+    }
+
+    /// Gives the stream up: the call is reset, saying `why`.
+    pub async fn abort(self, why: String) {
+        let _ = self.frames.send(Err(Aborted(why))).await;
     }
 }

@@ -24,7 +24,7 @@ use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use tokio_rustls::TlsConnector;
 
 use crate::address::Address;
-use crate::body::Chunks;
+use crate::body::CallBody;
 use crate::connect::connect;
 use crate::error::CallError;
 
@@ -55,7 +55,7 @@ impl Default for ChannelOptions {
 /// One open HTTP/2 connection and the calls it carries.
 #[derive(Clone)]
 pub(crate) struct Connection {
-    pub(crate) sender: http2::SendRequest<Chunks>,
+    pub(crate) sender: http2::SendRequest<CallBody>,
     calls: Arc<AtomicUsize>,
 }
 

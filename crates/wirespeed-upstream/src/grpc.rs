@@ -1,5 +1,7 @@
-//! A unary gRPC call over one HTTP/2 connection, written on hyper's client
-//! rather than through tonic's.
+//! gRPC calls over one HTTP/2 connection, written on hyper's client rather
+//! than through tonic's: the unary calls of upstream models ([`unary`]),
+//! and calls of any method, streaming either way, for the transcoding
+//! proxy ([`open`], [`OpenCall`]).
 //!
 //! tonic's client encodes each message into one buffer, so every raw
 //! tensor would be copied into it, and it sends each call through a
@@ -11,18 +13,20 @@
 //! frame (no copy), and the status comes from the trailers (or the headers
 //! of a trailers-only answer).
 
+use std::pin::Pin;
+use std::task::{Context, Poll};
 use std::time::Instant;
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 use http_body_util::BodyExt;
-use hyper::body::Incoming;
+use hyper::body::{Body as _, Incoming};
 use hyper::header::{HeaderMap, HeaderValue, CONTENT_TYPE, TE, USER_AGENT};
 use hyper::{Method, Request, Response, StatusCode};
 use prost::Message;
 use wirespeed_core::TraceContext;
 
-use crate::body::Chunks;
-use crate::channel::Channel;
+use crate::body::{CallBody, Chunks};
+use crate::channel::{Channel, Held};
 use crate::error::CallError;
 
 /// The `user-agent` of every call.
@@ -79,7 +83,7 @@ pub(crate) async fn unary(channel: &Channel, call: Call<'_>) -> Result<Bytes, Ca
             .header(CONTENT_TYPE, "application/grpc")
             .header(TE, "trailers")
             .header(USER_AGENT, AGENT)
-            .body(call.body)
+            .body(CallBody::from(call.body))
             .map_err(|e| CallError::Protocol(format!("cannot make the request: {e}")))?;
         let headers = request.headers_mut();
         if let Some(deadline) = deadline {
@@ -105,6 +109,215 @@ pub(crate) async fn unary(channel: &Channel, call: Call<'_>) -> Result<Bytes, Ca
             .await
             .unwrap_or(Err(CallError::Deadline)),
         None => answer.await,
+    }
+}
+
+/// Opens a call of `path` on one of `channel`'s connections, sending
+/// `body`, and returns the answer once its headers are in. A `body` that
+/// never went out is handed back in `unsent` (so another replica may take
+/// it).
+pub(crate) async fn open(
+    channel: &Channel,
+    call: OpenRequest<'_>,
+    unsent: &mut Option<CallBody>,
+) -> Result<OpenCall, CallError> {
+    let held = channel.connection().await?;
+    let Some(body) = unsent.take() else {
+        return Err(CallError::Broken(
+            "the request stream went to a replica that failed".to_owned(),
+        ));
+    };
+    let address = channel.address();
+    let uri = format!(
+        "{}://{}{}",
+        address.scheme(),
+        address.authority(),
+        call.path
+    );
+    let mut request = Request::builder()
+        .method(Method::POST)
+        .uri(uri)
+        .header(CONTENT_TYPE, "application/grpc")
+        .header(TE, "trailers")
+        .header(USER_AGENT, AGENT)
+        .body(body)
+        .map_err(|e| CallError::Protocol(format!("cannot make the request: {e}")))?;
+    let headers = request.headers_mut();
+    if let Some(deadline) = call.deadline {
+        headers.insert("grpc-timeout", grpc_timeout(deadline));
+    }
+    for (name, value) in call.headers {
+        headers.append(name, value.clone());
+    }
+    let mut sender = held.connection.sender.clone();
+    let response = match sender.try_send_request(request).await {
+        Ok(response) => response,
+        Err(mut e) => {
+            if let Some(request) = e.take_message() {
+                *unsent = Some(request.into_body());
+            }
+            return Err(CallError::from_send(e));
+        }
+    };
+    OpenCall::new(response, held, call.max_message)
+}
+
+/// What [`open`] sends.
+pub(crate) struct OpenRequest<'a> {
+    pub(crate) path: &'a str,
+    pub(crate) deadline: Option<Instant>,
+    pub(crate) headers: &'a HeaderMap,
+    pub(crate) max_message: usize,
+}
+
+/// A call whose answer is coming: its headers, then its messages as they
+/// arrive ([`OpenCall::message`]), then its status, in the trailers (or
+/// in the headers of a trailers-only answer). The connection counts the
+/// call as its own until this is dropped; dropping it before the end
+/// cancels the call.
+pub struct OpenCall {
+    headers: HeaderMap,
+    trailers: HeaderMap,
+    body: Incoming,
+    reader: MessageReader,
+    /// The status, once known.
+    status: Option<(i32, String)>,
+    /// The answer has no more frames.
+    ended: bool,
+    failed: Option<CallError>,
+    _held: Held,
+}
+
+impl std::fmt::Debug for OpenCall {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("OpenCall")
+            .field("status", &self.status)
+            .field("ended", &self.ended)
+            .finish_non_exhaustive()
+    }
+}
+
+impl OpenCall {
+    fn new(response: Response<Incoming>, held: Held, max: usize) -> Result<OpenCall, CallError> {
+        let (parts, body) = response.into_parts();
+        if parts.status != StatusCode::OK {
+            return Err(CallError::Protocol(format!(
+                "HTTP status {} where a gRPC server answers 200",
+                parts.status
+            )));
+        }
+        let status = grpc_status(&parts.headers)?;
+        if status.is_none() {
+            let content_type = parts
+                .headers
+                .get(CONTENT_TYPE)
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or("");
+            if !content_type.starts_with("application/grpc") {
+                return Err(CallError::Protocol(format!(
+                    "content type '{content_type}', not application/grpc"
+                )));
+            }
+        }
+        Ok(OpenCall {
+            ended: status.is_some(),
+            status,
+            headers: parts.headers,
+            trailers: HeaderMap::new(),
+            body,
+            reader: MessageReader::stream(max),
+            failed: None,
+            _held: held,
+        })
+    }
+
+    /// The answer's headers: the upstream's initial metadata.
+    pub fn headers(&self) -> &HeaderMap {
+        &self.headers
+    }
+
+    /// The answer's trailers (its trailing metadata), once it has ended.
+    pub fn trailers(&self) -> &HeaderMap {
+        &self.trailers
+    }
+
+    /// The `google.rpc.Status` the upstream sent with an error status
+    /// (`grpc-status-details-bin`), encoded.
+    pub fn status_details(&self) -> Option<Vec<u8>> {
+        use base64::Engine;
+        let value = self
+            .trailers
+            .get("grpc-status-details-bin")
+            .or_else(|| self.headers.get("grpc-status-details-bin"))?;
+        let text = value.as_bytes();
+        let text = text
+            .strip_suffix(b"==")
+            .or_else(|| text.strip_suffix(b"="))
+            .unwrap_or(text);
+        base64::engine::general_purpose::STANDARD_NO_PAD
+            .decode(text)
+            .ok()
+    }
+
+    /// The next message of the answer; `None` once it ended with an OK
+    /// status. An error status is a [`CallError::Status`].
+    pub async fn message(&mut self) -> Result<Option<Bytes>, CallError> {
+        std::future::poll_fn(|cx| self.poll_message(cx)).await
+    }
+
+    /// [`OpenCall::message`], polled.
+    pub fn poll_message(&mut self, cx: &mut Context<'_>) -> Poll<Result<Option<Bytes>, CallError>> {
+        loop {
+            if let Some(message) = self.reader.next() {
+                return Poll::Ready(Ok(Some(message)));
+            }
+            if let Some(e) = &self.failed {
+                return Poll::Ready(Err(e.clone()));
+            }
+            if self.ended {
+                return Poll::Ready(match &self.status {
+                    None => Err(CallError::Protocol(
+                        "the answer ended without a grpc-status".to_owned(),
+                    )),
+                    Some((0, _)) if self.reader.is_partial() => Err(CallError::Protocol(
+                        "the answer's last message is cut short".to_owned(),
+                    )),
+                    Some((0, _)) => Ok(None),
+                    Some((code, message)) => Err(CallError::Status {
+                        code: *code,
+                        message: message.clone(),
+                    }),
+                });
+            }
+            let frame = match Pin::new(&mut self.body).poll_frame(cx) {
+                Poll::Pending => return Poll::Pending,
+                Poll::Ready(None) => {
+                    self.ended = true;
+                    continue;
+                }
+                Poll::Ready(Some(Err(e))) => {
+                    self.failed = Some(CallError::Broken(e.to_string()));
+                    continue;
+                }
+                Poll::Ready(Some(Ok(frame))) => frame,
+            };
+            match frame.into_data() {
+                Ok(data) => {
+                    if let Err(e) = self.reader.push(data) {
+                        self.failed = Some(e);
+                    }
+                }
+                Err(frame) => {
+                    if let Ok(trailers) = frame.into_trailers() {
+                        match grpc_status(&trailers) {
+                            Ok(status) => self.status = status,
+                            Err(e) => self.failed = Some(e),
+                        }
+                        self.trailers = trailers;
+                    }
+                }
+            }
+        }
     }
 }
 
@@ -156,7 +369,7 @@ async fn read_answer(response: Response<Incoming>, max: usize) -> Result<Bytes, 
 }
 
 /// The `grpc-status` and `grpc-message` of `headers`, if it has a status.
-fn grpc_status(headers: &HeaderMap) -> Result<Option<(i32, String)>, CallError> {
+pub(crate) fn grpc_status(headers: &HeaderMap) -> Result<Option<(i32, String)>, CallError> {
     let Some(code) = headers.get("grpc-status") else {
         return Ok(None);
     };
@@ -191,31 +404,42 @@ fn percent_decode(text: &[u8]) -> String {
     String::from_utf8_lossy(&out).into_owned()
 }
 
-/// Gathers one length-prefixed message from data frames.
-struct MessageReader {
+/// Gathers length-prefixed messages from data frames: one (a unary
+/// call's answer) or any number (a stream's).
+pub(crate) struct MessageReader {
     max: usize,
+    many: bool,
     prefix: [u8; 5],
     prefix_len: usize,
     len: usize,
     gathering: BytesMut,
-    message: Option<Bytes>,
+    ready: std::collections::VecDeque<Bytes>,
 }
 
 impl MessageReader {
     fn new(max: usize) -> MessageReader {
         MessageReader {
             max,
+            many: false,
             prefix: [0; 5],
             prefix_len: 0,
             len: 0,
             gathering: BytesMut::new(),
-            message: None,
+            ready: std::collections::VecDeque::new(),
         }
     }
 
-    fn push(&mut self, mut chunk: Bytes) -> Result<(), CallError> {
+    /// A reader of a stream's messages.
+    pub(crate) fn stream(max: usize) -> MessageReader {
+        MessageReader {
+            many: true,
+            ..MessageReader::new(max)
+        }
+    }
+
+    pub(crate) fn push(&mut self, mut chunk: Bytes) -> Result<(), CallError> {
         while !chunk.is_empty() {
-            if self.message.is_some() {
+            if !self.many && !self.ready.is_empty() {
                 return Err(CallError::Protocol(
                     "more than one message in the answer to a unary call".to_owned(),
                 ));
@@ -233,17 +457,24 @@ impl MessageReader {
             }
             let need = self.len - self.gathering.len();
             if self.gathering.is_empty() && chunk.len() >= need {
-                self.message = Some(chunk.split_to(need));
+                let message = chunk.split_to(need);
+                self.done(message);
                 continue;
             }
             let take = need.min(chunk.len());
             self.gathering.extend_from_slice(&chunk[..take]);
             chunk.advance(take);
             if self.gathering.len() == self.len {
-                self.message = Some(std::mem::take(&mut self.gathering).freeze());
+                let message = std::mem::take(&mut self.gathering).freeze();
+                self.done(message);
             }
         }
         Ok(())
+    }
+
+    fn done(&mut self, message: Bytes) {
+        self.ready.push_back(message);
+        self.prefix_len = 0;
     }
 
     /// The prefix is in: checks it and makes room for the message.
@@ -275,22 +506,31 @@ impl MessageReader {
             )));
         }
         self.len = len;
+        self.gathering = BytesMut::new();
         if len == 0 {
-            self.message = Some(Bytes::new());
-        } else {
-            self.gathering = BytesMut::new();
+            self.done(Bytes::new());
         }
         Ok(())
     }
 
-    fn finish(self) -> Result<Bytes, CallError> {
-        self.message.ok_or_else(|| {
-            CallError::Protocol(if self.prefix_len == 0 {
-                "the answer has no message".to_owned()
-            } else {
-                "the answer's message is cut short".to_owned()
-            })
-        })
+    /// The next whole message, if one is in.
+    pub(crate) fn next(&mut self) -> Option<Bytes> {
+        self.ready.pop_front()
+    }
+
+    /// Whether the frames so far stop inside a message.
+    pub(crate) fn is_partial(&self) -> bool {
+        self.prefix_len > 0
+    }
+
+    fn finish(mut self) -> Result<Bytes, CallError> {
+        if self.is_partial() {
+            return Err(CallError::Protocol(
+                "the answer's message is cut short".to_owned(),
+            ));
+        }
+        self.next()
+            .ok_or_else(|| CallError::Protocol("the answer has no message".to_owned()))
     }
 }
 
@@ -318,6 +558,30 @@ mod tests {
                 "cut at {cut}"
             );
         }
+    }
+
+    #[test]
+    fn a_streams_messages_split_anywhere_are_gathered_in_order() {
+        let mut whole = framed(b"one");
+        whole.extend(framed(b""));
+        whole.extend(framed(b"three"));
+        for cut in 0..whole.len() {
+            let mut reader = MessageReader::stream(64);
+            let mut got = Vec::new();
+            for part in [&whole[..cut], &whole[cut..]] {
+                reader.push(Bytes::copy_from_slice(part)).unwrap();
+                while let Some(m) = reader.next() {
+                    got.push(m);
+                }
+            }
+            assert_eq!(got, [&b"one"[..], b"", b"three"], "cut at {cut}");
+            assert!(!reader.is_partial());
+        }
+        let mut reader = MessageReader::stream(64);
+        reader
+            .push(Bytes::from(framed(b"abc")[..6].to_vec()))
+            .unwrap();
+        assert!(reader.is_partial());
     }
 
     #[test]

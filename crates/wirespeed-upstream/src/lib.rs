@@ -4,7 +4,9 @@
 //! passive health, retries), each reached through a [`channel`] of HTTP/2
 //! connections kept per thread (`channel.rs`, opened by `connect.rs` over
 //! TCP, Unix sockets or TLS). `grpc.rs` makes one unary gRPC call on hyper,
-//! sending a request [`Chunks`] (`body.rs`) of existing buffers; `v2.rs`
+//! sending a request [`Chunks`] (`body.rs`) of existing buffers, or opens
+//! a call of any method, streaming either way ([`Upstream::open`],
+//! [`OpenCall`]: the transcoding proxy's); `v2.rs`
 //! speaks the Open Inference Protocol over it ([`V2Client`]), or over REST
 //! through `rest.rs` for upstreams with no gRPC; `error.rs` says how each
 //! failure reaches wirespeed's own clients.
@@ -25,9 +27,9 @@ mod v2;
 pub use hyper::http;
 
 pub use address::{Address, Protocol, Transport};
-pub use body::Chunks;
+pub use body::{message_stream, Aborted, CallBody, Chunks, MessageSender};
 pub use channel::ChannelOptions;
 pub use error::CallError;
-pub use grpc::frame;
+pub use grpc::{frame, OpenCall};
 pub use upstream::{Upstream, UpstreamError, UpstreamOptions};
 pub use v2::{InferCall, V2Client};

@@ -25,11 +25,11 @@ use hyper::header::HeaderMap;
 use wirespeed_core::TraceContext;
 
 use crate::address::{Address, Protocol};
-use crate::body::Chunks;
+use crate::body::{CallBody, Chunks};
 use crate::channel::{Channel, ChannelOptions};
 use crate::connect::tls_connector;
 use crate::error::CallError;
-use crate::grpc::{self, Call};
+use crate::grpc::{self, Call, OpenCall, OpenRequest};
 use crate::rest::{Answer, Http1Channel};
 
 /// How an upstream is called.
@@ -334,6 +334,77 @@ impl Upstream {
             }
         })
         .await
+    }
+
+    /// Opens a call of any gRPC method (the transcoding proxy's), unary or
+    /// streaming: `path` is `/package.Service/Method`, `body` the framed
+    /// request (a client stream's messages as they are sent), `metadata`
+    /// headers sent beside the upstream's own. Balanced, and retried on
+    /// another replica while the request has not gone out. Returns once
+    /// the answer's headers are in; its messages are read from the
+    /// [`OpenCall`] (within `deadline`, which the caller keeps).
+    pub async fn open(
+        &self,
+        path: &str,
+        body: CallBody,
+        metadata: &HeaderMap,
+        deadline: Option<Instant>,
+    ) -> Result<OpenCall, UpstreamError> {
+        let merged;
+        let headers = if metadata.is_empty() {
+            &self.options.headers
+        } else {
+            let mut all = self.options.headers.clone();
+            for (name, value) in metadata {
+                all.append(name, value.clone());
+            }
+            merged = all;
+            &merged
+        };
+        let max_message = self.options.max_message_bytes;
+        let unsent = std::sync::Mutex::new(Some(body));
+        let opened = self.call(deadline, |replica| {
+            let unsent = &unsent;
+            async move {
+                let Link::Grpc(channel) = &replica.channel else {
+                    return Err(CallError::Protocol(
+                        "a gRPC call to a REST upstream".to_owned(),
+                    ));
+                };
+                // A unary body is kept for another replica; a stream's
+                // goes once (and comes back if it never went out).
+                let mut body = {
+                    let mut slot = unsent.lock().unwrap_or_else(|e| e.into_inner());
+                    match slot.as_ref() {
+                        Some(CallBody::Chunks(chunks)) => Some(CallBody::Chunks(chunks.clone())),
+                        _ => slot.take(),
+                    }
+                };
+                let request = OpenRequest {
+                    path,
+                    deadline,
+                    headers,
+                    max_message,
+                };
+                let result = grpc::open(channel, request, &mut body).await;
+                if let Some(CallBody::Stream(back)) = body {
+                    *unsent.lock().unwrap_or_else(|e| e.into_inner()) =
+                        Some(CallBody::Stream(back));
+                }
+                result
+            }
+        });
+        match deadline {
+            Some(d) => tokio::time::timeout_at(d.into(), opened)
+                .await
+                .unwrap_or_else(|_| {
+                    Err(UpstreamError {
+                        upstream: self.describe.clone(),
+                        error: CallError::Deadline,
+                    })
+                }),
+            None => opened.await,
+        }
     }
 
     /// A REST request, balanced, retried and counted the same way; an
