@@ -44,17 +44,70 @@ def library(tmp_path_factory):
     return library_pb2, library_pb2_grpc, out / "library.pb"
 
 
+def bad_request_status():
+    """A google.rpc.Status with a BadRequest detail, as servers send it."""
+    from google.protobuf import any_pb2
+    from google.rpc import code_pb2, error_details_pb2, status_pb2
+
+    detail = any_pb2.Any()
+    detail.Pack(error_details_pb2.BadRequest(field_violations=[
+        error_details_pb2.BadRequest.FieldViolation(field="name", description="ends in invalid")]))
+    return status_pb2.Status(code=code_pb2.INVALID_ARGUMENT, message="bad name", details=[detail])
+
+
 class Library:
     """The upstream: answers from the request, so each field's trip shows."""
 
     def __init__(self, pb):
         self.pb = pb
+        # Set by a test once it has read a stream's first book.
+        self.first_read = threading.Event()
+        # Set when an upload's first book arrives.
+        self.received = threading.Event()
+        # The sizes of the uploads that ended whole.
+        self.uploads = []
 
     def GetBook(self, request, context):
+        from grpc_status import rpc_status
+
         if request.name.endswith("missing"):
             context.abort(grpc.StatusCode.NOT_FOUND, f"no book {request.name}")
-        user = dict(context.invocation_metadata()).get("x-user", "")
+        if request.name.endswith("invalid"):
+            context.abort_with_status(rpc_status.to_status(bad_request_status()))
+        metadata = dict(context.invocation_metadata())
+        user = metadata.get("x-user", "")
+        sent = [("x-book-source", "shelf")]
+        if "x-trace" in metadata:
+            sent.append(("x-trace-seen", metadata["x-trace"]))
+        if user:
+            sent.append(("x-user", f"seen {user}"))
+        context.send_initial_metadata(sent)
+        context.set_trailing_metadata([("x-served-by", "library")])
         return self.pb.Book(name=request.name, title=f"title of {request.name}{user}", pages=300 if request.full else 1)
+
+    def StreamBooks(self, request, context):
+        if request.parent.endswith("missing"):
+            context.abort(grpc.StatusCode.NOT_FOUND, f"no shelf {request.parent}")
+        for i in range(request.page_size):
+            if request.filter.author == "fail" and i == 2:
+                context.abort(grpc.StatusCode.ABORTED, "the shelf fell over")
+            yield self.pb.Book(name=f"{request.parent}/books/{i}", pages=i, tags=["t"] * i)
+            if request.filter.author == "wait" and i == 0:
+                if not self.first_read.wait(30):
+                    context.abort(grpc.StatusCode.INTERNAL, "the first book never reached the client")
+
+    def UploadBooks(self, request_iterator, context):
+        books = []
+        for book in request_iterator:
+            books.append(book)
+            self.received.set()
+        self.uploads.append(len(books))
+        return self.pb.ListBooksResponse(books=books, next_page_token=str(len(books)))
+
+    def EchoBooks(self, request_iterator, context):
+        for book in request_iterator:
+            book.title = book.title.upper()
+            yield book
 
     def CreateBook(self, request, context):
         book = self.pb.Book()
@@ -88,12 +141,17 @@ class Library:
 
 
 @pytest.fixture(scope="module")
-def upstream(library):
+def servicer(library):
+    return Library(library[0])
+
+
+@pytest.fixture(scope="module")
+def upstream(library, servicer):
     from grpc_reflection.v1alpha import reflection
 
     pb, pb_grpc, _ = library
-    server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
-    pb_grpc.add_LibraryServicer_to_server(Library(pb), server)
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=8))
+    pb_grpc.add_LibraryServicer_to_server(servicer, server)
     # grpcio's reflection serves both v1 and v1alpha.
     reflection.enable_server_reflection(
         (pb.DESCRIPTOR.services_by_name["Library"].full_name, reflection.SERVICE_NAME), server)
@@ -179,10 +237,154 @@ def test_every_route_shape_answers_as_the_service_does(library, upstream, proxy)
     assert answer.json() == want["books"]
 
 
-def test_headers_become_metadata(proxy):
-    answer = requests.get(proxy + "/v1/shelves/s/books/b", headers={"X-User": "-ada"})
+def test_headers_become_metadata_and_metadata_comes_back_as_headers(proxy):
+    """A configured header (x-user) and any Grpc-Metadata-<key> go on as
+    metadata; the answer's metadata comes back under the configured name or
+    as Grpc-Metadata-<key>, and its trailers as Grpc-Trailer-<key>
+    (grpc-gateway's names)."""
+    answer = requests.get(proxy + "/v1/shelves/s/books/b", headers={"X-User": "-ada", "Grpc-Metadata-X-Trace": "t1"})
     assert answer.status_code == 200, answer.text
     assert answer.json()["title"] == "title of shelves/s/books/b-ada"
+    assert answer.headers["x-user"] == "seen -ada"
+    assert answer.headers["grpc-metadata-x-book-source"] == "shelf"
+    assert answer.headers["grpc-metadata-x-trace-seen"] == "t1"
+    assert answer.headers["grpc-trailer-x-served-by"] == "library"
+    assert "grpc-metadata-content-type" not in answer.headers
+
+
+def test_an_error_status_carries_the_upstreams_details(proxy):
+    """grpc-status-details-bin becomes the google.rpc.Status body's
+    details, printed as json_format prints the same Status."""
+    answer = requests.get(proxy + "/v1/shelves/s1/books/invalid")
+    assert answer.status_code == 400, answer.text
+    want = json_format.MessageToDict(bad_request_status())
+    assert answer.json() == want
+    assert answer.json()["details"][0]["@type"] == "type.googleapis.com/google.rpc.BadRequest"
+
+
+def stream_direct(library, upstream, method, request):
+    """A streaming call made with grpcio: each answer by json_format."""
+    pb, pb_grpc, _ = library
+    with grpc.insecure_channel(upstream) as channel:
+        answers = getattr(pb_grpc.LibraryStub(channel), method)(request, timeout=30)
+        return [json.loads(json_format.MessageToJson(a)) for a in answers]
+
+
+def events(text):
+    """Server-sent events: (event, data) pairs."""
+    out = []
+    for block in text.split("\n\n"):
+        if not block:
+            continue
+        fields = dict(line.split(": ", 1) for line in block.split("\n"))
+        out.append((fields.get("event", "message"), json.loads(fields["data"])))
+    return out
+
+
+def test_a_server_stream_arrives_as_an_array_ndjson_or_events(library, upstream, proxy):
+    pb = library[0]
+    want = stream_direct(library, upstream, "StreamBooks", pb.ListBooksRequest(parent="shelves/s1", page_size=4))
+    assert len(want) == 4
+    path = proxy + "/v1/shelves/s1/books:stream?pageSize=4"
+    array = requests.get(path)
+    assert array.status_code == 200, array.text
+    assert array.headers["content-type"] == "application/json"
+    assert array.json() == want
+    lines = requests.get(path, headers={"Accept": "application/x-ndjson"})
+    assert lines.headers["content-type"] == "application/x-ndjson"
+    assert [json.loads(line) for line in lines.text.splitlines()] == want
+    sse = requests.get(path, headers={"Accept": "text/event-stream"})
+    assert sse.headers["content-type"] == "text/event-stream"
+    assert events(sse.text) == [("message", book) for book in want]
+    assert requests.get(proxy + "/v1/shelves/s1/books:stream?pageSize=0").json() == []
+
+
+def test_a_server_stream_is_passed_on_as_it_comes(proxy, servicer):
+    """The upstream holds its second book until the client has read the
+    first: a proxy that waited for the stream's end would never pass it."""
+    servicer.first_read.clear()
+    url = proxy + "/v1/shelves/s1/books:stream?pageSize=3&filter.author=wait"
+    with requests.get(url, headers={"Accept": "application/x-ndjson"}, stream=True) as answer:
+        lines = answer.iter_lines()
+        first = json.loads(next(lines))
+        assert first["name"] == "shelves/s1/books/0"
+        servicer.first_read.set()
+        rest = [json.loads(line) for line in lines if line]
+    assert [book.get("name") for book in rest] == ["shelves/s1/books/1", "shelves/s1/books/2"], rest
+
+
+def test_a_stream_that_fails_midway_says_so_in_its_framing(proxy):
+    url = proxy + "/v1/shelves/s1/books:stream?pageSize=5&filter.author=fail"
+    error = {"code": 10, "message": "the shelf fell over", "details": []}
+    lines = requests.get(url, headers={"Accept": "application/x-ndjson"})
+    assert lines.status_code == 200
+    lines = [json.loads(line) for line in lines.text.splitlines()]
+    assert [line.get("name") for line in lines[:2]] == ["shelves/s1/books/0", "shelves/s1/books/1"]
+    assert lines[2:] == [{"error": error}]
+    sse = events(requests.get(url, headers={"Accept": "text/event-stream"}).text)
+    assert [kind for kind, _ in sse] == ["message", "message", "error"]
+    assert sse[-1][1] == error
+    # An array cannot carry it: the answer is cut, never taken for whole.
+    with pytest.raises(requests.exceptions.ChunkedEncodingError):
+        requests.get(url).content
+    # An error before the first message gets its own status.
+    missing = requests.get(proxy + "/v1/shelves/missing/books:stream?pageSize=2")
+    assert missing.status_code == 404, missing.text
+    assert missing.json() == {"code": 5, "message": "no shelf shelves/missing", "details": []}
+
+
+def test_a_client_stream_is_sent_as_it_is_read(library, upstream, proxy, servicer):
+    pb = library[0]
+    books = [{"title": "A", "pages": "1"}, {"title": "B", "tags": ["x", "y"]}, {"title": "C", "genre": "POETRY"}]
+    # The path's {name} is set in every message.
+    want = direct(library, upstream, "UploadBooks", iter([
+        pb.Book(name="shelves/s1", title="A", pages=1), pb.Book(name="shelves/s1", title="B", tags=["x", "y"]),
+        pb.Book(name="shelves/s1", title="C", genre=pb.POETRY)]))
+    url = proxy + "/v1/shelves/s1/books:upload"
+    for body in [json.dumps(books), "\n".join(json.dumps(b) for b in books) + "\n"]:
+        answer = requests.post(url, data=body)
+        assert answer.status_code == 200, answer.text
+        assert answer.json() == want
+    # A body sent in pieces: the first book reaches the upstream before
+    # the body's end.
+    servicer.received.clear()
+    seen = []
+
+    def pieces():
+        yield (json.dumps(books[0]) + "\n").encode()
+        seen.append(servicer.received.wait(30))
+        for book in books[1:]:
+            yield (json.dumps(book) + "\n").encode()
+
+    answer = requests.post(url, data=pieces())
+    assert answer.status_code == 200, answer.text
+    assert answer.json() == want
+    assert seen == [True]
+    assert requests.post(url, data="[]").json() == {"nextPageToken": "0"}
+
+
+def test_a_client_stream_that_does_not_encode_is_refused_and_reset(proxy, servicer):
+    url = proxy + "/v1/shelves/s1/books:upload"
+    before = len(servicer.uploads)
+    for body, needle in [('[{"title": "A"}, {"pages": "many"}]', "not an integer"),
+                         ('[{"title": "A"}, 7]', "message 2 of the stream is a number"),
+                         ('{"title": "A"} {"title": ', "ends before")]:
+        answer = requests.post(url, data=body)
+        assert answer.status_code == 400, answer.text
+        assert answer.json()["code"] == 3 and needle in answer.json()["message"], answer.json()
+    good = requests.post(url, data='[{"title": "Z"}]')
+    assert good.status_code == 200, good.text
+    # Only the good upload ended whole upstream: the others were reset.
+    assert servicer.uploads[before:] == [1]
+
+
+def test_a_bidirectional_stream_answers_each_message(library, upstream, proxy):
+    pb = library[0]
+    want = stream_direct(library, upstream, "EchoBooks", iter([pb.Book(title="a"), pb.Book(title="b", pages=2)]))
+    answer = requests.post(proxy + "/v1/books:echo", data='{"title": "a"}\n{"title": "b", "pages": 2}\n',
+                           headers={"Accept": "application/x-ndjson"})
+    assert answer.status_code == 200, answer.text
+    assert [json.loads(line) for line in answer.text.splitlines()] == want
 
 
 @pytest.mark.parametrize("method, path, body, status, code, needle", [
@@ -268,8 +470,8 @@ service Echo {
 
 def test_a_config_file_serves_several_upstreams(library, upstream, tmp_path):
     """`--config`: the library by its descriptor set, and a second server's
-    Echo service by reflection, side by side; a streaming method is a
-    clear 501."""
+    Echo service by reflection, side by side; its client-streaming method
+    by the auto mapping."""
     import grpc_tools
     from grpc_tools import protoc
     from grpc_reflection.v1alpha import reflection
@@ -285,6 +487,9 @@ def test_a_config_file_serves_several_upstreams(library, upstream, tmp_path):
     class Echo(echo_pb2_grpc.EchoServicer):
         def Say(self, request, context):
             return echo_pb2.SayReply(said=[request.text] * max(request.times, 1))
+
+        def Chorus(self, request_iterator, context):
+            return echo_pb2.SayReply(said=[r.text for r in request_iterator])
 
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
     echo_pb2_grpc.add_EchoServicer_to_server(Echo(), server)
@@ -310,9 +515,9 @@ emit_defaults = true
         echo = requests.get(address + "/v1/echo/hi?times=2")
         assert echo.status_code == 200, echo.text
         assert echo.json() == {"said": ["hi", "hi"]}
-        stream = requests.post(address + "/wirespeed.echo.Echo/Chorus", json={"text": "x"})
-        assert stream.status_code == 501, stream.text
-        assert "streaming method" in stream.json()["message"]
+        stream = requests.post(address + "/wirespeed.echo.Echo/Chorus", data='[{"text": "x"}, {"text": "y"}]')
+        assert stream.status_code == 200, stream.text
+        assert stream.json() == {"said": ["x", "y"]}
     finally:
         process.terminate()
         process.wait(timeout=15)

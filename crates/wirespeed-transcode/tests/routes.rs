@@ -141,8 +141,8 @@ fn routes_are_checked_when_built() {
     let e = Routes::from_pool(&pool, &["wirespeed.library.Nope".to_owned()]).unwrap_err();
     assert!(e.contains("not in the descriptors"), "{e}");
     let routes = Routes::from_pool(&pool, &["wirespeed.library.Library".to_owned()]).unwrap();
-    // 8 methods' auto routes, 7 rules and 2 additional bindings.
-    assert_eq!(routes.routes().len(), 17);
+    // 11 methods' auto routes, 10 rules and 2 additional bindings.
+    assert_eq!(routes.routes().len(), 23);
     let list = routes.find("GET", "/v1/shelves/s/books").unwrap();
     assert_eq!(
         list.route

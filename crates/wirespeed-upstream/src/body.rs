@@ -6,6 +6,8 @@
 use std::collections::VecDeque;
 use std::convert::Infallible;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use bytes::Bytes;
@@ -69,7 +71,21 @@ pub enum CallBody {
     /// Buffers sent in order.
     Chunks(Chunks),
     /// Frames from a [`MessageSender`]; an error resets the call.
-    Stream(mpsc::Receiver<Result<Bytes, Aborted>>),
+    Stream(MessageStream),
+}
+
+/// A client stream's frames, and whether its sender gave it up.
+#[derive(Debug)]
+pub struct MessageStream {
+    frames: mpsc::Receiver<Result<Bytes, Aborted>>,
+    abandoned: Arc<AtomicBool>,
+}
+
+impl MessageStream {
+    /// The flag its sender raises when it gives the stream up.
+    pub(crate) fn abandoned(&self) -> Arc<AtomicBool> {
+        Arc::clone(&self.abandoned)
+    }
 }
 
 impl From<Chunks> for CallBody {
@@ -97,7 +113,8 @@ impl Body for CallBody {
             CallBody::Chunks(chunks) => Pin::new(chunks)
                 .poll_frame(cx)
                 .map(|frame| frame.map(|f| f.map_err(|never| match never {}))),
-            CallBody::Stream(receiver) => receiver
+            CallBody::Stream(stream) => stream
+                .frames
                 .poll_recv(cx)
                 .map(|item| item.map(|r| r.map(Frame::data))),
         }
@@ -123,6 +140,7 @@ impl Body for CallBody {
 #[derive(Debug)]
 pub struct MessageSender {
     frames: mpsc::Sender<Result<Bytes, Aborted>>,
+    abandoned: Arc<AtomicBool>,
 }
 
 /// A client stream: the sender, and the body for
@@ -131,7 +149,15 @@ pub struct MessageSender {
 /// them.
 pub fn message_stream(depth: usize) -> (MessageSender, CallBody) {
     let (frames, receiver) = mpsc::channel(depth.max(1) * 2);
-    (MessageSender { frames }, CallBody::Stream(receiver))
+    let abandoned = Arc::new(AtomicBool::new(false));
+    let stream = MessageStream {
+        frames: receiver,
+        abandoned: Arc::clone(&abandoned),
+    };
+    (
+        MessageSender { frames, abandoned },
+        CallBody::Stream(stream),
+    )
 }
 
 impl MessageSender {
@@ -150,6 +176,7 @@ impl MessageSender {
 
     /// Gives the stream up: the call is reset, saying `why`.
     pub async fn abort(self, why: String) {
+        self.abandoned.store(true, Ordering::Release);
         let _ = self.frames.send(Err(Aborted(why))).await;
     }
 }

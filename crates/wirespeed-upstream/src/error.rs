@@ -34,6 +34,9 @@ pub enum CallError {
     /// No replica of the upstream is admitted: each failed too often and is
     /// being probed.
     NoReplica(String),
+    /// The caller gave its request stream up (a client stream whose body
+    /// did not encode) and the call was reset: no fault of the replica's.
+    Abandoned(String),
 }
 
 /// gRPC's names for its codes.
@@ -117,6 +120,10 @@ impl CallError {
                 ErrorKind::Unavailable,
                 format!("no replica of upstream {upstream} answers: {why}"),
             ),
+            CallError::Abandoned(why) => (
+                ErrorKind::InvalidInput,
+                format!("the call to upstream {upstream} was reset: {why}"),
+            ),
         };
         Error::new(kind, text)
     }
@@ -133,6 +140,7 @@ impl fmt::Display for CallError {
             CallError::Deadline => f.write_str("did not answer before the deadline"),
             CallError::Protocol(why) => write!(f, "answered something unusable: {why}"),
             CallError::NoReplica(why) => write!(f, "no replica answers: {why}"),
+            CallError::Abandoned(why) => write!(f, "was reset: {why}"),
         }
     }
 }

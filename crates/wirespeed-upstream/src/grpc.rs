@@ -14,6 +14,7 @@
 //! of a trailers-only answer).
 
 use std::pin::Pin;
+use std::sync::atomic::Ordering;
 use std::task::{Context, Poll};
 use std::time::Instant;
 
@@ -127,6 +128,10 @@ pub(crate) async fn open(
             "the request stream went to a replica that failed".to_owned(),
         ));
     };
+    let abandoned = match &body {
+        CallBody::Stream(stream) => Some(stream.abandoned()),
+        CallBody::Chunks(_) => None,
+    };
     let address = channel.address();
     let uri = format!(
         "{}://{}{}",
@@ -155,6 +160,11 @@ pub(crate) async fn open(
         Err(mut e) => {
             if let Some(request) = e.take_message() {
                 *unsent = Some(request.into_body());
+            }
+            // The request stream was given up by its sender: the reset
+            // is the caller's, not the replica's failure.
+            if abandoned.is_some_and(|a| a.load(Ordering::Acquire)) {
+                return Err(CallError::Abandoned(e.error().to_string()));
             }
             return Err(CallError::from_send(e));
         }

@@ -27,7 +27,7 @@ mod v2;
 pub use hyper::http;
 
 pub use address::{Address, Protocol, Transport};
-pub use body::{message_stream, Aborted, CallBody, Chunks, MessageSender};
+pub use body::{message_stream, Aborted, CallBody, Chunks, MessageSender, MessageStream};
 pub use channel::ChannelOptions;
 pub use error::CallError;
 pub use grpc::{frame, OpenCall};

@@ -17,7 +17,7 @@ use std::pin::Pin;
 
 use async_compression::tokio::bufread::{GzipDecoder, ZlibDecoder};
 use bytes::{Bytes, BytesMut};
-use http_body_util::{BodyDataStream, BodyExt, Full};
+use http_body_util::{BodyDataStream, BodyExt};
 use hyper::body::Incoming;
 use hyper::header::{HeaderMap, HeaderValue, ACCEPT_ENCODING, CONTENT_ENCODING, VARY};
 use hyper::Response;
@@ -175,6 +175,11 @@ pub(crate) async fn compress(
         return response;
     }
     let (mut parts, body) = response.into_parts();
+    // A stream goes as it comes.
+    let body = match body.into_full() {
+        Ok(full) => full,
+        Err(stream) => return Response::from_parts(parts, stream),
+    };
     let bytes = match body.collect().await {
         Ok(collected) => collected.to_bytes(),
         Err(never) => match never {},
@@ -183,7 +188,7 @@ pub(crate) async fn compress(
         .headers
         .append(VARY, HeaderValue::from_static("accept-encoding"));
     if bytes.len() < MIN_COMPRESS_BYTES {
-        return Response::from_parts(parts, Full::new(bytes));
+        return Response::from_parts(parts, Body::new(bytes));
     }
     let compressed = if bytes.len() > OFFLOAD_COMPRESS_BYTES {
         let (done, back) = oneshot::channel();
@@ -197,12 +202,12 @@ pub(crate) async fn compress(
     };
     // The pool never drops a job; were it to, the answer goes uncompressed.
     let Some(compressed) = compressed else {
-        return Response::from_parts(parts, Full::new(bytes));
+        return Response::from_parts(parts, Body::new(bytes));
     };
     parts
         .headers
         .insert(CONTENT_ENCODING, HeaderValue::from_static(coding.name()));
-    Response::from_parts(parts, Full::new(Bytes::from(compressed)))
+    Response::from_parts(parts, Body::new(compressed))
 }
 
 /// `bytes` compressed in `coding`.

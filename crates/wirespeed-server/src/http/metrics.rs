@@ -23,7 +23,7 @@ pub(crate) fn scrape(state: &AppState) -> Result<Response<Body>, Error> {
             "metrics are off (--metrics off)",
         ));
     };
-    let mut answer = Response::new(Body::from(metrics::render(state, m)));
+    let mut answer = Response::new(Body::new(metrics::render(state, m)));
     answer
         .headers_mut()
         .insert(CONTENT_TYPE, HeaderValue::from_static(TEXT_FORMAT));

@@ -1,8 +1,12 @@
 //! Building responses: JSON bodies, and errors in the protocol's
 //! `{"error": "..."}` form with the status their kind maps to.
 
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
 use bytes::Bytes;
 use http_body_util::Full;
+use hyper::body::{Frame, SizeHint};
 use hyper::header::{HeaderValue, CONNECTION, CONTENT_TYPE, RETRY_AFTER, WWW_AUTHENTICATE};
 use hyper::{Response, StatusCode};
 use wirespeed_core::{Error, ErrorKind};
@@ -10,8 +14,68 @@ use wirespeed_core::{Error, ErrorKind};
 use crate::pipeline::public_message;
 use crate::timing::SERVER_TIMING;
 
-/// The response body type of every endpoint.
-pub(crate) type Body = Full<Bytes>;
+/// The response body type of every endpoint: a whole body, or (a
+/// transcoded server stream) frames made as they come.
+pub(crate) enum Body {
+    Full(Full<Bytes>),
+    Stream(Pin<Box<dyn hyper::body::Body<Data = Bytes, Error = BoxError> + Send>>),
+}
+
+/// Why a streamed body was cut.
+pub(crate) type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+impl Body {
+    /// A whole body.
+    pub(crate) fn new(bytes: impl Into<Bytes>) -> Body {
+        Body::Full(Full::new(bytes.into()))
+    }
+
+    /// A body streamed from `stream`.
+    pub(crate) fn stream(
+        stream: impl hyper::body::Body<Data = Bytes, Error = BoxError> + Send + 'static,
+    ) -> Body {
+        Body::Stream(Box::pin(stream))
+    }
+
+    /// The whole body, or `None` for a stream.
+    pub(crate) fn into_full(self) -> Result<Full<Bytes>, Body> {
+        match self {
+            Body::Full(full) => Ok(full),
+            stream => Err(stream),
+        }
+    }
+}
+
+impl hyper::body::Body for Body {
+    type Data = Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        match self.get_mut() {
+            Body::Full(full) => Pin::new(full)
+                .poll_frame(cx)
+                .map(|frame| frame.map(|f| f.map_err(|never| match never {}))),
+            Body::Stream(stream) => stream.as_mut().poll_frame(cx),
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        match self {
+            Body::Full(full) => full.is_end_stream(),
+            Body::Stream(stream) => stream.is_end_stream(),
+        }
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        match self {
+            Body::Full(full) => full.size_hint(),
+            Body::Stream(stream) => stream.size_hint(),
+        }
+    }
+}
 
 const JSON: HeaderValue = HeaderValue::from_static("application/json");
 
@@ -23,7 +87,7 @@ pub(crate) fn json(body: impl Into<Bytes>) -> Response<Body> {
 /// A 200 response in Triton's binary tensor data extension: a JSON header
 /// of `header_len` bytes, then raw output bytes.
 pub(crate) fn binary(body: Vec<u8>, header_len: usize) -> Response<Body> {
-    let mut response = Response::new(Full::new(Bytes::from(body)));
+    let mut response = Response::new(Body::new(body));
     let headers = response.headers_mut();
     headers.insert(
         CONTENT_TYPE,
@@ -38,7 +102,7 @@ pub(crate) fn binary(body: Vec<u8>, header_len: usize) -> Response<Body> {
 
 /// A response with `status` and a JSON body.
 pub(crate) fn json_with_status(status: StatusCode, body: impl Into<Bytes>) -> Response<Body> {
-    let mut response = Response::new(Full::new(body.into()));
+    let mut response = Response::new(Body::new(body));
     *response.status_mut() = status;
     response.headers_mut().insert(CONTENT_TYPE, JSON);
     response

@@ -8,12 +8,21 @@
 //! answer's message is printed as JSON straight from its bytes (or just
 //! its `response_body` field).
 //!
+//! Streaming methods (`streaming.rs`): a client stream's body (a JSON
+//! array of messages, or newline-delimited ones) is sent message by
+//! message as it is read; a server stream's answers are printed as they
+//! come, as a JSON array, NDJSON or server-sent events by `Accept`.
+//!
 //! Errors: a route or body the services do not take is a 4xx with
 //! `google.rpc.Status` JSON (`code`, `message`, `details`); the
 //! upstream's gRPC status becomes the HTTP status by `google.rpc.Code`'s
-//! table. A `grpc-timeout` request header (gRPC's format: `5S`, `200m`)
-//! becomes the call's deadline; request headers named in the config go
-//! on as gRPC metadata.
+//! table, its `grpc-status-details-bin` the `details`. A `grpc-timeout`
+//! request header (gRPC's format: `5S`, `200m`) becomes the call's
+//! deadline. Metadata: request headers named in the config, and any
+//! `Grpc-Metadata-<key>` header, go on as gRPC metadata; the answer's
+//! metadata comes back as headers of the same names (configured ones) or
+//! `Grpc-Metadata-<key>`, and a unary answer's trailers as
+//! `Grpc-Trailer-<key>`.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -21,17 +30,22 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use hyper::body::Incoming;
-use hyper::header::{HeaderMap, HeaderName, ALLOW, CONTENT_TYPE};
+use hyper::header::{
+    HeaderMap, HeaderName, HeaderValue, ACCEPT, ALLOW, CACHE_CONTROL, CONTENT_TYPE,
+};
 use hyper::{Request, Response, StatusCode};
 use prost_reflect::DescriptorPool;
 use serde_json::json;
 use wirespeed_transcode::{
-    bound_fields, field_to_json, proto_to_json, BodyTarget, EncodeOptions, JsonToProto, NotFound,
-    PrintOptions, Routes,
+    bound_fields, field_to_json, proto_to_json, status_json, with_rpc_types, BodyTarget,
+    EncodeOptions, JsonToProto, NotFound, PrintOptions, Routes, StreamFormat,
 };
-use wirespeed_upstream::{Address, CallError, Upstream, UpstreamOptions};
+use wirespeed_upstream::{
+    Address, CallBody, CallError, Chunks, Upstream, UpstreamError, UpstreamOptions,
+};
 
 mod reflection;
+mod streaming;
 
 use crate::http::body::BodyReader;
 use crate::http::response::{self, Body};
@@ -145,6 +159,9 @@ struct Backend {
     routes: Routes,
     upstream: Arc<Upstream>,
     config: TranscodeConfig,
+    /// The services' descriptors with google.rpc's error details, for
+    /// the details of an error status.
+    pool: DescriptorPool,
 }
 
 impl Backend {
@@ -191,7 +208,128 @@ impl Backend {
             routes,
             upstream,
             config: config.clone(),
+            pool: with_rpc_types(&pool),
         })
+    }
+
+    /// The error answer for a gRPC status, with the upstream's details.
+    fn status(&self, code: i32, message: &str, details: Option<&[u8]>) -> Response<Body> {
+        let mut out = Vec::with_capacity(64 + message.len());
+        status_json(
+            code,
+            message,
+            details,
+            &self.pool,
+            &self.config.print,
+            &mut out,
+        );
+        response::json_with_status(http_status(code), out)
+    }
+
+    /// The error answer for a failed call.
+    fn call_error(&self, e: &UpstreamError, details: Option<&[u8]>) -> Response<Body> {
+        let (code, message) = call_status(e);
+        let mut answer = self.status(code, &message, details);
+        if !matches!(e.error, CallError::Status { .. } | CallError::Deadline) && code == 13 {
+            *answer.status_mut() = StatusCode::BAD_GATEWAY;
+        }
+        answer
+    }
+
+    /// The gRPC metadata of a request: the configured headers, and
+    /// `Grpc-Metadata-<key>` ones as `<key>`.
+    fn metadata(&self, headers: &HeaderMap) -> HeaderMap {
+        let mut metadata = HeaderMap::new();
+        for name in &self.config.forward_headers {
+            if let Ok(header) = name.parse::<HeaderName>() {
+                for value in headers.get_all(name.as_str()) {
+                    metadata.append(header.clone(), value.clone());
+                }
+            }
+        }
+        for (name, value) in headers {
+            let Some(key) = name.as_str().strip_prefix(METADATA_PREFIX) else {
+                continue;
+            };
+            if let Ok(key) = key.parse::<HeaderName>() {
+                if !is_reserved(key.as_str()) {
+                    metadata.append(key, value.clone());
+                }
+            }
+        }
+        metadata
+    }
+
+    /// Adds the answer's metadata to `response`: `headers` under their
+    /// own names when configured, else `Grpc-Metadata-<key>`; `trailers`
+    /// as `Grpc-Trailer-<key>`.
+    fn answer_metadata(
+        &self,
+        response: &mut Response<Body>,
+        headers: &HeaderMap,
+        trailers: &HeaderMap,
+    ) {
+        let out = response.headers_mut();
+        for (name, value) in headers {
+            if is_reserved(name.as_str()) {
+                continue;
+            }
+            if self
+                .config
+                .forward_headers
+                .iter()
+                .any(|h| h == name.as_str())
+            {
+                out.append(name.clone(), value.clone());
+            } else if let Ok(named) = format!("{METADATA_PREFIX}{name}").parse::<HeaderName>() {
+                out.append(named, value.clone());
+            }
+        }
+        for (name, value) in trailers {
+            if is_reserved(name.as_str()) {
+                continue;
+            }
+            if let Ok(named) = format!("grpc-trailer-{name}").parse::<HeaderName>() {
+                out.append(named, value.clone());
+            }
+        }
+    }
+}
+
+/// The header prefix of gRPC metadata passed through HTTP
+/// (grpc-gateway's convention).
+const METADATA_PREFIX: &str = "grpc-metadata-";
+
+/// Headers that are HTTP/2's or gRPC's own, never metadata.
+fn is_reserved(name: &str) -> bool {
+    name.starts_with("grpc-")
+        || matches!(
+            name,
+            "content-type"
+                | "content-length"
+                | "te"
+                | "trailer"
+                | "user-agent"
+                | "date"
+                | "server"
+                | "connection"
+                | "host"
+                | "transfer-encoding"
+                | "keep-alive"
+                | "upgrade"
+        )
+}
+
+/// The gRPC code and message of a failed call.
+fn call_status(e: &UpstreamError) -> (i32, String) {
+    match &e.error {
+        CallError::Status { code, message } => (*code, message.clone()),
+        CallError::Deadline => (
+            4,
+            "the deadline passed before the upstream answered".to_owned(),
+        ),
+        CallError::Unreached(_) | CallError::NoReplica(_) => (14, e.to_string()),
+        _ => (13, e.to_string()),
     }
 }
 
@@ -213,7 +351,7 @@ fn http_status(code: i32) -> StatusCode {
     }
 }
 
-/// A `google.rpc.Status` answer.
+/// A `google.rpc.Status` answer of the proxy's own (no details).
 fn status(code: i32, message: &str) -> Response<Body> {
     let body = json!({ "code": code, "message": message, "details": [] });
     response::json_with_status(http_status(code), body.to_string())
@@ -301,16 +439,6 @@ async fn call(
         }
     };
     let route = found.route;
-    if route.method.is_client_streaming() || route.method.is_server_streaming() {
-        BodyReader::new(body, &state.limits).discard().await;
-        return status(
-            12,
-            &format!(
-                "{} is a streaming method, which the proxy does not transcode yet; unary methods are served",
-                route.method.full_name()
-            ),
-        );
-    }
     let input = route.method.input();
     let encode_options = EncodeOptions {
         ignore_unknown_fields: t.config.ignore_unknown_fields,
@@ -321,104 +449,155 @@ async fn call(
         Ok(timeout) => timeout,
         Err(e) => return status(3, &e),
     };
-    // The body, encoded as it arrives.
-    let mut reader = BodyReader::new(body, &state.limits);
-    let mut message = match &route.body {
-        BodyTarget::None => {
-            let mut extra = false;
-            loop {
-                match reader.next().await {
-                    Ok(Some(frame)) => extra |= frame.iter().any(|b| !b.is_ascii_whitespace()),
-                    Ok(None) => break,
-                    Err(e) => return status(3, e.message()),
-                }
-            }
-            if extra {
-                return status(
-                    3,
-                    &format!("{} {} takes no body", route.http_method, route.pattern),
-                );
-            }
-            Vec::new()
-        }
-        target => {
-            let mut encoder = match target {
-                BodyTarget::Field(fields) => {
-                    JsonToProto::for_field(input.clone(), fields, encode_options)
-                }
-                _ => JsonToProto::new(input.clone(), encode_options),
-            };
-            let mut failed = None;
-            loop {
-                match reader.next().await {
-                    Ok(Some(frame)) => {
-                        if failed.is_none() {
-                            if let Err(e) = encoder.feed(&frame) {
-                                failed = Some(e.message().to_owned());
-                            }
-                        }
-                    }
-                    Ok(None) => break,
-                    Err(e) => return status(3, e.message()),
-                }
-            }
-            if let Some(e) = failed {
-                return status(3, &e);
-            }
-            match encoder.finish() {
-                Ok(bytes) => bytes,
-                Err(e) => return status(3, e.message()),
-            }
-        }
-    };
-    match bound_fields(
+    // Path variables and query parameters, written after each message.
+    let bound = match bound_fields(
         &found,
         parts.uri.query(),
         encode_options,
         t.config.ignore_unknown_query_parameters,
     ) {
-        Ok(bytes) => message.extend_from_slice(&bytes),
+        Ok(bytes) => bytes,
         Err(e) => return status(3, e.message()),
-    }
-    let mut metadata = HeaderMap::new();
-    for name in &t.config.forward_headers {
-        if let (Ok(header), Some(value)) =
-            (name.parse::<HeaderName>(), parts.headers.get(name.as_str()))
-        {
-            metadata.insert(header, value.clone());
-        }
-    }
-    let deadline = Instant::now()
-        + timeout
-            .unwrap_or(state.limits.request_timeout)
-            .min(state.limits.request_timeout);
+    };
+    let metadata = t.metadata(&parts.headers);
     let grpc_path = format!(
         "/{}/{}",
         route.method.parent_service().full_name(),
         route.method.name()
     );
-    let answer = t
+    let mut reader = BodyReader::new(body, &state.limits);
+    let client_streaming = route.method.is_client_streaming();
+    // The request: one message encoded as it arrives, or a client
+    // stream's messages sent as they are read.
+    let (request_body, feed) = if client_streaming {
+        if matches!(route.body, BodyTarget::Field(_)) {
+            reader.discard().await;
+            return status(
+                12,
+                &format!(
+                    "{} is client streaming and routed with a body field; the proxy streams whole messages (body: \"*\")",
+                    route.method.full_name()
+                ),
+            );
+        }
+        let (body, feed) = streaming::feed(reader, input.clone(), encode_options, bound);
+        (body, Some(feed))
+    } else {
+        let mut message = match encode_request(&mut reader, route, &input, encode_options).await {
+            Ok(message) => message,
+            Err(answer) => return answer,
+        };
+        message.extend_from_slice(&bound);
+        let mut prefix = [0u8; 5];
+        prefix[1..].copy_from_slice(
+            &u32::try_from(message.len())
+                .unwrap_or(u32::MAX)
+                .to_be_bytes(),
+        );
+        let parts = [Bytes::copy_from_slice(&prefix), Bytes::from(message)];
+        (CallBody::from(Chunks::new(parts)), None)
+    };
+    let budget = timeout
+        .unwrap_or(state.limits.request_timeout)
+        .min(state.limits.request_timeout);
+    // A stream's deadline is the client's own; its messages may each take
+    // the request timeout.
+    let deadline = if route.method.is_server_streaming() || client_streaming {
+        timeout.map(|t| Instant::now() + t)
+    } else {
+        Some(Instant::now() + budget)
+    };
+    let opened = t
         .upstream
-        .unary(&grpc_path, Bytes::from(message), &metadata, Some(deadline))
+        .open(&grpc_path, request_body, &metadata, deadline)
         .await;
-    let bytes = match answer {
-        Ok(bytes) => bytes,
+    let mut call = match opened {
+        Ok(call) => call,
         Err(e) => {
-            return match &e.error {
-                CallError::Status { code, message } => status(*code, message),
-                CallError::Deadline => {
-                    status(4, "the deadline passed before the upstream answered")
-                }
-                CallError::Unreached(_) | CallError::NoReplica(_) => status(14, &e.to_string()),
-                _ => {
-                    let mut answer = status(13, &e.to_string());
-                    *answer.status_mut() = StatusCode::BAD_GATEWAY;
-                    answer
-                }
-            };
+            if let Some(answer) = feed.as_ref().and_then(|f| f.failed()) {
+                return answer;
+            }
+            return t.call_error(&e, None);
         }
     };
+    let idle = state.limits.request_timeout;
+    let wait = |deadline: Option<Instant>| {
+        let idle_end = Instant::now() + idle;
+        deadline.map_or(idle_end, |d| d.min(idle_end))
+    };
+    let failed = |call: &wirespeed_upstream::OpenCall, error: CallError| {
+        if let Some(answer) = feed.as_ref().and_then(|f| f.failed()) {
+            return answer;
+        }
+        let e = UpstreamError {
+            upstream: t.upstream.describe().to_owned(),
+            error,
+        };
+        let details = call.status_details();
+        let mut answer = t.call_error(&e, details.as_deref());
+        t.answer_metadata(&mut answer, call.headers(), call.trailers());
+        answer
+    };
+    // The first message (a unary answer's only one), before the status
+    // line is chosen: an error that comes first gets its own status.
+    let first = match tokio::time::timeout_at(wait(deadline).into(), call.message()).await {
+        Ok(Ok(first)) => first,
+        Ok(Err(error)) => return failed(&call, error),
+        Err(_) => return failed(&call, CallError::Deadline),
+    };
     let output = route.method.output();
+    if route.method.is_server_streaming() {
+        let format = StreamFormat::from_accept(
+            parts
+                .headers
+                .get(ACCEPT)
+                .and_then(|a| a.to_str().ok())
+                .unwrap_or(""),
+        );
+        let headers = call.headers().clone();
+        let stream = streaming::Answers {
+            call,
+            first,
+            format,
+            output,
+            response_body: route.response_body.clone(),
+            print: t.config.print,
+            pool: t.pool.clone(),
+            idle,
+            deadline,
+            method: route.method.full_name().to_owned(),
+        };
+        let mut answer = Response::new(Body::stream(stream.into_body()));
+        answer.headers_mut().insert(
+            CONTENT_TYPE,
+            HeaderValue::from_static(format.content_type()),
+        );
+        answer
+            .headers_mut()
+            .insert(CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+        t.answer_metadata(&mut answer, &headers, &HeaderMap::new());
+        return answer;
+    }
+    let Some(bytes) = first else {
+        return failed(
+            &call,
+            CallError::Protocol("the answer to a unary call has no message".to_owned()),
+        );
+    };
+    // The status, after the one message.
+    match tokio::time::timeout_at(wait(deadline).into(), call.message()).await {
+        Ok(Ok(None)) => {}
+        Ok(Ok(Some(_))) => {
+            return failed(
+                &call,
+                CallError::Protocol(
+                    "more than one message in the answer to a unary call".to_owned(),
+                ),
+            )
+        }
+        Ok(Err(error)) => return failed(&call, error),
+        Err(_) => return failed(&call, CallError::Deadline),
+    }
     let mut out = Vec::with_capacity(bytes.len() * 2 + 2);
     let printed = match &route.response_body {
         Some(path) => field_to_json(&output, path, &bytes, &t.config.print, &mut out),
@@ -437,9 +616,55 @@ async fn call(
         return answer;
     }
     let mut answer = response::json(out);
-    answer.headers_mut().insert(
-        CONTENT_TYPE,
-        hyper::header::HeaderValue::from_static("application/json"),
-    );
+    t.answer_metadata(&mut answer, call.headers(), call.trailers());
     answer
+}
+
+/// A unary request's message, encoded from the body as it arrives (or
+/// nothing, for a route with no body); an error is the answer to give.
+async fn encode_request(
+    reader: &mut BodyReader,
+    route: &wirespeed_transcode::Route,
+    input: &prost_reflect::MessageDescriptor,
+    options: EncodeOptions,
+) -> Result<Vec<u8>, Response<Body>> {
+    if route.body == BodyTarget::None {
+        let mut extra = false;
+        loop {
+            match reader.next().await {
+                Ok(Some(frame)) => extra |= frame.iter().any(|b| !b.is_ascii_whitespace()),
+                Ok(None) => break,
+                Err(e) => return Err(status(3, e.message())),
+            }
+        }
+        if extra {
+            return Err(status(
+                3,
+                &format!("{} {} takes no body", route.http_method, route.pattern),
+            ));
+        }
+        return Ok(Vec::new());
+    }
+    let mut encoder = match &route.body {
+        BodyTarget::Field(fields) => JsonToProto::for_field(input.clone(), fields, options),
+        _ => JsonToProto::new(input.clone(), options),
+    };
+    let mut failed = None;
+    loop {
+        match reader.next().await {
+            Ok(Some(frame)) => {
+                if failed.is_none() {
+                    if let Err(e) = encoder.feed(&frame) {
+                        failed = Some(e.message().to_owned());
+                    }
+                }
+            }
+            Ok(None) => break,
+            Err(e) => return Err(status(3, e.message())),
+        }
+    }
+    if let Some(e) = failed {
+        return Err(status(3, &e));
+    }
+    encoder.finish().map_err(|e| status(3, e.message()))
 }
