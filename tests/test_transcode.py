@@ -13,6 +13,7 @@ import re
 import subprocess
 import sys
 import threading
+import time
 from concurrent import futures
 from pathlib import Path
 
@@ -179,6 +180,7 @@ def start_proxy(*args):
                 found.set()
 
     threading.Thread(target=drain, daemon=True).start()
+    process.log = log
     if not found.wait(30):
         process.kill()
         raise RuntimeError("wirespeed proxy did not start:\n" + "".join(log))
@@ -468,19 +470,20 @@ service Echo {
 """
 
 
-def test_a_config_file_serves_several_upstreams(library, upstream, tmp_path):
-    """`--config`: the library by its descriptor set, and a second server's
-    Echo service by reflection, side by side; its client-streaming method
-    by the auto mapping."""
+@pytest.fixture(scope="module")
+def echo(tmp_path_factory):
+    """The Echo service's messages, compiled from ECHO_PROTO, and a
+    starter of its grpcio server (with reflection) on a given port."""
     import grpc_tools
     from grpc_tools import protoc
     from grpc_reflection.v1alpha import reflection
 
-    (tmp_path / "echo.proto").write_text(ECHO_PROTO)
+    out = tmp_path_factory.mktemp("echo")
+    (out / "echo.proto").write_text(ECHO_PROTO)
     well_known = Path(grpc_tools.__file__).parent / "_proto"
-    assert protoc.main(["protoc", f"-I{tmp_path}", f"-I{PROTOS}", f"-I{well_known}", f"--python_out={tmp_path}",
-                        f"--grpc_python_out={tmp_path}", "echo.proto"]) == 0
-    sys.path.insert(0, str(tmp_path))
+    assert protoc.main(["protoc", f"-I{out}", f"-I{PROTOS}", f"-I{well_known}", f"--python_out={out}",
+                        f"--grpc_python_out={out}", "echo.proto"]) == 0
+    sys.path.insert(0, str(out))
     import echo_pb2
     import echo_pb2_grpc
 
@@ -491,11 +494,28 @@ def test_a_config_file_serves_several_upstreams(library, upstream, tmp_path):
         def Chorus(self, request_iterator, context):
             return echo_pb2.SayReply(said=[r.text for r in request_iterator])
 
-    server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
-    echo_pb2_grpc.add_EchoServicer_to_server(Echo(), server)
-    reflection.enable_server_reflection((echo_pb2.DESCRIPTOR.services_by_name["Echo"].full_name, reflection.SERVICE_NAME), server)
-    port = server.add_insecure_port("127.0.0.1:0")
-    server.start()
+    def serve(port=0, library=None):
+        """Echo (and the library's servicer, if given) on `port`."""
+        server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
+        echo_pb2_grpc.add_EchoServicer_to_server(Echo(), server)
+        names = [echo_pb2.DESCRIPTOR.services_by_name["Echo"].full_name, reflection.SERVICE_NAME]
+        if library:
+            pb, pb_grpc, servicer = library
+            pb_grpc.add_LibraryServicer_to_server(servicer, server)
+            names.append(pb.DESCRIPTOR.services_by_name["Library"].full_name)
+        reflection.enable_server_reflection(names, server)
+        port = server.add_insecure_port(f"127.0.0.1:{port}")
+        server.start()
+        return server, port
+
+    return serve
+
+
+def test_a_config_file_serves_several_upstreams(library, upstream, echo, tmp_path):
+    """`--config`: the library by its descriptor set, and a second server's
+    Echo service by reflection, side by side; its client-streaming method
+    by the auto mapping."""
+    server, port = echo()
     _, _, descriptor_set = library
     config = tmp_path / "transcode.toml"
     config.write_text(f"""
@@ -512,12 +532,54 @@ emit_defaults = true
         book = requests.get(address + "/v1/shelves/s1/books/b1")
         assert book.status_code == 200, book.text
         assert book.json()["name"] == "shelves/s1/books/b1"
-        echo = requests.get(address + "/v1/echo/hi?times=2")
-        assert echo.status_code == 200, echo.text
-        assert echo.json() == {"said": ["hi", "hi"]}
+        said = requests.get(address + "/v1/echo/hi?times=2")
+        assert said.status_code == 200, said.text
+        assert said.json() == {"said": ["hi", "hi"]}
         stream = requests.post(address + "/wirespeed.echo.Echo/Chorus", data='[{"text": "x"}, {"text": "y"}]')
         assert stream.status_code == 200, stream.text
         assert stream.json() == {"said": ["x", "y"]}
+    finally:
+        process.terminate()
+        process.wait(timeout=15)
+        server.stop(None)
+
+
+def wait_for_line(process, needle, timeout=60):
+    """Waits for the proxy's log to show `needle`; its line."""
+    deadline = time.monotonic() + timeout
+    seen = 0
+    while time.monotonic() < deadline:
+        lines = process.log[seen:]
+        for line in lines:
+            if needle in line:
+                return line
+        seen += len(lines)
+        time.sleep(0.05)
+    raise AssertionError(f"no '{needle}' in the proxy's log:\n" + "".join(process.log))
+
+
+def test_reflection_is_asked_again_and_a_redeployed_upstream_is_routed(library, servicer, echo):
+    """Without a descriptor set, the upstream's reflection is asked again
+    (--reflect-every): when the upstream comes back with another service,
+    its routes are served without restarting the proxy."""
+    pb, pb_grpc, _ = library
+    server, port = echo()
+    process, address = start_proxy("--upstream", f"grpc://127.0.0.1:{port}", "--reflect-every", "0.2")
+    try:
+        assert requests.get(address + "/v1/echo/hi").json() == {"said": ["hi"]}
+        missing = requests.get(address + "/v1/shelves/s1/books/b1")
+        assert missing.status_code == 404, missing.text
+        # Redeployed on the same port, now with the library too. The
+        # replica is ejected while nothing listens, and admitted again by
+        # gRPC's health check (which this server does not have: it answers).
+        server.stop(None).wait()
+        server, _ = echo(port, (pb, pb_grpc, servicer))
+        line = wait_for_line(process, "routes rebuilt from its reflection")
+        assert "routes=" in line, line
+        book = requests.get(address + "/v1/shelves/s1/books/b1")
+        assert book.status_code == 200, book.text
+        assert book.json()["name"] == "shelves/s1/books/b1"
+        assert requests.get(address + "/v1/echo/hi").json() == {"said": ["hi"]}
     finally:
         process.terminate()
         process.wait(timeout=15)

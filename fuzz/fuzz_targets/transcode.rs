@@ -2,14 +2,19 @@
 //! (every scalar, list, map, oneof and well-known type). Checks: no panic;
 //! any chunking gives the same bytes or the same error as one chunk; what
 //! JSON to protobuf writes, protobuf to JSON prints, and reading that JSON
-//! back gives the same message; random bytes printed as JSON never panic.
+//! back gives the same message; random bytes printed as JSON never panic;
+//! the same bytes as a stream of messages (a client stream's body) give
+//! the same messages at any chunking, and a body of one object gives the
+//! one message JSON to protobuf writes.
 #![no_main]
 
 use std::sync::OnceLock;
 
 use libfuzzer_sys::fuzz_target;
 use prost_reflect::{DescriptorPool, MessageDescriptor};
-use wirespeed_transcode::{proto_to_json, EncodeOptions, JsonToProto, PrintOptions};
+use wirespeed_transcode::{
+    proto_to_json, EncodeOptions, JsonToProto, JsonToProtoStream, PrintOptions,
+};
 
 fn everything() -> &'static MessageDescriptor {
     static DESC: OnceLock<MessageDescriptor> = OnceLock::new();
@@ -31,6 +36,18 @@ fn encode(body: &[u8], chunk: usize) -> Result<Vec<u8>, String> {
     encoder.finish().map_err(|e| e.message().to_owned())
 }
 
+fn stream(body: &[u8], chunk: usize) -> Result<Vec<Vec<u8>>, String> {
+    let mut encoder = JsonToProtoStream::new(everything().clone(), EncodeOptions::default());
+    let mut messages = Vec::new();
+    for piece in body.chunks(chunk.max(1)) {
+        encoder.feed(piece).map_err(|e| e.message().to_owned())?;
+        messages.extend(encoder.messages());
+    }
+    encoder.finish().map_err(|e| e.message().to_owned())?;
+    messages.extend(encoder.messages());
+    Ok(messages)
+}
+
 fuzz_target!(|data: &[u8]| {
     let Some((&first, body)) = data.split_first() else {
         return;
@@ -49,4 +66,9 @@ fuzz_target!(|data: &[u8]| {
     }
     let mut json = Vec::new();
     let _ = proto_to_json(desc, body, &PrintOptions::default(), &mut json);
+    let messages = stream(body, body.len());
+    assert_eq!(stream(body, usize::from(first % 16) + 1), messages, "stream chunkings differ");
+    if let (Ok(one), true) = (&whole, body.trim_ascii_start().starts_with(b"{")) {
+        assert_eq!(messages.as_deref(), Ok(&[one.clone()][..]), "one object is a stream of one");
+    }
 });

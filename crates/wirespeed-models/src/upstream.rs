@@ -157,6 +157,7 @@ impl UpstreamKeys {
                 .as_ref()
                 .map(|f| source.file("ca_file", &f.to_string_lossy()))
                 .transpose()?,
+            probe: defaults.probe,
         };
         Upstream::new(addresses, options)
     }

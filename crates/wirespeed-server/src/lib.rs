@@ -514,6 +514,9 @@ impl Server {
         if let ModelControl::Poll(period) = config.model_control {
             tokio::spawn(repository::poll(Arc::downgrade(&state), period));
         }
+        if state.transcoder.is_some() {
+            tokio::spawn(transcode::reflect_again(Arc::downgrade(&state)));
+        }
         if let (Some(upstream), Some(fronted)) = (upstream, &config.upstream) {
             fronting::start(&state, upstream, &fronted.models)?;
         }

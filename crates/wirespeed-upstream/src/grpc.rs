@@ -331,6 +331,45 @@ impl OpenCall {
     }
 }
 
+/// gRPC's standard health check of the whole server: live unless it
+/// says NOT_SERVING, or does not answer at all (a server without the
+/// health service answers UNIMPLEMENTED, which shows it is up).
+pub(crate) async fn health(
+    channel: &Channel,
+    headers: &HeaderMap,
+    deadline: Instant,
+) -> Result<(), CallError> {
+    // HealthCheckResponse { ServingStatus status = 1; }, SERVING = 1.
+    #[derive(Clone, PartialEq, Message)]
+    struct HealthCheckResponse {
+        #[prost(int32, tag = "1")]
+        status: i32,
+    }
+    let call = Call {
+        path: "/grpc.health.v1.Health/Check",
+        // An empty HealthCheckRequest: the whole server.
+        body: Chunks::new([Bytes::from_static(&[0, 0, 0, 0, 0])]),
+        deadline: Some(deadline),
+        headers,
+        trace: None,
+        max_message: 1 << 16,
+    };
+    match unary(channel, call).await {
+        Ok(message) => match HealthCheckResponse::decode(message) {
+            Ok(answer) if answer.status == 2 => Err(CallError::Status {
+                code: 14,
+                message: "the server's health check says NOT_SERVING".to_owned(),
+            }),
+            Ok(_) => Ok(()),
+            Err(e) => Err(CallError::Protocol(format!(
+                "the health check's answer does not decode: {e}"
+            ))),
+        },
+        Err(CallError::Status { code, .. }) if code != 14 => Ok(()),
+        Err(e) => Err(e),
+    }
+}
+
 /// Reads a unary answer: one message and an OK status, or the status.
 async fn read_answer(response: Response<Incoming>, max: usize) -> Result<Bytes, CallError> {
     let (parts, mut body) = response.into_parts();

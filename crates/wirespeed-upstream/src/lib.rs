@@ -31,5 +31,5 @@ pub use body::{message_stream, Aborted, CallBody, Chunks, MessageSender, Message
 pub use channel::ChannelOptions;
 pub use error::CallError;
 pub use grpc::{frame, OpenCall};
-pub use upstream::{Upstream, UpstreamError, UpstreamOptions};
+pub use upstream::{Probe, Upstream, UpstreamError, UpstreamOptions};
 pub use v2::{InferCall, V2Client};

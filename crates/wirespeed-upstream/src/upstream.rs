@@ -48,6 +48,22 @@ pub struct UpstreamOptions {
     /// The CA certificates that sign a TLS upstream's certificate; the
     /// system's when `None`.
     pub ca_file: Option<std::path::PathBuf>,
+    /// How an ejected replica is asked whether it is live.
+    pub probe: Probe,
+}
+
+/// How an ejected replica is asked whether it is live again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Probe {
+    /// The Open Inference Protocol's `ServerLive` (over REST,
+    /// `/v2/health/live`): an inference server's own word.
+    #[default]
+    ServerLive,
+    /// gRPC's standard health check (`grpc.health.v1.Health/Check`, the
+    /// whole server): NOT_SERVING keeps it out; any other answer, even
+    /// UNIMPLEMENTED from a server without the health service, shows it is
+    /// up. For any gRPC service (the transcoding proxy's upstreams).
+    GrpcHealth,
 }
 
 impl Default for UpstreamOptions {
@@ -59,6 +75,7 @@ impl Default for UpstreamOptions {
             max_message_bytes: 256 << 20,
             headers: HeaderMap::new(),
             ca_file: None,
+            probe: Probe::ServerLive,
         }
     }
 }
@@ -522,21 +539,26 @@ impl Upstream {
             );
             let replica = Arc::clone(replica);
             let headers = self.options.headers.clone();
-            tokio::spawn(probe(replica, headers));
+            tokio::spawn(probe(replica, headers, self.options.probe));
         }
     }
 }
 
 /// Asks an ejected replica whether it is live, with growing jittered waits,
 /// until it says so; then admits it.
-async fn probe(replica: Arc<Replica>, headers: HeaderMap) {
+async fn probe(replica: Arc<Replica>, headers: HeaderMap, how: Probe) {
     let mut wait = Duration::from_millis(100);
     loop {
         tokio::time::sleep(jitter(wait)).await;
         let deadline = Instant::now() + Duration::from_secs(2);
-        let answer = match &replica.channel {
-            Link::Grpc(channel) => crate::v2::live(channel, &headers, deadline).await,
-            Link::Http(channel) => crate::rest::live(channel, &headers, deadline).await,
+        let answer = match (&replica.channel, how) {
+            (Link::Grpc(channel), Probe::ServerLive) => {
+                crate::v2::live(channel, &headers, deadline).await
+            }
+            (Link::Grpc(channel), Probe::GrpcHealth) => {
+                grpc::health(channel, &headers, deadline).await
+            }
+            (Link::Http(channel), _) => crate::rest::live(channel, &headers, deadline).await,
         };
         match answer {
             Ok(()) => {

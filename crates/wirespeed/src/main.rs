@@ -101,6 +101,12 @@ struct ProxyArgs {
     #[arg(long)]
     enums_as_ints: bool,
 
+    /// Without --descriptor-set: ask the upstream's reflection again every
+    /// SECS seconds, and rebuild the routes when its services changed (0:
+    /// ask once, at start).
+    #[arg(long, value_name = "SECS", default_value_t = 60.0)]
+    reflect_every: f64,
+
     /// The log filter.
     #[arg(long, env = "WIRESPEED_LOG_LEVEL", default_value = "info")]
     log_level: String,
@@ -617,6 +623,8 @@ fn proxy(args: ProxyArgs) -> anyhow::Result<()> {
                     enums_as_ints: args.enums_as_ints,
                     ..PrintOptions::default()
                 },
+                reflect_every: (args.reflect_every > 0.0 && args.reflect_every.is_finite())
+                    .then(|| Duration::from_secs_f64(args.reflect_every)),
             }],
         },
         ..ServerConfig::default()

@@ -25,7 +25,7 @@
 //! `Grpc-Trailer-<key>`.
 
 use std::path::PathBuf;
-use std::sync::Arc;
+use std::sync::{Arc, RwLock, Weak};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -41,7 +41,7 @@ use wirespeed_transcode::{
     EncodeOptions, JsonToProto, NotFound, PrintOptions, Routes, StreamFormat,
 };
 use wirespeed_upstream::{
-    Address, CallBody, CallError, Chunks, Upstream, UpstreamError, UpstreamOptions,
+    Address, CallBody, CallError, Chunks, Probe, Upstream, UpstreamError, UpstreamOptions,
 };
 
 mod reflection;
@@ -73,7 +73,14 @@ pub struct TranscodeConfig {
     /// How answers are printed: defaults emitted, proto field names,
     /// enums as numbers.
     pub print: PrintOptions,
+    /// Without a descriptor set: how often the upstream's reflection is
+    /// asked again, the routes rebuilt when its services changed (`None`:
+    /// asked once, at start).
+    pub reflect_every: Option<Duration>,
 }
+
+/// How often an upstream's reflection is asked again, by default.
+pub(crate) const DEFAULT_REFLECT_EVERY: Duration = Duration::from_secs(60);
 
 impl TranscodeConfig {
     /// The services of a TOML file: one `[[service]]` table per upstream,
@@ -106,6 +113,7 @@ impl TranscodeConfig {
             proto_field_names: bool,
             #[serde(default)]
             enums_as_ints: bool,
+            reflect_every_s: Option<f64>,
         }
         let text = std::fs::read_to_string(path)
             .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
@@ -134,6 +142,13 @@ impl TranscodeConfig {
                     enums_as_ints: s.enums_as_ints,
                     ..PrintOptions::default()
                 },
+                reflect_every: match s.reflect_every_s {
+                    Some(secs) if secs > 0.0 && secs.is_finite() => {
+                        Some(Duration::from_secs_f64(secs))
+                    }
+                    Some(_) => None,
+                    None => Some(DEFAULT_REFLECT_EVERY),
+                },
             })
             .collect())
     }
@@ -154,14 +169,85 @@ impl Transcoder {
     }
 }
 
-/// One upstream's services and their routes.
+/// Asks the reflection of each upstream served by reflection again at its
+/// `reflect_every`, while the server lives, so that a redeployed upstream's
+/// new or changed methods are routed without a restart.
+pub(crate) async fn reflect_again(state: Weak<AppState>) {
+    let period = {
+        let Some(state) = state.upgrade() else {
+            return;
+        };
+        let Some(transcoder) = state.transcoder.as_deref() else {
+            return;
+        };
+        let periods = transcoder
+            .backends
+            .iter()
+            .filter(|b| b.config.descriptor_set.is_none())
+            .filter_map(|b| b.config.reflect_every);
+        match periods.min() {
+            Some(period) => period,
+            None => return,
+        }
+    };
+    // Each was asked when it loaded.
+    let mut asked_at = Vec::new();
+    let mut ticks = tokio::time::interval(period);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    ticks.tick().await;
+    loop {
+        ticks.tick().await;
+        let Some(state) = state.upgrade() else {
+            return;
+        };
+        let Some(transcoder) = state.transcoder.as_deref() else {
+            return;
+        };
+        asked_at.resize(transcoder.backends.len(), Instant::now() - period);
+        for (backend, asked) in transcoder.backends.iter().zip(asked_at.iter_mut()) {
+            let Some(every) = backend.config.reflect_every else {
+                continue;
+            };
+            // Due when within half a tick of its period.
+            if backend.config.descriptor_set.is_some() || asked.elapsed() + period / 2 < every {
+                continue;
+            }
+            *asked = Instant::now();
+            backend.reflect_again().await;
+        }
+    }
+}
+
+/// One upstream and what the proxy knows of its services.
 struct Backend {
-    routes: Routes,
     upstream: Arc<Upstream>,
     config: TranscodeConfig,
+    /// Replaced when reflection says the services changed.
+    services: RwLock<Arc<Services>>,
+}
+
+/// An upstream's services, as a descriptor set or reflection gave them.
+struct Services {
+    routes: Routes,
     /// The services' descriptors with google.rpc's error details, for
     /// the details of an error status.
     pool: DescriptorPool,
+    /// The descriptors' fingerprint, to see a change.
+    fingerprint: u64,
+}
+
+impl Services {
+    fn new(pool: &DescriptorPool, config: &TranscodeConfig) -> Result<Services, String> {
+        use std::hash::{Hash, Hasher};
+        let routes = Routes::from_pool(pool, &config.services)?;
+        let mut hasher = std::collections::hash_map::DefaultHasher::new();
+        pool.encode_to_vec().hash(&mut hasher);
+        Ok(Services {
+            routes,
+            pool: with_rpc_types(pool),
+            fingerprint: hasher.finish(),
+        })
+    }
 }
 
 impl Backend {
@@ -173,7 +259,13 @@ impl Backend {
             .map(|u| u.parse::<Address>())
             .collect::<Result<Vec<_>, _>>()
             .map_err(fail)?;
-        let upstream = Upstream::new(addresses, UpstreamOptions::default()).map_err(fail)?;
+        // Any gRPC service: an ejected replica is probed by gRPC's own
+        // health check, not the inference protocol's.
+        let options = UpstreamOptions {
+            probe: Probe::GrpcHealth,
+            ..UpstreamOptions::default()
+        };
+        let upstream = Upstream::new(addresses, options).map_err(fail)?;
         let pool = match &config.descriptor_set {
             Some(path) => {
                 let bytes = std::fs::read(path).map_err(|e| {
@@ -198,28 +290,75 @@ impl Backend {
                     ))
                 })?,
         };
-        let routes = Routes::from_pool(&pool, &config.services).map_err(fail)?;
+        let services = Services::new(&pool, config).map_err(fail)?;
         tracing::info!(
-            routes = routes.routes().len(),
+            routes = services.routes.routes().len(),
             upstream = upstream.describe(),
             "transcoding HTTP/JSON to gRPC"
         );
         Ok(Backend {
-            routes,
             upstream,
             config: config.clone(),
-            pool: with_rpc_types(&pool),
+            services: RwLock::new(Arc::new(services)),
         })
     }
 
+    /// What is known of the services now.
+    fn services(&self) -> Arc<Services> {
+        Arc::clone(&self.services.read().unwrap_or_else(|e| e.into_inner()))
+    }
+
+    /// Asks the upstream's reflection again, and rebuilds the routes if
+    /// its services changed; on any failure the routes stay as they are.
+    async fn reflect_again(&self) {
+        let asked = reflection::descriptors(&self.upstream, &self.config.services).await;
+        let pool = match asked {
+            Ok(pool) => pool,
+            Err(e) => {
+                tracing::warn!(
+                    upstream = self.upstream.describe(),
+                    error = %e,
+                    "cannot ask the upstream's reflection again; the routes stay as they were"
+                );
+                return;
+            }
+        };
+        let services = match Services::new(&pool, &self.config) {
+            Ok(services) => services,
+            Err(e) => {
+                tracing::warn!(
+                    upstream = self.upstream.describe(),
+                    error = %e,
+                    "the upstream's services changed into ones that cannot be routed; the routes stay as they were"
+                );
+                return;
+            }
+        };
+        if services.fingerprint == self.services().fingerprint {
+            return;
+        }
+        tracing::info!(
+            upstream = self.upstream.describe(),
+            routes = services.routes.routes().len(),
+            "the upstream's services changed; routes rebuilt from its reflection"
+        );
+        *self.services.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(services);
+    }
+
     /// The error answer for a gRPC status, with the upstream's details.
-    fn status(&self, code: i32, message: &str, details: Option<&[u8]>) -> Response<Body> {
+    fn status(
+        &self,
+        services: &Services,
+        code: i32,
+        message: &str,
+        details: Option<&[u8]>,
+    ) -> Response<Body> {
         let mut out = Vec::with_capacity(64 + message.len());
         status_json(
             code,
             message,
             details,
-            &self.pool,
+            &services.pool,
             &self.config.print,
             &mut out,
         );
@@ -227,9 +366,14 @@ impl Backend {
     }
 
     /// The error answer for a failed call.
-    fn call_error(&self, e: &UpstreamError, details: Option<&[u8]>) -> Response<Body> {
+    fn call_error(
+        &self,
+        services: &Services,
+        e: &UpstreamError,
+        details: Option<&[u8]>,
+    ) -> Response<Body> {
         let (code, message) = call_status(e);
-        let mut answer = self.status(code, &message, details);
+        let mut answer = self.status(services, code, &message, details);
         if !matches!(e.error, CallError::Status { .. } | CallError::Deadline) && code == 13 {
             *answer.status_mut() = StatusCode::BAD_GATEWAY;
         }
@@ -398,12 +542,13 @@ async fn call(
     let (parts, body) = request.into_parts();
     let path = parts.uri.path().to_owned();
     // The first upstream whose routes have the path and method.
+    let known: Vec<Arc<Services>> = transcoder.backends.iter().map(Backend::services).collect();
     let mut miss = NotFound::Path;
     let mut hit = None;
-    for backend in &transcoder.backends {
-        match backend.routes.find(parts.method.as_str(), &path) {
+    for (backend, services) in transcoder.backends.iter().zip(&known) {
+        match services.routes.find(parts.method.as_str(), &path) {
             Ok(found) => {
-                hit = Some((backend, found));
+                hit = Some(((backend, services.as_ref()), found));
                 break;
             }
             Err(NotFound::Method(methods)) => match &mut miss {
@@ -413,7 +558,7 @@ async fn call(
             Err(NotFound::Path) => {}
         }
     }
-    let (t, found) = match (hit, miss) {
+    let ((t, services), found) = match (hit, miss) {
         (Some(hit), _) => hit,
         (None, NotFound::Path) => {
             BodyReader::new(body, &state.limits).discard().await;
@@ -517,7 +662,7 @@ async fn call(
             if let Some(answer) = feed.as_ref().and_then(|f| f.failed()) {
                 return answer;
             }
-            return t.call_error(&e, None);
+            return t.call_error(services, &e, None);
         }
     };
     let idle = state.limits.request_timeout;
@@ -534,7 +679,7 @@ async fn call(
             error,
         };
         let details = call.status_details();
-        let mut answer = t.call_error(&e, details.as_deref());
+        let mut answer = t.call_error(services, &e, details.as_deref());
         t.answer_metadata(&mut answer, call.headers(), call.trailers());
         answer
     };
@@ -562,7 +707,7 @@ async fn call(
             output,
             response_body: route.response_body.clone(),
             print: t.config.print,
-            pool: t.pool.clone(),
+            pool: services.pool.clone(),
             idle,
             deadline,
             method: route.method.full_name().to_owned(),
