@@ -57,6 +57,7 @@ pub use encode::{
     encode_tf_response,
 };
 pub use error::{Category, DecodeError};
+pub use number::{f32_prefix, f64_prefix, number_to_f32, number_to_f64};
 pub use options::DecodeOptions;
 pub use parallel::MIN_REGION_BYTES as PARALLEL_MIN_BYTES;
 pub use response::{DecodedResponse, ResponseDecoder};

@@ -417,6 +417,43 @@ impl Decimal {
     }
 }
 
+/// The JSON number at the start of `bytes`, as the nearest `f64` (rounded
+/// once), and its length: for other formats' readers of number runs (the
+/// transcoder's packed lists). `None` when the number does not end inside
+/// `bytes`, or is not one; the caller's general path then reads (or
+/// refuses) it.
+#[inline]
+pub fn f64_prefix(bytes: &[u8]) -> Option<(f64, usize)> {
+    let d = scan_decimal(bytes)?;
+    let x = match d.to_f64() {
+        Some(x) => x,
+        None => fast_float2::parse(&bytes[..d.len]).ok()?,
+    };
+    Some((x, d.len))
+}
+
+/// [`f64_prefix`] for `f32`: the nearest `f32`, rounded once from the
+/// decimal.
+#[inline]
+pub fn f32_prefix(bytes: &[u8]) -> Option<(f32, usize)> {
+    let d = scan_decimal(bytes)?;
+    let x = match d.to_f32() {
+        Some(x) => x,
+        None => fast_float2::parse(&bytes[..d.len]).ok()?,
+    };
+    Some((x, d.len))
+}
+
+/// A token that passed the JSON number grammar, as the nearest `f64`.
+pub fn number_to_f64(token: &[u8]) -> Option<f64> {
+    fast_float2::parse(token).ok()
+}
+
+/// A token that passed the JSON number grammar, as the nearest `f32`.
+pub fn number_to_f32(token: &[u8]) -> Option<f32> {
+    fast_float2::parse(token).ok()
+}
+
 /// A grammar-checked token to `f32`, correctly rounded.
 #[inline]
 pub(crate) fn to_f32(token: &[u8]) -> f32 {

@@ -6,6 +6,7 @@
 //!
 //! Each case prints the JSON body's size, the median time per message of
 //! JSON to protobuf and of protobuf to JSON, and both per JSON byte.
+//! `CODEC_CASE=double` runs only the cases whose name has that text.
 
 use std::hint::black_box;
 use std::time::{Duration, Instant};
@@ -40,6 +41,10 @@ fn median(mut f: impl FnMut()) -> Duration {
 }
 
 fn case(name: &str, desc: &MessageDescriptor, json: &str, segments: usize) {
+    // `CODEC_CASE=text` runs only the cases whose name has it.
+    if std::env::var("CODEC_CASE").is_ok_and(|only| !name.contains(&only)) {
+        return;
+    }
     let body = json.as_bytes();
     let chunk = body.len().div_ceil(segments).max(1);
     let encode = || {
@@ -103,6 +108,28 @@ fn main() {
         "string",
         &everything,
         &format!(r#"{{"rString": [{}]}}"#, zeros("\"0\"")),
+        1,
+    );
+    println!("-- 1024 values as Python's json.dumps writes them");
+    let doubles: Vec<String> = (0..1024).map(|i| format!("{:?}", i as f64 / 7.0)).collect();
+    case(
+        "double, 17 digits",
+        &everything,
+        &format!(r#"{{"rDouble": [{}]}}"#, doubles.join(", ")),
+        1,
+    );
+    let floats: Vec<String> = (0..1024).map(|i| format!("{:?}", i as f32 / 7.0)).collect();
+    case(
+        "float, 9 digits",
+        &everything,
+        &format!(r#"{{"rFloat": [{}]}}"#, floats.join(", ")),
+        1,
+    );
+    let strings: Vec<String> = (0..1024).map(|i| format!("\"value{i}\"")).collect();
+    case(
+        "string, value{i}",
+        &everything,
+        &format!(r#"{{"rString": [{}]}}"#, strings.join(", ")),
         1,
     );
     println!("-- bytes body");

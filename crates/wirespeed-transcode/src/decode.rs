@@ -364,7 +364,17 @@ impl Printer<'_> {
                     first = false;
                     self.message(m, &bytes[s..e], depth + 1)?;
                 }
-                (Kind::String | Kind::Bytes, Raw::Len(..)) => {
+                (Kind::String, Raw::Len(s, e)) => {
+                    if !first {
+                        self.out.push(b',');
+                    }
+                    first = false;
+                    let text = std::str::from_utf8(&bytes[s..e]).map_err(|_| {
+                        malformed(format!("string field '{}' is not UTF-8", field.name()))
+                    })?;
+                    encode_string(text, self.out);
+                }
+                (Kind::Bytes, Raw::Len(..)) => {
                     if !first {
                         self.out.push(b',');
                     }
@@ -374,6 +384,12 @@ impl Printer<'_> {
                 (Kind::Int32, Raw::Len(s, e)) => {
                     // Packed int32: the hot loop of a large array.
                     first = packed_int32(&bytes[s..e], first, self.out)?;
+                }
+                (Kind::Double, Raw::Len(s, e)) => {
+                    first = packed_floats::<8>(&bytes[s..e], first, self.out)?;
+                }
+                (Kind::Float, Raw::Len(s, e)) => {
+                    first = packed_floats::<4>(&bytes[s..e], first, self.out)?;
                 }
                 (Kind::Int64 | Kind::Uint32 | Kind::Uint64, Raw::Len(s, e)) => {
                     let packed = &bytes[s..e];
@@ -583,7 +599,7 @@ impl Printer<'_> {
                 let x = f32::from_bits(v);
                 if x.is_finite() {
                     self.out
-                        .extend_from_slice(ryu::Buffer::new().format_finite(x).as_bytes());
+                        .extend_from_slice(zmij::Buffer::new().format_finite(x).as_bytes());
                 } else {
                     self.non_finite(f64::from(x));
                 }
@@ -592,7 +608,7 @@ impl Printer<'_> {
                 let x = f64::from_bits(v);
                 if x.is_finite() {
                     self.out
-                        .extend_from_slice(ryu::Buffer::new().format_finite(x).as_bytes());
+                        .extend_from_slice(zmij::Buffer::new().format_finite(x).as_bytes());
                 } else {
                     self.non_finite(x);
                 }
@@ -813,7 +829,7 @@ impl Printer<'_> {
                     ));
                 }
                 self.out
-                    .extend_from_slice(ryu::Buffer::new().format_finite(x).as_bytes());
+                    .extend_from_slice(zmij::Buffer::new().format_finite(x).as_bytes());
             }
             (3, Raw::Len(s, e)) => {
                 let text = std::str::from_utf8(&bytes[s..e])
@@ -919,6 +935,51 @@ fn packed_int32(packed: &[u8], mut first: bool, out: &mut Vec<u8>) -> Result<boo
         }
         first = false;
         out.extend_from_slice(ints.format(v as i32).as_bytes());
+    }
+    Ok(first)
+}
+
+/// A packed double (`W` = 8) or float (`W` = 4) list's values as JSON
+/// numbers, comma-separated after what `out` holds (a comma first unless
+/// `first`), in the shortest form that reads back to the same value
+/// (zmij); non-finite values as the mapping's strings. Returns whether the
+/// list is still empty.
+fn packed_floats<const W: usize>(
+    packed: &[u8],
+    mut first: bool,
+    out: &mut Vec<u8>,
+) -> Result<bool, TranscodeError> {
+    if !packed.len().is_multiple_of(W) {
+        return Err(malformed("a packed list ends inside a value"));
+    }
+    out.reserve(packed.len() / W * 26);
+    let mut floats = zmij::Buffer::new();
+    for value in packed.chunks_exact(W) {
+        if !first {
+            out.push(b',');
+        }
+        first = false;
+        let x = if W == 8 {
+            f64::from_le_bytes(value.try_into().expect("eight bytes"))
+        } else {
+            let x = f32::from_le_bytes(value.try_into().expect("four bytes"));
+            if x.is_finite() {
+                out.extend_from_slice(floats.format_finite(x).as_bytes());
+                continue;
+            }
+            f64::from(x)
+        };
+        if x.is_finite() {
+            out.extend_from_slice(floats.format_finite(x).as_bytes());
+        } else {
+            out.extend_from_slice(if x.is_nan() {
+                b"\"NaN\""
+            } else if x > 0.0 {
+                b"\"Infinity\""
+            } else {
+                b"\"-Infinity\""
+            });
+        }
     }
     Ok(first)
 }

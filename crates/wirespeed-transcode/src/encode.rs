@@ -369,6 +369,53 @@ impl Encoder {
         std::mem::take(&mut self.out)
     }
 
+    /// A packed float or double list's run of `number,` items, each read
+    /// in one pass and rounded once (`wirespeed_json::f64_prefix`); what
+    /// it does not take (a last item, a cut token, an out-of-range or
+    /// special value) the general path reads.
+    fn float_run(&mut self, kind: Packed, bytes: &[u8]) -> usize {
+        let ws = |b: u8| matches!(b, b' ' | b'\t' | b'\n' | b'\r');
+        let mut pos = 0;
+        loop {
+            let start = pos;
+            let rest = &bytes[pos..];
+            // The value's bytes, little-endian: 4 for a float, 8 for a double.
+            let mut bits = [0u8; 8];
+            let (width, n) = if kind == Packed::Double {
+                match wirespeed_json::f64_prefix(rest) {
+                    Some((x, n)) if x.is_finite() => {
+                        bits = x.to_le_bytes();
+                        (8, n)
+                    }
+                    _ => return start,
+                }
+            } else {
+                match wirespeed_json::f32_prefix(rest) {
+                    Some((x, n)) if x.is_finite() => {
+                        bits[..4].copy_from_slice(&x.to_le_bytes());
+                        (4, n)
+                    }
+                    _ => return start,
+                }
+            };
+            pos += n;
+            while pos < bytes.len() && ws(bytes[pos]) {
+                pos += 1;
+            }
+            if bytes.get(pos) != Some(&b',') {
+                return start;
+            }
+            self.out.extend_from_slice(&bits[..width]);
+            pos += 1;
+            while pos < bytes.len() && ws(bytes[pos]) {
+                pos += 1;
+            }
+            if self.out.len() > self.options.max_message_bytes {
+                return pos;
+            }
+        }
+    }
+
     fn dest(&mut self, at: u64) -> Result<Dest, TranscodeError> {
         let Some(top) = self.stack.last_mut() else {
             return match self.root.take() {
@@ -781,7 +828,8 @@ impl Encoder {
         value: Scalar<'_>,
         at: u64,
     ) -> Result<(), TranscodeError> {
-        let name = field.name();
+        // Looked up only when an error names it.
+        let name = FieldName(field);
         let wrong = |want: &str| {
             invalid(
                 at,
@@ -882,10 +930,7 @@ impl Encoder {
                 if kind == Kind::Float {
                     let f = if x.is_finite() {
                         // Rounded once, from the decimal text.
-                        let f: f32 = std::str::from_utf8(token)
-                            .ok()
-                            .and_then(|t| t.parse().ok())
-                            .unwrap_or(x as f32);
+                        let f = wirespeed_json::number_to_f32(token).unwrap_or(x as f32);
                         if f.is_infinite() {
                             return Err(invalid(
                                 at,
@@ -1272,7 +1317,7 @@ impl Sink for Encoder {
         };
         let kind = *kind;
         if matches!(kind, Packed::Float | Packed::Double) {
-            return 0;
+            return self.float_run(kind, bytes);
         }
         let ws = |b: u8| matches!(b, b' ' | b'\t' | b'\n' | b'\r');
         let mut pos = 0;
@@ -1350,6 +1395,16 @@ impl Sink for Encoder {
 
     fn null(&mut self, at: u64) -> Result<(), TranscodeError> {
         self.scalar(Scalar::Null, at)
+    }
+}
+
+/// A field's name, looked up when it is printed.
+#[derive(Clone, Copy)]
+struct FieldName<'a>(&'a FieldDescriptor);
+
+impl std::fmt::Display for FieldName<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.0.name())
     }
 }
 
@@ -1482,7 +1537,7 @@ fn parse_f64(token: &[u8]) -> Option<f64> {
     {
         return None;
     }
-    text.parse::<f64>().ok().filter(|x| x.is_finite())
+    wirespeed_json::number_to_f64(text.as_bytes()).filter(|x| x.is_finite())
 }
 
 /// An integer in `lo..=hi` from JSON number text: plain digits exactly,

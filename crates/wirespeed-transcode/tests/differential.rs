@@ -190,6 +190,50 @@ fn a_double_is_rounded_correctly() {
     assert_eq!(bytes[1..], want.to_le_bytes());
 }
 
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+
+    /// Packed double and float lists (read by the one-pass run) round each
+    /// value once, as `str::parse` does, at any chunking.
+    #[test]
+    fn packed_floats_are_rounded_once(
+        values in prop::collection::vec(
+            (any::<u64>(), -25i32..18, 1usize..20, any::<bool>()), 1..64),
+        chunk in 1usize..64,
+    ) {
+        let desc = everything();
+        // Decimal texts of 1 to 19 significant digits, in float's range.
+        let texts: Vec<String> = values
+            .iter()
+            .map(|&(m, e, digits, negative)| {
+                let m = m % 10u64.pow(digits as u32);
+                let sign = if negative { "-" } else { "" };
+                match e % 3 {
+                    0 => format!("{sign}{m}e{e}"),
+                    1 => format!("{sign}0.{m:0>width$}", width = digits),
+                    _ => format!("{sign}{m}.5"),
+                }
+            })
+            .collect();
+        let list = texts.join(", ");
+        let json = format!(r#"{{"rDouble": [{list}], "rFloat": [{list}]}}"#);
+        let mut encoder = JsonToProto::new(desc.clone(), EncodeOptions::default());
+        for piece in json.as_bytes().chunks(chunk) {
+            encoder.feed(piece).unwrap();
+        }
+        let bytes = encoder.finish().unwrap();
+        let message = DynamicMessage::decode(desc.clone(), bytes.as_slice()).unwrap();
+        let doubles: Vec<f64> = message.get_field_by_name("r_double").unwrap().as_list().unwrap()
+            .iter().map(|v| v.as_f64().unwrap()).collect();
+        let floats: Vec<f32> = message.get_field_by_name("r_float").unwrap().as_list().unwrap()
+            .iter().map(|v| v.as_f32().unwrap()).collect();
+        let want_doubles: Vec<f64> = texts.iter().map(|t| t.parse().unwrap()).collect();
+        let want_floats: Vec<f32> = texts.iter().map(|t| t.parse().unwrap()).collect();
+        prop_assert_eq!(doubles, want_doubles);
+        prop_assert_eq!(floats, want_floats);
+    }
+}
+
 fn as_json(message: &DynamicMessage) -> Value {
     let mut out = Vec::new();
     let mut ser = serde_json::Serializer::new(&mut out);
