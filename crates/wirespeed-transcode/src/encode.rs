@@ -192,6 +192,8 @@ enum Frame {
         packed: Option<(usize, usize)>,
         /// A packed numeric element's kind, for the fast path.
         fast: Option<Packed>,
+        /// A string list's field number, for the fast path.
+        strings: Option<u32>,
     },
     /// A map field's object; `entry` is the open entry's content start.
     Map {
@@ -592,17 +594,33 @@ impl Encoder {
     }
 
     fn scalar(&mut self, value: Scalar<'_>, at: u64) -> Result<(), TranscodeError> {
-        if let (
-            Scalar::Number(token),
-            Some(Frame::List {
-                fast: Some(kind), ..
-            }),
-        ) = (value, self.stack.last())
-        {
-            let kind = *kind;
-            if self.packed_number(kind, token) {
+        match (value, self.stack.last()) {
+            (
+                Scalar::Number(token),
+                Some(Frame::List {
+                    fast: Some(kind), ..
+                }),
+            ) => {
+                let kind = *kind;
+                if self.packed_number(kind, token) {
+                    return self.check_size(at);
+                }
+            }
+            // A string list's element: tag, length, text (the tokenizer
+            // checked its UTF-8).
+            (
+                Scalar::String(text),
+                Some(Frame::List {
+                    strings: Some(number),
+                    ..
+                }),
+            ) => {
+                wire::tag(&mut self.out, *number, LEN);
+                wire::varint(&mut self.out, text.len() as u64);
+                self.out.extend_from_slice(text);
                 return self.check_size(at);
             }
+            _ => {}
         }
         match self.dest(at)? {
             Dest::Skip => {}
@@ -1209,11 +1227,14 @@ impl Encoder {
                     } else {
                         None
                     };
-                    let fast = packed.and_then(|_| Packed::of(&f.kind()));
+                    let kind = f.kind();
+                    let fast = packed.and_then(|_| Packed::of(&kind));
+                    let strings = (kind == Kind::String).then(|| f.number());
                     self.stack.push(Frame::List {
                         field: f,
                         packed,
                         fast,
+                        strings,
                     });
                 } else if let Kind::Message(desc) = f.kind() {
                     self.open_message_list(&desc, Some(f.number()), at)?;

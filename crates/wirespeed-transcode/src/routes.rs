@@ -39,6 +39,8 @@ pub struct Route {
     pub body: BodyTarget,
     /// The response field that is the HTTP answer (`response_body`).
     pub response_body: Option<Vec<FieldDescriptor>>,
+    /// The gRPC call's path, `/package.Service/Method`.
+    pub grpc_path: String,
 }
 
 /// A route found for a request, with its path variables' values.
@@ -316,6 +318,7 @@ fn route(
         ),
     };
     Ok(Route {
+        grpc_path: format!("/{}/{}", method.parent_service().full_name(), method.name()),
         method: method.clone(),
         http_method: http_method.to_owned(),
         pattern: pattern.to_owned(),

@@ -82,6 +82,8 @@ static REPLICA_IDS: AtomicU64 = AtomicU64::new(1);
 pub(crate) struct Channel {
     id: u64,
     address: Address,
+    /// `scheme://authority`, which every call's URI starts with.
+    origin: String,
     tls: Option<TlsConnector>,
     options: ChannelOptions,
 }
@@ -101,6 +103,7 @@ impl Channel {
     ) -> Channel {
         Channel {
             id: REPLICA_IDS.fetch_add(1, Ordering::Relaxed),
+            origin: format!("{}://{}", address.scheme(), address.authority()),
             address,
             tls,
             options,
@@ -109,6 +112,14 @@ impl Channel {
 
     pub(crate) fn address(&self) -> &Address {
         &self.address
+    }
+
+    /// The URI of a call of `path` (`/package.Service/Method`).
+    pub(crate) fn uri(&self, path: &str) -> String {
+        let mut uri = String::with_capacity(self.origin.len() + path.len());
+        uri.push_str(&self.origin);
+        uri.push_str(path);
+        uri
     }
 
     /// A connection for one call: this thread's least busy open one, or a

@@ -71,13 +71,7 @@ pub(crate) async fn unary(channel: &Channel, call: Call<'_>) -> Result<Bytes, Ca
     let deadline = call.deadline;
     let answer = async {
         let held = channel.connection().await?;
-        let address = channel.address();
-        let uri = format!(
-            "{}://{}{}",
-            address.scheme(),
-            address.authority(),
-            call.path
-        );
+        let uri = channel.uri(call.path);
         let mut request = Request::builder()
             .method(Method::POST)
             .uri(uri)
@@ -132,13 +126,7 @@ pub(crate) async fn open(
         CallBody::Stream(stream) => Some(stream.abandoned()),
         CallBody::Chunks(_) => None,
     };
-    let address = channel.address();
-    let uri = format!(
-        "{}://{}{}",
-        address.scheme(),
-        address.authority(),
-        call.path
-    );
+    let uri = channel.uri(call.path);
     let mut request = Request::builder()
         .method(Method::POST)
         .uri(uri)

@@ -605,11 +605,6 @@ async fn call(
         Err(e) => return status(3, e.message()),
     };
     let metadata = t.metadata(&parts.headers);
-    let grpc_path = format!(
-        "/{}/{}",
-        route.method.parent_service().full_name(),
-        route.method.name()
-    );
     let mut reader = BodyReader::new(body, &state.limits);
     let client_streaming = route.method.is_client_streaming();
     // The request: one message encoded as it arrives, or a client
@@ -654,7 +649,7 @@ async fn call(
     };
     let opened = t
         .upstream
-        .open(&grpc_path, request_body, &metadata, deadline)
+        .open(&route.grpc_path, request_body, &metadata, deadline)
         .await;
     let mut call = match opened {
         Ok(call) => call,
