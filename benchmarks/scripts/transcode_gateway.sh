@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # End to end: `wirespeed proxy` against grpc-gateway, in one run, in front
-# of the same gRPC service (benchmarks/transcode: bench.proto; the Go
+# of the same gRPC service (crates/wirespeed-transcode/tests/protos/
+# bench.proto, also the tests' upstream; the Go
 # upstream echoes each request, so both directions are transcoded).
 #
 # grpc-gateway v2.33.0 and its protoc plugins come from the Go module
@@ -48,7 +49,7 @@ well_known=$("$python" -c "import grpc_tools, os; print(os.path.join(os.path.dir
 # The test protos' copies of google/api/*.proto name no Go package.
 go_api=google.golang.org/genproto/googleapis/api/annotations
 opt=paths=source_relative,Mgoogle/api/annotations.proto=$go_api,Mgoogle/api/http.proto=$go_api
-"$python" -m grpc_tools.protoc -Ibenchmarks/transcode -I"$protos" -I"$well_known" \
+"$python" -m grpc_tools.protoc -I"$protos" -I"$well_known" \
     --plugin=protoc-gen-go="$GOBIN/protoc-gen-go" --plugin=protoc-gen-go-grpc="$GOBIN/protoc-gen-go-grpc" \
     --plugin=protoc-gen-grpc-gateway="$GOBIN/protoc-gen-grpc-gateway" \
     --go_out="$src/gen" --go_opt="$opt" \
