@@ -21,7 +21,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 rounds=${1:-3}
-seconds=${2:-5}
+seconds=${2:-3}
 bin=${3:-target/release/wirespeed}
 python=${PYTHON:-.venv/bin/python}
 command -v wrk >/dev/null || { apt-get update -qq && apt-get install -y -qq wrk; }
@@ -82,16 +82,34 @@ def nested(depth):
         node = {"child": node, "value": d, "name": "n"}
     return node
 calls = {
+    # int32 array length
+    "int32_1": ("POST", "/v1/int32s", {"values": [7919]}),
+    "int32_256": ("POST", "/v1/int32s", {"values": [i * 7919 % 100000 for i in range(256)]}),
     "int32_1024": ("POST", "/v1/int32s", {"values": [i * 7919 % 100000 for i in range(1024)]}),
     "int32_16384": ("POST", "/v1/int32s", {"values": [i * 7919 % 100000 for i in range(16384)]}),
+    # value type, 1024 zeros; and 1024 values as json.dumps writes them
+    "zeros_int32": ("POST", "/v1/int32s", {"values": [0] * 1024}),
+    "zeros_double": ("POST", "/v1/doubles", {"values": [0.0] * 1024}),
+    "zeros_string": ("POST", "/v1/strings", {"values": ["0"] * 1024}),
     "double_1024": ("POST", "/v1/doubles", {"values": [i / 7 for i in range(1024)]}),
     "string_1024": ("POST", "/v1/strings", {"values": ["value%d" % i for i in range(1024)]}),
+    # bytes body
+    "bytes_1": ("POST", "/v1/payload", {"data": base64.b64encode(b"x").decode()}),
     "bytes_1k": ("POST", "/v1/payload", {"data": base64.b64encode(bytes(range(256)) * 4).decode()}),
+    "bytes_1m": ("POST", "/v1/payload", {"data": base64.b64encode(bytes(range(256)) * 4096).decode()}),
+    # nesting (a recursive message, and Struct)
+    "nested_0": ("POST", "/v1/nested", nested(0)),
+    "nested_1": ("POST", "/v1/nested", nested(1)),
     "nested_8": ("POST", "/v1/nested", nested(8)),
     "nested_31": ("POST", "/v1/nested", nested(31)),
     "struct": ("POST", "/v1/document", {"body": {"a": [1, 2.5, "x", True, None, {"b": {"c": [1, 2, 3]}}], "n": 1}}),
-    "binding_2": ("GET", "/v1/shelves/s1/books/b1", None),
-    "binding_depth_8": ("GET", "/v1/deep/abc", None),
+    # bindings: how many (depth 0), and how deep (one)
+    "bindings_1": ("GET", "/v1/one/s1", None),
+    "bindings_2": ("GET", "/v1/shelves/s1/books/b1", None),
+    "bindings_8": ("GET", "/v1/many/a/b/c/d/e/f/g/h", None),
+    "depth_1": ("GET", "/v1/depth1/abc", None),
+    "depth_8": ("GET", "/v1/deep/abc", None),
+    "depth_32": ("GET", "/v1/depth32/abc", None),
 }
 with open(f"{work}/calls", "w") as out:
     for name, (method, path, body) in calls.items():

@@ -34,6 +34,10 @@ func (echo) EchoPayload(_ context.Context, r *gen.Payload) (*gen.Payload, error)
 func (echo) EchoNested(_ context.Context, r *gen.Nested) (*gen.Nested, error)       { return r, nil }
 func (echo) EchoDocument(_ context.Context, r *gen.Document) (*gen.Document, error) { return r, nil }
 func (echo) Get(_ context.Context, r *gen.Lookup) (*gen.Lookup, error)              { return r, nil }
+func (echo) GetOne(_ context.Context, r *gen.Lookup) (*gen.Lookup, error)           { return r, nil }
+func (echo) GetMany(_ context.Context, r *gen.Many) (*gen.Many, error)              { return r, nil }
+func (echo) GetDepth1(_ context.Context, r *gen.Lookup) (*gen.Lookup, error)        { return r, nil }
+func (echo) GetDeep32(_ context.Context, r *gen.Lookup) (*gen.Lookup, error)        { return r, nil }
 func (echo) GetDeep(_ context.Context, r *gen.Lookup) (*gen.Lookup, error)          { return r, nil }
 
 func main() {

@@ -12,7 +12,9 @@ use std::hint::black_box;
 use std::time::{Duration, Instant};
 
 use prost_reflect::{DescriptorPool, MessageDescriptor};
-use wirespeed_transcode::{proto_to_json, EncodeOptions, JsonToProto, PrintOptions};
+use wirespeed_transcode::{
+    bound_fields, proto_to_json, EncodeOptions, JsonToProto, PrintOptions, Routes,
+};
 
 fn pool() -> DescriptorPool {
     let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/protos");
@@ -168,6 +170,37 @@ fn main() {
             &everything,
             &format!(r#"{{"st": {{"v": {st}}}}}"#),
             1,
+        );
+    }
+    println!("-- bindings: the route found and its path variables written");
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/protos");
+    // Encoded and decoded again, so the rules' options keep their bytes.
+    let mut compiler = protox::Compiler::new([dir]).expect("a compiler");
+    compiler.include_imports(true);
+    compiler
+        .open_file("bench.proto")
+        .expect("bench.proto compiles");
+    let bench =
+        DescriptorPool::decode(compiler.encode_file_descriptor_set().as_slice()).expect("a pool");
+    let routes = Routes::from_pool(&bench, &[]).expect("the routes");
+    for (name, path) in [
+        ("bindings 1, depth 0", "/v1/one/s1"),
+        ("bindings 2, depth 0", "/v1/shelves/s1/books/b1"),
+        ("bindings 8, depth 0", "/v1/many/a/b/c/d/e/f/g/h"),
+        ("binding depth 1", "/v1/depth1/abc"),
+        ("binding depth 8", "/v1/deep/abc"),
+        ("binding depth 32", "/v1/depth32/abc"),
+    ] {
+        if std::env::var("CODEC_CASE").is_ok_and(|only| !name.contains(&only)) {
+            continue;
+        }
+        let time = median(|| {
+            let found = routes.find("GET", black_box(path)).expect("a route");
+            black_box(bound_fields(&found, None, EncodeOptions::default(), false).unwrap());
+        });
+        println!(
+            "{name:<36} {:>8} us per request",
+            format!("{:.3}", time.as_secs_f64() * 1e6)
         );
     }
 }
