@@ -58,6 +58,9 @@ opt=paths=source_relative,Mgoogle/api/annotations.proto=$go_api,Mgoogle/api/http
     --include_imports --descriptor_set_out="$work/bench.pb" bench.proto
 (cd "$src" && go build -o "$work/bench" .)
 
+for port in 18150 18151 18152; do
+    ! (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null || { echo "port $port is in use" >&2; exit 1; }
+done
 wait_for() { for _ in $(seq 300); do grep -q "$2" "$1" 2>/dev/null && return 0; sleep 0.1; done; cat "$1" >&2; exit 1; }
 "$work/bench" upstream 127.0.0.1:18150 2> "$work/upstream.log" & pids+=($!)
 wait_for "$work/upstream.log" "upstream listening"

@@ -919,11 +919,19 @@ impl Encoder {
                 let Scalar::String(s) = value else {
                     return Err(wrong("base64 text"));
                 };
-                let bytes = base64(s).map_err(|e| invalid(at, format!("field '{name}': {e}")))?;
-                if !(skip_default && bytes.is_empty()) {
+                if !(skip_default && s.is_empty()) {
+                    // Decoded straight after its tag and length.
+                    let mark = out.len();
                     tag(out, LEN);
-                    wire::varint(out, bytes.len() as u64);
-                    out.extend_from_slice(&bytes);
+                    let after_tag = out.len();
+                    base64_into(s, out).map_err(|e| {
+                        out.truncate(mark);
+                        invalid(at, format!("field '{name}': {e}"))
+                    })?;
+                    // Padding alone decodes to nothing: the default.
+                    if skip_default && out.len() == after_tag + 1 {
+                        out.truncate(mark);
+                    }
                 }
             }
             Kind::Double | Kind::Float => {
@@ -1595,17 +1603,37 @@ fn integer(token: &[u8], lo: i64, hi: i64) -> Result<i64, String> {
 }
 
 /// Base64, standard or URL-safe, padded or not.
-fn base64(text: &[u8]) -> Result<Vec<u8>, String> {
+/// Appends the length (a varint) and the bytes of standard or URL-safe
+/// base64, padded or not: the length is known from the text before it is
+/// decoded, so the bytes are decoded in place, with no copy.
+fn base64_into(text: &[u8], out: &mut Vec<u8>) -> Result<(), String> {
     const CONFIG: GeneralPurposeConfig =
         GeneralPurposeConfig::new().with_decode_padding_mode(DecodePaddingMode::Indifferent);
     const STANDARD: GeneralPurpose = GeneralPurpose::new(&base64::alphabet::STANDARD, CONFIG);
     const URL_SAFE: GeneralPurpose = GeneralPurpose::new(&base64::alphabet::URL_SAFE, CONFIG);
-    let engine = if text.iter().any(|&b| b == b'-' || b == b'_') {
+    let engine = if memchr::memchr2(b'-', b'_', text).is_some() {
         &URL_SAFE
     } else {
         &STANDARD
     };
+    let unpadded = text.len()
+        - text
+            .iter()
+            .rev()
+            .take(2)
+            .take_while(|&&b| b == b'=')
+            .count();
+    if unpadded % 4 == 1 {
+        return Err("invalid base64: its length is not a whole number of bytes".to_owned());
+    }
+    let len = unpadded / 4 * 3 + (unpadded % 4).saturating_sub(1);
+    wire::varint(out, len as u64);
+    let start = out.len();
     engine
-        .decode(text)
-        .map_err(|e| format!("invalid base64: {e}"))
+        .decode_vec(text, out)
+        .map_err(|e| format!("invalid base64: {e}"))?;
+    if out.len() - start != len {
+        return Err("invalid base64: padding in the middle".to_owned());
+    }
+    Ok(())
 }
