@@ -138,6 +138,13 @@ fn malformed_bytes_are_refused() {
     for (bytes, needle) in [
         (vec![0x18], "inside a varint"),
         (vec![0x8a, 0x01, 0x05, 0x08], "past the message's end"),
+        // A length claim of 2^63: refused, nothing allocated for it.
+        (
+            vec![
+                0x8a, 0x01, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x01,
+            ],
+            "past the message's end",
+        ),
         (vec![0x72, 0x02, 0xff, 0xfe], "not UTF-8"),
         (vec![0x1b], "wire type 3"),
         (
