@@ -65,28 +65,55 @@ fn grpc_timeout(deadline: Instant) -> HeaderValue {
     HeaderValue::from_str(&format!("{ms}m")).expect("digits and a unit")
 }
 
+/// A gRPC request of `path` on `channel`, with the time left until
+/// `deadline` as its `grpc-timeout` and `headers` added.
+fn request(
+    channel: &Channel,
+    path: &str,
+    body: CallBody,
+    deadline: Option<Instant>,
+    headers: &HeaderMap,
+) -> Result<Request<CallBody>, CallError> {
+    let mut request = Request::builder()
+        .method(Method::POST)
+        .uri(channel.uri(path))
+        .header(CONTENT_TYPE, "application/grpc")
+        .header(TE, "trailers")
+        .header(USER_AGENT, AGENT)
+        .body(body)
+        .map_err(|e| CallError::Protocol(format!("cannot make the request: {e}")))?;
+    let all = request.headers_mut();
+    if let Some(deadline) = deadline {
+        all.insert("grpc-timeout", grpc_timeout(deadline));
+    }
+    // A name's first value replaces ours (a configured user-agent, say);
+    // its others are added.
+    let mut previous = None;
+    for (name, value) in headers {
+        if previous == Some(name) {
+            all.append(name, value.clone());
+        } else {
+            all.insert(name, value.clone());
+        }
+        previous = Some(name);
+    }
+    Ok(request)
+}
+
 /// Makes `call` on one of `channel`'s connections and returns the answer's
 /// message.
 pub(crate) async fn unary(channel: &Channel, call: Call<'_>) -> Result<Bytes, CallError> {
     let deadline = call.deadline;
     let answer = async {
         let held = channel.connection().await?;
-        let uri = channel.uri(call.path);
-        let mut request = Request::builder()
-            .method(Method::POST)
-            .uri(uri)
-            .header(CONTENT_TYPE, "application/grpc")
-            .header(TE, "trailers")
-            .header(USER_AGENT, AGENT)
-            .body(CallBody::from(call.body))
-            .map_err(|e| CallError::Protocol(format!("cannot make the request: {e}")))?;
+        let mut request = request(
+            channel,
+            call.path,
+            CallBody::from(call.body),
+            deadline,
+            call.headers,
+        )?;
         let headers = request.headers_mut();
-        if let Some(deadline) = deadline {
-            headers.insert("grpc-timeout", grpc_timeout(deadline));
-        }
-        for (name, value) in call.headers {
-            headers.insert(name, value.clone());
-        }
         if let Some(trace) = call.trace {
             crate::rest::trace_headers(headers, trace);
         }
@@ -126,22 +153,7 @@ pub(crate) async fn open(
         CallBody::Stream(stream) => Some(stream.abandoned()),
         CallBody::Chunks(_) => None,
     };
-    let uri = channel.uri(call.path);
-    let mut request = Request::builder()
-        .method(Method::POST)
-        .uri(uri)
-        .header(CONTENT_TYPE, "application/grpc")
-        .header(TE, "trailers")
-        .header(USER_AGENT, AGENT)
-        .body(body)
-        .map_err(|e| CallError::Protocol(format!("cannot make the request: {e}")))?;
-    let headers = request.headers_mut();
-    if let Some(deadline) = call.deadline {
-        headers.insert("grpc-timeout", grpc_timeout(deadline));
-    }
-    for (name, value) in call.headers {
-        headers.append(name, value.clone());
-    }
+    let request = request(channel, call.path, body, call.deadline, call.headers)?;
     let mut sender = held.connection.sender.clone();
     let response = match sender.try_send_request(request).await {
         Ok(response) => response,
@@ -206,16 +218,7 @@ impl OpenCall {
         }
         let status = grpc_status(&parts.headers)?;
         if status.is_none() {
-            let content_type = parts
-                .headers
-                .get(CONTENT_TYPE)
-                .and_then(|v| v.to_str().ok())
-                .unwrap_or("");
-            if !content_type.starts_with("application/grpc") {
-                return Err(CallError::Protocol(format!(
-                    "content type '{content_type}', not application/grpc"
-                )));
-            }
+            grpc_content(&parts.headers)?;
         }
         Ok(OpenCall {
             ended: status.is_some(),
@@ -373,16 +376,7 @@ async fn read_answer(response: Response<Incoming>, max: usize) -> Result<Bytes, 
             return Err(CallError::Status { code, message });
         }
     }
-    let content_type = parts
-        .headers
-        .get(CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or("");
-    if !content_type.starts_with("application/grpc") {
-        return Err(CallError::Protocol(format!(
-            "content type '{content_type}', not application/grpc"
-        )));
-    }
+    grpc_content(&parts.headers)?;
     let mut reader = MessageReader::new(max);
     let mut status = None;
     while let Some(frame) = body.frame().await {
@@ -402,6 +396,21 @@ async fn read_answer(response: Response<Incoming>, max: usize) -> Result<Bytes, 
         )),
         Some((0, _)) => reader.finish(),
         Some((code, message)) => Err(CallError::Status { code, message }),
+    }
+}
+
+/// Checks that an answer with messages says it is gRPC's.
+fn grpc_content(headers: &HeaderMap) -> Result<(), CallError> {
+    let content_type = headers
+        .get(CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
+    if content_type.starts_with("application/grpc") {
+        Ok(())
+    } else {
+        Err(CallError::Protocol(format!(
+            "content type '{content_type}', not application/grpc"
+        )))
     }
 }
 

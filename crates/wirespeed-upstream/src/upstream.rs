@@ -316,18 +316,7 @@ impl Upstream {
                 .to_be_bytes(),
         );
         let body = Chunks::new([Bytes::copy_from_slice(&prefix), message]);
-        // The upstream's own headers, copied only when a call adds some.
-        let merged;
-        let headers = if metadata.is_empty() {
-            &self.options.headers
-        } else {
-            let mut all = self.options.headers.clone();
-            for (name, value) in metadata {
-                all.append(name, value.clone());
-            }
-            merged = all;
-            &merged
-        };
+        let headers = &*self.headers_with(metadata);
         let max_message = self.options.max_message_bytes;
         self.call(deadline, |replica| {
             let body = body.clone();
@@ -367,17 +356,7 @@ impl Upstream {
         metadata: &HeaderMap,
         deadline: Option<Instant>,
     ) -> Result<OpenCall, UpstreamError> {
-        let merged;
-        let headers = if metadata.is_empty() {
-            &self.options.headers
-        } else {
-            let mut all = self.options.headers.clone();
-            for (name, value) in metadata {
-                all.append(name, value.clone());
-            }
-            merged = all;
-            &merged
-        };
+        let headers = &*self.headers_with(metadata);
         let max_message = self.options.max_message_bytes;
         let unsent = std::sync::Mutex::new(Some(body));
         let opened = self.call(deadline, |replica| {
@@ -422,6 +401,19 @@ impl Upstream {
                 }),
             None => opened.await,
         }
+    }
+
+    /// The upstream's own headers with a call's `metadata`, copied only
+    /// when the call adds some.
+    fn headers_with(&self, metadata: &HeaderMap) -> std::borrow::Cow<'_, HeaderMap> {
+        if metadata.is_empty() {
+            return std::borrow::Cow::Borrowed(&self.options.headers);
+        }
+        let mut all = self.options.headers.clone();
+        for (name, value) in metadata {
+            all.append(name, value.clone());
+        }
+        std::borrow::Cow::Owned(all)
     }
 
     /// A REST request, balanced, retried and counted the same way; an
