@@ -67,6 +67,8 @@ class Library:
         self.received = threading.Event()
         # The sizes of the uploads that ended whole.
         self.uploads = []
+        # Set to let a stalled stream end.
+        self.unstall = threading.Event()
 
     def GetBook(self, request, context):
         from grpc_status import rpc_status
@@ -89,6 +91,12 @@ class Library:
     def StreamBooks(self, request, context):
         if request.parent.endswith("missing"):
             context.abort(grpc.StatusCode.NOT_FOUND, f"no shelf {request.parent}")
+        if request.filter.author.startswith("stall"):
+            # Goes quiet: after one book, or before any.
+            if request.filter.author == "stall-after-one":
+                yield self.pb.Book(name=f"{request.parent}/books/0")
+            self.unstall.wait(30)
+            return
         for i in range(request.page_size):
             if request.filter.author == "fail" and i == 2:
                 context.abort(grpc.StatusCode.ABORTED, "the shelf fell over")
@@ -333,6 +341,29 @@ def test_a_stream_that_fails_midway_says_so_in_its_framing(proxy):
     missing = requests.get(proxy + "/v1/shelves/missing/books:stream?pageSize=2")
     assert missing.status_code == 404, missing.text
     assert missing.json() == {"code": 5, "message": "no shelf shelves/missing", "details": []}
+
+
+def test_a_stream_that_goes_quiet_ends_with_deadline_exceeded(library, upstream, servicer):
+    """A stream may go quiet for the request timeout at most: before its
+    first message that is a 504; after it, the stream's last line."""
+    _, _, descriptor_set = library
+    process, address = start_proxy("--descriptor-set", str(descriptor_set), "--upstream", f"grpc://{upstream}",
+                                   "--request-timeout", "1")
+    try:
+        before = requests.get(address + "/v1/shelves/s1/books:stream?filter.author=stall")
+        assert before.status_code == 504, before.text
+        assert before.json()["code"] == 4, before.json()
+        after = requests.get(address + "/v1/shelves/s1/books:stream?filter.author=stall-after-one",
+                             headers={"Accept": "application/x-ndjson"})
+        assert after.status_code == 200
+        lines = [json.loads(line) for line in after.text.splitlines()]
+        assert lines[0] == {"name": "shelves/s1/books/0"}
+        assert lines[1]["error"]["code"] == 4, lines
+        assert "went quiet" in lines[1]["error"]["message"], lines
+    finally:
+        servicer.unstall.set()
+        process.terminate()
+        process.wait(timeout=15)
 
 
 def test_a_client_stream_is_sent_as_it_is_read(library, upstream, proxy, servicer):

@@ -107,6 +107,16 @@ struct ProxyArgs {
     #[arg(long, value_name = "SECS", default_value_t = 60.0)]
     reflect_every: f64,
 
+    /// Seconds a call may take (a client's `grpc-timeout` brings it
+    /// forward), and a stream may go quiet between messages; also the
+    /// time to receive a whole request body.
+    #[arg(long, env = "WIRESPEED_REQUEST_TIMEOUT", default_value = "60", value_parser = seconds)]
+    request_timeout: Duration,
+
+    /// The largest request body, in bytes (a client stream's whole body).
+    #[arg(long, env = "WIRESPEED_MAX_BODY_BYTES", default_value_t = Limits::default().max_body_bytes)]
+    max_body_bytes: usize,
+
     /// The log filter.
     #[arg(long, env = "WIRESPEED_LOG_LEVEL", default_value = "info")]
     log_level: String,
@@ -604,6 +614,11 @@ fn proxy(args: ProxyArgs) -> anyhow::Result<()> {
         http_addr: Some(args.http),
         grpc_addr: None,
         metrics: None,
+        limits: Limits {
+            request_timeout: args.request_timeout,
+            max_body_bytes: args.max_body_bytes,
+            ..Limits::default()
+        },
         transcode: match &args.config {
             Some(path) => TranscodeConfig::from_file(path).map_err(anyhow::Error::msg)?,
             None => vec![TranscodeConfig {

@@ -647,10 +647,25 @@ async fn call(
     } else {
         Some(Instant::now() + budget)
     };
-    let opened = t
-        .upstream
-        .open(&route.grpc_path, request_body, &metadata, deadline)
-        .await;
+    let idle = state.limits.request_timeout;
+    let wait = |deadline: Option<Instant>| {
+        let idle_end = Instant::now() + idle;
+        deadline.map_or(idle_end, |d| d.min(idle_end))
+    };
+    // A stream's answer may hold its headers back until its first message:
+    // they, too, may take the request timeout at most.
+    let opened = tokio::time::timeout_at(
+        wait(deadline).into(),
+        t.upstream
+            .open(&route.grpc_path, request_body, &metadata, deadline),
+    )
+    .await
+    .unwrap_or_else(|_| {
+        Err(UpstreamError {
+            upstream: t.upstream.describe().to_owned(),
+            error: CallError::Deadline,
+        })
+    });
     let mut call = match opened {
         Ok(call) => call,
         Err(e) => {
@@ -659,11 +674,6 @@ async fn call(
             }
             return t.call_error(services, &e, None);
         }
-    };
-    let idle = state.limits.request_timeout;
-    let wait = |deadline: Option<Instant>| {
-        let idle_end = Instant::now() + idle;
-        deadline.map_or(idle_end, |d| d.min(idle_end))
     };
     let failed = |call: &wirespeed_upstream::OpenCall, error: CallError| {
         if let Some(answer) = feed.as_ref().and_then(|f| f.failed()) {
