@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # End to end: `wirespeed proxy` against grpc-gateway, in one run, in front
-# of the same gRPC service (crates/wirespeed-transcode/tests/protos/
-# bench.proto, also the tests' upstream; the Go
-# upstream echoes each request, so both directions are transcoded).
+# of the same gRPC service: bench.proto (in
+# crates/wirespeed-transcode/tests/protos, which the tests serve too),
+# served by a Go server (benchmarks/transcode/gateway) whose methods echo
+# their request, so both directions are transcoded.
 #
 # grpc-gateway v2.33.0 and its protoc plugins come from the Go module
 # proxy; protoc is grpcio-tools' (the tests' venv, or `pip install
