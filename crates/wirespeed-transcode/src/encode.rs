@@ -371,43 +371,34 @@ impl Encoder {
         std::mem::take(&mut self.out)
     }
 
-    /// A packed float or double list's run of `number,` items, each read
-    /// in one pass and rounded once (`wirespeed_json::f64_prefix`); what
-    /// it does not take (a last item, a cut token, an out-of-range or
-    /// special value) the general path reads.
-    fn float_run(&mut self, kind: Packed, bytes: &[u8]) -> usize {
+    /// A run of whole `number,` items of a packed list: each read by
+    /// `read` (its value and length) and written by `write` (false when the
+    /// value does not fit the field). It stops before an item it cannot
+    /// take whole (the list's last, one cut by the chunk's end, one out of
+    /// range, a form the fast reader does not know), which the general path
+    /// then reads or words the error for; and after the item that passes
+    /// the message's size bound, for the general path's check to word.
+    /// Returns the bytes taken.
+    fn items<V>(
+        &mut self,
+        bytes: &[u8],
+        read: impl Fn(&[u8]) -> Option<(V, usize)>,
+        write: impl Fn(&mut Vec<u8>, V) -> bool,
+    ) -> usize {
         let ws = |b: u8| matches!(b, b' ' | b'\t' | b'\n' | b'\r');
         let mut pos = 0;
         loop {
             let start = pos;
-            let rest = &bytes[pos..];
-            // The value's bytes, little-endian: 4 for a float, 8 for a double.
-            let mut bits = [0u8; 8];
-            let (width, n) = if kind == Packed::Double {
-                match wirespeed_json::f64_prefix(rest) {
-                    Some((x, n)) if x.is_finite() => {
-                        bits = x.to_le_bytes();
-                        (8, n)
-                    }
-                    _ => return start,
-                }
-            } else {
-                match wirespeed_json::f32_prefix(rest) {
-                    Some((x, n)) if x.is_finite() => {
-                        bits[..4].copy_from_slice(&x.to_le_bytes());
-                        (4, n)
-                    }
-                    _ => return start,
-                }
+            let Some((value, n)) = read(&bytes[pos..]) else {
+                return start;
             };
             pos += n;
             while pos < bytes.len() && ws(bytes[pos]) {
                 pos += 1;
             }
-            if bytes.get(pos) != Some(&b',') {
+            if bytes.get(pos) != Some(&b',') || !write(&mut self.out, value) {
                 return start;
             }
-            self.out.extend_from_slice(&bits[..width]);
             pos += 1;
             while pos < bytes.len() && ws(bytes[pos]) {
                 pos += 1;
@@ -1336,7 +1327,7 @@ impl Encoder {
 impl Sink for Encoder {
     type Error = TranscodeError;
 
-    /// A packed integer list's run of `integer,` items, in one loop.
+    /// A packed numeric list's run of `number,` items, in one loop.
     fn number_run(&mut self, bytes: &[u8]) -> usize {
         let Some(Frame::List {
             fast: Some(kind), ..
@@ -1345,48 +1336,25 @@ impl Sink for Encoder {
             return 0;
         };
         let kind = *kind;
-        if matches!(kind, Packed::Float | Packed::Double) {
-            return self.float_run(kind, bytes);
-        }
-        let ws = |b: u8| matches!(b, b' ' | b'\t' | b'\n' | b'\r');
-        let mut pos = 0;
-        loop {
-            let start = pos;
-            let negative = bytes.get(pos) == Some(&b'-');
-            pos += usize::from(negative);
-            let digits = pos;
-            let mut v: i64 = 0;
-            while let Some(&d) = bytes.get(pos) {
-                if !d.is_ascii_digit() {
-                    break;
-                }
-                v = v.wrapping_mul(10).wrapping_add(i64::from(d - b'0'));
-                pos += 1;
-            }
-            let n = pos - digits;
-            if n == 0 || n > 18 || (n > 1 && bytes[digits] == b'0') {
-                return start;
-            }
-            while pos < bytes.len() && ws(bytes[pos]) {
-                pos += 1;
-            }
-            if bytes.get(pos) != Some(&b',') {
-                // The list's last item, or the chunk's end: the general path.
-                return start;
-            }
-            let v = if negative { -v } else { v };
-            if !kind.write_int(&mut self.out, v) {
-                // Out of range: the general path words the error.
-                return start;
-            }
-            pos += 1;
-            while pos < bytes.len() && ws(bytes[pos]) {
-                pos += 1;
-            }
-            if self.out.len() > self.options.max_message_bytes {
-                // The general path's size check words the error.
-                return pos;
-            }
+        match kind {
+            // Read in one pass and rounded once.
+            Packed::Double => self.items(
+                bytes,
+                |b| wirespeed_json::f64_prefix(b).filter(|(x, _)| x.is_finite()),
+                |out, x| {
+                    out.extend_from_slice(&x.to_le_bytes());
+                    true
+                },
+            ),
+            Packed::Float => self.items(
+                bytes,
+                |b| wirespeed_json::f32_prefix(b).filter(|(x, _)| x.is_finite()),
+                |out, x| {
+                    out.extend_from_slice(&x.to_le_bytes());
+                    true
+                },
+            ),
+            _ => self.items(bytes, int_prefix, |out, v| kind.write_int(out, v)),
         }
     }
 
@@ -1425,6 +1393,30 @@ impl Sink for Encoder {
     fn null(&mut self, at: u64) -> Result<(), TranscodeError> {
         self.scalar(Scalar::Null, at)
     }
+}
+
+/// The plain integer (digits, an optional minus, at most 18 digits, no
+/// leading zero) at the start of `bytes`: its value and length.
+fn int_prefix(bytes: &[u8]) -> Option<(i64, usize)> {
+    let negative = bytes.first() == Some(&b'-');
+    let digits = usize::from(negative);
+    let mut pos = digits;
+    let mut v: i64 = 0;
+    while let Some(&d) = bytes.get(pos) {
+        if !d.is_ascii_digit() {
+            break;
+        }
+        if pos - digits == 18 {
+            return None;
+        }
+        v = v * 10 + i64::from(d - b'0');
+        pos += 1;
+    }
+    let n = pos - digits;
+    if n == 0 || (n > 1 && bytes[digits] == b'0') {
+        return None;
+    }
+    Some((if negative { -v } else { v }, pos))
 }
 
 /// A field's name, looked up when it is printed.
