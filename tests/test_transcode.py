@@ -366,6 +366,18 @@ def test_a_stream_that_goes_quiet_ends_with_deadline_exceeded(library, upstream,
         process.wait(timeout=15)
 
 
+def test_grpc_timeout_is_gRPCs_format_and_any_valid_one_is_served(proxy):
+    """One to eight digits and a unit; the longest (10^8 hours) is a
+    deadline like any other, on a unary call and on a stream."""
+    for path in ["/v1/shelves/s1/books/b1", "/v1/shelves/s1/books:stream?pageSize=1"]:
+        for bad in ["999999999H", "18446744073709551615H", "5", "S", "-5S", "5x", "+5S"]:
+            answer = requests.get(proxy + path, headers={"grpc-timeout": bad})
+            assert answer.status_code == 400, (bad, answer.text)
+            assert "one to eight digits" in answer.json()["message"], answer.json()
+        answer = requests.get(proxy + path, headers={"grpc-timeout": "99999999H"})
+        assert answer.status_code == 200, answer.text
+
+
 def test_a_client_stream_is_sent_as_it_is_read(library, upstream, proxy, servicer):
     pb = library[0]
     books = [{"title": "A", "pages": "1"}, {"title": "B", "tags": ["x", "y"]}, {"title": "C", "genre": "POETRY"}]

@@ -501,25 +501,16 @@ fn status(code: i32, message: &str) -> Response<Body> {
     response::json_with_status(http_status(code), body.to_string())
 }
 
-/// gRPC's `grpc-timeout` format: digits and a unit (H, M, S, m, u, n).
+/// The request's `grpc-timeout` (gRPC's format: one to eight digits and
+/// a unit, H, M, S, m, u, n), if it has one.
 fn grpc_timeout(headers: &HeaderMap) -> Result<Option<Duration>, String> {
     let Some(value) = headers.get("grpc-timeout") else {
         return Ok(None);
     };
     let text = value.to_str().unwrap_or("");
-    let bad = || format!("grpc-timeout '{text}' is not digits and a unit (H, M, S, m, u, n)");
-    let (digits, unit) = text.split_at(text.len().saturating_sub(1));
-    let n: u64 = digits.parse().map_err(|_| bad())?;
-    let d = match unit {
-        "H" => Duration::from_secs(n.saturating_mul(3600)),
-        "M" => Duration::from_secs(n.saturating_mul(60)),
-        "S" => Duration::from_secs(n),
-        "m" => Duration::from_millis(n),
-        "u" => Duration::from_micros(n),
-        "n" => Duration::from_nanos(n),
-        _ => return Err(bad()),
-    };
-    Ok(Some(d))
+    crate::grpc::grpc_timeout(text).map(Some).ok_or_else(|| {
+        format!("grpc-timeout '{text}' is not one to eight digits and a unit (H, M, S, m, u, n)")
+    })
 }
 
 /// Answers a request that names none of wirespeed's endpoints, or `None`
