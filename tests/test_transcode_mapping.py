@@ -254,7 +254,7 @@ BENCH_CALLS = [
 
 
 def grpcurl(upstream_address, method, body):
-    run = subprocess.run(["grpcurl", "-plaintext", "-max-msg-sz", str(64 << 20), "-d", "@",
+    run = subprocess.run(["grpcurl", "-plaintext", "-d", "@",
                           upstream_address, f"wirespeed.bench.Bench/{method}"],
                          input=json.dumps(body), capture_output=True, text=True, timeout=120)
     assert run.returncode == 0, run.stderr
