@@ -13,7 +13,6 @@ import re
 import subprocess
 import sys
 import threading
-import time
 from concurrent import futures
 from pathlib import Path
 
@@ -178,10 +177,14 @@ def start_proxy(*args):
     found = threading.Event()
     address = []
     log = []
+    # Notified at each log line (wait_for_line).
+    logged = threading.Condition()
 
     def drain():
         for line in process.stderr:
-            log.append(line)
+            with logged:
+                log.append(line)
+                logged.notify_all()
             match = re.search(r"listening on http://(127\.0\.0\.1:\d+)", line)
             if match:
                 address.append(match.group(1))
@@ -189,6 +192,7 @@ def start_proxy(*args):
 
     threading.Thread(target=drain, daemon=True).start()
     process.log = log
+    process.logged = logged
     if not found.wait(30):
         process.kill()
         raise RuntimeError("wirespeed proxy did not start:\n" + "".join(log))
@@ -589,16 +593,13 @@ emit_defaults = true
 
 def wait_for_line(process, needle, timeout=60):
     """Waits for the proxy's log to show `needle`; its line."""
-    deadline = time.monotonic() + timeout
-    seen = 0
-    while time.monotonic() < deadline:
-        lines = process.log[seen:]
-        for line in lines:
-            if needle in line:
-                return line
-        seen += len(lines)
-        time.sleep(0.05)
-    raise AssertionError(f"no '{needle}' in the proxy's log:\n" + "".join(process.log))
+    def seen():
+        return next((line for line in process.log if needle in line), None)
+
+    with process.logged:
+        if not process.logged.wait_for(seen, timeout):
+            raise AssertionError(f"no '{needle}' in the proxy's log:\n" + "".join(process.log))
+        return seen()
 
 
 def test_reflection_is_asked_again_and_a_redeployed_upstream_is_routed(library, servicer, echo):
