@@ -138,6 +138,7 @@ impl Answers {
             printed: 0,
             done: false,
             cut: None,
+            flushed: false,
             timer: Box::pin(tokio::time::sleep_until(wait.into())),
         }
     }
@@ -156,6 +157,8 @@ pub(super) struct AnswerBody {
     done: bool,
     /// The error that cuts an array, after the frame that was ready.
     cut: Option<BoxError>,
+    /// The answer so far has had a chance to be written out before the cut.
+    flushed: bool,
     timer: Pin<Box<Sleep>>,
 }
 
@@ -215,6 +218,18 @@ impl AnswerBody {
         }
     }
 
+    /// Cuts the answer, once what was sent so far (its head too, when the
+    /// whole stream failed within one poll) has been written out: a body
+    /// that is pending lets the connection flush first.
+    fn poll_cut(&mut self, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        if !self.flushed {
+            self.flushed = true;
+            cx.waker().wake_by_ref();
+            return Poll::Pending;
+        }
+        Poll::Ready(self.cut.take().map(Err))
+    }
+
     fn failed_call(&mut self, error: CallError, out: &mut Vec<u8>) {
         let (code, message) = match error {
             CallError::Status { code, message } => (code, message),
@@ -237,8 +252,8 @@ impl hyper::body::Body for AnswerBody {
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
         let this = self.get_mut();
-        if let Some(cut) = this.cut.take() {
-            return Poll::Ready(Some(Err(cut)));
+        if this.cut.is_some() {
+            return this.poll_cut(cx);
         }
         if this.done {
             return Poll::Ready(None);
@@ -284,8 +299,8 @@ impl hyper::body::Body for AnswerBody {
             }
         }
         if out.is_empty() {
-            return match this.cut.take() {
-                Some(cut) => Poll::Ready(Some(Err(cut))),
+            return match this.cut {
+                Some(_) => this.poll_cut(cx),
                 None => Poll::Ready(None),
             };
         }
