@@ -52,7 +52,7 @@ use wirespeed_core::{
 };
 use wirespeed_models::Scheduling;
 
-use crate::timing::{timed, Stages};
+use crate::serve::timing::{timed, Stages};
 use actor::Mailbox;
 pub(crate) use actor::QueueThread;
 use queue::{BatchKey, Entry};

@@ -47,9 +47,9 @@ use wirespeed_upstream::{
 mod reflection;
 mod streaming;
 
-use crate::http::body::BodyReader;
-use crate::http::response::{self, Body};
-use crate::{AppState, StartError};
+use crate::protocols::http::body::BodyReader;
+use crate::protocols::http::response::{self, Body};
+use crate::protocols::{Answering, Fallback, MessageLimits};
 
 /// What `wirespeed proxy` (or a server's transcoding section) serves.
 #[derive(Debug, Clone)]
@@ -157,27 +157,42 @@ impl TranscodeConfig {
 /// Every transcoded service, each with its upstream, searched in order.
 pub(crate) struct Transcoder {
     backends: Vec<Backend>,
+    /// What a request's body may be, and how long its call may take.
+    limits: MessageLimits,
+    /// The deepest nesting of a request's JSON.
+    max_depth: usize,
 }
 
 impl Transcoder {
-    pub(crate) async fn load(configs: &[TranscodeConfig]) -> Result<Transcoder, StartError> {
+    pub(crate) async fn load(
+        configs: &[TranscodeConfig],
+        limits: MessageLimits,
+        max_depth: usize,
+    ) -> Result<Transcoder, String> {
         let mut backends = Vec::with_capacity(configs.len());
         for config in configs {
             backends.push(Backend::load(config).await?);
         }
-        Ok(Transcoder { backends })
+        Ok(Transcoder {
+            backends,
+            limits,
+            max_depth,
+        })
+    }
+}
+
+impl Fallback for Transcoder {
+    fn answer(&self, request: Request<Incoming>) -> Answering<'_> {
+        Box::pin(async move { Some(call(self, request).await) })
     }
 }
 
 /// Asks the reflection of each upstream served by reflection again at its
 /// `reflect_every`, while the server lives, so that a redeployed upstream's
 /// new or changed methods are routed without a restart.
-pub(crate) async fn reflect_again(state: Weak<AppState>) {
+pub(crate) async fn reflect_again(transcoder: Weak<Transcoder>) {
     let period = {
-        let Some(state) = state.upgrade() else {
-            return;
-        };
-        let Some(transcoder) = state.transcoder.as_deref() else {
+        let Some(transcoder) = transcoder.upgrade() else {
             return;
         };
         let periods = transcoder
@@ -197,10 +212,7 @@ pub(crate) async fn reflect_again(state: Weak<AppState>) {
     ticks.tick().await;
     loop {
         ticks.tick().await;
-        let Some(state) = state.upgrade() else {
-            return;
-        };
-        let Some(transcoder) = state.transcoder.as_deref() else {
+        let Some(transcoder) = transcoder.upgrade() else {
             return;
         };
         asked_at.resize(transcoder.backends.len(), Instant::now() - period);
@@ -251,46 +263,41 @@ impl Services {
 }
 
 impl Backend {
-    async fn load(config: &TranscodeConfig) -> Result<Backend, StartError> {
-        let fail = |why: String| StartError::Transcode(why);
+    async fn load(config: &TranscodeConfig) -> Result<Backend, String> {
         let addresses = config
             .upstream
             .iter()
             .map(|u| u.parse::<Address>())
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(fail)?;
+            .collect::<Result<Vec<_>, _>>()?;
         // Any gRPC service: an ejected replica is probed by gRPC's own
         // health check, not the inference protocol's.
         let options = UpstreamOptions {
             probe: Probe::GrpcHealth,
             ..UpstreamOptions::default()
         };
-        let upstream = Upstream::new(addresses, options).map_err(fail)?;
+        let upstream = Upstream::new(addresses, options)?;
         let pool = match &config.descriptor_set {
             Some(path) => {
                 let bytes = std::fs::read(path).map_err(|e| {
-                    fail(format!(
-                        "cannot read the descriptor set {}: {e}",
-                        path.display()
-                    ))
+                    format!("cannot read the descriptor set {}: {e}", path.display())
                 })?;
                 DescriptorPool::decode(bytes.as_slice()).map_err(|e| {
-                    fail(format!(
+                    format!(
                         "{} is not a FileDescriptorSet (make one with protoc --include_imports --descriptor_set_out): {e}",
                         path.display()
-                    ))
+                    )
                 })?
             }
             None => reflection::descriptors(&upstream, &config.services)
                 .await
                 .map_err(|e| {
-                    fail(format!(
+                    format!(
                         "cannot learn {}'s services by reflection: {e}",
                         upstream.describe()
-                    ))
+                    )
                 })?,
         };
-        let services = Services::new(&pool, config).map_err(fail)?;
+        let services = Services::new(&pool, config)?;
         tracing::info!(
             routes = services.routes.routes().len(),
             upstream = upstream.describe(),
@@ -508,28 +515,17 @@ fn grpc_timeout(headers: &HeaderMap) -> Result<Option<Duration>, String> {
         return Ok(None);
     };
     let text = value.to_str().unwrap_or("");
-    crate::grpc::grpc_timeout(text).map(Some).ok_or_else(|| {
-        format!("grpc-timeout '{text}' is not one to eight digits and a unit (H, M, S, m, u, n)")
-    })
+    crate::protocols::grpc::grpc_timeout(text)
+        .map(Some)
+        .ok_or_else(|| {
+            format!(
+                "grpc-timeout '{text}' is not one to eight digits and a unit (H, M, S, m, u, n)"
+            )
+        })
 }
 
-/// Answers a request that names none of wirespeed's endpoints, or `None`
-/// when transcoding is off.
-pub(crate) async fn answer(
-    state: &AppState,
-    request: Request<Incoming>,
-) -> Result<Response<Body>, Request<Incoming>> {
-    let Some(transcoder) = state.transcoder.as_deref() else {
-        return Err(request);
-    };
-    Ok(call(state, transcoder, request).await)
-}
-
-async fn call(
-    state: &AppState,
-    transcoder: &Transcoder,
-    request: Request<Incoming>,
-) -> Response<Body> {
+async fn call(transcoder: &Transcoder, request: Request<Incoming>) -> Response<Body> {
+    let limits = &transcoder.limits;
     let (parts, body) = request.into_parts();
     let path = parts.uri.path().to_owned();
     // The first upstream whose routes have the path and method.
@@ -552,13 +548,13 @@ async fn call(
     let ((t, services), found) = match (hit, miss) {
         (Some(hit), _) => hit,
         (None, NotFound::Path) => {
-            BodyReader::new(body, &state.limits).discard().await;
+            BodyReader::new(body, limits).discard().await;
             return status(5, &format!("no route for {} {path}", parts.method));
         }
         (None, NotFound::Method(mut methods)) => {
             methods.sort();
             methods.dedup();
-            BodyReader::new(body, &state.limits).discard().await;
+            BodyReader::new(body, limits).discard().await;
             let mut answer = response::json_with_status(
                 StatusCode::METHOD_NOT_ALLOWED,
                 json!({
@@ -578,8 +574,8 @@ async fn call(
     let input = route.method.input();
     let encode_options = EncodeOptions {
         ignore_unknown_fields: t.config.ignore_unknown_fields,
-        max_depth: state.decode_options.limits.max_depth.max(1),
-        max_message_bytes: state.limits.max_body_bytes,
+        max_depth: transcoder.max_depth.max(1),
+        max_message_bytes: limits.max_body_bytes,
     };
     let timeout = match grpc_timeout(&parts.headers) {
         Ok(timeout) => timeout,
@@ -596,7 +592,7 @@ async fn call(
         Err(e) => return status(3, e.message()),
     };
     let metadata = t.metadata(&parts.headers);
-    let mut reader = BodyReader::new(body, &state.limits);
+    let mut reader = BodyReader::new(body, limits);
     let client_streaming = route.method.is_client_streaming();
     // The request: one message encoded as it arrives, or a client
     // stream's messages sent as they are read.
@@ -629,8 +625,8 @@ async fn call(
         (CallBody::from(Chunks::new(parts)), None)
     };
     let budget = timeout
-        .unwrap_or(state.limits.request_timeout)
-        .min(state.limits.request_timeout);
+        .unwrap_or(limits.request_timeout)
+        .min(limits.request_timeout);
     // A stream's deadline is the client's own; its messages may each take
     // the request timeout.
     let deadline = if route.method.is_server_streaming() || client_streaming {
@@ -638,7 +634,7 @@ async fn call(
     } else {
         Some(Instant::now() + budget)
     };
-    let idle = state.limits.request_timeout;
+    let idle = limits.request_timeout;
     let wait = |deadline: Option<Instant>| {
         let idle_end = Instant::now() + idle;
         deadline.map_or(idle_end, |d| d.min(idle_end))

@@ -36,8 +36,8 @@ use wirespeed_transcode::{
 use wirespeed_upstream::{message_stream, CallBody, CallError, OpenCall};
 
 use super::status;
-use crate::http::body::BodyReader;
-use crate::http::response::{Body, BoxError};
+use crate::protocols::http::body::BodyReader;
+use crate::protocols::http::response::{Body, BoxError};
 
 /// How many encoded messages may wait for the upstream to take them.
 const QUEUE: usize = 16;

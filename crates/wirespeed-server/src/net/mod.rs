@@ -1,0 +1,15 @@
+//! The transport: listeners on TCP and Unix sockets, TLS, the I/O threads
+//! that accept and keep connections, connection tracking (keep-alive,
+//! drain), and the HTTP/2 `:authority` rewrite for gRPC over Unix sockets.
+//!
+//! Generic over a hyper `Service`: nothing here knows a protocol. The
+//! composition root (`lib.rs`) hands each listener the service that
+//! answers it.
+
+pub(crate) mod authority;
+pub(crate) mod connection;
+pub(crate) mod counts;
+pub(crate) mod hpack;
+pub(crate) mod listen;
+pub(crate) mod tls;
+pub(crate) mod uds;

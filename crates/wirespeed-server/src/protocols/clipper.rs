@@ -1,0 +1,181 @@
+//! Clipper's query frontend: `POST /{app}/predict`, where the application
+//! is the model of the same name. `{"input": ...}` is one query and
+//! `{"input_batch": [...]}` one query per row; `"version"` picks the model
+//! version. The answer is the model's first output for each query: one
+//! object for one query (a batch of one included), `batch_predictions` for
+//! several, as Clipper's query frontend answers.
+//!
+//! Clipper's input types are datatypes here: `doubles` FP64, `floats`
+//! FP32, `ints` INT32, `strings` BYTES, and `bytes` UINT8, whose queries
+//! are base64 strings. Clipper refused integer literals for float inputs;
+//! wirespeed takes them. Errors are Clipper's `{"error", "cause"}`: a
+//! request Clipper would not parse is a `Json error`, any other failure a
+//! `Query processing error`.
+
+use std::sync::atomic::Ordering;
+
+use hyper::body::Incoming;
+use hyper::{Request, Response, StatusCode};
+use serde_json::json;
+use wirespeed_core::{Error, ErrorKind, InferRequest, InferResponse, ParameterValue};
+use wirespeed_json::{Format, RequestDecoder};
+
+use crate::protocols::http::body::RestRequest;
+use crate::protocols::http::response::{self, Body};
+use crate::protocols::Front;
+use crate::serve::metrics::InferProtocol;
+use crate::serve::pipeline::{self, Codec, RequestContext, Target};
+use crate::serve::served::ServedModel;
+use crate::serve::timing::Stages;
+
+/// `POST /{app}/predict`, answering errors in Clipper's own shape.
+pub(crate) async fn predict(
+    front: &Front,
+    context: RequestContext,
+    app: &str,
+    request: Request<Incoming>,
+) -> Response<Body> {
+    let codec = ClipperQuery {
+        request: RestRequest::new(front, request),
+        app,
+        format: Format::ClipperOne,
+    };
+    let target = Target {
+        name: app,
+        version: None,
+    };
+    pipeline::infer(&front.serving, context, target, codec).await
+}
+
+/// Clipper's codec of one query.
+struct ClipperQuery<'a> {
+    request: RestRequest<'a>,
+    app: &'a str,
+    /// One query or a batch; the answer follows it.
+    format: Format,
+}
+
+impl Codec for ClipperQuery<'_> {
+    type Answer = Response<Body>;
+    const PROTOCOL: InferProtocol = InferProtocol::Clipper;
+
+    async fn decode(
+        &mut self,
+        model: &ServedModel,
+        stages: &mut Stages,
+    ) -> Result<InferRequest, Error> {
+        let metadata = model.metadata();
+        let [input] = metadata.inputs.as_slice() else {
+            let e = Error::invalid_input(format!(
+                "application '{}' is model '{}', which has {} inputs; Clipper queries feed one",
+                self.app,
+                metadata.name,
+                metadata.inputs.len()
+            ));
+            return Err(self.request.refuse(e).await);
+        };
+        let decoder = RequestDecoder::clipper(
+            self.request.front.serving.decode_options.clone(),
+            (input.name.clone(), input.datatype),
+        );
+        let (request, format) = self.request.decode_json(decoder, stages).await?;
+        self.format = format;
+        Ok(request)
+    }
+
+    /// Clipper's `version`, which the decoder keeps as a parameter.
+    fn version_in_body(&mut self, request: &mut InferRequest) -> Option<String> {
+        let at = request
+            .parameters
+            .iter()
+            .position(|(k, _)| k == "version")?;
+        match request.parameters.remove(at).1 {
+            ParameterValue::String(version) => Some(version),
+            _ => None,
+        }
+    }
+
+    fn no_such_version(&self, error: Error, version: &str) -> Error {
+        if error.kind() != ErrorKind::VersionNotFound {
+            return error;
+        }
+        // Clipper's words.
+        Error::new(
+            ErrorKind::VersionNotFound,
+            format!(
+                "Requested version: {version} does not exist for model: {}",
+                self.app
+            ),
+        )
+    }
+
+    async fn refuse(&mut self, error: Error) -> Error {
+        let error = Error::new(
+            error.kind(),
+            format!("no application '{}': {}", self.app, error.message()),
+        );
+        self.request.refuse(error).await
+    }
+
+    fn encode(&mut self, mut response: InferResponse) -> Result<Response<Body>, Error> {
+        if response.outputs.is_empty() {
+            return Err(Error::internal(format!(
+                "model '{}' produced no output",
+                response.model_name
+            )));
+        }
+        let output = response.outputs.swap_remove(0);
+        let rows = output.shape.first().copied().unwrap_or(1) as u64;
+        let first_id = self
+            .request
+            .front
+            .clipper_queries
+            .fetch_add(rows, Ordering::Relaxed);
+        let default = response
+            .parameters
+            .iter()
+            .any(|(k, v)| k == "default" && *v == ParameterValue::Bool(true))
+            .then_some(crate::scheduler::DEFAULT_EXPLANATION);
+        let mut out = Vec::new();
+        wirespeed_json::encode_clipper_response(&output, self.format, first_id, default, &mut out);
+        Ok(response::json(out))
+    }
+
+    fn stamp(answer: &mut Response<Body>, timing: &str) {
+        response::stamp(answer, timing);
+    }
+
+    fn mark_default(answer: &mut Response<Body>) {
+        response::mark_default(answer);
+    }
+
+    fn error(&self, error: &Error, message: &str) -> Response<Body> {
+        error_with(error, message)
+    }
+}
+
+/// Clipper's error body for `error` to request `id`.
+pub(crate) fn error(e: &Error, id: u64) -> Response<Body> {
+    error_with(e, &pipeline::public_message(e, id))
+}
+
+/// Clipper's error body: its title and the cause. Clipper has two titles:
+/// `Json error` for a body it cannot read into queries, `Query processing
+/// error` for the rest. The status is Clipper's 400 for a version it does
+/// not have, and wirespeed's own for what Clipper had no error for
+/// (overload, an unavailable model, limits).
+fn error_with(e: &Error, cause: &str) -> Response<Body> {
+    let kind = e.kind();
+    let title = match kind {
+        ErrorKind::MalformedRequest | ErrorKind::InvalidInput => "Json error",
+        _ => "Query processing error",
+    };
+    let status = match kind {
+        ErrorKind::VersionNotFound => StatusCode::BAD_REQUEST,
+        _ => StatusCode::from_u16(kind.http_status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
+    };
+    response::json_with_status(
+        status,
+        json!({ "error": title, "cause": cause }).to_string(),
+    )
+}

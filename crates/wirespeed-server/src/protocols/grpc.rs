@@ -1,0 +1,246 @@
+//! The gRPC listener's service: one set of tonic routes for every
+//! protocol's gRPC face (the Open Inference Protocol's, TF Serving's), the
+//! standard health service, and reflection so that `grpcurl` can list and
+//! call them; the bearer-token check and the access log around each call.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+
+use tonic::codec::CompressionEncoding;
+use tonic::Status;
+use tonic_health::server::HealthReporter;
+use wirespeed_core::Error;
+
+use crate::protocols::auth::HealthCheck;
+use crate::protocols::tfserving;
+use crate::protocols::v2::grpc::{GrpcInferenceServiceServer, Inference};
+use crate::protocols::Front;
+
+use wirespeed_proto::tensorflow::serving::model_service_server::ModelServiceServer;
+use wirespeed_proto::tensorflow::serving::prediction_service_server::PredictionServiceServer;
+
+/// The gRPC status for an `error` outside the pipeline (which numbers and
+/// logs its own): client errors say what was wrong.
+pub(crate) fn status(error: &Error) -> Status {
+    crate::protocols::v2::grpc_infer::status(error, error.public_message())
+}
+
+/// The client's deadline, from the `grpc-timeout` header.
+pub(crate) fn deadline(metadata: &tonic::metadata::MetadataMap) -> Option<std::time::Duration> {
+    grpc_timeout(metadata.get("grpc-timeout")?.to_str().ok()?)
+}
+
+/// A `grpc-timeout` value as gRPC defines it: one to eight digits and a
+/// unit (H, M, S, m, u, n). At most 10^8 hours, so any deadline it makes
+/// is a valid `Instant`.
+pub(crate) fn grpc_timeout(text: &str) -> Option<std::time::Duration> {
+    use std::time::Duration;
+    let (digits, unit) = text.split_at(text.len().checked_sub(1)?);
+    if digits.is_empty() || digits.len() > 8 || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let n: u64 = digits.parse().ok()?;
+    Some(match unit {
+        "H" => Duration::from_secs(n * 3600),
+        "M" => Duration::from_secs(n * 60),
+        "S" => Duration::from_secs(n),
+        "m" => Duration::from_millis(n),
+        "u" => Duration::from_micros(n),
+        "n" => Duration::from_nanos(n),
+        _ => return None,
+    })
+}
+
+/// The protocol's empty version means the served one.
+pub(crate) fn version(v: &str) -> Option<&str> {
+    (!v.is_empty()).then_some(v)
+}
+
+/// Builds the inference, health and reflection services, with health
+/// SERVING until [`not_serving`].
+pub(crate) async fn service(front: Arc<Front>) -> (GrpcService, HealthReporter) {
+    let (health, health_service) = tonic_health::server::health_reporter();
+    health
+        .set_serving::<GrpcInferenceServiceServer<Inference>>()
+        .await;
+    let descriptors = || {
+        tonic_reflection::server::Builder::configure()
+            .register_encoded_file_descriptor_set(wirespeed_proto::FILE_DESCRIPTOR_SET)
+            .register_encoded_file_descriptor_set(wirespeed_proto::TF_FILE_DESCRIPTOR_SET)
+            .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+    };
+    // grpcurl and other tools speak either version of reflection.
+    let v1 = descriptors()
+        .build_v1()
+        .expect("the bundled descriptors are valid");
+    let v1alpha = descriptors()
+        .build_v1alpha()
+        .expect("the bundled descriptors are valid");
+    let inference = GrpcInferenceServiceServer::new(Inference {
+        front: Arc::clone(&front),
+    })
+    .max_decoding_message_size(front.limits.max_grpc_message_bytes)
+    .max_encoding_message_size(usize::MAX)
+    // tritonclient.grpc's `compression_algorithm`: messages in gzip or
+    // deflate are read (the size limit holds for the message
+    // decompressed), and a client that compresses its requests gets its
+    // answers compressed (`GrpcService::call`).
+    .accept_compressed(CompressionEncoding::Gzip)
+    .accept_compressed(CompressionEncoding::Deflate)
+    .send_compressed(CompressionEncoding::Gzip)
+    .send_compressed(CompressionEncoding::Deflate);
+    // TF Serving's services, for its clients (port 8500's), on the same
+    // listener and under the same message limit.
+    let tf = || tfserving::grpc::TfServing {
+        front: Arc::clone(&front),
+    };
+    let prediction = PredictionServiceServer::new(tf())
+        .max_decoding_message_size(front.limits.max_grpc_message_bytes)
+        .max_encoding_message_size(usize::MAX)
+        .accept_compressed(CompressionEncoding::Gzip)
+        .accept_compressed(CompressionEncoding::Deflate);
+    let model_service = ModelServiceServer::new(tf());
+    let routes = tonic::service::Routes::new(health_service)
+        .add_service(v1)
+        .add_service(v1alpha)
+        .add_service(inference)
+        .add_service(prediction)
+        .add_service(model_service)
+        .prepare();
+    (GrpcService { routes, front }, health)
+}
+
+/// Reports NOT_SERVING for the server and the inference service.
+pub(crate) async fn not_serving(health: &HealthReporter) {
+    health
+        .set_not_serving::<GrpcInferenceServiceServer<Inference>>()
+        .await;
+    health
+        .set_service_status("", tonic_health::ServingStatus::NotServing)
+        .await;
+}
+
+/// The gRPC listeners' service: the bearer-token check, then tonic's
+/// routes.
+#[derive(Clone)]
+pub(crate) struct GrpcService {
+    routes: tonic::service::Routes,
+    front: Arc<Front>,
+}
+
+/// grpcio and most clients list gzip in `grpc-accept-encoding` on every
+/// call, and tonic would then compress every answer: for a large tensor,
+/// hundreds of milliseconds the client never asked for. Answers are
+/// compressed only for a client that compresses its own messages
+/// (`grpc-encoding`), as tritonclient's `compression_algorithm` does; for
+/// the others the accepted codings are taken off the request before tonic
+/// reads them. Triton, too, answers uncompressed unless told otherwise.
+fn answer_uncompressed_unless_compressed(headers: &mut hyper::HeaderMap) {
+    let compressed = headers
+        .get("grpc-encoding")
+        .is_some_and(|coding| coding.as_bytes() != b"identity");
+    if !compressed {
+        headers.remove("grpc-accept-encoding");
+    }
+}
+
+/// The body of a `ModelInfer` answer made of the model's default outputs:
+/// its trailers say so (`wirespeed-default: true`), beside `grpc-status`.
+struct DefaultTrailer {
+    body: tonic::body::Body,
+}
+
+impl hyper::body::Body for DefaultTrailer {
+    type Data = bytes::Bytes;
+    type Error = Status;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<hyper::body::Frame<Self::Data>, Self::Error>>> {
+        let polled = Pin::new(&mut self.body).poll_frame(cx);
+        polled.map(|frame| {
+            frame.map(|frame| {
+                frame.map(|frame| match frame.into_trailers() {
+                    Ok(mut trailers) => {
+                        trailers.insert(
+                            crate::protocols::http::response::DEFAULT_ANSWER,
+                            hyper::header::HeaderValue::from_static("true"),
+                        );
+                        hyper::body::Frame::trailers(trailers)
+                    }
+                    Err(frame) => frame,
+                })
+            })
+        })
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> hyper::body::SizeHint {
+        self.body.size_hint()
+    }
+}
+
+/// The health checks among the RPCs, which answer without the token.
+fn health_check(path: &str) -> Option<HealthCheck> {
+    if path.starts_with("/grpc.health.v1.Health/") {
+        return Some(HealthCheck::ServerReady);
+    }
+    match path {
+        "/inference.GRPCInferenceService/ServerLive" => Some(HealthCheck::ServerLive),
+        "/inference.GRPCInferenceService/ServerReady" => Some(HealthCheck::ServerReady),
+        "/inference.GRPCInferenceService/ModelReady" => Some(HealthCheck::ModelReady),
+        _ => None,
+    }
+}
+
+impl hyper::service::Service<hyper::Request<hyper::body::Incoming>> for GrpcService {
+    type Response = hyper::Response<tonic::body::Body>;
+    type Error = std::convert::Infallible;
+    type Future = Pin<Box<dyn Future<Output = Result<Self::Response, Self::Error>> + Send>>;
+
+    fn call(&self, mut request: hyper::Request<hyper::body::Incoming>) -> Self::Future {
+        answer_uncompressed_unless_compressed(request.headers_mut());
+        let health = health_check(request.uri().path());
+        if let Err(e) = self.front.auth.check(request.headers(), health) {
+            let response = status(&e).into_http();
+            return Box::pin(async move { Ok(response) });
+        }
+        let routes = self.routes.clone();
+        let access = tracing::enabled!(target: "wirespeed_server::access", tracing::Level::INFO)
+            .then(|| (std::time::Instant::now(), request.uri().path().to_owned()));
+        Box::pin(async move {
+            let response = tower::ServiceExt::oneshot(routes, request).await;
+            if let (Some((started, path)), Ok(response)) = (access, &response) {
+                // The access log (`--access-log`): a failed call's status
+                // comes in its headers (trailers-only), a success's is OK.
+                let status = response
+                    .headers()
+                    .get("grpc-status")
+                    .and_then(|v| v.to_str().ok())
+                    .unwrap_or("0")
+                    .to_owned();
+                tracing::info!(
+                    target: "wirespeed_server::access",
+                    protocol = "grpc",
+                    path,
+                    grpc_status = status,
+                    micros = started.elapsed().as_micros() as u64,
+                );
+            }
+            response.map(|r| {
+                match r
+                    .extensions()
+                    .get::<crate::protocols::v2::grpc_infer::DefaultAnswer>()
+                {
+                    Some(_) => r.map(|body| tonic::body::Body::new(DefaultTrailer { body })),
+                    None => r,
+                }
+            })
+        })
+    }
+}

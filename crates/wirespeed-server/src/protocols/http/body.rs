@@ -1,0 +1,907 @@
+//! Reading an infer request body: hyper's frames go to the incremental
+//! decoder as they arrive, so the body is never held whole and decoding
+//! overlaps the network.
+//!
+//! Small bodies decode on the async worker that reads them. Past
+//! [`OFFLOAD_BYTES`] (or at once, when `Content-Length` says the body will
+//! be that large), decoding moves to the server's CPU pool, so a large
+//! decode never stalls other connections on the worker: the decoder goes
+//! to the pool with the frames that have arrived, and comes back when it
+//! has fed them, while the worker keeps reading the next ones. No pool
+//! thread ever waits for the network. Frames that pile up while the decoder
+//! works are joined into spans of up to [`SPAN_BYTES`] for its next trip: a
+//! body arriving faster than one core decodes builds such a backlog, whose
+//! spans (and frames of [`PARALLEL_MIN_BYTES`] or more, as they are) the
+//! decoder splits over the pool's threads; a trickle is decoded frame by
+//! frame, so little is left to do when its last byte arrives.
+
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http_body_util::BodyExt;
+use hyper::body::Incoming;
+use hyper::header::{HeaderMap, CONTENT_LENGTH};
+use tokio::sync::oneshot;
+use wirespeed_core::raw::{RawError, RawFiller};
+use wirespeed_core::{
+    element_count, CpuPool, Error, ErrorKind, InferRequest, ModelMetadata, Tensor, TensorBudget,
+    TensorSpec,
+};
+
+use super::compression::{self, Coding, Inflater};
+use crate::protocols::Front;
+use crate::protocols::MessageLimits as Limits;
+use crate::serve::timing::{timed, Stages};
+use wirespeed_json::{
+    Category, DecodeError, DecodeOptions, Format, RequestDecoder, PARALLEL_MIN_BYTES,
+};
+
+/// Decoding more than this inline would hold an async worker for more than
+/// about 100 µs (the decoder runs at roughly 500 MB/s).
+pub(crate) const OFFLOAD_BYTES: u64 = 64 * 1024;
+
+/// Frames read ahead while an offloaded decoder works. hyper's frames grow
+/// with its read buffer (up to a few hundred KiB), so this bounds the
+/// backlog, and with it memory, to a few MiB beyond the tensors.
+const BACKLOG_FRAMES: usize = 4;
+
+/// The most bytes of waiting frames joined into one span for the decoder.
+const SPAN_BYTES: usize = 1 << 20;
+
+/// Triton's binary tensor data extension: the length of the JSON header
+/// that starts the body; raw tensor bytes follow it.
+pub(crate) const BINARY_HEADER_LENGTH: &str = "inference-header-content-length";
+
+/// Maps a decoder error to the server's error taxonomy.
+pub(crate) fn decode_error(e: DecodeError) -> Error {
+    let kind = match e.category() {
+        Category::Syntax | Category::Schema => ErrorKind::MalformedRequest,
+        Category::Type | Category::Range | Category::Shape => ErrorKind::InvalidInput,
+        Category::Limit => ErrorKind::LimitExceeded,
+        _ => ErrorKind::MalformedRequest,
+    };
+    Error::new(kind, e.to_string())
+}
+
+fn too_large(limit: u64) -> Error {
+    Error::new(
+        ErrorKind::PayloadTooLarge,
+        format!("request body is larger than the {limit}-byte limit"),
+    )
+}
+
+/// How the body is laid out, from its headers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Layout {
+    /// All JSON.
+    Json,
+    /// A JSON header of this many bytes, then raw tensor bytes.
+    Binary(u64),
+    /// `Inference-Header-Content-Length: 0`: the whole body is the raw
+    /// bytes of a single-input model's input.
+    Raw,
+}
+
+/// Reads the body's layout and declared length from the headers, refusing
+/// what the server cannot read.
+fn layout(headers: &HeaderMap, declared: Option<u64>) -> Result<Layout, Error> {
+    compression::request_coding(headers)?;
+    let Some(value) = headers.get(BINARY_HEADER_LENGTH) else {
+        return Ok(Layout::Json);
+    };
+    let header = value
+        .to_str()
+        .ok()
+        .and_then(|v| v.trim().parse::<u64>().ok())
+        .ok_or_else(|| {
+            Error::malformed(format!(
+                "Inference-Header-Content-Length must be a byte count, found {value:?}"
+            ))
+        })?;
+    if let Some(total) = declared {
+        if header > total {
+            return Err(Error::malformed(format!(
+                "Inference-Header-Content-Length ({header}) is larger than the whole body \
+                 (Content-Length {total})"
+            )));
+        }
+    }
+    Ok(if header == 0 {
+        Layout::Raw
+    } else {
+        Layout::Binary(header)
+    })
+}
+
+/// The body's frames, with the size limit and the timeouts enforced as
+/// they arrive: each frame must come within the idle timeout, and the whole
+/// body within the request timeout.
+pub(crate) struct BodyReader {
+    body: Source,
+    received: u64,
+    limit: u64,
+    idle: Duration,
+    deadline: Instant,
+    timeout: Duration,
+    /// Time spent decoding what was read: parsing JSON, copying raw bytes.
+    pub(crate) decode: Duration,
+}
+
+/// Where a body's bytes come from: hyper's frames as they are, or
+/// decompressed.
+enum Source {
+    Plain(Incoming),
+    Inflating(Inflater),
+}
+
+impl Source {
+    async fn next(&mut self) -> Option<Result<Bytes, Error>> {
+        match self {
+            Source::Plain(body) => loop {
+                match body.frame().await? {
+                    Ok(frame) => match frame.into_data() {
+                        Ok(data) => return Some(Ok(data)),
+                        Err(_) => continue,
+                    },
+                    Err(e) => {
+                        return Some(Err(Error::malformed(format!(
+                            "could not read the request body: {e}"
+                        ))))
+                    }
+                }
+            },
+            Source::Inflating(inflater) => inflater.next().await.transpose(),
+        }
+    }
+}
+
+impl BodyReader {
+    /// A reader of `body` as it is.
+    pub(crate) fn new(body: Incoming, limits: &Limits) -> BodyReader {
+        BodyReader::decoding(body, None, limits)
+    }
+
+    /// A reader of `body`, decompressed from `coding` if it has one: the
+    /// limit counts decompressed bytes.
+    pub(crate) fn decoding(body: Incoming, coding: Option<Coding>, limits: &Limits) -> BodyReader {
+        let body = match coding {
+            Some(coding) => Source::Inflating(Inflater::new(body, coding)),
+            None => Source::Plain(body),
+        };
+        BodyReader {
+            body,
+            received: 0,
+            limit: limits.max_body_bytes as u64,
+            idle: limits.body_timeout,
+            deadline: Instant::now() + limits.request_timeout,
+            timeout: limits.request_timeout,
+            decode: Duration::ZERO,
+        }
+    }
+
+    /// The next data frame, or `None` at the end of the body. Cancel-safe,
+    /// as a `select!` with the offloaded decoder needs: nothing read is
+    /// lost if the future is dropped before it ends.
+    pub(crate) async fn next(&mut self) -> Result<Option<Bytes>, Error> {
+        let wait = (Instant::now() + self.idle).min(self.deadline);
+        let data = match tokio::time::timeout_at(wait.into(), self.body.next()).await {
+            Ok(Some(data)) => data?,
+            Ok(None) => return Ok(None),
+            Err(_) if Instant::now() >= self.deadline => {
+                return Err(Error::new(
+                    ErrorKind::Timeout,
+                    format!(
+                        "the request body did not arrive within {} s ({} bytes came)",
+                        self.timeout.as_secs_f64(),
+                        self.received
+                    ),
+                ))
+            }
+            Err(_) => {
+                return Err(Error::new(
+                    ErrorKind::Timeout,
+                    format!(
+                        "the request body stalled for {} s after {} bytes",
+                        self.idle.as_secs_f64(),
+                        self.received
+                    ),
+                ))
+            }
+        };
+        self.received += data.len() as u64;
+        if self.received > self.limit {
+            return Err(too_large(self.limit));
+        }
+        Ok(Some(data))
+    }
+
+    /// Reads and drops the rest of the body, up to what the limit still
+    /// allows and within the timeouts, before an error is answered. A client
+    /// that sends its whole body before reading the answer (most do) then
+    /// gets the error rather than a broken pipe, and the connection stays
+    /// usable. It costs no more than accepting the body would have: the
+    /// bytes are read, not decoded.
+    pub(crate) async fn discard(&mut self) {
+        while let Ok(Some(_)) = self.next().await {}
+    }
+}
+
+/// Where the decoder runs.
+// One local per request: boxing the large variant would cost every request
+// an allocation to save stack space nobody needs.
+#[allow(clippy::large_enum_variant)]
+enum Decoding {
+    Inline(RequestDecoder),
+    Offloaded(Offloaded),
+}
+
+/// A decoder that feeds on the CPU pool: it is either here, idle, or on a
+/// trip to the pool with a batch of frames, coming back on `trip`.
+struct Offloaded {
+    pool: CpuPool,
+    idle: Option<RequestDecoder>,
+    trip: Option<oneshot::Receiver<Trip>>,
+    /// Frames read while the decoder was away.
+    backlog: Vec<Bytes>,
+    /// The first error, which ends the decoding.
+    failed: Option<DecodeError>,
+}
+
+/// A decoder back from the pool, with what feeding took.
+struct Trip {
+    decoder: RequestDecoder,
+    result: Result<(), DecodeError>,
+    spent: Duration,
+}
+
+impl Offloaded {
+    fn new(decoder: RequestDecoder, pool: &CpuPool) -> Offloaded {
+        Offloaded {
+            pool: pool.clone(),
+            idle: Some(decoder),
+            trip: None,
+            backlog: Vec::new(),
+            failed: None,
+        }
+    }
+
+    /// Sends the decoder to the pool with the backlog, if it is here and
+    /// there is something to feed it.
+    fn depart(&mut self) {
+        if self.backlog.is_empty() || self.failed.is_some() {
+            return;
+        }
+        let Some(mut decoder) = self.idle.take() else {
+            return;
+        };
+        let frames = std::mem::take(&mut self.backlog);
+        let (back, trip) = oneshot::channel();
+        self.trip = Some(trip);
+        self.pool.spawn(move || {
+            let started = Instant::now();
+            let result = feed_frames(&mut decoder, frames);
+            let _ = back.send(Trip {
+                decoder,
+                result,
+                spent: started.elapsed(),
+            });
+        });
+    }
+
+    /// Waits for the decoder to come back from its trip. Cancel-safe: the
+    /// trip is let go of only once it is back, so this can lose a race in
+    /// a `select!` and be called again.
+    async fn arrive(&mut self, spent: &mut Duration) -> Result<(), Error> {
+        let Some(trip) = self.trip.as_mut() else {
+            return Ok(());
+        };
+        let trip = trip.await;
+        self.trip = None;
+        let trip = trip.map_err(|_| Error::internal("the decoder failed on the CPU pool"))?;
+        *spent += trip.spent;
+        self.idle = Some(trip.decoder);
+        if let Err(e) = trip.result {
+            self.failed = Some(e);
+        }
+        Ok(())
+    }
+}
+
+/// Feeds `frames` in order: a frame alone, or large enough for the decoder
+/// to split over threads by itself, where it lies; small ones joined into
+/// spans of up to [`SPAN_BYTES`].
+fn feed_frames(decoder: &mut RequestDecoder, frames: Vec<Bytes>) -> Result<(), DecodeError> {
+    let mut span = Vec::new();
+    let mut frames = frames.into_iter().peekable();
+    while let Some(frame) = frames.next() {
+        if frames.peek().is_none() || frame.len() >= PARALLEL_MIN_BYTES {
+            decoder.feed(&frame)?;
+            continue;
+        }
+        span.clear();
+        span.extend_from_slice(&frame);
+        while span.len() < SPAN_BYTES {
+            match frames.next_if(|next| next.len() < PARALLEL_MIN_BYTES) {
+                Some(next) => span.extend_from_slice(&next),
+                None => break,
+            }
+        }
+        decoder.feed(&span)?;
+    }
+    Ok(())
+}
+
+/// A decoded infer request body.
+pub(crate) struct DecodedBody {
+    pub(crate) request: InferRequest,
+    /// The body was a raw tensor (`Inference-Header-Content-Length: 0`):
+    /// every output goes back as binary.
+    pub(crate) raw: bool,
+    /// The time spent decoding it.
+    pub(crate) decode: Duration,
+    /// The body's bytes, decompressed.
+    pub(crate) bytes: u64,
+}
+
+/// Reads and decodes the body of an infer request for `model`, enforcing
+/// `limit` bytes while it streams. The body is read to its end before an
+/// error is returned (except past the limit), so the connection stays usable.
+pub(crate) async fn decode_body(
+    headers: &HeaderMap,
+    body: Incoming,
+    limits: &Limits,
+    options: &DecodeOptions,
+    pool: &CpuPool,
+    model: &ModelMetadata,
+) -> Result<DecodedBody, Error> {
+    let (mut reader, declared) = begin(headers, body, limits)?;
+    let result = read(&mut reader, headers, declared, options, pool, model).await;
+    let mut decoded = settle(&mut reader, result).await?;
+    decoded.decode = reader.decode;
+    decoded.bytes = reader.received;
+    Ok(decoded)
+}
+
+/// The reader of a body and its declared length; a declared length over
+/// the limit is refused before a byte is read.
+fn begin(
+    headers: &HeaderMap,
+    body: Incoming,
+    limits: &Limits,
+) -> Result<(BodyReader, Option<u64>), Error> {
+    let limit = limits.max_body_bytes as u64;
+    let declared = headers
+        .get(CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
+    if declared.is_some_and(|n| n > limit) {
+        return Err(too_large(limit));
+    }
+    // An unsupported coding is refused by `layout`, once the reader exists
+    // to drop the body.
+    let coding = compression::request_coding(headers).ok().flatten();
+    let reader = BodyReader::decoding(body, coding, limits);
+    // A compressed body's Content-Length says nothing of what it holds.
+    Ok((reader, if coding.is_some() { None } else { declared }))
+}
+
+/// Before an error is answered, reads and drops the rest of the body
+/// (unless it is too large or too slow to wait for), so the connection
+/// stays usable.
+async fn settle<T>(reader: &mut BodyReader, result: Result<T, Error>) -> Result<T, Error> {
+    if let Err(e) = &result {
+        if !matches!(e.kind(), ErrorKind::PayloadTooLarge | ErrorKind::Timeout) {
+            reader.discard().await;
+        }
+    }
+    result
+}
+
+async fn read(
+    reader: &mut BodyReader,
+    headers: &HeaderMap,
+    declared: Option<u64>,
+    options: &DecodeOptions,
+    pool: &CpuPool,
+    model: &ModelMetadata,
+) -> Result<DecodedBody, Error> {
+    let layout = layout(headers, declared)?;
+    let json_len = match layout {
+        Layout::Raw => {
+            let request = read_raw(reader, declared, model, options).await?;
+            return Ok(DecodedBody {
+                request,
+                raw: true,
+                decode: Duration::ZERO,
+                bytes: 0,
+            });
+        }
+        Layout::Binary(n) => Some(n),
+        Layout::Json => None,
+    };
+    let mut decoder = RequestDecoder::new(options.clone());
+    if let Some(len) = json_len.or(declared) {
+        decoder = decoder.with_body_len(len);
+    }
+    if json_len.is_some() {
+        decoder = decoder.with_binary_data();
+    }
+    let offload = json_len.or(declared).is_some_and(|n| n > OFFLOAD_BYTES);
+    let (mut request, _, leftover) = decode_json(reader, decoder, offload, json_len, pool).await?;
+    if let Some(n) = json_len {
+        let after_header = declared.map(|total| total - n);
+        read_binary(
+            reader,
+            &mut request,
+            leftover,
+            after_header,
+            options.limits.max_string_bytes,
+        )
+        .await?;
+    }
+    Ok(DecodedBody {
+        request,
+        raw: false,
+        decode: Duration::ZERO,
+        bytes: 0,
+    })
+}
+
+/// Reads and decodes a whole-JSON body (TF Serving, Clipper) with
+/// `decoder`, as it arrives, enforcing `limit` bytes. Like
+/// [`decode_body`], it reads the body to its end before returning an error.
+/// Also returns the time spent decoding and the body's length.
+pub(crate) async fn decode_json_body(
+    headers: &HeaderMap,
+    body: Incoming,
+    limits: &Limits,
+    decoder: RequestDecoder,
+    pool: &CpuPool,
+) -> Result<(InferRequest, Format, Duration, u64), Error> {
+    let (mut reader, declared) = begin(headers, body, limits)?;
+    let result = async {
+        if layout(headers, declared)? != Layout::Json {
+            return Err(Error::new(
+                ErrorKind::Unsupported,
+                "the binary tensor data extension (Inference-Header-Content-Length) belongs to \
+                 the V2 API; this endpoint takes JSON",
+            ));
+        }
+        let decoder = match declared {
+            Some(len) => decoder.with_body_len(len),
+            None => decoder,
+        };
+        let offload = declared.is_some_and(|n| n > OFFLOAD_BYTES);
+        let (request, format, _) = decode_json(&mut reader, decoder, offload, None, pool).await?;
+        Ok((request, format))
+    }
+    .await;
+    let (request, format) = settle(&mut reader, result).await?;
+    Ok((request, format, reader.decode, reader.received))
+}
+
+/// Reads a whole JSON body (TF Serving's `:classify` and `:regress`),
+/// decompressed and within `--max-body-bytes`. Like [`decode_body`], it
+/// reads the body to its end before returning an error. Also returns the
+/// body's length.
+pub(crate) async fn read_json_body(
+    headers: &HeaderMap,
+    body: Incoming,
+    limits: &Limits,
+) -> Result<(Vec<u8>, u64), Error> {
+    let (mut reader, declared) = begin(headers, body, limits)?;
+    let result = async {
+        if layout(headers, declared)? != Layout::Json {
+            return Err(Error::new(
+                ErrorKind::Unsupported,
+                "the binary tensor data extension (Inference-Header-Content-Length) belongs to \
+                 the V2 API; this endpoint takes JSON",
+            ));
+        }
+        let mut all = Vec::with_capacity(declared.unwrap_or(0) as usize);
+        while let Some(frame) = reader.next().await? {
+            all.extend_from_slice(&frame);
+        }
+        Ok(all)
+    }
+    .await;
+    let all = settle(&mut reader, result).await?;
+    Ok((all, reader.received))
+}
+
+/// Feeds the JSON part of the body (all of it, or its first `json_len`
+/// bytes) to the decoder, inline or on the pool. Returns the request and
+/// the bytes of the last frame that came after the JSON.
+async fn decode_json(
+    reader: &mut BodyReader,
+    decoder: RequestDecoder,
+    offload: bool,
+    json_len: Option<u64>,
+    pool: &CpuPool,
+) -> Result<(InferRequest, Format, Bytes), Error> {
+    let mut decoding = if offload {
+        Decoding::Offloaded(Offloaded::new(decoder, pool))
+    } else {
+        Decoding::Inline(decoder)
+    };
+    let mut fed = 0u64;
+    let mut leftover = Bytes::new();
+    let mut failure = None;
+    let mut ended = false;
+    // Time the decoder spent on the pool.
+    let mut away = Duration::ZERO;
+    loop {
+        let more = !ended && json_len.is_none_or(|n| fed < n);
+        match &mut decoding {
+            Decoding::Inline(decoder) => {
+                if !more {
+                    break;
+                }
+                let Some(data) = next_json(reader, json_len, &mut fed, &mut leftover).await? else {
+                    ended = true;
+                    continue;
+                };
+                if let Err(e) = timed(&mut reader.decode, || decoder.feed(&data)) {
+                    failure = Some(decode_error(e));
+                    break;
+                }
+                if fed > OFFLOAD_BYTES {
+                    let Decoding::Inline(decoder) = std::mem::replace(
+                        &mut decoding,
+                        Decoding::Inline(RequestDecoder::new(DecodeOptions::default())),
+                    ) else {
+                        unreachable!()
+                    };
+                    decoding = Decoding::Offloaded(Offloaded::new(decoder, pool));
+                }
+            }
+            Decoding::Offloaded(offloaded) => {
+                if offloaded.failed.is_some() {
+                    break;
+                }
+                let reading = more && offloaded.backlog.len() < BACKLOG_FRAMES;
+                let on_trip = offloaded.trip.is_some();
+                if !reading && !on_trip {
+                    if offloaded.backlog.is_empty() {
+                        break;
+                    }
+                    offloaded.depart();
+                    continue;
+                }
+                // Read the next frame while the decoder is away, or take
+                // the decoder back, whichever comes first.
+                let frame = tokio::select! {
+                    next = next_json(reader, json_len, &mut fed, &mut leftover), if reading => Some(next?),
+                    back = offloaded.arrive(&mut away), if on_trip => { back?; None }
+                };
+                match frame {
+                    Some(Some(data)) => offloaded.backlog.push(data),
+                    Some(None) => ended = true,
+                    None => {}
+                }
+                offloaded.depart();
+            }
+        }
+    }
+    let failed = failure.is_some();
+    let result = match decoding {
+        Decoding::Inline(decoder) => match failure {
+            Some(e) => Err(e),
+            None => {
+                timed(&mut reader.decode, || decoder.finish_with_format()).map_err(decode_error)
+            }
+        },
+        Decoding::Offloaded(mut offloaded) => {
+            // Whatever is still away or waiting is fed before the end.
+            offloaded.arrive(&mut away).await?;
+            offloaded.depart();
+            offloaded.arrive(&mut away).await?;
+            reader.decode += away;
+            match (offloaded.failed, offloaded.idle) {
+                (Some(e), _) => Err(decode_error(e)),
+                (None, Some(decoder)) => {
+                    timed(&mut reader.decode, || decoder.finish_with_format()).map_err(decode_error)
+                }
+                (None, None) => Err(Error::internal("the decoder did not come back")),
+            }
+        }
+    };
+    match json_len {
+        // A short header is reported as such, not as the JSON error it causes.
+        Some(n) if fed < n && !failed => Err(Error::malformed(format!(
+            "the body ended after {fed} bytes, inside the {n}-byte JSON header that \
+             Inference-Header-Content-Length announces"
+        ))),
+        _ => result.map(|(request, format)| (request, format, leftover)),
+    }
+}
+
+/// The next frame of the JSON part of the body: up to `json_len` bytes in
+/// all, the rest of a frame that crosses it going to `leftover`.
+async fn next_json(
+    reader: &mut BodyReader,
+    json_len: Option<u64>,
+    fed: &mut u64,
+    leftover: &mut Bytes,
+) -> Result<Option<Bytes>, Error> {
+    let Some(mut data) = reader.next().await? else {
+        return Ok(None);
+    };
+    if let Some(n) = json_len {
+        let want = n - *fed;
+        if data.len() as u64 > want {
+            *leftover = data.split_off(want as usize);
+        }
+    }
+    *fed += data.len() as u64;
+    Ok(Some(data))
+}
+
+/// Copies the raw bytes that follow the JSON header into the binary
+/// inputs' tensors, in order. `after_header` is what `Content-Length` says
+/// is left after the header, when it says.
+async fn read_binary(
+    reader: &mut BodyReader,
+    request: &mut InferRequest,
+    mut leftover: Bytes,
+    after_header: Option<u64>,
+    max_element: usize,
+) -> Result<(), Error> {
+    let total = request
+        .binary_inputs
+        .iter()
+        .try_fold(0u64, |sum, b| sum.checked_add(b.size as u64));
+    let Some(total) = total.filter(|&t| t <= reader.limit) else {
+        return Err(too_large(reader.limit));
+    };
+    if let Some(rest) = after_header {
+        if total != rest {
+            return Err(Error::malformed(format!(
+                "the inputs' binary_data_size values add up to {total} bytes, but the body has \
+                 {rest} bytes after its {}-byte JSON header (Content-Length minus \
+                 Inference-Header-Content-Length)",
+                reader.received.saturating_sub(leftover.len() as u64),
+            )));
+        }
+    }
+    for binary in &request.binary_inputs {
+        let tensor = &mut request.inputs[binary.input];
+        let count = element_count(&tensor.shape).expect("the decoder counted the shape");
+        let invalid = |e: RawError| e.for_input(&tensor.name);
+        let mut filler =
+            RawFiller::new(tensor.datatype(), count, binary.size, max_element).map_err(invalid)?;
+        while filler.remaining() > 0 {
+            if leftover.is_empty() {
+                leftover = reader.next().await?.ok_or_else(|| {
+                    Error::malformed(format!(
+                        "the body ended {} bytes into the {} bytes of binary data of input '{}'",
+                        binary.size - filler.remaining(),
+                        binary.size,
+                        tensor.name
+                    ))
+                })?;
+            }
+            let part = leftover.split_to(filler.remaining().min(leftover.len()));
+            timed(&mut reader.decode, || filler.push(&part)).map_err(invalid)?;
+        }
+        tensor.data = filler.finish().map_err(invalid)?;
+    }
+    let mut extra = leftover.len() as u64;
+    while let Some(frame) = reader.next().await? {
+        extra += frame.len() as u64;
+    }
+    if extra > 0 {
+        return Err(Error::malformed(format!(
+            "the body has {extra} bytes after the binary data that the inputs' \
+             binary_data_size values account for"
+        )));
+    }
+    Ok(())
+}
+
+/// Reads a raw body (`Inference-Header-Content-Length: 0`): the bytes of the
+/// model's only input, whose shape follows from the byte count.
+async fn read_raw(
+    reader: &mut BodyReader,
+    declared: Option<u64>,
+    model: &ModelMetadata,
+    options: &DecodeOptions,
+) -> Result<InferRequest, Error> {
+    let [spec] = model.inputs.as_slice() else {
+        return Err(Error::invalid_input(format!(
+            "a raw binary body (Inference-Header-Content-Length: 0) needs a model with exactly \
+             one input; model '{}' has {}",
+            model.name,
+            model.inputs.len()
+        )));
+    };
+    let Some(element) = spec.datatype.element_size() else {
+        return Err(Error::new(
+            ErrorKind::Unsupported,
+            format!(
+                "a raw binary body cannot carry input '{}' of datatype BYTES; send a JSON \
+                 header with binary_data_size",
+                spec.name
+            ),
+        ));
+    };
+    // Without Content-Length the size is known only at the end, so the body
+    // is gathered first (within the limit); otherwise it goes straight into
+    // the tensor.
+    let gathered = match declared {
+        Some(_) => None,
+        None => {
+            let mut all = Vec::new();
+            while let Some(frame) = reader.next().await? {
+                all.extend_from_slice(&frame);
+            }
+            Some(all)
+        }
+    };
+    let size = declared.map_or_else(|| gathered.as_ref().map_or(0, Vec::len), |n| n as usize);
+    let shape = raw_shape(spec, size, element)?;
+    let count = element_count(&shape).expect("derived from a byte count");
+    // The same request limits as every other input, before allocating.
+    TensorBudget::default()
+        .take_shape(&options.limits, spec.datatype, &shape)
+        .map_err(|e| e.in_input(&spec.name))?;
+    let invalid = |e: RawError| e.for_input(&spec.name);
+    let mut filler = RawFiller::new(spec.datatype, count, size, 0).map_err(invalid)?;
+    if let Some(all) = gathered {
+        timed(&mut reader.decode, || filler.push(&all)).map_err(invalid)?;
+    } else {
+        while let Some(frame) = reader.next().await? {
+            if frame.len() > filler.remaining() {
+                return Err(Error::malformed(
+                    "the body is longer than its Content-Length".to_owned(),
+                ));
+            }
+            timed(&mut reader.decode, || filler.push(&frame)).map_err(invalid)?;
+        }
+    }
+    let data = filler.finish().map_err(invalid)?;
+    Ok(InferRequest {
+        inputs: vec![Tensor {
+            name: spec.name.clone(),
+            shape,
+            data,
+        }],
+        ..InferRequest::default()
+    })
+}
+
+/// The shape of a raw input of `size` bytes: the spec's, with its one
+/// variable dimension (if any) worked out from the element count.
+fn raw_shape(spec: &TensorSpec, size: usize, element: usize) -> Result<Vec<usize>, Error> {
+    let wrong = |why: String| {
+        Error::invalid_input(format!(
+            "a raw body of {size} bytes does not fit input '{}' ({} {}): {why}",
+            spec.name,
+            spec.datatype,
+            spec.shape_display()
+        ))
+    };
+    if !size.is_multiple_of(element) {
+        return Err(wrong(format!(
+            "it is not a whole number of {element}-byte elements"
+        )));
+    }
+    let count = size / element;
+    let fixed: usize = spec
+        .shape
+        .iter()
+        .filter(|&&d| d >= 0)
+        .map(|&d| d as usize)
+        .product();
+    let variable = spec.shape.iter().filter(|&&d| d < 0).count();
+    let free = match variable {
+        0 if fixed == count => 0,
+        0 => {
+            return Err(wrong(format!(
+                "the shape takes {fixed} elements, not {count}"
+            )))
+        }
+        1 if fixed > 0 && count.is_multiple_of(fixed) => count / fixed,
+        1 => {
+            return Err(wrong(format!(
+                "{count} elements are not a multiple of {fixed}"
+            )))
+        }
+        _ => {
+            return Err(wrong(
+                "the shape has more than one variable dimension, so the body cannot say it"
+                    .to_owned(),
+            ))
+        }
+    };
+    Ok(spec
+        .shape
+        .iter()
+        .map(|&d| if d < 0 { free } else { d as usize })
+        .collect())
+}
+
+/// Answers `error` for a request whose body will not be used: the body is
+/// read and dropped first (within the limits; see [`BodyReader::discard`]),
+/// not decoded, so the client gets the error and the connection stays usable.
+pub(crate) async fn refuse(body: Incoming, limits: &Limits, error: Error) -> Error {
+    BodyReader::new(body, limits).discard().await;
+    error
+}
+
+/// A REST infer request's headers and body, held by its codec until the
+/// body is decoded or refused.
+pub(crate) struct RestRequest<'a> {
+    pub(crate) front: &'a Front,
+    pub(crate) headers: HeaderMap,
+    body: Option<Incoming>,
+}
+
+impl<'a> RestRequest<'a> {
+    pub(crate) fn new(front: &'a Front, request: hyper::Request<Incoming>) -> RestRequest<'a> {
+        let (parts, body) = request.into_parts();
+        RestRequest {
+            front,
+            headers: parts.headers,
+            body: Some(body),
+        }
+    }
+
+    /// The body, once.
+    pub(crate) fn take_body(&mut self) -> Incoming {
+        self.body.take().expect("a body is decoded once")
+    }
+
+    /// Reads and drops the body, if it is still here, and returns `error`.
+    pub(crate) async fn refuse(&mut self, error: Error) -> Error {
+        match self.body.take() {
+            Some(body) => refuse(body, &self.front.limits, error).await,
+            None => error,
+        }
+    }
+
+    /// Reads and decodes a whole-JSON body with `decoder` (TF Serving,
+    /// Clipper), recording the read and decode times.
+    pub(crate) async fn decode_json(
+        &mut self,
+        decoder: RequestDecoder,
+        stages: &mut Stages,
+    ) -> Result<(InferRequest, Format), Error> {
+        let body = self.take_body();
+        let (request, format, decode, bytes) = decode_json_body(
+            &self.headers,
+            body,
+            &self.front.limits,
+            decoder,
+            &self.front.serving.pool,
+        )
+        .await?;
+        stages.body_read(decode, bytes);
+        Ok((request, format))
+    }
+
+    /// Reads a whole JSON body, recording the read (the decode is the
+    /// caller's to time).
+    pub(crate) async fn read_json(&mut self, stages: &mut Stages) -> Result<Vec<u8>, Error> {
+        let body = self.take_body();
+        let (all, bytes) = read_json_body(&self.headers, body, &self.front.limits).await?;
+        stages.body_read(Duration::ZERO, bytes);
+        Ok(all)
+    }
+}
+
+/// A small request body (an API call's, not a tensor's), whole, up to
+/// `max` bytes (and `--max-body-bytes`).
+pub(crate) async fn read_small(
+    front: &Front,
+    body: Incoming,
+    max: usize,
+) -> Result<Vec<u8>, Error> {
+    let mut limits = front.limits.clone();
+    limits.max_body_bytes = limits.max_body_bytes.min(max);
+    let mut reader = BodyReader::new(body, &limits);
+    let mut all = Vec::new();
+    while let Some(frame) = reader.next().await? {
+        all.extend_from_slice(&frame);
+    }
+    Ok(all)
+}

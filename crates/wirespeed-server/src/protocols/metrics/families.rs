@@ -1,0 +1,272 @@
+//! The Prometheus text format (0.0.4) of every counter: Triton's
+//! per-model families from the statistics and schedulers, the latency
+//! histograms, the server's own traffic and connections, and `process_*`.
+//! Written with the `prometheus` crate's data model and text encoder
+//! (`serve/metrics/mod.rs` says why).
+
+use std::sync::atomic::Ordering;
+
+use prometheus::core::Collector;
+use prometheus::proto::{self, LabelPair, MetricFamily, MetricType};
+use prometheus::{Encoder, TextEncoder};
+use wirespeed_proto::inference as pb;
+
+use super::Scrape;
+use crate::net::counts::{Connections, ListenerKind};
+use crate::serve::metrics::{Histogram, InferProtocol, Refusal, Traffic};
+use crate::serve::statistics::{self, FailureReason};
+use crate::serve::Serving;
+
+/// The content type of the text format.
+pub(crate) const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
+
+/// The scrape: every family, in the text format.
+pub(crate) fn render(serving: &Serving, traffic: &Traffic, scrape: &Scrape) -> String {
+    let mut families = model_families(serving);
+    families.extend(traffic_families(traffic, &scrape.connections));
+    families.extend(scrape.process.collect());
+    families.retain(|f| !f.get_metric().is_empty());
+    let mut text = Vec::with_capacity(16 << 10);
+    if let Err(e) = TextEncoder::new().encode(&families, &mut text) {
+        tracing::error!(error = %e, "cannot write the metrics");
+    }
+    String::from_utf8(text).unwrap_or_default()
+}
+
+/// A family being filled.
+struct Family(MetricFamily);
+
+impl Family {
+    fn new(name: &str, help: &str, kind: MetricType) -> Family {
+        let mut f = MetricFamily::default();
+        f.set_name(name.to_owned());
+        f.set_help(help.to_owned());
+        f.set_field_type(kind);
+        Family(f)
+    }
+
+    fn counter(name: &str, help: &str) -> Family {
+        Family::new(name, help, MetricType::COUNTER)
+    }
+
+    fn gauge(name: &str, help: &str) -> Family {
+        Family::new(name, help, MetricType::GAUGE)
+    }
+
+    fn histogram(name: &str, help: &str) -> Family {
+        Family::new(name, help, MetricType::HISTOGRAM)
+    }
+
+    /// Adds a sample with `labels`, whose value `set` puts in place.
+    fn add(&mut self, labels: &[(&str, &str)], set: impl FnOnce(&mut proto::Metric)) {
+        let mut metric = proto::Metric::default();
+        metric.set_label(
+            labels
+                .iter()
+                .map(|(name, value)| {
+                    let mut pair = LabelPair::default();
+                    pair.set_name((*name).to_owned());
+                    pair.set_value((*value).to_owned());
+                    pair
+                })
+                .collect(),
+        );
+        set(&mut metric);
+        self.0.mut_metric().push(metric);
+    }
+
+    fn count(&mut self, labels: &[(&str, &str)], value: u64) {
+        let kind = self.0.get_field_type();
+        self.add(labels, |m| {
+            if kind == MetricType::COUNTER {
+                let mut c = proto::Counter::default();
+                c.set_value(value as f64);
+                m.set_counter(c);
+            } else {
+                let mut g = proto::Gauge::default();
+                g.set_value(value as f64);
+                m.set_gauge(g);
+            }
+        });
+    }
+
+    fn observed(&mut self, labels: &[(&str, &str)], histogram: &Histogram) {
+        let snapshot = histogram.snapshot();
+        self.add(labels, |m| {
+            let mut h = proto::Histogram::default();
+            h.set_sample_count(snapshot.count);
+            h.set_sample_sum(snapshot.sum_seconds);
+            h.set_bucket(
+                snapshot
+                    .cumulative
+                    .iter()
+                    .map(|&(bound, count)| {
+                        let mut b = proto::Bucket::default();
+                        b.set_upper_bound(bound);
+                        b.set_cumulative_count(count);
+                        b
+                    })
+                    .collect(),
+            );
+            m.set_histogram(h);
+        });
+    }
+}
+
+/// Triton's per-model families and wirespeed's per-model additions.
+fn model_families(serving: &Serving) -> Vec<MetricFamily> {
+    let mut success = Family::counter(
+        "nv_inference_request_success",
+        "Number of successful inference requests, all batch sizes",
+    );
+    let mut failure = Family::counter(
+        "nv_inference_request_failure",
+        "Number of failed inference requests, all batch sizes, by reason",
+    );
+    let mut count = Family::counter("nv_inference_count", "Number of inferences performed");
+    let mut executions = Family::counter(
+        "nv_inference_exec_count",
+        "Number of model executions performed",
+    );
+    let mut pending = Family::gauge(
+        "nv_inference_pending_request_count",
+        "Instantaneous number of requests waiting for a compute slot",
+    );
+    let durations = [
+        (
+            "nv_inference_request_duration_us",
+            "Cumulative inference request duration in microseconds, successful requests",
+        ),
+        (
+            "nv_inference_queue_duration_us",
+            "Cumulative inference queuing duration in microseconds",
+        ),
+        (
+            "nv_inference_compute_input_duration_us",
+            "Cumulative compute input duration in microseconds (decoding the request)",
+        ),
+        (
+            "nv_inference_compute_infer_duration_us",
+            "Cumulative compute inference duration in microseconds",
+        ),
+        (
+            "nv_inference_compute_output_duration_us",
+            "Cumulative inference compute output duration in microseconds (encoding the answer)",
+        ),
+    ];
+    let mut duration_families: Vec<Family> = durations
+        .iter()
+        .map(|(name, help)| Family::counter(name, help))
+        .collect();
+    let mut request_hist = Family::histogram(
+        "wirespeed_inference_request_duration_seconds",
+        "Latency of successful inference requests, from the first byte to the answer",
+    );
+    let mut queue_hist = Family::histogram(
+        "wirespeed_inference_queue_duration_seconds",
+        "Time successful inference requests waited for a compute slot",
+    );
+    let mut infer_hist = Family::histogram(
+        "wirespeed_inference_compute_infer_duration_seconds",
+        "Time the model took on successful inference requests",
+    );
+    let mut defaults = Family::counter(
+        "wirespeed_default_outputs_total",
+        "Requests answered with the model's default outputs ([slo])",
+    );
+    let mut timeouts = Family::counter(
+        "wirespeed_queue_timeouts_total",
+        "Requests whose queue timeout passed while they waited",
+    );
+    let mut batch_size = Family::gauge(
+        "wirespeed_adaptive_batch_size",
+        "The adaptive batcher's batch size now, in rows",
+    );
+
+    for (name, served) in serving.models.all() {
+        let version = served.version().to_owned();
+        let labels = [("model", name.as_str()), ("version", version.as_str())];
+        let stats = statistics::snapshot(&name, &served);
+        let triton = &stats.triton;
+        let inference = triton.inference_stats.unwrap_or_default();
+        let us = |d: Option<pb::StatisticDuration>| d.unwrap_or_default().ns / 1000;
+        success.count(&labels, inference.success.unwrap_or_default().count);
+        for reason in FailureReason::ALL {
+            let with_reason = [labels[0], labels[1], ("reason", reason.label())];
+            failure.count(&with_reason, served.stats.failures(reason));
+        }
+        count.count(&labels, triton.inference_count);
+        executions.count(&labels, triton.execution_count);
+        pending.count(&labels, served.scheduler.waiting() as u64);
+        for (family, d) in duration_families.iter_mut().zip([
+            inference.success,
+            inference.queue,
+            inference.compute_input,
+            inference.compute_infer,
+            inference.compute_output,
+        ]) {
+            family.count(&labels, us(d));
+        }
+        if let Some(latencies) = served.stats.latencies() {
+            request_hist.observed(&labels, &latencies.request);
+            queue_hist.observed(&labels, &latencies.queue);
+            infer_hist.observed(&labels, &latencies.compute_infer);
+        }
+        let counters = served.scheduler.counters();
+        defaults.count(&labels, counters.defaults.load(Ordering::Relaxed));
+        timeouts.count(&labels, counters.timeouts.load(Ordering::Relaxed));
+        if let Some(size) = stats.batch_size {
+            batch_size.count(&labels, size as u64);
+        }
+    }
+    let mut families = vec![success.0, failure.0, count.0, executions.0, pending.0];
+    families.extend(duration_families.into_iter().map(|f| f.0));
+    families.extend([
+        request_hist.0,
+        queue_hist.0,
+        infer_hist.0,
+        defaults.0,
+        timeouts.0,
+        batch_size.0,
+    ]);
+    families
+}
+
+/// The server's own families.
+fn traffic_families(traffic: &Traffic, connections: &Connections) -> Vec<MetricFamily> {
+    let mut requests = Family::counter(
+        "wirespeed_infer_requests_total",
+        "Infer requests by the protocol they came in",
+    );
+    let mut bytes = Family::counter(
+        "wirespeed_decoded_bytes_total",
+        "Bytes of infer request bodies (decompressed) and gRPC messages decoded, by protocol",
+    );
+    for protocol in InferProtocol::ALL {
+        let labels = [("protocol", protocol.label())];
+        requests.count(&labels, traffic.requests(protocol));
+        bytes.count(&labels, traffic.decoded_bytes(protocol));
+    }
+    let mut accepted = Family::counter(
+        "wirespeed_connections_total",
+        "Connections accepted, by listener",
+    );
+    let mut open = Family::gauge(
+        "wirespeed_open_connections",
+        "Connections open now, by listener",
+    );
+    for listener in ListenerKind::ALL {
+        let (api, transport) = listener.labels();
+        let labels = [("api", api), ("transport", transport)];
+        accepted.count(&labels, connections.accepted(listener));
+        open.count(&labels, connections.open(listener));
+    }
+    let mut refused = Family::counter(
+        "wirespeed_refused_requests_total",
+        "Requests refused at a limit before any model saw them: headers, body size, request limits, body timeouts",
+    );
+    for refusal in Refusal::ALL {
+        refused.count(&[("limit", refusal.label())], traffic.refusals(refusal));
+    }
+    vec![requests.0, bytes.0, accepted.0, open.0, refused.0]
+}

@@ -1,0 +1,182 @@
+//! The REST listener's service, over HTTP/1.1 and HTTP/2 (h2c), on hyper:
+//! the Open Inference Protocol, TF Serving's (and KServe v1's) and
+//! Clipper's.
+//!
+//! `net/` accepts connections; [`RestService`] answers each request:
+//! `dispatch` routes it (`router.rs`), checks the bearer token (`auth.rs`),
+//! and hands it to one protocol's endpoint; the infer endpoints are codecs
+//! of the one pipeline (`serve/pipeline.rs`).
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Instant;
+
+use hyper::body::Incoming;
+use hyper::header::HeaderValue;
+use hyper::{Request, Response};
+use wirespeed_core::{Error, ErrorKind};
+
+use crate::protocols::auth::HealthCheck;
+use crate::protocols::http::compression;
+use crate::protocols::http::response::{self, Body};
+use crate::protocols::router::{self, Route};
+use crate::protocols::tfserving::rest as tfserving;
+use crate::protocols::v2::{health, metadata, repository, rest as infer, shared_memory};
+use crate::protocols::Front;
+use crate::protocols::{clipper, metrics};
+use crate::serve::pipeline::RequestContext;
+
+/// The REST listeners' service.
+#[derive(Clone)]
+pub(crate) struct RestService {
+    front: Arc<Front>,
+}
+
+impl RestService {
+    pub(crate) fn new(front: Arc<Front>) -> RestService {
+        RestService { front }
+    }
+}
+
+impl hyper::service::Service<Request<Incoming>> for RestService {
+    type Response = Response<Body>;
+    type Error = std::convert::Infallible;
+    type Future = Pin<Box<dyn Future<Output = Result<Response<Body>, Self::Error>> + Send>>;
+
+    fn call(&self, request: Request<Incoming>) -> Self::Future {
+        let front = Arc::clone(&self.front);
+        Box::pin(async move {
+            let coding = compression::response_coding(request.headers());
+            let mut response = answer(&front, request).await;
+            if let Some(coding) = coding {
+                response = compression::compress(response, coding, &front.serving.pool).await;
+            }
+            Ok(response)
+        })
+    }
+}
+
+/// Answers one request, with its id in the log and in server errors.
+async fn answer(front: &Front, request: Request<Incoming>) -> Response<Body> {
+    let trace = crate::serve::traces::incoming(request.headers());
+    let context = RequestContext::new(&front.serving, "rest", trace);
+    if !tracing::enabled!(target: "wirespeed_server::access", tracing::Level::INFO) {
+        return dispatch(front, request, context).await;
+    }
+    let id = context.id;
+    let started = Instant::now();
+    let method = request.method().clone();
+    let path = request.uri().path().to_owned();
+    let response = dispatch(front, request, context).await;
+    // The access log (`--access-log`): never the body, so never tensor
+    // data.
+    tracing::info!(
+        target: "wirespeed_server::access",
+        request_id = id,
+        protocol = "http",
+        %method,
+        path,
+        status = response.status().as_u16(),
+        micros = started.elapsed().as_micros() as u64,
+    );
+    response
+}
+
+/// Routes one request and answers it.
+async fn dispatch(
+    front: &Front,
+    request: Request<Incoming>,
+    context: RequestContext,
+) -> Response<Body> {
+    let id = context.id;
+    // A cheap reference-counted clone, so the route can borrow the path
+    // while the request moves into its handler.
+    let uri = request.uri().clone();
+    // hyper reads headers into its ~400 KiB connection buffer, which large
+    // bodies also stream through (a smaller one costs large JSON bodies
+    // ~15 %), so the header limit is checked here, once they are parsed.
+    let header_bytes: usize = request
+        .headers()
+        .iter()
+        .map(|(name, value)| name.as_str().len() + value.len() + 4)
+        .sum::<usize>()
+        + uri.path_and_query().map_or(0, |p| p.as_str().len());
+    if header_bytes > front.limits.max_header_bytes {
+        if let Some(traffic) = &front.serving.traffic {
+            traffic.refused(ErrorKind::HeadersTooLarge);
+        }
+        let e = Error::new(
+            ErrorKind::HeadersTooLarge,
+            format!(
+                "the request line and headers are {header_bytes} bytes, over the limit of {}",
+                front.limits.max_header_bytes
+            ),
+        );
+        let mut response = response::error(&e, id);
+        response
+            .headers_mut()
+            .insert(hyper::header::CONNECTION, HeaderValue::from_static("close"));
+        return response;
+    }
+    let route = router::route(request.method(), uri.path());
+    let health = match route {
+        Ok(Route::Live | Route::Root) => Some(HealthCheck::ServerLive),
+        Ok(Route::Ready) => Some(HealthCheck::ServerReady),
+        // KServe v1 asks a model's readiness with TF Serving's status.
+        Ok(Route::ModelReady(_) | Route::TfStatus(_)) => Some(HealthCheck::ModelReady),
+        _ => None,
+    };
+    let clipper = router::is_clipper(uri.path());
+    if let Err(e) = front.auth.check(request.headers(), health) {
+        // Clipper's clients expect Clipper's error shape, always.
+        return if clipper {
+            clipper::error(&e, id)
+        } else {
+            response::error(&e, id)
+        };
+    }
+    let result = match route {
+        Ok(Route::Root) => Ok(health::alive()),
+        Ok(Route::ModelList) => Ok(tfserving::model_list(front)),
+        Ok(Route::Live) => Ok(health::live()),
+        Ok(Route::Ready) => Ok(health::ready(front)),
+        Ok(Route::ServerMetadata) => Ok(metadata::server()),
+        Ok(Route::Metrics) => metrics::scrape(front),
+        Ok(Route::RepositoryIndex) => repository::index(front, request).await,
+        Ok(Route::RepositoryLoad(model)) => repository::load(front, model, request).await,
+        Ok(Route::RepositoryUnload(model)) => repository::unload(front, model, request).await,
+        Ok(Route::ModelMetadata(model)) => metadata::model(front, model),
+        Ok(Route::ModelReady(model)) => health::model_ready(front, model),
+        Ok(Route::ModelConfig(model)) => metadata::config(front, model),
+        Ok(Route::ModelStats(model)) => metadata::stats(front, model),
+        Ok(Route::Infer(model)) => return infer::infer(front, context, model, request).await,
+        Ok(Route::TfStatus(model)) => tfserving::status(front, model),
+        Ok(Route::TfMetadata(model)) => tfserving::metadata(front, model),
+        Ok(Route::TfPredict(model)) => {
+            return tfserving::predict(front, context, model, request).await
+        }
+        Ok(Route::TfExamples(model, verb)) => {
+            return tfserving::examples(front, context, model, request, verb).await
+        }
+        Ok(Route::TfOtherVerb(verb)) => Err(tfserving::other_verb(verb)),
+        Ok(Route::SharedMemory(route)) => shared_memory::answer(front, route, request).await,
+        Ok(Route::Missing(missing)) => Err(missing.error()),
+        Ok(Route::ClipperPredict(app)) => {
+            return clipper::predict(front, context, app, request).await
+        }
+        Err(e) if clipper => return clipper::error(&e, id),
+        // A path of none of wirespeed's endpoints: a transcoded service's?
+        Err(e) if e.kind() == ErrorKind::RouteNotFound => match &front.fallback {
+            Some(fallback) => {
+                return match fallback.answer(request).await {
+                    Some(answer) => answer,
+                    None => response::error(&e, id),
+                }
+            }
+            None => Err(e),
+        },
+        Err(e) => Err(e),
+    };
+    result.unwrap_or_else(|e| response::error(&e, id))
+}

@@ -1,0 +1,453 @@
+//! Maps a method and path to an endpoint of the Open Inference Protocol.
+
+use hyper::Method;
+use wirespeed_core::{Error, ErrorKind};
+
+use crate::protocols::tfserving::examples::Verb;
+use crate::protocols::v2::missing::Missing;
+
+/// A model named in a URL, with the version if the URL gives one: the
+/// pipeline's target.
+pub(crate) use crate::serve::pipeline::Target as ModelRef;
+
+/// The endpoints.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Route<'a> {
+    /// `GET /v2/health/live`
+    Live,
+    /// `GET /v2/health/ready`
+    Ready,
+    /// KServe v1: `GET /`, the server is alive.
+    Root,
+    /// KServe v1: `GET /v1/models`, the served models' names.
+    ModelList,
+    /// `GET /v2`
+    ServerMetadata,
+    /// `GET /v2/models/{name}[/versions/{v}]`
+    ModelMetadata(ModelRef<'a>),
+    /// `GET /v2/models/{name}[/versions/{v}]/ready`
+    ModelReady(ModelRef<'a>),
+    /// `POST /v2/models/{name}[/versions/{v}]/infer`
+    Infer(ModelRef<'a>),
+    /// `GET /v2/models/{name}[/versions/{v}]/config`
+    ModelConfig(ModelRef<'a>),
+    /// `GET /v2/models/stats` (every model, `name` empty) and
+    /// `GET /v2/models/{name}[/versions/{v}]/stats`
+    ModelStats(ModelRef<'a>),
+    /// TF Serving: `GET /v1/models/{name}[/versions/{v}]`
+    TfStatus(ModelRef<'a>),
+    /// TF Serving: `GET /v1/models/{name}[/versions/{v}]/metadata`
+    TfMetadata(ModelRef<'a>),
+    /// TF Serving: `POST /v1/models/{name}[/versions/{v}|/labels/{l}]:predict`
+    TfPredict(ModelRef<'a>),
+    /// TF Serving: `POST /v1/models/{name}[/versions/{v}|/labels/{l}]:classify`
+    /// and `:regress`
+    TfExamples(ModelRef<'a>, Verb),
+    /// A verb TF Serving does not have (KServe v1's `:explain`, a typo).
+    TfOtherVerb(&'a str),
+    /// Clipper: `POST /{app}/predict`
+    ClipperPredict(&'a str),
+    /// Triton's shared-memory extensions:
+    /// `/v2/{systemsharedmemory|cudasharedmemory}[/region/{name}]/{status|register|unregister}`
+    /// (register always names a region).
+    SharedMemory(SharedMemoryRoute<'a>),
+    /// `GET /metrics`: Prometheus metrics, as on `--metrics ADDR`.
+    Metrics,
+    /// `POST /v2/repository/index`
+    RepositoryIndex,
+    /// `POST /v2/repository/models/{name}/load`
+    RepositoryLoad(&'a str),
+    /// `POST /v2/repository/models/{name}/unload`
+    RepositoryUnload(&'a str),
+    /// Triton endpoints known and not served yet: a 501 saying which.
+    Missing(crate::protocols::v2::missing::Missing),
+}
+
+/// A shared-memory endpoint.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct SharedMemoryRoute<'a> {
+    /// CUDA rather than system shared memory.
+    pub(crate) cuda: bool,
+    /// The region named in the path; empty for all of them.
+    pub(crate) region: &'a str,
+    pub(crate) action: SharedMemoryAction,
+}
+
+/// What a shared-memory endpoint does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum SharedMemoryAction {
+    Status,
+    Register,
+    Unregister,
+}
+
+impl Route<'_> {
+    fn method(&self) -> Method {
+        match self {
+            Route::Infer(_)
+            | Route::TfPredict(_)
+            | Route::TfExamples(..)
+            | Route::TfOtherVerb(_)
+            | Route::ClipperPredict(_)
+            | Route::RepositoryIndex
+            | Route::RepositoryLoad(_)
+            | Route::RepositoryUnload(_) => Method::POST,
+            Route::SharedMemory(route) if route.action != SharedMemoryAction::Status => {
+                Method::POST
+            }
+            _ => Method::GET,
+        }
+    }
+}
+
+/// The most path segments any endpoint has
+/// (`/v1/models/{name}/versions/{v}/metadata`), and one more to tell a
+/// longer path.
+const MAX_SEGMENTS: usize = 7;
+
+/// The segments of `path` after its leading `/` (and without one trailing
+/// `/`), without allocating: every request is routed, so this is on the
+/// path of the smallest ones. `None` for a path longer than any endpoint's.
+fn segments(path: &str) -> Option<([&str; MAX_SEGMENTS], usize)> {
+    let trimmed = path.strip_suffix('/').unwrap_or(path);
+    let mut segments = [""; MAX_SEGMENTS];
+    let mut n = 0;
+    for segment in trimmed.split('/').skip(1) {
+        *segments.get_mut(n)? = segment;
+        n += 1;
+    }
+    Some((segments, n))
+}
+
+/// Finds the endpoint for `method` and `path`, or says why there is none.
+pub(crate) fn route<'a>(method: &Method, path: &'a str) -> Result<Route<'a>, Error> {
+    let found = segments(path).and_then(|(segments, n)| match_route(path, &segments[..n]));
+    let Some(route) = found else {
+        return Err(Error::new(
+            ErrorKind::RouteNotFound,
+            format!("no endpoint at {path}"),
+        ));
+    };
+    // Endpoints not served answer their 501 whatever the method (Triton
+    // takes GET and POST on the trace and log settings).
+    if matches!(route, Route::Missing(_)) {
+        return Ok(route);
+    }
+    // HEAD is GET without the body; hyper drops the body for us.
+    let allowed = route.method();
+    if *method == allowed || (*method == Method::HEAD && allowed == Method::GET) {
+        Ok(route)
+    } else {
+        Err(Error::new(
+            ErrorKind::MethodNotAllowed,
+            format!("{path} takes {allowed}, not {method}"),
+        ))
+    }
+}
+
+fn match_route<'a>(path: &'a str, segments: &[&'a str]) -> Option<Route<'a>> {
+    match segments {
+        [] => Some(Route::Root),
+        ["v1", "models"] => Some(Route::ModelList),
+        ["v2"] => Some(Route::ServerMetadata),
+        ["v2", "health", "live"] => Some(Route::Live),
+        ["v2", "health", "ready"] => Some(Route::Ready),
+        // TF Serving's Prometheus path (its monitoring config's default).
+        ["metrics"] | ["monitoring", "prometheus", "metrics"] => Some(Route::Metrics),
+        ["v2", "models", "stats"] => Some(Route::ModelStats(ModelRef {
+            name: "",
+            version: None,
+        })),
+        ["v2", "repository", "index"] => Some(Route::RepositoryIndex),
+        ["v2", "repository", "models", name, "load"] => Some(Route::RepositoryLoad(name)),
+        ["v2", "repository", "models", name, "unload"] => Some(Route::RepositoryUnload(name)),
+        ["v2", "trace", "setting"] | ["v2", "models", _, "trace", "setting"] => {
+            Some(Route::Missing(Missing::Trace))
+        }
+        ["v2", "logging"] => Some(Route::Missing(Missing::Logging)),
+        ["v2", "models", _, "generate" | "generate_stream"]
+        | ["v2", "models", _, "versions", _, "generate" | "generate_stream"] => {
+            Some(Route::Missing(Missing::Generate))
+        }
+        ["v2", "models", name, rest @ ..] if !name.is_empty() => model_route(name, rest),
+        ["v1", "models", rest @ ..] => tf_route(rest),
+        ["v2", kind @ ("systemsharedmemory" | "cudasharedmemory"), rest @ ..] => {
+            shared_memory_route(*kind == "cudasharedmemory", rest)
+        }
+        [app, "predict"] if is_clipper(path) => Some(Route::ClipperPredict(app)),
+        _ => None,
+    }
+}
+
+fn model_route<'a>(name: &'a str, rest: &[&'a str]) -> Option<Route<'a>> {
+    let (version, rest) = match rest {
+        ["versions", v, rest @ ..] if !v.is_empty() => (Some(*v), rest),
+        _ => (None, rest),
+    };
+    let model = ModelRef { name, version };
+    match rest {
+        [] => Some(Route::ModelMetadata(model)),
+        ["ready"] => Some(Route::ModelReady(model)),
+        ["infer"] => Some(Route::Infer(model)),
+        ["config"] => Some(Route::ModelConfig(model)),
+        ["stats"] => Some(Route::ModelStats(model)),
+        _ => None,
+    }
+}
+
+fn shared_memory_route<'a>(cuda: bool, rest: &[&'a str]) -> Option<Route<'a>> {
+    let (region, action) = match rest {
+        ["region", name, action] if !name.is_empty() => (*name, *action),
+        [action] => ("", *action),
+        _ => return None,
+    };
+    let action = match action {
+        "status" => SharedMemoryAction::Status,
+        "register" if !region.is_empty() => SharedMemoryAction::Register,
+        "unregister" => SharedMemoryAction::Unregister,
+        _ => return None,
+    };
+    Some(Route::SharedMemory(SharedMemoryRoute {
+        cuda,
+        region,
+        action,
+    }))
+}
+
+/// Whether `path` is Clipper's `/{app}/predict` (an app may not be called
+/// `v1` or `v2`, whose paths belong to TF Serving and V2).
+pub(crate) fn is_clipper(path: &str) -> bool {
+    let Some((segments, n)) = segments(path) else {
+        return false;
+    };
+    matches!(&segments[..n], [app, "predict"] if !app.is_empty() && *app != "v1" && *app != "v2")
+}
+
+/// TF Serving's paths under `/v1/models/`; the verb rides on the last
+/// segment, as in `titanic/versions/1:predict`. Labels are not configured:
+/// a label stands for the latest served version.
+fn tf_route<'a>(rest: &[&'a str]) -> Option<Route<'a>> {
+    let (last, head) = rest.split_last()?;
+    let (last, verb) = match last.rsplit_once(':') {
+        Some((segment, verb)) => (segment, Some(verb)),
+        None => (*last, None),
+    };
+    let mut segments = [""; MAX_SEGMENTS];
+    segments[..head.len()].copy_from_slice(head);
+    segments[head.len()] = last;
+    let (model, tail) = match &segments[..=head.len()] {
+        [name, "versions", v, tail @ ..] if !name.is_empty() && !v.is_empty() => (
+            ModelRef {
+                name,
+                version: Some(v),
+            },
+            tail,
+        ),
+        [name, "labels", l, tail @ ..] if !name.is_empty() && !l.is_empty() => (
+            ModelRef {
+                name,
+                version: None,
+            },
+            tail,
+        ),
+        [name, tail @ ..] if !name.is_empty() => (
+            ModelRef {
+                name,
+                version: None,
+            },
+            tail,
+        ),
+        _ => return None,
+    };
+    match (tail, verb) {
+        ([], None) => Some(Route::TfStatus(model)),
+        (["metadata"], None) => Some(Route::TfMetadata(model)),
+        ([], Some("predict")) => Some(Route::TfPredict(model)),
+        ([], Some("classify")) => Some(Route::TfExamples(model, Verb::Classify)),
+        ([], Some("regress")) => Some(Route::TfExamples(model, Verb::Regress)),
+        ([], Some(other)) => Some(Route::TfOtherVerb(other)),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn get(path: &str) -> Result<Route<'_>, Error> {
+        route(&Method::GET, path)
+    }
+
+    #[test]
+    fn every_endpoint_routes() {
+        let m = |name, version| ModelRef { name, version };
+        assert_eq!(get("/").unwrap(), Route::Root);
+        assert_eq!(get("/v1/models").unwrap(), Route::ModelList);
+        assert_eq!(get("/v2").unwrap(), Route::ServerMetadata);
+        assert_eq!(get("/v2/").unwrap(), Route::ServerMetadata);
+        assert_eq!(get("/v2/health/live").unwrap(), Route::Live);
+        assert_eq!(get("/metrics").unwrap(), Route::Metrics);
+        assert_eq!(get("/v2/health/ready").unwrap(), Route::Ready);
+        assert_eq!(
+            get("/v2/models/t").unwrap(),
+            Route::ModelMetadata(m("t", None))
+        );
+        assert_eq!(
+            get("/v2/models/t/versions/1").unwrap(),
+            Route::ModelMetadata(m("t", Some("1")))
+        );
+        assert_eq!(
+            get("/v2/models/t/versions/2/ready").unwrap(),
+            Route::ModelReady(m("t", Some("2")))
+        );
+        assert_eq!(
+            route(&Method::POST, "/v2/models/t/infer").unwrap(),
+            Route::Infer(m("t", None))
+        );
+        assert_eq!(
+            route(&Method::POST, "/v2/models/t/versions/1/infer").unwrap(),
+            Route::Infer(m("t", Some("1")))
+        );
+        assert_eq!(
+            get("/v2/models/t/versions/1/config").unwrap(),
+            Route::ModelConfig(m("t", Some("1")))
+        );
+        assert_eq!(
+            get("/v2/models/stats").unwrap(),
+            Route::ModelStats(m("", None))
+        );
+        assert_eq!(
+            get("/v2/models/t/stats").unwrap(),
+            Route::ModelStats(m("t", None))
+        );
+    }
+
+    #[test]
+    fn tf_serving_and_clipper_routes() {
+        let m = |name, version| ModelRef { name, version };
+        let post = |path| route(&Method::POST, path).unwrap();
+        assert_eq!(get("/v1/models/t").unwrap(), Route::TfStatus(m("t", None)));
+        assert_eq!(
+            get("/v1/models/t/versions/3").unwrap(),
+            Route::TfStatus(m("t", Some("3")))
+        );
+        assert_eq!(
+            get("/v1/models/t/metadata").unwrap(),
+            Route::TfMetadata(m("t", None))
+        );
+        assert_eq!(
+            get("/v1/models/t/versions/3/metadata").unwrap(),
+            Route::TfMetadata(m("t", Some("3")))
+        );
+        assert_eq!(post("/v1/models/t:predict"), Route::TfPredict(m("t", None)));
+        assert_eq!(
+            post("/v1/models/t/versions/2:predict"),
+            Route::TfPredict(m("t", Some("2")))
+        );
+        assert_eq!(
+            post("/v1/models/t/labels/stable:predict"),
+            Route::TfPredict(m("t", None))
+        );
+        assert_eq!(
+            post("/v1/models/t:classify"),
+            Route::TfExamples(m("t", None), Verb::Classify)
+        );
+        assert_eq!(post("/app/predict"), Route::ClipperPredict("app"));
+        assert_eq!(post("/app/predict/"), Route::ClipperPredict("app"));
+        assert_eq!(
+            route(&Method::GET, "/monitoring/prometheus/metrics").unwrap(),
+            Route::Metrics
+        );
+        assert_eq!(
+            get("/v1/models/t:predict").unwrap_err().kind(),
+            ErrorKind::MethodNotAllowed
+        );
+        // A label serves status and metadata too, as TF Serving's do.
+        assert_eq!(
+            get("/v1/models/t/labels/x").unwrap(),
+            Route::TfStatus(m("t", None))
+        );
+        assert_eq!(
+            get("/v1/models/t/labels/x/metadata").unwrap(),
+            Route::TfMetadata(m("t", None))
+        );
+        assert_eq!(
+            get("/v1/models/t/labels/x/other").unwrap_err().kind(),
+            ErrorKind::RouteNotFound
+        );
+    }
+
+    #[test]
+    fn endpoints_not_served_are_named() {
+        let post = |path| route(&Method::POST, path).unwrap();
+        assert_eq!(post("/v2/repository/index"), Route::RepositoryIndex);
+        assert_eq!(
+            post("/v2/repository/models/t/load"),
+            Route::RepositoryLoad("t")
+        );
+        assert_eq!(
+            get("/v2/trace/setting").unwrap(),
+            Route::Missing(Missing::Trace)
+        );
+        assert_eq!(
+            post("/v2/models/t/trace/setting"),
+            Route::Missing(Missing::Trace)
+        );
+        assert_eq!(post("/v2/logging"), Route::Missing(Missing::Logging));
+        assert_eq!(
+            post("/v2/models/t/versions/1/generate_stream"),
+            Route::Missing(Missing::Generate)
+        );
+    }
+
+    #[test]
+    fn shared_memory_routes() {
+        let shm = |cuda, region, action| {
+            Route::SharedMemory(SharedMemoryRoute {
+                cuda,
+                region,
+                action,
+            })
+        };
+        let post = |path| route(&Method::POST, path).unwrap();
+        assert_eq!(
+            get("/v2/systemsharedmemory/status").unwrap(),
+            shm(false, "", SharedMemoryAction::Status)
+        );
+        assert_eq!(
+            get("/v2/cudasharedmemory/region/r/status").unwrap(),
+            shm(true, "r", SharedMemoryAction::Status)
+        );
+        assert_eq!(
+            post("/v2/systemsharedmemory/region/in0/register"),
+            shm(false, "in0", SharedMemoryAction::Register)
+        );
+        assert_eq!(
+            post("/v2/systemsharedmemory/unregister"),
+            shm(false, "", SharedMemoryAction::Unregister)
+        );
+        assert!(route(&Method::POST, "/v2/systemsharedmemory/register").is_err());
+        assert_eq!(
+            get("/v2/systemsharedmemory/region/r/register")
+                .unwrap_err()
+                .kind(),
+            ErrorKind::MethodNotAllowed
+        );
+    }
+
+    #[test]
+    fn wrong_paths_and_methods_say_so() {
+        assert_eq!(
+            get("/v2/models/t/explain").unwrap_err().kind(),
+            ErrorKind::RouteNotFound
+        );
+        assert_eq!(
+            get("/v2/models//infer").unwrap_err().kind(),
+            ErrorKind::RouteNotFound
+        );
+        assert_eq!(get("//").unwrap_err().kind(), ErrorKind::RouteNotFound);
+        let e = get("/v2/models/t/infer").unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::MethodNotAllowed);
+        assert!(e.message().contains("takes POST"), "{e}");
+    }
+}

@@ -1,0 +1,314 @@
+//! TF Serving's REST API: `:predict` in the row (`instances`) and columnar
+//! (`inputs`) formats, `:classify` and `:regress` (`tf_examples.rs`),
+//! model status and model metadata. `:predict` bodies go through the same
+//! incremental decoder as V2 (`RequestDecoder::tf_serving`); the model's
+//! input names and datatypes stand in for TF's signature.
+
+use hyper::body::Incoming;
+use hyper::{Request, Response};
+use serde_json::{json, Map, Value};
+use wirespeed_core::{
+    DataType, Error, ErrorKind, InferRequest, InferResponse, ModelMetadata, RequestLimits,
+    TensorSpec,
+};
+use wirespeed_json::{Format, RequestDecoder};
+
+use crate::protocols::http::body::{RestRequest, OFFLOAD_BYTES};
+use crate::protocols::http::response::{self, Body};
+use crate::protocols::router::ModelRef;
+use crate::protocols::tfserving::examples::{self, Examples, Head, Verb};
+use crate::protocols::Front;
+use crate::serve::metrics::InferProtocol;
+use crate::serve::pipeline::{self, Codec, RequestContext};
+use crate::serve::served::ServedModel;
+use crate::serve::timing::{timed, timed_on, Stages};
+
+/// `POST /v1/models/{name}[/versions/{v}|/labels/{l}]:predict`
+pub(crate) async fn predict(
+    front: &Front,
+    context: RequestContext,
+    target: ModelRef<'_>,
+    request: Request<Incoming>,
+) -> Response<Body> {
+    let codec = TfPredict {
+        request: RestRequest::new(front, request),
+        format: Format::TfRows,
+    };
+    pipeline::infer(&front.serving, context, target, codec).await
+}
+
+/// TF Serving's `:predict` codec of one request.
+struct TfPredict<'a> {
+    request: RestRequest<'a>,
+    /// Rows or columns, as the request came; the answer follows it.
+    format: Format,
+}
+
+impl Codec for TfPredict<'_> {
+    type Answer = Response<Body>;
+    const PROTOCOL: InferProtocol = InferProtocol::TfServing;
+
+    async fn decode(
+        &mut self,
+        model: &ServedModel,
+        stages: &mut Stages,
+    ) -> Result<InferRequest, Error> {
+        let specs: Vec<(String, DataType)> = model
+            .metadata()
+            .inputs
+            .iter()
+            .map(|s| (s.name.clone(), s.datatype))
+            .collect();
+        let options = self.request.front.serving.decode_options.clone();
+        let decoder = RequestDecoder::tf_serving(options, &specs);
+        let (request, format) = self.request.decode_json(decoder, stages).await?;
+        self.format = format;
+        Ok(request)
+    }
+
+    async fn refuse(&mut self, error: Error) -> Error {
+        self.request.refuse(error).await
+    }
+
+    fn encode(&mut self, response: InferResponse) -> Result<Response<Body>, Error> {
+        let mut out = Vec::new();
+        wirespeed_json::encode_tf_response(&response.outputs, self.format, &mut out);
+        Ok(response::json(out))
+    }
+
+    fn stamp(answer: &mut Response<Body>, timing: &str) {
+        response::stamp(answer, timing);
+    }
+
+    fn mark_default(answer: &mut Response<Body>) {
+        response::mark_default(answer);
+    }
+
+    fn error(&self, error: &Error, message: &str) -> Response<Body> {
+        response::error_with(error, message)
+    }
+}
+
+/// `POST /v1/models/{name}[/versions/{v}|/labels/{l}]:classify` and
+/// `:regress`.
+pub(crate) async fn examples(
+    front: &Front,
+    context: RequestContext,
+    target: ModelRef<'_>,
+    request: Request<Incoming>,
+    verb: Verb,
+) -> Response<Body> {
+    let codec = TfExamples {
+        request: RestRequest::new(front, request),
+        verb,
+        head: None,
+    };
+    pipeline::infer(&front.serving, context, target, codec).await
+}
+
+/// The codec of one `:classify` or `:regress` request.
+struct TfExamples<'a> {
+    request: RestRequest<'a>,
+    verb: Verb,
+    /// The output that answers, once the model is known.
+    head: Option<Head>,
+}
+
+impl Codec for TfExamples<'_> {
+    type Answer = Response<Body>;
+    const PROTOCOL: InferProtocol = InferProtocol::TfServing;
+
+    async fn decode(
+        &mut self,
+        model: &ServedModel,
+        stages: &mut Stages,
+    ) -> Result<InferRequest, Error> {
+        let metadata = model.metadata();
+        let head = match examples::head(self.verb, metadata, model.model.heads()) {
+            Ok(head) => head,
+            Err(e) => return Err(self.request.refuse(e).await),
+        };
+        let body = self.request.read_json(stages).await?;
+        let limits = &self.request.front.serving.decode_options.limits;
+        let verb = self.verb;
+        let decode = move |metadata: &ModelMetadata, limits: &RequestLimits, body: &[u8]| {
+            let mut examples = Examples::new(metadata, limits)?;
+            examples.decode_json(body)?;
+            examples::check_signature(examples.signature(), verb, &metadata.name)?;
+            examples.into_request(metadata, &[head])
+        };
+        // A large body is decoded on the CPU pool, as every protocol's is,
+        // so the I/O thread keeps serving its other connections; a small
+        // one in place, with nothing copied for the trip.
+        let request = if body.len() as u64 > OFFLOAD_BYTES {
+            let (metadata, limits) = (metadata.clone(), limits.clone());
+            let pool = &self.request.front.serving.pool;
+            timed_on(pool, true, &mut stages.decode, move || {
+                decode(&metadata, &limits, &body)
+            })
+            .await?
+        } else {
+            timed(&mut stages.decode, || decode(metadata, limits, &body))?
+        };
+        self.head = Some(head);
+        Ok(request)
+    }
+
+    async fn refuse(&mut self, error: Error) -> Error {
+        self.request.refuse(error).await
+    }
+
+    fn encode(&mut self, response: InferResponse) -> Result<Response<Body>, Error> {
+        let (Some(head), [output]) = (self.head, response.outputs.as_slice()) else {
+            return Err(Error::internal(
+                "a classify or regress answer lost its output",
+            ));
+        };
+        Ok(response::json(examples::results_json(head, output)?))
+    }
+
+    fn stamp(answer: &mut Response<Body>, timing: &str) {
+        response::stamp(answer, timing);
+    }
+
+    fn mark_default(answer: &mut Response<Body>) {
+        response::mark_default(answer);
+    }
+
+    fn error(&self, error: &Error, message: &str) -> Response<Body> {
+        response::error_with(error, message)
+    }
+}
+
+/// Verbs TF Serving and KServe v1 have and wirespeed does not serve.
+pub(crate) fn other_verb(verb: &str) -> Error {
+    if verb == "explain" {
+        return Error::new(
+            ErrorKind::NotImplemented,
+            "':explain' (KServe v1) needs an explainer, and wirespeed serves none; \
+             ':predict' is served",
+        );
+    }
+    Error::new(
+        ErrorKind::Unsupported,
+        format!(
+            "':{verb}' is not a verb of TF Serving's API; it has ':predict', ':classify' and \
+             ':regress'"
+        ),
+    )
+}
+
+/// `GET /v1/models/{name}[/versions/{v}]`: TF Serving's status (the served
+/// version is AVAILABLE) and KServe v1's (`name`, `ready`) in one object,
+/// so both protocols' clients read it.
+pub(crate) fn status(front: &Front, target: ModelRef<'_>) -> Result<Response<Body>, Error> {
+    let model = front.serving.models.get(target.name, target.version)?;
+    // Without a version, every served one, as TF Serving lists them.
+    let versions = match target.version {
+        Some(_) => vec![model],
+        None => front.serving.models.versions(target.name),
+    };
+    let mut all_ready = true;
+    let statuses: Vec<Value> = versions
+        .iter()
+        .rev()
+        .map(|model| {
+            let ready = front.serving.model_ready(model);
+            all_ready &= ready.is_ok();
+            let (code, message) = match &ready {
+                Ok(()) => ("OK", ""),
+                Err(reason) => ("UNAVAILABLE", reason.as_str()),
+            };
+            json!({
+                "version": model.version(),
+                "state": if ready.is_ok() { "AVAILABLE" } else { "UNAVAILABLE" },
+                "status": { "error_code": code, "error_message": message },
+            })
+        })
+        .collect();
+    Ok(response::json_value(&json!({
+        "name": target.name,
+        "ready": all_ready,
+        "model_version_status": statuses,
+    })))
+}
+
+/// KServe v1's `GET /v1/models`: the served models' names.
+pub(crate) fn model_list(front: &Front) -> Response<Body> {
+    let names = front.serving.models.names();
+    response::json_value(&json!({ "models": names }))
+}
+
+/// `GET /v1/models/{name}[/versions/{v}]/metadata`: the model's inputs and
+/// outputs as a `serving_default` signature, and its heads' `classification`
+/// and `regression` signatures.
+pub(crate) fn metadata(front: &Front, target: ModelRef<'_>) -> Result<Response<Body>, Error> {
+    let model = front.serving.models.get(target.name, target.version)?;
+    let m = model.metadata();
+    let tensors = |specs: &[TensorSpec]| -> Value {
+        let mut map = Map::new();
+        for spec in specs {
+            let dims: Vec<Value> = spec
+                .shape
+                .iter()
+                .map(|d| json!({ "size": d.to_string(), "name": "" }))
+                .collect();
+            map.insert(
+                spec.name.clone(),
+                json!({
+                    "dtype": tf_dtype(spec.datatype),
+                    "tensor_shape": { "dim": dims, "unknown_rank": false },
+                    "name": spec.name,
+                }),
+            );
+        }
+        Value::Object(map)
+    };
+    let mut signatures = Map::new();
+    signatures.insert(
+        "serving_default".to_owned(),
+        json!({
+            "inputs": tensors(&m.inputs),
+            "outputs": tensors(&m.outputs),
+            "method_name": "tensorflow/serving/predict",
+        }),
+    );
+    for s in examples::signatures(model.model.heads()) {
+        signatures.insert(
+            s.name.to_owned(),
+            json!({
+                "inputs": tensors(&s.inputs),
+                "outputs": tensors(&s.outputs),
+                "method_name": s.method,
+            }),
+        );
+    }
+    Ok(response::json_value(&json!({
+        "model_spec": {
+            "name": m.name,
+            "signature_name": "",
+            "version": model.version(),
+        },
+        "metadata": { "signature_def": { "signature_def": signatures } }
+    })))
+}
+
+/// TensorFlow's name for a datatype.
+fn tf_dtype(datatype: DataType) -> &'static str {
+    match datatype {
+        DataType::Bool => "DT_BOOL",
+        DataType::Uint8 => "DT_UINT8",
+        DataType::Uint16 => "DT_UINT16",
+        DataType::Uint32 => "DT_UINT32",
+        DataType::Uint64 => "DT_UINT64",
+        DataType::Int8 => "DT_INT8",
+        DataType::Int16 => "DT_INT16",
+        DataType::Int32 => "DT_INT32",
+        DataType::Int64 => "DT_INT64",
+        DataType::Fp16 => "DT_HALF",
+        DataType::Fp32 => "DT_FLOAT",
+        DataType::Fp64 => "DT_DOUBLE",
+        DataType::Bf16 => "DT_BFLOAT16",
+        DataType::Bytes => "DT_STRING",
+    }
+}

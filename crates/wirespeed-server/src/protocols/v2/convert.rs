@@ -1,0 +1,305 @@
+//! Between the gRPC messages and wirespeed's own request and response types.
+//!
+//! Inputs come either as typed `contents` (prost has already decoded them
+//! into the `Vec` the tensor keeps, so they move, not copy) or as
+//! `raw_input_contents` (sliced out of the received message, then copied
+//! once into the typed tensor). Outputs always go back as
+//! `raw_output_contents`, as Triton answers.
+
+use bytes::Bytes;
+use wirespeed_core::raw::{from_raw, raw_len, write_raw};
+use wirespeed_core::{
+    DataType, Error, InferRequest, InferResponse, Parameters, RequestLimits, RequestedOutput,
+    SharedInput, SharedOutput, SharedRef, Tensor, TensorBudget, TensorData,
+};
+
+use pb::infer_parameter::ParameterChoice;
+use wirespeed_proto::inference as pb;
+use wirespeed_proto::tensors::{parameters_from_map, typed_contents, ContentsError};
+
+/// A client error about one input.
+fn input_error(name: &str, message: impl std::fmt::Display) -> Error {
+    Error::invalid_input(format!("input '{name}': {message}"))
+}
+
+/// Converts a gRPC infer request, enforcing the request limits.
+pub(crate) fn request(
+    message: pb::ModelInferRequest,
+    limits: &RequestLimits,
+) -> Result<InferRequest, Error> {
+    limits.check_inputs(message.inputs.len())?;
+    // Inputs in shared memory carry no data here; raw_input_contents has
+    // one entry for each of the others, in order (as tritonclient sends).
+    // Most inputs have no parameters: only those that name shared memory
+    // are converted and read.
+    let mut shared_refs = Vec::with_capacity(message.inputs.len());
+    for input in &message.inputs {
+        let names_shm = input
+            .parameters
+            .keys()
+            .any(|k| k.starts_with("shared_memory_"));
+        let shared = if names_shm {
+            let parameters = parameters(input.parameters.clone())?;
+            SharedRef::from_parameters(&parameters).map_err(|m| input_error(&input.name, m))?
+        } else {
+            None
+        };
+        shared_refs.push(shared);
+    }
+    let with_data = shared_refs.iter().filter(|s| s.is_none()).count();
+    let raw = !message.raw_input_contents.is_empty();
+    if raw && message.raw_input_contents.len() != with_data {
+        return Err(Error::invalid_input(format!(
+            "raw_input_contents has {} entries for {} inputs{}; give one per input, in \
+             order, or none",
+            message.raw_input_contents.len(),
+            with_data,
+            if with_data < message.inputs.len() {
+                " outside shared memory"
+            } else {
+                ""
+            }
+        )));
+    }
+    let mut raw_contents = message.raw_input_contents.into_iter();
+    let mut budget = TensorBudget::default();
+    let mut inputs = Vec::with_capacity(message.inputs.len());
+    let mut shared_inputs = Vec::new();
+    for (input, shared) in message.inputs.into_iter().zip(shared_refs) {
+        let name = input.name;
+        let datatype: DataType = input.datatype.parse().map_err(|e| input_error(&name, e))?;
+        let shape = input
+            .shape
+            .iter()
+            .map(|&d| usize::try_from(d))
+            .collect::<Result<Vec<usize>, _>>()
+            .map_err(|_| {
+                input_error(
+                    &name,
+                    format!("shape {:?} has a negative dimension", input.shape),
+                )
+            })?;
+        let count = budget
+            .take_shape(limits, datatype, &shape)
+            .map_err(|e| e.in_input(&name))?;
+        if let Some(at) = shared {
+            if input.contents.is_some() {
+                return Err(input_error(
+                    &name,
+                    "has both contents and shared_memory_region; send one",
+                ));
+            }
+            shared_inputs.push(SharedInput {
+                input: inputs.len(),
+                at,
+            });
+            let data = TensorData::with_capacity(datatype, 0);
+            inputs.push(Tensor { name, shape, data });
+            continue;
+        }
+        let data = match (raw_contents.next(), input.contents) {
+            (Some(_), Some(_)) => {
+                return Err(input_error(
+                    &name,
+                    "has both contents and raw_input_contents; send one",
+                ))
+            }
+            (Some(bytes), None) => from_raw(datatype, count, &bytes, limits.max_string_bytes)
+                .map_err(|e| e.for_input(&name))?,
+            (None, Some(contents)) => typed(&name, datatype, count, contents, limits)?,
+            (None, None) => {
+                return Err(input_error(
+                    &name,
+                    "has no data; set contents or raw_input_contents, or shared_memory_region",
+                ))
+            }
+        };
+        inputs.push(Tensor { name, shape, data });
+    }
+    let outputs = message
+        .outputs
+        .into_iter()
+        .map(|o| {
+            Ok(RequestedOutput {
+                parameters: parameters(o.parameters)?,
+                name: o.name,
+            })
+        })
+        .collect::<Result<Vec<_>, Error>>()?;
+    Ok(InferRequest {
+        id: (!message.id.is_empty()).then_some(message.id),
+        parameters: parameters(message.parameters)?,
+        inputs,
+        outputs,
+        binary_inputs: Vec::new(),
+        shared_inputs,
+    })
+}
+
+/// The typed `contents` of an input (`wirespeed_proto::tensors` holds the
+/// rules, shared with the upstream client).
+fn typed(
+    name: &str,
+    datatype: DataType,
+    count: usize,
+    contents: pb::InferTensorContents,
+    limits: &RequestLimits,
+) -> Result<TensorData, Error> {
+    typed_contents(datatype, count, contents, limits).map_err(|e| match e {
+        ContentsError::Mismatch(m) => input_error(name, m),
+        ContentsError::Limit(e) => e.in_input(name).into(),
+    })
+}
+
+/// A `parameters` map, sorted by key so its order does not depend on hashing.
+fn parameters(
+    map: std::collections::HashMap<String, pb::InferParameter>,
+) -> Result<Parameters, Error> {
+    parameters_from_map(map).map_err(Error::invalid_input)
+}
+
+/// Builds the gRPC response: outputs' metadata, and their data as raw
+/// bytes; an output written to shared memory has its `shared_memory_*`
+/// parameters and an empty raw entry, so the others keep their places.
+pub(crate) fn response(response: InferResponse) -> pb::ModelInferResponse {
+    let mut metadata = Vec::with_capacity(response.outputs.len());
+    let parameters = wirespeed_proto::tensors::parameters_to_map(&response.parameters);
+    let mut raw = Vec::with_capacity(response.outputs.len());
+    let shared: Vec<Option<SharedOutput>> = (0..response.outputs.len())
+        .map(|i| response.shared_output(i).cloned())
+        .collect();
+    for (tensor, shared) in response.outputs.into_iter().zip(shared) {
+        let mut parameters = std::collections::HashMap::new();
+        match shared {
+            Some(shared) => {
+                raw.push(Bytes::new());
+                let mut put = |key: &str, choice| {
+                    parameters.insert(
+                        key.to_owned(),
+                        pb::InferParameter {
+                            parameter_choice: Some(choice),
+                        },
+                    );
+                };
+                put(
+                    "shared_memory_region",
+                    ParameterChoice::StringParam(shared.at.region),
+                );
+                put(
+                    "shared_memory_byte_size",
+                    ParameterChoice::Int64Param(shared.written as i64),
+                );
+                if shared.at.offset > 0 {
+                    put(
+                        "shared_memory_offset",
+                        ParameterChoice::Int64Param(shared.at.offset as i64),
+                    );
+                }
+            }
+            None => {
+                let mut bytes = Vec::with_capacity(raw_len(&tensor.data));
+                write_raw(&tensor.data, &mut bytes);
+                raw.push(Bytes::from(bytes));
+            }
+        }
+        metadata.push(pb::model_infer_response::InferOutputTensor {
+            datatype: tensor.datatype().as_str().to_owned(),
+            shape: tensor.shape.iter().map(|&d| d as i64).collect(),
+            name: tensor.name,
+            parameters,
+            contents: None,
+        });
+    }
+    pb::ModelInferResponse {
+        model_name: response.model_name,
+        model_version: response.model_version,
+        id: response.id.unwrap_or_default(),
+        parameters,
+        outputs: metadata,
+        raw_output_contents: raw,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use pb::model_infer_request::InferInputTensor;
+
+    fn input(
+        datatype: &str,
+        shape: Vec<i64>,
+        contents: pb::InferTensorContents,
+    ) -> InferInputTensor {
+        InferInputTensor {
+            name: "x".into(),
+            datatype: datatype.into(),
+            shape,
+            parameters: Default::default(),
+            contents: Some(contents),
+        }
+    }
+
+    fn convert(inputs: Vec<InferInputTensor>, raw: Vec<Bytes>) -> Result<InferRequest, Error> {
+        request(
+            pb::ModelInferRequest {
+                inputs,
+                raw_input_contents: raw,
+                ..Default::default()
+            },
+            &RequestLimits::default(),
+        )
+    }
+
+    #[test]
+    fn typed_contents_become_tensors() {
+        let contents = pb::InferTensorContents {
+            int_contents: vec![-128, 127],
+            ..Default::default()
+        };
+        let r = convert(vec![input("INT8", vec![2], contents)], vec![]).unwrap();
+        assert_eq!(r.inputs[0].data, TensorData::Int8(vec![-128, 127]));
+    }
+
+    #[test]
+    fn out_of_range_and_misplaced_values_are_refused() {
+        let contents = pb::InferTensorContents {
+            int_contents: vec![128],
+            ..Default::default()
+        };
+        let e = convert(vec![input("INT8", vec![1], contents)], vec![]).unwrap_err();
+        assert!(e.message().contains("out of range for INT8"), "{e}");
+        let contents = pb::InferTensorContents {
+            fp64_contents: vec![1.0],
+            ..Default::default()
+        };
+        let e = convert(vec![input("FP32", vec![1], contents)], vec![]).unwrap_err();
+        assert!(e.message().contains("fp64_contents holds values"), "{e}");
+        let contents = pb::InferTensorContents {
+            fp32_contents: vec![1.0],
+            ..Default::default()
+        };
+        let e = convert(vec![input("FP32", vec![2], contents)], vec![]).unwrap_err();
+        assert!(e.message().contains("has 2 elements"), "{e}");
+    }
+
+    #[test]
+    fn raw_contents_are_checked_against_the_shape() {
+        let mut x = input("FP32", vec![2], Default::default());
+        x.contents = None;
+        let ok = convert(vec![x.clone()], vec![Bytes::from_static(&[0; 8])]).unwrap();
+        assert_eq!(ok.inputs[0].data, TensorData::Fp32(vec![0.0, 0.0]));
+        let e = convert(vec![x.clone()], vec![Bytes::from_static(&[0; 6])]).unwrap_err();
+        assert!(e.message().contains("take 8 bytes"), "{e}");
+        let e = convert(vec![x], vec![]).unwrap_err();
+        assert!(e.message().contains("has no data"), "{e}");
+    }
+
+    #[test]
+    fn a_huge_shape_is_a_limit_error_before_any_allocation() {
+        use wirespeed_core::ErrorKind;
+        let mut x = input("FP32", vec![1_000_000_000_000], Default::default());
+        x.contents = None;
+        let e = convert(vec![x], vec![Bytes::from_static(&[0; 8])]).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::LimitExceeded);
+    }
+}

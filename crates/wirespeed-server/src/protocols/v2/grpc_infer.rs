@@ -1,0 +1,205 @@
+//! `ModelInfer` and `ModelStreamInfer`: the Open Inference Protocol's gRPC
+//! codecs of the one pipeline. Inputs come as typed `contents` or
+//! `raw_input_contents` (`convert.rs`); outputs go back as
+//! `raw_output_contents`, as Triton answers.
+
+use std::time::Duration;
+
+use tonic::{Code, Response, Status};
+use wirespeed_core::{Error, InferRequest, InferResponse, TraceContext};
+
+use super::convert;
+use crate::protocols::Front;
+use crate::serve::metrics::InferProtocol;
+use crate::serve::pipeline::{self, Codec, RequestContext, Target};
+use crate::serve::served::ServedModel;
+use crate::serve::timing::{timed_on, Stages, SERVER_TIMING};
+use pb::infer_parameter::ParameterChoice;
+use wirespeed_proto::inference as pb;
+
+/// Raw input bytes above this are converted on the CPU pool: copying them
+/// takes long enough to hold up other requests on the async worker.
+const OFFLOAD_RAW_BYTES: usize = 1 << 20;
+
+/// Triton's request parameter asking that each stream response say
+/// whether it is the request's last, and the response parameter that says.
+const EMPTY_FINAL_RESPONSE: &str = "triton_enable_empty_final_response";
+const FINAL_RESPONSE: &str = "triton_final_response";
+
+/// Marks a `ModelInfer` answer made of the model's default outputs:
+/// `GrpcService` adds `wirespeed-default: true` to its trailing metadata.
+#[derive(Clone, Copy)]
+pub(crate) struct DefaultAnswer;
+
+/// The gRPC status for `error`, whose client-facing text is `message`.
+pub(crate) fn status(error: &Error, message: &str) -> Status {
+    Status::new(Code::from_i32(error.kind().grpc_code()), message)
+}
+
+/// Answers one `ModelInfer` call.
+pub(super) async fn model_infer(
+    front: &Front,
+    mut message: pb::ModelInferRequest,
+    timeout: Option<Duration>,
+    trace: Option<TraceContext>,
+) -> Result<Response<pb::ModelInferResponse>, Status> {
+    let context = RequestContext::new(&front.serving, "grpc", trace).within(timeout);
+    let name = std::mem::take(&mut message.model_name);
+    let version = std::mem::take(&mut message.model_version);
+    let target = Target {
+        name: &name,
+        version: (!version.is_empty()).then_some(version.as_str()),
+    };
+    let codec = GrpcInfer {
+        front,
+        message: Some(message),
+    };
+    pipeline::infer(&front.serving, context, target, codec).await
+}
+
+/// Answers one request of a `ModelStreamInfer` stream: a failed request
+/// gets its error in `error_message`, and the stream goes on, as Triton
+/// does.
+pub(super) async fn stream_infer(
+    front: &Front,
+    mut message: pb::ModelInferRequest,
+    trace: Option<TraceContext>,
+) -> pb::ModelStreamInferResponse {
+    let context = RequestContext::new(&front.serving, "grpc-stream", trace);
+    let name = std::mem::take(&mut message.model_name);
+    let version = std::mem::take(&mut message.model_version);
+    let target = Target {
+        name: &name,
+        version: (!version.is_empty()).then_some(version.as_str()),
+    };
+    let id = message.id.clone();
+    let flag_final = message
+        .parameters
+        .get(EMPTY_FINAL_RESPONSE)
+        .is_some_and(|p| p.parameter_choice == Some(ParameterChoice::BoolParam(true)));
+    let codec = GrpcStreamInfer {
+        unary: GrpcInfer {
+            front,
+            message: Some(message),
+        },
+        id,
+        flag_final,
+    };
+    pipeline::infer(&front.serving, context, target, codec).await
+}
+
+/// The `ModelInfer` codec of one call.
+struct GrpcInfer<'a> {
+    front: &'a Front,
+    /// Until it is decoded.
+    message: Option<pb::ModelInferRequest>,
+}
+
+impl GrpcInfer<'_> {
+    /// Converts the message to the core request, on the CPU pool when it
+    /// carries many raw bytes.
+    async fn convert(&mut self, stages: &mut Stages) -> Result<InferRequest, Error> {
+        let message = self.message.take().expect("a message is decoded once");
+        let raw_bytes: usize = message.raw_input_contents.iter().map(|b| b.len()).sum();
+        let bytes = if self.front.serving.traffic.is_some() {
+            prost::Message::encoded_len(&message) as u64
+        } else {
+            0
+        };
+        let limits = self.front.serving.decode_options.limits.clone();
+        let mut decode = Duration::ZERO;
+        let offload = raw_bytes > OFFLOAD_RAW_BYTES;
+        let request = timed_on(&self.front.serving.pool, offload, &mut decode, move || {
+            convert::request(message, &limits)
+        })
+        .await?;
+        stages.body_read(decode, bytes);
+        Ok(request)
+    }
+}
+
+impl Codec for GrpcInfer<'_> {
+    type Answer = Result<Response<pb::ModelInferResponse>, Status>;
+    const PROTOCOL: InferProtocol = InferProtocol::V2Grpc;
+
+    async fn decode(
+        &mut self,
+        _: &ServedModel,
+        stages: &mut Stages,
+    ) -> Result<InferRequest, Error> {
+        self.convert(stages).await
+    }
+
+    fn encode(&mut self, response: InferResponse) -> Result<Self::Answer, Error> {
+        Ok(Ok(Response::new(convert::response(response))))
+    }
+
+    fn stamp(answer: &mut Self::Answer, timing: &str) {
+        if let (Ok(response), Ok(value)) = (answer, timing.parse()) {
+            response.metadata_mut().insert(SERVER_TIMING, value);
+        }
+    }
+
+    fn mark_default(answer: &mut Self::Answer) {
+        if let Ok(response) = answer {
+            response.extensions_mut().insert(DefaultAnswer);
+        }
+    }
+
+    fn error(&self, error: &Error, message: &str) -> Self::Answer {
+        Err(status(error, message))
+    }
+}
+
+/// The codec of one request of a `ModelStreamInfer` stream.
+struct GrpcStreamInfer<'a> {
+    unary: GrpcInfer<'a>,
+    /// The request's id, echoed with an error.
+    id: String,
+    /// The request set `triton_enable_empty_final_response`: each response
+    /// says it is the request's last (`triton_final_response`), as
+    /// Triton's do. wirespeed's models answer once, so it always is.
+    flag_final: bool,
+}
+
+impl Codec for GrpcStreamInfer<'_> {
+    type Answer = pb::ModelStreamInferResponse;
+    const PROTOCOL: InferProtocol = InferProtocol::V2Grpc;
+
+    async fn decode(
+        &mut self,
+        _: &ServedModel,
+        stages: &mut Stages,
+    ) -> Result<InferRequest, Error> {
+        self.unary.convert(stages).await
+    }
+
+    fn encode(&mut self, response: InferResponse) -> Result<Self::Answer, Error> {
+        let mut response = convert::response(response);
+        if self.flag_final {
+            response.parameters.insert(
+                FINAL_RESPONSE.to_owned(),
+                pb::InferParameter {
+                    parameter_choice: Some(ParameterChoice::BoolParam(true)),
+                },
+            );
+        }
+        Ok(pb::ModelStreamInferResponse {
+            error_message: String::new(),
+            infer_response: Some(response),
+        })
+    }
+
+    /// Stream messages carry no metadata of their own.
+    fn stamp(_: &mut Self::Answer, _: &str) {}
+
+    fn error(&self, _: &Error, message: &str) -> Self::Answer {
+        pb::ModelStreamInferResponse {
+            error_message: message.to_owned(),
+            infer_response: Some(pb::ModelInferResponse {
+                id: self.id.clone(),
+                ..Default::default()
+            }),
+        }
+    }
+}

@@ -1,0 +1,279 @@
+//! Triton's model configuration extension: a served model described as
+//! Triton's `ModelConfig`, for `GET /v2/models/{m}[/versions/{v}]/config`
+//! and gRPC `ModelConfig`. perf_analyzer and Model Analyzer read it at
+//! start, after the model's metadata, and stop if it is missing.
+//!
+//! wirespeed's shapes are whole, with `-1` for a variable dimension. A
+//! model without `[batching]` takes no batch dimension of Triton's, so
+//! `max_batch_size` is 0 and each input's `dims` is its whole shape, as
+//! Triton writes a non-batching model's. A model with `[batching]` is
+//! written as Triton writes a batching one: its `max_batch_size`, `dims`
+//! without the first dimension, and `dynamic_batching` with its preferred
+//! sizes, queue delay, priority levels and queue policies (`[queue]`).
+//! `max_concurrency` is the CPU instance group's count; `max_queue` is a
+//! parameter. An output's labels file is its `label_filename`.
+
+use serde_json::{json, Value};
+use wirespeed_models::{
+    triton_data_type as data_type, LevelPolicy, Scheduling, TimeoutAction, VersionPolicy,
+};
+use wirespeed_proto::inference as pb;
+
+use crate::serve::served::ServedModel;
+
+/// The configuration of `model`, served as `name`.
+pub(crate) fn model_config(name: &str, model: &ServedModel) -> pb::ModelConfig {
+    let metadata = model.metadata();
+    let scheduling = model.scheduler.scheduling();
+    let batching = scheduling.batching.as_ref();
+    // A batching model's dims leave out the batch dimension, as Triton's.
+    let dims = |shape: &[i64]| match batching {
+        Some(_) => shape.get(1..).unwrap_or(&[]).to_vec(),
+        None => shape.to_vec(),
+    };
+    let input = metadata
+        .inputs
+        .iter()
+        .map(|spec| pb::ModelInput {
+            name: spec.name.clone(),
+            data_type: data_type(spec.datatype) as i32,
+            format: pb::model_input::Format::None as i32,
+            dims: dims(&spec.shape),
+            optional: false,
+            ..Default::default()
+        })
+        .collect();
+    let output = metadata
+        .outputs
+        .iter()
+        .map(|spec| pb::ModelOutput {
+            name: spec.name.clone(),
+            data_type: data_type(spec.datatype) as i32,
+            dims: dims(&spec.shape),
+            label_filename: model
+                .labels(&spec.name)
+                .map(|l| l.file.clone())
+                .unwrap_or_default(),
+            ..Default::default()
+        })
+        .collect();
+    let mut parameters = std::collections::HashMap::new();
+    parameters.insert(
+        "max_queue".to_owned(),
+        pb::ModelParameter {
+            string_value: model.max_queue.to_string(),
+        },
+    );
+    pb::ModelConfig {
+        name: name.to_owned(),
+        platform: metadata.platform.clone(),
+        backend: model.backend.clone(),
+        version_policy: Some(version_policy(&model.version_policy)),
+        max_batch_size: batching.map_or(0, |b| i32::try_from(b.max_batch_size).unwrap_or(i32::MAX)),
+        input,
+        output,
+        scheduling_choice: batching.map(|_| {
+            pb::model_config::SchedulingChoice::DynamicBatching(dynamic_batching(scheduling))
+        }),
+        instance_group: vec![pb::ModelInstanceGroup {
+            name: name.to_owned(),
+            count: i32::try_from(model.max_concurrency).unwrap_or(i32::MAX),
+            kind: pb::model_instance_group::Kind::Cpu as i32,
+            ..Default::default()
+        }],
+        default_model_filename: String::new(),
+        parameters,
+        ..Default::default()
+    }
+}
+
+/// Triton's `version_policy` for `policy`.
+fn version_policy(policy: &VersionPolicy) -> pb::ModelVersionPolicy {
+    use pb::model_version_policy::{All, Latest, PolicyChoice, Specific};
+    let choice = match policy {
+        VersionPolicy::Latest(n) => PolicyChoice::Latest(Latest {
+            num_versions: u32::try_from(*n).unwrap_or(u32::MAX),
+        }),
+        VersionPolicy::All => PolicyChoice::All(All {}),
+        VersionPolicy::Specific(versions) => PolicyChoice::Specific(Specific {
+            versions: versions
+                .iter()
+                .map(|&v| i64::try_from(v).unwrap_or(i64::MAX))
+                .collect(),
+        }),
+    };
+    pb::ModelVersionPolicy {
+        policy_choice: Some(choice),
+    }
+}
+
+/// Triton's `dynamic_batching` for a model with `[batching]`.
+fn dynamic_batching(scheduling: &Scheduling) -> pb::ModelDynamicBatching {
+    let batching = scheduling.batching.as_ref();
+    let queue = &scheduling.queue;
+    let levels = queue.levels.len();
+    pb::ModelDynamicBatching {
+        preferred_batch_size: batching
+            .map(|b| b.preferred_batch_sizes.iter().map(|&s| s as i32).collect())
+            .unwrap_or_default(),
+        max_queue_delay_microseconds: batching.map_or(0, |b| b.max_queue_delay.as_micros() as u64),
+        preserve_ordering: false,
+        // One level is Triton's "no priorities": 0 levels.
+        priority_levels: if levels > 1 { levels as u64 } else { 0 },
+        default_priority_level: if levels > 1 {
+            queue.default_level as u64 + 1
+        } else {
+            0
+        },
+        default_queue_policy: Some(queue_policy(&queue.levels[queue.default_level])),
+        priority_queue_policy: if levels > 1 {
+            queue
+                .levels
+                .iter()
+                .enumerate()
+                .map(|(i, p)| (i as u64 + 1, queue_policy(p)))
+                .collect()
+        } else {
+            Default::default()
+        },
+    }
+}
+
+fn queue_policy(policy: &LevelPolicy) -> pb::ModelQueuePolicy {
+    pb::ModelQueuePolicy {
+        timeout_action: match policy.timeout_action {
+            TimeoutAction::Reject => pb::model_queue_policy::TimeoutAction::Reject,
+            TimeoutAction::Delay => pb::model_queue_policy::TimeoutAction::Delay,
+        } as i32,
+        default_timeout_microseconds: policy.default_timeout.map_or(0, |t| t.as_micros() as u64),
+        allow_timeout_override: policy.allow_timeout_override,
+        max_queue_size: u32::try_from(policy.max_queue_size).unwrap_or(u32::MAX),
+    }
+}
+
+/// Triton's JSON of a `version_policy`, the latest version when unset.
+fn version_policy_json(policy: Option<&pb::ModelVersionPolicy>) -> Value {
+    use pb::model_version_policy::PolicyChoice;
+    match policy.and_then(|p| p.policy_choice.as_ref()) {
+        Some(PolicyChoice::All(_)) => json!({ "all": {} }),
+        Some(PolicyChoice::Specific(s)) => json!({ "specific": { "versions": s.versions } }),
+        Some(PolicyChoice::Latest(l)) => json!({ "latest": { "num_versions": l.num_versions } }),
+        None => json!({ "latest": { "num_versions": 1 } }),
+    }
+}
+
+fn queue_policy_json(policy: &pb::ModelQueuePolicy) -> Value {
+    let action = pb::model_queue_policy::TimeoutAction::try_from(policy.timeout_action)
+        .unwrap_or(pb::model_queue_policy::TimeoutAction::Reject);
+    json!({
+        "timeout_action": action.as_str_name(),
+        "default_timeout_microseconds": policy.default_timeout_microseconds,
+        "allow_timeout_override": policy.allow_timeout_override,
+        "max_queue_size": policy.max_queue_size,
+    })
+}
+
+/// The REST answer: Triton's JSON for the message, fields by their proto
+/// names, enums by their names, and every field present, as Triton prints
+/// them (perf_analyzer reads some without checking they are there).
+pub(crate) fn to_json(config: &pb::ModelConfig) -> Value {
+    let type_name = |t: i32| {
+        pb::DataType::try_from(t)
+            .unwrap_or(pb::DataType::TypeInvalid)
+            .as_str_name()
+    };
+    let inputs: Vec<Value> = config
+        .input
+        .iter()
+        .map(|i| {
+            json!({
+                "name": i.name,
+                "data_type": type_name(i.data_type),
+                "format": "FORMAT_NONE",
+                "dims": i.dims,
+                "is_shape_tensor": false,
+                "allow_ragged_batch": false,
+                "optional": i.optional,
+                "is_non_linear_format_io": false,
+            })
+        })
+        .collect();
+    let outputs: Vec<Value> = config
+        .output
+        .iter()
+        .map(|o| {
+            json!({
+                "name": o.name,
+                "data_type": type_name(o.data_type),
+                "dims": o.dims,
+                "label_filename": o.label_filename,
+                "is_shape_tensor": false,
+                "is_non_linear_format_io": false,
+            })
+        })
+        .collect();
+    let groups: Vec<Value> = config
+        .instance_group
+        .iter()
+        .map(|g| {
+            json!({
+                "name": g.name,
+                "kind": "KIND_CPU",
+                "count": g.count,
+                "gpus": [],
+                "secondary_devices": [],
+                "profile": [],
+                "passive": false,
+                "host_policy": "",
+            })
+        })
+        .collect();
+    let parameters: serde_json::Map<String, Value> = config
+        .parameters
+        .iter()
+        .map(|(k, v)| (k.clone(), json!({ "string_value": v.string_value })))
+        .collect();
+    let mut answer = json!({
+        "name": config.name,
+        "platform": config.platform,
+        "backend": config.backend,
+        "runtime": "",
+        "version_policy": version_policy_json(config.version_policy.as_ref()),
+        "max_batch_size": config.max_batch_size,
+        "input": inputs,
+        "output": outputs,
+        "batch_input": [],
+        "batch_output": [],
+        "optimization": {
+            "priority": "PRIORITY_DEFAULT",
+            "input_pinned_memory": { "enable": true },
+            "output_pinned_memory": { "enable": true },
+            "gather_kernel_buffer_threshold": 0,
+            "eager_batching": false,
+        },
+        "instance_group": groups,
+        "default_model_filename": config.default_model_filename,
+        "cc_model_filenames": {},
+        "metric_tags": {},
+        "parameters": parameters,
+        "model_warmup": [],
+    });
+    if let Some(pb::model_config::SchedulingChoice::DynamicBatching(d)) = &config.scheduling_choice
+    {
+        let policies: serde_json::Map<String, Value> = d
+            .priority_queue_policy
+            .iter()
+            .map(|(level, p)| (level.to_string(), queue_policy_json(p)))
+            .collect();
+        answer["dynamic_batching"] = json!({
+            "preferred_batch_size": d.preferred_batch_size,
+            "max_queue_delay_microseconds": d.max_queue_delay_microseconds,
+            "preserve_ordering": d.preserve_ordering,
+            "priority_levels": d.priority_levels,
+            "default_priority_level": d.default_priority_level,
+            "default_queue_policy": d.default_queue_policy.as_ref().map(queue_policy_json),
+            "priority_queue_policy": policies,
+        });
+    }
+    answer
+}

@@ -1,0 +1,162 @@
+//! `POST /v2/models/{name}[/versions/{v}]/infer`, the Open Inference
+//! Protocol's REST codec: a JSON body, a JSON header followed by raw tensor
+//! bytes (Triton's binary tensor data extension), or a raw body, in; JSON or
+//! JSON and raw bytes out. The pipeline does the rest.
+
+use hyper::body::Incoming;
+use hyper::{Request, Response};
+use wirespeed_core::{raw, Error, InferRequest, InferResponse, ParameterValue, Parameters};
+
+use crate::protocols::http::body::{decode_body, DecodedBody, RestRequest};
+use crate::protocols::http::response::{self, Body};
+use crate::protocols::router::ModelRef;
+use crate::protocols::Front;
+use crate::serve::metrics::InferProtocol;
+use crate::serve::pipeline::{self, Codec, RequestContext};
+use crate::serve::served::ServedModel;
+use crate::serve::timing::Stages;
+
+/// Answers one V2 REST infer request.
+pub(crate) async fn infer(
+    front: &Front,
+    context: RequestContext,
+    target: ModelRef<'_>,
+    request: Request<Incoming>,
+) -> Response<Body> {
+    let codec = V2Rest {
+        request: RestRequest::new(front, request),
+        binary: BinaryOutputs::default(),
+    };
+    pipeline::infer(&front.serving, context, target, codec).await
+}
+
+/// The V2 REST codec of one request.
+struct V2Rest<'a> {
+    request: RestRequest<'a>,
+    binary: BinaryOutputs,
+}
+
+impl Codec for V2Rest<'_> {
+    type Answer = Response<Body>;
+    const PROTOCOL: InferProtocol = InferProtocol::V2Rest;
+
+    async fn decode(
+        &mut self,
+        model: &ServedModel,
+        stages: &mut Stages,
+    ) -> Result<InferRequest, Error> {
+        let (front, body) = (self.request.front, self.request.take_body());
+        // The body is decoded as it arrives, and read to its end before any
+        // error is answered, so the connection stays clean for the next
+        // request.
+        let DecodedBody {
+            request,
+            raw,
+            decode,
+            bytes,
+        } = decode_body(
+            &self.request.headers,
+            body,
+            &front.limits,
+            &front.serving.decode_options,
+            &front.serving.pool,
+            model.metadata(),
+        )
+        .await?;
+        stages.body_read(decode, bytes);
+        self.binary = BinaryOutputs::of(&request, raw)?;
+        Ok(request)
+    }
+
+    async fn refuse(&mut self, error: Error) -> Error {
+        self.request.refuse(error).await
+    }
+
+    fn encode(&mut self, response: InferResponse) -> Result<Response<Body>, Error> {
+        // An output in shared memory has no bytes in the answer.
+        let binary: Vec<bool> = response
+            .outputs
+            .iter()
+            .enumerate()
+            .map(|(i, t)| response.shared_output(i).is_none() && self.binary.of_output(&t.name))
+            .collect();
+        Ok(encode(&response, &binary))
+    }
+
+    fn stamp(answer: &mut Response<Body>, timing: &str) {
+        response::stamp(answer, timing);
+    }
+
+    fn mark_default(answer: &mut Response<Body>) {
+        response::mark_default(answer);
+    }
+
+    fn error(&self, error: &Error, message: &str) -> Response<Body> {
+        response::error_with(error, message)
+    }
+}
+
+/// The response for `response`: all JSON, or a JSON header and the raw
+/// bytes of the outputs marked `binary`.
+fn encode(response: &InferResponse, binary: &[bool]) -> Response<Body> {
+    let mut body = Vec::new();
+    if !binary.contains(&true) {
+        wirespeed_json::encode_infer_response(response, &mut body);
+        return response::json(body);
+    }
+    wirespeed_json::encode_infer_response_header(response, binary, &mut body);
+    let header_len = body.len();
+    let raw_bytes: usize = response
+        .outputs
+        .iter()
+        .zip(binary)
+        .filter(|(_, &b)| b)
+        .map(|(t, _)| raw::raw_len(&t.data))
+        .sum();
+    body.reserve_exact(raw_bytes);
+    for (tensor, _) in response.outputs.iter().zip(binary).filter(|(_, &b)| b) {
+        raw::write_raw(&tensor.data, &mut body);
+    }
+    response::binary(body, header_len)
+}
+
+/// Which outputs go back as raw bytes: those asked for with `binary_data`,
+/// or all of them with the request's `binary_data_output` (an output's own
+/// setting wins), or all of them after a raw request body.
+#[derive(Debug, Default)]
+struct BinaryOutputs {
+    all: bool,
+    own: Vec<(String, bool)>,
+}
+
+impl BinaryOutputs {
+    /// Reads the request's settings, before the model runs, so a bad one
+    /// costs no compute.
+    fn of(request: &InferRequest, raw: bool) -> Result<BinaryOutputs, Error> {
+        let flag = |parameters: &Parameters, key: &str| -> Result<Option<bool>, Error> {
+            match parameters.iter().find(|(k, _)| k == key) {
+                None => Ok(None),
+                Some((_, ParameterValue::Bool(b))) => Ok(Some(*b)),
+                Some((_, other)) => Err(Error::invalid_input(format!(
+                    "parameter '{key}' must be a bool, found {other:?}"
+                ))),
+            }
+        };
+        let all = raw || flag(&request.parameters, "binary_data_output")?.unwrap_or(false);
+        let mut own = Vec::new();
+        for output in &request.outputs {
+            if let Some(b) = flag(&output.parameters, "binary_data")? {
+                own.push((output.name.clone(), b));
+            }
+        }
+        Ok(BinaryOutputs { all, own })
+    }
+
+    /// Whether output `name` goes back as raw bytes.
+    fn of_output(&self, name: &str) -> bool {
+        self.own
+            .iter()
+            .find(|(n, _)| n == name)
+            .map_or(self.all, |&(_, b)| b)
+    }
+}

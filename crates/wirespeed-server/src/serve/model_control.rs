@@ -1,0 +1,490 @@
+//! Triton's model repository extension (index, load, unload, on REST and
+//! gRPC) and `--model-control-mode`:
+//!
+//! - `none`: every model in `--models` loads at start, and stays.
+//! - `explicit`: the models named by `--load-model` load at start (`*` for
+//!   all, none by default), and clients load and unload models through the
+//!   API; a load may carry a configuration to use instead of
+//!   `config.toml`, as Triton's does.
+//! - `poll`: every model loads at start, and the repository is scanned every
+//!   `--repository-poll-secs`: a new folder is loaded, a removed one
+//!   unloaded, a folder whose files changed (size or time) loaded again.
+//!
+//! A load swaps the model atomically (`models.rs` `ServedModels::replace`):
+//! a request holds the model it started on by an `Arc`, so requests in
+//! flight finish on the old one and later ones take the new one, and none
+//! fails for the swap. A load that fails leaves whatever was served
+//! serving, and says why in the error, the log and the index. Loading reads
+//! files and builds trees, so it runs on the CPU pool, never on an I/O
+//! thread; loads and unloads take turns.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, Weak};
+use std::time::{Duration, SystemTime};
+
+use wirespeed_core::{CpuPool, Error, ErrorKind};
+use wirespeed_models::{is_valid_model_name, load_model, model_folders, Registry};
+
+use super::readiness::Readiness;
+use super::served::ServedModels;
+use super::timing::timed_on;
+
+/// How models are loaded and unloaded while serving.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ModelControl {
+    /// Every model at start, and no change.
+    None,
+    /// The models named at start (`*` for all), then as clients ask.
+    Explicit {
+        /// The models to load at start.
+        startup: Vec<String>,
+    },
+    /// Every model at start, then the repository scanned this often.
+    Poll(Duration),
+}
+
+impl ModelControl {
+    fn name(&self) -> &'static str {
+        match self {
+            ModelControl::None => "none",
+            ModelControl::Explicit { .. } => "explicit",
+            ModelControl::Poll(_) => "poll",
+        }
+    }
+}
+
+/// A model of the repository index.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct IndexEntry {
+    pub(crate) name: String,
+    /// The version served; empty when none is.
+    pub(crate) version: String,
+    /// `READY`, `UNAVAILABLE`, or empty for a model never loaded.
+    pub(crate) state: &'static str,
+    pub(crate) reason: String,
+}
+
+/// What the repository knows of a model beyond whether it is served.
+#[derive(Debug, Clone)]
+struct Note {
+    /// Why it is not served, or why its last load failed.
+    reason: String,
+    /// Poll mode: the folder's files when last loaded (or tried).
+    seen: Option<Fingerprint>,
+}
+
+/// A model folder's files: path, length and modification time of each.
+type Fingerprint = Vec<(PathBuf, u64, Option<SystemTime>)>;
+
+/// The model repository while serving.
+pub(crate) struct Repository {
+    /// The served models, which loads and unloads change.
+    models: Arc<ServedModels>,
+    /// Whether the server is shutting down, for the index's states.
+    readiness: Arc<Readiness>,
+    dir: PathBuf,
+    registry: Registry,
+    pool: CpuPool,
+    control: ModelControl,
+    notes: Mutex<BTreeMap<String, Note>>,
+    /// Loads and unloads take turns.
+    changing: tokio::sync::Mutex<()>,
+}
+
+impl Repository {
+    pub(crate) fn new(
+        models: Arc<ServedModels>,
+        readiness: Arc<Readiness>,
+        dir: &Path,
+        registry: Registry,
+        pool: CpuPool,
+        control: ModelControl,
+    ) -> Repository {
+        Repository {
+            models,
+            readiness,
+            dir: dir.to_owned(),
+            registry,
+            pool,
+            control,
+            notes: Mutex::new(BTreeMap::new()),
+            changing: tokio::sync::Mutex::new(()),
+        }
+    }
+
+    fn notes(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, Note>> {
+        self.notes.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Remembers the files of each model loaded at start, for polling.
+    pub(crate) fn loaded_at_start(&self, loaded: &[String]) {
+        if !matches!(self.control, ModelControl::Poll(_)) {
+            return;
+        }
+        let mut notes = self.notes();
+        for name in loaded {
+            notes.insert(
+                name.clone(),
+                Note {
+                    reason: String::new(),
+                    seen: Some(fingerprint(&self.dir.join(name))),
+                },
+            );
+        }
+    }
+
+    /// Every model in the repository folder and every served version, in
+    /// name and version order; only those ready when `ready_only`. A model
+    /// with no version served is listed once, with its name alone (never
+    /// loaded) or as `UNAVAILABLE` with the reason.
+    pub(crate) fn index(&self, ready_only: bool) -> Vec<IndexEntry> {
+        let unversioned = |name: &str| IndexEntry {
+            name: name.to_owned(),
+            version: String::new(),
+            state: "",
+            reason: String::new(),
+        };
+        let mut models: BTreeMap<String, IndexEntry> = BTreeMap::new();
+        // A repository that cannot be read lists what is served.
+        for (name, _) in model_folders(&self.dir).unwrap_or_default() {
+            models.insert(name.clone(), unversioned(&name));
+        }
+        for (name, note) in self.notes().iter() {
+            let entry = models
+                .entry(name.clone())
+                .or_insert_with(|| unversioned(name));
+            if !note.reason.is_empty() {
+                entry.state = "UNAVAILABLE";
+                entry.reason = note.reason.clone();
+            }
+        }
+        for name in self.models.names() {
+            models
+                .entry(name.clone())
+                .or_insert_with(|| unversioned(&name));
+        }
+        let mut entries = Vec::new();
+        for (name, model) in models {
+            let versions = self.models.versions(&name);
+            if versions.is_empty() {
+                entries.push(model);
+                continue;
+            }
+            for served in versions {
+                let (state, reason) = match self.readiness.model_ready(&served) {
+                    // A failed reload leaves the last good load serving.
+                    Ok(()) if !model.reason.is_empty() => (
+                        "READY",
+                        format!(
+                            "serving the last good load; the latest one failed: {}",
+                            model.reason
+                        ),
+                    ),
+                    Ok(()) => ("READY", String::new()),
+                    Err(reason) => ("UNAVAILABLE", reason),
+                };
+                entries.push(IndexEntry {
+                    name: name.clone(),
+                    version: served.version().to_owned(),
+                    state,
+                    reason,
+                });
+            }
+        }
+        entries.retain(|e| !ready_only || e.state == "READY");
+        entries
+    }
+
+    /// Refuses a load or unload the control mode does not allow.
+    fn allow(&self, what: &str) -> Result<(), Error> {
+        match self.control {
+            ModelControl::Explicit { .. } => Ok(()),
+            _ => Err(Error::new(
+                ErrorKind::Unsupported,
+                format!(
+                    "explicit model {what} is not allowed in model control mode {}: start the \
+                     server with --model-control-mode explicit",
+                    self.control.name()
+                ),
+            )),
+        }
+    }
+
+    /// The folder of model `name`, which must exist.
+    fn folder(&self, name: &str) -> Result<PathBuf, Error> {
+        if !is_valid_model_name(name) {
+            return Err(Error::malformed(format!(
+                "'{}' cannot be a model name: names use only letters, digits, '_', '-' and '.'",
+                name.chars().take(64).collect::<String>().escape_debug()
+            )));
+        }
+        let folder = self.dir.join(name);
+        if !folder.is_dir() {
+            return Err(Error::new(
+                ErrorKind::ModelNotFound,
+                format!(
+                    "no model '{name}' in the repository: {} has no such folder",
+                    self.dir.display()
+                ),
+            ));
+        }
+        Ok(folder)
+    }
+
+    /// Loads (or loads again) model `name`, from its `config.toml` or from
+    /// `config` (JSON with the same keys), and serves it in place of the
+    /// one served, if any.
+    pub(crate) async fn load(&self, name: &str, config: Option<String>) -> Result<(), Error> {
+        self.allow("load")?;
+        let folder = self.folder(name)?;
+        let _turn = self.changing.lock().await;
+        self.load_folder(name, folder, config).await
+    }
+
+    async fn load_folder(
+        &self,
+        name: &str,
+        folder: PathBuf,
+        config: Option<String>,
+    ) -> Result<(), Error> {
+        let (registry, pool, owned) = (self.registry.clone(), self.pool.clone(), name.to_owned());
+        let seen_folder = folder.clone();
+        let (loaded, seen) = on_pool(&self.pool, move || {
+            let seen = fingerprint(&seen_folder);
+            let loaded = load_model(&owned, &folder, &registry, &pool, config.as_deref());
+            (loaded, seen)
+        })
+        .await?;
+        match loaded {
+            Ok(loaded) => {
+                let versions: Vec<String> = loaded
+                    .iter()
+                    .map(|m| m.model.metadata().versions.join(","))
+                    .collect();
+                self.models.replace(name, loaded);
+                tracing::info!(model = %name, versions = %versions.join(","), "serving the new load");
+                self.notes().insert(
+                    name.to_owned(),
+                    Note {
+                        reason: String::new(),
+                        seen: Some(seen),
+                    },
+                );
+                Ok(())
+            }
+            Err(e) => {
+                let reason = e.to_string();
+                tracing::error!(model = %name, error = %reason, "cannot load the model; whatever was served stays served");
+                self.notes().insert(
+                    name.to_owned(),
+                    Note {
+                        reason: reason.clone(),
+                        seen: Some(seen),
+                    },
+                );
+                Err(Error::new(
+                    ErrorKind::InvalidInput,
+                    format!("failed to load '{name}': {reason}"),
+                ))
+            }
+        }
+    }
+
+    /// Stops serving model `name`; requests in flight finish.
+    pub(crate) async fn unload(&self, name: &str) -> Result<(), Error> {
+        self.allow("unload")?;
+        let _turn = self.changing.lock().await;
+        let in_repository = self.folder(name).is_ok();
+        if self.models.remove(name).is_none() && !in_repository {
+            return Err(Error::new(
+                ErrorKind::ModelNotFound,
+                format!("no model '{name}' is served or in the repository"),
+            ));
+        }
+        tracing::info!(model = %name, "unloaded model");
+        self.notes().insert(
+            name.to_owned(),
+            Note {
+                reason: "unloaded".to_owned(),
+                seen: None,
+            },
+        );
+        Ok(())
+    }
+
+    /// One scan of the repository in poll mode: new and changed folders
+    /// loaded, removed ones unloaded.
+    async fn poll_once(&self) {
+        let dir = self.dir.clone();
+        let scanned = on_pool(&self.pool, move || {
+            model_folders(&dir).map(|folders| {
+                folders
+                    .into_iter()
+                    .map(|(name, folder)| {
+                        let seen = fingerprint(&folder);
+                        (name, folder, seen)
+                    })
+                    .collect::<Vec<_>>()
+            })
+        })
+        .await;
+        let folders = match scanned {
+            Ok(Ok(folders)) => folders,
+            Ok(Err(e)) => {
+                tracing::warn!(error = %e, "cannot scan the model repository; serving what is loaded");
+                return;
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "cannot scan the model repository");
+                return;
+            }
+        };
+        let _turn = self.changing.lock().await;
+        for (name, folder, seen) in &folders {
+            let known = self.notes().get(name).and_then(|n| n.seen.clone());
+            if known.as_ref() == Some(seen) {
+                continue;
+            }
+            if known.is_some() {
+                tracing::info!(model = %name, "model files changed; loading again");
+            }
+            let _ = self.load_folder(name, folder.clone(), None).await;
+        }
+        let present: Vec<&str> = folders.iter().map(|(n, _, _)| n.as_str()).collect();
+        for name in self.models.names() {
+            if !present.contains(&name.as_str()) && self.notes().contains_key(&name) {
+                self.models.remove(&name);
+                self.notes().remove(&name);
+                tracing::info!(model = %name, "model folder removed; unloaded");
+            }
+        }
+        // A folder that failed to load and is gone is forgotten.
+        self.notes()
+            .retain(|name, _| present.contains(&name.as_str()));
+    }
+}
+
+/// Runs `work` (file reads, model loads) on the CPU pool, never on an I/O
+/// thread, and waits for it.
+async fn on_pool<T: Send + 'static>(
+    pool: &CpuPool,
+    work: impl FnOnce() -> T + Send + 'static,
+) -> Result<T, Error> {
+    let mut spent = Duration::ZERO;
+    timed_on(pool, true, &mut spent, move || Ok(work())).await
+}
+
+/// Polls the repository every `period` while the server lives.
+pub(crate) async fn poll(repository: Weak<Repository>, period: Duration) {
+    let mut ticks = tokio::time::interval(period);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    ticks.tick().await;
+    loop {
+        ticks.tick().await;
+        let Some(repository) = repository.upgrade() else {
+            return;
+        };
+        repository.poll_once().await;
+    }
+}
+
+/// The files of a model folder, two levels deep (a version folder's files
+/// included), in path order.
+fn fingerprint(folder: &Path) -> Fingerprint {
+    fn walk(dir: &Path, depth: usize, out: &mut Fingerprint) {
+        let Ok(entries) = std::fs::read_dir(dir) else {
+            return;
+        };
+        for entry in entries.filter_map(Result::ok) {
+            let path = entry.path();
+            let Ok(meta) = entry.metadata() else { continue };
+            if meta.is_dir() {
+                if depth > 0 {
+                    walk(&path, depth - 1, out);
+                }
+            } else {
+                out.push((path, meta.len(), meta.modified().ok()));
+            }
+        }
+    }
+    let mut files = Vec::new();
+    walk(folder, 2, &mut files);
+    files.sort();
+    files
+}
+
+/// The configuration a load request's parameters carry, if any: Triton's
+/// `config`, a string. Each parameter comes as its key and its value when
+/// that is a string.
+pub(crate) fn load_config<'a>(
+    parameters: impl IntoIterator<Item = (&'a str, Option<&'a str>)>,
+) -> Result<Option<String>, Error> {
+    let mut config = None;
+    for (key, text) in parameters {
+        match (key, text) {
+            ("config", Some(text)) => config = Some(text.to_owned()),
+            ("config", None) => return Err(Error::invalid_input(
+                "the load parameter 'config' must be a string: the model's configuration as JSON",
+            )),
+            (key, _) if key.starts_with("file:") => {
+                return Err(Error::new(
+                    ErrorKind::Unsupported,
+                    format!(
+                        "load parameter '{key}': model files cannot be sent with a load; put \
+                         them in the model's folder of the repository, then load it"
+                    ),
+                ))
+            }
+            (key, _) => {
+                return Err(Error::invalid_input(format!(
+                    "unknown load parameter '{key}'; a load takes 'config', the model's \
+                     configuration as JSON"
+                )))
+            }
+        }
+    }
+    Ok(config)
+}
+
+/// The index as Triton's REST answer: a JSON array.
+pub(crate) fn index_json(entries: &[IndexEntry]) -> serde_json::Value {
+    serde_json::Value::Array(
+        entries
+            .iter()
+            .map(|e| {
+                let mut entry = serde_json::json!({ "name": e.name });
+                if !e.version.is_empty() {
+                    entry["version"] = e.version.clone().into();
+                }
+                if !e.state.is_empty() {
+                    entry["state"] = e.state.into();
+                }
+                if !e.reason.is_empty() {
+                    entry["reason"] = e.reason.clone().into();
+                }
+                entry
+            })
+            .collect(),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_fingerprint_changes_with_a_file() {
+        let dir = std::env::temp_dir().join(format!("wirespeed-fp-{}", std::process::id()));
+        std::fs::create_dir_all(dir.join("1")).unwrap();
+        std::fs::write(dir.join("config.toml"), "a").unwrap();
+        let before = fingerprint(&dir);
+        assert_eq!(before.len(), 1);
+        std::fs::write(dir.join("1/model.json"), "{}").unwrap();
+        let after = fingerprint(&dir);
+        assert_eq!(after.len(), 2);
+        assert_ne!(before, after);
+        assert_eq!(after, fingerprint(&dir));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}

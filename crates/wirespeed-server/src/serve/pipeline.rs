@@ -1,0 +1,372 @@
+//! The one path every infer request takes, whatever protocol it came in.
+//!
+//! A front end is a [`Codec`]: it reads its protocol's request into an
+//! [`InferRequest`], and writes an [`InferResponse`] (or an [`Error`]) as its
+//! protocol's answer. [`infer`] does everything in between, once for all of
+//! them: the request id and tracing span, the model lookup, the scheduler's
+//! queue and compute, the stage timings and their `Server-Timing` text, and
+//! the logging of server errors (whose text never reaches the client). So
+//! the same request gives the same outputs, and the same mistake the same
+//! error, through V2 JSON, V2 binary, raw bodies, TF Serving, Clipper and
+//! gRPC.
+//!
+//! The spans, enabled with `--log-level debug`: `request` (with its id and
+//! protocol) around `read` (which decodes as the body arrives, and records
+//! the time inside the decoder as `decode_us`), `queue`, `compute` and
+//! `encode`; the compute span follows the request onto the CPU pool.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tracing::{Instrument, Span};
+use wirespeed_core::{
+    Error, ErrorKind, InferRequest, InferResponse, ParameterValue, Parameters, TraceContext,
+};
+
+use crate::scheduler::{CallContext, DEFAULT_EXPLANATION};
+use crate::serve::classification;
+use crate::serve::metrics::InferProtocol;
+use crate::serve::regions;
+use crate::serve::reserved;
+use crate::serve::served::ServedModel;
+use crate::serve::statistics::FailureReason;
+use crate::serve::timing::{timed, timed_on, Stages};
+use crate::serve::traces::{Finished, RequestTrace};
+use crate::serve::Serving;
+
+/// One request's number, span and clock, from the moment a front end took
+/// it.
+pub(crate) struct RequestContext {
+    /// The number in server errors and in the log.
+    pub(crate) id: u64,
+    pub(crate) span: Span,
+    pub(crate) stages: Stages,
+    /// When the client stops waiting: `--request-timeout` after the start,
+    /// or sooner when a gRPC client's `grpc-timeout` says so. A model that
+    /// calls another server passes it on.
+    pub(crate) deadline: Instant,
+    /// The answer is the model's default outputs.
+    pub(crate) default_answer: bool,
+    /// Its distributed trace (`traces.rs`).
+    pub(crate) trace: RequestTrace,
+}
+
+impl RequestContext {
+    /// Numbers a new request of `protocol` that came with the trace
+    /// context `trace`, and starts its clock.
+    pub(crate) fn new(
+        serving: &Serving,
+        protocol: &'static str,
+        trace: Option<TraceContext>,
+    ) -> RequestContext {
+        let id = serving.next_request_id();
+        let stages = Stages::start();
+        RequestContext {
+            id,
+            span: tracing::debug_span!("request", id, protocol),
+            deadline: stages.started() + serving.request_timeout,
+            default_answer: false,
+            trace: RequestTrace::begin(serving.traces.as_ref(), trace),
+            stages,
+        }
+    }
+
+    /// Brings the deadline forward to `timeout` from now, if that is
+    /// sooner: the client's own deadline.
+    pub(crate) fn within(mut self, timeout: Option<Duration>) -> RequestContext {
+        if let Some(deadline) = timeout.and_then(|t| Instant::now().checked_add(t)) {
+            self.deadline = self.deadline.min(deadline);
+        }
+        self
+    }
+}
+
+/// Request parameters that ask something of the server (how to answer,
+/// how to queue), not of the model: never passed on to a model.
+const SERVER_PARAMETERS: &[&str] = &[
+    "binary_data_output",
+    "triton_enable_empty_final_response",
+    "priority",
+    "timeout",
+];
+
+/// The request's parameters that a model gets.
+fn model_parameters(parameters: Parameters) -> Parameters {
+    let mut parameters = parameters;
+    parameters.retain(|(key, _)| !SERVER_PARAMETERS.contains(&key.as_str()));
+    parameters
+}
+
+/// The model a request names, as its protocol gives it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Target<'a> {
+    pub(crate) name: &'a str,
+    /// The version asked for; `None` for the served one.
+    pub(crate) version: Option<&'a str>,
+}
+
+/// One protocol's side of an infer request.
+pub(crate) trait Codec {
+    /// What the protocol answers with: an HTTP response, a gRPC message.
+    type Answer;
+
+    /// The protocol, as metrics count it.
+    const PROTOCOL: InferProtocol;
+
+    /// Reads and decodes the request for `model`, recording the read and
+    /// decode times in `stages`. Anything the answer needs later (the
+    /// format the request came in, which outputs go back as binary) stays
+    /// in the codec.
+    async fn decode(
+        &mut self,
+        model: &ServedModel,
+        stages: &mut Stages,
+    ) -> Result<InferRequest, Error>;
+
+    /// The request names no served model: finish with what is left of it
+    /// (a body to read and drop), and return the error as the protocol
+    /// words it.
+    async fn refuse(&mut self, error: Error) -> Error {
+        error
+    }
+
+    /// The version a decoded request names in its body (Clipper's
+    /// `version`), taken out of `request`; the request then runs on that
+    /// version. `None`, the default, where the path names it.
+    fn version_in_body(&mut self, _request: &mut InferRequest) -> Option<String> {
+        None
+    }
+
+    /// The model has no version `version` that the body asked for: the
+    /// protocol's words for it.
+    fn no_such_version(&self, error: Error, _version: &str) -> Error {
+        error
+    }
+
+    /// The protocol's answer for `response`.
+    fn encode(&mut self, response: InferResponse) -> Result<Self::Answer, Error>;
+
+    /// Adds the stage timings (`Server-Timing` text) to a success.
+    fn stamp(answer: &mut Self::Answer, timing: &str);
+
+    /// Flags a success whose outputs are the model's defaults (it would
+    /// have missed its latency objective) where the protocol has room
+    /// outside the body: a header, gRPC trailing metadata. The body says
+    /// it too where its format can (V2's response parameters, Clipper's
+    /// `default`).
+    fn mark_default(_answer: &mut Self::Answer) {}
+
+    /// The protocol's answer for `error`, whose client-facing text is
+    /// `message`.
+    fn error(&self, error: &Error, message: &str) -> Self::Answer;
+}
+
+/// Runs one infer request through `codec`'s protocol: look the model up,
+/// decode, queue, compute, encode, stamp; or answer the error.
+pub(crate) async fn infer<C: Codec>(
+    serving: &Serving,
+    mut context: RequestContext,
+    target: Target<'_>,
+    mut codec: C,
+) -> C::Answer {
+    let span = context.span.clone();
+    async move {
+        let result = run(serving, &mut context, target, &mut codec).await;
+        if let Some(traffic) = &serving.traffic {
+            traffic.request(C::PROTOCOL, context.stages.body_bytes);
+            if let Err(e) = &result {
+                traffic.refused(e.kind());
+            }
+        }
+        std::mem::take(&mut context.trace).finish(
+            serving.traces.as_ref(),
+            &context.stages,
+            Finished {
+                id: context.id,
+                protocol: C::PROTOCOL.label(),
+                model: target.name,
+                version: target.version.unwrap_or_default(),
+                outcome: result.as_ref().map(|_| ()),
+            },
+        );
+        match result {
+            Ok(mut answer) => {
+                C::stamp(&mut answer, &context.stages.text());
+                if context.default_answer {
+                    C::mark_default(&mut answer);
+                }
+                answer
+            }
+            Err(error) => {
+                let message = public_message(&error, context.id);
+                codec.error(&error, &message)
+            }
+        }
+    }
+    .instrument(span)
+    .await
+}
+
+async fn run<C: Codec>(
+    serving: &Serving,
+    context: &mut RequestContext,
+    target: Target<'_>,
+    codec: &mut C,
+) -> Result<C::Answer, Error> {
+    let served = match serving.models.get(target.name, target.version) {
+        Ok(served) => served,
+        Err(e) => return Err(codec.refuse(e).await),
+    };
+    if let Err(reason) = served.model.ready() {
+        let error = Error::new(
+            ErrorKind::Unavailable,
+            format!("model '{}' is not ready: {reason}", target.name),
+        );
+        served
+            .stats
+            .failure(context.stages.elapsed(), FailureReason::Rejected);
+        return Err(codec.refuse(error).await);
+    }
+    // Every request that reached a model is counted, once, as it ends,
+    // against the version that ran it; one whose client left first (the
+    // future dropped) as canceled.
+    let mut ending = Ending {
+        served,
+        started: context.stages.started(),
+        counted: false,
+    };
+    let result = compute(serving, &mut ending.served, context, target, codec).await;
+    let stats = &ending.served.stats;
+    match &result {
+        Ok(_) => stats.success(&context.stages),
+        Err(e) => stats.failure(context.stages.elapsed(), FailureReason::of(e.kind())),
+    }
+    ending.counted = true;
+    result
+}
+
+/// Counts a request whose caller went away before it ended.
+struct Ending {
+    served: Arc<ServedModel>,
+    started: Instant,
+    counted: bool,
+}
+
+impl Drop for Ending {
+    fn drop(&mut self) {
+        if !self.counted {
+            self.served
+                .stats
+                .failure(self.started.elapsed(), FailureReason::Canceled);
+        }
+    }
+}
+
+async fn compute<C: Codec>(
+    serving: &Serving,
+    model: &mut Arc<ServedModel>,
+    context: &mut RequestContext,
+    target: Target<'_>,
+    codec: &mut C,
+) -> Result<C::Answer, Error> {
+    let stages = &mut context.stages;
+    // Reading and decoding overlap (the body is decoded as it arrives): one
+    // span for the read, with the time inside the decoder as a field.
+    let reading = tracing::debug_span!("read", decode_us = tracing::field::Empty);
+    let request = codec
+        .decode(model, stages)
+        .instrument(reading.clone())
+        .await;
+    reading.record("decode_us", stages.decode.as_micros() as u64);
+    drop(reading);
+    let mut request = request?;
+    if let Some(version) = codec.version_in_body(&mut request) {
+        if version != model.version() {
+            let other = serving
+                .models
+                .get(target.name, Some(&version))
+                .map_err(|e| codec.no_such_version(e, &version))?;
+            if let Err(reason) = other.model.ready() {
+                return Err(Error::new(
+                    ErrorKind::Unavailable,
+                    format!(
+                        "model '{}' version {version} is not ready: {reason}",
+                        target.name
+                    ),
+                ));
+            }
+            *model = other;
+        }
+    }
+    let served: &ServedModel = model;
+    let queueing = reserved::read(&request.parameters)?;
+    // Inputs in shared memory are read as part of decoding the request;
+    // what the outputs ask for is checked before the model runs.
+    let shm = &serving.shared_memory;
+    let copies = shm.resolve_inputs(&mut request)?;
+    let classify = classification::requested(&request.outputs, served.metadata())?;
+    let placements = shm.placements(&request.outputs)?;
+    if !copies.is_empty() {
+        let max_element = serving.decode_options.limits.max_string_bytes;
+        let offload = copies.bytes() > regions::OFFLOAD_COPY_BYTES;
+        request = timed_on(&serving.pool, offload, &mut stages.decode, move || {
+            copies.copy(&mut request, max_element).map(|()| request)
+        })
+        .await?;
+    }
+    let call = CallContext {
+        parameters: model_parameters(std::mem::take(&mut request.parameters)),
+        deadline: Some(context.deadline),
+        priority: queueing.priority,
+        timeout: queueing.timeout,
+        trace: context.trace.outgoing(),
+    };
+    let answer = served
+        .scheduler
+        .run(request.inputs, &request.outputs, call, stages)
+        .await?;
+    let mut outputs = answer.outputs;
+    context.default_answer = answer.default;
+    let parameters = if answer.default {
+        vec![
+            ("default".to_owned(), ParameterValue::Bool(true)),
+            (
+                "default_explanation".to_owned(),
+                ParameterValue::String(DEFAULT_EXPLANATION.to_owned()),
+            ),
+        ]
+    } else {
+        Vec::new()
+    };
+    classification::apply(&mut outputs, &classify, served)?;
+    let mut shared_outputs = Vec::new();
+    if !placements.is_empty() {
+        let offload = placements.bytes() > regions::OFFLOAD_COPY_BYTES;
+        (outputs, shared_outputs) =
+            timed_on(&serving.pool, offload, &mut stages.encode, move || {
+                placements.write(&outputs).map(|written| (outputs, written))
+            })
+            .await?;
+    }
+    let response = InferResponse {
+        model_name: served.metadata().name.clone(),
+        model_version: target.version.unwrap_or(served.version()).to_owned(),
+        id: request.id,
+        parameters,
+        outputs,
+        shared_outputs,
+    };
+    let _encoding = tracing::debug_span!("encode").entered();
+    timed(&mut stages.encode, || codec.encode(response))
+}
+
+/// What the client is told of `error`: the message of a client error; for
+/// a server error, only that it happened and the request id, which the log
+/// line (written here) also carries.
+pub(crate) fn public_message(error: &Error, id: u64) -> String {
+    if error.kind().is_client_error() {
+        return error.message().to_owned();
+    }
+    tracing::error!(request_id = id, error = %error, "request failed");
+    format!("internal server error (request id {id}); the server log has the details")
+}

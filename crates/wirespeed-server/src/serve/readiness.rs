@@ -1,0 +1,60 @@
+//! Whether the server and each model can answer, as Triton's and KServe's
+//! readiness mean: on REST and gRPC, and in the repository index.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use super::served::{ServedModel, ServedModels};
+
+/// The server's own part of readiness; the models say the rest.
+pub(crate) struct Readiness {
+    /// False once shutdown begins.
+    serving: AtomicBool,
+    /// False while an upstream's models are still to be listed
+    /// (`--upstream` without `--upstream-models`).
+    listed: AtomicBool,
+}
+
+impl Default for Readiness {
+    fn default() -> Readiness {
+        Readiness {
+            serving: AtomicBool::new(true),
+            listed: AtomicBool::new(true),
+        }
+    }
+}
+
+impl Readiness {
+    /// Shutdown has begun: nothing is ready any more.
+    pub(crate) fn stop_serving(&self) {
+        self.serving.store(false, Ordering::Release);
+    }
+
+    /// Not ready until [`Readiness::listed`]: the upstream's models are to
+    /// be listed.
+    pub(crate) fn wait_for_listing(&self) {
+        self.listed.store(false, Ordering::Release);
+    }
+
+    /// The upstream's models are listed; true if they were already.
+    pub(crate) fn listed(&self) -> bool {
+        self.listed.swap(true, Ordering::AcqRel)
+    }
+
+    /// Ready while serving with every model ready.
+    pub(crate) fn server_ready(&self, models: &ServedModels) -> bool {
+        self.serving.load(Ordering::Acquire)
+            && self.listed.load(Ordering::Acquire)
+            && models
+                .all()
+                .iter()
+                .all(|(_, served)| served.model.ready().is_ok())
+    }
+
+    /// Whether `served` can answer now, or why not.
+    pub(crate) fn model_ready(&self, served: &ServedModel) -> Result<(), String> {
+        if !self.serving.load(Ordering::Acquire) {
+            return Err("the server is shutting down".to_owned());
+        }
+        served.model.ready()
+    }
+}

@@ -1,0 +1,248 @@
+//! The models this server serves: each loaded model together with its
+//! scheduler, in one map, so the two can never disagree. A model name
+//! holds one or more versions (numbered version folders, `version_policy`),
+//! each with its own scheduler and statistics, as Triton's; a request
+//! without a version gets the highest-numbered one. Models can join,
+//! be replaced and leave while serving (those an upstream lists in
+//! whole-server mode; loads, reloads and unloads of the repository API and
+//! polling, `repository.rs`); a request holds its model by an `Arc`, taken
+//! under a read lock.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, RwLock};
+
+use wirespeed_core::{CpuPool, Error, ErrorKind, Model, ModelMetadata};
+use wirespeed_models::{is_valid_model_name, LoadedModel, OutputLabels, VersionPolicy};
+
+use super::metrics::Buckets;
+use crate::scheduler::{QueueThread, Scheduler};
+use crate::serve::statistics::ModelStats;
+
+/// One served model.
+pub(crate) struct ServedModel {
+    pub(crate) model: Arc<dyn Model>,
+    pub(crate) scheduler: Scheduler,
+    /// Its requests' counts and times.
+    pub(crate) stats: ModelStats,
+    /// The backend that loaded it, by its registry name.
+    pub(crate) backend: String,
+    /// Requests computed at once.
+    pub(crate) max_concurrency: usize,
+    /// Requests that may wait for a turn.
+    pub(crate) max_queue: usize,
+    /// The labels of the outputs that have them.
+    labels: Vec<OutputLabels>,
+    /// The versions of its folder that are served.
+    pub(crate) version_policy: VersionPolicy,
+}
+
+impl ServedModel {
+    pub(crate) fn metadata(&self) -> &ModelMetadata {
+        self.model.metadata()
+    }
+
+    /// The class labels of `output`, if its config names a labels file.
+    pub(crate) fn labels(&self, output: &str) -> Option<&OutputLabels> {
+        self.labels.iter().find(|l| l.output == output)
+    }
+
+    /// The version a request answered by this model reports.
+    pub(crate) fn version(&self) -> &str {
+        &self.metadata().versions[0]
+    }
+}
+
+/// The served versions of one model, in version order (by number when
+/// they are numbers): never empty.
+type Versions = Vec<Arc<ServedModel>>;
+
+/// Sorts versions by number, then by text.
+fn in_version_order(versions: &mut Versions) {
+    versions.sort_by(|a, b| {
+        let key = |m: &ServedModel| (m.version().parse::<u64>().ok(), m.version().to_owned());
+        key(a).cmp(&key(b))
+    });
+}
+
+/// The versions a model's metadata lists: the one asked for, or every
+/// served one when none is (Triton's `versions`).
+pub(crate) fn versions_named(
+    models: &ServedModels,
+    name: &str,
+    version: Option<&str>,
+) -> Vec<String> {
+    match version {
+        Some(v) => vec![v.to_owned()],
+        None => models
+            .versions(name)
+            .iter()
+            .map(|m| m.version().to_owned())
+            .collect(),
+    }
+}
+
+/// Every served model, by name.
+pub(crate) struct ServedModels {
+    models: RwLock<BTreeMap<String, Versions>>,
+    pool: CpuPool,
+    /// Where every model's queue is kept.
+    queues: QueueThread,
+    /// The latency histograms' bounds, when metrics are on.
+    buckets: Option<Arc<Buckets>>,
+}
+
+impl ServedModels {
+    /// Gives each loaded model its scheduler: `max_concurrency` defaults to
+    /// what the model asks for, else the CPU pool's threads; `max_queue`
+    /// to 64 batches per unit of concurrency (a batch is one request when
+    /// the model does not batch).
+    pub(crate) fn start(
+        loaded: Vec<LoadedModel>,
+        pool: &CpuPool,
+        buckets: Option<Arc<Buckets>>,
+    ) -> std::io::Result<ServedModels> {
+        let models = ServedModels {
+            models: RwLock::new(BTreeMap::new()),
+            pool: pool.clone(),
+            queues: QueueThread::start()?,
+            buckets,
+        };
+        let mut by_name: BTreeMap<String, Vec<LoadedModel>> = BTreeMap::new();
+        for loaded in loaded {
+            by_name.entry(loaded.name.clone()).or_default().push(loaded);
+        }
+        for (name, versions) in by_name {
+            models.replace(&name, versions);
+        }
+        Ok(models)
+    }
+
+    /// Serves `loaded` from now on, unless a model of that name is served
+    /// already; says whether it was added.
+    pub(crate) fn add(&self, loaded: LoadedModel) -> bool {
+        let mut models = self.models.write().unwrap_or_else(|e| e.into_inner());
+        if models.contains_key(&loaded.name) {
+            return false;
+        }
+        let name = loaded.name.clone();
+        models.insert(name, vec![self.serve(loaded)]);
+        true
+    }
+
+    /// Serves the versions `loaded` of model `name` from now on, in place
+    /// of those served, which are returned. The swap is one map insertion
+    /// under the write lock: a request holds the model it found by an
+    /// `Arc`, so requests in flight (queued ones too) finish on the old
+    /// model and scheduler, and later ones find the new one.
+    pub(crate) fn replace(&self, name: &str, loaded: Vec<LoadedModel>) -> Option<Versions> {
+        if loaded.is_empty() {
+            return self.remove(name);
+        }
+        let mut versions: Versions = loaded.into_iter().map(|l| self.serve(l)).collect();
+        in_version_order(&mut versions);
+        let mut models = self.models.write().unwrap_or_else(|e| e.into_inner());
+        models.insert(name.to_owned(), versions)
+    }
+
+    /// Stops serving model `name`, returning its versions; requests in
+    /// flight finish.
+    pub(crate) fn remove(&self, name: &str) -> Option<Versions> {
+        let mut models = self.models.write().unwrap_or_else(|e| e.into_inner());
+        models.remove(name)
+    }
+
+    /// `loaded` with its scheduler and counters.
+    fn serve(&self, loaded: LoadedModel) -> Arc<ServedModel> {
+        let pool = &self.pool;
+        let concurrency = loaded
+            .max_concurrency
+            .or(loaded.model.default_concurrency())
+            .unwrap_or(pool.threads())
+            .max(1);
+        // A batch takes up to max_batch_size requests at a time.
+        let per_turn = loaded
+            .scheduling
+            .batching
+            .as_ref()
+            .map_or(1, |b| b.max_batch_size);
+        let queue = loaded
+            .max_queue
+            .unwrap_or(64usize.saturating_mul(concurrency).saturating_mul(per_turn));
+        let scheduler = Scheduler::start(
+            Arc::clone(&loaded.model),
+            concurrency,
+            queue,
+            loaded.scheduling,
+            pool.clone(),
+            &self.queues,
+        );
+        Arc::new(ServedModel {
+            model: loaded.model,
+            scheduler,
+            stats: ModelStats::new(self.buckets.as_ref()),
+            backend: loaded.backend,
+            max_concurrency: concurrency,
+            max_queue: queue,
+            labels: loaded.labels,
+            version_policy: loaded.version_policy,
+        })
+    }
+
+    /// Every served model version, in name and version order, as they
+    /// are now.
+    pub(crate) fn all(&self) -> Vec<(String, Arc<ServedModel>)> {
+        let models = self.models.read().unwrap_or_else(|e| e.into_inner());
+        models
+            .iter()
+            .flat_map(|(name, versions)| versions.iter().map(|m| (name.clone(), Arc::clone(m))))
+            .collect()
+    }
+
+    /// The names of the served models, in order.
+    pub(crate) fn names(&self) -> Vec<String> {
+        let models = self.models.read().unwrap_or_else(|e| e.into_inner());
+        models.keys().cloned().collect()
+    }
+
+    /// Every served version of model `name`, in version order (empty when
+    /// it is not served).
+    pub(crate) fn versions(&self, name: &str) -> Vec<Arc<ServedModel>> {
+        let models = self.models.read().unwrap_or_else(|e| e.into_inner());
+        models.get(name).cloned().unwrap_or_default()
+    }
+
+    /// The model `name` in `version` (any served version when `None`), or a
+    /// not-found error that says which part did not match.
+    pub(crate) fn get(&self, name: &str, version: Option<&str>) -> Result<Arc<ServedModel>, Error> {
+        // Names come from URLs and messages; this is a map, so nothing can
+        // reach a file, but a name that could never be a model folder's is
+        // refused as such rather than looked up.
+        if !is_valid_model_name(name) {
+            let shown: String = name.chars().take(64).collect();
+            return Err(Error::malformed(format!(
+                "'{}' cannot be a model name: names use only letters, digits, '_', '-' and '.', and are not '.' or '..'",
+                shown.escape_debug()
+            )));
+        }
+        let models = self.models.read().unwrap_or_else(|e| e.into_inner());
+        let versions = models.get(name).ok_or_else(|| {
+            Error::new(ErrorKind::ModelNotFound, format!("unknown model '{name}'"))
+        })?;
+        let found = match version {
+            // The latest: versions are never empty.
+            None => versions.last(),
+            Some(v) => versions.iter().find(|m| m.version() == v),
+        };
+        found.cloned().ok_or_else(|| {
+            let served: Vec<&str> = versions.iter().map(|m| m.version()).collect();
+            Error::new(
+                ErrorKind::VersionNotFound,
+                format!(
+                    "model '{name}' has no version '{}'; it serves {}",
+                    version.unwrap_or_default(),
+                    served.join(", ")
+                ),
+            )
+        })
+    }
+}

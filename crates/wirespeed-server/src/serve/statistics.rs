@@ -1,0 +1,377 @@
+//! Triton's statistics extension: per model, how many requests succeeded
+//! and failed, and the cumulative time of each stage, as
+//! `GET /v2/models[/{m}[/versions/{v}]]/stats` and gRPC `ModelStatistics`
+//! report them.
+//!
+//! The pipeline counts every request that reached a model, once, when it
+//! ends (`pipeline.rs`). A count is a handful of relaxed atomic additions
+//! on the model's own counters: no lock and no allocation on the request
+//! path. Triton's stages map onto wirespeed's: `queue` is the wait for a
+//! compute slot, `compute_input` the decoding of the request into tensors,
+//! `compute_infer` the model, `compute_output` the encoding of the answer;
+//! `success` and `fail` are the whole request, from its first byte to its
+//! answer. Without batching every execution is one inference, so
+//! `inference_count` and `execution_count` both count successes, and
+//! `batch_stats` has the one batch size 1. With `[batching]`,
+//! `execution_count` counts the model's executions and `batch_stats` has
+//! one entry per batch size (rows) run, from the scheduler's counters:
+//! `compute_input` is the joining of the requests' inputs, `compute_infer`
+//! the model, `compute_output` the cutting of its outputs.
+//!
+//! The REST answer adds, per model, wirespeed's own counts under
+//! `"wirespeed"`: answers given as the default outputs (`[slo]`), requests
+//! whose queue timeout passed, and the adaptive batcher's size now.
+//!
+//! The same counters are what `/metrics` exports (`metrics/mod.rs`), with
+//! failures split by Triton's reasons and, when metrics are on, latency
+//! histograms observed here too: a request is counted in one place.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use serde_json::{json, Value};
+use wirespeed_proto::inference as pb;
+
+use std::sync::Arc;
+
+use wirespeed_core::{Error, ErrorKind};
+
+use crate::serve::metrics::{Buckets, Histogram};
+use crate::serve::served::{ServedModel, ServedModels};
+use crate::serve::timing::Stages;
+
+/// Why a request failed, in the words of Triton's
+/// `nv_inference_request_failure{reason}`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum FailureReason {
+    /// Refused by the scheduler: the queue was full, a queue timeout
+    /// passed, the model was not ready.
+    Rejected = 0,
+    /// The client left or its deadline passed before the answer.
+    Canceled = 1,
+    /// The model (or the server behind it) failed.
+    Backend = 2,
+    /// Anything else: mostly requests the server could not accept.
+    Other = 3,
+}
+
+impl FailureReason {
+    pub(crate) const ALL: [FailureReason; 4] = [
+        FailureReason::Rejected,
+        FailureReason::Canceled,
+        FailureReason::Backend,
+        FailureReason::Other,
+    ];
+
+    pub(crate) fn of(kind: ErrorKind) -> FailureReason {
+        match kind {
+            ErrorKind::Overloaded | ErrorKind::Unavailable => FailureReason::Rejected,
+            ErrorKind::GatewayTimeout => FailureReason::Canceled,
+            ErrorKind::Internal | ErrorKind::ModelFailed | ErrorKind::BadGateway => {
+                FailureReason::Backend
+            }
+            _ => FailureReason::Other,
+        }
+    }
+
+    pub(crate) fn label(self) -> &'static str {
+        match self {
+            FailureReason::Rejected => "REJECTED",
+            FailureReason::Canceled => "CANCELED",
+            FailureReason::Backend => "BACKEND",
+            FailureReason::Other => "OTHER",
+        }
+    }
+}
+
+/// A count and the nanoseconds it took in all.
+#[derive(Default)]
+struct Tally {
+    count: AtomicU64,
+    ns: AtomicU64,
+}
+
+impl Tally {
+    fn add(&self, took: Duration) {
+        self.count.fetch_add(1, Ordering::Relaxed);
+        self.ns.fetch_add(nanos(took), Ordering::Relaxed);
+    }
+}
+
+fn nanos(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+}
+
+/// The latency histograms of a model's successful requests.
+pub(crate) struct Latencies {
+    /// From the request's first byte to its answer.
+    pub(crate) request: Histogram,
+    /// Waiting for a compute slot (or a batch).
+    pub(crate) queue: Histogram,
+    /// The model.
+    pub(crate) compute_infer: Histogram,
+}
+
+/// One model's counters.
+#[derive(Default)]
+pub(crate) struct ModelStats {
+    success: Tally,
+    /// By [`FailureReason`].
+    fail: [Tally; 4],
+    /// When metrics are on.
+    latencies: Option<Latencies>,
+    /// Stage times of successful requests (their count is `success`'s).
+    queue_ns: AtomicU64,
+    input_ns: AtomicU64,
+    infer_ns: AtomicU64,
+    output_ns: AtomicU64,
+    /// Milliseconds since the epoch of the last success.
+    last_inference: AtomicU64,
+}
+
+impl ModelStats {
+    /// Counters, with latency histograms on `buckets` if given.
+    pub(crate) fn new(buckets: Option<&Arc<Buckets>>) -> ModelStats {
+        ModelStats {
+            latencies: buckets.map(|b| Latencies {
+                request: Histogram::new(Arc::clone(b)),
+                queue: Histogram::new(Arc::clone(b)),
+                compute_infer: Histogram::new(Arc::clone(b)),
+            }),
+            ..ModelStats::default()
+        }
+    }
+
+    /// Counts a request answered with success, with its stage times.
+    pub(crate) fn success(&self, stages: &Stages) {
+        let took = stages.elapsed();
+        if let Some(latencies) = &self.latencies {
+            latencies.request.observe(took);
+            latencies.queue.observe(stages.queue);
+            latencies.compute_infer.observe(stages.compute);
+        }
+        self.queue_ns
+            .fetch_add(nanos(stages.queue), Ordering::Relaxed);
+        self.input_ns
+            .fetch_add(nanos(stages.decode), Ordering::Relaxed);
+        self.infer_ns
+            .fetch_add(nanos(stages.compute), Ordering::Relaxed);
+        self.output_ns
+            .fetch_add(nanos(stages.encode), Ordering::Relaxed);
+        let now = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as u64);
+        self.last_inference.fetch_max(now, Ordering::Relaxed);
+        // Last, so a reader that sees the count sees the times it covers
+        // (give or take requests ending while it reads).
+        self.success.add(took);
+    }
+
+    /// Counts a request that reached the model and failed after `took`,
+    /// for `reason`.
+    pub(crate) fn failure(&self, took: Duration, reason: FailureReason) {
+        self.fail[reason as usize].add(took);
+    }
+
+    /// The latency histograms, when metrics are on.
+    pub(crate) fn latencies(&self) -> Option<&Latencies> {
+        self.latencies.as_ref()
+    }
+
+    /// The failures for `reason`.
+    pub(crate) fn failures(&self, reason: FailureReason) -> u64 {
+        self.fail[reason as usize].count.load(Ordering::Relaxed)
+    }
+
+    /// The counters in Triton's message, for model `name` version
+    /// `version`.
+    fn snapshot(&self, name: &str, version: &str) -> pb::ModelStatistics {
+        let load = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        let success = load(&self.success.count);
+        let duration = |count: u64, ns: &AtomicU64| {
+            Some(pb::StatisticDuration {
+                count,
+                ns: load(ns),
+            })
+        };
+        let zero = || Some(pb::StatisticDuration::default());
+        let batch = pb::InferBatchStatistics {
+            batch_size: 1,
+            compute_input: duration(success, &self.input_ns),
+            compute_infer: duration(success, &self.infer_ns),
+            compute_output: duration(success, &self.output_ns),
+        };
+        pb::ModelStatistics {
+            name: name.to_owned(),
+            version: version.to_owned(),
+            last_inference: load(&self.last_inference),
+            inference_count: success,
+            execution_count: success,
+            inference_stats: Some(pb::InferStatistics {
+                success: duration(success, &self.success.ns),
+                fail: Some(pb::StatisticDuration {
+                    count: self.fail.iter().map(|t| load(&t.count)).sum(),
+                    ns: self.fail.iter().map(|t| load(&t.ns)).sum(),
+                }),
+                queue: duration(success, &self.queue_ns),
+                compute_input: duration(success, &self.input_ns),
+                compute_infer: duration(success, &self.infer_ns),
+                compute_output: duration(success, &self.output_ns),
+                cache_hit: zero(),
+                cache_miss: zero(),
+            }),
+            batch_stats: if success > 0 { vec![batch] } else { Vec::new() },
+            memory_usage: Vec::new(),
+            response_stats: Default::default(),
+        }
+    }
+}
+
+/// One model's statistics: Triton's message, and wirespeed's own counts.
+pub(crate) struct Snapshot {
+    pub(crate) triton: pb::ModelStatistics,
+    defaults: u64,
+    timeouts: u64,
+    /// The batch size now, when the model batches.
+    pub(crate) batch_size: Option<usize>,
+}
+
+/// The statistics of `served`, called `name`.
+pub(crate) fn snapshot(name: &str, served: &ServedModel) -> Snapshot {
+    let mut triton = served.stats.snapshot(name, served.version());
+    let scheduler = &served.scheduler;
+    let counters = scheduler.counters();
+    let batching = scheduler.scheduling().batching.is_some();
+    if batching {
+        triton.execution_count = counters.executions.load(Ordering::Relaxed);
+        let batches = counters.batches.lock().unwrap_or_else(|e| e.into_inner());
+        let d = |count: u64, ns: u64| Some(pb::StatisticDuration { count, ns });
+        triton.batch_stats = batches
+            .iter()
+            .map(|(&rows, t)| pb::InferBatchStatistics {
+                batch_size: rows as u64,
+                compute_input: d(t.count, t.input_ns),
+                compute_infer: d(t.count, t.infer_ns),
+                compute_output: d(t.count, t.output_ns),
+            })
+            .collect();
+    }
+    Snapshot {
+        triton,
+        defaults: counters.defaults.load(Ordering::Relaxed),
+        timeouts: counters.timeouts.load(Ordering::Relaxed),
+        batch_size: batching.then(|| counters.batch_size.load(Ordering::Relaxed)),
+    }
+}
+
+/// The statistics of model `name` (every model when empty) in `version`
+/// (every served one when `None`, as Triton's), or why there are none.
+pub(crate) fn select(
+    models: &ServedModels,
+    name: &str,
+    version: Option<&str>,
+) -> Result<Vec<Snapshot>, Error> {
+    if name.is_empty() {
+        return Ok(models
+            .all()
+            .iter()
+            .map(|(name, m)| snapshot(name, m))
+            .collect());
+    }
+    let served = models.get(name, version)?;
+    if version.is_none() {
+        return Ok(models
+            .versions(name)
+            .iter()
+            .map(|m| snapshot(name, m))
+            .collect());
+    }
+    Ok(vec![snapshot(name, &served)])
+}
+
+/// The REST answer for `stats`: Triton's JSON, the message's fields by
+/// their proto names, and wirespeed's own counts.
+pub(crate) fn to_json(stats: &[Snapshot]) -> Value {
+    let d = |d: &Option<pb::StatisticDuration>| {
+        let d = d.unwrap_or_default();
+        json!({ "count": d.count, "ns": d.ns })
+    };
+    let models: Vec<Value> = stats
+        .iter()
+        .map(|snapshot| {
+            let m = &snapshot.triton;
+            let s = m.inference_stats.unwrap_or_default();
+            json!({
+                "name": m.name,
+                "version": m.version,
+                "last_inference": m.last_inference,
+                "inference_count": m.inference_count,
+                "execution_count": m.execution_count,
+                "inference_stats": {
+                    "success": d(&s.success),
+                    "fail": d(&s.fail),
+                    "queue": d(&s.queue),
+                    "compute_input": d(&s.compute_input),
+                    "compute_infer": d(&s.compute_infer),
+                    "compute_output": d(&s.compute_output),
+                    "cache_hit": d(&s.cache_hit),
+                    "cache_miss": d(&s.cache_miss),
+                },
+                "response_stats": {},
+                "batch_stats": m.batch_stats.iter().map(|b| json!({
+                    "batch_size": b.batch_size,
+                    "compute_input": d(&b.compute_input),
+                    "compute_infer": d(&b.compute_infer),
+                    "compute_output": d(&b.compute_output),
+                })).collect::<Vec<_>>(),
+                "memory_usage": [],
+                "wirespeed": {
+                    "default_outputs": snapshot.defaults,
+                    "queue_timeouts": snapshot.timeouts,
+                    "batch_size": snapshot.batch_size,
+                },
+            })
+        })
+        .collect();
+    json!({ "model_stats": models })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn successes_and_failures_are_counted_apart() {
+        let stats = ModelStats::default();
+        let mut stages = Stages::start();
+        stages.queue = Duration::from_nanos(5);
+        stages.decode = Duration::from_nanos(7);
+        stages.compute = Duration::from_nanos(11);
+        stages.encode = Duration::from_nanos(13);
+        stats.success(&stages);
+        stats.success(&stages);
+        stats.failure(Duration::from_nanos(60), FailureReason::Rejected);
+        stats.failure(Duration::from_nanos(40), FailureReason::Other);
+        let s = stats.snapshot("m", "1");
+        assert_eq!((s.inference_count, s.execution_count), (2, 2));
+        let i = s.inference_stats.unwrap();
+        assert_eq!(i.success.unwrap().count, 2);
+        assert_eq!(i.fail.unwrap(), pb::StatisticDuration { count: 2, ns: 100 });
+        assert_eq!(stats.failures(FailureReason::Rejected), 1);
+        assert_eq!(i.queue.unwrap(), pb::StatisticDuration { count: 2, ns: 10 });
+        assert_eq!(i.compute_infer.unwrap().ns, 22);
+        assert_eq!(s.batch_stats[0].batch_size, 1);
+        assert!(s.last_inference > 0);
+        let j = to_json(&[Snapshot {
+            triton: stats.snapshot("m", "1"),
+            defaults: 3,
+            timeouts: 0,
+            batch_size: None,
+        }]);
+        assert_eq!(j["model_stats"][0]["wirespeed"]["default_outputs"], 3);
+        assert_eq!(
+            j["model_stats"][0]["inference_stats"]["compute_output"]["ns"],
+            26
+        );
+    }
+}

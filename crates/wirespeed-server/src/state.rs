@@ -1,0 +1,235 @@
+//! The composition root's second half: each layer's handle, built from
+//! the config. [`State::start`] makes the CPU pool, loads the models and
+//! gives them their schedulers, and hands the serving layer's handle
+//! ([`Serving`]) to the protocols' ([`Front`]); nothing below this file
+//! sees more than its handle.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use prometheus::process_collector::ProcessCollector;
+use wirespeed_core::CpuPool;
+
+use crate::config::{ServerConfig, StartError};
+use crate::net::counts::Connections;
+use crate::protocols::auth::Auth;
+use crate::protocols::metrics::Scrape;
+use crate::protocols::{Fallback, Front, MessageLimits};
+use crate::serve::fronting;
+use crate::serve::metrics::Traffic;
+use crate::serve::model_control::{self, ModelControl, Repository};
+use crate::serve::readiness::Readiness;
+use crate::serve::served::ServedModels;
+use crate::serve::traces::Traces;
+use crate::serve::Serving;
+use crate::transcode::{self, Transcoder};
+use wirespeed_models::RepositoryError;
+
+/// The running server's parts.
+pub(crate) struct State {
+    /// The serving layer's handle.
+    pub(crate) serving: Arc<Serving>,
+    /// The protocols' handle.
+    pub(crate) front: Arc<Front>,
+    /// The listeners' connection counts, when metrics are on.
+    pub(crate) connections: Option<Arc<Connections>>,
+    /// Started by [`State::begin`].
+    background: Background,
+}
+
+/// What runs beside the listeners once the server is bound.
+struct Background {
+    poll: Option<std::time::Duration>,
+    transcoder: Option<Arc<Transcoder>>,
+    upstream: Option<(Arc<wirespeed_upstream::Upstream>, Vec<String>)>,
+}
+
+impl State {
+    /// The CPU pool, the models loaded and scheduled, and every handle.
+    pub(crate) async fn start(config: &ServerConfig) -> Result<State, StartError> {
+        let traces = config
+            .traces
+            .as_ref()
+            .map(Traces::start)
+            .transpose()
+            .map_err(StartError::Traces)?;
+        let pool = CpuPool::new(config.compute_threads).map_err(|error| StartError::Threads {
+            threads: config.compute_threads,
+            error,
+        })?;
+        let upstream = config
+            .upstream
+            .as_ref()
+            .map(fronting::upstream)
+            .transpose()
+            .map_err(StartError::Upstream)?;
+        let limits = MessageLimits {
+            max_body_bytes: config.limits.max_body_bytes,
+            max_grpc_message_bytes: config.limits.max_grpc_message_bytes,
+            max_header_bytes: config.limits.max_header_bytes,
+            body_timeout: config.limits.body_timeout,
+            request_timeout: config.limits.request_timeout,
+        };
+        // In front of an upstream, or transcoding to one, local models
+        // are optional.
+        let local = (upstream.is_none() && config.transcode.is_empty())
+            || has_model_folders(&config.models_dir);
+        let transcoder = if config.transcode.is_empty() {
+            None
+        } else {
+            let max_depth = config.request_limits.max_depth;
+            let transcoder = Transcoder::load(&config.transcode, limits.clone(), max_depth)
+                .await
+                .map_err(StartError::Transcode)?;
+            Some(Arc::new(transcoder))
+        };
+        let loaded = if local {
+            load_at_start(config, &pool)?
+        } else {
+            Vec::new()
+        };
+        let traffic = config
+            .metrics
+            .as_ref()
+            .map(|_| Arc::new(Traffic::default()));
+        let buckets = config
+            .metrics
+            .as_ref()
+            .and_then(|m| m.buckets.clone())
+            .map(Arc::new);
+        let names: Vec<String> = loaded.iter().map(|m| m.name.clone()).collect();
+        let models = Arc::new(
+            ServedModels::start(loaded, &pool, buckets)
+                .map_err(|error| StartError::Threads { threads: 1, error })?,
+        );
+        let readiness = Arc::new(Readiness::default());
+        let repository = Arc::new(Repository::new(
+            Arc::clone(&models),
+            Arc::clone(&readiness),
+            &config.models_dir,
+            config.backends.clone(),
+            pool.clone(),
+            config.model_control.clone(),
+        ));
+        repository.loaded_at_start(&names);
+        let serving = Arc::new(Serving::new(
+            models,
+            readiness,
+            pool.clone(),
+            wirespeed_json::DecodeOptions {
+                limits: config.request_limits.clone(),
+                strict: config.strict_json,
+                pool: Some(pool),
+            },
+            config.limits.request_timeout,
+            traces,
+            traffic,
+        ));
+        let connections = config
+            .metrics
+            .as_ref()
+            .map(|_| Arc::new(Connections::default()));
+        let front = Arc::new(Front {
+            serving: Arc::clone(&serving),
+            limits,
+            auth: Auth::new(config.auth_token.clone()),
+            repository,
+            scrape: connections.as_ref().map(|connections| Scrape {
+                connections: Arc::clone(connections),
+                process: ProcessCollector::for_self(),
+            }),
+            clipper_queries: std::sync::atomic::AtomicU64::new(0),
+            fallback: transcoder.clone().map(|t| -> Arc<dyn Fallback> { t }),
+        });
+        let poll = match config.model_control {
+            ModelControl::Poll(period) => Some(period),
+            _ => None,
+        };
+        Ok(State {
+            serving,
+            front,
+            connections,
+            background: Background {
+                poll,
+                transcoder,
+                upstream: upstream.zip(config.upstream.as_ref().map(|u| u.models.clone())),
+            },
+        })
+    }
+
+    /// Starts what runs beside the listeners: polling the repository,
+    /// asking the transcoded upstreams' reflection again, listing the
+    /// upstream's models. Each ends with the server.
+    pub(crate) fn begin(&mut self) -> Result<(), StartError> {
+        let background = std::mem::replace(
+            &mut self.background,
+            Background {
+                poll: None,
+                transcoder: None,
+                upstream: None,
+            },
+        );
+        if let Some(period) = background.poll {
+            let repository = Arc::downgrade(&self.front.repository);
+            tokio::spawn(model_control::poll(repository, period));
+        }
+        if let Some(transcoder) = &background.transcoder {
+            tokio::spawn(transcode::reflect_again(Arc::downgrade(transcoder)));
+        }
+        if let Some((upstream, names)) = background.upstream {
+            let serving = &self.serving;
+            fronting::start(&serving.models, &serving.readiness, upstream, &names)
+                .map_err(StartError::Upstream)?;
+        }
+        Ok(())
+    }
+}
+
+/// The models to serve from the start: every one in the repository, or in
+/// explicit model control those named (`*` for all, and possibly none).
+fn load_at_start(
+    config: &ServerConfig,
+    pool: &CpuPool,
+) -> Result<Vec<wirespeed_models::LoadedModel>, StartError> {
+    let dir = &config.models_dir;
+    let ModelControl::Explicit { startup } = &config.model_control else {
+        return Ok(wirespeed_models::load_repository(
+            dir,
+            &config.backends,
+            pool,
+        )?);
+    };
+    let folders = wirespeed_models::model_folders(dir)?;
+    let all = startup.iter().any(|n| n == "*");
+    for name in startup.iter().filter(|n| *n != "*") {
+        if !folders.iter().any(|(folder, _)| folder == name) {
+            return Err(StartError::Repository(RepositoryError {
+                path: dir.join(name),
+                message: format!("--load-model names '{name}', which has no folder here"),
+            }));
+        }
+    }
+    let mut loaded = Vec::new();
+    for (name, folder) in folders
+        .iter()
+        .filter(|(name, _)| all || startup.contains(name))
+    {
+        loaded.extend(wirespeed_models::load_model(
+            name,
+            folder,
+            &config.backends,
+            pool,
+            None,
+        )?);
+    }
+    Ok(loaded)
+}
+
+/// Whether `dir` holds a folder that could be a model's.
+fn has_model_folders(dir: &Path) -> bool {
+    std::fs::read_dir(dir).is_ok_and(|entries| {
+        entries
+            .filter_map(Result::ok)
+            .any(|e| e.path().is_dir() && !e.file_name().to_string_lossy().starts_with('.'))
+    })
+}
