@@ -262,7 +262,7 @@ fn load_version(
         .map_err(|m| error(&config_path, m))?;
     let metadata = model.metadata();
     let scheduling =
-        Scheduling::from_config(config, metadata).map_err(|m| error(&config_path, m))?;
+        crate::scheduling::resolve(config, metadata).map_err(|m| error(&config_path, m))?;
     tracing::info!(
         model = %name,
         version = %metadata.versions.join(","),

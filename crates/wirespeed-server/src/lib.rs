@@ -24,7 +24,6 @@
 mod config;
 mod net;
 mod protocols;
-mod scheduler;
 mod serve;
 mod state;
 mod transcode;

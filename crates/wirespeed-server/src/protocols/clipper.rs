@@ -135,7 +135,7 @@ impl Codec for ClipperQuery<'_> {
             .parameters
             .iter()
             .any(|(k, v)| k == "default" && *v == ParameterValue::Bool(true))
-            .then_some(crate::scheduler::DEFAULT_EXPLANATION);
+            .then_some(wirespeed_scheduler::DEFAULT_EXPLANATION);
         let mut out = Vec::new();
         wirespeed_json::encode_clipper_response(&output, self.format, first_id, default, &mut out);
         Ok(response::json(out))

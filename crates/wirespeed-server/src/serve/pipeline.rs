@@ -23,7 +23,6 @@ use wirespeed_core::{
     Error, ErrorKind, InferRequest, InferResponse, ParameterValue, Parameters, TraceContext,
 };
 
-use crate::scheduler::{CallContext, DEFAULT_EXPLANATION};
 use crate::serve::classification;
 use crate::serve::metrics::InferProtocol;
 use crate::serve::regions;
@@ -33,6 +32,7 @@ use crate::serve::statistics::FailureReason;
 use crate::serve::timing::{timed, timed_on, Stages};
 use crate::serve::traces::{Finished, RequestTrace};
 use crate::serve::Serving;
+use wirespeed_scheduler::{CallContext, Spent, DEFAULT_EXPLANATION};
 
 /// One request's number, span and clock, from the moment a front end took
 /// it.
@@ -315,16 +315,20 @@ async fn compute<C: Codec>(
         .await?;
     }
     let call = CallContext {
+        started: stages.started(),
         parameters: model_parameters(std::mem::take(&mut request.parameters)),
         deadline: Some(context.deadline),
         priority: queueing.priority,
         timeout: queueing.timeout,
         trace: context.trace.outgoing(),
     };
+    let mut spent = Spent::default();
     let answer = served
         .scheduler
-        .run(request.inputs, &request.outputs, call, stages)
-        .await?;
+        .run(request.inputs, &request.outputs, call, &mut spent)
+        .await;
+    stages.scheduled(spent);
+    let answer = answer?;
     let mut outputs = answer.outputs;
     context.default_answer = answer.default;
     let parameters = if answer.default {

@@ -15,8 +15,8 @@ use wirespeed_core::{CpuPool, Error, ErrorKind, Model, ModelMetadata};
 use wirespeed_models::{is_valid_model_name, LoadedModel, OutputLabels, VersionPolicy};
 
 use super::metrics::Buckets;
-use crate::scheduler::{QueueThread, Scheduler};
 use crate::serve::statistics::ModelStats;
+use wirespeed_scheduler::{QueueThread, Scheduler};
 
 /// One served model.
 pub(crate) struct ServedModel {

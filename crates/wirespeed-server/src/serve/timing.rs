@@ -52,6 +52,14 @@ impl Stages {
         }
     }
 
+    /// Records the wait, the compute and the batch size of the request's
+    /// turn in its model's scheduler.
+    pub(crate) fn scheduled(&mut self, spent: wirespeed_scheduler::Spent) {
+        self.queue = spent.queue;
+        self.compute = spent.compute;
+        self.batch = spent.batch;
+    }
+
     /// Marks the end of reading the body of `bytes`, which took `decode`
     /// in the decoder: `read` is the time since the start.
     pub(crate) fn body_read(&mut self, decode: Duration, bytes: u64) {

@@ -480,7 +480,8 @@ impl Visit for Line {
 
 impl<S: tracing::Subscriber> Layer<S> for Capture {
     fn on_event(&self, event: &tracing::Event<'_>, _: Context<'_, S>) {
-        if !event.metadata().target().starts_with("wirespeed_server") {
+        let target = event.metadata().target();
+        if !target.starts_with("wirespeed_server") && !target.starts_with("wirespeed_scheduler") {
             return;
         }
         let mut line = Line(String::new());

@@ -17,12 +17,12 @@ use std::collections::VecDeque;
 use std::hash::{Hash, Hasher};
 use std::time::{Duration, Instant};
 
+use crate::policy::{Batching, LevelPolicy, TimeoutAction};
 use tokio::sync::oneshot;
 use tracing::Span;
 use wirespeed_core::{DataType, Parameters};
-use wirespeed_models::{Batching, LevelPolicy, TimeoutAction};
 
-use super::{Job, Lead, Outcome};
+use crate::{Job, Lead, Outcome};
 
 /// Requests looked at, past the first, when forming one batch: bounds
 /// the actor's work per batch under a deep queue of mixed requests.

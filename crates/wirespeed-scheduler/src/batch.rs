@@ -16,8 +16,8 @@ use std::time::{Duration, Instant};
 use tokio::sync::oneshot;
 use wirespeed_core::{batch, CpuPool, Error, Execution, InferCall, Model, Tensor};
 
-use super::actor::Mailbox;
-use super::{Counters, Event, Lead, Member, Outcome};
+use crate::actor::Mailbox;
+use crate::{Counters, Event, Lead, Member, Outcome};
 
 /// Joined inputs above this many bytes are joined on the CPU pool.
 const OFFLOAD_JOIN_BYTES: usize = 1 << 20;

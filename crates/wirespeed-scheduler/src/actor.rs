@@ -25,12 +25,12 @@ use std::sync::mpsc::{self, RecvTimeoutError};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::policy::Scheduling;
 use tokio::sync::{oneshot, Semaphore};
 use wirespeed_core::{Error, ErrorKind};
-use wirespeed_models::Scheduling;
 
-use super::queue::{Entry, Formed, Leaving, Queue};
-use super::{Counters, Event, Lead, Member, Outcome, Slot};
+use crate::queue::{Entry, Formed, Leaving, Queue};
+use crate::{Counters, Event, Lead, Member, Outcome, Slot};
 
 /// Weight of the newest batch in the estimate of a batch's latency.
 const ESTIMATE_WEIGHT: f64 = 0.2;
@@ -75,14 +75,14 @@ impl Mailbox {
 
 /// The thread that keeps every model's queue.
 #[derive(Clone)]
-pub(crate) struct QueueThread {
+pub struct QueueThread {
     thread: mpsc::Sender<(u64, Event)>,
     next: Arc<AtomicU64>,
 }
 
 impl QueueThread {
     /// Starts the thread, `wirespeed-queues`.
-    pub(crate) fn start() -> std::io::Result<QueueThread> {
+    pub fn start() -> std::io::Result<QueueThread> {
         let (thread, inbox) = mpsc::channel();
         std::thread::Builder::new()
             .name("wirespeed-queues".into())

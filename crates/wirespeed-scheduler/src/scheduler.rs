@@ -1,210 +1,23 @@
-//! One scheduler per model: who computes now, who waits, in which order,
-//! with whom a request is batched, and what a request that would be late
-//! is answered.
-//!
-//! At most `max_concurrency` executions of the model run at once, each
-//! holding a *slot*. A request that finds a slot free and nobody waiting
-//! runs at once, alone, without a hop (the common, unloaded case costs two
-//! atomic operations), unless the model has a latency objective or waits
-//! for fuller batches (`max_queue_delay_us`). Otherwise it joins the
-//! model's queue, owned by an actor (`actor.rs`): requests come in on a
-//! channel, each with `oneshot`s for its answer and its turn, and its
-//! tracing span. The actor orders them by priority level and queue policy
-//! (`queue.rs`, Triton's semantics), forms batches of compatible requests
-//! when the model batches, and hands each batch to one of its requests
-//! (its *leader*), which runs it on its own I/O thread (`batch.rs`): the
-//! inputs joined along dimension 0 once, one call to the model, and the
-//! outputs cut back into each request's rows.
-//!
-//! A full queue (`max_queue`, or a level's `max_queue_size`) refuses at
-//! once: 503 with `Retry-After`, or RESOURCE_EXHAUSTED, so under overload
-//! accepted requests keep a bounded latency and memory stays bounded. A
-//! request whose caller has gone is dropped from the queue without
-//! computing.
-//!
-//! With a latency objective (`[slo]`), a request that would miss it is
-//! answered with the model's default outputs, flagged: while queued, as
-//! soon as the model's recent batch latency says it cannot make it (only
-//! while every slot is busy; a free slot always tries); while computing,
-//! at the objective itself. The actor keeps the clock for both, on a
-//! thread of its own, because tokio's timers tick once a millisecond and
-//! a batching delay or an objective is often a fraction of one.
-//!
-//! A slot is held until the model's compute really ends: a batch runs as
-//! a task of its own, whichever of its callers leave. A model that awaits
-//! (`Execution::Async`: a call to another server) is cancelled when every
-//! caller in its batch has gone (the upstream sees the call reset), and
-//! its slot comes back then.
+//! [`Scheduler`]: one model's admission, queue, batching and compute (the
+//! crate's documentation says how).
 
-mod actor;
-mod batch;
-mod queue;
-
-use std::sync::atomic::{fence, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use tokio::sync::{oneshot, OwnedSemaphorePermit, Semaphore};
 use tracing::{Instrument, Span};
 use wirespeed_core::{
     CpuPool, Error, ErrorKind, Execution, InferCall, Model, Parameters, RequestedOutput, Tensor,
-    TraceContext,
 };
-use wirespeed_models::Scheduling;
 
-use crate::serve::timing::{timed, Stages};
-use actor::Mailbox;
-pub(crate) use actor::QueueThread;
-use queue::{BatchKey, Entry};
-
-/// The inputs to compute, the outputs to produce, and what a model that
-/// awaits also gets.
-struct Job {
-    inputs: Vec<Tensor>,
-    outputs: Vec<usize>,
-    parameters: Parameters,
-    deadline: Option<Instant>,
-    /// The trace context to pass on.
-    trace: Option<TraceContext>,
-}
-
-/// What a request brings to its scheduler besides inputs and outputs.
-pub(crate) struct CallContext {
-    /// The request's parameters the server does not act on itself.
-    pub(crate) parameters: Parameters,
-    /// When the client stops waiting.
-    pub(crate) deadline: Option<Instant>,
-    /// Triton's `priority` parameter: 1 is the highest level, 0 the
-    /// model's default.
-    pub(crate) priority: u64,
-    /// Triton's `timeout` parameter: the longest it may wait in the queue.
-    pub(crate) timeout: Option<Duration>,
-    /// The request's trace context, for a model that calls another server.
-    pub(crate) trace: Option<TraceContext>,
-}
-
-/// What a request gets back from its model.
-pub(crate) struct Answer {
-    pub(crate) outputs: Vec<Tensor>,
-    /// The outputs are the model's defaults: it would have missed its
-    /// latency objective.
-    pub(crate) default: bool,
-}
-
-/// Why an answer is the default, in Clipper's words.
-pub(crate) const DEFAULT_EXPLANATION: &str =
-    "Failed to retrieve a prediction response within the specified latency SLO";
-
-/// A batch handed to its leader: the requests in it, in queue order, and
-/// its slot.
-struct Lead {
-    members: Vec<Member>,
-    slot: Slot,
-}
-
-/// One request of a batch.
-struct Member {
-    job: Job,
-    rows: usize,
-    outcome: oneshot::Sender<Outcome>,
-    queued: Duration,
-    span: Span,
-}
-
-/// How a request ends, as the actor or its batch tells it.
-enum Outcome {
-    Computed {
-        outputs: Vec<Tensor>,
-        /// The rows of the batch it ran in.
-        batch: usize,
-        queued: Duration,
-        compute: Duration,
-    },
-    /// It would miss the objective: answer the defaults.
-    Late,
-    Failed(Error),
-}
-
-/// What the actor hears.
-enum Event {
-    Arrive(Box<Entry>),
-    /// A batch of `rows` ran in `took`.
-    Ran {
-        rows: usize,
-        took: Duration,
-    },
-    /// A slot came back while requests wait.
-    Freed,
-    /// A model's actor joins the queue thread.
-    Start(Box<actor::Actor>),
-    Stop,
-}
-
-/// A compute slot. Giving it back tells the actor, when requests wait.
-struct Slot {
-    permit: Option<OwnedSemaphorePermit>,
-    events: Mailbox,
-    waiting: Arc<AtomicUsize>,
-}
-
-impl Drop for Slot {
-    fn drop(&mut self) {
-        drop(self.permit.take());
-        // Pairs with the fence before the actor's `try_acquire`: either it
-        // sees this slot free, or this sees its request waiting.
-        fence(Ordering::SeqCst);
-        if self.waiting.load(Ordering::SeqCst) > 0 {
-            let _ = self.events.send(Event::Freed);
-        }
-    }
-}
-
-/// The counts a scheduler keeps for the statistics: executions and batch
-/// sizes (of a model that batches; the others' are its requests'),
-/// defaults, timeouts, and the adaptive batch size.
-#[derive(Default)]
-pub(crate) struct Counters {
-    /// Whether executions are counted here: the model batches.
-    batching: bool,
-    pub(crate) executions: AtomicU64,
-    pub(crate) defaults: AtomicU64,
-    pub(crate) timeouts: AtomicU64,
-    /// The adaptive batcher's size now.
-    pub(crate) batch_size: AtomicUsize,
-    /// Per batch size (rows): executions and their stage times.
-    pub(crate) batches: Mutex<std::collections::BTreeMap<usize, BatchTally>>,
-}
-
-/// The executions of one batch size.
-#[derive(Default, Clone, Copy)]
-pub(crate) struct BatchTally {
-    pub(crate) count: u64,
-    /// Joining the inputs.
-    pub(crate) input_ns: u64,
-    pub(crate) infer_ns: u64,
-    /// Cutting the outputs.
-    pub(crate) output_ns: u64,
-}
-
-impl Counters {
-    /// Counts an execution of `rows` rows, if the model batches.
-    fn executed(&self, rows: usize, input: Duration, infer: Duration, output: Duration) {
-        if !self.batching {
-            return;
-        }
-        self.executions.fetch_add(1, Ordering::Relaxed);
-        let ns = |d: Duration| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
-        let mut batches = self.batches.lock().unwrap_or_else(|e| e.into_inner());
-        let tally = batches.entry(rows).or_default();
-        tally.count += 1;
-        tally.input_ns += ns(input);
-        tally.infer_ns += ns(infer);
-        tally.output_ns += ns(output);
-    }
-}
+use crate::actor::{self, Mailbox, QueueThread};
+use crate::batch;
+use crate::queue::{BatchKey, Entry};
+use crate::{Answer, CallContext, Counters, Event, Job, Lead, Outcome, Scheduling, Slot, Spent};
 
 /// The admission, queue, batching and compute of one model.
-pub(crate) struct Scheduler {
+pub struct Scheduler {
     model: Arc<dyn Model>,
     pool: CpuPool,
     slots: Arc<Semaphore>,
@@ -227,7 +40,7 @@ impl Drop for Scheduler {
 
 impl Scheduler {
     /// Starts the scheduler of `model`, its queue's actor on `queues`.
-    pub(crate) fn start(
+    pub fn start(
         model: Arc<dyn Model>,
         concurrency: usize,
         max_queue: usize,
@@ -269,17 +82,17 @@ impl Scheduler {
     }
 
     /// The scheduling the model was configured with.
-    pub(crate) fn scheduling(&self) -> &Scheduling {
+    pub fn scheduling(&self) -> &Scheduling {
         &self.scheduling
     }
 
     /// The executions, batch sizes and defaults counted so far.
-    pub(crate) fn counters(&self) -> &Counters {
+    pub fn counters(&self) -> &Counters {
         &self.counters
     }
 
     /// The requests waiting for a turn now.
-    pub(crate) fn waiting(&self) -> usize {
+    pub fn waiting(&self) -> usize {
         self.waiting.load(Ordering::Relaxed)
     }
 
@@ -287,13 +100,13 @@ impl Scheduler {
     /// batch), runs the model and returns the `requested` outputs (all of
     /// them when none are named), in request order; or the defaults, if it
     /// would miss the objective. The wait, the compute and the batch size
-    /// go into `stages`.
-    pub(crate) async fn run(
+    /// go into `spent`, whether or not it is answered.
+    pub async fn run(
         &self,
         mut inputs: Vec<Tensor>,
         requested: &[RequestedOutput],
         context: CallContext,
-        stages: &mut Stages,
+        spent: &mut Spent,
     ) -> Result<Answer, Error> {
         let metadata = self.model.metadata();
         metadata.check_inputs(&inputs)?;
@@ -310,7 +123,7 @@ impl Scheduler {
                     deadline: context.deadline,
                     trace: context.trace,
                 };
-                return self.alone(job, slot, rows, stages).await;
+                return self.alone(job, slot, rows, spent).await;
             }
         }
         let key = self.batch_key(&mut inputs, &outputs, &context.parameters, rows);
@@ -326,8 +139,17 @@ impl Scheduler {
             deadline: context.deadline,
             trace: context.trace,
         };
-        self.queued(job, wanted, key, rows, level, timeout, stages)
-            .await
+        self.queued(
+            job,
+            wanted,
+            key,
+            rows,
+            level,
+            timeout,
+            context.started,
+            spent,
+        )
+        .await
     }
 
     /// A slot, if one is free and nobody is waiting for it.
@@ -385,7 +207,8 @@ impl Scheduler {
         rows: Option<usize>,
         level: usize,
         timeout: Option<Duration>,
-        stages: &mut Stages,
+        started: Instant,
+        spent: &mut Spent,
     ) -> Result<Answer, Error> {
         let name = &self.model.metadata().name;
         let ahead = self.waiting.fetch_add(1, Ordering::SeqCst);
@@ -424,7 +247,7 @@ impl Scheduler {
             arrived,
             level,
             timeout_at: timeout.map(|t| arrived + t),
-            slo_at: slo.map(|s| stages.started() + s.latency),
+            slo_at: slo.map(|s| started + s.latency),
             lead,
             outcome,
             expired,
@@ -467,10 +290,10 @@ impl Scheduler {
                 queued,
                 compute,
             } => {
-                stages.queue = queued;
-                stages.compute = compute;
+                spent.queue = queued;
+                spent.compute = compute;
                 if self.scheduling.batching.is_some() {
-                    stages.batch = batch;
+                    spent.batch = batch;
                 }
                 Ok(Answer {
                     outputs,
@@ -478,7 +301,7 @@ impl Scheduler {
                 })
             }
             Outcome::Late => {
-                stages.queue = arrived.elapsed();
+                spent.queue = arrived.elapsed();
                 self.counters.defaults.fetch_add(1, Ordering::Relaxed);
                 tracing::debug!(model = %name, "past the latency objective; answered the default");
                 Ok(Answer {
@@ -499,7 +322,7 @@ impl Scheduler {
         job: Job,
         slot: Slot,
         rows: Option<usize>,
-        stages: &mut Stages,
+        spent: &mut Spent,
     ) -> Result<Answer, Error> {
         let elements: usize = job.inputs.iter().map(|t| t.data.len()).sum();
         let span = tracing::debug_span!("compute");
@@ -507,9 +330,9 @@ impl Scheduler {
         let result = match self.model.execution(elements) {
             Execution::Inline => {
                 let _entered = span.enter();
-                let result = timed(&mut stages.compute, || {
-                    self.model.infer(&job.inputs, &job.outputs)
-                });
+                let began = Instant::now();
+                let result = self.model.infer(&job.inputs, &job.outputs);
+                spent.compute = began.elapsed();
                 drop(slot);
                 result
             }
@@ -524,8 +347,8 @@ impl Scheduler {
                     freed(slot, model.as_ref());
                     let _ = done.send((result, spent));
                 });
-                let (result, spent) = result.await.map_err(|_| self.crashed())?;
-                stages.compute = spent;
+                let (result, took) = result.await.map_err(|_| self.crashed())?;
+                spent.compute = took;
                 result
             }
             Execution::Async => {
@@ -560,16 +383,16 @@ impl Scheduler {
                     model: Arc::clone(&self.model),
                     slot,
                 };
-                let (result, spent) = task.await.map_err(|_| self.crashed())?;
-                stages.compute = spent;
+                let (result, took) = task.await.map_err(|_| self.crashed())?;
+                spent.compute = took;
                 result
             }
         };
         if self.scheduling.batching.is_some() {
             let rows = rows.unwrap_or(1);
             self.counters
-                .executed(rows, Duration::ZERO, stages.compute, Duration::ZERO);
-            stages.batch = rows;
+                .executed(rows, Duration::ZERO, spent.compute, Duration::ZERO);
+            spent.batch = rows;
         }
         result.map(|outputs| Answer {
             outputs,
