@@ -58,7 +58,11 @@ async fn a_caller_that_leaves_mid_compute_keeps_a_pool_slot_until_the_compute_en
     assert!(first.await.unwrap_err().is_cancelled());
 
     let (busy, _) = outcome(send(&scheduler, &[1], &[2.0], CallContext::now())).await;
-    assert_eq!(busy.unwrap_err().kind(), ErrorKind::Overloaded, "the slot is held");
+    assert_eq!(
+        busy.unwrap_err().kind(),
+        ErrorKind::Overloaded,
+        "the slot is held"
+    );
     assert_eq!(gate.read(|s| s.finished), 0, "still computing");
 
     gate.release(1);
@@ -82,8 +86,15 @@ async fn a_caller_that_leaves_cancels_an_async_compute_and_frees_its_slot() {
 
     gate.release(1);
     let (second, _) = outcome(send(&scheduler, &[1], &[2.0], CallContext::now())).await;
-    assert_eq!(second.unwrap().0, [2.0], "the slot came back with the cancel");
-    assert_eq!(gate.read(|s| (s.started, s.finished, s.cancelled)), (2, 1, 1));
+    assert_eq!(
+        second.unwrap().0,
+        [2.0],
+        "the slot came back with the cancel"
+    );
+    assert_eq!(
+        gate.read(|s| (s.started, s.finished, s.cancelled)),
+        (2, 1, 1)
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

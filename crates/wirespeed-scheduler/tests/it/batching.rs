@@ -11,9 +11,7 @@ use std::time::Duration;
 use wirespeed_core::{ErrorKind, Execution, ParameterValue};
 use wirespeed_scheduler::{Adaptive, Batching, CallContext, Scheduling};
 
-use crate::support::{
-    events, outcome, scheduler, send, wait_queued, with_parameters, Gate, Gated,
-};
+use crate::support::{events, outcome, scheduler, send, wait_queued, with_parameters, Gate, Gated};
 
 fn batching(max: usize, preferred: Vec<usize>, delay: Duration) -> Scheduling {
     Scheduling {
@@ -48,7 +46,11 @@ async fn queued_requests_run_as_one_batch_and_each_gets_its_own_rows() {
     gate.release(2);
     for (x, task) in sent {
         let (answer, spent) = outcome(task).await;
-        assert_eq!(answer.unwrap().0, x, "each request gets exactly its own rows");
+        assert_eq!(
+            answer.unwrap().0,
+            x,
+            "each request gets exactly its own rows"
+        );
         assert_eq!(spent.batch, 8);
         assert!(spent.compute > Duration::ZERO);
     }
@@ -57,7 +59,9 @@ async fn queued_requests_run_as_one_batch_and_each_gets_its_own_rows() {
     assert_eq!(gate.read(|s| s.started), 2, "one execution for the five");
     assert_eq!(gate.read(|s| s.computed[1].len()), 8);
     let counters = scheduler.counters();
-    let executions = counters.executions.load(std::sync::atomic::Ordering::Relaxed);
+    let executions = counters
+        .executions
+        .load(std::sync::atomic::Ordering::Relaxed);
     assert_eq!(executions, 2);
     let batches = counters.batches.lock().unwrap();
     assert_eq!(batches.keys().copied().collect::<Vec<_>>(), [1, 8]);
@@ -150,7 +154,10 @@ async fn a_preferred_size_goes_at_once_and_a_lone_request_after_the_delay() {
     gate.release(1);
     let (answer, spent) = outcome(lone).await;
     assert_eq!((answer.unwrap().0, spent.batch), (vec![9.0], 1));
-    assert!(spent.queue >= delay, "it waited the delay for company: {spent:?}");
+    assert!(
+        spent.queue >= delay,
+        "it waited the delay for company: {spent:?}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -173,7 +180,9 @@ async fn the_adaptive_batcher_grows_while_batches_stay_within_the_objective() {
     let scheduler = scheduler(model, 1, 64, scheduling);
     let size = || {
         let counters = scheduler.counters();
-        counters.batch_size.load(std::sync::atomic::Ordering::Relaxed)
+        counters
+            .batch_size
+            .load(std::sync::atomic::Ordering::Relaxed)
     };
     assert_eq!(size(), 1, "an adaptive batcher starts at one row");
     // One computing alone; three queued behind it. The first batch formed

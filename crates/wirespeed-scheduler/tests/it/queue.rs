@@ -56,8 +56,14 @@ async fn higher_priorities_and_requests_within_their_timeout_go_first() {
     wait_queued("levels", 4);
     let error = outcome(impatient).await.0.unwrap_err();
     assert_eq!(error.kind(), ErrorKind::Unavailable, "{error}");
-    assert!(error.message().contains("request timeout expired"), "{error}");
-    let timeouts = scheduler.counters().timeouts.load(std::sync::atomic::Ordering::Relaxed);
+    assert!(
+        error.message().contains("request timeout expired"),
+        "{error}"
+    );
+    let timeouts = scheduler
+        .counters()
+        .timeouts
+        .load(std::sync::atomic::Ordering::Relaxed);
     assert_eq!(timeouts, 1);
     gate.release(4);
     for task in [first, low, default, high] {
@@ -139,8 +145,14 @@ async fn requests_past_the_objective_get_the_flagged_default() {
         assert_eq!(values, vec![-1.5; rows]);
         assert!(default, "flagged as the default");
     }
-    let defaults = scheduler.counters().defaults.load(std::sync::atomic::Ordering::Relaxed);
-    assert_eq!(defaults, 2, "the queued one, and the computing one at its objective");
+    let defaults = scheduler
+        .counters()
+        .defaults
+        .load(std::sync::atomic::Ordering::Relaxed);
+    assert_eq!(
+        defaults, 2,
+        "the queued one, and the computing one at its objective"
+    );
     // Once its default is out, nobody waits for the first's compute: a
     // model that awaits is cancelled, and its slot comes back.
     gate.wait_until("the first compute to be cancelled", |s| s.cancelled >= 1);

@@ -296,7 +296,10 @@ impl Events {
                         < count
                 })
                 .unwrap();
-            assert!(!timeout.timed_out(), "no {count} events with {parts:?} in {lines:#?}");
+            assert!(
+                !timeout.timed_out(),
+                "no {count} events with {parts:?} in {lines:#?}"
+            );
         });
     }
 
