@@ -187,7 +187,9 @@ async fn the_adaptive_batcher_grows_while_batches_stay_within_the_objective() {
     assert_eq!(size(), 1, "an adaptive batcher starts at one row");
     // One computing alone; three queued behind it. The first batch formed
     // is one row, the size then: full and within the objective, so the
-    // size grows by its step; the two left make no full batch after that.
+    // size grows by its step; the two left make no full batch after that
+    // (one batch of two, or two of one if a slot comes back before the
+    // size is known).
     let lead = send(&scheduler, &[1], &[0.0], CallContext::now());
     gate.wait_until("the first compute", |s| s.started == 1);
     let queued: Vec<_> = (1..=3)
@@ -202,7 +204,8 @@ async fn the_adaptive_batcher_grows_while_batches_stay_within_the_objective() {
         assert_eq!(answer.unwrap().0, [(k + 1) as f32]);
         rows.push(spent.batch);
     }
-    assert_eq!(rows[0], 1, "{rows:?}");
+    rows.sort_unstable();
+    assert!(rows == [1, 2, 2] || rows == [1, 1, 1], "{rows:?}");
     events().wait_for(&["adaptive batch size", "model=adaptive ", "from=1 ", "to=3 "]);
     assert_eq!(size(), 3);
 }
