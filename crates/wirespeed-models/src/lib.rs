@@ -5,7 +5,10 @@
 //! A backend reads its own keys of `config.toml` and returns a
 //! [`Model`](wirespeed_core::Model); the server does the rest (scheduling,
 //! protocols). The built-in backends are the tree ensembles of
-//! `wirespeed-trees` (`xgboost`, `lightgbm`) and `identity`; a program that
+//! `wirespeed-trees` (`xgboost`, `lightgbm`) and `identity`, and, each
+//! behind a cargo feature of its own (all on by default), `onnx` (tract;
+//! `onnxruntime` adds ONNX Runtime as an engine), `python` (worker
+//! processes) and `upstream` (a model on another server); a program that
 //! embeds the server can [`Registry::register`] its own.
 //!
 //! ```no_run
@@ -22,20 +25,25 @@
 
 mod config;
 mod identity;
+#[cfg(feature = "onnx")]
 mod onnx;
 mod pbtxt;
+#[cfg(feature = "python")]
 mod python;
 mod registry;
 mod repository;
 mod scheduling;
 mod trees;
+#[cfg(feature = "upstream")]
 mod upstream;
 mod versions;
 
 pub use config::{ModelConfig, TensorConfig};
 pub use identity::IdentityModel;
+#[cfg(feature = "onnx")]
 pub use onnx::{supported_operators, OnnxModel};
 pub use pbtxt::data_type as triton_data_type;
+#[cfg(feature = "python")]
 pub use python::PythonModel;
 pub use registry::{Backend, ModelSource, Registry};
 pub use repository::{
@@ -47,5 +55,6 @@ pub use scheduling::{
     QueuePolicy, Scheduling, Slo, SloKeys, TimeoutAction,
 };
 pub use trees::TreeModel;
+#[cfg(feature = "upstream")]
 pub use upstream::UpstreamModel;
 pub use versions::{select_versions, version_folders, VersionPolicy, VersionPolicyKeys};

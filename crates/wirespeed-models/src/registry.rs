@@ -135,15 +135,19 @@ impl Registry {
         Registry::default()
     }
 
-    /// The backends wirespeed ships: `xgboost`, `lightgbm`, `onnx`,
-    /// `identity`, `upstream` and `python`.
+    /// The backends wirespeed ships: `xgboost`, `lightgbm` and
+    /// `identity`, and those of this build's features: `onnx`, `upstream`
+    /// and `python`.
     pub fn builtin() -> Registry {
         let mut registry = Registry::new();
         registry.register(crate::trees::Xgboost);
         registry.register(crate::trees::Lightgbm);
         registry.register(crate::identity::Identity);
+        #[cfg(feature = "onnx")]
         registry.register(crate::onnx::Onnx);
+        #[cfg(feature = "upstream")]
         registry.register(crate::upstream::UpstreamBackend);
+        #[cfg(feature = "python")]
         registry.register(crate::python::Python);
         registry
     }
@@ -157,12 +161,35 @@ impl Registry {
     pub fn get(&self, name: &str) -> Result<&dyn Backend, String> {
         self.backends.get(name).map(|b| b.as_ref()).ok_or_else(|| {
             let known: Vec<&str> = self.backends.keys().copied().collect();
+            if let Some(feature) = left_out(name) {
+                return format!(
+                    "backend '{name}' is not in this build of wirespeed (built without the \
+                     '{feature}' feature); this server has {}",
+                    known.join(", ")
+                );
+            }
             format!(
                 "unknown backend '{name}'; this server has {}",
                 known.join(", ")
             )
         })
     }
+}
+
+/// The cargo feature of a built-in backend that this build left out.
+fn left_out(name: &str) -> Option<&'static str> {
+    let left_out: &[(&str, &str)] = &[
+        #[cfg(not(feature = "onnx"))]
+        ("onnx", "onnx"),
+        #[cfg(not(feature = "upstream"))]
+        ("upstream", "upstream"),
+        #[cfg(not(feature = "python"))]
+        ("python", "python"),
+    ];
+    left_out
+        .iter()
+        .find(|(backend, _)| *backend == name)
+        .map(|(_, feature)| *feature)
 }
 
 impl fmt::Debug for Registry {

@@ -9,10 +9,10 @@ use std::time::Duration;
 use wirespeed_core::RequestLimits;
 use wirespeed_models::{Registry, RepositoryError};
 
-use crate::serve::fronting::UpstreamServer;
 use crate::serve::metrics::MetricsConfig;
 use crate::serve::model_control::ModelControl;
 use crate::serve::traces::TracesConfig;
+#[cfg(feature = "proxy")]
 use crate::transcode::TranscodeConfig;
 
 /// Everything the server needs to start.
@@ -37,6 +37,7 @@ pub struct ServerConfig {
     pub tf_http_addr: Option<SocketAddr>,
     /// A REST/JSON face for a gRPC service's methods (`wirespeed proxy`):
     /// requests that name none of wirespeed's endpoints are transcoded.
+    #[cfg(feature = "proxy")]
     pub transcode: Vec<TranscodeConfig>,
     /// Sizes, counts and timeouts.
     pub limits: Limits,
@@ -79,6 +80,17 @@ pub struct TlsFiles {
     pub cert: PathBuf,
     /// The private key (PKCS#8, PKCS#1 or SEC1).
     pub key: PathBuf,
+}
+
+/// The server in front of which this one stands, as `--upstream` gives it.
+#[derive(Debug, Clone, Default)]
+pub struct UpstreamServer {
+    /// Its URL, or its replicas' URLs: `grpc://host:port`, `grpcs://...`,
+    /// `grpc+unix:///path`.
+    pub urls: Vec<String>,
+    /// The models to serve from it, when it lists none itself; empty to
+    /// ask it.
+    pub models: Vec<String>,
 }
 
 /// Sizes, counts and timeouts that keep one client from taking more than
@@ -132,6 +144,7 @@ impl Default for ServerConfig {
             grpc_uds: None,
             tf_grpc_addr: None,
             tf_http_addr: None,
+            #[cfg(feature = "proxy")]
             transcode: Vec::new(),
             limits: Limits::default(),
             drain_timeout: Duration::from_secs(10),

@@ -26,6 +26,7 @@ mod net;
 mod protocols;
 mod serve;
 mod state;
+#[cfg(feature = "proxy")]
 mod transcode;
 
 use std::future::Future;
@@ -36,14 +37,15 @@ use std::time::Duration;
 
 use tokio::net::{TcpListener, UnixListener};
 
-pub use config::{Limits, ServerConfig, StartError, TlsFiles};
-pub use serve::fronting::UpstreamServer;
+pub use config::{Limits, ServerConfig, StartError, TlsFiles, UpstreamServer};
 pub use serve::metrics::{Buckets, MetricsConfig, DEFAULT_BUCKETS};
 pub use serve::model_control::ModelControl;
 pub use serve::traces::TracesConfig;
+#[cfg(feature = "proxy")]
 pub use transcode::TranscodeConfig;
 pub use wirespeed_core::RequestLimits;
 pub use wirespeed_models::{Backend, ModelSource, Registry, RepositoryError};
+#[cfg(feature = "proxy")]
 pub use wirespeed_transcode::PrintOptions;
 
 use net::{listen, tls, uds};

@@ -14,7 +14,10 @@ use crate::config::{ServerConfig, StartError};
 use crate::net::counts::Connections;
 use crate::protocols::auth::Auth;
 use crate::protocols::metrics::Scrape;
-use crate::protocols::{Fallback, Front, MessageLimits};
+#[cfg(feature = "proxy")]
+use crate::protocols::Fallback;
+use crate::protocols::{Front, MessageLimits};
+#[cfg(feature = "upstream")]
 use crate::serve::fronting;
 use crate::serve::metrics::Traffic;
 use crate::serve::model_control::{self, ModelControl, Repository};
@@ -22,6 +25,7 @@ use crate::serve::readiness::Readiness;
 use crate::serve::served::ServedModels;
 use crate::serve::traces::Traces;
 use crate::serve::Serving;
+#[cfg(feature = "proxy")]
 use crate::transcode::{self, Transcoder};
 use wirespeed_models::RepositoryError;
 
@@ -38,10 +42,54 @@ pub(crate) struct State {
 }
 
 /// What runs beside the listeners once the server is bound.
+#[derive(Default)]
 struct Background {
     poll: Option<std::time::Duration>,
+    #[cfg(feature = "proxy")]
     transcoder: Option<Arc<Transcoder>>,
+    #[cfg(feature = "upstream")]
     upstream: Option<(Arc<wirespeed_upstream::Upstream>, Vec<String>)>,
+}
+
+/// The upstream of `--upstream`, before anything is served.
+#[cfg(feature = "upstream")]
+fn upstream(
+    config: &ServerConfig,
+) -> Result<Option<Arc<wirespeed_upstream::Upstream>>, StartError> {
+    config
+        .upstream
+        .as_ref()
+        .map(|u| fronting::upstream(&u.urls))
+        .transpose()
+        .map_err(StartError::Upstream)
+}
+
+/// A build without the `upstream` feature fronts nothing.
+#[cfg(not(feature = "upstream"))]
+fn upstream(config: &ServerConfig) -> Result<Option<std::convert::Infallible>, StartError> {
+    match config.upstream {
+        Some(_) => Err(StartError::Upstream(
+            "this build of wirespeed has no upstream support (built without the 'upstream' feature)"
+                .to_owned(),
+        )),
+        None => Ok(None),
+    }
+}
+
+/// The transcoder of `config.transcode`, if any.
+#[cfg(feature = "proxy")]
+async fn transcoder(
+    config: &ServerConfig,
+    limits: &MessageLimits,
+) -> Result<Option<Arc<Transcoder>>, StartError> {
+    if config.transcode.is_empty() {
+        return Ok(None);
+    }
+    let max_depth = config.request_limits.max_depth;
+    let transcoder = Transcoder::load(&config.transcode, limits.clone(), max_depth)
+        .await
+        .map_err(StartError::Transcode)?;
+    Ok(Some(Arc::new(transcoder)))
 }
 
 impl State {
@@ -57,12 +105,7 @@ impl State {
             threads: config.compute_threads,
             error,
         })?;
-        let upstream = config
-            .upstream
-            .as_ref()
-            .map(fronting::upstream)
-            .transpose()
-            .map_err(StartError::Upstream)?;
+        let upstream = upstream(config)?;
         let limits = MessageLimits {
             max_body_bytes: config.limits.max_body_bytes,
             max_grpc_message_bytes: config.limits.max_grpc_message_bytes,
@@ -70,19 +113,15 @@ impl State {
             body_timeout: config.limits.body_timeout,
             request_timeout: config.limits.request_timeout,
         };
+        #[cfg(feature = "proxy")]
+        let transcoder = transcoder(config, &limits).await?;
+        #[cfg(feature = "proxy")]
+        let transcoding = transcoder.is_some();
+        #[cfg(not(feature = "proxy"))]
+        let transcoding = false;
         // In front of an upstream, or transcoding to one, local models
         // are optional.
-        let local = (upstream.is_none() && config.transcode.is_empty())
-            || has_model_folders(&config.models_dir);
-        let transcoder = if config.transcode.is_empty() {
-            None
-        } else {
-            let max_depth = config.request_limits.max_depth;
-            let transcoder = Transcoder::load(&config.transcode, limits.clone(), max_depth)
-                .await
-                .map_err(StartError::Transcode)?;
-            Some(Arc::new(transcoder))
-        };
+        let local = (upstream.is_none() && !transcoding) || has_model_folders(&config.models_dir);
         let loaded = if local {
             load_at_start(config, &pool)?
         } else {
@@ -139,7 +178,10 @@ impl State {
                 process: ProcessCollector::for_self(),
             }),
             clipper_queries: std::sync::atomic::AtomicU64::new(0),
+            #[cfg(feature = "proxy")]
             fallback: transcoder.clone().map(|t| -> Arc<dyn Fallback> { t }),
+            #[cfg(not(feature = "proxy"))]
+            fallback: None,
         });
         let poll = match config.model_control {
             ModelControl::Poll(period) => Some(period),
@@ -151,7 +193,9 @@ impl State {
             connections,
             background: Background {
                 poll,
+                #[cfg(feature = "proxy")]
                 transcoder,
+                #[cfg(feature = "upstream")]
                 upstream: upstream.zip(config.upstream.as_ref().map(|u| u.models.clone())),
             },
         })
@@ -161,21 +205,16 @@ impl State {
     /// asking the transcoded upstreams' reflection again, listing the
     /// upstream's models. Each ends with the server.
     pub(crate) fn begin(&mut self) -> Result<(), StartError> {
-        let background = std::mem::replace(
-            &mut self.background,
-            Background {
-                poll: None,
-                transcoder: None,
-                upstream: None,
-            },
-        );
+        let background = std::mem::take(&mut self.background);
         if let Some(period) = background.poll {
             let repository = Arc::downgrade(&self.front.repository);
             tokio::spawn(model_control::poll(repository, period));
         }
+        #[cfg(feature = "proxy")]
         if let Some(transcoder) = &background.transcoder {
             tokio::spawn(transcode::reflect_again(Arc::downgrade(transcoder)));
         }
+        #[cfg(feature = "upstream")]
         if let Some((upstream, names)) = background.upstream {
             let serving = &self.serving;
             fronting::start(&serving.models, &serving.readiness, upstream, &names)

@@ -18,24 +18,12 @@ use wirespeed_upstream::{Address, Upstream, UpstreamOptions, V2Client};
 use super::readiness::Readiness;
 use super::served::ServedModels;
 
-/// The server in front of which this one stands, as `--upstream` gives it.
-#[derive(Debug, Clone, Default)]
-pub struct UpstreamServer {
-    /// Its URL, or its replicas' URLs: `grpc://host:port`, `grpcs://...`,
-    /// `grpc+unix:///path`.
-    pub urls: Vec<String>,
-    /// The models to serve from it, when it lists none itself; empty to
-    /// ask it.
-    pub models: Vec<String>,
-}
-
 /// How often a listing upstream is asked again.
 const RELIST: Duration = Duration::from_secs(10);
 
-/// The upstream of `config`, before anything is served.
-pub(crate) fn upstream(config: &UpstreamServer) -> Result<Arc<Upstream>, String> {
-    let addresses = config
-        .urls
+/// The upstream at `urls` (its replicas'), before anything is served.
+pub(crate) fn upstream(urls: &[String]) -> Result<Arc<Upstream>, String> {
+    let addresses = urls
         .iter()
         .map(|u| u.parse::<Address>())
         .collect::<Result<Vec<_>, _>>()?;

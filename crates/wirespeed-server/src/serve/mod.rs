@@ -6,6 +6,7 @@
 //! (`fronting.rs`). Nothing here knows a protocol or a socket.
 
 pub(crate) mod classification;
+#[cfg(feature = "upstream")]
 pub(crate) mod fronting;
 pub(crate) mod metrics;
 pub(crate) mod model_control;

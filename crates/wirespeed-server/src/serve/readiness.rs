@@ -31,11 +31,13 @@ impl Readiness {
 
     /// Not ready until [`Readiness::listed`]: the upstream's models are to
     /// be listed.
+    #[cfg(feature = "upstream")]
     pub(crate) fn wait_for_listing(&self) {
         self.listed.store(false, Ordering::Release);
     }
 
     /// The upstream's models are listed; true if they were already.
+    #[cfg(feature = "upstream")]
     pub(crate) fn listed(&self) -> bool {
         self.listed.swap(true, Ordering::AcqRel)
     }

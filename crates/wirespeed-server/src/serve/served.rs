@@ -119,6 +119,7 @@ impl ServedModels {
 
     /// Serves `loaded` from now on, unless a model of that name is served
     /// already; says whether it was added.
+    #[cfg(feature = "upstream")]
     pub(crate) fn add(&self, loaded: LoadedModel) -> bool {
         let mut models = self.models.write().unwrap_or_else(|e| e.into_inner());
         if models.contains_key(&loaded.name) {

@@ -4,5 +4,6 @@
 
 mod batching;
 mod front_ends;
+mod layers;
 mod scheduling;
 mod support;

@@ -18,6 +18,8 @@ use crate::serve::timing::SERVER_TIMING;
 /// transcoded server stream) frames made as they come.
 pub(crate) enum Body {
     Full(Full<Bytes>),
+    /// Today only the transcoder streams; the seam where a codec answers
+    /// one request with many responses (`docs/ARCHITECTURE.md`).
     Stream(Pin<Box<dyn hyper::body::Body<Data = Bytes, Error = BoxError> + Send>>),
 }
 
@@ -31,6 +33,10 @@ impl Body {
     }
 
     /// A body streamed from `stream`.
+    #[cfg_attr(
+        not(feature = "proxy"),
+        expect(dead_code, reason = "only the transcoder streams in this build")
+    )]
     pub(crate) fn stream(
         stream: impl hyper::body::Body<Data = Bytes, Error = BoxError> + Send + 'static,
     ) -> Body {

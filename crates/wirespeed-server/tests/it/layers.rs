@@ -1,0 +1,102 @@
+//! The server's layers stay layers: each folder of `src/` names only what
+//! its layer may see, so the shape `docs/ARCHITECTURE.md` draws does not
+//! drift back into a circle of imports.
+//!
+//! - `net/` (transport) sees nothing of the crate but itself;
+//! - `serve/` (what every protocol shares) sees only itself;
+//! - `protocols/` sees itself, `serve/`, and the connection counts of
+//!   `net/` (which a metrics scrape reports);
+//! - only the composition root (`lib.rs`, `config.rs`, `state.rs`) and
+//!   the transcoding proxy it wires in see everything.
+
+use std::path::{Path, PathBuf};
+
+/// Every `.rs` file under `dir`.
+fn sources(dir: &Path) -> Vec<PathBuf> {
+    let mut files = Vec::new();
+    let mut todo = vec![dir.to_owned()];
+    while let Some(dir) = todo.pop() {
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                todo.push(path);
+            } else if path.extension().is_some_and(|e| e == "rs") {
+                files.push(path);
+            }
+        }
+    }
+    files.sort();
+    files
+}
+
+/// The `crate::...` paths a file names outside its comments, each as its
+/// first two segments (`crate::serve::pipeline` -> `serve::pipeline`),
+/// with the line they are on.
+fn crate_paths(text: &str) -> Vec<(usize, String)> {
+    let mut paths = Vec::new();
+    for (n, line) in text.lines().enumerate() {
+        let code = line.split("//").next().unwrap_or_default();
+        let mut rest = code;
+        while let Some(at) = rest.find("crate::") {
+            let before = rest[..at].chars().last();
+            rest = &rest[at + "crate::".len()..];
+            if before.is_some_and(|c| c.is_alphanumeric() || c == '_') {
+                continue;
+            }
+            let path: String = rest
+                .chars()
+                .take_while(|c| c.is_alphanumeric() || *c == '_' || *c == ':')
+                .collect();
+            let two: Vec<&str> = path.split("::").take(2).collect();
+            paths.push((n + 1, two.join("::")));
+        }
+    }
+    paths
+}
+
+/// The files of `layer` that name something `allowed` does not admit.
+fn trespasses(layer: &str, allowed: impl Fn(&str) -> bool) -> Vec<String> {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut found = Vec::new();
+    for file in sources(&src.join(layer)) {
+        let text = std::fs::read_to_string(&file).unwrap();
+        if text.contains("super::super::") {
+            found.push(format!("{}: super::super:: climbs out of its folder", file.display()));
+        }
+        for (line, path) in crate_paths(&text) {
+            if !allowed(&path) {
+                found.push(format!("{}:{line}: crate::{path}", file.display()));
+            }
+        }
+    }
+    found
+}
+
+#[test]
+fn net_sees_only_itself() {
+    let found = trespasses("net", |path| path.starts_with("net::"));
+    assert!(found.is_empty(), "net/ names other layers:\n{}", found.join("\n"));
+}
+
+#[test]
+fn serve_sees_only_itself() {
+    let found = trespasses("serve", |path| path.starts_with("serve::") || path == "serve");
+    assert!(found.is_empty(), "serve/ names other layers:\n{}", found.join("\n"));
+}
+
+#[test]
+fn protocols_see_themselves_serve_and_the_connection_counts() {
+    let found = trespasses("protocols", |path| {
+        path.starts_with("protocols::")
+            || path.starts_with("serve::")
+            || path == "serve"
+            || path == "net::counts"
+    });
+    assert!(found.is_empty(), "protocols/ names layers above them:\n{}", found.join("\n"));
+}
+
+#[test]
+fn the_check_finds_a_trespass() {
+    let text = "use crate::state::AppState; // crate::fine in a comment\nlet x = mycrate::no;";
+    assert_eq!(crate_paths(text), [(1, "state::AppState".to_owned())]);
+}
