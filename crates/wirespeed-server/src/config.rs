@@ -13,7 +13,7 @@ use crate::serve::metrics::MetricsConfig;
 use crate::serve::model_control::ModelControl;
 use crate::serve::traces::TracesConfig;
 #[cfg(feature = "proxy")]
-use crate::transcode::TranscodeConfig;
+use wirespeed_proxy::TranscodeConfig;
 
 /// Everything the server needs to start.
 #[derive(Debug, Clone)]

@@ -26,8 +26,6 @@ mod net;
 mod protocols;
 mod serve;
 mod state;
-#[cfg(feature = "proxy")]
-mod transcode;
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -41,12 +39,12 @@ pub use config::{Limits, ServerConfig, StartError, TlsFiles, UpstreamServer};
 pub use serve::metrics::{Buckets, MetricsConfig, DEFAULT_BUCKETS};
 pub use serve::model_control::ModelControl;
 pub use serve::traces::TracesConfig;
-#[cfg(feature = "proxy")]
-pub use transcode::TranscodeConfig;
 pub use wirespeed_core::RequestLimits;
 pub use wirespeed_models::{Backend, ModelSource, Registry, RepositoryError};
 #[cfg(feature = "proxy")]
-pub use wirespeed_transcode::PrintOptions;
+pub use wirespeed_proxy::PrintOptions;
+#[cfg(feature = "proxy")]
+pub use wirespeed_proxy::TranscodeConfig;
 
 use net::{listen, tls, uds};
 use protocols::grpc;

@@ -25,9 +25,9 @@ use crate::serve::readiness::Readiness;
 use crate::serve::served::ServedModels;
 use crate::serve::traces::Traces;
 use crate::serve::Serving;
-#[cfg(feature = "proxy")]
-use crate::transcode::{self, Transcoder};
 use wirespeed_models::RepositoryError;
+#[cfg(feature = "proxy")]
+use wirespeed_proxy::{ProxyLimits, Transcoder};
 
 /// The running server's parts.
 pub(crate) struct State {
@@ -85,11 +85,25 @@ async fn transcoder(
     if config.transcode.is_empty() {
         return Ok(None);
     }
-    let max_depth = config.request_limits.max_depth;
-    let transcoder = Transcoder::load(&config.transcode, limits.clone(), max_depth)
+    let limits = ProxyLimits {
+        body: limits.body(),
+        max_depth: config.request_limits.max_depth,
+    };
+    let transcoder = Transcoder::load(&config.transcode, limits)
         .await
         .map_err(StartError::Transcode)?;
     Ok(Some(Arc::new(transcoder)))
+}
+
+/// The transcoder answers what no protocol's endpoint does.
+#[cfg(feature = "proxy")]
+impl Fallback for Transcoder {
+    fn answer(
+        &self,
+        request: hyper::Request<hyper::body::Incoming>,
+    ) -> crate::protocols::Answering<'_> {
+        Box::pin(async move { Some(Transcoder::answer(self, request).await) })
+    }
 }
 
 impl State {
@@ -212,7 +226,7 @@ impl State {
         }
         #[cfg(feature = "proxy")]
         if let Some(transcoder) = &background.transcoder {
-            tokio::spawn(transcode::reflect_again(Arc::downgrade(transcoder)));
+            tokio::spawn(wirespeed_proxy::reflect_again(Arc::downgrade(transcoder)));
         }
         #[cfg(feature = "upstream")]
         if let Some((upstream, names)) = background.upstream {

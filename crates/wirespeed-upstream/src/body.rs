@@ -164,9 +164,7 @@ impl MessageSender {
     /// Sends one message (its encoding, unframed). `false` when the call
     /// has ended and takes no more.
     pub async fn send(&self, message: Bytes) -> bool {
-        let len = u32::try_from(message.len()).unwrap_or(u32::MAX);
-        let mut prefix = [0u8; 5];
-        prefix[1..].copy_from_slice(&len.to_be_bytes());
+        let prefix = crate::grpc::message_prefix(message.len());
         self.frames
             .send(Ok(Bytes::copy_from_slice(&prefix)))
             .await

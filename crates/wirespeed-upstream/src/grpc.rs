@@ -33,16 +33,31 @@ use crate::error::CallError;
 /// The `user-agent` of every call.
 const AGENT: &str = concat!("wirespeed/", env!("CARGO_PKG_VERSION"));
 
+/// The 5-byte prefix of an uncompressed gRPC message of `len` bytes: a
+/// zero flag byte, then the length, big-endian. Every message wirespeed
+/// sends is framed by it.
+pub fn message_prefix(len: usize) -> [u8; 5] {
+    let mut prefix = [0u8; 5];
+    prefix[1..].copy_from_slice(&u32::try_from(len).unwrap_or(u32::MAX).to_be_bytes());
+    prefix
+}
+
 /// A gRPC message with its 5-byte length prefix (uncompressed).
 pub fn frame(message: &impl Message) -> Bytes {
     let len = message.encoded_len();
     let mut buf = BytesMut::with_capacity(5 + len);
-    buf.put_u8(0);
-    buf.put_u32(u32::try_from(len).unwrap_or(u32::MAX));
+    buf.put_slice(&message_prefix(len));
     message
         .encode(&mut buf)
         .expect("the buffer has the message's length");
     buf.freeze()
+}
+
+/// A call's body of one encoded message (unframed): its prefix, then the
+/// message itself, not copied.
+pub fn framed(message: Bytes) -> CallBody {
+    let prefix = Bytes::copy_from_slice(&message_prefix(message.len()));
+    CallBody::from(Chunks::new([prefix, message]))
 }
 
 /// One call's request: the method's path, the framed message, the

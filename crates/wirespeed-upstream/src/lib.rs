@@ -30,6 +30,6 @@ pub use address::{Address, Protocol, Transport};
 pub use body::{message_stream, Aborted, CallBody, Chunks, MessageSender, MessageStream};
 pub use channel::ChannelOptions;
 pub use error::CallError;
-pub use grpc::{frame, OpenCall};
+pub use grpc::{frame, framed, message_prefix, OpenCall};
 pub use upstream::{Probe, Upstream, UpstreamError, UpstreamOptions};
 pub use v2::{InferCall, V2Client};

@@ -28,28 +28,7 @@ pub(crate) fn status(error: &Error) -> Status {
 
 /// The client's deadline, from the `grpc-timeout` header.
 pub(crate) fn deadline(metadata: &tonic::metadata::MetadataMap) -> Option<std::time::Duration> {
-    grpc_timeout(metadata.get("grpc-timeout")?.to_str().ok()?)
-}
-
-/// A `grpc-timeout` value as gRPC defines it: one to eight digits and a
-/// unit (H, M, S, m, u, n). At most 10^8 hours, so any deadline it makes
-/// is a valid `Instant`.
-pub(crate) fn grpc_timeout(text: &str) -> Option<std::time::Duration> {
-    use std::time::Duration;
-    let (digits, unit) = text.split_at(text.len().checked_sub(1)?);
-    if digits.is_empty() || digits.len() > 8 || !digits.bytes().all(|b| b.is_ascii_digit()) {
-        return None;
-    }
-    let n: u64 = digits.parse().ok()?;
-    Some(match unit {
-        "H" => Duration::from_secs(n * 3600),
-        "M" => Duration::from_secs(n * 60),
-        "S" => Duration::from_secs(n),
-        "m" => Duration::from_millis(n),
-        "u" => Duration::from_micros(n),
-        "n" => Duration::from_nanos(n),
-        _ => return None,
-    })
+    wirespeed_http::grpc_timeout(metadata.get("grpc-timeout")?.to_str().ok()?)
 }
 
 /// The protocol's empty version means the served one.

@@ -70,6 +70,17 @@ pub(crate) struct MessageLimits {
     pub(crate) request_timeout: Duration,
 }
 
+impl MessageLimits {
+    /// What a REST body may be.
+    pub(crate) fn body(&self) -> wirespeed_http::BodyLimits {
+        wirespeed_http::BodyLimits {
+            max_bytes: self.max_body_bytes,
+            idle: self.body_timeout,
+            total: self.request_timeout,
+        }
+    }
+}
+
 /// An answer being made.
 pub(crate) type Answering<'a> =
     Pin<Box<dyn Future<Output = Option<hyper::Response<Body>>> + Send + 'a>>;

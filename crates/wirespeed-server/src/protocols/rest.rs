@@ -18,7 +18,6 @@ use hyper::{Request, Response};
 use wirespeed_core::{Error, ErrorKind};
 
 use crate::protocols::auth::HealthCheck;
-use crate::protocols::http::compression;
 use crate::protocols::http::response::{self, Body};
 use crate::protocols::router::{self, Route};
 use crate::protocols::tfserving::rest as tfserving;
@@ -47,10 +46,10 @@ impl hyper::service::Service<Request<Incoming>> for RestService {
     fn call(&self, request: Request<Incoming>) -> Self::Future {
         let front = Arc::clone(&self.front);
         Box::pin(async move {
-            let coding = compression::response_coding(request.headers());
+            let coding = wirespeed_http::response_coding(request.headers());
             let mut response = answer(&front, request).await;
             if let Some(coding) = coding {
-                response = compression::compress(response, coding, &front.serving.pool).await;
+                response = wirespeed_http::compress(response, coding, &front.serving.pool).await;
             }
             Ok(response)
         })

@@ -61,7 +61,10 @@ fn trespasses(layer: &str, allowed: impl Fn(&str) -> bool) -> Vec<String> {
     for file in sources(&src.join(layer)) {
         let text = std::fs::read_to_string(&file).unwrap();
         if text.contains("super::super::") {
-            found.push(format!("{}: super::super:: climbs out of its folder", file.display()));
+            found.push(format!(
+                "{}: super::super:: climbs out of its folder",
+                file.display()
+            ));
         }
         for (line, path) in crate_paths(&text) {
             if !allowed(&path) {
@@ -75,13 +78,23 @@ fn trespasses(layer: &str, allowed: impl Fn(&str) -> bool) -> Vec<String> {
 #[test]
 fn net_sees_only_itself() {
     let found = trespasses("net", |path| path.starts_with("net::"));
-    assert!(found.is_empty(), "net/ names other layers:\n{}", found.join("\n"));
+    assert!(
+        found.is_empty(),
+        "net/ names other layers:\n{}",
+        found.join("\n")
+    );
 }
 
 #[test]
 fn serve_sees_only_itself() {
-    let found = trespasses("serve", |path| path.starts_with("serve::") || path == "serve");
-    assert!(found.is_empty(), "serve/ names other layers:\n{}", found.join("\n"));
+    let found = trespasses("serve", |path| {
+        path.starts_with("serve::") || path == "serve"
+    });
+    assert!(
+        found.is_empty(),
+        "serve/ names other layers:\n{}",
+        found.join("\n")
+    );
 }
 
 #[test]
@@ -92,7 +105,11 @@ fn protocols_see_themselves_serve_and_the_connection_counts() {
             || path == "serve"
             || path == "net::counts"
     });
-    assert!(found.is_empty(), "protocols/ names layers above them:\n{}", found.join("\n"));
+    assert!(
+        found.is_empty(),
+        "protocols/ names layers above them:\n{}",
+        found.join("\n")
+    );
 }
 
 #[test]

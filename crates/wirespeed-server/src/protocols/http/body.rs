@@ -18,7 +18,6 @@
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use http_body_util::BodyExt;
 use hyper::body::Incoming;
 use hyper::header::{HeaderMap, CONTENT_LENGTH};
 use tokio::sync::oneshot;
@@ -28,10 +27,10 @@ use wirespeed_core::{
     TensorSpec,
 };
 
-use super::compression::{self, Coding, Inflater};
 use crate::protocols::Front;
 use crate::protocols::MessageLimits as Limits;
 use crate::serve::timing::{timed, Stages};
+use wirespeed_http::{request_coding, too_large, BodyReader};
 use wirespeed_json::{
     Category, DecodeError, DecodeOptions, Format, RequestDecoder, PARALLEL_MIN_BYTES,
 };
@@ -63,13 +62,6 @@ pub(crate) fn decode_error(e: DecodeError) -> Error {
     Error::new(kind, e.to_string())
 }
 
-fn too_large(limit: u64) -> Error {
-    Error::new(
-        ErrorKind::PayloadTooLarge,
-        format!("request body is larger than the {limit}-byte limit"),
-    )
-}
-
 /// How the body is laid out, from its headers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Layout {
@@ -85,7 +77,7 @@ pub(crate) enum Layout {
 /// Reads the body's layout and declared length from the headers, refusing
 /// what the server cannot read.
 fn layout(headers: &HeaderMap, declared: Option<u64>) -> Result<Layout, Error> {
-    compression::request_coding(headers)?;
+    request_coding(headers)?;
     let Some(value) = headers.get(BINARY_HEADER_LENGTH) else {
         return Ok(Layout::Json);
     };
@@ -111,119 +103,6 @@ fn layout(headers: &HeaderMap, declared: Option<u64>) -> Result<Layout, Error> {
     } else {
         Layout::Binary(header)
     })
-}
-
-/// The body's frames, with the size limit and the timeouts enforced as
-/// they arrive: each frame must come within the idle timeout, and the whole
-/// body within the request timeout.
-pub(crate) struct BodyReader {
-    body: Source,
-    received: u64,
-    limit: u64,
-    idle: Duration,
-    deadline: Instant,
-    timeout: Duration,
-    /// Time spent decoding what was read: parsing JSON, copying raw bytes.
-    pub(crate) decode: Duration,
-}
-
-/// Where a body's bytes come from: hyper's frames as they are, or
-/// decompressed.
-enum Source {
-    Plain(Incoming),
-    Inflating(Inflater),
-}
-
-impl Source {
-    async fn next(&mut self) -> Option<Result<Bytes, Error>> {
-        match self {
-            Source::Plain(body) => loop {
-                match body.frame().await? {
-                    Ok(frame) => match frame.into_data() {
-                        Ok(data) => return Some(Ok(data)),
-                        Err(_) => continue,
-                    },
-                    Err(e) => {
-                        return Some(Err(Error::malformed(format!(
-                            "could not read the request body: {e}"
-                        ))))
-                    }
-                }
-            },
-            Source::Inflating(inflater) => inflater.next().await.transpose(),
-        }
-    }
-}
-
-impl BodyReader {
-    /// A reader of `body` as it is.
-    pub(crate) fn new(body: Incoming, limits: &Limits) -> BodyReader {
-        BodyReader::decoding(body, None, limits)
-    }
-
-    /// A reader of `body`, decompressed from `coding` if it has one: the
-    /// limit counts decompressed bytes.
-    pub(crate) fn decoding(body: Incoming, coding: Option<Coding>, limits: &Limits) -> BodyReader {
-        let body = match coding {
-            Some(coding) => Source::Inflating(Inflater::new(body, coding)),
-            None => Source::Plain(body),
-        };
-        BodyReader {
-            body,
-            received: 0,
-            limit: limits.max_body_bytes as u64,
-            idle: limits.body_timeout,
-            deadline: Instant::now() + limits.request_timeout,
-            timeout: limits.request_timeout,
-            decode: Duration::ZERO,
-        }
-    }
-
-    /// The next data frame, or `None` at the end of the body. Cancel-safe,
-    /// as a `select!` with the offloaded decoder needs: nothing read is
-    /// lost if the future is dropped before it ends.
-    pub(crate) async fn next(&mut self) -> Result<Option<Bytes>, Error> {
-        let wait = (Instant::now() + self.idle).min(self.deadline);
-        let data = match tokio::time::timeout_at(wait.into(), self.body.next()).await {
-            Ok(Some(data)) => data?,
-            Ok(None) => return Ok(None),
-            Err(_) if Instant::now() >= self.deadline => {
-                return Err(Error::new(
-                    ErrorKind::Timeout,
-                    format!(
-                        "the request body did not arrive within {} s ({} bytes came)",
-                        self.timeout.as_secs_f64(),
-                        self.received
-                    ),
-                ))
-            }
-            Err(_) => {
-                return Err(Error::new(
-                    ErrorKind::Timeout,
-                    format!(
-                        "the request body stalled for {} s after {} bytes",
-                        self.idle.as_secs_f64(),
-                        self.received
-                    ),
-                ))
-            }
-        };
-        self.received += data.len() as u64;
-        if self.received > self.limit {
-            return Err(too_large(self.limit));
-        }
-        Ok(Some(data))
-    }
-
-    /// Reads and drops the rest of the body, up to what the limit still
-    /// allows and within the timeouts, before an error is answered. A client
-    /// that sends its whole body before reading the answer (most do) then
-    /// gets the error rather than a broken pipe, and the connection stays
-    /// usable. It costs no more than accepting the body would have: the
-    /// bytes are read, not decoded.
-    pub(crate) async fn discard(&mut self) {
-        while let Ok(Some(_)) = self.next().await {}
-    }
 }
 
 /// Where the decoder runs.
@@ -358,7 +237,7 @@ pub(crate) async fn decode_body(
     let result = read(&mut reader, headers, declared, options, pool, model).await;
     let mut decoded = settle(&mut reader, result).await?;
     decoded.decode = reader.decode;
-    decoded.bytes = reader.received;
+    decoded.bytes = reader.received();
     Ok(decoded)
 }
 
@@ -378,8 +257,8 @@ fn begin(
     }
     // An unsupported coding is refused by `layout`, once the reader exists
     // to drop the body.
-    let coding = compression::request_coding(headers).ok().flatten();
-    let reader = BodyReader::decoding(body, coding, limits);
+    let coding = request_coding(headers).ok().flatten();
+    let reader = BodyReader::decoding(body, coding, &limits.body());
     // A compressed body's Content-Length says nothing of what it holds.
     Ok((reader, if coding.is_some() { None } else { declared }))
 }
@@ -476,7 +355,7 @@ pub(crate) async fn decode_json_body(
     }
     .await;
     let (request, format) = settle(&mut reader, result).await?;
-    Ok((request, format, reader.decode, reader.received))
+    Ok((request, format, reader.decode, reader.received()))
 }
 
 /// Reads a whole JSON body (TF Serving's `:classify` and `:regress`),
@@ -505,7 +384,7 @@ pub(crate) async fn read_json_body(
     }
     .await;
     let all = settle(&mut reader, result).await?;
-    Ok((all, reader.received))
+    Ok((all, reader.received()))
 }
 
 /// Feeds the JSON part of the body (all of it, or its first `json_len`
@@ -650,8 +529,8 @@ async fn read_binary(
         .binary_inputs
         .iter()
         .try_fold(0u64, |sum, b| sum.checked_add(b.size as u64));
-    let Some(total) = total.filter(|&t| t <= reader.limit) else {
-        return Err(too_large(reader.limit));
+    let Some(total) = total.filter(|&t| t <= reader.limit()) else {
+        return Err(too_large(reader.limit()));
     };
     if let Some(rest) = after_header {
         if total != rest {
@@ -659,7 +538,7 @@ async fn read_binary(
                 "the inputs' binary_data_size values add up to {total} bytes, but the body has \
                  {rest} bytes after its {}-byte JSON header (Content-Length minus \
                  Inference-Header-Content-Length)",
-                reader.received.saturating_sub(leftover.len() as u64),
+                reader.received().saturating_sub(leftover.len() as u64),
             )));
         }
     }
@@ -824,7 +703,7 @@ fn raw_shape(spec: &TensorSpec, size: usize, element: usize) -> Result<Vec<usize
 /// read and dropped first (within the limits; see [`BodyReader::discard`]),
 /// not decoded, so the client gets the error and the connection stays usable.
 pub(crate) async fn refuse(body: Incoming, limits: &Limits, error: Error) -> Error {
-    BodyReader::new(body, limits).discard().await;
+    BodyReader::new(body, &limits.body()).discard().await;
     error
 }
 
@@ -898,7 +777,7 @@ pub(crate) async fn read_small(
 ) -> Result<Vec<u8>, Error> {
     let mut limits = front.limits.clone();
     limits.max_body_bytes = limits.max_body_bytes.min(max);
-    let mut reader = BodyReader::new(body, &limits);
+    let mut reader = BodyReader::new(body, &limits.body());
     let mut all = Vec::new();
     while let Some(frame) = reader.next().await? {
         all.extend_from_slice(&frame);

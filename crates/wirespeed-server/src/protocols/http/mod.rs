@@ -1,7 +1,6 @@
 //! What every REST face shares: reading a body while it is decoded
-//! (`body.rs`), compression both ways (`compression.rs`), and the answers
-//! (`response.rs`).
+//! (`body.rs`, on `wirespeed-http`'s reader, which also decompresses it),
+//! and the answers (`response.rs`).
 
 pub(crate) mod body;
-pub(crate) mod compression;
 pub(crate) mod response;

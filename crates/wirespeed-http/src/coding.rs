@@ -27,7 +27,7 @@ use tokio_stream::StreamExt;
 use tokio_util::io::StreamReader;
 use wirespeed_core::{CpuPool, Error, ErrorKind};
 
-use super::response::Body;
+use crate::body::Body;
 
 /// Decompressed bytes handed on at a time.
 const INFLATE_CHUNK: usize = 64 * 1024;
@@ -42,7 +42,8 @@ const OFFLOAD_COMPRESS_BYTES: usize = 64 * 1024;
 
 /// A content coding wirespeed reads and writes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Coding {
+pub enum Coding {
+    /// gzip.
     Gzip,
     /// The zlib format, which HTTP's `deflate` names.
     Deflate,
@@ -67,7 +68,7 @@ impl Coding {
 
 /// The coding of a request body, from `Content-Encoding`: `None` for none
 /// (or `identity`), an error naming what is not supported.
-pub(crate) fn request_coding(headers: &HeaderMap) -> Result<Option<Coding>, Error> {
+pub fn request_coding(headers: &HeaderMap) -> Result<Option<Coding>, Error> {
     let Some(value) = headers.get(CONTENT_ENCODING) else {
         return Ok(None);
     };
@@ -88,7 +89,7 @@ pub(crate) fn request_coding(headers: &HeaderMap) -> Result<Option<Coding>, Erro
 
 /// The coding to answer in, from `Accept-Encoding`: gzip if it is
 /// accepted, else deflate, else none. A coding with `q=0` is refused.
-pub(crate) fn response_coding(headers: &HeaderMap) -> Option<Coding> {
+pub fn response_coding(headers: &HeaderMap) -> Option<Coding> {
     let mut best = None;
     for value in headers.get_all(ACCEPT_ENCODING) {
         for item in value.to_str().unwrap_or("").split(',') {
@@ -114,7 +115,7 @@ pub(crate) fn response_coding(headers: &HeaderMap) -> Option<Coding> {
 }
 
 /// A request body being decompressed as it arrives.
-pub(crate) struct Inflater {
+pub struct Inflater {
     decoder: Pin<Box<dyn AsyncRead + Send>>,
     coding: Coding,
     /// The chunk being filled; kept here, not in the future, so a
@@ -125,7 +126,8 @@ pub(crate) struct Inflater {
 }
 
 impl Inflater {
-    pub(crate) fn new(body: Incoming, coding: Coding) -> Inflater {
+    /// Decompresses `body`, sent in `coding`.
+    pub fn new(body: Incoming, coding: Coding) -> Inflater {
         let frames = BodyDataStream::new(body).map(|frame| frame.map_err(std::io::Error::other));
         let reader = StreamReader::new(frames);
         let decoder: Pin<Box<dyn AsyncRead + Send>> = match coding {
@@ -142,7 +144,7 @@ impl Inflater {
 
     /// The next decompressed chunk, at most [`INFLATE_CHUNK`] bytes, or
     /// `None` at the end of the body. Cancel-safe.
-    pub(crate) async fn next(&mut self) -> Result<Option<Bytes>, Error> {
+    pub async fn next(&mut self) -> Result<Option<Bytes>, Error> {
         if self.chunk.capacity() == 0 {
             self.chunk.reserve(INFLATE_CHUNK);
         }
@@ -166,11 +168,7 @@ impl Inflater {
 }
 
 /// `response` compressed in `coding`, if it is large enough to gain.
-pub(crate) async fn compress(
-    response: Response<Body>,
-    coding: Coding,
-    pool: &CpuPool,
-) -> Response<Body> {
+pub async fn compress(response: Response<Body>, coding: Coding, pool: &CpuPool) -> Response<Body> {
     if response.headers().contains_key(CONTENT_ENCODING) {
         return response;
     }

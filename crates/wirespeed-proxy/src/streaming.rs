@@ -35,31 +35,33 @@ use wirespeed_transcode::{
 };
 use wirespeed_upstream::{message_stream, CallBody, CallError, OpenCall};
 
-use super::status;
-use crate::protocols::http::body::BodyReader;
-use crate::protocols::http::response::{Body, BoxError};
+use wirespeed_http::{Body, BodyReader, BoxError};
+
+use crate::status::{status, Code};
 
 /// How many encoded messages may wait for the upstream to take them.
 const QUEUE: usize = 16;
 
 /// A client stream being sent: whether its body failed.
-pub(super) struct Feed {
+pub(crate) struct Feed {
     failure: Arc<Mutex<Option<String>>>,
 }
 
 impl Feed {
     /// The 400 to answer when the client's body did not encode (or could
     /// not be read), which is why the call failed.
-    pub(super) fn failed(&self) -> Option<Response<Body>> {
+    pub(crate) fn failed(&self) -> Option<Response<Body>> {
         let failure = self.failure.lock().unwrap_or_else(|e| e.into_inner());
-        failure.as_deref().map(|why| status(3, why))
+        failure
+            .as_deref()
+            .map(|why| status(Code::InvalidArgument, why))
     }
 }
 
 /// Starts sending a client stream: the body of `reader`, each message of
 /// `input` followed by `bound` (the path's and query's fields). Returns
 /// the call's request body and the feed's state.
-pub(super) fn feed(
+pub(crate) fn feed(
     mut reader: BodyReader,
     input: MessageDescriptor,
     options: EncodeOptions,
@@ -112,25 +114,25 @@ pub(super) fn feed(
 }
 
 /// A server stream's answers, to print as they come.
-pub(super) struct Answers {
-    pub(super) call: OpenCall,
+pub(crate) struct Answers {
+    pub(crate) call: OpenCall,
     /// The first message, read before the answer's status line.
-    pub(super) first: Option<Bytes>,
-    pub(super) format: StreamFormat,
-    pub(super) output: MessageDescriptor,
-    pub(super) response_body: Option<Vec<FieldDescriptor>>,
-    pub(super) print: PrintOptions,
-    pub(super) pool: DescriptorPool,
+    pub(crate) first: Option<Bytes>,
+    pub(crate) format: StreamFormat,
+    pub(crate) output: MessageDescriptor,
+    pub(crate) response_body: Option<Vec<FieldDescriptor>>,
+    pub(crate) print: PrintOptions,
+    pub(crate) pool: DescriptorPool,
     /// How long the stream may go quiet.
-    pub(super) idle: Duration,
+    pub(crate) idle: Duration,
     /// The client's deadline for the whole call.
-    pub(super) deadline: Option<Instant>,
-    pub(super) method: String,
+    pub(crate) deadline: Option<Instant>,
+    pub(crate) method: String,
 }
 
 impl Answers {
     /// The response body.
-    pub(super) fn into_body(self) -> AnswerBody {
+    pub(crate) fn into_body(self) -> AnswerBody {
         let wait = self.next_wait();
         AnswerBody {
             answers: self,
@@ -150,7 +152,7 @@ impl Answers {
 }
 
 /// The response body of a server stream.
-pub(super) struct AnswerBody {
+pub(crate) struct AnswerBody {
     answers: Answers,
     started: bool,
     printed: u64,
@@ -234,10 +236,13 @@ impl AnswerBody {
         let (code, message) = match error {
             CallError::Status { code, message } => (code, message),
             CallError::Deadline => (
-                4,
+                Code::DeadlineExceeded as i32,
                 "the stream passed its deadline, or went quiet for the request timeout".to_owned(),
             ),
-            other => (13, format!("the upstream stream failed: {other}")),
+            other => (
+                Code::Internal as i32,
+                format!("the upstream stream failed: {other}"),
+            ),
         };
         self.fail(code, &message, out);
     }
@@ -264,7 +269,7 @@ impl hyper::body::Body for AnswerBody {
             this.answers.format.begin(&mut out);
             if let Some(first) = this.answers.first.take() {
                 if let Err(why) = this.print(&first, &mut out) {
-                    this.fail(13, &why, &mut out);
+                    this.fail(Code::Internal as i32, &why, &mut out);
                 }
             } else {
                 // The stream ended before its first message.
@@ -276,7 +281,7 @@ impl hyper::body::Body for AnswerBody {
             match this.answers.call.poll_message(cx) {
                 Poll::Ready(Ok(Some(message))) => {
                     if let Err(why) = this.print(&message, &mut out) {
-                        this.fail(13, &why, &mut out);
+                        this.fail(Code::Internal as i32, &why, &mut out);
                     }
                     let wait = this.answers.next_wait();
                     this.timer.as_mut().reset(wait.into());
