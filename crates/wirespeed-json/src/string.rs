@@ -73,22 +73,7 @@ impl StringScanner {
                 // ASCII fast path: copy the run up to the next special byte,
                 // found eight bytes at a time, then byte by byte.
                 let start = i;
-                while let Some(eight) = input.get(i..i + 8) {
-                    let special =
-                        special_bytes(u64::from_le_bytes(eight.try_into().expect("eight bytes")));
-                    if special != 0 {
-                        i += (special.trailing_zeros() / 8) as usize;
-                        break;
-                    }
-                    i += 8;
-                }
-                while i < input.len() {
-                    let b = input[i];
-                    if b == b'"' || b == b'\\' || !(0x20..0x80).contains(&b) {
-                        break;
-                    }
-                    i += 1;
-                }
+                i = ascii_run(input, i);
                 if let Some(out) = out.as_deref_mut() {
                     if out.len() + (i - start) > limit {
                         return Err(StringError {
@@ -136,88 +121,132 @@ impl StringScanner {
                         push(&mut out, &[b], limit, i)?;
                     }
                 },
-                State::Escape => {
-                    let decoded = match b {
-                        b'"' => b'"',
-                        b'\\' => b'\\',
-                        b'/' => b'/',
-                        b'b' => 0x08,
-                        b'f' => 0x0C,
-                        b'n' => b'\n',
-                        b'r' => b'\r',
-                        b't' => b'\t',
-                        b'u' => {
-                            self.state = State::Unicode {
-                                digits: 0,
-                                value: 0,
-                            };
-                            continue;
-                        }
-                        _ => return Err(err(i - 1, "invalid escape in string")),
-                    };
-                    self.state = State::Normal;
-                    push(&mut out, &[decoded], limit, i)?;
-                }
-                State::Unicode { digits, value } | State::LowUnicode { digits, value, .. } => {
-                    let digit = hex(b)
-                        .ok_or_else(|| err(i - 1, "invalid \\u escape: expected 4 hex digits"))?;
-                    let value = value << 4 | digit;
-                    let digits = digits + 1;
-                    self.state = match (self.state, digits) {
-                        (State::Unicode { .. }, 4) => match value {
-                            0xD800..=0xDBFF => State::LowBackslash { high: value },
-                            0xDC00..=0xDFFF => {
-                                return Err(err(i - 1, "lone low surrogate in \\u escape"))
-                            }
-                            _ => {
-                                let c = char::from_u32(u32::from(value))
-                                    .unwrap_or(char::REPLACEMENT_CHARACTER);
-                                push(&mut out, c.encode_utf8(&mut [0; 4]).as_bytes(), limit, i)?;
-                                State::Normal
-                            }
-                        },
-                        (State::LowUnicode { high, .. }, 4) => {
-                            if !(0xDC00..=0xDFFF).contains(&value) {
-                                return Err(err(
-                                    i - 1,
-                                    "high surrogate not followed by a low surrogate",
-                                ));
-                            }
-                            let code = 0x10000
-                                + ((u32::from(high) - 0xD800) << 10)
-                                + (u32::from(value) - 0xDC00);
-                            let c = char::from_u32(code).unwrap_or(char::REPLACEMENT_CHARACTER);
-                            push(&mut out, c.encode_utf8(&mut [0; 4]).as_bytes(), limit, i)?;
-                            State::Normal
-                        }
-                        (State::LowUnicode { high, .. }, _) => State::LowUnicode {
-                            high,
-                            digits,
-                            value,
-                        },
-                        _ => State::Unicode { digits, value },
-                    };
-                }
-                State::LowBackslash { high } => {
-                    if b != b'\\' {
-                        return Err(err(i - 1, "high surrogate not followed by a low surrogate"));
-                    }
-                    self.state = State::LowU { high };
-                }
-                State::LowU { high } => {
-                    if b != b'u' {
-                        return Err(err(i - 1, "high surrogate not followed by a low surrogate"));
-                    }
-                    self.state = State::LowUnicode {
-                        high,
-                        digits: 0,
-                        value: 0,
-                    };
-                }
+                _ => self.escaped(b, &mut out, limit, i)?,
             }
         }
         Ok(Scan::Open)
     }
+
+    /// One byte of an escape (`\x`, `\uXXXX`, a surrogate pair's second
+    /// half), at `i - 1`.
+    #[inline]
+    fn escaped(
+        &mut self,
+        b: u8,
+        out: &mut Option<&mut Vec<u8>>,
+        limit: usize,
+        i: usize,
+    ) -> Result<(), StringError> {
+        let err = |at, message| StringError {
+            at,
+            message,
+            limit: false,
+        };
+        match self.state {
+            State::Escape => {
+                let decoded = match b {
+                    b'"' => b'"',
+                    b'\\' => b'\\',
+                    b'/' => b'/',
+                    b'b' => 0x08,
+                    b'f' => 0x0C,
+                    b'n' => b'\n',
+                    b'r' => b'\r',
+                    b't' => b'\t',
+                    b'u' => {
+                        self.state = State::Unicode {
+                            digits: 0,
+                            value: 0,
+                        };
+                        return Ok(());
+                    }
+                    _ => return Err(err(i - 1, "invalid escape in string")),
+                };
+                self.state = State::Normal;
+                push(out, &[decoded], limit, i)?;
+            }
+            State::Unicode { digits, value } | State::LowUnicode { digits, value, .. } => {
+                let digit = hex(b)
+                    .ok_or_else(|| err(i - 1, "invalid \\u escape: expected 4 hex digits"))?;
+                let value = value << 4 | digit;
+                let digits = digits + 1;
+                self.state = match (self.state, digits) {
+                    (State::Unicode { .. }, 4) => match value {
+                        0xD800..=0xDBFF => State::LowBackslash { high: value },
+                        0xDC00..=0xDFFF => {
+                            return Err(err(i - 1, "lone low surrogate in \\u escape"))
+                        }
+                        _ => {
+                            let c = char::from_u32(u32::from(value))
+                                .unwrap_or(char::REPLACEMENT_CHARACTER);
+                            push(out, c.encode_utf8(&mut [0; 4]).as_bytes(), limit, i)?;
+                            State::Normal
+                        }
+                    },
+                    (State::LowUnicode { high, .. }, 4) => {
+                        if !(0xDC00..=0xDFFF).contains(&value) {
+                            return Err(err(
+                                i - 1,
+                                "high surrogate not followed by a low surrogate",
+                            ));
+                        }
+                        let code = 0x10000
+                            + ((u32::from(high) - 0xD800) << 10)
+                            + (u32::from(value) - 0xDC00);
+                        let c = char::from_u32(code).unwrap_or(char::REPLACEMENT_CHARACTER);
+                        push(out, c.encode_utf8(&mut [0; 4]).as_bytes(), limit, i)?;
+                        State::Normal
+                    }
+                    (State::LowUnicode { high, .. }, _) => State::LowUnicode {
+                        high,
+                        digits,
+                        value,
+                    },
+                    _ => State::Unicode { digits, value },
+                };
+            }
+            State::LowBackslash { high } => {
+                if b != b'\\' {
+                    return Err(err(i - 1, "high surrogate not followed by a low surrogate"));
+                }
+                self.state = State::LowU { high };
+            }
+            State::LowU { high } => {
+                if b != b'u' {
+                    return Err(err(i - 1, "high surrogate not followed by a low surrogate"));
+                }
+                self.state = State::LowUnicode {
+                    high,
+                    digits: 0,
+                    value: 0,
+                };
+            }
+            State::Normal => unreachable!("a byte outside an escape is the caller's"),
+        }
+        Ok(())
+    }
+}
+
+/// The end of the run of plain ASCII (no quote, backslash, control or
+/// non-ASCII byte) from `i`: eight bytes at a time, then byte by byte.
+#[inline(always)]
+fn ascii_run(input: &[u8], mut i: usize) -> usize {
+    while let Some(eight) = input.get(i..i + 8) {
+        let special = special_bytes(u64::from_le_bytes(eight.try_into().expect("eight bytes")));
+        if special != 0 {
+            i += (special.trailing_zeros() / 8) as usize;
+            break;
+        }
+        i += 8;
+    }
+    while i < input.len() {
+        let b = input[i];
+        if b == b'"' || b == b'\\' || !(0x20..0x80).contains(&b) {
+            break;
+        }
+        i += 1;
+    }
+    i
 }
 
 fn push(
