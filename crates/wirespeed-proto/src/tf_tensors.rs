@@ -172,7 +172,20 @@ pub fn tensor_data(
             tf_datatype(datatype).as_str_name()
         )));
     }
-    let data = match datatype {
+    let data = typed_values(proto, datatype, count, limits, budget)?;
+    Ok((datatype, shape, data))
+}
+
+/// A proto's typed values (its `*_val` field of `datatype`) as `count`
+/// elements; strings held to the request's limits first.
+fn typed_values(
+    proto: TensorProto,
+    datatype: DataType,
+    count: usize,
+    limits: &RequestLimits,
+    budget: &mut TensorBudget,
+) -> Result<TensorData, ContentsError> {
+    Ok(match datatype {
         DataType::Fp32 => TensorData::Fp32(fill(proto.float_val, count)),
         DataType::Fp64 => TensorData::Fp64(fill(proto.double_val, count)),
         DataType::Int32 => TensorData::Int32(fill(proto.int_val, count)),
@@ -217,8 +230,7 @@ pub fn tensor_data(
                 .map_err(ContentsError::Limit)?;
             TensorData::Bytes(fill(proto.string_val, count))
         }
-    };
-    Ok((datatype, shape, data))
+    })
 }
 
 /// `values` made `count` long as TensorFlow reads a proto: none means
