@@ -414,45 +414,7 @@ pub(crate) fn answer_from_rest(
                 slice
             }
             (None, Some(data)) => {
-                let mut request = Vec::with_capacity(data.get().len() + 96);
-                request.extend_from_slice(b"{\"inputs\":[{\"name\":\"o\",\"datatype\":");
-                request.extend_from_slice(
-                    serde_json::to_string(&output.datatype)
-                        .unwrap_or_default()
-                        .as_bytes(),
-                );
-                request.extend_from_slice(b",\"shape\":");
-                request.extend_from_slice(
-                    serde_json::to_string(&output.shape)
-                        .unwrap_or_default()
-                        .as_bytes(),
-                );
-                request.extend_from_slice(b",\"data\":");
-                request.extend_from_slice(data.get().as_bytes());
-                request.extend_from_slice(b"}]}");
-                let options = wirespeed_json::DecodeOptions {
-                    limits: wirespeed_core::RequestLimits {
-                        max_elements: max,
-                        max_tensor_bytes: max.saturating_mul(2),
-                        max_string_bytes: max,
-                        ..wirespeed_core::RequestLimits::default()
-                    },
-                    strict: false,
-                    pool: None,
-                };
-                let mut decoder = wirespeed_json::RequestDecoder::new(options);
-                let decoded = decoder
-                    .feed(&request)
-                    .and_then(|()| decoder.finish())
-                    .map_err(|e| format!("output '{}': {}", output.name, e.message()))?;
-                let tensor = decoded
-                    .inputs
-                    .into_iter()
-                    .next()
-                    .ok_or_else(|| format!("output '{}' has no data", output.name))?;
-                let mut out = Vec::new();
-                write_raw(&tensor.data, &mut out);
-                Bytes::from(out)
+                json_output_raw(&output.name, &output.datatype, &output.shape, data, max)?
             }
             (None, None) => return Err(format!("output '{}' with no data", output.name)),
         };
@@ -470,6 +432,52 @@ pub(crate) fn answer_from_rest(
         raw_output_contents: raw,
         ..Default::default()
     })
+}
+
+/// A JSON output's `data` as raw bytes: decoded by wirespeed's decoder (so
+/// floats are rounded once) under limits of `max` elements and bytes.
+fn json_output_raw(
+    name: &str,
+    datatype: &str,
+    shape: &[i64],
+    data: &RawValue,
+    max: usize,
+) -> Result<Bytes, String> {
+    let mut request = Vec::with_capacity(data.get().len() + 96);
+    request.extend_from_slice(b"{\"inputs\":[{\"name\":\"o\",\"datatype\":");
+    request.extend_from_slice(
+        serde_json::to_string(datatype)
+            .unwrap_or_default()
+            .as_bytes(),
+    );
+    request.extend_from_slice(b",\"shape\":");
+    request.extend_from_slice(serde_json::to_string(shape).unwrap_or_default().as_bytes());
+    request.extend_from_slice(b",\"data\":");
+    request.extend_from_slice(data.get().as_bytes());
+    request.extend_from_slice(b"}]}");
+    let options = wirespeed_json::DecodeOptions {
+        limits: wirespeed_core::RequestLimits {
+            max_elements: max,
+            max_tensor_bytes: max.saturating_mul(2),
+            max_string_bytes: max,
+            ..wirespeed_core::RequestLimits::default()
+        },
+        strict: false,
+        pool: None,
+    };
+    let mut decoder = wirespeed_json::RequestDecoder::new(options);
+    let decoded = decoder
+        .feed(&request)
+        .and_then(|()| decoder.finish())
+        .map_err(|e| format!("output '{name}': {}", e.message()))?;
+    let tensor = decoded
+        .inputs
+        .into_iter()
+        .next()
+        .ok_or_else(|| format!("output '{name}' has no data"))?;
+    let mut out = Vec::new();
+    write_raw(&tensor.data, &mut out);
+    Ok(Bytes::from(out))
 }
 
 /// The headers of an infer request.

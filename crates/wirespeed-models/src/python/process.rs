@@ -248,15 +248,7 @@ impl Process {
         parameters: serde_json::Map<String, serde_json::Value>,
         deadline: Option<Instant>,
     ) -> Result<Vec<Tensor>, CallError> {
-        let lost = |process: &mut Process, what: String| {
-            let status = process.reap();
-            CallError::Lost(Error::model_failed(format!(
-                "model '{}': its Python worker (pid {}) {} {what}; it is being restarted",
-                launch.model,
-                process.pid,
-                ended(status)
-            )))
-        };
+        let lost = |process: &mut Process, what: String| process.lost(launch, what);
         let placed = self
             .write_inputs(inputs)
             .map_err(|e| CallError::Model(Error::internal(format!("shared memory: {e}"))))?;
@@ -289,32 +281,7 @@ impl Process {
                 "before it took this request (it did not read it), and was killed".into(),
             ));
         }
-        match self.wait_readable(deadline) {
-            Ok(true) => {}
-            Ok(false) => {
-                // Past the deadline: interrupt the model's code.
-                tracing::warn!(
-                    model = %launch.model,
-                    pid = self.pid,
-                    "a request ran past its deadline: interrupting the model's Python code"
-                );
-                // SAFETY: signalling our own child.
-                unsafe { libc::kill(self.pid as i32, libc::SIGINT) };
-                if !matches!(
-                    self.wait_readable(Some(Instant::now() + INTERRUPT_GRACE)),
-                    Ok(true)
-                ) {
-                    self.kill();
-                    return Err(lost(
-                        self,
-                        format!(
-                            "did not stop within {INTERRUPT_GRACE:?} of the request's deadline, and was killed"
-                        ),
-                    ));
-                }
-            }
-            Err(e) => return Err(lost(self, format!("failed: {e}"))),
-        }
+        self.await_answer(launch, deadline)?;
         let reply = match wire::receive(&mut self.socket) {
             Ok(reply) => reply,
             Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => {
@@ -362,6 +329,55 @@ impl Process {
                 ))
             }
         }
+    }
+
+    /// Waits for the worker's answer to be readable. Past `deadline` the
+    /// model's code is interrupted (SIGINT, a KeyboardInterrupt), and the
+    /// worker killed if it does not answer within [`INTERRUPT_GRACE`].
+    fn await_answer(
+        &mut self,
+        launch: &Launch,
+        deadline: Option<Instant>,
+    ) -> Result<(), CallError> {
+        match self.wait_readable(deadline) {
+            Ok(true) => {}
+            Ok(false) => {
+                // Past the deadline: interrupt the model's code.
+                tracing::warn!(
+                    model = %launch.model,
+                    pid = self.pid,
+                    "a request ran past its deadline: interrupting the model's Python code"
+                );
+                // SAFETY: signalling our own child.
+                unsafe { libc::kill(self.pid as i32, libc::SIGINT) };
+                if !matches!(
+                    self.wait_readable(Some(Instant::now() + INTERRUPT_GRACE)),
+                    Ok(true)
+                ) {
+                    self.kill();
+                    return Err(self.lost(
+                        launch,
+                        format!(
+                            "did not stop within {INTERRUPT_GRACE:?} of the request's deadline, and was killed"
+                        ),
+                    ));
+                }
+            }
+            Err(e) => return Err(self.lost(launch, format!("failed: {e}"))),
+        }
+        Ok(())
+    }
+
+    /// The error for a worker lost while serving a request (`what` it
+    /// did), after reaping it.
+    fn lost(&mut self, launch: &Launch, what: String) -> CallError {
+        let status = self.reap();
+        CallError::Lost(Error::model_failed(format!(
+            "model '{}': its Python worker (pid {}) {} {what}; it is being restarted",
+            launch.model,
+            self.pid,
+            ended(status)
+        )))
     }
 
     /// Copies the inputs into the segment, each at an aligned offset;
