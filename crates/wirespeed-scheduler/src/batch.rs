@@ -35,30 +35,14 @@ pub(super) async fn run(
     let name = model.metadata().name.clone();
     let rows: Vec<usize> = members.iter().map(|m| m.rows).collect();
     let total: usize = rows.iter().sum();
-    let mut answers = Vec::with_capacity(members.len());
-    let mut parts = Vec::with_capacity(members.len());
-    let mut deadline: Option<Instant> = None;
-    let mut shared = None;
-    for Member {
-        job,
-        outcome,
-        queued,
-        span,
-        ..
-    } in members
-    {
-        span.in_scope(|| tracing::debug!(model = %name, batch = total, "computing in a batch"));
-        deadline = match (deadline, job.deadline) {
-            (Some(a), Some(b)) => Some(a.max(b)),
-            (a, b) => a.or(b),
-        };
-        // A batch is one call: it passes on its first request's parameters
-        // and trace context.
-        shared.get_or_insert((job.outputs, job.parameters, job.trace));
-        parts.push(job.inputs);
-        answers.push((outcome, queued));
-    }
-    let (outputs, parameters, trace) = shared.unwrap_or_default();
+    let Gathered {
+        mut parts,
+        mut answers,
+        outputs,
+        parameters,
+        trace,
+        deadline,
+    } = gather(members, &name, total);
     let alone = parts.len() == 1;
 
     let joined = Instant::now();
@@ -143,6 +127,53 @@ pub(super) async fn run(
             }
         }
         Err(error) => fail(answers, &error),
+    }
+}
+
+/// A batch's members taken apart: each one's inputs, where each is
+/// answered (with its time in the queue), and what the one call passes on.
+struct Gathered {
+    parts: Vec<Vec<Tensor>>,
+    answers: Vec<(oneshot::Sender<Outcome>, Duration)>,
+    outputs: Vec<usize>,
+    parameters: wirespeed_core::Parameters,
+    trace: Option<wirespeed_core::TraceContext>,
+    /// The latest of the members' deadlines.
+    deadline: Option<Instant>,
+}
+
+fn gather(members: Vec<Member>, name: &str, total: usize) -> Gathered {
+    let mut answers = Vec::with_capacity(members.len());
+    let mut parts = Vec::with_capacity(members.len());
+    let mut deadline: Option<Instant> = None;
+    let mut shared = None;
+    for Member {
+        job,
+        outcome,
+        queued,
+        span,
+        ..
+    } in members
+    {
+        span.in_scope(|| tracing::debug!(model = %name, batch = total, "computing in a batch"));
+        deadline = match (deadline, job.deadline) {
+            (Some(a), Some(b)) => Some(a.max(b)),
+            (a, b) => a.or(b),
+        };
+        // A batch is one call: it passes on its first request's parameters
+        // and trace context.
+        shared.get_or_insert((job.outputs, job.parameters, job.trace));
+        parts.push(job.inputs);
+        answers.push((outcome, queued));
+    }
+    let (outputs, parameters, trace) = shared.unwrap_or_default();
+    Gathered {
+        parts,
+        answers,
+        outputs,
+        parameters,
+        trace,
+        deadline,
     }
 }
 
