@@ -179,15 +179,41 @@ impl Server {
         self.metrics_tcp.as_ref().and_then(|l| l.local_addr().ok())
     }
 
+    /// The "listening on" lines, the metrics listener first (a line for
+    /// the APIs then tells that everything listens already), and the Unix
+    /// socket files to remove at the end.
+    fn listening(&self, scheme: &str) -> (Vec<String>, Vec<PathBuf>) {
+        let mut listening: Vec<String> = self
+            .metrics_addr()
+            .map(|a| format!("metrics http{scheme}://{a}/metrics"))
+            .into_iter()
+            .collect();
+        listening.extend(self.http_addr().map(|a| format!("http{scheme}://{a}")));
+        listening.extend(self.grpc_addr().map(|a| format!("grpc{scheme}://{a}")));
+        // Named, so that a reader of the log (or a test) tells them apart.
+        let tf_http = self.tf_http_addr();
+        listening.extend(tf_http.map(|a| format!("TF Serving's REST port http{scheme}://{a}")));
+        let tf_grpc = self.tf_grpc_addr();
+        listening.extend(tf_grpc.map(|a| format!("TF Serving's gRPC port grpc{scheme}://{a}")));
+        let mut sockets = Vec::new();
+        for (_, path) in self.http_uds.iter() {
+            listening.push(format!("http{scheme}+unix://{}", path.display()));
+            sockets.push(path.clone());
+        }
+        for (_, path) in self.grpc_uds.iter() {
+            listening.push(format!("grpc{scheme}+unix://{}", path.display()));
+            sockets.push(path.clone());
+        }
+        (listening, sockets)
+    }
+
     /// Serves every listener until `shutdown` resolves. Then readiness turns
     /// false (and gRPC health NOT_SERVING), the listeners close, open
     /// connections finish their requests within the drain timeout, and Unix
     /// socket files are removed.
     pub async fn serve(self, shutdown: impl Future<Output = ()>) {
         let scheme = if self.tls.is_some() { "s" } else { "" };
-        let (http_addr, grpc_addr) = (self.http_addr(), self.grpc_addr());
-        let (tf_http_addr, tf_grpc_addr) = (self.tf_http_addr(), self.tf_grpc_addr());
-        let metrics_addr = self.metrics_addr();
+        let (listening, sockets) = self.listening(scheme);
         let state = self.state;
         let limits = self.limits;
         let (stop, stopping) = tokio::sync::watch::channel(false);
@@ -209,28 +235,6 @@ impl Server {
         let (grpc_service, health) = grpc::service(Arc::clone(&state.front)).await;
         let rest_service = RestService::new(Arc::clone(&state.front));
         let metrics_service = MetricsService::new(Arc::clone(&state.front));
-        let mut sockets = Vec::new();
-        // The metrics listener first: a "listening on" line for the APIs
-        // tells that everything listens already.
-        let mut listening: Vec<String> = metrics_addr
-            .map(|a| format!("metrics http{scheme}://{a}/metrics"))
-            .into_iter()
-            .collect();
-        listening.extend(http_addr.map(|a| format!("http{scheme}://{a}")));
-        listening.extend(grpc_addr.map(|a| format!("grpc{scheme}://{a}")));
-        // Named, so that a reader of the log (or a test) tells them apart.
-        listening
-            .extend(tf_http_addr.map(|a| format!("TF Serving's REST port http{scheme}://{a}")));
-        listening
-            .extend(tf_grpc_addr.map(|a| format!("TF Serving's gRPC port grpc{scheme}://{a}")));
-        for (_, path) in self.http_uds.iter() {
-            listening.push(format!("http{scheme}+unix://{}", path.display()));
-            sockets.push(path.clone());
-        }
-        for (_, path) in self.grpc_uds.iter() {
-            listening.push(format!("grpc{scheme}+unix://{}", path.display()));
-            sockets.push(path.clone());
-        }
         let listeners = match listen::Sockets::new(
             self.http_tcp.into_iter().chain(self.tf_http_tcp).collect(),
             self.http_uds.map(|(l, _)| l),
@@ -248,16 +252,9 @@ impl Server {
         // connections on a runtime of its own (`listen.rs` says why).
         let (ended, mut accept_loops) = tokio::sync::mpsc::unbounded_channel::<()>();
         let (drained, drain_over) = tokio::sync::watch::channel(false);
-        let mut threads = Vec::new();
-        for i in 0..self.io_threads.max(1) {
-            let thread = listen::IoThread {
-                sockets: match listeners.try_clone() {
-                    Ok(sockets) => sockets,
-                    Err(e) => {
-                        tracing::error!(error = %e, "cannot start I/O thread {i}");
-                        continue;
-                    }
-                },
+        let threads = listen::start_io_threads(self.io_threads.max(1), &listeners, |sockets| {
+            listen::IoThread {
+                sockets,
                 rest: Arc::clone(&rest),
                 grpc: Arc::clone(&grpc),
                 rest_service: rest_service.clone(),
@@ -266,15 +263,8 @@ impl Server {
                 shared: Arc::clone(&shared),
                 ended: ended.clone(),
                 drain_over: drain_over.clone(),
-            };
-            match std::thread::Builder::new()
-                .name(format!("wirespeed-io-{i}"))
-                .spawn(move || thread.run())
-            {
-                Ok(handle) => threads.push(handle),
-                Err(e) => tracing::error!(error = %e, "cannot start I/O thread {i}"),
             }
-        }
+        });
         drop((listeners, ended));
         if threads.is_empty() {
             tracing::error!("no I/O thread started; nothing is served");
@@ -293,24 +283,7 @@ impl Server {
             drain
         );
         let _ = stop.send(true);
-        // Every thread's accept loops have ended (and dropped their sockets).
-        for _ in 0..threads.len() {
-            if accept_loops.recv().await.is_none() {
-                break;
-            }
-        }
-        tracing::info!(
-            "stopped accepting; waiting for {} open connections",
-            limits.max_connections - shared.connections.available_permits()
-        );
-        // Every connection holds a permit; all back means all closed.
-        let all = u32::try_from(limits.max_connections).unwrap_or(u32::MAX);
-        if tokio::time::timeout(drain, shared.connections.acquire_many(all))
-            .await
-            .is_err()
-        {
-            tracing::warn!("drain deadline passed; closing remaining connections");
-        }
+        drain_connections(&shared, &limits, drain, &mut accept_loops, threads.len()).await;
         let _ = drained.send(true);
         let _ = tokio::task::spawn_blocking(move || {
             for thread in threads {
@@ -332,5 +305,33 @@ impl Server {
             })
             .await;
         }
+    }
+}
+
+/// Waits for every I/O thread's accept loops to end, then for the open
+/// connections to close (each holds a permit; all back means all closed),
+/// for up to `drain`.
+async fn drain_connections(
+    shared: &listen::Shared,
+    limits: &Limits,
+    drain: Duration,
+    accept_loops: &mut tokio::sync::mpsc::UnboundedReceiver<()>,
+    threads: usize,
+) {
+    for _ in 0..threads {
+        if accept_loops.recv().await.is_none() {
+            break;
+        }
+    }
+    tracing::info!(
+        "stopped accepting; waiting for {} open connections",
+        limits.max_connections - shared.connections.available_permits()
+    );
+    let all = u32::try_from(limits.max_connections).unwrap_or(u32::MAX);
+    if tokio::time::timeout(drain, shared.connections.acquire_many(all))
+        .await
+        .is_err()
+    {
+        tracing::warn!("drain deadline passed; closing remaining connections");
     }
 }

@@ -415,6 +415,39 @@ where
     }
 }
 
+/// Starts `count` I/O threads, each with its own copy of `sockets` in
+/// what `make` gives it to serve them with; a thread that cannot start is
+/// logged, and the others serve.
+pub(crate) fn start_io_threads<R, G, M>(
+    count: usize,
+    sockets: &Sockets,
+    make: impl Fn(Sockets) -> IoThread<R, G, M>,
+) -> Vec<std::thread::JoinHandle<()>>
+where
+    R: Answers,
+    G: Answers,
+    M: Answers,
+{
+    let mut threads = Vec::new();
+    for i in 0..count {
+        let thread = match sockets.try_clone() {
+            Ok(sockets) => make(sockets),
+            Err(e) => {
+                tracing::error!(error = %e, "cannot start I/O thread {i}");
+                continue;
+            }
+        };
+        match std::thread::Builder::new()
+            .name(format!("wirespeed-io-{i}"))
+            .spawn(move || thread.run())
+        {
+            Ok(handle) => threads.push(handle),
+            Err(e) => tracing::error!(error = %e, "cannot start I/O thread {i}"),
+        }
+    }
+    threads
+}
+
 fn log_lost(e: io::Error) -> io::Error {
     tracing::error!(error = %e, "an I/O thread cannot take its listener");
     e
