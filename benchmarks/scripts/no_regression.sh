@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # Two wirespeed binaries side by side, alternated round by round in one
-# run: Titanic REST single-client latency (examples/rest_latency, p50) and
-# `wrk -t1 -c32` Titanic POST throughput. For a change to the request path:
-# build the old binary from the old commit (a git worktree) and compare.
+# run: Titanic REST single-client latency (examples/rest_latency, p50),
+# `wrk -t1 -c32` Titanic POST throughput, `wrk -t1 -c64` on `GET /v2`, and
+# the p50 of a 42.5 MB request (262144x8 FP32 V2 JSON in json.dumps' form,
+# to identity_fp32, answered as binary so that decoding the JSON is what
+# is measured). For a change to the request path: build the old binary
+# from the old commit (a git worktree) and compare.
 #
 #   benchmarks/scripts/no_regression.sh OLD_BINARY NEW_BINARY [ROUNDS] [SECONDS]
 set -euo pipefail
@@ -26,19 +29,41 @@ for port in 18090 18091; do
     for _ in $(seq 100); do curl -sf "http://127.0.0.1:$port/v2/health/ready" >/dev/null && break; sleep 0.1; done
 done
 
+# The large body, once: the same floats json.dumps writes.
+python3 - "$work/large.json" <<'PY'
+import json, random, sys
+random.seed(7)
+rows = [[random.random() for _ in range(8)] for _ in range(262144)]
+body = {"inputs": [{"name": "INPUT0", "shape": [262144, 8], "datatype": "FP32", "data": rows}],
+        "parameters": {"binary_data_output": True}}
+open(sys.argv[1], "w").write(json.dumps(body))
+PY
+
 median() { sort -g | awk '{v[NR]=$1} END {print (NR%2 ? v[(NR+1)/2] : (v[NR/2]+v[NR/2+1])/2)}'; }
 p50() { "$probe" "127.0.0.1:$1" 20000 1 | awk '/p50/ {for (i=1;i<=NF;i++) if ($i=="p50") print $(i+1)}'; }
 rps() { wrk -t1 -c32 -d"${seconds}s" -s benchmarks/wrk/titanic_infer.lua "http://127.0.0.1:$1" | awk '/Requests\/sec/ {print $2}'; }
+meta() { WRK_METHOD=GET WRK_PATH=/v2 wrk -t1 -c64 -d"${seconds}s" -s benchmarks/wrk/post.lua "http://127.0.0.1:$1" | awk '/Requests\/sec/ {print $2}'; }
+large() {
+    for _ in 1 2 3 4 5 6 7; do
+        curl -s -o /dev/null -w '%{time_total}\n' -H 'Content-Type: application/json' \
+            --data-binary @"$work/large.json" "http://127.0.0.1:$1/v2/models/identity_fp32/infer"
+    done | median | awk '{printf "%.1f", $1 * 1000}'
+}
 for round in $(seq "$rounds"); do
     # ABBA within a round, so neither always goes first.
     if [ $((round % 2)) -eq 1 ]; then order="18090 18091"; else order="18091 18090"; fi
     for port in $order; do
-        l=$(p50 "$port"); r=$(rps "$port")
-        echo "round $round port $port: p50 ${l} us, ${r} req/s"
+        l=$(p50 "$port"); r=$(rps "$port"); m=$(meta "$port"); g=$(large "$port")
+        echo "round $round port $port: p50 ${l} us, ${r} req/s, GET /v2 ${m} req/s, 42.5 MB p50 ${g} ms"
         echo "$l" >> "$work/lat_$port"; echo "$r" >> "$work/rps_$port"
+        echo "$m" >> "$work/meta_$port"; echo "$g" >> "$work/large_$port"
     done
 done
 lo=$(median < "$work/lat_18090"); ln=$(median < "$work/lat_18091")
 ro=$(median < "$work/rps_18090"); rn=$(median < "$work/rps_18091")
 echo "median single-client p50: old $lo us, new $ln us (new/old $(awk -v a="$ln" -v b="$lo" 'BEGIN {printf "%.3f", a/b}'))"
 echo "median wrk -t1 -c32: old $ro req/s, new $rn req/s (new/old $(awk -v a="$rn" -v b="$ro" 'BEGIN {printf "%.3f", a/b}'))"
+mo=$(median < "$work/meta_18090"); mn=$(median < "$work/meta_18091")
+go=$(median < "$work/large_18090"); gn=$(median < "$work/large_18091")
+echo "median GET /v2 wrk -t1 -c64: old $mo req/s, new $mn req/s (new/old $(awk -v a="$mn" -v b="$mo" 'BEGIN {printf "%.3f", a/b}'))"
+echo "median 42.5 MB JSON p50: old $go ms, new $gn ms (old/new $(awk -v a="$go" -v b="$gn" 'BEGIN {printf "%.3f", a/b}'))"
