@@ -6,9 +6,7 @@ use wirespeed_core::{Error, ErrorKind};
 use crate::protocols::tfserving::examples::Verb;
 use crate::protocols::v2::missing::Missing;
 
-/// A model named in a URL, with the version if the URL gives one: the
-/// pipeline's target.
-pub(crate) use crate::serve::pipeline::Target as ModelRef;
+use crate::serve::pipeline::Target;
 
 /// The endpoints.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -24,25 +22,25 @@ pub(crate) enum Route<'a> {
     /// `GET /v2`
     ServerMetadata,
     /// `GET /v2/models/{name}[/versions/{v}]`
-    ModelMetadata(ModelRef<'a>),
+    ModelMetadata(Target<'a>),
     /// `GET /v2/models/{name}[/versions/{v}]/ready`
-    ModelReady(ModelRef<'a>),
+    ModelReady(Target<'a>),
     /// `POST /v2/models/{name}[/versions/{v}]/infer`
-    Infer(ModelRef<'a>),
+    Infer(Target<'a>),
     /// `GET /v2/models/{name}[/versions/{v}]/config`
-    ModelConfig(ModelRef<'a>),
+    ModelConfig(Target<'a>),
     /// `GET /v2/models/stats` (every model, `name` empty) and
     /// `GET /v2/models/{name}[/versions/{v}]/stats`
-    ModelStats(ModelRef<'a>),
+    ModelStats(Target<'a>),
     /// TF Serving: `GET /v1/models/{name}[/versions/{v}]`
-    TfStatus(ModelRef<'a>),
+    TfStatus(Target<'a>),
     /// TF Serving: `GET /v1/models/{name}[/versions/{v}]/metadata`
-    TfMetadata(ModelRef<'a>),
+    TfMetadata(Target<'a>),
     /// TF Serving: `POST /v1/models/{name}[/versions/{v}|/labels/{l}]:predict`
-    TfPredict(ModelRef<'a>),
+    TfPredict(Target<'a>),
     /// TF Serving: `POST /v1/models/{name}[/versions/{v}|/labels/{l}]:classify`
     /// and `:regress`
-    TfExamples(ModelRef<'a>, Verb),
+    TfExamples(Target<'a>, Verb),
     /// A verb TF Serving does not have (KServe v1's `:explain`, a typo).
     TfOtherVerb(&'a str),
     /// Clipper: `POST /{app}/predict`
@@ -154,7 +152,7 @@ fn match_route<'a>(path: &'a str, segments: &[&'a str]) -> Option<Route<'a>> {
         ["v2", "health", "ready"] => Some(Route::Ready),
         // TF Serving's Prometheus path (its monitoring config's default).
         ["metrics"] | ["monitoring", "prometheus", "metrics"] => Some(Route::Metrics),
-        ["v2", "models", "stats"] => Some(Route::ModelStats(ModelRef {
+        ["v2", "models", "stats"] => Some(Route::ModelStats(Target {
             name: "",
             version: None,
         })),
@@ -184,7 +182,7 @@ fn model_route<'a>(name: &'a str, rest: &[&'a str]) -> Option<Route<'a>> {
         ["versions", v, rest @ ..] if !v.is_empty() => (Some(*v), rest),
         _ => (None, rest),
     };
-    let model = ModelRef { name, version };
+    let model = Target { name, version };
     match rest {
         [] => Some(Route::ModelMetadata(model)),
         ["ready"] => Some(Route::ModelReady(model)),
@@ -237,21 +235,21 @@ fn tf_route<'a>(rest: &[&'a str]) -> Option<Route<'a>> {
     segments[head.len()] = last;
     let (model, tail) = match &segments[..=head.len()] {
         [name, "versions", v, tail @ ..] if !name.is_empty() && !v.is_empty() => (
-            ModelRef {
+            Target {
                 name,
                 version: Some(v),
             },
             tail,
         ),
         [name, "labels", l, tail @ ..] if !name.is_empty() && !l.is_empty() => (
-            ModelRef {
+            Target {
                 name,
                 version: None,
             },
             tail,
         ),
         [name, tail @ ..] if !name.is_empty() => (
-            ModelRef {
+            Target {
                 name,
                 version: None,
             },
@@ -280,7 +278,7 @@ mod tests {
 
     #[test]
     fn every_endpoint_routes() {
-        let m = |name, version| ModelRef { name, version };
+        let m = |name, version| Target { name, version };
         assert_eq!(get("/").unwrap(), Route::Root);
         assert_eq!(get("/v1/models").unwrap(), Route::ModelList);
         assert_eq!(get("/v2").unwrap(), Route::ServerMetadata);
@@ -324,7 +322,7 @@ mod tests {
 
     #[test]
     fn tf_serving_and_clipper_routes() {
-        let m = |name, version| ModelRef { name, version };
+        let m = |name, version| Target { name, version };
         let post = |path| route(&Method::POST, path).unwrap();
         assert_eq!(get("/v1/models/t").unwrap(), Route::TfStatus(m("t", None)));
         assert_eq!(

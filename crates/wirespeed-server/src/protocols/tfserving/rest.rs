@@ -15,10 +15,10 @@ use wirespeed_json::{Format, RequestDecoder};
 
 use crate::protocols::http::body::{RestRequest, OFFLOAD_BYTES};
 use crate::protocols::http::response::{self, Body};
-use crate::protocols::router::ModelRef;
 use crate::protocols::tfserving::examples::{self, Examples, Head, Verb};
 use crate::protocols::Front;
 use crate::serve::metrics::InferProtocol;
+use crate::serve::pipeline::Target;
 use crate::serve::pipeline::{self, Codec, RequestContext};
 use crate::serve::served::ServedModel;
 use crate::serve::timing::{timed, timed_on, Stages};
@@ -27,7 +27,7 @@ use crate::serve::timing::{timed, timed_on, Stages};
 pub(crate) async fn predict(
     front: &Front,
     context: RequestContext,
-    target: ModelRef<'_>,
+    target: Target<'_>,
     request: Request<Incoming>,
 ) -> Response<Body> {
     let codec = TfPredict {
@@ -94,7 +94,7 @@ impl Codec for TfPredict<'_> {
 pub(crate) async fn examples(
     front: &Front,
     context: RequestContext,
-    target: ModelRef<'_>,
+    target: Target<'_>,
     request: Request<Incoming>,
     verb: Verb,
 ) -> Response<Body> {
@@ -201,7 +201,7 @@ pub(crate) fn other_verb(verb: &str) -> Error {
 /// `GET /v1/models/{name}[/versions/{v}]`: TF Serving's status (the served
 /// version is AVAILABLE) and KServe v1's (`name`, `ready`) in one object,
 /// so both protocols' clients read it.
-pub(crate) fn status(front: &Front, target: ModelRef<'_>) -> Result<Response<Body>, Error> {
+pub(crate) fn status(front: &Front, target: Target<'_>) -> Result<Response<Body>, Error> {
     let model = front.serving.models.get(target.name, target.version)?;
     // Without a version, every served one, as TF Serving lists them.
     let versions = match target.version {
@@ -242,7 +242,7 @@ pub(crate) fn model_list(front: &Front) -> Response<Body> {
 /// `GET /v1/models/{name}[/versions/{v}]/metadata`: the model's inputs and
 /// outputs as a `serving_default` signature, and its heads' `classification`
 /// and `regression` signatures.
-pub(crate) fn metadata(front: &Front, target: ModelRef<'_>) -> Result<Response<Body>, Error> {
+pub(crate) fn metadata(front: &Front, target: Target<'_>) -> Result<Response<Body>, Error> {
     let model = front.serving.models.get(target.name, target.version)?;
     let m = model.metadata();
     let tensors = |specs: &[TensorSpec]| -> Value {

@@ -7,8 +7,8 @@ use serde_json::json;
 use wirespeed_core::Error;
 
 use crate::protocols::http::response::{self, Body};
-use crate::protocols::router::ModelRef;
 use crate::protocols::Front;
+use crate::serve::pipeline::Target;
 
 /// Live while the process answers at all.
 pub(crate) fn live() -> Response<Body> {
@@ -36,7 +36,7 @@ pub(crate) fn ready(front: &Front) -> Response<Body> {
 /// A model is ready when it can answer (a model in front of another server
 /// is not while that server does not answer) and the server is not
 /// shutting down. When it is not, `reason` says why.
-pub(crate) fn model_ready(front: &Front, model: ModelRef<'_>) -> Result<Response<Body>, Error> {
+pub(crate) fn model_ready(front: &Front, model: Target<'_>) -> Result<Response<Body>, Error> {
     let served = front.serving.models.get(model.name, model.version)?;
     Ok(match front.serving.model_ready(&served) {
         Ok(()) => response::json_value(&json!({ "name": model.name, "ready": true })),

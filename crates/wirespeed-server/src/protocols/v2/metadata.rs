@@ -9,8 +9,8 @@ use serde_json::{json, Value};
 use wirespeed_core::{Error, TensorSpec};
 
 use crate::protocols::http::response::{self, Body};
-use crate::protocols::router::ModelRef;
 use crate::protocols::Front;
+use crate::serve::pipeline::Target;
 
 /// Server metadata: name, version and extensions. The same bytes for
 /// every request, written once.
@@ -28,7 +28,7 @@ pub(crate) fn server() -> Response<Body> {
 }
 
 /// A model's metadata: its versions, platform, inputs and outputs.
-pub(crate) fn model(front: &Front, model: ModelRef<'_>) -> Result<Response<Body>, Error> {
+pub(crate) fn model(front: &Front, model: Target<'_>) -> Result<Response<Body>, Error> {
     let served = front.serving.models.get(model.name, model.version)?;
     let metadata = served.metadata();
     let versions =
@@ -49,7 +49,7 @@ pub(crate) fn model(front: &Front, model: ModelRef<'_>) -> Result<Response<Body>
 }
 
 /// A model's configuration, in Triton's `ModelConfig` JSON.
-pub(crate) fn config(front: &Front, model: ModelRef<'_>) -> Result<Response<Body>, Error> {
+pub(crate) fn config(front: &Front, model: Target<'_>) -> Result<Response<Body>, Error> {
     let served = front.serving.models.get(model.name, model.version)?;
     let config = crate::protocols::v2::model_config::model_config(model.name, &served);
     Ok(response::json_value(
@@ -58,7 +58,7 @@ pub(crate) fn config(front: &Front, model: ModelRef<'_>) -> Result<Response<Body
 }
 
 /// The statistics of one model, or of every model when the name is empty.
-pub(crate) fn stats(front: &Front, model: ModelRef<'_>) -> Result<Response<Body>, Error> {
+pub(crate) fn stats(front: &Front, model: Target<'_>) -> Result<Response<Body>, Error> {
     let stats = crate::serve::statistics::select(&front.serving.models, model.name, model.version)?;
     Ok(response::json_value(&crate::serve::statistics::to_json(
         &stats,

@@ -9,9 +9,9 @@ use wirespeed_core::{raw, Error, InferRequest, InferResponse, ParameterValue, Pa
 
 use crate::protocols::http::body::{decode_body, DecodedBody, RestRequest};
 use crate::protocols::http::response::{self, Body};
-use crate::protocols::router::ModelRef;
 use crate::protocols::Front;
 use crate::serve::metrics::InferProtocol;
+use crate::serve::pipeline::Target;
 use crate::serve::pipeline::{self, Codec, RequestContext};
 use crate::serve::served::ServedModel;
 use crate::serve::timing::Stages;
@@ -20,7 +20,7 @@ use crate::serve::timing::Stages;
 pub(crate) async fn infer(
     front: &Front,
     context: RequestContext,
-    target: ModelRef<'_>,
+    target: Target<'_>,
     request: Request<Incoming>,
 ) -> Response<Body> {
     let codec = V2Rest {
