@@ -43,19 +43,19 @@ pub(crate) async fn service(front: Arc<Front>) -> (GrpcService, HealthReporter) 
     health
         .set_serving::<GrpcInferenceServiceServer<Inference>>()
         .await;
-    let descriptors = || {
-        tonic_reflection::server::Builder::configure()
-            .register_encoded_file_descriptor_set(wirespeed_proto::FILE_DESCRIPTOR_SET)
-            .register_encoded_file_descriptor_set(wirespeed_proto::TF_FILE_DESCRIPTOR_SET)
-            .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
-    };
-    // grpcurl and other tools speak either version of reflection.
-    let v1 = descriptors()
-        .build_v1()
-        .expect("the bundled descriptors are valid");
-    let v1alpha = descriptors()
-        .build_v1alpha()
-        .expect("the bundled descriptors are valid");
+    // grpcurl and other tools speak either version of reflection. Each is
+    // built on its first call: decoding every descriptor set costs about
+    // half a MiB that a server nobody asks by reflection need not hold.
+    let v1 = Lazy::new(|| {
+        descriptors()
+            .build_v1()
+            .expect("the bundled descriptors are valid")
+    });
+    let v1alpha = Lazy::new(|| {
+        descriptors()
+            .build_v1alpha()
+            .expect("the bundled descriptors are valid")
+    });
     let inference = GrpcInferenceServiceServer::new(Inference {
         front: Arc::clone(&front),
     })
@@ -88,6 +88,65 @@ pub(crate) async fn service(front: Arc<Front>) -> (GrpcService, HealthReporter) 
         .add_service(model_service)
         .prepare();
     (GrpcService { routes, front }, health)
+}
+
+/// The reflection services' descriptors: the inference protocol's, TF
+/// Serving's and the health service's.
+fn descriptors() -> tonic_reflection::server::Builder<'static> {
+    tonic_reflection::server::Builder::configure()
+        .register_encoded_file_descriptor_set(wirespeed_proto::FILE_DESCRIPTOR_SET)
+        .register_encoded_file_descriptor_set(wirespeed_proto::TF_FILE_DESCRIPTOR_SET)
+        .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+}
+
+/// A gRPC service made on its first call, then shared by every clone.
+struct Lazy<S> {
+    service: Arc<std::sync::OnceLock<S>>,
+    make: fn() -> S,
+}
+
+impl<S> Clone for Lazy<S> {
+    fn clone(&self) -> Lazy<S> {
+        Lazy {
+            service: Arc::clone(&self.service),
+            make: self.make,
+        }
+    }
+}
+
+impl<S> Lazy<S> {
+    fn new(make: fn() -> S) -> Lazy<S> {
+        Lazy {
+            service: Arc::new(std::sync::OnceLock::new()),
+            make,
+        }
+    }
+}
+
+impl<S: tonic::server::NamedService> tonic::server::NamedService for Lazy<S> {
+    const NAME: &'static str = S::NAME;
+}
+
+impl<S, B> tower::Service<hyper::Request<B>> for Lazy<S>
+where
+    S: tower::Service<hyper::Request<B>> + Clone,
+{
+    type Response = S::Response;
+    type Error = S::Error;
+    type Future = S::Future;
+
+    fn poll_ready(
+        &mut self,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<(), S::Error>> {
+        // tonic's generated services are always ready.
+        std::task::Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, request: hyper::Request<B>) -> S::Future {
+        let mut service = self.service.get_or_init(self.make).clone();
+        service.call(request)
+    }
 }
 
 /// Reports NOT_SERVING for the server and the inference service.
