@@ -54,7 +54,7 @@ pub(crate) async fn answer(transcoder: &Transcoder, request: Request<Incoming>) 
     };
     let clock = Clock::new(route, timeout, limits.total);
     let metadata = backend.metadata(&parts.headers);
-    let call = match open(backend, route, request, &metadata, &clock).await {
+    let mut call = match open(backend, route, request, &metadata, &clock).await {
         Ok(call) => call,
         Err(e) => {
             if let Some(answer) = feed.as_ref().and_then(Feed::failed) {
@@ -70,7 +70,6 @@ pub(crate) async fn answer(transcoder: &Transcoder, request: Request<Incoming>) 
     };
     // The first message (a unary answer's only one), before the status
     // line is chosen: an error that comes first gets its own status.
-    let mut call = call;
     let first = match tokio::time::timeout_at(clock.wait().into(), call.message()).await {
         Ok(Ok(first)) => first,
         Ok(Err(error)) => return failed.answer(&call, error),

@@ -415,6 +415,15 @@ fn base64_value(out: Tagged<'_>, value: Scalar<'_>, skip_default: bool) -> Resul
     Ok(())
 }
 
+/// The text of a number, or of a string that may hold one (protobuf's
+/// JSON takes both for numeric fields); else the field takes `want`.
+fn numeric_token<'v>(value: Scalar<'v>, want: &'static str) -> Result<&'v [u8], Refusal> {
+    match value {
+        Scalar::Number(t) | Scalar::String(t) => Ok(t),
+        _ => Err(Refusal::Wrong(want)),
+    }
+}
+
 /// A double or a float, from a number, a numeric string, or `"NaN"`,
 /// `"Infinity"` and `"-Infinity"`; a float rounded once, from the text.
 fn floating(
@@ -423,10 +432,7 @@ fn floating(
     value: Scalar<'_>,
     skip_default: bool,
 ) -> Result<(), Refusal> {
-    let token = match value {
-        Scalar::Number(t) | Scalar::String(t) => t,
-        _ => return Err(Refusal::Wrong("a number")),
-    };
+    let token = numeric_token(value, "a number")?;
     let x = match token {
         b"NaN" => f64::NAN,
         b"Infinity" => f64::INFINITY,
@@ -467,10 +473,7 @@ fn integral(
     value: Scalar<'_>,
     skip_default: bool,
 ) -> Result<(), Refusal> {
-    let token = match value {
-        Scalar::Number(t) | Scalar::String(t) => t,
-        _ => return Err(Refusal::Wrong("an integer")),
-    };
+    let token = numeric_token(value, "an integer")?;
     let (lo, hi): (i128, i128) = match kind {
         Kind::Int32 | Kind::Sint32 | Kind::Sfixed32 => (i32::MIN.into(), i32::MAX.into()),
         Kind::Int64 | Kind::Sint64 | Kind::Sfixed64 => (i64::MIN.into(), i64::MAX.into()),
