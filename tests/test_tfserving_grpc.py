@@ -3,7 +3,8 @@
 messages (`tfserving_protos.py`: the tensorflow-serving-api wheel's
 descriptors) and with grpcurl through server reflection: Predict
 with typed values and with `tensor_content` answers what the V2 REST API
-answers; GetModelMetadata and GetModelStatus describe the model;
+answers, in the typed fields as TF Serving does (`float_val`, ...), or in
+`tensor_content` with `--tf-tensor-content`; GetModelMetadata and GetModelStatus describe the model;
 FP32, INT64, BOOL and BYTES cross both ways; hostile tensors get
 INVALID_ARGUMENT."""
 
@@ -38,8 +39,8 @@ def call(server, method, body):
 
 
 def floats(tensor):
-    assert tensor["dtype"] == "DT_FLOAT"
-    return np.frombuffer(base64.b64decode(tensor["tensorContent"]), dtype="<f4")
+    assert tensor["dtype"] == "DT_FLOAT" and "tensorContent" not in tensor, tensor
+    return np.array(tensor["floatVal"], dtype=np.float32)
 
 
 def rest_outputs(server, rows):
@@ -170,7 +171,10 @@ def test_grpcio_predict_with_published_messages(server, tf, dtype, datatype, val
     assert response.model_spec.name == model and response.model_spec.version.value == 1
     (name, out), = response.outputs.items()
     assert [d.size for d in out.tensor_shape.dim] == list(array.shape)
-    got = np.frombuffer(out.tensor_content, dtype=array.dtype.newbyteorder("<")).reshape(array.shape)
+    # TF Serving's answer: the typed field (TensorFlow's AsProtoField).
+    assert out.tensor_content == b""
+    field = {"DT_FLOAT": "float_val", "DT_INT64": "int64_val", "DT_BOOL": "bool_val"}[dtype]
+    got = np.array(getattr(out, field), dtype=datatype).reshape(array.shape)
     np.testing.assert_array_equal(got, array)
 
 
@@ -201,16 +205,86 @@ def test_grpcio_predict_titanic_equals_rest_and_xgboost(server, tf):
     response = predict_call(tf, server)(request, timeout=30)
     expected = rest_outputs(server, [FEATURES])
     for name, values in expected.items():
-        np.testing.assert_array_equal(np.frombuffer(response.outputs[name].tensor_content, dtype="<f4"), values)
+        np.testing.assert_array_equal(np.array(response.outputs[name].float_val, dtype=np.float32), values)
     # And xgboost's own answer, on the same float32 row.
     import xgboost as xgb
 
     booster = xgb.Booster(model_file=str(MODELS / "titanic" / "model.json"))
     x = xgb.DMatrix(np.array([FEATURES], dtype=np.float32))
-    np.testing.assert_array_equal(np.frombuffer(response.outputs["probability"].tensor_content, dtype="<f4"),
+    np.testing.assert_array_equal(np.array(response.outputs["probability"].float_val, dtype=np.float32),
                                   booster.predict(x))
-    np.testing.assert_array_equal(np.frombuffer(response.outputs["margin"].tensor_content, dtype="<f4"),
+    np.testing.assert_array_equal(np.array(response.outputs["margin"].float_val, dtype=np.float32),
                                   booster.predict(x, output_margin=True))
+
+
+NARROW_AND_WIDE = [
+    # dtype, TF's dtype number, V2 datatype, values, the field TF writes
+    (np.int8, 6, "INT8", [[-128, 0, 127]], "int_val"),
+    (np.uint16, 17, "UINT16", [[0, 65535, 7]], "int_val"),
+    (np.float16, 19, "FP16", [[1.5, -0.25, 65504]], "half_val"),
+    (np.float64, 2, "FP64", [[1e300, -0.0, 0.1]], "double_val"),
+]
+
+
+@pytest.fixture(scope="module")
+def identities(tmp_path_factory):
+    """Identity models of the types the bundled ones do not cover."""
+    root = tmp_path_factory.mktemp("identities")
+    for _, _, datatype, _, _ in NARROW_AND_WIDE:
+        folder = root / f"identity_{datatype.lower()}"
+        folder.mkdir()
+        (folder / "config.toml").write_text(
+            'backend = "identity"\n'
+            f'[[inputs]]\nname = "INPUT0"\ndatatype = "{datatype}"\nshape = [-1, -1]\n'
+            f'[[outputs]]\nname = "OUTPUT0"\ndatatype = "{datatype}"\nshape = [-1, -1]\n')
+    running = RunningServer(root)
+    yield running
+    running.stop()
+
+
+@pytest.mark.parametrize("dtype, tf_dtype, datatype, values, field", NARROW_AND_WIDE)
+def test_grpcio_predict_narrow_and_wide_types_answer_as_tensorflow_writes_them(
+        identities, tf, dtype, tf_dtype, datatype, values, field):
+    """TensorFlow's AsProtoField: 8- and 16-bit integers widen into int_val,
+    halves go in half_val as their bit patterns."""
+    grpc, message = tf
+    array = np.array(values, dtype=dtype)
+    request = message("tensorflow.serving.PredictRequest")()
+    request.model_spec.name = f"identity_{datatype.lower()}"
+    tensor = request.inputs["INPUT0"]
+    tensor.dtype = tf_dtype
+    for size in array.shape:
+        tensor.tensor_shape.dim.add(size=size)
+    tensor.tensor_content = array.astype(array.dtype.newbyteorder("<")).tobytes()
+    out = predict_call(tf, identities)(request, timeout=30).outputs["OUTPUT0"]
+    assert out.dtype == tf_dtype and out.tensor_content == b""
+    got = np.array(getattr(out, field))
+    if dtype is np.float16:
+        got = got.astype(np.uint16).view(np.float16)
+    np.testing.assert_array_equal(got.astype(dtype).reshape(array.shape), array)
+
+
+def test_tensor_content_answers_when_asked(tf):
+    """`--tf-tensor-content`: numbers in tensor_content, as raw little-endian
+    bytes; strings stay in string_val."""
+    grpc, message = tf
+    running = RunningServer(MODELS, extra_args=["--tf-tensor-content"])
+    try:
+        request = message("tensorflow.serving.PredictRequest")()
+        request.model_spec.name = "titanic"
+        tensor = request.inputs["features"]
+        tensor.dtype = 1
+        tensor.tensor_shape.dim.add(size=1)
+        tensor.tensor_shape.dim.add(size=12)
+        tensor.float_val.extend(FEATURES)
+        response = predict_call(tf, running)(request, timeout=30)
+        expected = rest_outputs(running, [FEATURES])
+        for name, values in expected.items():
+            out = response.outputs[name]
+            assert len(out.float_val) == 0
+            np.testing.assert_array_equal(np.frombuffer(out.tensor_content, dtype="<f4"), values)
+    finally:
+        running.stop()
 
 
 def test_grpcio_metadata_and_status(server, tf):

@@ -11,8 +11,11 @@
 //!
 //! The shape is taken from the request's budget before anything is
 //! allocated, so a 10^12-element shape is refused, not allocated. Answers
-//! carry numbers in `tensor_content` (the tensor's own buffer, not copied)
-//! and strings in `string_val`, as TF Serving writes them.
+//! carry values in the typed field of their type, as TF Serving writes them
+//! by default (TensorFlow's `AsProtoField`: 8- and 16-bit integers in
+//! `int_val`, halves as bit patterns in `half_val`), or, when asked, numbers
+//! in `tensor_content` (the tensor's own buffer, not copied); strings are
+//! always in `string_val`.
 
 use wirespeed_core::raw::{from_raw, into_raw, raw_size};
 use wirespeed_core::{bf16, f16, DataType, RequestLimits, Tensor, TensorBudget, TensorData};
@@ -260,10 +263,10 @@ fn halves(datatype: DataType, values: Vec<i32>) -> Result<Vec<u16>, ContentsErro
         .collect()
 }
 
-/// The `TensorProto` of an answer's tensor: numbers as `tensor_content`
-/// (the tensor's own buffer for every type but BOOL), strings as
-/// `string_val`.
-pub fn tensor_proto(tensor: Tensor) -> TensorProto {
+/// The `TensorProto` of an answer's tensor: numbers in their typed field,
+/// or as `tensor_content` (the tensor's own buffer for every type but
+/// BOOL) when `content`; strings in `string_val`.
+pub fn tensor_proto(tensor: Tensor, content: bool) -> TensorProto {
     let datatype = tensor.datatype();
     let tensor_shape = Some(TensorShapeProto {
         dim: tensor
@@ -282,10 +285,25 @@ pub fn tensor_proto(tensor: Tensor) -> TensorProto {
         ..Default::default()
     };
     match tensor.data {
-        TensorData::Bytes(strings) => {
-            proto.string_val = strings;
+        TensorData::Bytes(strings) => proto.string_val = strings,
+        data if content => proto.tensor_content = into_raw(data),
+        TensorData::Fp32(v) => proto.float_val = v,
+        TensorData::Fp64(v) => proto.double_val = v,
+        TensorData::Int32(v) => proto.int_val = v,
+        TensorData::Int64(v) => proto.int64_val = v,
+        TensorData::Uint32(v) => proto.uint32_val = v,
+        TensorData::Uint64(v) => proto.uint64_val = v,
+        TensorData::Bool(v) => proto.bool_val = v,
+        TensorData::Int8(v) => proto.int_val = v.into_iter().map(i32::from).collect(),
+        TensorData::Int16(v) => proto.int_val = v.into_iter().map(i32::from).collect(),
+        TensorData::Uint8(v) => proto.int_val = v.into_iter().map(i32::from).collect(),
+        TensorData::Uint16(v) => proto.int_val = v.into_iter().map(i32::from).collect(),
+        TensorData::Fp16(v) => {
+            proto.half_val = v.into_iter().map(|h| i32::from(h.to_bits())).collect()
         }
-        data => proto.tensor_content = into_raw(data),
+        TensorData::Bf16(v) => {
+            proto.half_val = v.into_iter().map(|h| i32::from(h.to_bits())).collect()
+        }
     }
     proto
 }
@@ -401,9 +419,29 @@ mod tests {
                 shape: vec![2],
                 data: TensorData::Bytes(vec![b"x".to_vec(), Vec::new()]),
             },
+            Tensor {
+                name: "e".into(),
+                shape: vec![2],
+                data: TensorData::Int8(vec![-128, 127]),
+            },
+            Tensor {
+                name: "f".into(),
+                shape: vec![1],
+                data: TensorData::Fp16(vec![f16::from_f32(-0.5)]),
+            },
+            Tensor {
+                name: "g".into(),
+                shape: vec![1],
+                data: TensorData::Bf16(vec![bf16::from_f32(3.0)]),
+            },
         ] {
             let expected = (tensor.datatype(), tensor.shape.clone(), tensor.data.clone());
-            assert_eq!(read(tensor_proto(tensor)).unwrap(), expected);
+            for content in [false, true] {
+                let proto = tensor_proto(tensor.clone(), content);
+                let raw = !proto.tensor_content.is_empty();
+                assert_eq!(raw, content && tensor.datatype() != DataType::Bytes);
+                assert_eq!(read(proto).unwrap(), expected);
+            }
         }
     }
 

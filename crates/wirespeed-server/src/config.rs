@@ -35,6 +35,12 @@ pub struct ServerConfig {
     pub tf_grpc_addr: Option<SocketAddr>,
     /// See `tf_grpc_addr`.
     pub tf_http_addr: Option<SocketAddr>,
+    /// TF Serving's `Predict` answers each number tensor in
+    /// `tensor_content` (its raw bytes, not copied) instead of the typed
+    /// field (`float_val`, ...) TF Serving writes by default
+    /// (`--tf-tensor-content`): faster for large outputs, for clients
+    /// that read `tensor_content` (`tf.make_ndarray` does).
+    pub tf_tensor_content: bool,
     /// A REST/JSON face for a gRPC service's methods (`wirespeed proxy`):
     /// requests that name none of wirespeed's endpoints are transcoded.
     #[cfg(feature = "proxy")]
@@ -144,6 +150,7 @@ impl Default for ServerConfig {
             grpc_uds: None,
             tf_grpc_addr: None,
             tf_http_addr: None,
+            tf_tensor_content: false,
             #[cfg(feature = "proxy")]
             transcode: Vec::new(),
             limits: Limits::default(),

@@ -191,6 +191,7 @@ impl State {
                 connections: Arc::clone(connections),
                 process: ProcessCollector::for_self(),
             }),
+            tf_tensor_content: config.tf_tensor_content,
             clipper_queries: std::sync::atomic::AtomicU64::new(0),
             #[cfg(feature = "proxy")]
             fallback: transcoder.clone().map(|t| -> Arc<dyn Fallback> { t }),

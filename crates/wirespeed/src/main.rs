@@ -94,6 +94,14 @@ struct ServeArgs {
     #[arg(long, env = "WIRESPEED_TF_HTTP")]
     tf_http: Option<SocketAddr>,
 
+    /// TF Serving's gRPC `Predict` answers number tensors in
+    /// `tensor_content` (their raw bytes) rather than in the typed fields
+    /// (`float_val`, `int64_val`...) TF Serving fills by default. Faster
+    /// for large outputs; for clients that read `tensor_content`
+    /// (`tf.make_ndarray` reads both).
+    #[arg(long, env = "WIRESPEED_TF_TENSOR_CONTENT")]
+    tf_tensor_content: bool,
+
     /// A Unix socket for the REST API, next to or instead of TCP. The socket
     /// is made mode 0660; a stale socket file is replaced.
     #[arg(long, env = "WIRESPEED_HTTP_UDS")]
@@ -456,6 +464,7 @@ fn serve(mut args: ServeArgs) -> anyhow::Result<()> {
         grpc_uds: args.grpc_uds,
         tf_grpc_addr: args.tf_grpc,
         tf_http_addr: args.tf_http,
+        tf_tensor_content: args.tf_tensor_content,
         limits: Limits {
             max_body_bytes: args.max_body_bytes,
             max_grpc_message_bytes: args.max_grpc_message_bytes,

@@ -47,6 +47,9 @@ pub(crate) struct Front {
     /// What a metrics scrape reads beyond the serving layer, when metrics
     /// are on.
     pub(crate) scrape: Option<metrics::Scrape>,
+    /// TF Serving's `Predict` answers numbers in `tensor_content`, not in
+    /// the typed fields.
+    pub(crate) tf_tensor_content: bool,
     /// Clipper's query ids, counted from server start.
     pub(crate) clipper_queries: AtomicU64,
     /// Where a REST request for none of the protocols' endpoints goes: the

@@ -8,8 +8,9 @@
 //! `Predict` is a codec of the one pipeline. Its `TensorProto`s become
 //! wirespeed's tensors (`wirespeed_proto::tf_tensors`: `tensor_content` is
 //! copied once, typed values move), under the same request limits as every
-//! protocol. The answer carries each output's own buffer as
-//! `tensor_content`. A model's one signature is `serving_default`;
+//! protocol. The answer carries each output in its typed field
+//! (`float_val`, ...), as TF Serving does by default, or with
+//! `--tf-tensor-content` its own buffer as `tensor_content`. A model's one signature is `serving_default`;
 //! `model_spec.version` picks a version, and a `version_label`, like REST's
 //! labels, stands for the latest served one. `output_filter` chooses the
 //! outputs.
@@ -573,7 +574,12 @@ impl Codec for TfPredict<'_> {
         let outputs = response
             .outputs
             .into_iter()
-            .map(|t| (t.name.clone(), tf_tensors::tensor_proto(t)))
+            .map(|t| {
+                (
+                    t.name.clone(),
+                    tf_tensors::tensor_proto(t, self.front.tf_tensor_content),
+                )
+            })
             .collect();
         Ok(Ok(Response::new(tfs::PredictResponse {
             model_spec: Some(spec),
