@@ -67,6 +67,8 @@ async def grpc(address, x):
             "live": await client.is_server_live(),
             "ready": await client.is_server_ready(),
             "model_ready": await client.is_model_ready("titanic"),
+            # Not served is not ready: False, not an exception.
+            "unknown_ready": await client.is_model_ready("nosuch"),
             "id": response.id,
             "outputs": {o.name: o.as_numpy().tolist() for o in response.outputs},
         }

@@ -52,6 +52,8 @@ def test_v2_clients_with_missing_values(demo_server, mode):
     address = demo_server.address if mode == "rest-v2" else demo_server.grpc_address
     got = kserve(mode, address, x)
     assert got["live"] and got["ready"] and got["model_ready"]
+    if mode == "grpc":
+        assert got["unknown_ready"] is False
     assert got["id"] == "gaps"
     np.testing.assert_allclose(np.array(got["outputs"]["probability"]), xgboost_says(x), rtol=1e-6)
 

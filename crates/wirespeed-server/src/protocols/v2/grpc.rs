@@ -60,15 +60,26 @@ impl GrpcInferenceService for Inference {
         request: Request<pb::ModelReadyRequest>,
     ) -> Result<Response<pb::ModelReadyResponse>, Status> {
         let request = request.into_inner();
-        let served = self
+        // A model or version that is not served is not ready, as Triton
+        // answers: clients poll this around a load and read `ready`.
+        let ready = match self
             .front
             .serving
             .models
             .get(&request.name, version(&request.version))
-            .map_err(|e| status(&e))?;
-        Ok(Response::new(pb::ModelReadyResponse {
-            ready: self.front.serving.model_ready(&served).is_ok(),
-        }))
+        {
+            Ok(served) => self.front.serving.model_ready(&served).is_ok(),
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    ErrorKind::ModelNotFound | ErrorKind::VersionNotFound
+                ) =>
+            {
+                false
+            }
+            Err(e) => return Err(status(&e)),
+        };
+        Ok(Response::new(pb::ModelReadyResponse { ready }))
     }
 
     async fn server_metadata(
