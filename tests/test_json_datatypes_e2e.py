@@ -128,3 +128,54 @@ def test_a_bad_value_deep_in_a_large_body_is_located(echo_server):
     assert conn.getresponse().status == 200
     assert conn.sock is sock, "the connection was not reused"
 
+
+
+def test_non_finite_floats_answer_in_json_every_parser_reads(demo_server):
+    """NaN is answered as null (as KServe and MLServer write it, and as
+    wirespeed reads it), the infinities as the strings "Infinity" and
+    "-Infinity": orjson (kserve's parser), json.loads without its
+    extensions, and serde_json-like strict parsers read the answer, and
+    tritonclient's as_numpy gives the floats back."""
+    import orjson
+
+    body = {"inputs": [{"name": "INPUT0", "shape": [1, 4], "datatype": "FP32",
+                        "data": [None, 1, "Infinity", "-Infinity"]}]}
+    conn = http.client.HTTPConnection("127.0.0.1", demo_server.port, timeout=30)
+    conn.request("POST", "/v2/models/identity_fp32/infer", body=json.dumps(body),
+                 headers={"Content-Type": "application/json"})
+    response = conn.getresponse()
+    raw = response.read()
+    assert response.status == 200, raw
+
+    def refuse(token):
+        raise ValueError(f"{token} is not JSON")
+
+    strict = json.loads(raw, parse_constant=refuse)
+    assert strict["outputs"][0]["data"] == [None, 1.0, "Infinity", "-Infinity"]
+    assert orjson.loads(raw) == strict
+    # tritonclient, unmodified, sending NaN and the infinities.
+    client = httpclient.InferenceServerClient(url=demo_server.address)
+    x = np.array([[np.nan, 1.0, np.inf, -np.inf]], dtype=np.float32)
+    inp = httpclient.InferInput("INPUT0", list(x.shape), "FP32")
+    inp.set_data_from_numpy(x, binary_data=False)
+    out = httpclient.InferRequestedOutput("OUTPUT0", binary_data=False)
+    got = client.infer("identity_fp32", [inp], outputs=[out]).as_numpy("OUTPUT0")
+    np.testing.assert_array_equal(got, x)
+
+
+def test_bytes_that_are_not_utf8_are_refused_in_json_and_exact_in_binary(demo_server):
+    """A JSON string cannot carry bytes that are not UTF-8: the answer says
+    which output and how to ask for it, rather than replace them."""
+    client = httpclient.InferenceServerClient(url=demo_server.address)
+    x = np.array([b"ok", b"\xff\xfe"], dtype=np.object_).reshape(1, 2)
+    inp = httpclient.InferInput("INPUT0", [1, 2], "BYTES")
+    inp.set_data_from_numpy(x, binary_data=True)
+    from tritonclient.utils import InferenceServerException
+
+    with pytest.raises(InferenceServerException) as refused:
+        client.infer("identity_bytes", [inp], outputs=[httpclient.InferRequestedOutput("OUTPUT0", binary_data=False)])
+    message = refused.value.message()
+    assert "output 'OUTPUT0' element 1" in message and "not UTF-8" in message and "binary_data" in message, message
+    assert refused.value.status() == "400"
+    got = client.infer("identity_bytes", [inp], outputs=[httpclient.InferRequestedOutput("OUTPUT0", binary_data=True)])
+    assert list(got.as_numpy("OUTPUT0").reshape(-1)) == [b"ok", b"\xff\xfe"]

@@ -245,6 +245,19 @@ impl TensorBuilder {
                 ),
             ))
         };
+        // Protobuf's JSON spelling of the non-finite floats, which
+        // wirespeed's own V2 answers use for the infinities: valid JSON, so
+        // read in strict mode too.
+        let float = matches!(
+            datatype,
+            DataType::Fp32 | DataType::Fp64 | DataType::Fp16 | DataType::Bf16
+        );
+        let scalar = match scalar {
+            Scalar::String(b"NaN") if float => Scalar::NonFinite(f64::NAN),
+            Scalar::String(b"Infinity") if float => Scalar::NonFinite(f64::INFINITY),
+            Scalar::String(b"-Infinity") if float => Scalar::NonFinite(f64::NEG_INFINITY),
+            other => other,
+        };
         match (&mut self.data, scalar) {
             (TensorData::Bool(v), Scalar::Bool(b)) => v.push(b),
             (TensorData::Bytes(v), Scalar::String(s)) => v.push(s.to_vec()),

@@ -1,7 +1,12 @@
 //! The V2 JSON infer response, written straight from the output tensors
 //! into the body: no intermediate value tree. Floats are printed shortest
-//! round-trip (ryu), and non-finite ones as the `NaN`, `Infinity` and
-//! `-Infinity` tokens the decoder accepts.
+//! round-trip (ryu). Non-finite ones are spelled so that every JSON parser
+//! reads them: on V2, NaN as `null` (as KServe and MLServer write it, and
+//! as wirespeed reads it) and the infinities as the strings `"Infinity"`
+//! and `"-Infinity"` (protobuf's JSON spelling, which numpy, and so
+//! tritonclient's and kserve's `as_numpy`, read as floats, as does the
+//! decoder); TF Serving's REST API and Clipper keep the bare `NaN`,
+//! `Infinity` and `-Infinity` tokens TF Serving documents and writes.
 
 use base64::Engine;
 use wirespeed_core::{InferResponse, ParameterValue, Parameters, Tensor, TensorData};
@@ -140,9 +145,10 @@ pub fn encode_infer_request(
     out.push(b'}');
 }
 
-/// Appends the elements of `data` as the inside of a JSON `data` array:
-/// comma-separated, floats shortest round-trip, non-finite ones as the
-/// `NaN`/`Infinity` tokens, BYTES as strings (lossy when not UTF-8).
+/// Appends the elements of `data` as the inside of a V2 JSON `data` array:
+/// comma-separated, floats shortest round-trip, NaN as `null` and the
+/// infinities as `"Infinity"` and `"-Infinity"`, BYTES as strings (lossy
+/// when not UTF-8: see [`non_utf8_element`]).
 pub fn encode_tensor_data(data: &TensorData, out: &mut Vec<u8>) {
     write_data(out, data);
 }
@@ -205,7 +211,51 @@ fn estimated_width(data: &TensorData) -> usize {
 }
 
 fn write_data(out: &mut Vec<u8>, data: &TensorData) {
-    write_range(out, data, 0..data.len(), Strings::Lossy);
+    write_range(out, data, 0..data.len(), Style::V2);
+}
+
+/// The first BYTES element of `data` that is not UTF-8, which a V2 JSON
+/// string cannot carry: the caller refuses to answer it in JSON rather
+/// than change the client's data.
+pub fn non_utf8_element(data: &TensorData) -> Option<usize> {
+    let TensorData::Bytes(strings) = data else {
+        return None;
+    };
+    strings.iter().position(|s| std::str::from_utf8(s).is_err())
+}
+
+/// How a protocol writes what plain JSON numbers and strings cannot hold.
+#[derive(Debug, Clone, Copy)]
+struct Style {
+    strings: Strings,
+    non_finite: NonFinite,
+}
+
+impl Style {
+    /// The Open Inference Protocol's JSON.
+    const V2: Style = Style {
+        strings: Strings::Lossy,
+        non_finite: NonFinite::Portable,
+    };
+
+    /// TF Serving's REST API and Clipper's.
+    fn tf(strings: Strings) -> Style {
+        Style {
+            strings,
+            non_finite: NonFinite::Tokens,
+        }
+    }
+}
+
+/// How a float that is not finite is written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum NonFinite {
+    /// `null` for NaN, `"Infinity"` and `"-Infinity"` for the infinities:
+    /// JSON every parser reads.
+    Portable,
+    /// The bare `NaN`, `Infinity` and `-Infinity` tokens (not JSON, but
+    /// what TF Serving's REST API and Python's `json` write and read).
+    Tokens,
 }
 
 /// How BYTES elements are written.
@@ -222,22 +272,16 @@ enum Strings {
 
 /// How TF Serving writes the BYTES of `tensor`: base64 always when its
 /// name ends in `_bytes`, as TF Serving's REST API does.
-fn tf_strings(tensor: &Tensor) -> Strings {
-    if tensor.name.ends_with("_bytes") {
+fn tf_strings(tensor: &Tensor) -> Style {
+    Style::tf(if tensor.name.ends_with("_bytes") {
         Strings::Base64
     } else {
         Strings::Base64IfBinary
-    }
+    })
 }
 
-/// Writes elements `range` of `data`, comma-separated, BYTES as `strings`
-/// says.
-fn write_range(
-    out: &mut Vec<u8>,
-    data: &TensorData,
-    range: std::ops::Range<usize>,
-    strings: Strings,
-) {
+/// Writes elements `range` of `data`, comma-separated, as `style` says.
+fn write_range(out: &mut Vec<u8>, data: &TensorData, range: std::ops::Range<usize>, style: Style) {
     fn each<T: Copy>(out: &mut Vec<u8>, values: &[T], mut write: impl FnMut(&mut Vec<u8>, T)) {
         for (i, &v) in values.iter().enumerate() {
             if i > 0 {
@@ -253,11 +297,17 @@ fn write_range(
         });
     }
     let mut floats = ryu::Buffer::new();
+    let portable = style.non_finite == NonFinite::Portable;
     let mut float = |out: &mut Vec<u8>, x: f64, narrow: Option<f32>| {
         if x.is_nan() {
-            out.extend_from_slice(b"NaN");
+            out.extend_from_slice(if portable { b"null" } else { b"NaN" });
         } else if x.is_infinite() {
-            out.extend_from_slice(if x > 0.0 { b"Infinity" } else { b"-Infinity" });
+            out.extend_from_slice(match (portable, x > 0.0) {
+                (true, true) => b"\"Infinity\"",
+                (true, false) => b"\"-Infinity\"",
+                (false, true) => b"Infinity",
+                (false, false) => b"-Infinity",
+            });
         } else if let Some(f) = narrow {
             out.extend_from_slice(floats.format_finite(f).as_bytes());
         } else {
@@ -291,11 +341,11 @@ fn write_range(
                 if i > 0 {
                     out.push(b',');
                 }
-                let text = match strings {
+                let text = match style.strings {
                     Strings::Base64 => None,
                     _ => std::str::from_utf8(s).ok(),
                 };
-                match (text, strings) {
+                match (text, style.strings) {
                     (Some(text), _) => write_string(out, text.as_bytes()),
                     (None, Strings::Lossy) => {
                         write_string(out, String::from_utf8_lossy(s).as_bytes())
@@ -314,37 +364,31 @@ fn write_range(
 
 /// Writes the sub-tensor of `data` at flat offset `start` whose dimensions
 /// are `dims`, nested: a value when `dims` is empty, else a list of lists.
-fn write_nested(
-    out: &mut Vec<u8>,
-    data: &TensorData,
-    dims: &[usize],
-    start: usize,
-    strings: Strings,
-) {
+fn write_nested(out: &mut Vec<u8>, data: &TensorData, dims: &[usize], start: usize, style: Style) {
     let Some((&outer, inner)) = dims.split_first() else {
-        write_range(out, data, start..start + 1, strings);
+        write_range(out, data, start..start + 1, style);
         return;
     };
     out.push(b'[');
     if inner.is_empty() {
-        write_range(out, data, start..start + outer, strings);
+        write_range(out, data, start..start + outer, style);
     } else {
         let stride: usize = inner.iter().product();
         for i in 0..outer {
             if i > 0 {
                 out.push(b',');
             }
-            write_nested(out, data, inner, start + i * stride, strings);
+            write_nested(out, data, inner, start + i * stride, style);
         }
     }
     out.push(b']');
 }
 
 /// Row `row` of `tensor` (its first dimension), nested.
-fn write_row(out: &mut Vec<u8>, tensor: &Tensor, row: usize, strings: Strings) {
+fn write_row(out: &mut Vec<u8>, tensor: &Tensor, row: usize, style: Style) {
     let inner = tensor.shape.get(1..).unwrap_or(&[]);
     let stride: usize = inner.iter().product();
-    write_nested(out, &tensor.data, inner, row * stride, strings);
+    write_nested(out, &tensor.data, inner, row * stride, style);
 }
 
 /// Appends TF Serving's answer: `{"predictions": [...]}`, one element per
@@ -423,7 +467,7 @@ pub fn encode_clipper_response(
         out.extend_from_slice(b"{\"query_id\":");
         out.extend_from_slice(ints.format(first_id + row as u64).as_bytes());
         out.extend_from_slice(b",\"output\":");
-        write_row(out, output, row, Strings::Base64IfBinary);
+        write_row(out, output, row, Style::tf(Strings::Base64IfBinary));
         match default {
             None => out.extend_from_slice(b",\"default\":false}"),
             Some(explanation) => {
@@ -700,16 +744,33 @@ mod tests {
     }
 
     #[test]
-    fn non_finite_floats_use_the_tokens_the_decoder_reads() {
-        let mut out = Vec::new();
-        encode_infer_response(
-            &response(vec![tensor(
-                "x",
-                TensorData::Fp32(vec![f32::NAN, f32::INFINITY, f32::NEG_INFINITY]),
-            )]),
-            &mut out,
+    fn non_finite_floats_are_json_every_parser_reads_on_v2_and_tokens_on_tf_serving() {
+        let x = tensor(
+            "x",
+            TensorData::Fp32(vec![f32::NAN, f32::INFINITY, f32::NEG_INFINITY, 1.5]),
         );
+        let mut out = Vec::new();
+        encode_infer_response(&response(vec![x.clone()]), &mut out);
         let text = String::from_utf8(out).unwrap();
-        assert!(text.contains("\"data\":[NaN,Infinity,-Infinity]"), "{text}");
+        assert!(
+            text.contains("\"data\":[null,\"Infinity\",\"-Infinity\",1.5]"),
+            "{text}"
+        );
+        // serde_json, a strict parser, reads the answer.
+        let parsed: serde_json::Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(parsed["outputs"][0]["data"][0], serde_json::Value::Null);
+        let mut tf = Vec::new();
+        encode_tf_response(&[x], Format::TfColumns, &mut tf);
+        assert_eq!(
+            String::from_utf8(tf).unwrap(),
+            "{\"outputs\":[NaN,Infinity,-Infinity,1.5]}"
+        );
+    }
+
+    #[test]
+    fn non_utf8_bytes_are_found() {
+        let data = TensorData::Bytes(vec![b"ok".to_vec(), vec![0xff, 0xfe]]);
+        assert_eq!(non_utf8_element(&data), Some(1));
+        assert_eq!(non_utf8_element(&TensorData::Fp32(vec![1.0])), None);
     }
 }

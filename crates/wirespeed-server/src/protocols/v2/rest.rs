@@ -80,6 +80,23 @@ impl Codec for V2Rest<'_> {
             .enumerate()
             .map(|(i, t)| response.shared_output(i).is_none() && self.binary.of_output(&t.name))
             .collect();
+        // A JSON string holds text: bytes that are not UTF-8 are refused
+        // by name, never replaced.
+        for (i, tensor) in response.outputs.iter().enumerate() {
+            let json = !binary[i] && response.shared_output(i).is_none();
+            if let Some(at) = json
+                .then(|| wirespeed_json::non_utf8_element(&tensor.data))
+                .flatten()
+            {
+                return Err(Error::invalid_input(format!(
+                    "output '{}' element {at} holds bytes that are not UTF-8, which a JSON \
+                     string cannot carry; ask for the output as binary data \
+                     (\"parameters\": {{\"binary_data\": true}} on the output, or \
+                     \"binary_data_output\": true on the request)",
+                    tensor.name
+                )));
+            }
+        }
         Ok(encode(&response, &binary))
     }
 
