@@ -10,6 +10,7 @@ regress `{"results": [value, ...]}`. A binary classifier's classes are
 it regresses to p.
 """
 
+import json
 import shutil
 
 import lightgbm as lgb
@@ -109,6 +110,39 @@ def test_binary_classify_and_regress_match_xgboost_and_predict(boosters):
     predicted = post(server, "/v1/models/titanic:predict", {"instances": x.tolist()})
     np.testing.assert_array_equal(
         np.array([p["probability"] for p in predicted.json()["predictions"]], dtype=np.float32), want)
+
+
+def test_nan_and_infinity_tokens_are_read_as_predict_reads_them(boosters):
+    """Python's json.dumps writes NaN and Infinity as bare tokens, which TF
+    Serving's REST API takes: :classify and :regress read them as :predict
+    does, a missing value going down each tree's default branch."""
+    server, trained = boosters
+    params = load_params()
+    x = np.array([features(r, params) for r in passenger_rows()[:6]], dtype=np.float32)
+    x[0, 0] = np.nan
+    x[1, 3] = np.inf
+    x[2, 5] = -np.inf
+    body = json.dumps({"examples": examples(x, "features")})
+    assert "NaN" in body and "-Infinity" in body
+    predicted = requests.post(f"http://{server.address}/v1/models/titanic:predict",
+                              data=json.dumps({"instances": x.tolist()}))
+    assert predicted.status_code == 200, predicted.text
+    want = np.array([p["probability"] for p in predicted.json()["predictions"]], dtype=np.float32)
+    # xgboost itself (which refuses infinities) on the rows with NaN only.
+    finite = np.isfinite(x) | np.isnan(x)
+    plain = finite.all(axis=1)
+    np.testing.assert_array_equal(want[plain], trained["titanic"].predict(xgb.DMatrix(x[plain], missing=np.nan)))
+    for verb in ("regress", "classify"):
+        answer = requests.post(f"http://{server.address}/v1/models/titanic:{verb}", data=body)
+        assert answer.status_code == 200, answer.text
+        results = answer.json()["results"]
+        got = results if verb == "regress" else [c1[1] for _, c1 in results]
+        np.testing.assert_array_equal(np.array(got, dtype=np.float32), want)
+    # The same tokens in a BYTES-free integer place are still refused by name,
+    # and a string "NaN" stays a string.
+    bad = requests.post(f"http://{server.address}/v1/models/titanic:regress",
+                        data='{"examples": [{"features": ["NaN"]}]}')
+    assert bad.status_code == 400 and "got a string" in bad.json()["error"], bad.text
 
 
 def test_multiclass_probabilities_and_labels(boosters, rows):

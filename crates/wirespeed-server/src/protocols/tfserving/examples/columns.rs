@@ -11,6 +11,7 @@ use wirespeed_proto::tensorflow::serving as tfs;
 use serde::de::DeserializeSeed;
 
 use super::json::{BodySeed, FeatureState, Place};
+use super::non_finite;
 use super::Head;
 
 /// One input's values, one row per example.
@@ -146,14 +147,20 @@ impl<'a> Examples<'a> {
     /// Decodes a REST request body: `signature_name`, `context` and
     /// `examples`.
     pub(crate) fn decode_json(&mut self, body: &[u8]) -> Result<(), Error> {
-        let mut de = serde_json::Deserializer::from_slice(body);
+        let respelled = non_finite::respell(body);
+        let read = respelled.as_ref().map_or(body, |r| &r.body[..]);
+        let mut de = serde_json::Deserializer::from_slice(read);
         let result = BodySeed(self).deserialize(&mut de).and_then(|()| de.end());
         result.map_err(|e| {
             let kind = match e.classify() {
                 serde_json::error::Category::Data => ErrorKind::InvalidInput,
                 _ => ErrorKind::MalformedRequest,
             };
-            Error::new(kind, e.to_string())
+            let message = match &respelled {
+                Some(respelled) => respelled.message(&e),
+                None => e.to_string(),
+            };
+            Error::new(kind, message)
         })
     }
 

@@ -9,6 +9,7 @@ use wirespeed_core::DataType;
 use wirespeed_proto::tensorflow as tf;
 
 use super::columns::{Examples, Values};
+use super::non_finite;
 
 /// Where a feature was given, for messages.
 #[derive(Debug, Clone, Copy)]
@@ -316,11 +317,23 @@ impl<'de> Visitor<'de> for FeatureSeed<'_, '_> {
         Ok(())
     }
 
-    /// `{"b64": "..."}`: binary bytes.
+    /// `{"b64": "..."}`: binary bytes; or a respelled `NaN` or
+    /// `Infinity` (`non_finite.rs`).
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
         let state = self.0;
         let encoded = match map.next_key::<String>()?.as_deref() {
             Some("b64") => map.next_value::<String>()?,
+            Some(non_finite::KEY) => {
+                let spelled = map.next_value::<String>()?;
+                let x = non_finite::value(&spelled).ok_or_else(|| {
+                    de::Error::custom(state.wrong("an object other than {\"b64\": ...}"))
+                })?;
+                return match state.values {
+                    Values::Float(_) => state.number(Number::Float(x)),
+                    _ => Err(state.wrong(&spelled)),
+                }
+                .map_err(de::Error::custom);
+            }
             _ => {
                 let e = state.wrong("an object other than {\"b64\": ...}");
                 return Err(de::Error::custom(e));

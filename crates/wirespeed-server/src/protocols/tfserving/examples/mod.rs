@@ -27,10 +27,12 @@
 //! the columns are bounded by the request limits as they grow.
 //!
 //! `columns.rs` holds the columns being filled, `json.rs` the serde seeds
-//! that read a JSON body into them, `results.rs` writes the answers.
+//! that read a JSON body into them (`non_finite.rs` lets them read `NaN`
+//! and `Infinity`), `results.rs` writes the answers.
 
 mod columns;
 mod json;
+mod non_finite;
 mod results;
 
 use wirespeed_core::{ClassScores, DataType, Error, Heads, ModelMetadata, TensorSpec};
