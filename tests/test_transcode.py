@@ -136,6 +136,11 @@ class Library:
         return self.pb.ListBooksResponse(books=books, next_page_token=str(request.min_pages.value))
 
     def DeleteBook(self, request, context):
+        if request.name.endswith("/slow"):
+            # Holds the call until its deadline ends it.
+            ended = threading.Event()
+            context.add_callback(ended.set)
+            ended.wait()
         return self.pb.Book(name=request.name)
 
     def PublishBook(self, request, context):
@@ -382,6 +387,18 @@ def test_grpc_timeout_is_gRPCs_format_and_any_valid_one_is_served(proxy):
         assert answer.status_code == 200, answer.text
 
 
+def test_a_client_deadline_is_never_the_upstreams_fault(proxy):
+    """A deadline that passes while the upstream works is DEADLINE_EXCEEDED
+    every time, as grpc-gateway answers: the upstream's reset of the
+    expired call does not count against it, so it is never ejected and the
+    next ordinary call is served."""
+    for _ in range(8):
+        answer = requests.delete(proxy + "/v1/shelves/s1/books/slow", headers={"Grpc-Timeout": "10m"})
+        assert answer.status_code == 504 and answer.json()["code"] == 4, answer.text
+    answer = requests.delete(proxy + "/v1/shelves/s1/books/b1")
+    assert answer.status_code == 200 and answer.json() == {"name": "shelves/s1/books/b1"}, answer.text
+
+
 def test_a_client_stream_is_sent_as_it_is_read(library, upstream, proxy, servicer):
     pb = library[0]
     books = [{"title": "A", "pages": "1"}, {"title": "B", "tags": ["x", "y"]}, {"title": "C", "genre": "POETRY"}]
@@ -425,7 +442,7 @@ def test_a_client_stream_that_does_not_encode_is_refused_and_reset(proxy, servic
     assert good.json()["nextPageToken"] == "1"
     # The good upload ended whole upstream. That the others were reset, not
     # ended, is checked on the wire in crates/wirespeed-upstream/tests/
-    # client_stream.rs: grpcio's request iterator may stop without raising
+    # wire.rs: grpcio's request iterator may stop without raising
     # when a reset wins the race with its cancellation, so the servicer
     # here cannot tell the two apart.
     assert servicer.uploads[-1] == 1

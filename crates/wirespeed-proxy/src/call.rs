@@ -72,7 +72,7 @@ pub(crate) async fn answer(transcoder: &Transcoder, request: Request<Incoming>) 
     // line is chosen: an error that comes first gets its own status.
     let first = match tokio::time::timeout_at(clock.wait().into(), call.message()).await {
         Ok(Ok(first)) => first,
-        Ok(Err(error)) => return failed.answer(&call, error),
+        Ok(Err(error)) => return failed.answer(&call, clock.blame(error)),
         Err(_) => return failed.answer(&call, CallError::Deadline),
     };
     if route.method.is_server_streaming() {
@@ -250,6 +250,18 @@ impl Clock {
         }
     }
 
+    /// `error` as the client should hear it: a call broken once the
+    /// deadline has passed (the upstream resets a stream it gave up on)
+    /// ran out of time.
+    fn blame(&self, error: CallError) -> CallError {
+        match error {
+            CallError::Broken(_) if self.deadline.is_some_and(|d| Instant::now() >= d) => {
+                CallError::Deadline
+            }
+            error => error,
+        }
+    }
+
     /// When the wait starting now ends.
     fn wait(&self) -> Instant {
         let idle_end = Instant::now() + self.idle;
@@ -361,7 +373,7 @@ async fn unary(
             let why = "more than one message in the answer to a unary call".to_owned();
             return failed.answer(&call, CallError::Protocol(why));
         }
-        Ok(Err(error)) => return failed.answer(&call, error),
+        Ok(Err(error)) => return failed.answer(&call, clock.blame(error)),
         Err(_) => return failed.answer(&call, CallError::Deadline),
     }
     let output = route.method.output();

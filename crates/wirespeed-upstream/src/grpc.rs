@@ -72,12 +72,23 @@ pub(crate) struct Call<'a> {
     pub(crate) max_message: usize,
 }
 
-/// The `grpc-timeout` header for what is left until `deadline`: whole
-/// milliseconds, at least one, at most eight digits.
+/// The `grpc-timeout` header for what is left until `deadline`, rounded
+/// up: microseconds while they fit gRPC's eight digits (100 s), else
+/// milliseconds; at least one. Never shorter than what is left, so the
+/// upstream gives up after the caller does and its reset of an expired
+/// call is not taken for a broken replica.
 fn grpc_timeout(deadline: Instant) -> HeaderValue {
-    let left = deadline.saturating_duration_since(Instant::now());
-    let ms = left.as_millis().clamp(1, 99_999_999);
-    HeaderValue::from_str(&format!("{ms}m")).expect("digits and a unit")
+    const MAX: u128 = 99_999_999;
+    let left = deadline
+        .saturating_duration_since(Instant::now())
+        .as_nanos();
+    let micros = left.div_ceil(1_000).max(1);
+    let value = if micros <= MAX {
+        format!("{micros}u")
+    } else {
+        format!("{}m", left.div_ceil(1_000_000).min(MAX))
+    };
+    HeaderValue::from_str(&value).expect("digits and a unit")
 }
 
 /// A gRPC request of `path` on `channel`, with the time left until
@@ -598,12 +609,49 @@ impl MessageReader {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::Duration;
 
     fn framed(message: &[u8]) -> Vec<u8> {
         let mut out = vec![0];
         out.extend_from_slice(&(message.len() as u32).to_be_bytes());
         out.extend_from_slice(message);
         out
+    }
+
+    #[test]
+    fn the_timeout_sent_is_never_shorter_than_what_is_left() {
+        let parse = |v: HeaderValue| {
+            let text = v.to_str().unwrap().to_owned();
+            let (digits, unit) = text.split_at(text.len() - 1);
+            let n: u64 = digits.parse().unwrap();
+            assert!(digits.len() <= 8, "{text}");
+            match unit {
+                "u" => Duration::from_micros(n),
+                "m" => Duration::from_millis(n),
+                _ => panic!("{text}"),
+            }
+        };
+        for left in [
+            Duration::from_micros(10_500),
+            Duration::from_nanos(1),
+            Duration::from_secs(99),
+            Duration::from_secs(3600) + Duration::from_nanos(1),
+        ] {
+            let deadline = Instant::now() + left;
+            let sent = parse(grpc_timeout(deadline));
+            let made = Instant::now();
+            // At least what was left when the header was made, and never
+            // much more than `left`.
+            assert!(made + sent >= deadline, "{left:?} -> {sent:?}");
+            assert!(
+                sent <= left + Duration::from_millis(1),
+                "{left:?} -> {sent:?}"
+            );
+        }
+        assert_eq!(
+            parse(grpc_timeout(Instant::now())),
+            Duration::from_micros(1)
+        );
     }
 
     #[test]

@@ -483,6 +483,15 @@ impl Upstream {
                 }
                 Err(error) => error,
             };
+            // A call cut once its deadline has passed (the upstream resets
+            // an expired stream, or its connection's answer comes too late)
+            // failed for want of time: never the replica's fault.
+            let error = match error {
+                CallError::Broken(_) if deadline.is_some_and(|d| Instant::now() >= d) => {
+                    CallError::Deadline
+                }
+                error => error,
+            };
             if error.is_unhealthy() {
                 self.failed(replica, &error);
             } else if error != CallError::Deadline {
