@@ -475,6 +475,46 @@ def test_mistakes_get_google_rpc_status(proxy, method, path, body, status, code,
     assert needle in error["message"], error
 
 
+def test_bodies_are_read_as_grpc_gateway_reads_them(proxy):
+    """A body on a rule without one is left, as grpc-gateway and Envoy leave
+    it (grpc-gateway's own tests send `{}` there); an empty body on
+    `body: "*"` is `{}`; a body of `null` is refused, as protojson and
+    json_format refuse it."""
+    answer = requests.delete(proxy + "/v1/shelves/s1/books/b1", data="{}")
+    assert answer.status_code == 200 and answer.json() == {"name": "shelves/s1/books/b1"}, answer.text
+    for empty in ["", "  \n"]:
+        answer = requests.post(proxy + "/v1/shelves/s1/books/b1:publish", data=empty)
+        assert answer.status_code == 200, answer.text
+        assert answer.json() == {"name": "shelves/s1/books/b1", "title": "draft"}
+    answer = requests.post(proxy + "/v1/shelves/s1/books/b1:publish", data="null")
+    assert answer.status_code == 400 and answer.json()["code"] == 3, answer.text
+    assert "the body is null" in answer.json()["message"]
+
+
+def test_path_and_query_values_that_are_not_utf8_are_refused(proxy):
+    for path in ["/v1/shelves/s1/books/%FF%FE", "/v1/shelves/s1/books?filter.author=%FF"]:
+        answer = requests.get(proxy + path)
+        assert answer.status_code == 400 and answer.json()["code"] == 3, answer.text
+        assert "not UTF-8" in answer.json()["message"], answer.text
+
+
+def test_ignore_unknown_fields_is_for_bodies_not_paths_or_queries(library, upstream):
+    """`--ignore-unknown-fields` lets a body's unknown field or enum name
+    through; an enum name in a query is still checked, as grpc-gateway
+    checks it."""
+    _, _, descriptor_set = library
+    process, address = start_proxy("--descriptor-set", str(descriptor_set), "--upstream", f"grpc://{upstream}",
+                                    "--ignore-unknown-fields")
+    try:
+        answer = requests.get(address + "/v1/shelves/s1/books?genres=XYZ")
+        assert answer.status_code == 400 and answer.json()["code"] == 3, answer.text
+        answer = requests.post(address + "/v1/shelves/s1/books", json={"title": "t", "nope": 1, "genre": "XYZ"})
+        assert answer.status_code == 200, answer.text
+    finally:
+        process.kill()
+        process.wait()
+
+
 def test_without_a_descriptor_set_the_routes_come_from_reflection(library, upstream):
     """No descriptor set: the proxy asks the upstream's server reflection
     for the service's files, its google.api.http rules included."""

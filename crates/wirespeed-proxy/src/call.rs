@@ -185,30 +185,28 @@ async fn encode_request(
 ) -> Result<Vec<u8>, Response<Body>> {
     let invalid = |message: &str| status(Code::InvalidArgument, message);
     if route.body == BodyTarget::None {
-        let mut extra = false;
+        // A body on a rule without one is read and left, as grpc-gateway
+        // and Envoy leave it (grpc-gateway's own clients send `{}` there).
         loop {
             match reader.next().await {
-                Ok(Some(frame)) => extra |= frame.iter().any(|b| !b.is_ascii_whitespace()),
-                Ok(None) => break,
+                Ok(Some(_)) => {}
+                Ok(None) => return Ok(Vec::new()),
                 Err(e) => return Err(invalid(e.message())),
             }
         }
-        if extra {
-            return Err(invalid(&format!(
-                "{} {} takes no body",
-                route.http_method, route.pattern
-            )));
-        }
-        return Ok(Vec::new());
     }
     let mut encoder = match &route.body {
         BodyTarget::Field(fields) => JsonToProto::for_field(input.clone(), fields, options),
         _ => JsonToProto::new(input.clone(), options),
     };
     let mut failed = None;
+    // An empty body (or only whitespace) is `{}`, as grpc-gateway and
+    // Envoy read it.
+    let mut empty = true;
     loop {
         match reader.next().await {
             Ok(Some(frame)) => {
+                empty &= frame.iter().all(u8::is_ascii_whitespace);
                 if failed.is_none() {
                     if let Err(e) = encoder.feed(&frame) {
                         failed = Some(e.message().to_owned());
@@ -218,6 +216,9 @@ async fn encode_request(
             Ok(None) => break,
             Err(e) => return Err(invalid(e.message())),
         }
+    }
+    if empty {
+        return Ok(Vec::new());
     }
     if let Some(e) = failed {
         return Err(invalid(&e));

@@ -23,7 +23,22 @@ pub fn bound_fields(
     ignore_unknown_query: bool,
 ) -> Result<Vec<u8>, TranscodeError> {
     let mut out = Vec::new();
+    // Path variables and query values are text: an enum's name is checked
+    // whatever `ignore_unknown_fields` says, an option for bodies.
+    let options = EncodeOptions {
+        ignore_unknown_fields: false,
+        ..options
+    };
     for (path, value) in &found.bindings {
+        let value = value.as_deref().map_err(|lossy| {
+            TranscodeError::invalid(
+                0,
+                format!(
+                    "path variable '{}' is not UTF-8 once percent-decoded: '{lossy}'",
+                    path.iter().map(|f| f.name()).collect::<Vec<_>>().join(".")
+                ),
+            )
+        })?;
         write_path(&mut out, path, value, options)?;
     }
     let Some(query) = query.filter(|q| !q.is_empty()) else {
@@ -32,8 +47,19 @@ pub fn bound_fields(
     let input = found.route.method.input();
     for pair in query.split('&').filter(|p| !p.is_empty()) {
         let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
-        let key = percent_decode(&key.replace('+', " "), false);
-        let value = percent_decode(&value.replace('+', " "), false);
+        let not_text = |lossy: String| {
+            TranscodeError::invalid(
+                0,
+                format!("query parameter '{lossy}' is not UTF-8 once percent-decoded"),
+            )
+        };
+        let key = percent_decode(&key.replace('+', " "), false).map_err(not_text)?;
+        let value = percent_decode(&value.replace('+', " "), false).map_err(|lossy| {
+            TranscodeError::invalid(
+                0,
+                format!("query parameter '{key}': '{lossy}' is not UTF-8 once percent-decoded"),
+            )
+        })?;
         let names: Vec<String> = key.split('.').map(str::to_owned).collect();
         let path = match resolve(&input, &names, true) {
             Ok(path) => path,

@@ -48,8 +48,9 @@ pub struct Route {
 pub struct Found<'a> {
     /// The route.
     pub route: &'a Route,
-    /// Field path and text of each path variable.
-    pub bindings: Vec<(Vec<FieldDescriptor>, String)>,
+    /// Each path variable's fields and its percent-decoded value (`Err`:
+    /// not UTF-8, shown lossily; refused when written).
+    pub bindings: Vec<(Vec<FieldDescriptor>, Result<String, String>)>,
 }
 
 /// Why no route matched.

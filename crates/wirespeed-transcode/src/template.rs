@@ -80,7 +80,7 @@ impl Template {
 
     /// The variables' values for a path whose segments (after the verb
     /// was split off) matched this template.
-    pub(crate) fn bind(&self, path: &[&str]) -> Vec<(Vec<String>, String)> {
+    pub(crate) fn bind(&self, path: &[&str]) -> Vec<(Vec<String>, Decoded)> {
         self.variables
             .iter()
             .map(|v| {
@@ -93,11 +93,17 @@ impl Template {
                 let value = if v.end - v.start == 1 && self.segments[v.start] != Segment::Multi {
                     percent_decode(parts.first().copied().unwrap_or(""), false)
                 } else {
-                    parts
-                        .iter()
-                        .map(|p| percent_decode(p, true))
-                        .collect::<Vec<_>>()
-                        .join("/")
+                    let decoded: Vec<Decoded> =
+                        parts.iter().map(|p| percent_decode(p, true)).collect();
+                    if decoded.iter().all(Result::is_ok) {
+                        Ok(decoded.into_iter().flatten().collect::<Vec<_>>().join("/"))
+                    } else {
+                        Err(decoded
+                            .into_iter()
+                            .map(|d| d.unwrap_or_else(|lossy| lossy))
+                            .collect::<Vec<_>>()
+                            .join("/"))
+                    }
                 };
                 (v.field_path.clone(), value)
             })
@@ -192,8 +198,13 @@ impl Parser<'_> {
     }
 }
 
+/// A path variable's or query parameter's value, percent-decoded: its
+/// text, or (`Err`) its bytes shown lossily when they are not UTF-8, which
+/// no field takes: the request is refused rather than sent with U+FFFD.
+pub(crate) type Decoded = Result<String, String>;
+
 /// Percent-decodes a path segment; `keep_slash` leaves `%2F` encoded.
-pub(crate) fn percent_decode(text: &str, keep_slash: bool) -> String {
+pub(crate) fn percent_decode(text: &str, keep_slash: bool) -> Decoded {
     let b = text.as_bytes();
     let mut out = Vec::with_capacity(b.len());
     let mut i = 0;
@@ -212,7 +223,7 @@ pub(crate) fn percent_decode(text: &str, keep_slash: bool) -> String {
         out.push(b[i]);
         i += 1;
     }
-    String::from_utf8_lossy(&out).into_owned()
+    String::from_utf8(out).map_err(|e| String::from_utf8_lossy(e.as_bytes()).into_owned())
 }
 
 #[cfg(test)]
@@ -247,7 +258,14 @@ mod tests {
     fn values_are_percent_decoded() {
         let t = Template::parse("/v1/{id}/{path=**}").unwrap();
         let bound = t.bind(&["v1", "a%20b", "x", "y%2Fz"]);
-        assert_eq!(bound[0], (vec!["id".to_owned()], "a b".to_owned()));
-        assert_eq!(bound[1], (vec!["path".to_owned()], "x/y%2Fz".to_owned()));
+        assert_eq!(bound[0], (vec!["id".to_owned()], Ok("a b".to_owned())));
+        assert_eq!(
+            bound[1],
+            (vec!["path".to_owned()], Ok("x/y%2Fz".to_owned()))
+        );
+        // Bytes that are not UTF-8 are never replaced in a value sent on.
+        let bound = t.bind(&["v1", "%FF%FE", "ok", "%C3"]);
+        assert_eq!(bound[0].1, Err("\u{FFFD}\u{FFFD}".to_owned()));
+        assert!(bound[1].1.is_err());
     }
 }

@@ -255,6 +255,8 @@ fn mistakes_are_named() {
         (r#"{"fString": "\ud800"}"#, Category::Syntax, "surrogate"),
         (r#"{"fInt32": 1"#, Category::Syntax, "ends"),
         (r#"[1]"#, Category::Invalid, "not a list"),
+        // protojson and json_format refuse a body of null.
+        (r#"null"#, Category::Invalid, "the body is null"),
     ] {
         let e = refused(json);
         assert_eq!(e.category(), category, "{json}: {e}");

@@ -100,7 +100,10 @@ fn lookups_that_miss_say_why() {
     let get = routes
         .find("GET", "/v1/shelves/s1/books/b1:unpublish")
         .unwrap();
-    assert_eq!(get.bindings[0].1, "shelves/s1/books/b1:unpublish");
+    assert_eq!(
+        get.bindings[0].1.as_deref(),
+        Ok("shelves/s1/books/b1:unpublish")
+    );
 }
 
 #[test]

@@ -40,6 +40,7 @@ impl Encoder {
             }
             _ => {}
         }
+        let at_root = self.stack.is_empty() && self.root.is_some();
         match self.dest(at)? {
             Dest::Skip => {}
             Dest::AnyType => self.any_type(value, at)?,
@@ -85,6 +86,19 @@ impl Encoder {
                 self.write_value(&vf, vf.kind(), Some(2), false, value, at)?;
             }
             Dest::Value(n) => self.write_json_value(Some(n), value, at)?,
+            // A body of `null` is no message (protojson and json_format
+            // refuse it); `{}` is the empty one. A `Value` takes null.
+            Dest::InPlace(desc)
+                if at_root && matches!(value, Scalar::Null) && wkt(&desc) != Wkt::Value =>
+            {
+                return Err(invalid(
+                    at,
+                    format!(
+                        "the body is null, not a {}; send {{}} for an empty message",
+                        desc.full_name()
+                    ),
+                ));
+            }
             Dest::InPlace(desc) => {
                 self.write_message_scalar(&desc, None, value, at)?;
             }
