@@ -173,7 +173,7 @@ def test_a_message_over_the_limit_is_refused(tmp_path):
             x = grpcclient.InferInput("features", [100, 12], "FP32")
             x.set_data_from_numpy(np.zeros((100, 12), dtype=np.float32))
             e = infer_error(client, "titanic", [x])
-            assert e.status() == "StatusCode.OUT_OF_RANGE" and "limit is: 1000 bytes" in e.message()
+            assert e.status() == "StatusCode.RESOURCE_EXHAUSTED" and "limit is: 1000 bytes" in e.message()
             assert client.is_server_live()
     finally:
         small.stop()

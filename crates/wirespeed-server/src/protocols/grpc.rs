@@ -183,6 +183,25 @@ fn answer_uncompressed_unless_compressed(headers: &mut hyper::HeaderMap) {
     }
 }
 
+/// gRPC's status-code table says RESOURCE_EXHAUSTED for a message larger
+/// than the server takes, compressed or not, as grpc-go and Triton answer;
+/// tonic answers OUT_OF_RANGE for an uncompressed one (and
+/// RESOURCE_EXHAUSTED once decompressed). Its status, given before any
+/// message (trailers-only), is set right here.
+fn too_large_is_resource_exhausted(headers: &mut hyper::HeaderMap) {
+    let out_of_range = headers
+        .get("grpc-status")
+        .is_some_and(|code| code.as_bytes() == b"11");
+    let too_large = headers.get("grpc-message").is_some_and(|m| {
+        m.as_bytes()
+            .windows(15)
+            .any(|w| w == b"length%20too%20" || w == b"length too larg")
+    });
+    if out_of_range && too_large {
+        headers.insert("grpc-status", hyper::header::HeaderValue::from_static("8"));
+    }
+}
+
 /// The body of a `ModelInfer` answer made of the model's default outputs:
 /// its trailers say so (`wirespeed-default: true`), beside `grpc-status`.
 struct DefaultTrailer {
@@ -270,7 +289,8 @@ impl hyper::service::Service<hyper::Request<hyper::body::Incoming>> for GrpcServ
                     micros = started.elapsed().as_micros() as u64,
                 );
             }
-            response.map(|r| {
+            response.map(|mut r| {
+                too_large_is_resource_exhausted(r.headers_mut());
                 match r
                     .extensions()
                     .get::<crate::protocols::v2::grpc_infer::DefaultAnswer>()
