@@ -252,3 +252,19 @@ def test_clipper_errors(server, path, body, status, needle):
     assert needle in error["cause"], error
     # Clipper's two titles: a body it cannot read, and everything else.
     assert error["error"] == ("Json error" if status == 400 else "Query processing error"), error
+
+
+def test_tf_signature_names_are_checked_as_tf_serving_checks_them(server):
+    """`signature_name` on :predict is the model's one signature (or its
+    name), else refused, as TF Serving refuses it; :regress also takes its
+    method name."""
+    body = {"instances": [[3, 1, 22, 1, 0, 7.25, 0, 0, 1, 0, 0, 1]]}
+    for name in ["serving_default", "titanic", ""]:
+        ok = requests.post(url(server, "/v1/models/titanic:predict"), json={**body, "signature_name": name})
+        assert ok.status_code == 200, (name, ok.text)
+    bad = requests.post(url(server, "/v1/models/titanic:predict"), json={**body, "signature_name": "nope"})
+    assert bad.status_code == 400 and "serving signature 'nope' not found" in bad.json()["error"], bad.text
+    regress = requests.post(url(server, "/v1/models/titanic:regress"), json={
+        "signature_name": "tensorflow/serving/regress",
+        "examples": [{"features": body["instances"][0]}]})
+    assert regress.status_code == 200, regress.text

@@ -179,6 +179,8 @@ enum Key {
     B64,
     ModelName,
     ModelVersion,
+    /// TF Serving's `signature_name`.
+    SignatureName,
     Unknown,
 }
 
@@ -199,6 +201,7 @@ impl Key {
             Key::InputBatch => 1024,
             Key::ModelName => 2048,
             Key::ModelVersion => 4096,
+            Key::SignatureName => 8192,
             Key::None | Key::Param | Key::NamedInput | Key::B64 | Key::Unknown => 0,
         }
     }
@@ -231,6 +234,8 @@ enum Slot {
     ClipperBatch,
     /// Clipper's `version`: the model version to ask.
     ClipperVersion,
+    /// TF Serving's `signature_name`.
+    TfSignature,
     B64(usize),
     ModelName,
     ModelVersion,

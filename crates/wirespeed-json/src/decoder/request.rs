@@ -96,6 +96,7 @@ impl RequestDecoder {
             Slot::ClipperInput => "'input' must be a value or a list".to_owned(),
             Slot::ClipperBatch => "'input_batch' must be a list of inputs".to_owned(),
             Slot::ClipperVersion => "'version' must be a string".to_owned(),
+            Slot::TfSignature => "'signature_name' must be a string".to_owned(),
             Slot::B64(_) => "'b64' must be a string".to_owned(),
             Slot::Ignore => "unexpected value".to_owned(),
         };
@@ -339,6 +340,7 @@ impl RequestDecoder {
             Some(Ctx::TfRoot) => match key {
                 b"instances" => Key::Instances,
                 b"inputs" => Key::Inputs,
+                b"signature_name" => Key::SignatureName,
                 _ => Key::Unknown,
             },
             Some(Ctx::ClipperRoot) => match key {

@@ -59,6 +59,8 @@ pub(crate) struct Named {
     rows: usize,
     /// Clipper's `version`.
     version: Option<String>,
+    /// TF Serving's `signature_name`.
+    signature: Option<String>,
 }
 
 impl Named {
@@ -106,6 +108,7 @@ impl RequestDecoder {
             format: None,
             rows: 0,
             version: None,
+            signature: None,
         }));
         decoder
     }
@@ -199,6 +202,7 @@ impl RequestDecoder {
             Ctx::TfRoot => match self.key {
                 Key::Instances => Slot::TfInstances,
                 Key::Inputs => Slot::TfInputs,
+                Key::SignatureName => Slot::TfSignature,
                 _ => Slot::Ignore,
             },
             Ctx::ClipperRoot => match self.key {
@@ -408,6 +412,14 @@ impl RequestDecoder {
                 self.value_done();
                 return Ok(true);
             }
+            Slot::TfSignature => {
+                let Scalar::String(text) = scalar else {
+                    return Err(schema(at, "'signature_name' must be a string"));
+                };
+                self.named_mut().signature = Some(String::from_utf8_lossy(text).into_owned());
+                self.value_done();
+                return Ok(true);
+            }
             Slot::B64(depth) => {
                 let Scalar::String(text) = scalar else {
                     return Err(schema(at, "'b64' must be a string").with_input(self.input_name()));
@@ -521,12 +533,16 @@ impl RequestDecoder {
             self.close_rows(end)?;
         }
         let named = self.named.take().expect("a named-input decoder");
-        // Clipper's `version` travels as the request parameter `version`,
-        // which its front end takes out before the model sees the request.
-        let parameters = named
-            .version
-            .map(|v| vec![("version".to_owned(), ParameterValue::String(v))])
-            .unwrap_or_default();
+        // Clipper's `version` and TF Serving's `signature_name` travel as
+        // request parameters of those names, which their front ends take
+        // out before the model sees the request.
+        let parameters = [
+            ("version", named.version),
+            ("signature_name", named.signature),
+        ]
+        .into_iter()
+        .filter_map(|(key, value)| Some((key.to_owned(), ParameterValue::String(value?))))
+        .collect();
         let mut inputs = Vec::with_capacity(named.inputs.len());
         // Each input was held to the limits alone while it grew (its shape
         // was not known before its data ended); the request is held to them

@@ -8,14 +8,15 @@ use hyper::body::Incoming;
 use hyper::{Request, Response};
 use serde_json::{json, Map, Value};
 use wirespeed_core::{
-    DataType, Error, ErrorKind, InferRequest, InferResponse, ModelMetadata, RequestLimits,
-    TensorSpec,
+    DataType, Error, ErrorKind, InferRequest, InferResponse, ModelMetadata, ParameterValue,
+    RequestLimits, TensorSpec,
 };
 use wirespeed_json::{Format, RequestDecoder};
 
 use crate::protocols::http::body::{RestRequest, OFFLOAD_BYTES};
 use crate::protocols::http::response::{self, Body};
 use crate::protocols::tfserving::examples::{self, Examples, Head, Verb};
+use crate::protocols::tfserving::grpc::SIGNATURE;
 use crate::protocols::Front;
 use crate::serve::metrics::InferProtocol;
 use crate::serve::pipeline::Target;
@@ -61,8 +62,27 @@ impl Codec for TfPredict<'_> {
             .collect();
         let options = self.request.front.serving.decode_options.clone();
         let decoder = RequestDecoder::tf_serving(options, &specs);
-        let (request, format) = self.request.decode_json(decoder, stages).await?;
+        let (mut request, format) = self.request.decode_json(decoder, stages).await?;
         self.format = format;
+        // `signature_name`, which the decoder hands over as a parameter:
+        // the model's one signature, or refused as TF Serving refuses it.
+        if let Some(i) = request
+            .parameters
+            .iter()
+            .position(|(k, _)| k == "signature_name")
+        {
+            let (_, signature) = request.parameters.remove(i);
+            let name = &model.metadata().name;
+            match signature {
+                ParameterValue::String(s) if s.is_empty() || s == SIGNATURE || s == *name => {}
+                ParameterValue::String(s) => {
+                    return Err(Error::invalid_input(format!(
+                        "serving signature '{s}' not found; model '{name}' has '{SIGNATURE}'"
+                    )))
+                }
+                _ => return Err(Error::invalid_input("'signature_name' must be a string")),
+            }
+        }
         Ok(request)
     }
 
@@ -215,13 +235,15 @@ pub(crate) fn status(front: &Front, target: Target<'_>) -> Result<Response<Body>
         .map(|model| {
             let ready = front.serving.model_ready(model);
             all_ready &= ready.is_ok();
-            let (code, message) = match &ready {
-                Ok(()) => ("OK", ""),
-                Err(reason) => ("UNAVAILABLE", reason.as_str()),
+            // A `ModelVersionStatus.State`, as over gRPC: a version that is
+            // not ready yet is LOADING, its reason in the status.
+            let (state, code, message) = match &ready {
+                Ok(()) => ("AVAILABLE", "OK", ""),
+                Err(reason) => ("LOADING", "UNAVAILABLE", reason.as_str()),
             };
             json!({
                 "version": model.version(),
-                "state": if ready.is_ok() { "AVAILABLE" } else { "UNAVAILABLE" },
+                "state": state,
                 "status": { "error_code": code, "error_message": message },
             })
         })

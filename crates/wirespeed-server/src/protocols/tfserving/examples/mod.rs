@@ -62,6 +62,15 @@ impl Verb {
             Verb::Regress => "regression",
         }
     }
+
+    /// The verb's method name (a signature's `method_name`), which clients
+    /// also send as the signature's name.
+    fn method_name(self) -> &'static str {
+        match self {
+            Verb::Classify => "tensorflow/serving/classify",
+            Verb::Regress => "tensorflow/serving/regress",
+        }
+    }
 }
 
 /// What answers `verb` for a model: its head, or why it has none.
@@ -161,6 +170,7 @@ pub(crate) fn check_signature(signature: &str, verb: Verb, model: &str) -> Resul
     if signature.is_empty()
         || signature == "serving_default"
         || signature == verb.signature()
+        || signature == verb.method_name()
         || signature == model
     {
         return Ok(());
