@@ -88,3 +88,33 @@ def test_an_oversized_body_is_refused_before_it_is_read(demo_server, tmp_path):
     assert response.status == 413
     assert "limit" in json.loads(response.read())["error"]
     conn.close()
+
+
+def test_a_405_says_which_methods_the_endpoint_takes(demo_server):
+    conn = http.client.HTTPConnection("127.0.0.1", demo_server.port, timeout=30)
+    for method, path, allow in [("PUT", "/v2/health/live", "GET, HEAD"),
+                                ("GET", "/v2/models/titanic/infer", "POST")]:
+        conn.request(method, path)
+        response = conn.getresponse()
+        body = json.loads(response.read())
+        assert response.status == 405 and response.getheader("Allow") == allow, (path, response.headers)
+        assert "error" in body
+    conn.close()
+
+
+def test_an_http11_request_without_host_is_a_400_in_the_protocols_shape(demo_server):
+    """RFC 9112, section 3.2: a server responds 400 to an HTTP/1.1 request
+    that lacks a Host header."""
+    import socket
+
+    with socket.create_connection(("127.0.0.1", demo_server.port), timeout=30) as s:
+        s.sendall(b"GET /v2/health/live HTTP/1.1\r\n\r\n")
+        raw = b""
+        while b"\r\n\r\n" not in raw or not raw.rstrip().endswith(b"}"):
+            chunk = s.recv(4096)
+            if not chunk:
+                break
+            raw += chunk
+    head, _, body = raw.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 400"), raw
+    assert "Host" in json.loads(body)["error"]

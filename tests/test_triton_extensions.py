@@ -67,7 +67,8 @@ def test_the_model_configuration_is_the_config_toml(server, protocol):
     labelled = config_of(client, protocol, "scores")
     assert labelled["output"][0]["label_filename"] == "labels.txt"
     extensions = client.get_server_metadata(**({} if protocol == "http" else {"as_json": True}))["extensions"]
-    for extension in ["binary_tensor_data", "classification", "model_configuration", "statistics", "system_shared_memory"]:
+    for extension in ["binary_tensor_data", "classification", "model_configuration", "statistics", "system_shared_memory",
+                      "schedule_policy", "parameters"]:
         assert extension in extensions
 
 

@@ -118,6 +118,21 @@ async fn dispatch(
             .insert(hyper::header::CONNECTION, HeaderValue::from_static("close"));
         return response;
     }
+    // HTTP/1.1 requires a Host header (RFC 9112, 3.2); HTTP/2's
+    // `:authority` stands in for it.
+    if request.version() == hyper::Version::HTTP_11
+        && !request.headers().contains_key(hyper::header::HOST)
+    {
+        let e = Error::new(
+            ErrorKind::MalformedRequest,
+            "an HTTP/1.1 request must carry a Host header (RFC 9112, section 3.2)",
+        );
+        let mut response = response::error(&e, id);
+        response
+            .headers_mut()
+            .insert(hyper::header::CONNECTION, HeaderValue::from_static("close"));
+        return response;
+    }
     let route = router::route(request.method(), uri.path());
     let health = match route {
         Ok(Route::Live | Route::Root) => Some(HealthCheck::ServerLive),
@@ -177,5 +192,17 @@ async fn dispatch(
         },
         Err(e) => Err(e),
     };
-    result.unwrap_or_else(|e| response::error(&e, id))
+    result.unwrap_or_else(|e| {
+        let mut answer = response::error(&e, id);
+        // A 405 says which methods the endpoint takes (RFC 9110, 15.5.6).
+        if let Some(allow) = (e.kind() == ErrorKind::MethodNotAllowed)
+            .then(|| router::allowed(uri.path()))
+            .flatten()
+        {
+            answer
+                .headers_mut()
+                .insert(hyper::header::ALLOW, HeaderValue::from_static(allow));
+        }
+        answer
+    })
 }

@@ -117,6 +117,15 @@ fn segments(path: &str) -> Option<([&str; MAX_SEGMENTS], usize)> {
     Some((segments, n))
 }
 
+/// The methods the endpoint at `path` takes, for a 405's `Allow` header.
+pub(crate) fn allowed(path: &str) -> Option<&'static str> {
+    let (segments, n) = segments(path)?;
+    Some(match match_route(path, &segments[..n])?.method() {
+        Method::POST => "POST",
+        _ => "GET, HEAD",
+    })
+}
+
 /// Finds the endpoint for `method` and `path`, or says why there is none.
 pub(crate) fn route<'a>(method: &Method, path: &'a str) -> Result<Route<'a>, Error> {
     let found = segments(path).and_then(|(segments, n)| match_route(path, &segments[..n]));

@@ -105,6 +105,22 @@ fn scores(data: &TensorData) -> Option<Vec<f64>> {
     }
 }
 
+/// A score as Triton prints it: an integer output's value as it is
+/// (`9`), a float's with six decimals (`0.750000`, C++'s `to_string`).
+fn score_text(data: &TensorData, at: usize, score: f64) -> String {
+    match data {
+        TensorData::Uint8(v) => v[at].to_string(),
+        TensorData::Uint16(v) => v[at].to_string(),
+        TensorData::Uint32(v) => v[at].to_string(),
+        TensorData::Uint64(v) => v[at].to_string(),
+        TensorData::Int8(v) => v[at].to_string(),
+        TensorData::Int16(v) => v[at].to_string(),
+        TensorData::Int32(v) => v[at].to_string(),
+        TensorData::Int64(v) => v[at].to_string(),
+        _ => format!("{score:.6}"),
+    }
+}
+
 /// `tensor`'s top `count` classes per row, as BYTES.
 fn classified(tensor: &Tensor, count: usize, labels: Option<&[String]>) -> Result<Tensor, Error> {
     let scores = scores(&tensor.data).ok_or_else(|| {
@@ -121,7 +137,7 @@ fn classified(tensor: &Tensor, count: usize, labels: Option<&[String]>) -> Resul
     let keep = count.min(width);
     let mut strings = Vec::with_capacity(rows * keep);
     let mut order: Vec<usize> = Vec::with_capacity(width);
-    for row in scores.chunks(width.max(1)).take(rows) {
+    for (r, row) in scores.chunks(width.max(1)).take(rows).enumerate() {
         order.clear();
         order.extend(0..row.len());
         // Highest first; NaN last; a stable sort keeps ties in index order.
@@ -131,7 +147,10 @@ fn classified(tensor: &Tensor, count: usize, labels: Option<&[String]>) -> Resul
                 .unwrap_or_else(|| x.is_nan().cmp(&y.is_nan()))
         });
         for &index in order.iter().take(keep) {
-            let mut s = format!("{:.6}:{index}", row[index]);
+            let mut s = format!(
+                "{}:{index}",
+                score_text(&tensor.data, r * width + index, row[index])
+            );
             if let Some(label) = labels.and_then(|l| l.get(index)) {
                 s.push(':');
                 s.push_str(label);
@@ -192,6 +211,16 @@ mod tests {
         assert_eq!(
             strings(&c),
             ["3.000000:1", "2.000000:2", "9.000000:0", "8.000000:2"]
+        );
+        // Integer scores print as Triton prints them: "9:1".
+        let t = Tensor {
+            name: "y".into(),
+            shape: vec![2, 3],
+            data: TensorData::Int64(vec![1, 3, 2, 9, -4, i64::MAX]),
+        };
+        assert_eq!(
+            strings(&classified(&t, 1, None).unwrap()),
+            ["3:1", &format!("{}:2", i64::MAX)]
         );
     }
 

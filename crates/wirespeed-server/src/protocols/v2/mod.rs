@@ -22,6 +22,8 @@ pub(crate) const EXTENSIONS: &[&str] = &[
     "classification",
     "model_configuration",
     "model_repository",
+    "parameters",
+    "schedule_policy",
     "statistics",
     "system_shared_memory",
 ];
