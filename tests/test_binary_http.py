@@ -38,6 +38,7 @@ def server(tmp_path_factory):
     root = tmp_path_factory.mktemp("repo")
     write_repo(root, "echo", TENSORS)
     write_repo(root, "single", [("x", "FP32", "[-1, 4]")])
+    write_repo(root, "text", [("t", "BYTES", "[1]")])
     running = RunningServer(root)
     yield running
     running.stop()
@@ -181,6 +182,22 @@ def test_a_raw_body_is_the_single_input(server):
     meta = json.loads(data[:n])
     assert meta["outputs"][0]["shape"] == [3, 4]
     np.testing.assert_array_equal(np.frombuffer(data[n:], dtype=np.float32), array)
+    still_serves(conn)
+
+
+def test_a_raw_body_is_the_one_element_of_a_bytes_input(server):
+    """Triton's binary extension: a raw body for a BYTES input of shape [1]
+    is its one element, whole (no length prefix), any bytes."""
+    text = b"\xff\x00 not even UTF-8"
+    conn, response, data = post(server, "/v2/models/text/infer", text, {"Inference-Header-Content-Length": "0"})
+    assert response.status == 200, data
+    n = int(response.getheader("Inference-Header-Content-Length"))
+    meta = json.loads(data[:n])
+    assert meta["outputs"][0]["shape"] == [1] and meta["outputs"][0]["datatype"] == "BYTES"
+    assert data[n:] == struct.pack("<I", len(text)) + text
+    # An input of several elements cannot take one raw element.
+    conn, response, data = post(server, "/v2/models/echo/infer", b"x", {"Inference-Header-Content-Length": "0"})
+    assert response.status == 400, data
     still_serves(conn)
 
 

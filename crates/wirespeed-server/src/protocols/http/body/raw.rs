@@ -83,14 +83,7 @@ pub(super) async fn read_raw(
         )));
     };
     let Some(element) = spec.datatype.element_size() else {
-        return Err(Error::new(
-            ErrorKind::Unsupported,
-            format!(
-                "a raw binary body cannot carry input '{}' of datatype BYTES; send a JSON \
-                 header with binary_data_size",
-                spec.name
-            ),
-        ));
+        return read_raw_string(reader, spec, options).await;
     };
     // Without Content-Length the size is known only at the end, so the body
     // is gathered first (within the limit); otherwise it goes straight into
@@ -132,6 +125,49 @@ pub(super) async fn read_raw(
             name: spec.name.clone(),
             shape,
             data,
+        }],
+        ..InferRequest::default()
+    })
+}
+
+/// A raw body for a BYTES input: the whole body is its one element, as
+/// Triton reads it, for an input that holds one element (`[1]`, or
+/// variable dimensions, each taken as 1).
+async fn read_raw_string(
+    reader: &mut BodyReader,
+    spec: &TensorSpec,
+    options: &DecodeOptions,
+) -> Result<InferRequest, Error> {
+    let shape: Vec<usize> = spec.shape.iter().map(|&d| d.max(1) as usize).collect();
+    if shape.iter().product::<usize>() != 1 {
+        return Err(Error::new(
+            ErrorKind::Unsupported,
+            format!(
+                "a raw binary body is one element of input '{}', which takes {} ({} {}); send \
+                 a JSON header with binary_data_size",
+                spec.name,
+                shape.iter().product::<usize>(),
+                spec.datatype,
+                spec.shape_display()
+            ),
+        ));
+    }
+    let mut all = Vec::new();
+    while let Some(frame) = reader.next().await? {
+        options
+            .limits
+            .check_string(all.len() + frame.len())
+            .map_err(|e| e.in_input(&spec.name))?;
+        all.extend_from_slice(&frame);
+    }
+    TensorBudget::default()
+        .take_shape(&options.limits, spec.datatype, &shape)
+        .map_err(|e| e.in_input(&spec.name))?;
+    Ok(InferRequest {
+        inputs: vec![Tensor {
+            name: spec.name.clone(),
+            shape,
+            data: wirespeed_core::TensorData::Bytes(vec![all]),
         }],
         ..InferRequest::default()
     })
