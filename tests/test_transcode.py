@@ -689,3 +689,62 @@ def test_reflection_is_asked_again_and_a_redeployed_upstream_is_routed(library, 
         process.terminate()
         process.wait(timeout=15)
         server.stop(None)
+
+
+SHADOW_PROTO = '''
+syntax = "proto3";
+package shadow;
+import "google/api/annotations.proto";
+message Query { string name = 1; }
+message Answer { string said = 1; }
+service Paths {
+  rpc ListModels(Query) returns (Answer) { option (google.api.http) = { get: "/v1/models" }; }
+  rpc Metrics(Query) returns (Answer) { option (google.api.http) = { get: "/metrics" }; }
+  rpc Root(Query) returns (Answer) { option (google.api.http) = { post: "/v2" body: "*" }; }
+}
+'''
+
+
+def test_the_services_routes_come_before_the_servers_own_paths(tmp_path):
+    """A service that declares `/v1/models`, `/metrics` or `/v2` is answered
+    there by the proxy, as grpc-gateway answers it; the proxy's own health
+    stays where the service leaves the path free."""
+    import grpc_tools
+    from grpc_tools import protoc
+
+    (tmp_path / "shadow.proto").write_text(SHADOW_PROTO)
+    well_known = Path(grpc_tools.__file__).parent / "_proto"
+    assert protoc.main(["protoc", f"-I{tmp_path}", f"-I{PROTOS}", f"-I{well_known}", f"--python_out={tmp_path}",
+                        f"--grpc_python_out={tmp_path}", "--include_imports",
+                        f"--descriptor_set_out={tmp_path / 'shadow.pb'}", "shadow.proto"]) == 0
+    sys.path.insert(0, str(tmp_path))
+    import shadow_pb2
+    import shadow_pb2_grpc
+
+    class Paths(shadow_pb2_grpc.PathsServicer):
+        def ListModels(self, request, context):
+            return shadow_pb2.Answer(said="the service's models")
+
+        def Metrics(self, request, context):
+            return shadow_pb2.Answer(said="the service's metrics")
+
+        def Root(self, request, context):
+            return shadow_pb2.Answer(said=f"root {request.name}")
+
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
+    shadow_pb2_grpc.add_PathsServicer_to_server(Paths(), server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    process, address = start_proxy("--descriptor-set", str(tmp_path / "shadow.pb"), "--upstream", f"grpc://127.0.0.1:{port}")
+    try:
+        assert requests.get(address + "/v1/models").json() == {"said": "the service's models"}
+        assert requests.get(address + "/metrics").json() == {"said": "the service's metrics"}
+        assert requests.post(address + "/v2", json={"name": "x"}).json() == {"said": "root x"}
+        # A method the route does not take is the service's 405.
+        assert requests.delete(address + "/metrics").status_code == 405
+        # The proxy's own health, where the service leaves the path free.
+        assert requests.get(address + "/v2/health/live").status_code == 200
+    finally:
+        process.kill()
+        process.wait()
+        server.stop(None)

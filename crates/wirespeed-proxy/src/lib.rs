@@ -84,6 +84,18 @@ impl Transcoder {
     pub async fn answer(&self, request: Request<Incoming>) -> Response<Body> {
         call::answer(self, request).await
     }
+
+    /// Whether a route of the services has `path`, for `method` or another
+    /// (which the route's 405 answers): such a request is the services',
+    /// before any endpoint of the server's own at the same path.
+    pub fn routes(&self, method: &hyper::Method, path: &str) -> bool {
+        self.backends.iter().any(|backend| {
+            !matches!(
+                backend.services().routes.find(method.as_str(), path),
+                Err(wirespeed_transcode::NotFound::Path)
+            )
+        })
+    }
 }
 
 /// Asks the reflection of each upstream served by reflection again at its

@@ -98,6 +98,10 @@ async fn transcoder(
 /// The transcoder answers what no protocol's endpoint does.
 #[cfg(feature = "proxy")]
 impl Fallback for Transcoder {
+    fn serves(&self, method: &hyper::Method, path: &str) -> bool {
+        self.routes(method, path)
+    }
+
     fn answer(
         &self,
         request: hyper::Request<hyper::body::Incoming>,

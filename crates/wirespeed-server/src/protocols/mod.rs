@@ -91,6 +91,12 @@ pub(crate) type Answering<'a> =
 /// A REST face beyond the protocols' endpoints, asked about any request
 /// whose path names none of them (the transcoding proxy's routes).
 pub(crate) trait Fallback: Send + Sync {
+    /// Whether a route of its own has `path`: then the request is its own,
+    /// even where a protocol's endpoint has the same path (a proxy serves
+    /// its services' routes first, its own health and metrics where they
+    /// leave the path free).
+    fn serves(&self, method: &hyper::Method, path: &str) -> bool;
+
     /// The answer to `request`, or `None` when no route of its own matches
     /// either (the router's 404 is answered then).
     fn answer(&self, request: hyper::Request<Incoming>) -> Answering<'_>;

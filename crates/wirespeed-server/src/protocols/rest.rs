@@ -150,6 +150,21 @@ async fn dispatch(
             response::error(&e, id)
         };
     }
+    // The transcoded services' routes come first where they have the path.
+    if let Some(fallback) = front
+        .fallback
+        .as_ref()
+        .filter(|f| f.serves(request.method(), uri.path()))
+    {
+        if let Some(answer) = fallback.answer(request).await {
+            return answer;
+        }
+        let e = Error::new(
+            ErrorKind::RouteNotFound,
+            format!("no endpoint at {}", uri.path()),
+        );
+        return response::error(&e, id);
+    }
     let result = match route {
         Ok(Route::Root) => Ok(health::alive()),
         Ok(Route::ModelList) => Ok(tfserving::model_list(front)),
