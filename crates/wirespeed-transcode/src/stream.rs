@@ -14,6 +14,7 @@ use wirespeed_json::push::{Bounds, Sink, Tokenizer};
 
 use crate::encode::{EncodeOptions, Encoder};
 use crate::error::TranscodeError;
+use crate::wkt::{wkt, Wkt};
 
 /// Encodes a body of many `message`s, pushed in chunks of any size.
 pub struct JsonToProtoStream {
@@ -112,11 +113,28 @@ impl Split {
         self.depth > self.level()
     }
 
-    fn scalar(&mut self, found: &str, at: u64) -> Result<(), TranscodeError> {
+    /// A scalar token: inside a message, or a message of its own when the
+    /// stream's message is written as a scalar (a Duration's `"1s"`, a
+    /// wrapper's bare value, a `Value`), as protojson writes them. `true`
+    /// when it is a whole message.
+    fn scalar(&mut self, found: &str, at: u64) -> Result<bool, TranscodeError> {
         if self.in_message() {
-            Ok(())
-        } else {
-            self.between(found, at)
+            return Ok(false);
+        }
+        let kind = wkt(&self.message);
+        if self.closed || !(kind.takes_text() || kind == Wkt::Value) {
+            return self.between(found, at).map(|()| false);
+        }
+        self.array.get_or_insert(false);
+        self.encoder.start(self.message.clone());
+        Ok(true)
+    }
+
+    /// After a scalar that was a whole message.
+    fn whole(&mut self, message: bool) {
+        if message && self.encoder.ended() {
+            self.ready.push(self.encoder.take());
+            self.count += 1;
         }
     }
 }
@@ -165,7 +183,12 @@ impl Sink for Split {
                 self.depth = 1;
                 return Ok(());
             }
-            return self.between("an array", at);
+            // A message written as a list (`ListValue`, a `Value`).
+            if self.closed || !matches!(wkt(&self.message), Wkt::ListValue | Wkt::Value) {
+                return self.between("an array", at);
+            }
+            self.array.get_or_insert(false);
+            self.encoder.start(self.message.clone());
         }
         self.depth += 1;
         self.encoder.begin_array(at)
@@ -177,27 +200,40 @@ impl Sink for Split {
             self.closed = true;
             return Ok(());
         }
-        self.encoder.end_array(at)
+        self.encoder.end_array(at)?;
+        if !self.in_message() && self.encoder.ended() {
+            self.ready.push(self.encoder.take());
+            self.count += 1;
+        }
+        Ok(())
     }
 
     fn string(&mut self, value: &[u8], at: u64) -> Result<(), TranscodeError> {
-        self.scalar("a string", at)?;
-        self.encoder.string(value, at)
+        let message = self.scalar("a string", at)?;
+        self.encoder.string(value, at)?;
+        self.whole(message);
+        Ok(())
     }
 
     fn number(&mut self, token: &[u8], at: u64) -> Result<(), TranscodeError> {
-        self.scalar("a number", at)?;
-        self.encoder.number(token, at)
+        let message = self.scalar("a number", at)?;
+        self.encoder.number(token, at)?;
+        self.whole(message);
+        Ok(())
     }
 
     fn boolean(&mut self, value: bool, at: u64) -> Result<(), TranscodeError> {
-        self.scalar("a boolean", at)?;
-        self.encoder.boolean(value, at)
+        let message = self.scalar("a boolean", at)?;
+        self.encoder.boolean(value, at)?;
+        self.whole(message);
+        Ok(())
     }
 
     fn null(&mut self, at: u64) -> Result<(), TranscodeError> {
-        self.scalar("null", at)?;
-        self.encoder.null(at)
+        let message = self.scalar("null", at)?;
+        self.encoder.null(at)?;
+        self.whole(message);
+        Ok(())
     }
 }
 

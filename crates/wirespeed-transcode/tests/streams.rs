@@ -148,3 +148,60 @@ fn accept_picks_the_framing() {
     );
     assert!(!StreamFormat::JsonArray.error(b"{}", &mut out));
 }
+
+#[test]
+fn well_known_types_written_as_scalars_or_lists_stream_as_protojson_writes_them() {
+    for (name, messages) in [
+        (
+            "google.protobuf.Duration",
+            &[r#""1s""#, r#""-0.5s""#, r#""0s""#][..],
+        ),
+        (
+            "google.protobuf.Timestamp",
+            &[
+                r#""1970-01-01T00:00:01Z""#,
+                r#""2024-02-29T12:00:00.5+01:00""#,
+            ][..],
+        ),
+        (
+            "google.protobuf.Int64Value",
+            &[r#""9007199254740993""#, "7"][..],
+        ),
+        ("google.protobuf.StringValue", &[r#""x""#, r#""""#][..]),
+        ("google.protobuf.FieldMask", &[r#""a.b,c""#][..]),
+        (
+            "google.protobuf.Value",
+            &[
+                "1.5",
+                r#""s""#,
+                "true",
+                "null",
+                r#"{"k": [1]}"#,
+                "[1, \"two\"]",
+            ][..],
+        ),
+        ("google.protobuf.ListValue", &["[1, null]", "[]"][..]),
+    ] {
+        let desc = message(name);
+        let want = reference(&desc, messages);
+        let array = format!("[{}]", messages.join(", "));
+        let ndjson = messages.join("\n") + "\n";
+        let bodies: &[&str] = if name.ends_with("ListValue") {
+            &[&array]
+        } else {
+            &[&array, &ndjson]
+        };
+        for body in bodies {
+            for chunk in [1, 3, 4096] {
+                assert_eq!(
+                    stream(&desc, body, chunk).unwrap(),
+                    want,
+                    "{name}: {body} by {chunk}"
+                );
+            }
+        }
+    }
+    // A message written as an object still refuses a scalar.
+    let e = stream(&message("google.protobuf.Empty"), r#"["1s"]"#, 1).unwrap_err();
+    assert!(e.contains("message 1 of the stream is a string"), "{e}");
+}
