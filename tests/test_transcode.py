@@ -748,3 +748,74 @@ def test_the_services_routes_come_before_the_servers_own_paths(tmp_path):
         process.kill()
         process.wait()
         server.stop(None)
+
+
+FILES_PROTO = '''
+syntax = "proto3";
+package files;
+import "google/api/annotations.proto";
+import "google/api/httpbody.proto";
+message FileRequest { string name = 1; google.api.HttpBody body = 2; }
+service Files {
+  rpc Get(FileRequest) returns (google.api.HttpBody) { option (google.api.http) = { get: "/files/{name}" }; }
+  rpc Put(FileRequest) returns (google.api.HttpBody) {
+    option (google.api.http) = { put: "/files/{name}" body: "body" };
+  }
+  rpc Echo(google.api.HttpBody) returns (google.api.HttpBody) {
+    option (google.api.http) = { post: "/echo" body: "*" };
+  }
+}
+'''
+
+
+def test_http_body_is_raw_bytes_both_ways(tmp_path):
+    """`google.api.HttpBody`, as grpc-gateway serves it: an answer is its
+    data with its content type; a request body routed to one is the raw
+    bytes and the request's Content-Type."""
+    import google.api.httpbody_pb2
+    import grpc_tools
+    from grpc_tools import protoc
+
+    googleapis = Path(google.api.httpbody_pb2.__file__).parents[2]
+    well_known = Path(grpc_tools.__file__).parent / "_proto"
+    (tmp_path / "files.proto").write_text(FILES_PROTO)
+    assert protoc.main(["protoc", f"-I{tmp_path}", f"-I{googleapis}", f"-I{well_known}", f"--python_out={tmp_path}",
+                        f"--grpc_python_out={tmp_path}", "--include_imports",
+                        f"--descriptor_set_out={tmp_path / 'files.pb'}", "files.proto"]) == 0
+    sys.path.insert(0, str(tmp_path))
+    import files_pb2_grpc
+    from google.api import httpbody_pb2
+
+    png = b"\x89PNG\r\n\x1a\n\x00\xff"
+
+    class Files(files_pb2_grpc.FilesServicer):
+        def Get(self, request, context):
+            return httpbody_pb2.HttpBody(content_type="image/png", data=png + request.name.encode())
+
+        def Put(self, request, context):
+            return httpbody_pb2.HttpBody(content_type=request.body.content_type,
+                                         data=request.name.encode() + b":" + request.body.data)
+
+        def Echo(self, request, context):
+            return request
+
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
+    files_pb2_grpc.add_FilesServicer_to_server(Files(), server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    process, address = start_proxy("--descriptor-set", str(tmp_path / "files.pb"), "--upstream", f"grpc://127.0.0.1:{port}")
+    try:
+        got = requests.get(address + "/files/logo")
+        assert got.status_code == 200 and got.headers["Content-Type"] == "image/png", got.headers
+        assert got.content == png + b"logo"
+        put = requests.put(address + "/files/notes", data=b"\x00raw \xfe bytes",
+                           headers={"Content-Type": "application/octet-stream"})
+        assert put.status_code == 200 and put.headers["Content-Type"] == "application/octet-stream"
+        assert put.content == b"notes:\x00raw \xfe bytes"
+        echo = requests.post(address + "/echo", data="<p>hi</p>", headers={"Content-Type": "text/html"})
+        assert echo.status_code == 200 and echo.headers["Content-Type"] == "text/html"
+        assert echo.content == b"<p>hi</p>"
+    finally:
+        process.kill()
+        process.wait()
+        server.stop(None)

@@ -21,6 +21,7 @@ use wirespeed_transcode::{
 use wirespeed_upstream::{CallBody, CallError, OpenCall, UpstreamError};
 
 use crate::backend::{Backend, Services};
+use crate::http_body;
 use crate::status::{bad_answer, method_not_allowed, status, Code};
 use crate::streaming::{self, Feed};
 use crate::Transcoder;
@@ -170,9 +171,27 @@ async fn request_body(
         let (body, feed) = streaming::feed(reader, input, options, bound);
         return Ok((body, Some(feed)));
     }
-    let mut message = encode_request(&mut reader, route, &input, options).await?;
+    let mut message = match http_body::request_target(&input, &route.body) {
+        Some(path) => {
+            let data = read_raw(&mut reader).await?;
+            http_body::request(&input, &path, &parts.headers, data)
+        }
+        None => encode_request(&mut reader, route, &input, options).await?,
+    };
     message.extend_from_slice(&bound);
     Ok((wirespeed_upstream::framed(Bytes::from(message)), None))
+}
+
+/// A raw body, whole (an `HttpBody`'s data), within the body's limits.
+async fn read_raw(reader: &mut BodyReader) -> Result<Vec<u8>, Response<Body>> {
+    let mut data = Vec::new();
+    loop {
+        match reader.next().await {
+            Ok(Some(frame)) => data.extend_from_slice(&frame),
+            Ok(None) => return Ok(data),
+            Err(e) => return Err(status(Code::InvalidArgument, e.message())),
+        }
+    }
 }
 
 /// A unary request's message, encoded from the body as it arrives (or
@@ -378,6 +397,23 @@ async fn unary(
         Err(_) => return failed.answer(&call, CallError::Deadline),
     }
     let output = route.method.output();
+    if route.response_body.is_none() {
+        match http_body::answer(&output, &bytes) {
+            Some(Ok(mut answer)) => {
+                failed
+                    .backend
+                    .answer_metadata(&mut answer, call.headers(), call.trailers());
+                return answer;
+            }
+            Some(Err(e)) => {
+                return bad_answer(&format!(
+                    "the upstream's answer does not decode as {}: {e}",
+                    output.full_name()
+                ))
+            }
+            None => {}
+        }
+    }
     let print = &failed.backend.config.print;
     let mut out = Vec::with_capacity(bytes.len() * 2 + 2);
     let printed = match &route.response_body {

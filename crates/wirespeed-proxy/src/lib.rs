@@ -33,6 +33,7 @@
 mod backend;
 mod call;
 mod config;
+mod http_body;
 mod reflection;
 mod status;
 mod streaming;
