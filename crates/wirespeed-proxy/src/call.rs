@@ -21,10 +21,10 @@ use wirespeed_transcode::{
 use wirespeed_upstream::{CallBody, CallError, OpenCall, UpstreamError};
 
 use crate::backend::{Backend, Services};
-use crate::http_body;
 use crate::status::{bad_answer, method_not_allowed, status, Code};
 use crate::streaming::{self, Feed};
 use crate::Transcoder;
+use crate::{field_mask, http_body};
 
 /// Answers one request.
 pub(crate) async fn answer(transcoder: &Transcoder, request: Request<Incoming>) -> Response<Body> {
@@ -171,15 +171,45 @@ async fn request_body(
         let (body, feed) = streaming::feed(reader, input, options, bound);
         return Ok((body, Some(feed)));
     }
+    // grpc-gateway's PATCH feature: the mask of what the body sets, when
+    // the request has an `update_mask` the query does not give.
+    let mask = match &route.body {
+        BodyTarget::Field(fields) => field_mask::mask_field(&route.http_method, &input, fields)
+            .filter(|_| !query_sets(parts.uri.query(), "update_mask", "updateMask"))
+            .zip(match fields.last().map(|f| f.kind()) {
+                Some(prost_reflect::Kind::Message(m)) => Some(m),
+                _ => None,
+            }),
+        _ => None,
+    };
+    let mut kept = mask.as_ref().map(|_| Vec::new());
     let mut message = match http_body::request_target(&input, &route.body) {
         Some(path) => {
             let data = read_raw(&mut reader).await?;
             http_body::request(&input, &path, &parts.headers, data)
         }
-        None => encode_request(&mut reader, route, &input, options).await?,
+        None => encode_request(&mut reader, route, &input, options, kept.as_mut()).await?,
     };
+    if let (Some((field, body_type)), Some(body)) = (mask, kept) {
+        let paths =
+            field_mask::paths(&body_type, &body).map_err(|e| status(Code::InvalidArgument, &e))?;
+        message.extend_from_slice(&field_mask::encode(&field, paths));
+    }
     message.extend_from_slice(&bound);
     Ok((wirespeed_upstream::framed(Bytes::from(message)), None))
+}
+
+/// Whether the query sets the field named `proto` (or `json`).
+fn query_sets(query: Option<&str>, proto: &str, json: &str) -> bool {
+    query.is_some_and(|q| {
+        q.split('&').any(|pair| {
+            let key = pair.split_once('=').map_or(pair, |(k, _)| k);
+            key == proto
+                || key == json
+                || key.starts_with(&format!("{proto}."))
+                || key.starts_with(&format!("{json}."))
+        })
+    })
 }
 
 /// A raw body, whole (an `HttpBody`'s data), within the body's limits.
@@ -201,6 +231,7 @@ async fn encode_request(
     route: &Route,
     input: &prost_reflect::MessageDescriptor,
     options: EncodeOptions,
+    mut keep: Option<&mut Vec<u8>>,
 ) -> Result<Vec<u8>, Response<Body>> {
     let invalid = |message: &str| status(Code::InvalidArgument, message);
     if route.body == BodyTarget::None {
@@ -226,6 +257,9 @@ async fn encode_request(
         match reader.next().await {
             Ok(Some(frame)) => {
                 empty &= frame.iter().all(u8::is_ascii_whitespace);
+                if let Some(kept) = keep.as_deref_mut() {
+                    kept.extend_from_slice(&frame);
+                }
                 if failed.is_none() {
                     if let Err(e) = encoder.feed(&frame) {
                         failed = Some(e.message().to_owned());

@@ -33,6 +33,7 @@
 mod backend;
 mod call;
 mod config;
+mod field_mask;
 mod http_body;
 mod reflection;
 mod status;

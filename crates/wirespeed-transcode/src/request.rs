@@ -39,7 +39,16 @@ pub fn bound_fields(
                 ),
             )
         })?;
-        write_path(&mut out, path, value, options)?;
+        // A repeated field's values, comma-separated, as grpc-gateway
+        // reads them.
+        let leaf = path.last().expect("a resolved path has a field");
+        if leaf.is_list() {
+            for one in value.split(',') {
+                write_path(&mut out, path, one, options)?;
+            }
+        } else {
+            write_path(&mut out, path, value, options)?;
+        }
     }
     let Some(query) = query.filter(|q| !q.is_empty()) else {
         return Ok(out);

@@ -163,9 +163,12 @@ impl Routes {
         };
         let segments: Vec<&str> = rest.split('/').collect();
         let mut methods = Vec::new();
-        // With the last segment's ':verb' split off first, then whole.
+        // With the last segment's ':verb' split off first (at its last
+        // colon, then at each earlier one: a verb may hold colons, as
+        // `:custom:custom` does), then whole.
         let last = segments.last().copied().unwrap_or("");
-        if let Some((head, verb)) = last.rsplit_once(':') {
+        for (at, _) in last.rmatch_indices(':') {
+            let (head, verb) = (&last[..at], &last[at + 1..]);
             let mut split = segments.clone();
             *split.last_mut().expect("a segment") = head;
             if let Some(found) = self.search(&split, Some(verb), http_method, &mut methods) {
@@ -331,8 +334,8 @@ fn route(
 }
 
 /// Resolves a field path (proto names) from `message`. A path variable
-/// must end at a singular field that text can fill; a body or response
-/// field may be any field.
+/// must end at a field that text can fill (a repeated scalar's values
+/// comma-separated); a body or response field may be any field.
 pub(crate) fn resolve(
     message: &MessageDescriptor,
     path: &[String],
@@ -356,8 +359,14 @@ pub(crate) fn resolve(
                     ))
                 }
             }
-        } else if !any_leaf && (field.is_list() || field.is_map()) {
-            return Err(format!("path variable '{name}' names a repeated field"));
+        } else if !any_leaf
+            && (field.is_map() || (field.is_list() && matches!(field.kind(), Kind::Message(_))))
+        {
+            // A repeated scalar takes comma-separated values, as
+            // grpc-gateway reads it (`/things/1,2,3`).
+            return Err(format!(
+                "path variable '{name}' names a map or a repeated message field"
+            ));
         }
         fields.push(field);
     }

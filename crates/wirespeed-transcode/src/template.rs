@@ -56,12 +56,30 @@ impl Template {
         parser.segments(false).map_err(|e| bad(&e))?;
         let mut verb = None;
         if parser.peek() == Some(b':') {
-            parser.pos += 1;
-            let literal = parser.literal();
-            if literal.is_empty() {
+            // As grpc-gateway reads a verb: after a variable, everything
+            // past the first ':' (`{uuid}:custom:custom`); after a literal,
+            // past the last, the colons before it being the literal's own.
+            let rest = String::from_utf8_lossy(&parser.text[parser.pos + 1..]).into_owned();
+            parser.pos = parser.text.len();
+            if rest.is_empty() || rest.contains(['/', '{', '}', '*', '=']) {
                 return Err(bad("':' must be followed by a verb"));
             }
-            verb = Some(literal);
+            let after_variable = parser
+                .variables
+                .last()
+                .is_some_and(|v| v.end == parser.segments.len());
+            match (
+                after_variable,
+                rest.rsplit_once(':'),
+                parser.segments.last_mut(),
+            ) {
+                (false, Some((head, last)), Some(Segment::Literal(literal))) => {
+                    literal.push(':');
+                    literal.push_str(head);
+                    verb = Some(last.to_owned());
+                }
+                _ => verb = Some(rest),
+            }
         }
         if parser.pos != parser.text.len() {
             return Err(bad(&format!("unexpected '{}'", &rest[parser.pos..])));
@@ -250,6 +268,21 @@ mod tests {
         assert_eq!(t.variables.len(), 2);
         assert_eq!(t.variables[0].field_path, vec!["a", "b", "c"]);
         for bad in ["v1", "/v1//x", "/{a", "/{a={b}}", "/**/x", "/x:", "/{}"] {
+            assert!(Template::parse(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn verbs_are_read_as_grpc_gateway_reads_them() {
+        // After a variable, everything past the first ':'.
+        let t = Template::parse("/v1/things/{uuid}:custom:custom").unwrap();
+        assert_eq!(t.verb.as_deref(), Some("custom:custom"));
+        assert_eq!(t.segments.len(), 3);
+        // After a literal, past the last ':'.
+        let t = Template::parse("/v1/foo:bar:baz").unwrap();
+        assert_eq!(t.verb.as_deref(), Some("baz"));
+        assert_eq!(t.segments[1], Segment::Literal("foo:bar".into()));
+        for bad in ["/v1/{a}:", "/v1/{a}:x/y"] {
             assert!(Template::parse(bad).is_err(), "{bad}");
         }
     }
