@@ -10,8 +10,14 @@ The messages are the published ones: tritonclient's `grpc_service_pb2`
 for V2, and the tensorflow-serving-api wheel's through
 tests/tfserving_protos.py for TF Serving.
 
-Usage: tf_grpc.py HOST:GRPC_PORT [ROUNDS]   (a `wirespeed serve` on the
-bundled models; scripts/test installs the packages into .venv)
+TF Serving answers in the typed fields (`float_val`), as wirespeed does by
+default; with a second address (a `wirespeed serve --tf-tensor-content`
+on the same models), Predict's answer in `tensor_content` is measured
+beside it, in the same rounds.
+
+Usage: tf_grpc.py HOST:GRPC_PORT [ROUNDS] [HOST:GRPC_PORT_TENSOR_CONTENT]
+(`wirespeed serve` on the bundled models; scripts/test installs the
+packages into .venv)
 """
 import statistics
 import sys
@@ -27,13 +33,24 @@ from tfserving_protos import load  # noqa: E402
 
 ADDRESS = sys.argv[1]
 ROUNDS = int(sys.argv[2]) if len(sys.argv) > 2 else 5
+CONTENT_ADDRESS = sys.argv[3] if len(sys.argv) > 3 else None
 _, message = load()
-channel = grpc.insecure_channel(ADDRESS, options=[
-    ("grpc.max_send_message_length", 1 << 28), ("grpc.max_receive_message_length", 1 << 28)])
-predict = channel.unary_unary(
-    "/tensorflow.serving.PredictionService/Predict",
-    request_serializer=lambda m: m.SerializeToString(),
-    response_deserializer=message("tensorflow.serving.PredictResponse").FromString)
+
+
+def open_channel(address):
+    return grpc.insecure_channel(address, options=[
+        ("grpc.max_send_message_length", 1 << 28), ("grpc.max_receive_message_length", 1 << 28)])
+
+
+def predict_on(channel):
+    return channel.unary_unary(
+        "/tensorflow.serving.PredictionService/Predict",
+        request_serializer=lambda m: m.SerializeToString(),
+        response_deserializer=message("tensorflow.serving.PredictResponse").FromString)
+
+
+channel = open_channel(ADDRESS)
+predict = predict_on(channel)
 infer = channel.unary_unary(
     "/inference.GRPCInferenceService/ModelInfer",
     request_serializer=lambda m: m.SerializeToString(),
@@ -75,17 +92,21 @@ cases = [
     ("one Titanic row", "titanic", "features", row, 3000),
     ("262144x8 FP32", "identity_fp32", "INPUT0", big, 30),
 ]
+paths = [("V2 ModelInfer", infer, v2_request), ("TF Predict", predict, tf_request)]
+if CONTENT_ADDRESS:
+    paths.append(("TF Predict, tensor_content", predict_on(open_channel(CONTENT_ADDRESS)), tf_request))
 results = {}
 for rnd in range(ROUNDS):
     for label, model, name, array, calls in cases:
-        for path, call, build in (("V2 ModelInfer", infer, v2_request), ("TF Predict", predict, tf_request)):
+        for path, call, build in paths:
             ms = p50(call, build(model, name, array), calls)
             results.setdefault((label, path), []).append(ms)
             print(f"round {rnd} {label} {path}: p50 {ms:.3f} ms", flush=True)
 
-print("\n| case | V2 ModelInfer p50 | TF Predict p50 | TF / V2 |")
-print("|---|---|---|---|")
+names = [p for p, _, _ in paths]
+print("\n| case | " + " | ".join(f"{n} p50" for n in names) + " | " + " | ".join(f"{n} / V2" for n in names[1:]) + " |")
+print("|---" * (2 * len(names)) + "|")
 for label, *_ in cases:
-    v = statistics.median(results[(label, "V2 ModelInfer")])
-    t = statistics.median(results[(label, "TF Predict")])
-    print(f"| {label} | {v:.3f} ms | {t:.3f} ms | {t / v:.2f}x |")
+    medians = [statistics.median(results[(label, n)]) for n in names]
+    print(f"| {label} | " + " | ".join(f"{m:.3f} ms" for m in medians) + " | "
+          + " | ".join(f"{m / medians[0]:.2f}x" for m in medians[1:]) + " |")
