@@ -764,14 +764,18 @@ service Files {
   rpc Echo(google.api.HttpBody) returns (google.api.HttpBody) {
     option (google.api.http) = { post: "/echo" body: "*" };
   }
+  rpc Download(FileRequest) returns (stream google.api.HttpBody) {
+    option (google.api.http) = { get: "/files/{name}:download" };
+  }
 }
 '''
 
 
 def test_http_body_is_raw_bytes_both_ways(tmp_path):
     """`google.api.HttpBody`, as grpc-gateway serves it: an answer is its
-    data with its content type; a request body routed to one is the raw
-    bytes and the request's Content-Type."""
+    data with its content type (a stream's, each message's data in turn);
+    a request body routed to one is the raw bytes and the request's
+    Content-Type."""
     import google.api.httpbody_pb2
     import grpc_tools
     from grpc_tools import protoc
@@ -799,6 +803,10 @@ def test_http_body_is_raw_bytes_both_ways(tmp_path):
         def Echo(self, request, context):
             return request
 
+        def Download(self, request, context):
+            for i in range(3):
+                yield httpbody_pb2.HttpBody(content_type="text/csv", data=f"{request.name},{i}\n".encode())
+
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
     files_pb2_grpc.add_FilesServicer_to_server(Files(), server)
     port = server.add_insecure_port("127.0.0.1:0")
@@ -815,6 +823,10 @@ def test_http_body_is_raw_bytes_both_ways(tmp_path):
         echo = requests.post(address + "/echo", data="<p>hi</p>", headers={"Content-Type": "text/html"})
         assert echo.status_code == 200 and echo.headers["Content-Type"] == "text/html"
         assert echo.content == b"<p>hi</p>"
+        # A server stream of HttpBody: the data of each, back to back.
+        download = requests.get(address + "/files/t:download")
+        assert download.status_code == 200 and download.headers["Content-Type"] == "text/csv", download.headers
+        assert download.content == b"t,0\nt,1\nt,2\n"
     finally:
         process.kill()
         process.wait()

@@ -383,13 +383,27 @@ fn stream(
     clock: &Clock,
 ) -> Response<Body> {
     let accept = request_headers.get(ACCEPT).and_then(|a| a.to_str().ok());
-    let format = StreamFormat::from_accept(accept.unwrap_or(""));
+    let output = route.method.output();
+    // A stream of `HttpBody` is its data, typed by its first message.
+    let raw = http_body::answers_raw(&output, route.response_body.is_some());
+    let format = if raw {
+        StreamFormat::Raw
+    } else {
+        StreamFormat::from_accept(accept.unwrap_or(""))
+    };
+    let content_type = match &first {
+        Some(first) if raw => http_body::parts(&output, first)
+            .ok()
+            .and_then(|(t, _)| HeaderValue::from_str(&t).ok().filter(|_| !t.is_empty())),
+        _ => None,
+    }
+    .unwrap_or(HeaderValue::from_static(format.content_type()));
     let headers = call.headers().clone();
     let answers = streaming::Answers {
         call,
         first,
         format,
-        output: route.method.output(),
+        output,
         response_body: route.response_body.clone(),
         print: backend.config.print,
         pool: services.pool.clone(),
@@ -399,10 +413,7 @@ fn stream(
     };
     let mut answer = Response::new(Body::stream(answers.into_body()));
     let out = answer.headers_mut();
-    out.insert(
-        CONTENT_TYPE,
-        HeaderValue::from_static(format.content_type()),
-    );
+    out.insert(CONTENT_TYPE, content_type);
     out.insert(CACHE_CONTROL, HeaderValue::from_static("no-cache"));
     backend.answer_metadata(&mut answer, &headers, &HeaderMap::new());
     answer
@@ -439,12 +450,7 @@ async fn unary(
                     .answer_metadata(&mut answer, call.headers(), call.trailers());
                 return answer;
             }
-            Some(Err(e)) => {
-                return bad_answer(&format!(
-                    "the upstream's answer does not decode as {}: {e}",
-                    output.full_name()
-                ))
-            }
+            Some(Err(e)) => return bad_answer(&e),
             None => {}
         }
     }

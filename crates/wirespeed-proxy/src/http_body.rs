@@ -73,6 +73,31 @@ pub(crate) fn request(
     message.encode_to_vec()
 }
 
+/// Whether a method's answers are `HttpBody`s to send as they are (a
+/// `response_body` picks a field, which is printed as JSON).
+pub(crate) fn answers_raw(output: &MessageDescriptor, response_body: bool) -> bool {
+    is_http_body(output) && !response_body
+}
+
+/// An `HttpBody`'s content type and data.
+pub(crate) fn parts(output: &MessageDescriptor, bytes: &[u8]) -> Result<(String, Bytes), String> {
+    let message = DynamicMessage::decode(output.clone(), bytes).map_err(|e| {
+        format!(
+            "the upstream's answer does not decode as {}: {e}",
+            output.full_name()
+        )
+    })?;
+    let content_type = match message.get_field_by_name("content_type").as_deref() {
+        Some(Value::String(s)) => s.clone(),
+        _ => String::new(),
+    };
+    let data = match message.get_field_by_name("data").as_deref() {
+        Some(Value::Bytes(b)) => b.clone(),
+        _ => Bytes::new(),
+    };
+    Ok((content_type, data))
+}
+
 /// The answer of a unary call whose output is an `HttpBody`: its data,
 /// with its content type; `None` for any other output.
 pub(crate) fn answer(
@@ -82,17 +107,9 @@ pub(crate) fn answer(
     if !is_http_body(output) {
         return None;
     }
-    let message = match DynamicMessage::decode(output.clone(), bytes) {
-        Ok(m) => m,
-        Err(e) => return Some(Err(e.to_string())),
-    };
-    let content_type = match message.get_field_by_name("content_type").as_deref() {
-        Some(Value::String(s)) => s.clone(),
-        _ => String::new(),
-    };
-    let data = match message.get_field_by_name("data").as_deref() {
-        Some(Value::Bytes(b)) => b.clone(),
-        _ => Bytes::new(),
+    let (content_type, data) = match parts(output, bytes) {
+        Ok(parts) => parts,
+        Err(e) => return Some(Err(e)),
     };
     let mut response = Response::new(Body::new(data));
     *response.status_mut() = StatusCode::OK;

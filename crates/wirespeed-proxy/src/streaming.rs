@@ -172,6 +172,12 @@ impl AnswerBody {
     fn print(&mut self, message: &[u8], out: &mut Vec<u8>) -> Result<(), String> {
         let a = &self.answers;
         a.format.before_message(self.printed == 0, out);
+        if a.format == StreamFormat::Raw {
+            let (_, data) = crate::http_body::parts(&a.output, message)?;
+            out.extend_from_slice(&data);
+            self.printed += 1;
+            return Ok(());
+        }
         let printed = match &a.response_body {
             Some(path) => field_to_json(&a.output, path, message, &a.print, out),
             None => proto_to_json(&a.output, message, &a.print, out),

@@ -248,6 +248,10 @@ pub enum StreamFormat {
     Ndjson,
     /// `data: m1\n\n`, `text/event-stream`.
     Sse,
+    /// The messages' own bytes back to back, unframed: a stream of
+    /// `google.api.HttpBody`, whose data is the answer (its content type
+    /// the first message's). Never chosen by `Accept`.
+    Raw,
 }
 
 impl StreamFormat {
@@ -282,6 +286,7 @@ impl StreamFormat {
             StreamFormat::JsonArray => "application/json",
             StreamFormat::Ndjson => "application/x-ndjson",
             StreamFormat::Sse => "text/event-stream",
+            StreamFormat::Raw => "application/octet-stream",
         }
     }
 
@@ -296,7 +301,7 @@ impl StreamFormat {
     pub fn before_message(self, first: bool, out: &mut Vec<u8>) {
         match self {
             StreamFormat::JsonArray if !first => out.push(b','),
-            StreamFormat::JsonArray | StreamFormat::Ndjson => {}
+            StreamFormat::JsonArray | StreamFormat::Ndjson | StreamFormat::Raw => {}
             StreamFormat::Sse => out.extend_from_slice(b"data: "),
         }
     }
@@ -304,7 +309,7 @@ impl StreamFormat {
     /// What goes after a message.
     pub fn after_message(self, out: &mut Vec<u8>) {
         match self {
-            StreamFormat::JsonArray => {}
+            StreamFormat::JsonArray | StreamFormat::Raw => {}
             StreamFormat::Ndjson => out.push(b'\n'),
             StreamFormat::Sse => out.extend_from_slice(b"\n\n"),
         }
@@ -323,7 +328,7 @@ impl StreamFormat {
     /// the stream is cut instead, so that no client takes it for whole.
     pub fn error(self, status: &[u8], out: &mut Vec<u8>) -> bool {
         match self {
-            StreamFormat::JsonArray => false,
+            StreamFormat::JsonArray | StreamFormat::Raw => false,
             StreamFormat::Ndjson => {
                 out.extend_from_slice(b"{\"error\":");
                 out.extend_from_slice(status);
