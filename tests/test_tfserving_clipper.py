@@ -20,6 +20,9 @@ from titanic import features, load_params, passenger_rows
 def server(tmp_path_factory):
     root = tmp_path_factory.mktemp("repo")
     shutil.copytree(MODELS / "titanic", root / "titanic")
+    # TF Serving's version labels, as its model config gives them.
+    config = root / "titanic" / "config.toml"
+    config.write_text('version_labels = { stable = "1" }\n' + config.read_text())
     write_repo(root, "text", [("s", "BYTES", "[-1]")])
     write_repo(root, "pair", [("a", "FP32", "[-1, 2]"), ("b", "INT64", "[-1]")])
     # An output whose alias ends in `_bytes`: TF Serving base64-encodes it.
@@ -28,7 +31,7 @@ def server(tmp_path_factory):
         'backend = "identity"\n[[inputs]]\nname = "data"\ndatatype = "BYTES"\nshape = [-1]\n'
         '[[outputs]]\nname = "data_bytes"\ndatatype = "BYTES"\nshape = [-1]\n')
     write_repo(root, "raw", [("b", "UINT8", "[-1, -1]")])
-    versioned_repository(root, "version_policy = { all = {} }")
+    versioned_repository(root, 'version_policy = { all = {} }\nversion_labels = { stable = "1", canary = "2" }')
     running = RunningServer(root)
     yield running
     running.stop()
@@ -268,3 +271,25 @@ def test_tf_signature_names_are_checked_as_tf_serving_checks_them(server):
         "signature_name": "tensorflow/serving/regress",
         "examples": [{"features": body["instances"][0]}]})
     assert regress.status_code == 200, regress.text
+
+
+def test_version_labels_pick_their_versions_and_an_unknown_one_is_refused(server, rows):
+    """`[version_labels]`: a label answers with the version it names; one
+    the model does not have is a 404, as TF Serving refuses it."""
+    client = httpclient.InferenceServerClient(url=server.address)
+    for label, version in [("stable", "1"), ("canary", "2")]:
+        inp = httpclient.InferInput("features", list(rows.shape), "FP32")
+        inp.set_data_from_numpy(rows)
+        want = client.infer("versioned", [inp], model_version=version).as_numpy("probability")
+        answer = requests.post(url(server, f"/v1/models/versioned/labels/{label}:predict"),
+                               json={"instances": rows.tolist()})
+        assert answer.status_code == 200, answer.text
+        got = np.array([p["probability"] for p in answer.json()["predictions"]], dtype=np.float32)
+        np.testing.assert_array_equal(got, want)
+        status = requests.get(url(server, f"/v1/models/versioned/labels/{label}")).json()
+        assert [v["version"] for v in status["model_version_status"]] == [version]
+    for path in ["/v1/models/titanic/labels/nope:predict", "/v1/models/titanic/labels/canary"]:
+        answer = requests.request("POST" if path.endswith(":predict") else "GET", url(server, path),
+                                  json={"instances": rows.tolist()})
+        assert answer.status_code == 404, answer.text
+        assert "no version labelled" in answer.json()["error"], answer.text

@@ -358,3 +358,21 @@ def test_tf_serving_ports_serve_the_same_apis():
         assert np.float32(rest.json()["predictions"][0]["probability"]) == v2["probability"][0]
     finally:
         server.stop()
+
+
+def test_grpcio_an_unconfigured_version_label_is_not_found(server, tf):
+    """A `version_label` the model's `[version_labels]` lacks is NOT_FOUND,
+    as TF Serving answers; the bundled models configure none."""
+    grpc, message = tf
+    request = message("tensorflow.serving.PredictRequest")()
+    request.model_spec.name = "titanic"
+    request.model_spec.version_label = "stable"
+    tensor = request.inputs["features"]
+    tensor.dtype = 1
+    tensor.tensor_shape.dim.add(size=1)
+    tensor.tensor_shape.dim.add(size=12)
+    tensor.float_val.extend(FEATURES)
+    with pytest.raises(grpc.RpcError) as raised:
+        predict_call(tf, server)(request, timeout=30)
+    assert raised.value.code() == grpc.StatusCode.NOT_FOUND
+    assert "no version labelled 'stable'" in raised.value.details()

@@ -31,6 +31,12 @@ pub struct ModelConfig {
     /// (`versions.rs`); the latest one unless set.
     #[serde(default)]
     pub version_policy: Option<crate::versions::VersionPolicyKeys>,
+    /// `[version_labels]`: names for versions (`stable = "1"`), as TF
+    /// Serving's model config gives them; its clients ask
+    /// `/v1/models/m/labels/stable` or a `version_label`. A label that is
+    /// not here is refused.
+    #[serde(default)]
+    pub version_labels: std::collections::BTreeMap<String, String>,
     /// The inputs, as clients must send them.
     #[serde(default)]
     pub inputs: Vec<TensorConfig>,

@@ -32,6 +32,8 @@ pub struct LoadedModel {
     /// The versions of its model folder that are served: Triton's
     /// default (the latest) in the flat layout.
     pub version_policy: VersionPolicy,
+    /// TF Serving's version labels: label to version.
+    pub version_labels: std::collections::BTreeMap<String, String>,
 }
 
 /// An output's class labels, read from its labels file at load.
@@ -278,6 +280,7 @@ fn load_version(
         backend: config.backend.clone(),
         labels,
         version_policy: policy,
+        version_labels: config.version_labels.clone(),
     })
 }
 

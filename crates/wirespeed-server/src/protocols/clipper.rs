@@ -40,10 +40,7 @@ pub(crate) async fn predict(
         app,
         format: Format::ClipperOne,
     };
-    let target = Target {
-        name: app,
-        version: None,
-    };
+    let target = Target::new(app, None);
     pipeline::infer(&front.serving, context, target, codec).await
 }
 

@@ -161,10 +161,7 @@ fn match_route<'a>(path: &'a str, segments: &[&'a str]) -> Option<Route<'a>> {
         ["v2", "health", "ready"] => Some(Route::Ready),
         // TF Serving's Prometheus path (its monitoring config's default).
         ["metrics"] | ["monitoring", "prometheus", "metrics"] => Some(Route::Metrics),
-        ["v2", "models", "stats"] => Some(Route::ModelStats(Target {
-            name: "",
-            version: None,
-        })),
+        ["v2", "models", "stats"] => Some(Route::ModelStats(Target::new("", None))),
         ["v2", "repository", "index"] => Some(Route::RepositoryIndex),
         ["v2", "repository", "models", name, "load"] => Some(Route::RepositoryLoad(name)),
         ["v2", "repository", "models", name, "unload"] => Some(Route::RepositoryUnload(name)),
@@ -191,7 +188,7 @@ fn model_route<'a>(name: &'a str, rest: &[&'a str]) -> Option<Route<'a>> {
         ["versions", v, rest @ ..] if !v.is_empty() => (Some(*v), rest),
         _ => (None, rest),
     };
-    let model = Target { name, version };
+    let model = Target::new(name, version);
     match rest {
         [] => Some(Route::ModelMetadata(model)),
         ["ready"] => Some(Route::ModelReady(model)),
@@ -243,27 +240,17 @@ fn tf_route<'a>(rest: &[&'a str]) -> Option<Route<'a>> {
     segments[..head.len()].copy_from_slice(head);
     segments[head.len()] = last;
     let (model, tail) = match &segments[..=head.len()] {
-        [name, "versions", v, tail @ ..] if !name.is_empty() && !v.is_empty() => (
-            Target {
-                name,
-                version: Some(v),
-            },
-            tail,
-        ),
+        [name, "versions", v, tail @ ..] if !name.is_empty() && !v.is_empty() => {
+            (Target::new(name, Some(v)), tail)
+        }
         [name, "labels", l, tail @ ..] if !name.is_empty() && !l.is_empty() => (
             Target {
-                name,
-                version: None,
+                label: Some(l),
+                ..Target::new(name, None)
             },
             tail,
         ),
-        [name, tail @ ..] if !name.is_empty() => (
-            Target {
-                name,
-                version: None,
-            },
-            tail,
-        ),
+        [name, tail @ ..] if !name.is_empty() => (Target::new(name, None), tail),
         _ => return None,
     };
     match (tail, verb) {
@@ -287,7 +274,7 @@ mod tests {
 
     #[test]
     fn every_endpoint_routes() {
-        let m = |name, version| Target { name, version };
+        let m = |name, version| Target::new(name, version);
         assert_eq!(get("/").unwrap(), Route::Root);
         assert_eq!(get("/v1/models").unwrap(), Route::ModelList);
         assert_eq!(get("/v2").unwrap(), Route::ServerMetadata);
@@ -331,7 +318,7 @@ mod tests {
 
     #[test]
     fn tf_serving_and_clipper_routes() {
-        let m = |name, version| Target { name, version };
+        let m = |name, version| Target::new(name, version);
         let post = |path| route(&Method::POST, path).unwrap();
         assert_eq!(get("/v1/models/t").unwrap(), Route::TfStatus(m("t", None)));
         assert_eq!(
@@ -351,9 +338,13 @@ mod tests {
             post("/v1/models/t/versions/2:predict"),
             Route::TfPredict(m("t", Some("2")))
         );
+        let labelled = |label| Target {
+            label: Some(label),
+            ..m("t", None)
+        };
         assert_eq!(
             post("/v1/models/t/labels/stable:predict"),
-            Route::TfPredict(m("t", None))
+            Route::TfPredict(labelled("stable"))
         );
         assert_eq!(
             post("/v1/models/t:classify"),
@@ -372,11 +363,11 @@ mod tests {
         // A label serves status and metadata too, as TF Serving's do.
         assert_eq!(
             get("/v1/models/t/labels/x").unwrap(),
-            Route::TfStatus(m("t", None))
+            Route::TfStatus(labelled("x"))
         );
         assert_eq!(
             get("/v1/models/t/labels/x/metadata").unwrap(),
-            Route::TfMetadata(m("t", None))
+            Route::TfMetadata(labelled("x"))
         );
         assert_eq!(
             get("/v1/models/t/labels/x/other").unwrap_err().kind(),

@@ -75,6 +75,7 @@ fn serve(models: &ServedModels, name: &str, upstream: &Arc<Upstream>) {
         backend: "upstream".to_owned(),
         labels: Vec::new(),
         version_policy: Default::default(),
+        version_labels: Default::default(),
     });
     if added {
         tracing::info!(model = name, upstream = %upstream.describe(), "serving the upstream's model");

@@ -103,6 +103,19 @@ pub(crate) struct Target<'a> {
     pub(crate) name: &'a str,
     /// The version asked for; `None` for the served one.
     pub(crate) version: Option<&'a str>,
+    /// TF Serving's version label, in place of a version.
+    pub(crate) label: Option<&'a str>,
+}
+
+impl<'a> Target<'a> {
+    /// The model `name`, in `version` (the served one when `None`).
+    pub(crate) fn new(name: &'a str, version: Option<&'a str>) -> Target<'a> {
+        Target {
+            name,
+            version,
+            label: None,
+        }
+    }
 }
 
 /// One protocol's side of an infer request.
@@ -213,7 +226,7 @@ async fn run<C: Codec>(
     target: Target<'_>,
     codec: &mut C,
 ) -> Result<C::Answer, Error> {
-    let served = match serving.models.get(target.name, target.version) {
+    let served = match serving.models.target(&target) {
         Ok(served) => served,
         Err(e) => return Err(codec.refuse(e).await),
     };

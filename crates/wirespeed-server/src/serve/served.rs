@@ -9,6 +9,8 @@
 //! under a read lock.
 
 use std::collections::BTreeMap;
+
+use crate::serve::pipeline::Target;
 use std::sync::{Arc, RwLock};
 
 use wirespeed_core::{CpuPool, Error, ErrorKind, Model, ModelMetadata};
@@ -34,6 +36,8 @@ pub(crate) struct ServedModel {
     labels: Vec<OutputLabels>,
     /// The versions of its folder that are served.
     pub(crate) version_policy: VersionPolicy,
+    /// TF Serving's version labels: label to version.
+    version_labels: BTreeMap<String, String>,
 }
 
 impl ServedModel {
@@ -186,6 +190,7 @@ impl ServedModels {
             max_queue: queue,
             labels: loaded.labels,
             version_policy: loaded.version_policy,
+            version_labels: loaded.version_labels,
         })
     }
 
@@ -245,5 +250,30 @@ impl ServedModels {
                 ),
             )
         })
+    }
+
+    /// The model a request names: by version, by TF Serving's version
+    /// label (its `[version_labels]`), or the latest.
+    pub(crate) fn target(&self, target: &Target<'_>) -> Result<Arc<ServedModel>, Error> {
+        let Some(label) = target.label else {
+            return self.get(target.name, target.version);
+        };
+        let latest = self.get(target.name, None)?;
+        let version = latest.version_labels.get(label).ok_or_else(|| {
+            let known: Vec<&str> = latest.version_labels.keys().map(String::as_str).collect();
+            let has = if known.is_empty() {
+                "none are configured ([version_labels] in its config.toml)".to_owned()
+            } else {
+                format!("it has {}", known.join(", "))
+            };
+            Error::new(
+                ErrorKind::VersionNotFound,
+                format!(
+                    "model '{}' has no version labelled '{label}'; {has}",
+                    target.name
+                ),
+            )
+        })?;
+        self.get(target.name, Some(version))
     }
 }

@@ -10,9 +10,10 @@
 //! copied once, typed values move), under the same request limits as every
 //! protocol. The answer carries each output in its typed field
 //! (`float_val`, ...), as TF Serving does by default, or with
-//! `--tf-tensor-content` its own buffer as `tensor_content`. A model's one signature is `serving_default`;
-//! `model_spec.version` picks a version, and a `version_label`, like REST's
-//! labels, stands for the latest served one. `output_filter` chooses the
+//! `--tf-tensor-content` its own buffer as `tensor_content`. A model's one
+//! signature is `serving_default`; `model_spec.version` picks a version,
+//! and a `version_label` the version its `[version_labels]` names (another
+//! is NOT_FOUND, as TF Serving refuses it). `output_filter` chooses the
 //! outputs.
 
 use std::collections::HashMap;
@@ -53,6 +54,8 @@ fn status(error: &Error) -> Status {
 struct Spec {
     name: String,
     version: Option<String>,
+    /// A `version_label`, in place of a version.
+    label: Option<String>,
     signature: String,
 }
 
@@ -62,10 +65,10 @@ impl Spec {
         if spec.name.is_empty() {
             return Err(Error::invalid_input("model_spec.name is empty"));
         }
-        let version = match spec.version_choice {
-            Some(VersionChoice::Version(v)) => Some(v.to_string()),
-            // Labels are not configured: one stands for the latest version.
-            Some(VersionChoice::VersionLabel(_)) | None => None,
+        let (version, label) = match spec.version_choice {
+            Some(VersionChoice::Version(v)) => (Some(v.to_string()), None),
+            Some(VersionChoice::VersionLabel(l)) => (None, Some(l)),
+            None => (None, None),
         };
         let signature = if spec.signature_name.is_empty() {
             SIGNATURE.to_owned()
@@ -75,6 +78,7 @@ impl Spec {
         Ok(Spec {
             name: spec.name,
             version,
+            label,
             signature,
         })
     }
@@ -83,6 +87,7 @@ impl Spec {
         Target {
             name: &self.name,
             version: self.version.as_deref(),
+            label: self.label.as_deref(),
         }
     }
 
@@ -201,7 +206,8 @@ fn multi_tasks(tasks: Vec<tfs::InferenceTask>) -> Result<(Spec, Vec<Task>), Erro
             }
         };
         if let Some(first) = &first {
-            if first.name != spec.name || first.version != spec.version {
+            if first.name != spec.name || first.version != spec.version || first.label != spec.label
+            {
                 return Err(Error::invalid_input(
                     "every task of a MultiInferenceRequest must name the same model and version",
                 ));
@@ -432,7 +438,7 @@ impl tfs::prediction_service_server::PredictionService for TfServing {
             .front
             .serving
             .models
-            .get(&spec.name, spec.version.as_deref())
+            .target(&spec.target())
             .map_err(|e| status(&e))?;
         spec.check_signature(&model).map_err(|e| status(&e))?;
         let metadata = model.metadata();
@@ -495,12 +501,10 @@ impl tfs::model_service_server::ModelService for TfServing {
     ) -> Result<Response<tfs::GetModelStatusResponse>, Status> {
         let spec = Spec::of(request.into_inner().model_spec).map_err(|e| status(&e))?;
         let models = &self.front.serving.models;
-        let served = models
-            .get(&spec.name, spec.version.as_deref())
-            .map_err(|e| status(&e))?;
-        let versions = match spec.version {
-            Some(_) => vec![served],
-            None => models.versions(&spec.name),
+        let served = models.target(&spec.target()).map_err(|e| status(&e))?;
+        let versions = match (&spec.version, &spec.label) {
+            (None, None) => models.versions(&spec.name),
+            _ => vec![served],
         };
         use tfs::model_version_status::State;
         let statuses = versions

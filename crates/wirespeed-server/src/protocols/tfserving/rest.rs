@@ -222,11 +222,12 @@ pub(crate) fn other_verb(verb: &str) -> Error {
 /// version is AVAILABLE) and KServe v1's (`name`, `ready`) in one object,
 /// so both protocols' clients read it.
 pub(crate) fn status(front: &Front, target: Target<'_>) -> Result<Response<Body>, Error> {
-    let model = front.serving.models.get(target.name, target.version)?;
-    // Without a version, every served one, as TF Serving lists them.
-    let versions = match target.version {
-        Some(_) => vec![model],
-        None => front.serving.models.versions(target.name),
+    let model = front.serving.models.target(&target)?;
+    // Without a version or label, every served one, as TF Serving lists
+    // them.
+    let versions = match (target.version, target.label) {
+        (None, None) => front.serving.models.versions(target.name),
+        _ => vec![model],
     };
     let mut all_ready = true;
     let statuses: Vec<Value> = versions
@@ -265,7 +266,7 @@ pub(crate) fn model_list(front: &Front) -> Response<Body> {
 /// outputs as a `serving_default` signature, and its heads' `classification`
 /// and `regression` signatures.
 pub(crate) fn metadata(front: &Front, target: Target<'_>) -> Result<Response<Body>, Error> {
-    let model = front.serving.models.get(target.name, target.version)?;
+    let model = front.serving.models.target(&target)?;
     let m = model.metadata();
     let tensors = |specs: &[TensorSpec]| -> Value {
         let mut map = Map::new();

@@ -46,10 +46,7 @@ pub(super) async fn model_infer(
     let context = RequestContext::new(&front.serving, "grpc", trace).within(timeout);
     let name = std::mem::take(&mut message.model_name);
     let version = std::mem::take(&mut message.model_version);
-    let target = Target {
-        name: &name,
-        version: (!version.is_empty()).then_some(version.as_str()),
-    };
+    let target = Target::new(&name, (!version.is_empty()).then_some(version.as_str()));
     let codec = GrpcInfer {
         front,
         message: Some(message),
@@ -68,10 +65,7 @@ pub(super) async fn stream_infer(
     let context = RequestContext::new(&front.serving, "grpc-stream", trace);
     let name = std::mem::take(&mut message.model_name);
     let version = std::mem::take(&mut message.model_version);
-    let target = Target {
-        name: &name,
-        version: (!version.is_empty()).then_some(version.as_str()),
-    };
+    let target = Target::new(&name, (!version.is_empty()).then_some(version.as_str()));
     let id = message.id.clone();
     let flag_final = message
         .parameters
