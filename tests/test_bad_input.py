@@ -26,9 +26,9 @@ def with_input(**changes):
 
 CASES = [
     # (name, method, path, body, status, words the error must contain)
-    ("unknown model", "POST", "/v2/models/nope/infer", json.dumps(GOOD).encode(), 404, ["unknown model 'nope'"]),
+    ("unknown model", "POST", "/v2/models/nope/infer", json.dumps(GOOD).encode(), 404, ["Request for unknown model: 'nope' is not found"]),
     ("unknown version", "POST", "/v2/models/titanic/versions/9/infer", json.dumps(GOOD).encode(), 404, ["no version '9'"]),
-    ("unknown model metadata", "GET", "/v2/models/nope", None, 404, ["unknown model 'nope'"]),
+    ("unknown model metadata", "GET", "/v2/models/nope", None, 404, ["Request for unknown model: 'nope' is not found"]),
     ("wrong input name", "POST", "/v2/models/titanic/infer", with_input(name="x"), 400, ["unexpected input 'x'", "'features'"]),
     ("wrong datatype", "POST", "/v2/models/titanic/infer", with_input(datatype="FP64"), 400, ["FP64", "expects FP32"]),
     ("unknown datatype", "POST", "/v2/models/titanic/infer", with_input(datatype="FLOAT"), 400, ["unknown datatype 'FLOAT'"]),

@@ -74,7 +74,7 @@ def test_the_model_configuration_is_the_config_toml(server, protocol):
 
 def test_an_unknown_model_has_no_configuration(server, protocol):
     client, _ = client_for(server, protocol)
-    with pytest.raises(InferenceServerException, match="unknown model 'nope'"):
+    with pytest.raises(InferenceServerException, match="Request for unknown model: 'nope' is not found"):
         client.get_model_config("nope")
 
 

@@ -1,9 +1,14 @@
 //! Triton's `config.pbtxt`, read as the keys of a `config.toml`, so that a
-//! model folder laid out for Triton's Python backend loads unchanged:
+//! model folder laid out for Triton loads unchanged, for every backend
+//! wirespeed runs: Triton's Python backend, ONNX Runtime's
+//! (`platform: "onnxruntime_onnx"` or `backend: "onnxruntime"`, run by the
+//! onnx backend) and its identity backend:
 //!
 //! ```text
 //! models/add_sub/config.pbtxt      backend: "python", input [...], output [...]
 //! models/add_sub/1/model.py
+//! models/densenet/config.pbtxt     platform: "onnxruntime_onnx", ...
+//! models/densenet/1/model.onnx
 //! ```
 //!
 //! The text is parsed as Triton parses it, protobuf's text format of
@@ -14,10 +19,11 @@
 //! `version_policy` and `default_model_filename` carry over, string
 //! `parameters` become the model's `[parameters]`, and the whole
 //! configuration, as Triton writes it in JSON, is kept for the model's
-//! `initialize(args)`. Other backends are refused with a message that says
-//! to write a `config.toml`; so are fields wirespeed would not honour
-//! (`reshape`, optional inputs, decoupled transactions, a packed Python
-//! environment).
+//! `initialize(args)`. A platform wirespeed does not run (TensorFlow,
+//! PyTorch, TensorRT, OpenVINO, a custom backend) is refused by name with
+//! the way to serve it (from a Triton that runs it, `backend = "upstream"`);
+//! so are fields wirespeed would not honour (`reshape`, optional inputs,
+//! decoupled transactions, a packed Python environment).
 
 use prost_reflect::{DescriptorPool, DynamicMessage, MessageDescriptor, SerializeOptions};
 use wirespeed_core::DataType;
@@ -123,21 +129,44 @@ fn datatype(number: i32, tensor: &str) -> Result<String, String> {
     }
 }
 
-/// The keys of `config.toml` that `text`, a `config.pbtxt`, says.
-pub(crate) fn config_table(text: &str) -> Result<toml::Table, String> {
-    let config = parse(text)?;
-    let backend = if config.backend.is_empty() {
+/// The wirespeed backend that runs what a `config.pbtxt`'s `backend` (or
+/// `platform`) names, or why none does.
+fn backend_of(config: &pb::ModelConfig) -> Result<&'static str, String> {
+    let named = if config.backend.is_empty() {
         config.platform.as_str()
     } else {
         config.backend.as_str()
     };
-    if backend != "python" {
-        return Err(format!(
-            "config.pbtxt is read for Triton's Python backend models (backend: \"python\"), \
-             and this one says '{backend}'; describe it in a config.toml instead \
-             (docs/model-repository.md)"
-        ));
-    }
+    Ok(match named {
+        "python" => "python",
+        "onnxruntime" | "onnxruntime_onnx" => "onnx",
+        "identity" => "identity",
+        "" => return Err("config.pbtxt names neither a backend nor a platform".to_owned()),
+        other => {
+            let what = match other {
+                "tensorflow" | "tensorflow_graphdef" | "tensorflow_savedmodel" => "TensorFlow",
+                "pytorch" | "pytorch_libtorch" => "PyTorch",
+                "tensorrt" | "tensorrt_plan" => "TensorRT",
+                "openvino" => "OpenVINO",
+                "fil" => "the FIL backend's tree models",
+                "ensemble" => "an ensemble",
+                _ => "a custom backend",
+            };
+            return Err(format!(
+                "Triton's '{other}' ({what}) is not run by wirespeed, which runs Python \
+                 (backend: \"python\"), ONNX (platform: \"onnxruntime_onnx\") and identity \
+                 models from a config.pbtxt; serve this model from a Triton that runs it and \
+                 put wirespeed in front (backend = \"upstream\" in a config.toml, \
+                 docs/upstream.md)"
+            ));
+        }
+    })
+}
+
+/// The keys of `config.toml` that `text`, a `config.pbtxt`, says.
+pub(crate) fn config_table(text: &str) -> Result<toml::Table, String> {
+    let config = parse(text)?;
+    let backend = backend_of(&config)?;
     if config
         .model_transaction_policy
         .as_ref()
@@ -202,21 +231,31 @@ pub(crate) fn config_table(text: &str) -> Result<toml::Table, String> {
         outputs.push(toml::Value::Table(table));
     }
     let mut table = toml::Table::new();
-    table.insert("backend".into(), "python".into());
+    table.insert("backend".into(), backend.into());
     table.insert("inputs".into(), toml::Value::Array(inputs));
     table.insert("outputs".into(), toml::Value::Array(outputs));
-    if !config.default_model_filename.is_empty() {
+    if !config.default_model_filename.is_empty() && backend != "identity" {
         table.insert(
             "model_file".into(),
             config.default_model_filename.clone().into(),
         );
     }
+    // Triton's instances: worker processes for Python, requests computed
+    // at once for ONNX (its sessions).
     let instances: i64 = config
         .instance_group
         .iter()
         .map(|g| i64::from(g.count.max(1)))
         .sum();
-    table.insert("instances".into(), instances.max(1).into());
+    match backend {
+        "python" => {
+            table.insert("instances".into(), instances.max(1).into());
+        }
+        "onnx" if instances > 0 => {
+            table.insert("instances".into(), instances.into());
+        }
+        _ => {}
+    }
     if let (true, Some(pb::model_config::SchedulingChoice::DynamicBatching(dynamic))) =
         (batch, &config.scheduling_choice)
     {
@@ -262,6 +301,22 @@ pub(crate) fn config_table(text: &str) -> Result<toml::Table, String> {
         let mut chosen = toml::Table::new();
         chosen.insert(choice.into(), value);
         table.insert("version_policy".into(), chosen.into());
+    }
+    if backend == "identity" {
+        // Triton's identity backend's one parameter of note.
+        if let Some(delay) = config.parameters.get("execute_delay_ms") {
+            let ms: i64 = delay.string_value.trim().parse().map_err(|_| {
+                format!(
+                    "parameter execute_delay_ms is '{}', not a number of milliseconds",
+                    delay.string_value
+                )
+            })?;
+            table.insert("delay_ms".into(), ms.into());
+        }
+        return Ok(table);
+    }
+    if backend == "onnx" {
+        return Ok(table);
     }
     let mut parameters = toml::Table::new();
     for (key, value) in &config.parameters {
@@ -329,12 +384,57 @@ parameters: { key: "threshold" value: { string_value: "0.5" } }
     }
 
     #[test]
-    fn what_wirespeed_would_not_honour_is_refused_by_name() {
-        let onnx = config_table("platform: \"onnxruntime_onnx\"").unwrap_err();
-        assert!(
-            onnx.contains("onnxruntime_onnx") && onnx.contains("config.toml"),
-            "{onnx}"
+    fn onnx_and_identity_models_are_read_for_their_backends() {
+        let onnx = config_table(
+            r#"
+name: "densenet_onnx"
+platform: "onnxruntime_onnx"
+max_batch_size: 0
+input [ { name: "data_0" data_type: TYPE_FP32 dims: [ 1, 3, 224, 224 ] } ]
+output [ { name: "fc6_1" data_type: TYPE_FP32 dims: [ 1, 1000, 1, 1 ] } ]
+instance_group [ { count: 2 kind: KIND_CPU } ]
+"#,
+        )
+        .unwrap();
+        assert_eq!(onnx["backend"].as_str(), Some("onnx"));
+        assert_eq!(onnx["instances"].as_integer(), Some(2));
+        assert!(onnx.get("triton_model_config").is_none());
+        let identity = config_table(
+            r#"
+backend: "identity"
+max_batch_size: 8
+input [ { name: "INPUT0" data_type: TYPE_INT32 dims: [ -1 ] } ]
+output [ { name: "OUTPUT0" data_type: TYPE_INT32 dims: [ -1 ] } ]
+parameters [ { key: "execute_delay_ms" value: { string_value: "5" } } ]
+"#,
+        )
+        .unwrap();
+        assert_eq!(identity["backend"].as_str(), Some("identity"));
+        assert_eq!(identity["delay_ms"].as_integer(), Some(5));
+        assert_eq!(
+            identity["inputs"].as_array().unwrap()[0]["shape"]
+                .as_array()
+                .unwrap()
+                .len(),
+            2
         );
+    }
+
+    #[test]
+    fn what_wirespeed_would_not_honour_is_refused_by_name() {
+        for (platform, what) in [
+            ("tensorflow_savedmodel", "TensorFlow"),
+            ("pytorch_libtorch", "PyTorch"),
+            ("tensorrt_plan", "TensorRT"),
+        ] {
+            let refused = config_table(&format!("platform: \"{platform}\"")).unwrap_err();
+            assert!(
+                refused.contains(platform)
+                    && refused.contains(what)
+                    && refused.contains("upstream"),
+                "{refused}"
+            );
+        }
         let decoupled =
             config_table("backend: \"python\" model_transaction_policy { decoupled: true }")
                 .unwrap_err();

@@ -172,8 +172,9 @@ pub fn load_model(
                 return Err(error(
                     folder,
                     "has no config.toml; every model folder needs one (an ONNX model's \
-                     folder with model.onnx alone, and a Triton Python model's with its \
-                     config.pbtxt, are the exceptions)"
+                     folder with model.onnx alone, and a Triton model's with its \
+                     config.pbtxt, for the Python, ONNX Runtime and identity backends, are \
+                     the exceptions)"
                         .into(),
                 ));
             }

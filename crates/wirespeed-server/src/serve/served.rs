@@ -232,7 +232,11 @@ impl ServedModels {
         }
         let models = self.models.read().unwrap_or_else(|e| e.into_inner());
         let versions = models.get(name).ok_or_else(|| {
-            Error::new(ErrorKind::ModelNotFound, format!("unknown model '{name}'"))
+            // Triton's words, which its clients look for.
+            Error::new(
+                ErrorKind::ModelNotFound,
+                format!("Request for unknown model: '{name}' is not found"),
+            )
         })?;
         let found = match version {
             // The latest: versions are never empty.

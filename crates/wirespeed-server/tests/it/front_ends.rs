@@ -258,7 +258,10 @@ async fn every_front_end_gives_the_same_answer_and_the_same_errors() {
         &server,
         "no_such_model",
         &PASSENGER,
-        error(404, "unknown model 'no_such_model'"),
+        error(
+            404,
+            "Request for unknown model: 'no_such_model' is not found",
+        ),
     )
     .await;
 }

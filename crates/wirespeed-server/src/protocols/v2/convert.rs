@@ -25,6 +25,7 @@ fn input_error(name: &str, message: impl std::fmt::Display) -> Error {
 /// Converts a gRPC infer request, enforcing the request limits.
 pub(crate) fn request(
     message: pb::ModelInferRequest,
+    model: &str,
     limits: &RequestLimits,
 ) -> Result<InferRequest, Error> {
     limits.check_inputs(message.inputs.len())?;
@@ -48,6 +49,20 @@ pub(crate) fn request(
     }
     let with_data = shared_refs.iter().filter(|s| s.is_none()).count();
     let raw = !message.raw_input_contents.is_empty();
+    // An input with `contents` in a request with raw contents: Triton's
+    // words, which its clients look for, before the count is checked.
+    if let Some(both) = message
+        .inputs
+        .iter()
+        .zip(&shared_refs)
+        .find(|(input, shared)| raw && shared.is_none() && input.contents.is_some())
+    {
+        return Err(Error::invalid_input(format!(
+            "contents field must not be specified when using raw_input_contents for '{}' for \
+             model '{}'",
+            both.0.name, model
+        )));
+    }
     if raw && message.raw_input_contents.len() != with_data {
         return Err(Error::invalid_input(format!(
             "raw_input_contents has {} entries for {} inputs{}; give one per input, in \
@@ -98,6 +113,7 @@ pub(crate) fn request(
             continue;
         }
         let data = match (raw_contents.next(), input.contents) {
+            // Refused above, before the count: never both here.
             (Some(_), Some(_)) => {
                 return Err(input_error(
                     &name,
@@ -246,6 +262,7 @@ mod tests {
                 raw_input_contents: raw,
                 ..Default::default()
             },
+            "m",
             &RequestLimits::default(),
         )
     }

@@ -92,7 +92,7 @@ struct GrpcInfer<'a> {
 impl GrpcInfer<'_> {
     /// Converts the message to the core request, on the CPU pool when it
     /// carries many raw bytes.
-    async fn convert(&mut self, stages: &mut Stages) -> Result<InferRequest, Error> {
+    async fn convert(&mut self, model: &str, stages: &mut Stages) -> Result<InferRequest, Error> {
         let message = self.message.take().expect("a message is decoded once");
         let raw_bytes: usize = message.raw_input_contents.iter().map(|b| b.len()).sum();
         let bytes = if self.front.serving.traffic.is_some() {
@@ -103,8 +103,9 @@ impl GrpcInfer<'_> {
         let limits = self.front.serving.decode_options.limits.clone();
         let mut decode = Duration::ZERO;
         let offload = raw_bytes > OFFLOAD_RAW_BYTES;
+        let model = model.to_owned();
         let request = timed_on(&self.front.serving.pool, offload, &mut decode, move || {
-            convert::request(message, &limits)
+            convert::request(message, &model, &limits)
         })
         .await?;
         stages.body_read(decode, bytes);
@@ -118,10 +119,10 @@ impl Codec for GrpcInfer<'_> {
 
     async fn decode(
         &mut self,
-        _: &ServedModel,
+        model: &ServedModel,
         stages: &mut Stages,
     ) -> Result<InferRequest, Error> {
-        self.convert(stages).await
+        self.convert(&model.metadata().name, stages).await
     }
 
     fn encode(&mut self, response: InferResponse) -> Result<Self::Answer, Error> {
@@ -162,10 +163,10 @@ impl Codec for GrpcStreamInfer<'_> {
 
     async fn decode(
         &mut self,
-        _: &ServedModel,
+        model: &ServedModel,
         stages: &mut Stages,
     ) -> Result<InferRequest, Error> {
-        self.unary.convert(stages).await
+        self.unary.convert(&model.metadata().name, stages).await
     }
 
     fn encode(&mut self, response: InferResponse) -> Result<Self::Answer, Error> {

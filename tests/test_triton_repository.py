@@ -1,0 +1,190 @@
+"""A Triton model repository, laid out as Triton's docs lay it out, served
+unchanged: `config.pbtxt` for ONNX Runtime models (`platform:
+"onnxruntime_onnx"`, run by the onnx backend) and Triton's identity
+backend, beside the Python backend's; a platform wirespeed does not run is
+refused by name with the way to serve it. The models are asked with
+tritonclient, unmodified, as NVIDIA's client examples ask them
+(`simple_http_infer_client.py`, `simple_grpc_health_metadata.py`,
+`grpc_explicit_int_content_client.py`): the same calls, the same data,
+the same checks, error texts included; ONNX answers against
+onnxruntime's."""
+
+import numpy as np
+import onnx
+import onnxruntime
+import pytest
+import tritonclient.grpc as grpcclient
+import tritonclient.http as httpclient
+from onnx import TensorProto, helper
+from tritonclient.utils import InferenceServerException
+
+from conftest import RunningServer, run_wirespeed
+
+# Triton's `simple` example (docs/examples/model_repository/simple), with
+# the platform that runs it here.
+SIMPLE_CONFIG = """
+name: "simple"
+platform: "onnxruntime_onnx"
+max_batch_size: 8
+input [
+  {
+    name: "INPUT0"
+    data_type: TYPE_INT32
+    dims: [ 16 ]
+  },
+  {
+    name: "INPUT1"
+    data_type: TYPE_INT32
+    dims: [ 16 ]
+  }
+]
+output [
+  {
+    name: "OUTPUT0"
+    data_type: TYPE_INT32
+    dims: [ 16 ]
+  },
+  {
+    name: "OUTPUT1"
+    data_type: TYPE_INT32
+    dims: [ 16 ]
+  }
+]
+instance_group [ { kind: KIND_CPU count: 1 } ]
+"""
+
+IDENTITY_CONFIG = """
+name: "identity_int32"
+backend: "identity"
+max_batch_size: 0
+input [ { name: "INPUT0" data_type: TYPE_INT32 dims: [ -1 ] } ]
+output [ { name: "OUTPUT0" data_type: TYPE_INT32 dims: [ -1 ] } ]
+"""
+
+
+def simple_onnx():
+    """OUTPUT0 = INPUT0 + INPUT1, OUTPUT1 = INPUT0 - INPUT1, batched."""
+    io = lambda name: helper.make_tensor_value_info(name, TensorProto.INT32, ["batch", 16])  # noqa: E731
+    graph = helper.make_graph(
+        [helper.make_node("Add", ["INPUT0", "INPUT1"], ["OUTPUT0"]),
+         helper.make_node("Sub", ["INPUT0", "INPUT1"], ["OUTPUT1"])],
+        "simple", [io("INPUT0"), io("INPUT1")], [io("OUTPUT0"), io("OUTPUT1")])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+@pytest.fixture(scope="module")
+def repository(tmp_path_factory):
+    root = tmp_path_factory.mktemp("triton")
+    (root / "simple" / "1").mkdir(parents=True)
+    (root / "simple" / "config.pbtxt").write_text(SIMPLE_CONFIG)
+    onnx.save(simple_onnx(), root / "simple" / "1" / "model.onnx")
+    (root / "identity_int32" / "1").mkdir(parents=True)
+    (root / "identity_int32" / "config.pbtxt").write_text(IDENTITY_CONFIG)
+    return root
+
+
+@pytest.fixture(scope="module")
+def server(repository):
+    running = RunningServer(repository)
+    yield running
+    running.stop()
+
+
+def inputs_of(module, data0, data1, binary=True):
+    inputs = [module.InferInput("INPUT0", [1, 16], "INT32"), module.InferInput("INPUT1", [1, 16], "INT32")]
+    for inp, data in zip(inputs, (data0, data1)):
+        if module is httpclient:
+            inp.set_data_from_numpy(data, binary_data=binary)
+        else:
+            inp.set_data_from_numpy(data)
+    return inputs
+
+
+@pytest.mark.parametrize("module", [httpclient, grpcclient], ids=["http", "grpc"])
+def test_the_simple_example_answers_as_onnxruntime_does(server, repository, module):
+    """simple_{http,grpc}_infer_client.py: sums and differences, checked
+    element by element, and against onnxruntime on the same file."""
+    address = server.address if module is httpclient else server.grpc_address
+    client = module.InferenceServerClient(address)
+    input0 = np.arange(16, dtype=np.int32).reshape(1, 16)
+    input1 = np.ones((1, 16), dtype=np.int32)
+    result = client.infer("simple", inputs_of(module, input0, input1))
+    output0, output1 = result.as_numpy("OUTPUT0"), result.as_numpy("OUTPUT1")
+    for i in range(16):
+        assert input0[0][i] + input1[0][i] == output0[0][i]
+        assert input0[0][i] - input1[0][i] == output1[0][i]
+    session = onnxruntime.InferenceSession(str(repository / "simple" / "1" / "model.onnx"),
+                                           providers=["CPUExecutionProvider"])
+    want0, want1 = session.run(None, {"INPUT0": input0, "INPUT1": input1})
+    np.testing.assert_array_equal(output0, want0)
+    np.testing.assert_array_equal(output1, want1)
+    # The model's metadata, as Triton reports an ONNX model's.
+    metadata = client.get_model_metadata("simple", **({} if module is httpclient else {"as_json": True}))
+    assert metadata["platform"] == "onnxruntime_onnx" or metadata["platform"].startswith("onnx"), metadata
+
+
+@pytest.mark.parametrize("module", [httpclient, grpcclient], ids=["http", "grpc"])
+def test_a_wrong_model_name_gets_tritons_words(server, module):
+    """simple_http_infer_client.py: the message starts with "Request for
+    unknown model"; simple_{http,grpc}_health_metadata.py: metadata of a
+    wrong name says it too."""
+    address = server.address if module is httpclient else server.grpc_address
+    client = module.InferenceServerClient(address)
+    data = np.zeros((1, 16), dtype=np.int32)
+    with pytest.raises(InferenceServerException) as raised:
+        client.infer("wrong_model_name", inputs_of(module, data, data)).get_response()
+    assert raised.value.message().startswith("Request for unknown model"), raised.value.message()
+    with pytest.raises(InferenceServerException) as raised:
+        client.get_model_metadata("wrong_model_name")
+    assert "Request for unknown model" in raised.value.message()
+
+
+def test_explicit_int_contents_and_the_mixed_case_as_the_example_checks(server):
+    """grpc_explicit_int_content_client.py: inputs in `contents.int_contents`
+    answer; contents for one input mixed with raw_input_contents get
+    Triton's message, word for word."""
+    import grpc
+    from tritonclient.grpc import service_pb2, service_pb2_grpc
+
+    stub = service_pb2_grpc.GRPCInferenceServiceStub(grpc.insecure_channel(server.grpc_address))
+    input0_data = list(range(16))
+    input1_data = [1] * 16
+    request = service_pb2.ModelInferRequest(model_name="simple")
+    for name, data in (("INPUT0", input0_data), ("INPUT1", input1_data)):
+        tensor = service_pb2.ModelInferRequest().InferInputTensor(name=name, datatype="INT32", shape=[1, 16])
+        tensor.contents.int_contents[:] = data
+        request.inputs.extend([tensor])
+    request.outputs.extend([service_pb2.ModelInferRequest().InferRequestedOutputTensor(name="OUTPUT0"),
+                            service_pb2.ModelInferRequest().InferRequestedOutputTensor(name="OUTPUT1")])
+    response = stub.ModelInfer(request)
+    output0 = np.frombuffer(response.raw_output_contents[0], dtype=np.int32)
+    output1 = np.frombuffer(response.raw_output_contents[1], dtype=np.int32)
+    assert list(output0) == [a + b for a, b in zip(input0_data, input1_data)]
+    assert list(output1) == [a - b for a, b in zip(input0_data, input1_data)]
+    request.raw_input_contents.extend([np.array(input0_data[0:8], dtype=np.int32).tobytes()])
+    request.inputs[0].contents.int_contents[:] = input0_data[8:]
+    with pytest.raises(grpc.RpcError) as raised:
+        stub.ModelInfer(request)
+    assert ("contents field must not be specified when using "
+            "raw_input_contents for 'INPUT0' for model 'simple'" in raised.value.__str__()), raised.value
+
+
+def test_tritons_identity_backend_config_serves(server):
+    client = httpclient.InferenceServerClient(server.address)
+    data = np.array([3, -1, 7], dtype=np.int32)
+    inp = httpclient.InferInput("INPUT0", [3], "INT32")
+    inp.set_data_from_numpy(data)
+    np.testing.assert_array_equal(client.infer("identity_int32", [inp]).as_numpy("OUTPUT0"), data)
+
+
+@pytest.mark.parametrize("platform, what", [
+    ("tensorflow_graphdef", "TensorFlow"), ("tensorflow_savedmodel", "TensorFlow"),
+    ("pytorch_libtorch", "PyTorch"), ("tensorrt_plan", "TensorRT")])
+def test_a_platform_wirespeed_does_not_run_is_refused_by_name_with_the_way_to_serve_it(tmp_path, platform, what):
+    folder = tmp_path / "repo" / "m"
+    (folder / "1").mkdir(parents=True)
+    (folder / "config.pbtxt").write_text(SIMPLE_CONFIG.replace('platform: "onnxruntime_onnx"', f'platform: "{platform}"'))
+    result = run_wirespeed("serve", "--check", "--models", tmp_path / "repo")
+    assert result.returncode != 0
+    for needle in (platform, what, "upstream", "config.pbtxt"):
+        assert needle in result.stderr, result.stderr
