@@ -188,3 +188,27 @@ def test_a_platform_wirespeed_does_not_run_is_refused_by_name_with_the_way_to_se
     assert result.returncode != 0
     for needle in (platform, what, "upstream", "config.pbtxt"):
         assert needle in result.stderr, result.stderr
+
+
+@pytest.mark.parametrize("module", [httpclient, grpcclient], ids=["http", "grpc"])
+def test_tritons_batch_dimension_reads_back_and_is_held_to(server, module):
+    """`max_batch_size: 8`: the configuration reads back as Triton's (8,
+    dims without the batch dimension), and 9 rows get Triton's error."""
+    address = server.address if module is httpclient else server.grpc_address
+    client = module.InferenceServerClient(address)
+    config = client.get_model_config("simple", **({} if module is httpclient else {"as_json": True}))
+    config = config.get("config", config)
+    assert int(config["max_batch_size"]) == 8
+    assert [[int(d) for d in t["dims"]] for t in config["input"]] == [[16], [16]]
+    assert [[int(d) for d in t["dims"]] for t in config["output"]] == [[16], [16]]
+    rows = np.zeros((9, 16), dtype=np.int32)
+    inputs = [module.InferInput(n, [9, 16], "INT32") for n in ("INPUT0", "INPUT1")]
+    for inp in inputs:
+        inp.set_data_from_numpy(rows)
+    with pytest.raises(InferenceServerException) as raised:
+        client.infer("simple", inputs)
+    assert "inference request batch-size must be <= 8 for 'simple'" in raised.value.message()
+    eight = [module.InferInput(n, [8, 16], "INT32") for n in ("INPUT0", "INPUT1")]
+    for inp in eight:
+        inp.set_data_from_numpy(np.ones((8, 16), dtype=np.int32))
+    assert client.infer("simple", eight).as_numpy("OUTPUT0").shape == (8, 16)

@@ -43,6 +43,12 @@ pub struct ModelConfig {
     /// The outputs clients may ask for.
     #[serde(default)]
     pub outputs: Vec<TensorConfig>,
+    /// Triton's `max_batch_size`: the model takes a batch dimension first
+    /// (its shapes start with -1), and a request of more rows than this is
+    /// refused, as Triton refuses it. Its configuration reads back as
+    /// Triton's does: this size, and dims without the batch dimension.
+    #[serde(default)]
+    pub max_batch_size: Option<usize>,
     /// Requests computed at once; the server's compute threads unless set.
     #[serde(default)]
     pub max_concurrency: Option<usize>,

@@ -232,6 +232,12 @@ pub(crate) fn config_table(text: &str) -> Result<toml::Table, String> {
     }
     let mut table = toml::Table::new();
     table.insert("backend".into(), backend.into());
+    if batch {
+        table.insert(
+            "max_batch_size".into(),
+            i64::from(config.max_batch_size).into(),
+        );
+    }
     table.insert("inputs".into(), toml::Value::Array(inputs));
     table.insert("outputs".into(), toml::Value::Array(outputs));
     if !config.default_model_filename.is_empty() && backend != "identity" {

@@ -34,6 +34,9 @@ pub struct LoadedModel {
     pub version_policy: VersionPolicy,
     /// TF Serving's version labels: label to version.
     pub version_labels: std::collections::BTreeMap<String, String>,
+    /// Triton's `max_batch_size`, when the model has a batch dimension
+    /// of Triton's (0 when not).
+    pub max_batch_size: usize,
 }
 
 /// An output's class labels, read from its labels file at load.
@@ -264,6 +267,25 @@ fn load_version(
         .unread_keys(backend.name())
         .map_err(|m| error(&config_path, m))?;
     let metadata = model.metadata();
+    let max_batch_size = config.max_batch_size.unwrap_or(0);
+    if max_batch_size > 0 {
+        // Triton's batch dimension is implicit and variable.
+        if let Some(spec) = metadata
+            .inputs
+            .iter()
+            .chain(&metadata.outputs)
+            .find(|s| s.shape.first() != Some(&-1))
+        {
+            return Err(error(
+                &config_path,
+                format!(
+                    "max_batch_size {max_batch_size} means a batch dimension first, and \
+                     '{}' has shape {:?}; give it -1 first",
+                    spec.name, spec.shape
+                ),
+            ));
+        }
+    }
     let scheduling =
         crate::scheduling::resolve(config, metadata).map_err(|m| error(&config_path, m))?;
     tracing::info!(
@@ -282,6 +304,7 @@ fn load_version(
         labels,
         version_policy: policy,
         version_labels: config.version_labels.clone(),
+        max_batch_size,
     })
 }
 

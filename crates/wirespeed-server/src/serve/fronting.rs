@@ -76,6 +76,7 @@ fn serve(models: &ServedModels, name: &str, upstream: &Arc<Upstream>) {
         labels: Vec::new(),
         version_policy: Default::default(),
         version_labels: Default::default(),
+        max_batch_size: 0,
     });
     if added {
         tracing::info!(model = name, upstream = %upstream.describe(), "serving the upstream's model");

@@ -97,6 +97,21 @@ fn model_parameters(parameters: Parameters) -> Parameters {
     parameters
 }
 
+/// A request of more rows than the model's Triton `max_batch_size` is
+/// refused, in Triton's words.
+fn check_batch_size(served: &ServedModel, name: &str, request: &InferRequest) -> Result<(), Error> {
+    let max = served.max_batch_size;
+    if max == 0 {
+        return Ok(());
+    }
+    match request.inputs.iter().find_map(|t| t.shape.first().copied()) {
+        Some(rows) if rows > max => Err(Error::invalid_input(format!(
+            "inference request batch-size must be <= {max} for '{name}'"
+        ))),
+        _ => Ok(()),
+    }
+}
+
 /// The model a request names, as its protocol gives it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Target<'a> {
@@ -327,6 +342,7 @@ async fn compute<C: Codec>(
         })
         .await?;
     }
+    check_batch_size(served, target.name, &request)?;
     let call = CallContext {
         started: stages.started(),
         parameters: model_parameters(std::mem::take(&mut request.parameters)),

@@ -38,6 +38,8 @@ pub(crate) struct ServedModel {
     pub(crate) version_policy: VersionPolicy,
     /// TF Serving's version labels: label to version.
     version_labels: BTreeMap<String, String>,
+    /// Triton's `max_batch_size` (0: no batch dimension of Triton's).
+    pub(crate) max_batch_size: usize,
 }
 
 impl ServedModel {
@@ -191,6 +193,7 @@ impl ServedModels {
             labels: loaded.labels,
             version_policy: loaded.version_policy,
             version_labels: loaded.version_labels,
+            max_batch_size: loaded.max_batch_size,
         })
     }
 

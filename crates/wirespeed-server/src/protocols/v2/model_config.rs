@@ -4,12 +4,14 @@
 //! start, after the model's metadata, and stop if it is missing.
 //!
 //! wirespeed's shapes are whole, with `-1` for a variable dimension. A
-//! model without `[batching]` takes no batch dimension of Triton's, so
-//! `max_batch_size` is 0 and each input's `dims` is its whole shape, as
-//! Triton writes a non-batching model's. A model with `[batching]` is
+//! model with neither `max_batch_size` (Triton's, from its `config.pbtxt`
+//! or `config.toml`) nor `[batching]` takes no batch dimension of
+//! Triton's, so `max_batch_size` is 0 and each input's `dims` is its whole
+//! shape, as Triton writes a non-batching model's. One with either is
 //! written as Triton writes a batching one: its `max_batch_size`, `dims`
-//! without the first dimension, and `dynamic_batching` with its preferred
-//! sizes, queue delay, priority levels and queue policies (`[queue]`).
+//! without the first dimension, and with `[batching]` `dynamic_batching`
+//! with its preferred sizes, queue delay, priority levels and queue
+//! policies (`[queue]`).
 //! `max_concurrency` is the CPU instance group's count; `max_queue` is a
 //! parameter. An output's labels file is its `label_filename`.
 
@@ -26,10 +28,16 @@ pub(crate) fn model_config(name: &str, model: &ServedModel) -> pb::ModelConfig {
     let metadata = model.metadata();
     let scheduling = model.scheduler.scheduling();
     let batching = scheduling.batching.as_ref();
+    // Triton's max_batch_size: the model's own (a config.pbtxt's, or
+    // config.toml's `max_batch_size`), else its batcher's.
+    let max_batch_size = match model.max_batch_size {
+        0 => batching.map_or(0, |b| b.max_batch_size),
+        n => n,
+    };
     // A batching model's dims leave out the batch dimension, as Triton's.
-    let dims = |shape: &[i64]| match batching {
-        Some(_) => shape.get(1..).unwrap_or(&[]).to_vec(),
-        None => shape.to_vec(),
+    let dims = |shape: &[i64]| match max_batch_size {
+        0 => shape.to_vec(),
+        _ => shape.get(1..).unwrap_or(&[]).to_vec(),
     };
     let input = metadata
         .inputs
@@ -69,7 +77,7 @@ pub(crate) fn model_config(name: &str, model: &ServedModel) -> pb::ModelConfig {
         platform: metadata.platform.clone(),
         backend: model.backend.clone(),
         version_policy: Some(version_policy(&model.version_policy)),
-        max_batch_size: batching.map_or(0, |b| i32::try_from(b.max_batch_size).unwrap_or(i32::MAX)),
+        max_batch_size: i32::try_from(max_batch_size).unwrap_or(i32::MAX),
         input,
         output,
         scheduling_choice: batching.map(|_| {
