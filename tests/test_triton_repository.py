@@ -212,3 +212,22 @@ def test_tritons_batch_dimension_reads_back_and_is_held_to(server, module):
     for inp in eight:
         inp.set_data_from_numpy(np.ones((8, 16), dtype=np.int32))
     assert client.infer("simple", eight).as_numpy("OUTPUT0").shape == (8, 16)
+
+
+def test_a_version_folder_with_only_model_onnx_is_completed_from_the_graph(tmp_path):
+    """Triton's auto-complete: `m/1/model.onnx` and no config; the inputs
+    and outputs come from the graph, and a variable first dimension on
+    every tensor gives Triton's default max_batch_size of 4."""
+    (tmp_path / "repo" / "simple" / "1").mkdir(parents=True)
+    onnx.save(simple_onnx(), tmp_path / "repo" / "simple" / "1" / "model.onnx")
+    server = RunningServer(tmp_path / "repo")
+    try:
+        client = httpclient.InferenceServerClient(server.address)
+        config = client.get_model_config("simple")
+        assert config["max_batch_size"] == 4
+        assert [(t["name"], [int(d) for d in t["dims"]]) for t in config["input"]] == [("INPUT0", [16]), ("INPUT1", [16])]
+        data = np.arange(32, dtype=np.int32).reshape(2, 16)
+        inputs = inputs_of(httpclient, data[:1], data[1:])
+        np.testing.assert_array_equal(client.infer("simple", inputs).as_numpy("OUTPUT0"), data[:1] + data[1:])
+    finally:
+        server.stop()

@@ -27,6 +27,11 @@ pub struct ModelConfig {
     /// folder, so a client cannot make the server read any other file.
     #[serde(skip)]
     pub confined: bool,
+    /// No configuration file: the model's own file said it all (an ONNX
+    /// graph), and Triton's auto-complete rules apply
+    /// (`max_batch_size` from a variable first dimension).
+    #[serde(skip)]
+    pub auto_completed: bool,
     /// With numbered version folders: which versions are served
     /// (`versions.rs`); the latest one unless set.
     #[serde(default)]

@@ -158,8 +158,22 @@ pub fn load_model(
         // An ONNX model says all the config would (`onnx.rs`): a folder
         // with only `model.onnx` (KServe's layout of an ONNX model) needs
         // none.
-        None if !config_path.is_file() && folder.join("model.onnx").is_file() => {
-            ModelConfig::parse("backend = \"onnx\"").map_err(|m| error(folder, m))?
+        // Triton's layout of one, `1/model.onnx` with no config, too: its
+        // config is completed from the graph, as Triton's ONNX Runtime
+        // backend completes it.
+        None if !config_path.is_file()
+            && !folder.join("config.pbtxt").is_file()
+            && (folder.join("model.onnx").is_file()
+                || crate::versions::version_folders(folder)
+                    .iter()
+                    .any(|(_, v)| v.join("model.onnx").is_file())) =>
+        {
+            let mut config =
+                ModelConfig::parse("backend = \"onnx\"").map_err(|m| error(folder, m))?;
+            // Triton's rules for Triton's layout; KServe's (a bare
+            // `model.onnx`) batches as the graph allows.
+            config.auto_completed = !folder.join("model.onnx").is_file();
+            config
         }
         // Triton's layout of a Python model: its config.pbtxt (`pbtxt.rs`).
         None if !config_path.is_file() && folder.join("config.pbtxt").is_file() => {
@@ -175,9 +189,9 @@ pub fn load_model(
                 return Err(error(
                     folder,
                     "has no config.toml; every model folder needs one (an ONNX model's \
-                     folder with model.onnx alone, and a Triton model's with its \
-                     config.pbtxt, for the Python, ONNX Runtime and identity backends, are \
-                     the exceptions)"
+                     folder with model.onnx or 1/model.onnx alone, and a Triton model's \
+                     with its config.pbtxt, for the Python, ONNX Runtime and identity \
+                     backends, are the exceptions)"
                         .into(),
                 ));
             }
@@ -267,7 +281,21 @@ fn load_version(
         .unread_keys(backend.name())
         .map_err(|m| error(&config_path, m))?;
     let metadata = model.metadata();
-    let max_batch_size = config.max_batch_size.unwrap_or(0);
+    let max_batch_size = match config.max_batch_size {
+        Some(n) => n,
+        // Triton's auto-complete: a model whose every tensor's first
+        // dimension is variable batches, up to its default of 4.
+        None if config.auto_completed
+            && metadata
+                .inputs
+                .iter()
+                .chain(&metadata.outputs)
+                .all(|s| s.shape.len() > 1 && s.shape[0] == -1) =>
+        {
+            TRITON_DEFAULT_MAX_BATCH_SIZE
+        }
+        None => 0,
+    };
     if max_batch_size > 0 {
         // Triton's batch dimension is implicit and variable.
         if let Some(spec) = metadata
@@ -307,6 +335,10 @@ fn load_version(
         max_batch_size,
     })
 }
+
+/// The `max_batch_size` Triton's auto-complete gives a model that can
+/// batch (its `--backend-config=default-max-batch-size`).
+const TRITON_DEFAULT_MAX_BATCH_SIZE: usize = 4;
 
 /// Reads the labels file of each output that names one. A labels file
 /// is a classification output's, so naming one on an input is a mistake.
