@@ -231,3 +231,63 @@ def test_a_version_folder_with_only_model_onnx_is_completed_from_the_graph(tmp_p
         np.testing.assert_array_equal(client.infer("simple", inputs).as_numpy("OUTPUT0"), data[:1] + data[1:])
     finally:
         server.stop()
+
+
+IMAGE_CONFIG = """
+name: "image"
+platform: "onnxruntime_onnx"
+max_batch_size: 2
+input [
+  {
+    name: "data_0"
+    data_type: TYPE_FP32
+    format: FORMAT_NCHW
+    dims: [ 3, 4, 4 ]
+  }
+]
+output [
+  {
+    name: "scores"
+    data_type: TYPE_FP32
+    dims: [ 3 ]
+    label_filename: "labels.txt"
+  }
+]
+"""
+
+
+def image_onnx():
+    """A mean over each channel of an NCHW image: [N, 3, 4, 4] -> [N, 3]."""
+    graph = helper.make_graph(
+        [helper.make_node("ReduceMean", ["data_0"], ["scores"], axes=[2, 3], keepdims=0)],
+        "image",
+        [helper.make_tensor_value_info("data_0", TensorProto.FLOAT, ["N", 3, 4, 4])],
+        [helper.make_tensor_value_info("scores", TensorProto.FLOAT, ["N", 3])])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_an_image_models_format_and_labels_read_back_as_image_client_reads_them(tmp_path):
+    """image_client.py's parse_model: one input with FORMAT_NCHW (or NHWC)
+    and dims of 3, a max_batch_size, one output; its classification then
+    asks `class_count` and reads the labels."""
+    folder = tmp_path / "repo" / "image"
+    (folder / "1").mkdir(parents=True)
+    (folder / "config.pbtxt").write_text(IMAGE_CONFIG)
+    (folder / "labels.txt").write_text("red\ngreen\nblue\n")
+    onnx.save(image_onnx(), folder / "1" / "model.onnx")
+    server = RunningServer(tmp_path / "repo")
+    try:
+        client = grpcclient.InferenceServerClient(server.grpc_address)
+        config = client.get_model_config("image").config
+        (input_config,) = config.input
+        assert input_config.format == grpcclient.model_config_pb2.ModelInput.FORMAT_NCHW
+        assert config.max_batch_size == 2 and list(input_config.dims) == [3, 4, 4]
+        assert config.output[0].label_filename == "labels.txt"
+        image = np.zeros((1, 3, 4, 4), dtype=np.float32)
+        image[0, 2] = 1.0
+        inp = grpcclient.InferInput("data_0", [1, 3, 4, 4], "FP32")
+        inp.set_data_from_numpy(image)
+        top = client.infer("image", [inp], outputs=[grpcclient.InferRequestedOutput("scores", class_count=1)])
+        assert top.as_numpy("scores").reshape(-1)[0].decode() == "1.000000:2:blue"
+    finally:
+        server.stop()

@@ -90,6 +90,11 @@ pub struct TensorConfig {
     /// for Triton's classification extension: class `i` is line `i`.
     #[serde(default)]
     pub labels: Option<String>,
+    /// An image input's layout, as Triton's `format` says it: `"NCHW"` or
+    /// `"NHWC"` (`FORMAT_` before either is taken too). Reported in the
+    /// model's configuration, where image clients read it.
+    #[serde(default)]
+    pub format: Option<String>,
     /// The backend's own keys for this tensor.
     #[serde(flatten)]
     pub backend_keys: toml::Table,

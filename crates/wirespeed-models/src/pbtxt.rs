@@ -208,6 +208,11 @@ pub(crate) fn config_table(text: &str) -> Result<toml::Table, String> {
             datatype(input.data_type, &input.name)?.into(),
         );
         table.insert("shape".into(), shape(&input.dims));
+        if let Ok(format) = pb::model_input::Format::try_from(input.format) {
+            if format != pb::model_input::Format::None {
+                table.insert("format".into(), format.as_str_name().into());
+            }
+        }
         inputs.push(toml::Value::Table(table));
     }
     let mut outputs = Vec::new();

@@ -37,6 +37,9 @@ pub struct LoadedModel {
     /// Triton's `max_batch_size`, when the model has a batch dimension
     /// of Triton's (0 when not).
     pub max_batch_size: usize,
+    /// The inputs that declare an image layout, and it (`FORMAT_NCHW`,
+    /// `FORMAT_NHWC`).
+    pub input_formats: Vec<(String, String)>,
 }
 
 /// An output's class labels, read from its labels file at load.
@@ -333,7 +336,38 @@ fn load_version(
         version_policy: policy,
         version_labels: config.version_labels.clone(),
         max_batch_size,
+        input_formats: input_formats(config).map_err(|m| error(&config_path, m))?,
     })
+}
+
+/// The image layouts the inputs declare, as Triton names them; one on an
+/// output, or one Triton does not have, is an error.
+fn input_formats(config: &ModelConfig) -> Result<Vec<(String, String)>, String> {
+    if let Some(output) = config.outputs.iter().find(|t| t.format.is_some()) {
+        return Err(format!(
+            "output '{}' has a format; an image layout belongs to inputs",
+            output.name
+        ));
+    }
+    let mut formats = Vec::new();
+    for input in &config.inputs {
+        let Some(format) = &input.format else {
+            continue;
+        };
+        let name = match format.trim_start_matches("FORMAT_") {
+            "NONE" => continue,
+            "NCHW" => "FORMAT_NCHW",
+            "NHWC" => "FORMAT_NHWC",
+            other => {
+                return Err(format!(
+                    "input '{}' has format '{other}'; Triton's are NCHW and NHWC",
+                    input.name
+                ))
+            }
+        };
+        formats.push((input.name.clone(), name.to_owned()));
+    }
+    Ok(formats)
 }
 
 /// The `max_batch_size` Triton's auto-complete gives a model that can

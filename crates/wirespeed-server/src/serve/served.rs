@@ -40,6 +40,8 @@ pub(crate) struct ServedModel {
     version_labels: BTreeMap<String, String>,
     /// Triton's `max_batch_size` (0: no batch dimension of Triton's).
     pub(crate) max_batch_size: usize,
+    /// The inputs' image layouts, as Triton names them.
+    pub(crate) input_formats: Vec<(String, String)>,
 }
 
 impl ServedModel {
@@ -194,6 +196,7 @@ impl ServedModels {
             version_policy: loaded.version_policy,
             version_labels: loaded.version_labels,
             max_batch_size: loaded.max_batch_size,
+            input_formats: loaded.input_formats,
         })
     }
 

@@ -45,7 +45,12 @@ pub(crate) fn model_config(name: &str, model: &ServedModel) -> pb::ModelConfig {
         .map(|spec| pb::ModelInput {
             name: spec.name.clone(),
             data_type: data_type(spec.datatype) as i32,
-            format: pb::model_input::Format::None as i32,
+            format: model
+                .input_formats
+                .iter()
+                .find(|(input, _)| *input == spec.name)
+                .and_then(|(_, f)| pb::model_input::Format::from_str_name(f))
+                .unwrap_or(pb::model_input::Format::None) as i32,
             dims: dims(&spec.shape),
             optional: false,
             ..Default::default()
