@@ -220,6 +220,7 @@ mod tests {
             datatype: "FP32".into(),
             shape: vec![-2],
             labels: None,
+            format: None,
             backend_keys: toml::Table::new(),
         };
         assert!(t.to_spec().unwrap_err().contains("-2"));
