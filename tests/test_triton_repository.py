@@ -291,3 +291,77 @@ def test_an_image_models_format_and_labels_read_back_as_image_client_reads_them(
         assert top.as_numpy("scores").reshape(-1)[0].decode() == "1.000000:2:blue"
     finally:
         server.stop()
+
+
+# As Triton's densenet_onnx example configures its model: the wire's dims,
+# and the graph's own shape in `reshape`.
+RESHAPED_CONFIG = """
+name: "reshaped"
+platform: "onnxruntime_onnx"
+max_batch_size: 0
+input [
+  {
+    name: "data_0"
+    data_type: TYPE_FP32
+    format: FORMAT_NCHW
+    dims: [ 3, 4, 4 ]
+    reshape { shape: [ 1, 3, 4, 4 ] }
+  }
+]
+output [
+  {
+    name: "scores"
+    data_type: TYPE_FP32
+    dims: [ 3 ]
+    reshape { shape: [ 1, 3 ] }
+  }
+]
+"""
+
+
+@pytest.mark.parametrize("module", [httpclient, grpcclient], ids=["http", "grpc"])
+def test_reshape_gives_the_model_its_shape_and_the_client_the_wires(tmp_path, module):
+    """`reshape`: the client sends [3, 4, 4] and gets [3]; the graph takes
+    [1, 3, 4, 4] and gives [1, 3]; the values are onnxruntime's."""
+    folder = tmp_path / "repo" / "reshaped"
+    (folder / "1").mkdir(parents=True)
+    (folder / "config.pbtxt").write_text(RESHAPED_CONFIG)
+    onnx.save(image_onnx(), folder / "1" / "model.onnx")
+    server = RunningServer(tmp_path / "repo")
+    try:
+        address = server.address if module is httpclient else server.grpc_address
+        client = module.InferenceServerClient(address)
+        metadata = client.get_model_metadata("reshaped", **({} if module is httpclient else {"as_json": True}))
+        assert [int(d) for d in metadata["inputs"][0]["shape"]] == [3, 4, 4]
+        assert [int(d) for d in metadata["outputs"][0]["shape"]] == [3]
+        image = np.random.default_rng(5).random((3, 4, 4), dtype=np.float32)
+        inp = module.InferInput("data_0", [3, 4, 4], "FP32")
+        inp.set_data_from_numpy(image)
+        got = client.infer("reshaped", [inp]).as_numpy("scores")
+        session = onnxruntime.InferenceSession(str(folder / "1" / "model.onnx"), providers=["CPUExecutionProvider"])
+        want = session.run(None, {"data_0": image.reshape(1, 3, 4, 4)})[0].reshape(3)
+        assert got.shape == (3,)
+        np.testing.assert_allclose(got, want, rtol=1e-6)
+    finally:
+        server.stop()
+
+
+def test_reshape_follows_tritons_batch_dimension(tmp_path):
+    """With max_batch_size, both shapes follow the batch: [2, 48] on the
+    wire is [2, 3, 4, 4] for the graph."""
+    config = IMAGE_CONFIG.replace("dims: [ 3, 4, 4 ]", "dims: [ 48 ]\n    reshape { shape: [ 3, 4, 4 ] }")
+    folder = tmp_path / "repo" / "image"
+    (folder / "1").mkdir(parents=True)
+    (folder / "config.pbtxt").write_text(config)
+    (folder / "labels.txt").write_text("red\ngreen\nblue\n")
+    onnx.save(image_onnx(), folder / "1" / "model.onnx")
+    server = RunningServer(tmp_path / "repo")
+    try:
+        client = httpclient.InferenceServerClient(server.address)
+        flat = np.random.default_rng(6).random((2, 48), dtype=np.float32)
+        inp = httpclient.InferInput("data_0", [2, 48], "FP32")
+        inp.set_data_from_numpy(flat)
+        got = client.infer("image", [inp]).as_numpy("scores")
+        np.testing.assert_allclose(got, flat.reshape(2, 3, 16).mean(axis=2), rtol=1e-5)
+    finally:
+        server.stop()

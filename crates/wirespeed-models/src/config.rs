@@ -95,6 +95,11 @@ pub struct TensorConfig {
     /// model's configuration, where image clients read it.
     #[serde(default)]
     pub format: Option<String>,
+    /// Triton's `reshape`: the model's own shape for this tensor, where
+    /// `shape` is the one on the wire (both without a batch dimension of
+    /// `max_batch_size`'s); the same elements (`reshape.rs`).
+    #[serde(default)]
+    pub reshape: Option<Vec<i64>>,
     /// The backend's own keys for this tensor.
     #[serde(flatten)]
     pub backend_keys: toml::Table,
@@ -221,6 +226,7 @@ mod tests {
             shape: vec![-2],
             labels: None,
             format: None,
+            reshape: None,
             backend_keys: toml::Table::new(),
         };
         assert!(t.to_spec().unwrap_err().contains("-2"));

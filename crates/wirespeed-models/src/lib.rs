@@ -32,6 +32,7 @@ mod pbtxt;
 mod python;
 mod registry;
 mod repository;
+mod reshape;
 mod scheduling;
 mod trees;
 #[cfg(feature = "upstream")]

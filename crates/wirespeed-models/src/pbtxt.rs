@@ -22,7 +22,8 @@
 //! `initialize(args)`. A platform wirespeed does not run (TensorFlow,
 //! PyTorch, TensorRT, OpenVINO, a custom backend) is refused by name with
 //! the way to serve it (from a Triton that runs it, `backend = "upstream"`);
-//! so are fields wirespeed would not honour (`reshape`, optional inputs,
+//! `reshape` becomes the tensor's `reshape` (`reshape.rs`); fields
+//! wirespeed would not honour are refused by name (optional inputs,
 //! decoupled transactions, a packed Python environment).
 
 use prost_reflect::{DescriptorPool, DynamicMessage, MessageDescriptor, SerializeOptions};
@@ -163,6 +164,12 @@ fn backend_of(config: &pb::ModelConfig) -> Result<&'static str, String> {
     })
 }
 
+/// A reshape's shape as `config.toml`'s `reshape` (Triton's `reshape: {
+/// shape: [] }` is a scalar's).
+fn reshape_value(shape: &[i64]) -> toml::Value {
+    toml::Value::Array(shape.iter().map(|&d| toml::Value::from(d)).collect())
+}
+
 /// The keys of `config.toml` that `text`, a `config.pbtxt`, says.
 pub(crate) fn config_table(text: &str) -> Result<toml::Table, String> {
     let config = parse(text)?;
@@ -195,13 +202,10 @@ pub(crate) fn config_table(text: &str) -> Result<toml::Table, String> {
                 input.name
             ));
         }
-        if input.reshape.is_some() {
-            return Err(format!(
-                "input '{}' has a reshape, which wirespeed does not do",
-                input.name
-            ));
-        }
         let mut table = toml::Table::new();
+        if let Some(reshape) = &input.reshape {
+            table.insert("reshape".into(), reshape_value(&reshape.shape));
+        }
         table.insert("name".into(), input.name.clone().into());
         table.insert(
             "datatype".into(),
@@ -217,13 +221,10 @@ pub(crate) fn config_table(text: &str) -> Result<toml::Table, String> {
     }
     let mut outputs = Vec::new();
     for output in &config.output {
-        if output.reshape.is_some() {
-            return Err(format!(
-                "output '{}' has a reshape, which wirespeed does not do",
-                output.name
-            ));
-        }
         let mut table = toml::Table::new();
+        if let Some(reshape) = &output.reshape {
+            table.insert("reshape".into(), reshape_value(&reshape.shape));
+        }
         table.insert("name".into(), output.name.clone().into());
         table.insert(
             "datatype".into(),

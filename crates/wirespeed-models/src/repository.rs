@@ -278,11 +278,18 @@ fn load_version(
         .get(&config.backend)
         .map_err(|m| error(&config_path, m))?;
     let labels = read_labels(folder, config).map_err(|m| error(&config_path, m))?;
-    let source = ModelSource::new(name, files, config, pool);
-    let model = backend.load(&source).map_err(|m| error(files, m))?;
+    // Triton's reshape: the backend loads the model's own shapes, and the
+    // model is wrapped to show the wire's (`reshape.rs`).
+    let batch = config.max_batch_size.unwrap_or(0) > 0;
+    let (model_config, reshapes) = reshaped(config, batch).map_err(|m| error(&config_path, m))?;
+    let source = ModelSource::new(name, files, &model_config, pool);
+    let mut model = backend.load(&source).map_err(|m| error(files, m))?;
     source
         .unread_keys(backend.name())
         .map_err(|m| error(&config_path, m))?;
+    if !reshapes.is_empty() {
+        model = crate::reshape::Reshaped::wrap(model, &reshapes, batch);
+    }
     let metadata = model.metadata();
     let max_batch_size = match config.max_batch_size {
         Some(n) => n,
@@ -368,6 +375,53 @@ fn input_formats(config: &ModelConfig) -> Result<Vec<(String, String)>, String> 
         formats.push((input.name.clone(), name.to_owned()));
     }
     Ok(formats)
+}
+
+/// `config` with each reshaped tensor at the model's own shape, and the
+/// reshapes; `config` itself when none is.
+fn reshaped(
+    config: &ModelConfig,
+    batch: bool,
+) -> Result<(ModelConfig, Vec<crate::reshape::Reshape>), String> {
+    let mut model_config = config.clone();
+    let mut reshapes = Vec::new();
+    for tensor in model_config
+        .inputs
+        .iter_mut()
+        .chain(model_config.outputs.iter_mut())
+    {
+        let Some(to) = tensor.reshape.clone() else {
+            continue;
+        };
+        let wire = if batch {
+            tensor.shape.get(1..).unwrap_or(&[]).to_vec()
+        } else {
+            tensor.shape.clone()
+        };
+        let fixed = |s: &[i64]| s.iter().all(|&d| d >= 0);
+        let count = |s: &[i64]| s.iter().map(|&d| d as u64).product::<u64>();
+        if fixed(&wire) && fixed(&to) && count(&wire) != count(&to) {
+            return Err(format!(
+                "'{}' has dims {wire:?} and reshape {to:?}: not the same number of elements",
+                tensor.name
+            ));
+        }
+        if to.iter().filter(|&&d| d < 0).count() > 1 {
+            return Err(format!(
+                "'{}' has reshape {to:?}: at most one dimension may be -1",
+                tensor.name
+            ));
+        }
+        let mut shape = if batch { vec![-1] } else { Vec::new() };
+        shape.extend(&to);
+        tensor.shape = shape;
+        reshapes.push(crate::reshape::Reshape {
+            name: tensor.name.clone(),
+            wire,
+            model: to,
+        });
+    }
+    Ok((model_config, reshapes))
 }
 
 /// The `max_batch_size` Triton's auto-complete gives a model that can
