@@ -365,3 +365,30 @@ def test_reshape_follows_tritons_batch_dimension(tmp_path):
         np.testing.assert_allclose(got, flat.reshape(2, 3, 16).mean(axis=2), rtol=1e-5)
     finally:
         server.stop()
+
+
+def test_model_control_as_simple_http_model_control_does_it(repository):
+    """simple_{http,grpc}_model_control.py: load, a config override in the
+    wrong format fails to load, Triton's JSON override `{"max_batch_size":
+    "16"}` reads back, unload, and a wrong model name fails to load."""
+    server = RunningServer(repository, extra_args=["--model-control-mode", "explicit"])
+    try:
+        for module, address in ((httpclient, server.address), (grpcclient, server.grpc_address)):
+            client = module.InferenceServerClient(address)
+            model_name = "simple"
+            client.load_model(model_name)
+            assert client.is_model_ready(model_name)
+            with pytest.raises(InferenceServerException) as raised:
+                client.load_model(model_name, config='"parameters": {"config": {{"max_batch_size": "16"}}}')
+            assert "failed to load" in raised.value.message(), raised.value.message()
+            client.load_model(model_name, config='{"max_batch_size":"16"}')
+            config = client.get_model_config(model_name, **({} if module is httpclient else {"as_json": True}))
+            config = config.get("config", config)
+            assert int(config["max_batch_size"]) == 16
+            client.unload_model(model_name)
+            assert not client.is_model_ready(model_name)
+            with pytest.raises(InferenceServerException) as raised:
+                client.load_model("wrong_model_name")
+            assert "failed to load" in raised.value.message()
+    finally:
+        server.stop()

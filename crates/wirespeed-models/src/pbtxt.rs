@@ -172,7 +172,52 @@ fn reshape_value(shape: &[i64]) -> toml::Value {
 
 /// The keys of `config.toml` that `text`, a `config.pbtxt`, says.
 pub(crate) fn config_table(text: &str) -> Result<toml::Table, String> {
-    let config = parse(text)?;
+    model_config_table(parse(text)?)
+}
+
+/// A `ModelConfig` in Triton's JSON (a repository load's `config`
+/// override, which Triton's clients send as the server's own `GET /config`
+/// answer or a part of it), or `None` when `json` is not one (it may be
+/// `config.toml`'s keys). A config without `backend` or `platform` gets
+/// `guessed`, the one the model's files say, as Triton's auto-complete
+/// finds it.
+pub(crate) fn from_triton_json(
+    json: &str,
+    guessed: Option<&str>,
+) -> Option<Result<toml::Table, String>> {
+    // Triton's when every key is a ModelConfig field and one is not also
+    // a key of config.toml's (`backend` or `parameters` alone could be
+    // either, and are read as config.toml's).
+    let object: serde_json::Map<String, serde_json::Value> = serde_json::from_str(json).ok()?;
+    let shared = ["backend", "parameters", "version_policy"];
+    let descriptor = descriptor().ok()?;
+    let triton = |key: &str| descriptor.get_field_by_name(key).is_some();
+    if object.is_empty()
+        || !object.keys().all(|k| triton(k))
+        || object.keys().all(|k| shared.contains(&k.as_str()))
+    {
+        return None;
+    }
+    let mut de = serde_json::Deserializer::from_str(json);
+    let message = DynamicMessage::deserialize(descriptor, &mut de).ok()?;
+    let mut config: pb::ModelConfig = message.transcode_to().ok()?;
+    if config.backend.is_empty() && config.platform.is_empty() {
+        match guessed {
+            Some(backend) => config.backend = backend.to_owned(),
+            None => {
+                return Some(Err(
+                    "the configuration names neither a backend nor a platform, and the model's \
+                     folder has no model.onnx or model.py to tell"
+                        .to_owned(),
+                ))
+            }
+        }
+    }
+    Some(model_config_table(config))
+}
+
+/// The keys of `config.toml` that a parsed `config` says.
+fn model_config_table(config: pb::ModelConfig) -> Result<toml::Table, String> {
     let backend = backend_of(&config)?;
     if config
         .model_transaction_policy
@@ -430,6 +475,29 @@ parameters [ { key: "execute_delay_ms" value: { string_value: "5" } } ]
                 .len(),
             2
         );
+    }
+
+    #[test]
+    fn a_load_override_is_tritons_json_or_config_tomls_keys() {
+        // Triton's, with the backend the model's files say.
+        let table = from_triton_json(r#"{"max_batch_size":"16"}"#, Some("onnxruntime"))
+            .unwrap()
+            .unwrap();
+        assert_eq!(table["backend"].as_str(), Some("onnx"));
+        assert_eq!(table["max_batch_size"].as_integer(), Some(16));
+        // config.toml's keys, or keys both have, are not Triton's.
+        for toml_keys in [
+            r#"{"backend": "onnx"}"#,
+            r#"{"backend": "xgboost", "model_file": "m.json"}"#,
+            r#"{"inputs": []}"#,
+            "not json",
+        ] {
+            assert!(from_triton_json(toml_keys, None).is_none(), "{toml_keys}");
+        }
+        let unknown = from_triton_json(r#"{"max_batch_size": 4}"#, None).unwrap();
+        assert!(unknown
+            .unwrap_err()
+            .contains("neither a backend nor a platform"));
     }
 
     #[test]

@@ -152,12 +152,25 @@ pub fn load_model(
     };
     let config_path = folder.join("config.toml");
     let config = match config {
-        Some(json) => ModelConfig::from_json(json).map_err(|m| {
-            error(
-                folder,
-                format!("the configuration given to load the model: {m}"),
-            )
-        })?,
+        Some(json) => {
+            let given = |m: String| {
+                error(
+                    folder,
+                    format!("the configuration given to load the model: {m}"),
+                )
+            };
+            match crate::pbtxt::from_triton_json(json, guessed_backend(folder)) {
+                // Triton's ModelConfig JSON, as its clients send it.
+                Some(table) => {
+                    let mut config = table
+                        .and_then(ModelConfig::from_toml_table)
+                        .map_err(given)?;
+                    config.confined = true;
+                    config
+                }
+                None => ModelConfig::from_json(json).map_err(given)?,
+            }
+        }
         // An ONNX model says all the config would (`onnx.rs`): a folder
         // with only `model.onnx` (KServe's layout of an ONNX model) needs
         // none.
@@ -422,6 +435,25 @@ fn reshaped(
         });
     }
     Ok((model_config, reshapes))
+}
+
+/// The Triton backend a model folder's files say, for a configuration that
+/// names none: an ONNX file or a Python model, in the folder or a version
+/// folder.
+fn guessed_backend(folder: &Path) -> Option<&'static str> {
+    let mut places = vec![folder.to_owned()];
+    places.extend(
+        crate::versions::version_folders(folder)
+            .into_iter()
+            .map(|(_, v)| v),
+    );
+    if places.iter().any(|p| p.join("model.onnx").is_file()) {
+        Some("onnxruntime")
+    } else if places.iter().any(|p| p.join("model.py").is_file()) {
+        Some("python")
+    } else {
+        None
+    }
 }
 
 /// The `max_batch_size` Triton's auto-complete gives a model that can

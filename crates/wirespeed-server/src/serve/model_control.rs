@@ -223,8 +223,10 @@ impl Repository {
         if !folder.is_dir() {
             return Err(Error::new(
                 ErrorKind::ModelNotFound,
+                // Triton's words first, which its clients look for.
                 format!(
-                    "no model '{name}' in the repository: {} has no such folder",
+                    "failed to load '{name}': no model '{name}' in the repository: {} has no \
+                     such folder",
                     self.dir.display()
                 ),
             ));
