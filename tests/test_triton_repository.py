@@ -9,6 +9,8 @@ tritonclient, unmodified, as NVIDIA's client examples ask them
 the same checks, error texts included; ONNX answers against
 onnxruntime's."""
 
+import os
+
 import numpy as np
 import onnx
 import onnxruntime
@@ -18,7 +20,10 @@ import tritonclient.http as httpclient
 from onnx import TensorProto, helper
 from tritonclient.utils import InferenceServerException
 
-from conftest import RunningServer, run_wirespeed
+from conftest import ROOT, RunningServer, run_wirespeed
+
+# Python models run on the interpreter that has numpy (scripts/test's venv).
+os.environ.setdefault("WIRESPEED_PYTHON", str(ROOT / ".venv" / "bin" / "python"))
 
 # Triton's `simple` example (docs/examples/model_repository/simple), with
 # the platform that runs it here.
@@ -392,3 +397,68 @@ def test_model_control_as_simple_http_model_control_does_it(repository):
             assert "failed to load" in raised.value.message()
     finally:
         server.stop()
+
+
+# A Python model that notes each request's inputs, to see its warmup.
+NOTING_MODEL = '''
+import os
+
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            x = pb_utils.get_input_tensor_by_name(request, "INPUT0").as_numpy()
+            with open(os.path.join(os.path.dirname(__file__), "seen.txt"), "a") as seen:
+                seen.write(f"{list(x.shape)} {float(x.sum())}\\n")
+            responses.append(pb_utils.InferenceResponse(output_tensors=[pb_utils.Tensor("OUTPUT0", x)]))
+        return responses
+'''
+
+WARMED_CONFIG = """
+name: "noting"
+backend: "python"
+max_batch_size: 4
+input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ 3 ] } ]
+output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 3 ] } ]
+model_warmup [
+  {
+    name: "zeros"
+    batch_size: 2
+    inputs { key: "INPUT0" value: { data_type: TYPE_FP32 dims: [ 3 ] zero_data: true } }
+  },
+  {
+    name: "from a file"
+    count: 2
+    inputs { key: "INPUT0" value: { data_type: TYPE_FP32 dims: [ 3 ] input_data_file: "ones.bin" } }
+  }
+]
+optimization { execution_accelerators { cpu_execution_accelerator: [ { name: "openvino" } ] } }
+"""
+
+
+def test_model_warmup_runs_before_the_model_is_ready_and_a_failing_one_fails_the_load(tmp_path):
+    folder = tmp_path / "repo" / "noting"
+    (folder / "1").mkdir(parents=True)
+    (folder / "warmup").mkdir()
+    (folder / "warmup" / "ones.bin").write_bytes(np.ones(3, dtype=np.float32).tobytes())
+    (folder / "config.pbtxt").write_text(WARMED_CONFIG)
+    (folder / "1" / "model.py").write_text(NOTING_MODEL)
+    server = RunningServer(tmp_path / "repo")
+    try:
+        # The server listens once its models are ready: the warmups ran.
+        seen = (folder / "1" / "seen.txt").read_text().splitlines()
+        assert seen == ["[2, 3] 0.0", "[1, 3] 3.0", "[1, 3] 3.0"], seen
+        client = httpclient.InferenceServerClient(server.address)
+        inp = httpclient.InferInput("INPUT0", [1, 3], "FP32")
+        inp.set_data_from_numpy(np.array([[1, 2, 3]], dtype=np.float32))
+        assert client.infer("noting", [inp]).as_numpy("OUTPUT0").tolist() == [[1, 2, 3]]
+    finally:
+        server.stop()
+    (folder / "config.pbtxt").write_text(WARMED_CONFIG.replace('"ones.bin"', '"missing.bin"'))
+    result = run_wirespeed("serve", "--check", "--models", tmp_path / "repo")
+    assert result.returncode != 0
+    assert "warmup 'from a file' failed" in result.stderr and "missing.bin" in result.stderr, result.stderr

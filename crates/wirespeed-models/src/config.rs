@@ -54,6 +54,10 @@ pub struct ModelConfig {
     /// Triton's does: this size, and dims without the batch dimension.
     #[serde(default)]
     pub max_batch_size: Option<usize>,
+    /// `[[warmup]]`: Triton's `model_warmup`, requests run before the model
+    /// reports ready (`warmup.rs`).
+    #[serde(default)]
+    pub warmup: Vec<crate::warmup::WarmupConfig>,
     /// Requests computed at once; the server's compute threads unless set.
     #[serde(default)]
     pub max_concurrency: Option<usize>,

@@ -38,6 +38,7 @@ mod trees;
 #[cfg(feature = "upstream")]
 mod upstream;
 mod versions;
+mod warmup;
 
 pub use config::{ModelConfig, TensorConfig};
 pub use identity::IdentityModel;

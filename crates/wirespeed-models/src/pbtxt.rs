@@ -164,6 +164,47 @@ fn backend_of(config: &pb::ModelConfig) -> Result<&'static str, String> {
     })
 }
 
+/// `model_warmup` as `config.toml`'s `[[warmup]]` tables.
+fn warmup_value(samples: &[pb::ModelWarmup]) -> Result<toml::Value, String> {
+    use pb::model_warmup::input::InputDataType;
+    let mut tables = Vec::new();
+    for sample in samples {
+        let mut inputs = toml::Table::new();
+        for (name, input) in &sample.inputs {
+            let mut table = toml::Table::new();
+            table.insert("datatype".into(), datatype(input.data_type, name)?.into());
+            table.insert(
+                "dims".into(),
+                toml::Value::Array(input.dims.iter().map(|&d| d.into()).collect()),
+            );
+            match &input.input_data_type {
+                Some(InputDataType::ZeroData(true)) | None => {
+                    table.insert("zero_data".into(), true.into());
+                }
+                Some(InputDataType::ZeroData(false)) => {}
+                Some(InputDataType::RandomData(random)) => {
+                    table.insert("random_data".into(), (*random).into());
+                }
+                Some(InputDataType::InputDataFile(file)) => {
+                    table.insert("input_data_file".into(), file.clone().into());
+                }
+            }
+            inputs.insert(name.clone(), toml::Value::Table(table));
+        }
+        let mut table = toml::Table::new();
+        table.insert("name".into(), sample.name.clone().into());
+        if sample.batch_size > 0 {
+            table.insert("batch_size".into(), i64::from(sample.batch_size).into());
+        }
+        if sample.count > 0 {
+            table.insert("count".into(), i64::from(sample.count).into());
+        }
+        table.insert("inputs".into(), toml::Value::Table(inputs));
+        tables.push(toml::Value::Table(table));
+    }
+    Ok(toml::Value::Array(tables))
+}
+
 /// A reshape's shape as `config.toml`'s `reshape` (Triton's `reshape: {
 /// shape: [] }` is a scalar's).
 fn reshape_value(shape: &[i64]) -> toml::Value {
@@ -219,6 +260,12 @@ pub(crate) fn from_triton_json(
 /// The keys of `config.toml` that a parsed `config` says.
 fn model_config_table(config: pb::ModelConfig) -> Result<toml::Table, String> {
     let backend = backend_of(&config)?;
+    if config.optimization.is_some() {
+        tracing::info!(
+            model = %config.name,
+            "config.pbtxt: 'optimization' tunes Triton's own engines; accepted and not applied"
+        );
+    }
     if config
         .model_transaction_policy
         .as_ref()
@@ -283,6 +330,9 @@ fn model_config_table(config: pb::ModelConfig) -> Result<toml::Table, String> {
     }
     let mut table = toml::Table::new();
     table.insert("backend".into(), backend.into());
+    if !config.model_warmup.is_empty() {
+        table.insert("warmup".into(), warmup_value(&config.model_warmup)?);
+    }
     if batch {
         table.insert(
             "max_batch_size".into(),

@@ -339,6 +339,8 @@ fn load_version(
     }
     let scheduling =
         crate::scheduling::resolve(config, metadata).map_err(|m| error(&config_path, m))?;
+    crate::warmup::run(&model, &config.warmup, folder, max_batch_size > 0)
+        .map_err(|m| error(&config_path, m))?;
     tracing::info!(
         model = %name,
         version = %metadata.versions.join(","),

@@ -1,0 +1,205 @@
+//! Triton's `model_warmup`: requests a model runs once it is loaded and
+//! before it reports ready, so that its first client does not pay for
+//! what a first run costs (allocations, caches, a worker's imports). A
+//! warmup that fails is a load error, as in Triton.
+//!
+//! Each sample (`[[warmup]]` in `config.toml`, `model_warmup` in a
+//! `config.pbtxt`) names its inputs, each with a datatype, dims and its
+//! data: zeros, random values (uniform in [0, 1) for floats, 0 to 99 for
+//! integers, random booleans; BYTES elements empty), or a file in the
+//! model's `warmup/` folder holding the tensor's raw bytes (BYTES elements
+//! each after its 4-byte length, as the binary extension lays them out).
+//! With a batch dimension of Triton's the tensors get `batch_size` rows
+//! first. The sample runs `count` times.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::Arc;
+
+use serde::Deserialize;
+use wirespeed_core::raw::from_raw;
+use wirespeed_core::{DataType, InferCall, Model, Tensor};
+
+/// One warmup sample.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WarmupConfig {
+    /// Its name, for messages.
+    pub name: String,
+    /// Rows, for a model with Triton's batch dimension; 1 unless set.
+    #[serde(default)]
+    pub batch_size: Option<usize>,
+    /// Times it runs; once unless set.
+    #[serde(default)]
+    pub count: Option<usize>,
+    /// The inputs, by name.
+    pub inputs: BTreeMap<String, WarmupInput>,
+}
+
+/// One input of a sample.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WarmupInput {
+    /// The datatype, as on the wire (`"FP32"`).
+    pub datatype: String,
+    /// Its dims (after the batch dimension, when there is one).
+    pub dims: Vec<i64>,
+    /// Zeros.
+    #[serde(default)]
+    pub zero_data: bool,
+    /// Random values.
+    #[serde(default)]
+    pub random_data: bool,
+    /// A file in the model's `warmup/` folder with the tensor's raw bytes.
+    #[serde(default)]
+    pub input_data_file: Option<String>,
+}
+
+/// Runs every sample on `model`, whose folder is `folder`; `batch` says
+/// whether its tensors have Triton's batch dimension.
+pub(crate) fn run(
+    model: &Arc<dyn Model>,
+    samples: &[WarmupConfig],
+    folder: &Path,
+    batch: bool,
+) -> Result<(), String> {
+    if samples.is_empty() {
+        return Ok(());
+    }
+    // A model that awaits (a Python worker) is driven by a runtime of the
+    // warmup's own, on a thread of its own: the loading thread may be one
+    // of the server's runtime's, which cannot block on another.
+    let model = Arc::clone(model);
+    let samples = samples.to_vec();
+    let folder = folder.to_owned();
+    std::thread::Builder::new()
+        .name("wirespeed-warmup".into())
+        .spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .map_err(|e| format!("cannot start the warmup's runtime: {e}"))?;
+            run_samples(&runtime, &model, &samples, &folder, batch)
+        })
+        .map_err(|e| format!("cannot start the warmup's thread: {e}"))?
+        .join()
+        .unwrap_or_else(|_| Err("the warmup panicked".to_owned()))
+}
+
+fn run_samples(
+    runtime: &tokio::runtime::Runtime,
+    model: &Arc<dyn Model>,
+    samples: &[WarmupConfig],
+    folder: &Path,
+    batch: bool,
+) -> Result<(), String> {
+    let outputs: Vec<usize> = (0..model.metadata().outputs.len()).collect();
+    let mut seed = 0x2545_F491_4F6C_DD1Du64;
+    for sample in samples {
+        let failed = |why: String| format!("warmup '{}' failed: {why}", sample.name);
+        let rows = sample.batch_size.unwrap_or(1).max(1);
+        if !batch && rows > 1 {
+            return Err(failed(format!(
+                "batch_size {rows}, and the model takes no batch dimension (max_batch_size 0)"
+            )));
+        }
+        let mut inputs = Vec::with_capacity(sample.inputs.len());
+        for (name, input) in &sample.inputs {
+            let datatype: DataType = input
+                .datatype
+                .parse()
+                .map_err(|e| failed(format!("input '{name}': {e}")))?;
+            let mut shape: Vec<usize> = if batch { vec![rows] } else { Vec::new() };
+            for &d in &input.dims {
+                shape.push(usize::try_from(d).map_err(|_| {
+                    failed(format!(
+                        "input '{name}' has dimension {d}; a warmup's are concrete"
+                    ))
+                })?);
+            }
+            let count: usize = shape.iter().product();
+            let bytes = match (&input.input_data_file, input.random_data) {
+                (Some(file), _) => {
+                    let path =
+                        crate::config::inside(&folder.join("warmup"), "input_data_file", file)
+                            .map_err(failed)?;
+                    std::fs::read(&path)
+                        .map_err(|e| failed(format!("cannot read {}: {e}", path.display())))?
+                }
+                (None, true) => random_raw(datatype, count, &mut seed),
+                (None, false) => zero_raw(datatype, count),
+            };
+            let data = from_raw(datatype, count, &bytes, usize::MAX)
+                .map_err(|e| failed(e.for_input(name).to_string()))?;
+            inputs.push(Tensor {
+                name: name.clone(),
+                shape,
+                data,
+            });
+        }
+        // In the model's order, as a request's are given to it.
+        let declared = &model.metadata().inputs;
+        inputs.sort_by_key(|t| declared.iter().position(|s| s.name == t.name));
+        model
+            .metadata()
+            .check_inputs(&inputs)
+            .map_err(|e| failed(e.to_string()))?;
+        for _ in 0..sample.count.unwrap_or(1).max(1) {
+            let call = InferCall {
+                inputs: inputs.clone(),
+                outputs: outputs.clone(),
+                parameters: Vec::new(),
+                deadline: None,
+                trace: None,
+            };
+            runtime
+                .block_on(Arc::clone(model).infer_async(call))
+                .map_err(|e| failed(e.to_string()))?;
+        }
+        tracing::info!(model = %model.metadata().name, warmup = %sample.name, "warmed up");
+    }
+    Ok(())
+}
+
+/// Zeros, as raw bytes (empty BYTES elements).
+fn zero_raw(datatype: DataType, count: usize) -> Vec<u8> {
+    vec![0; datatype.element_size().unwrap_or(4) * count]
+}
+
+/// Random values, as raw bytes.
+fn random_raw(datatype: DataType, count: usize, seed: &mut u64) -> Vec<u8> {
+    let mut next = || {
+        // xorshift64*: enough for sample data.
+        *seed ^= *seed >> 12;
+        *seed ^= *seed << 25;
+        *seed ^= *seed >> 27;
+        seed.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    };
+    let unit = |n: u64| (n >> 11) as f64 / (1u64 << 53) as f64;
+    let mut out = Vec::with_capacity(datatype.element_size().unwrap_or(4) * count);
+    for _ in 0..count {
+        let n = next();
+        match datatype {
+            DataType::Fp32 => out.extend_from_slice(&(unit(n) as f32).to_le_bytes()),
+            DataType::Fp64 => out.extend_from_slice(&unit(n).to_le_bytes()),
+            DataType::Fp16 => out.extend_from_slice(
+                &wirespeed_core::f16::from_f64(unit(n))
+                    .to_bits()
+                    .to_le_bytes(),
+            ),
+            DataType::Bf16 => out.extend_from_slice(
+                &wirespeed_core::bf16::from_f64(unit(n))
+                    .to_bits()
+                    .to_le_bytes(),
+            ),
+            DataType::Bool => out.push((n & 1) as u8),
+            DataType::Bytes => out.extend_from_slice(&0u32.to_le_bytes()),
+            other => {
+                let size = other.element_size().unwrap_or(1);
+                let value = (n % 100).to_le_bytes();
+                out.extend_from_slice(&value[..size]);
+            }
+        }
+    }
+    out
+}
