@@ -123,7 +123,9 @@ def test_a_broken_load_leaves_the_served_model_serving_and_says_why(explicit):
 
 
 @pytest.mark.parametrize("body, needle", [
-    ({"parameters": {"file:1/model.json": "AAAA"}}, "cannot be sent with a load"),
+    ({"parameters": {"file:1/model.json": "AAAA"}}, "needs 'config' too"),
+    ({"parameters": {"config": "{}", "file:../escape": "AAAA"}}, "relative path inside"),
+    ({"parameters": {"config": "{}", "file:1/model.json": "not base64!"}}, "is not base64"),
     ({"parameters": {"config": 3}}, "must be a string"),
     ({"parameters": {"colour": "red"}}, "unknown load parameter 'colour'"),
     ({"params": {}}, "unknown field"),

@@ -462,3 +462,33 @@ def test_model_warmup_runs_before_the_model_is_ready_and_a_failing_one_fails_the
     result = run_wirespeed("serve", "--check", "--models", tmp_path / "repo")
     assert result.returncode != 0
     assert "warmup 'from a file' failed" in result.stderr and "missing.bin" in result.stderr, result.stderr
+
+
+@pytest.mark.parametrize("module", [httpclient, grpcclient], ids=["http", "grpc"])
+def test_a_load_can_carry_the_model_files(tmp_path, module):
+    """Triton's `file:` load parameters (tritonclient's `load_model(...,
+    files=...)`): a model that is in no folder of the repository is loaded
+    from the files sent, its config completed from them; a path component
+    too long for a file system is refused and the server stays up, as
+    simple_grpc_model_control.py checks (with INVALID_ARGUMENT, which its
+    own note says Triton should answer, rather than Triton's INTERNAL)."""
+    (tmp_path / "repo").mkdir()
+    server = RunningServer(tmp_path / "repo", extra_args=["--model-control-mode", "explicit"])
+    try:
+        address = server.address if module is httpclient else server.grpc_address
+        client = module.InferenceServerClient(address)
+        model = (tmp_path / "model.onnx")
+        onnx.save(simple_onnx(), model)
+        client.load_model("uploaded", config="{}", files={"file:1/model.onnx": model.read_bytes()})
+        assert client.is_model_ready("uploaded")
+        data = np.arange(32, dtype=np.int32).reshape(2, 16)
+        got = client.infer("uploaded", inputs_of(module, data[:1], data[1:])).as_numpy("OUTPUT1")
+        np.testing.assert_array_equal(got, data[:1] - data[1:])
+        with pytest.raises(InferenceServerException) as raised:
+            client.load_model("uploaded", config="{}", files={"file:" + "A" * 256: b"a"})
+        assert "failed to poll from model repository" in raised.value.message()
+        assert client.is_server_live() and client.is_model_ready("uploaded")
+        client.unload_model("uploaded")
+        assert not client.is_model_ready("uploaded")
+    finally:
+        server.stop()

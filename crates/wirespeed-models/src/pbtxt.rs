@@ -228,14 +228,15 @@ pub(crate) fn from_triton_json(
 ) -> Option<Result<toml::Table, String>> {
     // Triton's when every key is a ModelConfig field and one is not also
     // a key of config.toml's (`backend` or `parameters` alone could be
-    // either, and are read as config.toml's).
+    // either, and are read as config.toml's); `{}` is Triton's: complete it
+    // all from the model's files.
     let object: serde_json::Map<String, serde_json::Value> = serde_json::from_str(json).ok()?;
     let shared = ["backend", "parameters", "version_policy"];
     let descriptor = descriptor().ok()?;
     let triton = |key: &str| descriptor.get_field_by_name(key).is_some();
-    if object.is_empty()
-        || !object.keys().all(|k| triton(k))
-        || object.keys().all(|k| shared.contains(&k.as_str()))
+    if !object.is_empty()
+        && (!object.keys().all(|k| triton(k))
+            || object.keys().all(|k| shared.contains(&k.as_str())))
     {
         return None;
     }

@@ -88,6 +88,9 @@ pub(crate) struct Repository {
     pool: CpuPool,
     control: ModelControl,
     notes: Mutex<BTreeMap<String, Note>>,
+    /// Models loaded from files sent with their load: the private folder
+    /// each was written to, removed when it is no longer served.
+    uploaded: Mutex<BTreeMap<String, PathBuf>>,
     /// Loads and unloads take turns.
     changing: tokio::sync::Mutex<()>,
 }
@@ -109,6 +112,7 @@ impl Repository {
             pool,
             control,
             notes: Mutex::new(BTreeMap::new()),
+            uploaded: Mutex::new(BTreeMap::new()),
             changing: tokio::sync::Mutex::new(()),
         }
     }
@@ -235,13 +239,48 @@ impl Repository {
     }
 
     /// Loads (or loads again) model `name`, from its `config.toml` or from
-    /// `config` (JSON with the same keys), and serves it in place of the
-    /// one served, if any.
-    pub(crate) async fn load(&self, name: &str, config: Option<String>) -> Result<(), Error> {
+    /// the request's `config` (JSON with the same keys, or Triton's), and
+    /// serves it in place of the one served, if any. With files, the model
+    /// is loaded from them, written to a private folder of its own that
+    /// lives as long as that load is served.
+    pub(crate) async fn load(&self, name: &str, request: LoadRequest) -> Result<(), Error> {
         self.allow("load")?;
-        let folder = self.folder(name)?;
+        if request.files.is_empty() {
+            let folder = self.folder(name)?;
+            let _turn = self.changing.lock().await;
+            return self.load_folder(name, folder, request.config).await;
+        }
+        if !is_valid_model_name(name) {
+            return Err(Error::malformed(format!(
+                "'{}' cannot be a model name: names use only letters, digits, '_', '-' and '.'",
+                name.chars().take(64).collect::<String>().escape_debug()
+            )));
+        }
+        let folder = write_files(name, &request.files).map_err(|e| {
+            Error::new(
+                ErrorKind::Internal,
+                format!("failed to load '{name}': cannot write its files: {e}"),
+            )
+        })?;
         let _turn = self.changing.lock().await;
-        self.load_folder(name, folder, config).await
+        match self.load_folder(name, folder.clone(), request.config).await {
+            Ok(()) => {
+                let previous = self.uploaded().insert(name.to_owned(), folder);
+                if let Some(previous) = previous {
+                    let _ = std::fs::remove_dir_all(previous);
+                }
+                Ok(())
+            }
+            Err(e) => {
+                let _ = std::fs::remove_dir_all(&folder);
+                Err(e)
+            }
+        }
+    }
+
+    /// The folders of models loaded from files sent with their load.
+    fn uploaded(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, PathBuf>> {
+        self.uploaded.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     async fn load_folder(
@@ -298,7 +337,11 @@ impl Repository {
         self.allow("unload")?;
         let _turn = self.changing.lock().await;
         let in_repository = self.folder(name).is_ok();
-        if self.models.remove(name).is_none() && !in_repository {
+        let removed = self.models.remove(name).is_some();
+        if let Some(folder) = self.uploaded().remove(name) {
+            let _ = std::fs::remove_dir_all(folder);
+        }
+        if !removed && !in_repository {
             return Err(Error::new(
                 ErrorKind::ModelNotFound,
                 format!("no model '{name}' is served or in the repository"),
@@ -419,34 +462,119 @@ fn fingerprint(folder: &Path) -> Fingerprint {
 /// The configuration a load request's parameters carry, if any: Triton's
 /// `config`, a string. Each parameter comes as its key and its value when
 /// that is a string.
-pub(crate) fn load_config<'a>(
-    parameters: impl IntoIterator<Item = (&'a str, Option<&'a str>)>,
-) -> Result<Option<String>, Error> {
-    let mut config = None;
-    for (key, text) in parameters {
-        match (key, text) {
-            ("config", Some(text)) => config = Some(text.to_owned()),
-            ("config", None) => return Err(Error::invalid_input(
+pub(crate) fn load_request<'a>(
+    parameters: impl IntoIterator<Item = (&'a str, LoadValue<'a>)>,
+) -> Result<LoadRequest, Error> {
+    let mut request = LoadRequest::default();
+    for (key, value) in parameters {
+        match (key, value) {
+            ("config", LoadValue::Text(text)) => request.config = Some(text.to_owned()),
+            ("config", _) => return Err(Error::invalid_input(
                 "the load parameter 'config' must be a string: the model's configuration as JSON",
             )),
-            (key, _) if key.starts_with("file:") => {
-                return Err(Error::new(
-                    ErrorKind::Unsupported,
-                    format!(
-                        "load parameter '{key}': model files cannot be sent with a load; put \
-                         them in the model's folder of the repository, then load it"
-                    ),
-                ))
+            (key, value) if key.starts_with("file:") => {
+                let path = file_path(&key["file:".len()..])?;
+                let bytes = match value {
+                    LoadValue::Bytes(bytes) => bytes.to_vec(),
+                    // REST's JSON carries them in base64, as tritonclient sends them.
+                    LoadValue::Text(text) => {
+                        use base64::Engine;
+                        base64::engine::general_purpose::STANDARD
+                            .decode(text)
+                            .map_err(|e| {
+                                Error::invalid_input(format!(
+                                    "load parameter '{key}' is not base64: {e}"
+                                ))
+                            })?
+                    }
+                    LoadValue::Other => {
+                        return Err(Error::invalid_input(format!(
+                            "load parameter '{key}' must be the file's bytes (base64 in JSON)"
+                        )))
+                    }
+                };
+                request.files.push((path, bytes));
             }
             (key, _) => {
                 return Err(Error::invalid_input(format!(
                     "unknown load parameter '{key}'; a load takes 'config', the model's \
-                     configuration as JSON"
+                     configuration as JSON, and 'file:PATH' model files"
                 )))
             }
         }
     }
-    Ok(config)
+    if !request.files.is_empty() && request.config.is_none() {
+        return Err(Error::invalid_input(
+            "failed to load: a load with model files ('file:' parameters) needs 'config' too \
+             ('{}' to have it completed from the files)",
+        ));
+    }
+    Ok(request)
+}
+
+/// Writes a load's files to a new private folder (mode 0700) under the
+/// system's temporary directory, and returns it.
+fn write_files(name: &str, files: &[(PathBuf, Vec<u8>)]) -> std::io::Result<PathBuf> {
+    use std::os::unix::fs::DirBuilderExt;
+    static LOADS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = LOADS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let folder =
+        std::env::temp_dir().join(format!("wirespeed-load-{}-{n}-{name}", std::process::id()));
+    std::fs::DirBuilder::new().mode(0o700).create(&folder)?;
+    let written = files.iter().try_for_each(|(path, bytes)| {
+        let target = folder.join(path);
+        if let Some(parent) = target.parent() {
+            std::fs::DirBuilder::new()
+                .mode(0o700)
+                .recursive(true)
+                .create(parent)?;
+        }
+        std::fs::write(target, bytes)
+    });
+    if let Err(e) = written {
+        let _ = std::fs::remove_dir_all(&folder);
+        return Err(e);
+    }
+    Ok(folder)
+}
+
+/// A `file:` parameter's path: relative, inside the model's folder, each
+/// component a name a file system takes (at most 255 bytes).
+fn file_path(text: &str) -> Result<PathBuf, Error> {
+    let path = Path::new(text);
+    let normal = path
+        .components()
+        .all(|c| matches!(c, std::path::Component::Normal(_)));
+    if text.is_empty() || !normal {
+        return Err(Error::invalid_input(format!(
+            "failed to poll from model repository: file '{text}' must be a relative path \
+             inside the model's folder"
+        )));
+    }
+    if let Some(long) = path.components().find(|c| c.as_os_str().len() > 255) {
+        return Err(Error::invalid_input(format!(
+            "failed to poll from model repository: file path component of {} bytes is longer \
+             than 255",
+            long.as_os_str().len()
+        )));
+    }
+    Ok(path.to_owned())
+}
+
+/// A load's parameter value, as REST's JSON or gRPC gives it.
+pub(crate) enum LoadValue<'a> {
+    Text(&'a str),
+    Bytes(&'a [u8]),
+    Other,
+}
+
+/// What a load request carries: a configuration to use instead of the
+/// folder's, and model files (Triton's `file:` parameters), which are
+/// loaded from a private folder of their own instead of the repository's.
+#[derive(Debug, Default)]
+pub(crate) struct LoadRequest {
+    pub(crate) config: Option<String>,
+    pub(crate) files: Vec<(PathBuf, Vec<u8>)>,
 }
 
 /// The index as Triton's REST answer: a JSON array.

@@ -298,20 +298,22 @@ impl GrpcInferenceService for Inference {
         request: Request<pb::RepositoryModelLoadRequest>,
     ) -> Result<Response<pb::RepositoryModelLoadResponse>, Status> {
         let request = request.into_inner();
+        use crate::serve::model_control::LoadValue;
         use pb::model_repository_parameter::ParameterChoice;
-        let config = crate::serve::model_control::load_config(request.parameters.iter().map(
+        let load = crate::serve::model_control::load_request(request.parameters.iter().map(
             |(key, value)| {
-                let text = match &value.parameter_choice {
-                    Some(ParameterChoice::StringParam(text)) => Some(text.as_str()),
-                    _ => None,
+                let value = match &value.parameter_choice {
+                    Some(ParameterChoice::StringParam(text)) => LoadValue::Text(text),
+                    Some(ParameterChoice::BytesParam(bytes)) => LoadValue::Bytes(bytes),
+                    _ => LoadValue::Other,
                 };
-                (key.as_str(), text)
+                (key.as_str(), value)
             },
         ))
         .map_err(|e| status(&e))?;
         self.front
             .repository
-            .load(&request.model_name, config)
+            .load(&request.model_name, load)
             .await
             .map_err(|e| status(&e))?;
         Ok(Response::new(pb::RepositoryModelLoadResponse {}))

@@ -14,7 +14,7 @@ use wirespeed_core::Error;
 use crate::protocols::http::body::read_small;
 use crate::protocols::http::response::{self, Body};
 use crate::protocols::Front;
-use crate::serve::model_control::{index_json, load_config};
+use crate::serve::model_control::{index_json, load_request, LoadValue};
 
 /// The largest body of these calls: a load's configuration is a few KiB.
 const MAX_BODY: usize = 1 << 20;
@@ -61,19 +61,25 @@ pub(crate) async fn load(
     model: &str,
     request: Request<Incoming>,
 ) -> Result<Response<Body>, Error> {
-    let asked: ModelRequest = body(
-        front,
-        request,
-        r#"{"parameters": {"config": "..."}}, or empty"#,
-    )
-    .await?;
-    let config = load_config(
-        asked
-            .parameters
-            .iter()
-            .map(|(key, value)| (key.as_str(), value.as_str())),
-    )?;
-    front.repository.load(model, config).await?;
+    // Model files may come with a load: as large as a request may be.
+    let bytes = read_small(front, request.into_body(), front.limits.max_body_bytes).await?;
+    let asked: ModelRequest = if bytes.iter().all(u8::is_ascii_whitespace) {
+        ModelRequest::default()
+    } else {
+        serde_json::from_slice(&bytes).map_err(|e| {
+            Error::malformed(format!(
+                r#"this request's body is {{"parameters": {{"config": "...", "file:PATH": "<base64>"}}}}, or empty: {e}"#
+            ))
+        })?
+    };
+    let load = load_request(asked.parameters.iter().map(|(key, value)| {
+        let value = match value.as_str() {
+            Some(text) => LoadValue::Text(text),
+            None => LoadValue::Other,
+        };
+        (key.as_str(), value)
+    }))?;
+    front.repository.load(model, load).await?;
     Ok(response::json(Vec::new()))
 }
 
