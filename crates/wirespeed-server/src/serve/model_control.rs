@@ -512,6 +512,15 @@ pub(crate) fn load_request<'a>(
     Ok(request)
 }
 
+impl Drop for Repository {
+    /// The folders of loads that came with their files go with the server.
+    fn drop(&mut self) {
+        for folder in self.uploaded().values() {
+            let _ = std::fs::remove_dir_all(folder);
+        }
+    }
+}
+
 /// Writes a load's files to a new private folder (mode 0700) under the
 /// system's temporary directory, and returns it.
 fn write_files(name: &str, files: &[(PathBuf, Vec<u8>)]) -> std::io::Result<PathBuf> {
