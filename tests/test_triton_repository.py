@@ -462,6 +462,13 @@ def test_model_warmup_runs_before_the_model_is_ready_and_a_failing_one_fails_the
     result = run_wirespeed("serve", "--check", "--models", tmp_path / "repo")
     assert result.returncode != 0
     assert "warmup 'from a file' failed" in result.stderr and "missing.bin" in result.stderr, result.stderr
+    # A warmup is held to the request limits before anything is allocated.
+    for wrong, needle in [("dims: [ 3 ] zero_data", "dims: [ 100000000000 ] zero_data"),
+                          ("batch_size: 2", "batch_size: 5"), ("count: 2", "count: 1000000")]:
+        (folder / "config.pbtxt").write_text(WARMED_CONFIG.replace(wrong, needle, 1))
+        result = run_wirespeed("serve", "--check", "--models", tmp_path / "repo")
+        assert result.returncode != 0 and "failed" in result.stderr, result.stderr
+        assert any(w in result.stderr for w in ("over the limits", "max_batch_size 4", "at most 1000")), result.stderr
 
 
 @pytest.mark.parametrize("module", [httpclient, grpcclient], ids=["http", "grpc"])

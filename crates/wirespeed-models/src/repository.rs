@@ -339,7 +339,7 @@ fn load_version(
     }
     let scheduling =
         crate::scheduling::resolve(config, metadata).map_err(|m| error(&config_path, m))?;
-    crate::warmup::run(&model, &config.warmup, folder, max_batch_size > 0)
+    crate::warmup::run(&model, &config.warmup, folder, max_batch_size)
         .map_err(|m| error(&config_path, m))?;
     tracing::info!(
         model = %name,

@@ -10,7 +10,10 @@
 //! model's `warmup/` folder holding the tensor's raw bytes (BYTES elements
 //! each after its 4-byte length, as the binary extension lays them out).
 //! With a batch dimension of Triton's the tensors get `batch_size` rows
-//! first. The sample runs `count` times.
+//! first (at most `max_batch_size`). The sample runs `count` times (at
+//! most [`MAX_COUNT`]). A configuration may come with a load request, so
+//! every tensor is held to the default request limits before anything is
+//! allocated or read, as a request's would be.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -18,7 +21,10 @@ use std::sync::Arc;
 
 use serde::Deserialize;
 use wirespeed_core::raw::from_raw;
-use wirespeed_core::{DataType, InferCall, Model, Tensor};
+use wirespeed_core::{DataType, InferCall, Model, RequestLimits, Tensor, TensorBudget};
+
+/// The most times one sample runs.
+pub(crate) const MAX_COUNT: usize = 1000;
 
 /// One warmup sample.
 #[derive(Debug, Clone, Deserialize)]
@@ -55,13 +61,13 @@ pub struct WarmupInput {
     pub input_data_file: Option<String>,
 }
 
-/// Runs every sample on `model`, whose folder is `folder`; `batch` says
-/// whether its tensors have Triton's batch dimension.
+/// Runs every sample on `model`, whose folder is `folder`;
+/// `max_batch_size` is Triton's (0: no batch dimension).
 pub(crate) fn run(
     model: &Arc<dyn Model>,
     samples: &[WarmupConfig],
     folder: &Path,
-    batch: bool,
+    max_batch_size: usize,
 ) -> Result<(), String> {
     if samples.is_empty() {
         return Ok(());
@@ -79,7 +85,7 @@ pub(crate) fn run(
                 .enable_all()
                 .build()
                 .map_err(|e| format!("cannot start the warmup's runtime: {e}"))?;
-            run_samples(&runtime, &model, &samples, &folder, batch)
+            run_samples(&runtime, &model, &samples, &folder, max_batch_size)
         })
         .map_err(|e| format!("cannot start the warmup's thread: {e}"))?
         .join()
@@ -91,8 +97,10 @@ fn run_samples(
     model: &Arc<dyn Model>,
     samples: &[WarmupConfig],
     folder: &Path,
-    batch: bool,
+    max_batch_size: usize,
 ) -> Result<(), String> {
+    let batch = max_batch_size > 0;
+    let limits = RequestLimits::default();
     let outputs: Vec<usize> = (0..model.metadata().outputs.len()).collect();
     let mut seed = 0x2545_F491_4F6C_DD1Du64;
     for sample in samples {
@@ -103,6 +111,18 @@ fn run_samples(
                 "batch_size {rows}, and the model takes no batch dimension (max_batch_size 0)"
             )));
         }
+        if batch && rows > max_batch_size {
+            return Err(failed(format!(
+                "batch_size {rows} is over the model's max_batch_size {max_batch_size}"
+            )));
+        }
+        let count = sample.count.unwrap_or(1).max(1);
+        if count > MAX_COUNT {
+            return Err(failed(format!(
+                "count {count}; a sample runs at most {MAX_COUNT} times"
+            )));
+        }
+        let mut budget = TensorBudget::default();
         let mut inputs = Vec::with_capacity(sample.inputs.len());
         for (name, input) in &sample.inputs {
             let datatype: DataType = input
@@ -117,19 +137,31 @@ fn run_samples(
                     ))
                 })?);
             }
-            let count: usize = shape.iter().product();
+            // Held to the limits before anything is allocated or read.
+            let elements = budget
+                .take_shape(&limits, datatype, &shape)
+                .map_err(|e| failed(e.in_input(name).to_string()))?;
             let bytes = match (&input.input_data_file, input.random_data) {
                 (Some(file), _) => {
                     let path =
                         crate::config::inside(&folder.join("warmup"), "input_data_file", file)
                             .map_err(failed)?;
-                    std::fs::read(&path)
-                        .map_err(|e| failed(format!("cannot read {}: {e}", path.display())))?
+                    let cannot =
+                        |e: std::io::Error| failed(format!("cannot read {}: {e}", path.display()));
+                    let size = std::fs::metadata(&path).map_err(cannot)?.len();
+                    if size > limits.max_tensor_bytes as u64 {
+                        return Err(failed(format!(
+                            "{} has {size} bytes, over the limit of {} for a tensor",
+                            path.display(),
+                            limits.max_tensor_bytes
+                        )));
+                    }
+                    std::fs::read(&path).map_err(cannot)?
                 }
-                (None, true) => random_raw(datatype, count, &mut seed),
-                (None, false) => zero_raw(datatype, count),
+                (None, true) => random_raw(datatype, elements, &mut seed),
+                (None, false) => zero_raw(datatype, elements),
             };
-            let data = from_raw(datatype, count, &bytes, usize::MAX)
+            let data = from_raw(datatype, elements, &bytes, limits.max_string_bytes)
                 .map_err(|e| failed(e.for_input(name).to_string()))?;
             inputs.push(Tensor {
                 name: name.clone(),
@@ -144,7 +176,7 @@ fn run_samples(
             .metadata()
             .check_inputs(&inputs)
             .map_err(|e| failed(e.to_string()))?;
-        for _ in 0..sample.count.unwrap_or(1).max(1) {
+        for _ in 0..count {
             let call = InferCall {
                 inputs: inputs.clone(),
                 outputs: outputs.clone(),
