@@ -414,8 +414,8 @@ fn reshaped(
             tensor.shape.clone()
         };
         let fixed = |s: &[i64]| s.iter().all(|&d| d >= 0);
-        let count = |s: &[i64]| s.iter().map(|&d| d as u64).product::<u64>();
-        if fixed(&wire) && fixed(&to) && count(&wire) != count(&to) {
+        let count = |s: &[i64]| s.iter().try_fold(1u64, |all, &d| all.checked_mul(d as u64));
+        if fixed(&wire) && fixed(&to) && (count(&wire).is_none() || count(&wire) != count(&to)) {
             return Err(format!(
                 "'{}' has dims {wire:?} and reshape {to:?}: not the same number of elements",
                 tensor.name

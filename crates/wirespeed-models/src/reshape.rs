@@ -76,22 +76,21 @@ impl Reshaped {
             (true, Some((&b, rest))) => (Some(b), rest),
             _ => (None, shape),
         };
-        let count: usize = rest.iter().product();
-        let known: usize = to
-            .iter()
-            .filter(|&&d| d >= 0)
-            .map(|&d| d as usize)
-            .product();
+        let count = product(rest.iter().copied());
+        let known = product(to.iter().filter(|&&d| d >= 0).map(|&d| d as usize));
         let mut out: Vec<usize> = batch.into_iter().collect();
         for &d in to {
             out.push(if d >= 0 {
                 d as usize
             } else {
-                count.checked_div(known).unwrap_or(0)
+                count
+                    .zip(known)
+                    .and_then(|(c, k)| c.checked_div(k))
+                    .unwrap_or(0)
             });
         }
-        let got: usize = out.iter().skip(usize::from(batch.is_some())).product();
-        if got != count {
+        let got = product(out.iter().skip(usize::from(batch.is_some())).copied());
+        if got.is_none() || got != count {
             return Err(Error::invalid_input(format!(
                 "'{name}' has shape {shape:?}, which cannot be reshaped to {to:?}"
             )));
@@ -124,6 +123,11 @@ impl Reshaped {
             })
             .collect()
     }
+}
+
+/// The product of `dims`, or `None` past `usize`.
+fn product(mut dims: impl Iterator<Item = usize>) -> Option<usize> {
+    dims.try_fold(1usize, |all, d| all.checked_mul(d))
 }
 
 impl Model for Reshaped {
