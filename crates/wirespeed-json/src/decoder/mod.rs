@@ -232,10 +232,9 @@ enum Slot {
     NamedValue,
     ClipperInput,
     ClipperBatch,
-    /// Clipper's `version`: the model version to ask.
-    ClipperVersion,
-    /// TF Serving's `signature_name`.
-    TfSignature,
+    /// A top-level string that travels as the request parameter of that
+    /// name: Clipper's `version`, TF Serving's `signature_name`.
+    Parameter(&'static str),
     B64(usize),
     ModelName,
     ModelVersion,

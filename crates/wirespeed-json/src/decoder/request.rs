@@ -95,8 +95,7 @@ impl RequestDecoder {
             Slot::NamedValue => "an input's value must be a value or a list".to_owned(),
             Slot::ClipperInput => "'input' must be a value or a list".to_owned(),
             Slot::ClipperBatch => "'input_batch' must be a list of inputs".to_owned(),
-            Slot::ClipperVersion => "'version' must be a string".to_owned(),
-            Slot::TfSignature => "'signature_name' must be a string".to_owned(),
+            Slot::Parameter(key) => format!("'{key}' must be a string"),
             Slot::B64(_) => "'b64' must be a string".to_owned(),
             Slot::Ignore => "unexpected value".to_owned(),
         };

@@ -57,10 +57,8 @@ pub(crate) struct Named {
     pub(crate) format: Option<Format>,
     /// TF instances read so far.
     rows: usize,
-    /// Clipper's `version`.
-    version: Option<String>,
-    /// TF Serving's `signature_name`.
-    signature: Option<String>,
+    /// Top-level strings that travel as request parameters (`Slot::Parameter`).
+    parameters: Vec<(&'static str, String)>,
 }
 
 impl Named {
@@ -107,8 +105,7 @@ impl RequestDecoder {
             current: None,
             format: None,
             rows: 0,
-            version: None,
-            signature: None,
+            parameters: Vec::new(),
         }));
         decoder
     }
@@ -202,13 +199,13 @@ impl RequestDecoder {
             Ctx::TfRoot => match self.key {
                 Key::Instances => Slot::TfInstances,
                 Key::Inputs => Slot::TfInputs,
-                Key::SignatureName => Slot::TfSignature,
+                Key::SignatureName => Slot::Parameter("signature_name"),
                 _ => Slot::Ignore,
             },
             Ctx::ClipperRoot => match self.key {
                 Key::Input => Slot::ClipperInput,
                 Key::InputBatch => Slot::ClipperBatch,
-                Key::ModelVersion => Slot::ClipperVersion,
+                Key::ModelVersion => Slot::Parameter("version"),
                 _ => Slot::Ignore,
             },
             Ctx::TfInstances => Slot::TfInstance,
@@ -404,19 +401,12 @@ impl RequestDecoder {
                 }
                 return Ok(false);
             }
-            Slot::ClipperVersion => {
+            Slot::Parameter(key) => {
                 let Scalar::String(text) = scalar else {
-                    return Err(schema(at, "'version' must be a string"));
+                    return Err(schema(at, format!("'{key}' must be a string")));
                 };
-                self.named_mut().version = Some(String::from_utf8_lossy(text).into_owned());
-                self.value_done();
-                return Ok(true);
-            }
-            Slot::TfSignature => {
-                let Scalar::String(text) = scalar else {
-                    return Err(schema(at, "'signature_name' must be a string"));
-                };
-                self.named_mut().signature = Some(String::from_utf8_lossy(text).into_owned());
+                let text = String::from_utf8_lossy(text).into_owned();
+                self.named_mut().parameters.push((key, text));
                 self.value_done();
                 return Ok(true);
             }
@@ -536,13 +526,11 @@ impl RequestDecoder {
         // Clipper's `version` and TF Serving's `signature_name` travel as
         // request parameters of those names, which their front ends take
         // out before the model sees the request.
-        let parameters = [
-            ("version", named.version),
-            ("signature_name", named.signature),
-        ]
-        .into_iter()
-        .filter_map(|(key, value)| Some((key.to_owned(), ParameterValue::String(value?))))
-        .collect();
+        let parameters = named
+            .parameters
+            .into_iter()
+            .map(|(key, value)| (key.to_owned(), ParameterValue::String(value)))
+            .collect();
         let mut inputs = Vec::with_capacity(named.inputs.len());
         // Each input was held to the limits alone while it grew (its shape
         // was not known before its data ended); the request is held to them
