@@ -139,6 +139,18 @@ def stub(grpc, server, message, service, method, request_type, response_type):
     )
 
 
+def titanic_request(message):
+    """A PredictRequest of the first passenger's features, in float_val."""
+    request = message("tensorflow.serving.PredictRequest")()
+    request.model_spec.name = "titanic"
+    tensor = request.inputs["features"]
+    tensor.dtype = 1  # DT_FLOAT
+    tensor.tensor_shape.dim.add(size=1)
+    tensor.tensor_shape.dim.add(size=12)
+    tensor.float_val.extend(FEATURES)
+    return request
+
+
 def predict_call(tf, server):
     grpc, message = tf
     return stub(grpc, server, message, "PredictionService", "Predict", "PredictRequest", "PredictResponse")
@@ -195,13 +207,7 @@ def test_grpcio_predict_bytes_in_string_val(server, tf):
 
 def test_grpcio_predict_titanic_equals_rest_and_xgboost(server, tf):
     grpc, message = tf
-    request = message("tensorflow.serving.PredictRequest")()
-    request.model_spec.name = "titanic"
-    tensor = request.inputs["features"]
-    tensor.dtype = 1
-    tensor.tensor_shape.dim.add(size=1)
-    tensor.tensor_shape.dim.add(size=12)
-    tensor.float_val.extend(FEATURES)
+    request = titanic_request(message)
     response = predict_call(tf, server)(request, timeout=30)
     expected = rest_outputs(server, [FEATURES])
     for name, values in expected.items():
@@ -270,13 +276,7 @@ def test_tensor_content_answers_when_asked(tf):
     grpc, message = tf
     running = RunningServer(MODELS, extra_args=["--tf-tensor-content"])
     try:
-        request = message("tensorflow.serving.PredictRequest")()
-        request.model_spec.name = "titanic"
-        tensor = request.inputs["features"]
-        tensor.dtype = 1
-        tensor.tensor_shape.dim.add(size=1)
-        tensor.tensor_shape.dim.add(size=12)
-        tensor.float_val.extend(FEATURES)
+        request = titanic_request(message)
         response = predict_call(tf, running)(request, timeout=30)
         expected = rest_outputs(running, [FEATURES])
         for name, values in expected.items():
@@ -364,14 +364,8 @@ def test_grpcio_an_unconfigured_version_label_is_not_found(server, tf):
     """A `version_label` the model's `[version_labels]` lacks is NOT_FOUND,
     as TF Serving answers; the bundled models configure none."""
     grpc, message = tf
-    request = message("tensorflow.serving.PredictRequest")()
-    request.model_spec.name = "titanic"
+    request = titanic_request(message)
     request.model_spec.version_label = "stable"
-    tensor = request.inputs["features"]
-    tensor.dtype = 1
-    tensor.tensor_shape.dim.add(size=1)
-    tensor.tensor_shape.dim.add(size=12)
-    tensor.float_val.extend(FEATURES)
     with pytest.raises(grpc.RpcError) as raised:
         predict_call(tf, server)(request, timeout=30)
     assert raised.value.code() == grpc.StatusCode.NOT_FOUND
