@@ -8,6 +8,7 @@ this process. Every route shape is called through the proxy with
 with grpcio answers, printed by protobuf's own `json_format`.
 """
 
+import contextlib
 import json
 import re
 import subprocess
@@ -691,6 +692,23 @@ def test_reflection_is_asked_again_and_a_redeployed_upstream_is_routed(library, 
         server.stop(None)
 
 
+@contextlib.contextmanager
+def proxied(add_servicer, servicer, descriptor_set):
+    """A grpcio server of `servicer`, and `wirespeed proxy` in front of it
+    from `descriptor_set`: the proxy's address."""
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
+    add_servicer(servicer, server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    process, address = start_proxy("--descriptor-set", str(descriptor_set), "--upstream", f"grpc://127.0.0.1:{port}")
+    try:
+        yield address
+    finally:
+        process.kill()
+        process.wait()
+        server.stop(None)
+
+
 SHADOW_PROTO = '''
 syntax = "proto3";
 package shadow;
@@ -731,12 +749,7 @@ def test_the_services_routes_come_before_the_servers_own_paths(tmp_path):
         def Root(self, request, context):
             return shadow_pb2.Answer(said=f"root {request.name}")
 
-    server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
-    shadow_pb2_grpc.add_PathsServicer_to_server(Paths(), server)
-    port = server.add_insecure_port("127.0.0.1:0")
-    server.start()
-    process, address = start_proxy("--descriptor-set", str(tmp_path / "shadow.pb"), "--upstream", f"grpc://127.0.0.1:{port}")
-    try:
+    with proxied(shadow_pb2_grpc.add_PathsServicer_to_server, Paths(), tmp_path / "shadow.pb") as address:
         assert requests.get(address + "/v1/models").json() == {"said": "the service's models"}
         assert requests.get(address + "/metrics").json() == {"said": "the service's metrics"}
         assert requests.post(address + "/v2", json={"name": "x"}).json() == {"said": "root x"}
@@ -744,10 +757,6 @@ def test_the_services_routes_come_before_the_servers_own_paths(tmp_path):
         assert requests.delete(address + "/metrics").status_code == 405
         # The proxy's own health, where the service leaves the path free.
         assert requests.get(address + "/v2/health/live").status_code == 200
-    finally:
-        process.kill()
-        process.wait()
-        server.stop(None)
 
 
 FILES_PROTO = '''
@@ -807,12 +816,7 @@ def test_http_body_is_raw_bytes_both_ways(tmp_path):
             for i in range(3):
                 yield httpbody_pb2.HttpBody(content_type="text/csv", data=f"{request.name},{i}\n".encode())
 
-    server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
-    files_pb2_grpc.add_FilesServicer_to_server(Files(), server)
-    port = server.add_insecure_port("127.0.0.1:0")
-    server.start()
-    process, address = start_proxy("--descriptor-set", str(tmp_path / "files.pb"), "--upstream", f"grpc://127.0.0.1:{port}")
-    try:
+    with proxied(files_pb2_grpc.add_FilesServicer_to_server, Files(), tmp_path / "files.pb") as address:
         got = requests.get(address + "/files/logo")
         assert got.status_code == 200 and got.headers["Content-Type"] == "image/png", got.headers
         assert got.content == png + b"logo"
@@ -827,7 +831,3 @@ def test_http_body_is_raw_bytes_both_ways(tmp_path):
         download = requests.get(address + "/files/t:download")
         assert download.status_code == 200 and download.headers["Content-Type"] == "text/csv", download.headers
         assert download.content == b"t,0\nt,1\nt,2\n"
-    finally:
-        process.kill()
-        process.wait()
-        server.stop(None)
