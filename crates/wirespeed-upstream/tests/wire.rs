@@ -146,15 +146,26 @@ async fn upstream(url: &str) -> std::sync::Arc<Upstream> {
     Upstream::new(vec![address], UpstreamOptions::default()).unwrap()
 }
 
-#[tokio::test]
-async fn a_stream_given_up_reaches_the_server_as_a_reset() {
-    let (url, mut endings) = server(Behaviour::Record).await;
+/// A client stream opened on a recording server: its sender, the
+/// server's endings, and the open call (kept while the stream is sent).
+async fn upload() -> (
+    wirespeed_upstream::MessageSender,
+    mpsc::UnboundedReceiver<Ending>,
+    wirespeed_upstream::OpenCall,
+) {
+    let (url, endings) = server(Behaviour::Record).await;
     let upstream = upstream(&url).await;
     let (sender, body) = message_stream(4);
-    let _call = upstream
+    let call = upstream
         .open("/test.Library/Upload", body, &HeaderMap::new(), None)
         .await
         .expect("the call opens");
+    (sender, endings, call)
+}
+
+#[tokio::test]
+async fn a_stream_given_up_reaches_the_server_as_a_reset() {
+    let (sender, mut endings, _call) = upload().await;
     assert!(sender.send(Bytes::from_static(b"first")).await);
     sender.abort("message 2 does not encode".to_owned()).await;
     let ending = endings.recv().await.expect("the server saw the request");
@@ -166,13 +177,7 @@ async fn a_stream_given_up_reaches_the_server_as_a_reset() {
 
 #[tokio::test]
 async fn a_stream_whose_sender_is_dropped_ends_whole() {
-    let (url, mut endings) = server(Behaviour::Record).await;
-    let upstream = upstream(&url).await;
-    let (sender, body) = message_stream(4);
-    let _call = upstream
-        .open("/test.Library/Upload", body, &HeaderMap::new(), None)
-        .await
-        .expect("the call opens");
+    let (sender, mut endings, _call) = upload().await;
     assert!(sender.send(Bytes::from_static(b"first")).await);
     assert!(sender.send(Bytes::from_static(b"second")).await);
     drop(sender);
