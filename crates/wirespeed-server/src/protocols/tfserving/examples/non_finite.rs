@@ -115,7 +115,7 @@ impl Respelled {
             .filter(|&&(offset, _)| offset >= start && offset < at)
             .map(|&(_, grown)| grown)
             .sum();
-        format!("{message} at line {line} column {}", column - grown)
+        format!("{message} at line {line} column {}", column.saturating_sub(grown))
     }
 }
 
