@@ -151,10 +151,13 @@ async fn dispatch(
         };
     }
     // The transcoded services' routes come first where they have the path.
+    // Asked only where one of the server's own endpoints has it too: a path
+    // the router does not know goes to them below, found once.
+    let shared_path = !matches!(&route, Err(e) if e.kind() == ErrorKind::RouteNotFound);
     if let Some(fallback) = front
         .fallback
         .as_ref()
-        .filter(|f| f.serves(request.method(), uri.path()))
+        .filter(|f| shared_path && f.serves(request.method(), uri.path()))
     {
         if let Some(answer) = fallback.answer(request).await {
             return answer;

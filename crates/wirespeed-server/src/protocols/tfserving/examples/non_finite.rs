@@ -115,7 +115,10 @@ impl Respelled {
             .filter(|&&(offset, _)| offset >= start && offset < at)
             .map(|&(_, grown)| grown)
             .sum();
-        format!("{message} at line {line} column {}", column.saturating_sub(grown))
+        format!(
+            "{message} at line {line} column {}",
+            column.saturating_sub(grown)
+        )
     }
 }
 
