@@ -24,6 +24,7 @@
 //! ```
 
 mod config;
+mod fil;
 mod identity;
 #[cfg(feature = "onnx")]
 mod onnx;

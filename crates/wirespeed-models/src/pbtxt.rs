@@ -2,7 +2,8 @@
 //! model folder laid out for Triton loads unchanged, for every backend
 //! wirespeed runs: Triton's Python backend, ONNX Runtime's
 //! (`platform: "onnxruntime_onnx"` or `backend: "onnxruntime"`, run by the
-//! onnx backend) and its identity backend:
+//! onnx backend), its FIL backend's tree models (`fil.rs`) and its
+//! identity backend:
 //!
 //! ```text
 //! models/add_sub/config.pbtxt      backend: "python", input [...], output [...]
@@ -142,6 +143,7 @@ fn backend_of(config: &pb::ModelConfig) -> Result<&'static str, String> {
         "python" => "python",
         "onnxruntime" | "onnxruntime_onnx" => "onnx",
         "identity" => "identity",
+        "fil" => "fil",
         "" => return Err("config.pbtxt names neither a backend nor a platform".to_owned()),
         other => {
             let what = match other {
@@ -149,14 +151,13 @@ fn backend_of(config: &pb::ModelConfig) -> Result<&'static str, String> {
                 "pytorch" | "pytorch_libtorch" => "PyTorch",
                 "tensorrt" | "tensorrt_plan" => "TensorRT",
                 "openvino" => "OpenVINO",
-                "fil" => "the FIL backend's tree models",
                 "ensemble" => "an ensemble",
                 _ => "a custom backend",
             };
             return Err(format!(
                 "Triton's '{other}' ({what}) is not run by wirespeed, which runs Python \
-                 (backend: \"python\"), ONNX (platform: \"onnxruntime_onnx\") and identity \
-                 models from a config.pbtxt; serve this model from a Triton that runs it and \
+                 (backend: \"python\"), ONNX (platform: \"onnxruntime_onnx\"), FIL tree \
+                 (backend: \"fil\") and identity models from a config.pbtxt; serve this model from a Triton that runs it and \
                  put wirespeed in front (backend = \"upstream\" in a config.toml, \
                  docs/upstream.md)"
             ));
@@ -424,6 +425,16 @@ fn model_config_table(config: pb::ModelConfig) -> Result<toml::Table, String> {
         return Ok(table);
     }
     if backend == "onnx" {
+        return Ok(table);
+    }
+    if backend == "fil" {
+        // FIL's parameters are its keys (`fil.rs`).
+        let parameters: toml::Table = config
+            .parameters
+            .iter()
+            .map(|(k, v)| (k.clone(), v.string_value.clone().into()))
+            .collect();
+        table.insert("parameters".into(), parameters.into());
         return Ok(table);
     }
     let mut parameters = toml::Table::new();

@@ -135,13 +135,14 @@ impl Registry {
         Registry::default()
     }
 
-    /// The backends wirespeed ships: `xgboost`, `lightgbm` and
+    /// The backends wirespeed ships: `xgboost`, `lightgbm`, `fil` and
     /// `identity`, and those of this build's features: `onnx`, `upstream`
     /// and `python`.
     pub fn builtin() -> Registry {
         let mut registry = Registry::new();
         registry.register(crate::trees::Xgboost);
         registry.register(crate::trees::Lightgbm);
+        registry.register(crate::fil::Fil);
         registry.register(crate::identity::Identity);
         #[cfg(feature = "onnx")]
         registry.register(crate::onnx::Onnx);

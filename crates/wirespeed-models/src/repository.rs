@@ -40,6 +40,9 @@ pub struct LoadedModel {
     /// The inputs that declare an image layout, and it (`FORMAT_NCHW`,
     /// `FORMAT_NHWC`).
     pub input_formats: Vec<(String, String)>,
+    /// Triton's string `parameters` of the model (its `[parameters]`
+    /// table), read back in its configuration.
+    pub parameters: Vec<(String, String)>,
 }
 
 /// An output's class labels, read from its labels file at load.
@@ -359,7 +362,22 @@ fn load_version(
         version_labels: config.version_labels.clone(),
         max_batch_size,
         input_formats: input_formats(config).map_err(|m| error(&config_path, m))?,
+        parameters: string_parameters(config),
     })
+}
+
+/// The model's `[parameters]`, as Triton's strings.
+fn string_parameters(config: &ModelConfig) -> Vec<(String, String)> {
+    let Some(toml::Value::Table(table)) = config.backend_keys.get("parameters") else {
+        return Vec::new();
+    };
+    table
+        .iter()
+        .map(|(k, v)| match v {
+            toml::Value::String(s) => (k.clone(), s.clone()),
+            other => (k.clone(), other.to_string()),
+        })
+        .collect()
 }
 
 /// The image layouts the inputs declare, as Triton names them; one on an

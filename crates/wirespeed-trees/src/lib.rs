@@ -37,6 +37,7 @@
 
 mod ensemble;
 mod error;
+mod legacy;
 mod lightgbm;
 mod objective;
 pub mod onnx;
@@ -46,6 +47,7 @@ mod xgboost;
 
 pub use ensemble::TreeEnsemble;
 pub use error::LoadError;
+pub use legacy::{load_xgboost_legacy, parse_xgboost_legacy};
 pub use lightgbm::{load_lightgbm, parse_lightgbm};
 pub use objective::Objective;
 pub use preprocess::{Column, ColumnKind, Preprocessor, RawValue, Transform};
@@ -55,9 +57,12 @@ pub use xgboost::{
 
 /// Loads a model file of any supported format, told apart by its first
 /// bytes: XGBoost's UBJSON (`{` and a length marker), XGBoost's JSON (`{`),
-/// LightGBM's text (a `tree` header).
+/// XGBoost's legacy binary (`binf`), LightGBM's text (a `tree` header).
 pub fn load(path: impl AsRef<std::path::Path>) -> Result<TreeEnsemble, LoadError> {
     let bytes = std::fs::read(path)?;
+    if legacy::looks_like(&bytes) {
+        return parse_xgboost_legacy(&bytes);
+    }
     let start = bytes
         .iter()
         .position(|b| !b.is_ascii_whitespace())
@@ -71,8 +76,7 @@ pub fn load(path: impl AsRef<std::path::Path>) -> Result<TreeEnsemble, LoadError
             parse_lightgbm(text)
         }
         _ => Err(LoadError::Unsupported(
-            "not an XGBoost JSON or UBJSON model nor a LightGBM text model (XGBoost's legacy binary format is not read: load and save it again as .json or .ubj)"
-                .to_owned(),
+            "not an XGBoost JSON, UBJSON or binary model nor a LightGBM text model".to_owned(),
         )),
     }
 }

@@ -14,8 +14,9 @@
 //!   everything else (negative after truncation, unlisted, NaN) right;
 //! - leaf values are doubles, summed in `f64` (`TreeEnsemble::leaf64`).
 //!
-//! Linear trees, `average_output` (random forests) and objectives other
-//! than binary, multiclass and identity-link regression are refused.
+//! Random forests (`average_output`) average their iterations. Linear
+//! trees and objectives other than binary, multiclass and identity-link
+//! regression are refused.
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -112,11 +113,8 @@ pub fn parse_lightgbm(text: &str) -> Result<TreeEnsemble, LoadError> {
             "the file does not start with LightGBM's 'tree' header",
         ));
     }
-    if header.contains_key("average_output") {
-        return Err(LoadError::unsupported(
-            "LightGBM random-forest models (average_output) are not supported",
-        ));
-    }
+    // A random forest (`boosting: rf`) averages its iterations' trees.
+    let average_output = header.contains_key("average_output");
     let what = "the header";
     let max_feature: usize = number(
         field(&header, "max_feature_idx", what)?,
@@ -183,6 +181,15 @@ pub fn parse_lightgbm(text: &str) -> Result<TreeEnsemble, LoadError> {
     }
     if ensemble.roots.is_empty() {
         return Err(invalid("the model has no trees"));
+    }
+    if average_output {
+        // LightGBM divides each class's sum by the iterations; each leaf
+        // divided instead, in f64, differs from it far below f32's
+        // precision.
+        let iterations = (ensemble.roots.len() / groups).max(1) as f64;
+        for leaf in &mut ensemble.leaf64 {
+            *leaf /= iterations;
+        }
     }
     ensemble.finalize();
     Ok(ensemble)

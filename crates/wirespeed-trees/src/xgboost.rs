@@ -14,48 +14,48 @@ use crate::ensemble::{Node, SplitRule, TreeEnsemble, MAX_FEATURES};
 use crate::{LoadError, Objective};
 
 #[derive(Deserialize)]
-struct ModelFile {
-    learner: Learner,
+pub(crate) struct ModelFile {
+    pub(crate) learner: Learner,
 }
 
 #[derive(Deserialize)]
-struct Learner {
-    learner_model_param: LearnerModelParam,
-    objective: ObjectiveSection,
-    gradient_booster: GradientBooster,
+pub(crate) struct Learner {
+    pub(crate) learner_model_param: LearnerModelParam,
+    pub(crate) objective: ObjectiveSection,
+    pub(crate) gradient_booster: GradientBooster,
 }
 
 #[derive(Deserialize)]
-struct LearnerModelParam {
-    base_score: String,
-    num_class: String,
-    num_feature: String,
+pub(crate) struct LearnerModelParam {
+    pub(crate) base_score: String,
+    pub(crate) num_class: String,
+    pub(crate) num_feature: String,
     #[serde(default)]
-    num_target: Option<String>,
+    pub(crate) num_target: Option<String>,
 }
 
 #[derive(Deserialize)]
-struct ObjectiveSection {
-    name: String,
+pub(crate) struct ObjectiveSection {
+    pub(crate) name: String,
 }
 
 #[derive(Deserialize)]
-struct GradientBooster {
-    name: String,
+pub(crate) struct GradientBooster {
+    pub(crate) name: String,
     #[serde(default)]
-    model: Option<GbTreeModel>,
+    pub(crate) model: Option<GbTreeModel>,
 }
 
 #[derive(Deserialize)]
-struct GbTreeModel {
-    trees: Vec<TreeSection>,
-    tree_info: Vec<i64>,
+pub(crate) struct GbTreeModel {
+    pub(crate) trees: Vec<TreeSection>,
+    pub(crate) tree_info: Vec<i64>,
 }
 
 /// XGBoost writes `default_left` as integers (1.x to 2.x) or bools.
 #[derive(Deserialize)]
 #[serde(untagged)]
-enum Flag {
+pub(crate) enum Flag {
     Bool(bool),
     Int(i64),
 }
@@ -70,30 +70,30 @@ impl Flag {
 }
 
 #[derive(Deserialize)]
-struct TreeSection {
-    left_children: Vec<i64>,
-    right_children: Vec<i64>,
-    split_indices: Vec<i64>,
-    split_conditions: Vec<f32>,
-    default_left: Vec<Flag>,
+pub(crate) struct TreeSection {
+    pub(crate) left_children: Vec<i64>,
+    pub(crate) right_children: Vec<i64>,
+    pub(crate) split_indices: Vec<i64>,
+    pub(crate) split_conditions: Vec<f32>,
+    pub(crate) default_left: Vec<Flag>,
     #[serde(default)]
-    split_type: Vec<i64>,
+    pub(crate) split_type: Vec<i64>,
     #[serde(default)]
-    categories_nodes: Vec<i64>,
+    pub(crate) categories_nodes: Vec<i64>,
     #[serde(default)]
-    categories_segments: Vec<i64>,
+    pub(crate) categories_segments: Vec<i64>,
     #[serde(default)]
-    categories_sizes: Vec<i64>,
+    pub(crate) categories_sizes: Vec<i64>,
     #[serde(default)]
-    categories: Vec<i64>,
-    tree_param: TreeParam,
+    pub(crate) categories: Vec<i64>,
+    pub(crate) tree_param: TreeParam,
 }
 
 #[derive(Deserialize)]
-struct TreeParam {
-    num_nodes: String,
+pub(crate) struct TreeParam {
+    pub(crate) num_nodes: String,
     #[serde(default)]
-    size_leaf_vector: Option<String>,
+    pub(crate) size_leaf_vector: Option<String>,
 }
 
 /// Loads an XGBoost JSON model file.
@@ -122,7 +122,7 @@ pub fn parse_xgboost_ubjson(bytes: &[u8]) -> Result<TreeEnsemble, LoadError> {
     from_file(file)
 }
 
-fn from_file(file: ModelFile) -> Result<TreeEnsemble, LoadError> {
+pub(crate) fn from_file(file: ModelFile) -> Result<TreeEnsemble, LoadError> {
     let learner = file.learner;
     let param = &learner.learner_model_param;
 

@@ -78,6 +78,7 @@ fn serve(models: &ServedModels, name: &str, upstream: &Arc<Upstream>) {
         version_labels: Default::default(),
         max_batch_size: 0,
         input_formats: Vec::new(),
+        parameters: Vec::new(),
     });
     if added {
         tracing::info!(model = name, upstream = %upstream.describe(), "serving the upstream's model");

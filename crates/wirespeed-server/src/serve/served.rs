@@ -42,6 +42,8 @@ pub(crate) struct ServedModel {
     pub(crate) max_batch_size: usize,
     /// The inputs' image layouts, as Triton names them.
     pub(crate) input_formats: Vec<(String, String)>,
+    /// Triton's string parameters, from its configuration.
+    pub(crate) parameters: Vec<(String, String)>,
 }
 
 impl ServedModel {
@@ -197,6 +199,7 @@ impl ServedModels {
             version_labels: loaded.version_labels,
             max_batch_size: loaded.max_batch_size,
             input_formats: loaded.input_formats,
+            parameters: loaded.parameters,
         })
     }
 

@@ -13,7 +13,8 @@
 //! with its preferred sizes, queue delay, priority levels and queue
 //! policies (`[queue]`).
 //! `max_concurrency` is the CPU instance group's count; `max_queue` is a
-//! parameter. An output's labels file is its `label_filename`.
+//! parameter, beside the model's own (a `config.pbtxt`'s `parameters`,
+//! `config.toml`'s `[parameters]`). An output's labels file is its `label_filename`.
 
 use serde_json::{json, Value};
 use wirespeed_models::{
@@ -70,7 +71,16 @@ pub(crate) fn model_config(name: &str, model: &ServedModel) -> pb::ModelConfig {
             ..Default::default()
         })
         .collect();
-    let mut parameters = std::collections::HashMap::new();
+    let mut parameters: std::collections::HashMap<String, pb::ModelParameter> = model
+        .parameters
+        .iter()
+        .map(|(k, v)| {
+            let value = pb::ModelParameter {
+                string_value: v.clone(),
+            };
+            (k.clone(), value)
+        })
+        .collect();
     parameters.insert(
         "max_queue".to_owned(),
         pb::ModelParameter {
