@@ -22,6 +22,7 @@
 //! ```
 
 pub mod batch;
+mod composition;
 mod datatype;
 mod error;
 mod infer;
@@ -31,6 +32,7 @@ mod pool;
 pub mod raw;
 mod tensor;
 
+pub use composition::{Composition, Step};
 pub use datatype::{DataType, UnknownDataType};
 pub use error::{Error, ErrorKind, Fault};
 pub use half::{bf16, f16};

@@ -329,6 +329,13 @@ pub trait Model: Send + Sync {
         Heads::default()
     }
 
+    /// The steps of an ensemble: the server runs them, each through its
+    /// model's scheduler, instead of calling [`infer`](Model::infer).
+    /// `None`, the default, for a model that computes.
+    fn composition(&self) -> Option<&crate::Composition> {
+        None
+    }
+
     /// Whether the model can answer now, or why not: a model behind
     /// another server is not ready while that server does not answer.
     /// Requests to a model that is not ready get 503 (UNAVAILABLE) with the

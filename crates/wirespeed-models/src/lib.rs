@@ -24,6 +24,7 @@
 //! ```
 
 mod config;
+mod ensemble;
 mod fil;
 mod identity;
 #[cfg(feature = "onnx")]
@@ -42,6 +43,7 @@ mod versions;
 mod warmup;
 
 pub use config::{ModelConfig, TensorConfig};
+pub use ensemble::{check_ensembles, check_steps};
 pub use identity::IdentityModel;
 #[cfg(feature = "onnx")]
 pub use onnx::{supported_operators, OnnxModel};

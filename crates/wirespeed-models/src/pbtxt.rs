@@ -144,6 +144,7 @@ fn backend_of(config: &pb::ModelConfig) -> Result<&'static str, String> {
         "onnxruntime" | "onnxruntime_onnx" => "onnx",
         "identity" => "identity",
         "fil" => "fil",
+        "ensemble" => "ensemble",
         "" => return Err("config.pbtxt names neither a backend nor a platform".to_owned()),
         other => {
             let what = match other {
@@ -151,7 +152,6 @@ fn backend_of(config: &pb::ModelConfig) -> Result<&'static str, String> {
                 "pytorch" | "pytorch_libtorch" => "PyTorch",
                 "tensorrt" | "tensorrt_plan" => "TensorRT",
                 "openvino" => "OpenVINO",
-                "ensemble" => "an ensemble",
                 _ => "a custom backend",
             };
             return Err(format!(
@@ -204,6 +204,34 @@ fn warmup_value(samples: &[pb::ModelWarmup]) -> Result<toml::Value, String> {
         tables.push(toml::Value::Table(table));
     }
     Ok(toml::Value::Array(tables))
+}
+
+/// `ensemble_scheduling` as `config.toml`'s `[[steps]]` (`ensemble.rs`).
+fn steps_value(config: &pb::ModelConfig) -> Result<toml::Value, String> {
+    let Some(pb::model_config::SchedulingChoice::EnsembleScheduling(ensembling)) =
+        &config.scheduling_choice
+    else {
+        return Err("an ensemble needs ensemble_scheduling with its steps".to_owned());
+    };
+    let map = |pairs: &std::collections::HashMap<String, String>| -> toml::Value {
+        let table: toml::Table = pairs
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone().into()))
+            .collect();
+        table.into()
+    };
+    let mut steps = Vec::new();
+    for step in &ensembling.step {
+        let mut table = toml::Table::new();
+        table.insert("model".into(), step.model_name.clone().into());
+        if step.model_version > 0 {
+            table.insert("version".into(), step.model_version.to_string().into());
+        }
+        table.insert("inputs".into(), map(&step.input_map));
+        table.insert("outputs".into(), map(&step.output_map));
+        steps.push(toml::Value::Table(table));
+    }
+    Ok(toml::Value::Array(steps))
 }
 
 /// A reshape's shape as `config.toml`'s `reshape` (Triton's `reshape: {
@@ -425,6 +453,10 @@ fn model_config_table(config: pb::ModelConfig) -> Result<toml::Table, String> {
         return Ok(table);
     }
     if backend == "onnx" {
+        return Ok(table);
+    }
+    if backend == "ensemble" {
+        table.insert("steps".into(), steps_value(&config)?);
         return Ok(table);
     }
     if backend == "fil" {

@@ -135,14 +135,15 @@ impl Registry {
         Registry::default()
     }
 
-    /// The backends wirespeed ships: `xgboost`, `lightgbm`, `fil` and
-    /// `identity`, and those of this build's features: `onnx`, `upstream`
+    /// The backends wirespeed ships: `xgboost`, `lightgbm`, `fil`,
+    /// `ensemble` and `identity`, and those of this build's features: `onnx`, `upstream`
     /// and `python`.
     pub fn builtin() -> Registry {
         let mut registry = Registry::new();
         registry.register(crate::trees::Xgboost);
         registry.register(crate::trees::Lightgbm);
         registry.register(crate::fil::Fil);
+        registry.register(crate::ensemble::Ensemble);
         registry.register(crate::identity::Identity);
         #[cfg(feature = "onnx")]
         registry.register(crate::onnx::Onnx);

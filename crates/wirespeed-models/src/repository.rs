@@ -303,6 +303,12 @@ fn load_version(
     source
         .unread_keys(backend.name())
         .map_err(|m| error(&config_path, m))?;
+    if !reshapes.is_empty() && model.composition().is_some() {
+        return Err(error(
+            &config_path,
+            "an ensemble's tensors are not reshaped; reshape in its steps' models".to_owned(),
+        ));
+    }
     if !reshapes.is_empty() {
         model = crate::reshape::Reshaped::wrap(model, &reshapes, batch);
     }

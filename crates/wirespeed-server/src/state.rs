@@ -159,6 +159,13 @@ impl State {
             ServedModels::start(loaded, &pool, buckets)
                 .map_err(|error| StartError::Threads { threads: 1, error })?,
         );
+        // Every ensemble's steps fit the models served.
+        crate::serve::ensemble::check_all(&models).map_err(|message| {
+            StartError::Repository(RepositoryError {
+                path: config.models_dir.clone(),
+                message,
+            })
+        })?;
         let readiness = Arc::new(Readiness::default());
         let repository = Arc::new(Repository::new(
             Arc::clone(&models),

@@ -431,6 +431,9 @@ fn serve(mut args: ServeArgs) -> anyhow::Result<()> {
                 wirespeed_models::load_repository(&args.models, &defaults.backends, &pool)
             })
             .context("model repository check failed")?;
+        wirespeed_models::check_ensembles(&models)
+            .map_err(anyhow::Error::msg)
+            .context("model repository check failed")?;
         for loaded in models {
             let (name, m) = (&loaded.name, loaded.model.metadata());
             println!(

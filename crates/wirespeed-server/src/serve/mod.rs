@@ -1,11 +1,13 @@
 //! What every protocol shares once a request is decoded: the one pipeline
 //! (`pipeline.rs`), the served models and their schedulers (`served.rs`),
-//! the stage timings, traces, reserved parameters and classification; the
+//! ensembles' steps (`ensemble.rs`), the stage timings, traces, reserved
+//! parameters and classification; the
 //! statistics and metrics counters; the shared-memory regions; the model
 //! repository while serving (`model_control.rs`) and the upstream's models
 //! (`fronting.rs`). Nothing here knows a protocol or a socket.
 
 pub(crate) mod classification;
+pub(crate) mod ensemble;
 #[cfg(feature = "upstream")]
 pub(crate) mod fronting;
 pub(crate) mod metrics;

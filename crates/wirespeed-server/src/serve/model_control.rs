@@ -26,6 +26,7 @@ use std::time::{Duration, SystemTime};
 use wirespeed_core::{CpuPool, Error, ErrorKind};
 use wirespeed_models::{is_valid_model_name, load_model, model_folders, Registry};
 
+use super::ensemble;
 use super::readiness::Readiness;
 use super::served::ServedModels;
 use super::timing::timed_on;
@@ -297,6 +298,15 @@ impl Repository {
             (loaded, seen)
         })
         .await?;
+        // An ensemble's steps must fit the models served now.
+        let loaded = loaded.map_err(|e| e.to_string()).and_then(|loaded| {
+            for l in &loaded {
+                if let Some(composition) = l.model.composition() {
+                    ensemble::check(&self.models, name, l.model.metadata(), composition)?;
+                }
+            }
+            Ok(loaded)
+        });
         match loaded {
             Ok(loaded) => {
                 let versions: Vec<String> = loaded

@@ -24,6 +24,7 @@ use wirespeed_core::{
 };
 
 use crate::serve::classification;
+use crate::serve::ensemble;
 use crate::serve::metrics::InferProtocol;
 use crate::serve::regions;
 use crate::serve::reserved;
@@ -351,13 +352,32 @@ async fn compute<C: Codec>(
         timeout: queueing.timeout,
         trace: context.trace.outgoing(),
     };
-    let mut spent = Spent::default();
-    let answer = served
-        .scheduler
-        .run(request.inputs, &request.outputs, call, &mut spent)
+    let answer = if served.model.composition().is_some() {
+        // An ensemble: its steps, each through its model's scheduler.
+        let compute = std::time::Instant::now();
+        let outputs = ensemble::run(
+            &serving.models,
+            served,
+            request.inputs,
+            &request.outputs,
+            call,
+            0,
+        )
         .await;
-    stages.scheduled(spent);
-    let answer = answer?;
+        stages.compute = compute.elapsed();
+        wirespeed_scheduler::Answer {
+            outputs: outputs?,
+            default: false,
+        }
+    } else {
+        let mut spent = Spent::default();
+        let answer = served
+            .scheduler
+            .run(request.inputs, &request.outputs, call, &mut spent)
+            .await;
+        stages.scheduled(spent);
+        answer?
+    };
     let mut outputs = answer.outputs;
     context.default_answer = answer.default;
     let parameters = if answer.default {

@@ -95,9 +95,14 @@ pub(crate) fn model_config(name: &str, model: &ServedModel) -> pb::ModelConfig {
         max_batch_size: i32::try_from(max_batch_size).unwrap_or(i32::MAX),
         input,
         output,
-        scheduling_choice: batching.map(|_| {
-            pb::model_config::SchedulingChoice::DynamicBatching(dynamic_batching(scheduling))
-        }),
+        scheduling_choice: match model.model.composition() {
+            Some(composition) => Some(pb::model_config::SchedulingChoice::EnsembleScheduling(
+                ensemble_scheduling(composition),
+            )),
+            None => batching.map(|_| {
+                pb::model_config::SchedulingChoice::DynamicBatching(dynamic_batching(scheduling))
+            }),
+        },
         instance_group: vec![pb::ModelInstanceGroup {
             name: name.to_owned(),
             count: i32::try_from(model.max_concurrency).unwrap_or(i32::MAX),
@@ -107,6 +112,29 @@ pub(crate) fn model_config(name: &str, model: &ServedModel) -> pb::ModelConfig {
         default_model_filename: String::new(),
         parameters,
         ..Default::default()
+    }
+}
+
+/// An ensemble's steps, as Triton's `ensemble_scheduling` (perf_analyzer
+/// reads it to find the composing models).
+fn ensemble_scheduling(composition: &wirespeed_core::Composition) -> pb::ModelEnsembling {
+    let map = |pairs: &[(String, String)]| pairs.iter().cloned().collect();
+    pb::ModelEnsembling {
+        step: composition
+            .steps
+            .iter()
+            .map(|step| pb::model_ensembling::Step {
+                model_name: step.model.clone(),
+                model_version: step
+                    .version
+                    .as_deref()
+                    .and_then(|v| v.parse().ok())
+                    .unwrap_or(-1),
+                input_map: map(&step.inputs),
+                output_map: map(&step.outputs),
+                model_namespace: String::new(),
+            })
+            .collect(),
     }
 }
 
@@ -212,7 +240,9 @@ pub(crate) fn to_json(config: &pb::ModelConfig) -> Value {
             json!({
                 "name": i.name,
                 "data_type": type_name(i.data_type),
-                "format": "FORMAT_NONE",
+                "format": pb::model_input::Format::try_from(i.format)
+                    .unwrap_or(pb::model_input::Format::None)
+                    .as_str_name(),
                 "dims": i.dims,
                 "is_shape_tensor": false,
                 "allow_ragged_batch": false,
@@ -297,6 +327,24 @@ pub(crate) fn to_json(config: &pb::ModelConfig) -> Value {
             "default_queue_policy": d.default_queue_policy.as_ref().map(queue_policy_json),
             "priority_queue_policy": policies,
         });
+    }
+    if let Some(pb::model_config::SchedulingChoice::EnsembleScheduling(e)) =
+        &config.scheduling_choice
+    {
+        let steps: Vec<Value> = e
+            .step
+            .iter()
+            .map(|step| {
+                json!({
+                    "model_name": step.model_name,
+                    "model_version": step.model_version,
+                    "input_map": step.input_map,
+                    "output_map": step.output_map,
+                    "model_namespace": step.model_namespace,
+                })
+            })
+            .collect();
+        answer["ensemble_scheduling"] = json!({ "step": steps });
     }
     answer
 }

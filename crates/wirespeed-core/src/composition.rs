@@ -1,0 +1,27 @@
+//! An ensemble's steps, as Triton's `ensemble_scheduling` lists them: the
+//! models an ensemble calls and how tensors flow between them. A model
+//! that is an ensemble says so through [`Model::composition`]; the server
+//! runs its steps, each through its own model's scheduler.
+//!
+//! [`Model::composition`]: crate::Model::composition
+
+/// The steps of an ensemble, in an order in which every step's inputs are
+/// ready before it runs (checked at load).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Composition {
+    /// The steps, in running order.
+    pub steps: Vec<Step>,
+}
+
+/// One step: a model called with some of the ensemble's tensors.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Step {
+    /// The model called.
+    pub model: String,
+    /// Its version; `None` for the one served by default (Triton's `-1`).
+    pub version: Option<String>,
+    /// The step model's input, and the ensemble tensor that feeds it.
+    pub inputs: Vec<(String, String)>,
+    /// The step model's output, and the ensemble tensor it becomes.
+    pub outputs: Vec<(String, String)>,
+}

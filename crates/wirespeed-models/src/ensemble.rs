@@ -1,0 +1,398 @@
+//! `backend = "ensemble"` (Triton's `platform: "ensemble"`): a model made
+//! of other models' steps, with tensors flowing from the ensemble's inputs
+//! through the steps to its outputs.
+//!
+//! ```toml
+//! backend = "ensemble"
+//! max_batch_size = 8
+//! [[inputs]]               # the ensemble's own tensors, as any model's
+//! name = "RAW"
+//! ...
+//! [[steps]]
+//! model = "preprocess"     # a model of the repository
+//! # version = "1"          # optional; the served one by default
+//! inputs = { INPUT0 = "RAW" }             # the step model's input = an ensemble tensor
+//! outputs = { OUTPUT0 = "features" }      # the step model's output = an ensemble tensor
+//! ```
+//!
+//! Loading checks the graph, as Triton does: every tensor is produced once
+//! (an ensemble input or one step's output), every step input and every
+//! ensemble output is produced by something, and the steps form no cycle;
+//! they are kept in an order in which each step's inputs are ready. The
+//! steps' models are checked against the served models by the server,
+//! which runs the steps (`serve/ensemble.rs`); this model only describes
+//! them ([`Model::composition`]).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+
+use serde::Deserialize;
+use wirespeed_core::{Composition, Error, Model, ModelMetadata, Step, Tensor};
+
+use crate::registry::{Backend, ModelSource};
+
+/// `backend = "ensemble"`.
+pub(crate) struct Ensemble;
+
+impl Backend for Ensemble {
+    fn name(&self) -> &'static str {
+        "ensemble"
+    }
+
+    fn load(&self, source: &ModelSource<'_>) -> Result<Arc<dyn Model>, String> {
+        Ok(Arc::new(EnsembleModel::load(source)?))
+    }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct EnsembleKeys {
+    steps: Vec<StepKeys>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct StepKeys {
+    model: String,
+    #[serde(default)]
+    version: Option<String>,
+    #[serde(default)]
+    inputs: BTreeMap<String, String>,
+    #[serde(default)]
+    outputs: BTreeMap<String, String>,
+}
+
+/// An ensemble: its tensors and its steps, in running order.
+pub(crate) struct EnsembleModel {
+    metadata: ModelMetadata,
+    composition: Composition,
+}
+
+impl EnsembleModel {
+    fn load(source: &ModelSource<'_>) -> Result<EnsembleModel, String> {
+        let keys: EnsembleKeys = source.keys()?;
+        let config = source.config();
+        if !config.warmup.is_empty() {
+            return Err("an ensemble is not warmed up itself; warm up its steps' models".into());
+        }
+        let inputs = config
+            .inputs
+            .iter()
+            .map(|t| t.to_spec())
+            .collect::<Result<Vec<_>, _>>()?;
+        let outputs = config
+            .outputs
+            .iter()
+            .map(|t| t.to_spec())
+            .collect::<Result<Vec<_>, _>>()?;
+        let steps = keys
+            .steps
+            .into_iter()
+            .map(|s| Step {
+                model: s.model,
+                version: s.version,
+                inputs: s.inputs.into_iter().collect(),
+                outputs: s.outputs.into_iter().collect(),
+            })
+            .collect();
+        let input_names: Vec<&str> = inputs.iter().map(|s| s.name.as_str()).collect();
+        let output_names: Vec<&str> = outputs.iter().map(|s| s.name.as_str()).collect();
+        let steps = ordered(source.name(), steps, &input_names, &output_names)?;
+        tracing::info!(
+            model = %source.name(),
+            steps = %steps.iter().map(|s| s.model.as_str()).collect::<Vec<_>>().join(" -> "),
+            "loaded ensemble"
+        );
+        Ok(EnsembleModel {
+            metadata: ModelMetadata {
+                name: source.name().to_owned(),
+                versions: vec![config.version.clone()],
+                platform: "ensemble".to_owned(),
+                inputs,
+                outputs,
+            },
+            composition: Composition { steps },
+        })
+    }
+}
+
+/// `steps` in an order that runs each after the steps that produce its
+/// inputs, or why the graph cannot run.
+fn ordered(
+    name: &str,
+    steps: Vec<Step>,
+    inputs: &[&str],
+    outputs: &[&str],
+) -> Result<Vec<Step>, String> {
+    if steps.is_empty() {
+        return Err("an ensemble needs at least one step".into());
+    }
+    // Every tensor has one producer: an ensemble input or one step.
+    let mut producer: BTreeMap<&str, Option<usize>> = BTreeMap::new();
+    for &input in inputs {
+        producer.insert(input, None);
+    }
+    for (i, step) in steps.iter().enumerate() {
+        if step.model.is_empty() {
+            return Err(format!("step {} names no model", i + 1));
+        }
+        if step.model == name {
+            return Err(format!("step {} calls the ensemble itself", i + 1));
+        }
+        if step.inputs.is_empty() || step.outputs.is_empty() {
+            return Err(format!(
+                "step {} (model '{}') maps no {}; each step takes and gives ensemble tensors",
+                i + 1,
+                step.model,
+                if step.inputs.is_empty() {
+                    "inputs"
+                } else {
+                    "outputs"
+                }
+            ));
+        }
+        for (_, tensor) in &step.outputs {
+            if let Some(first) = producer.insert(tensor, Some(i)) {
+                let by = match first {
+                    None => "it is an input of the ensemble".to_owned(),
+                    Some(j) => format!("step {} (model '{}') gives it too", j + 1, steps[j].model),
+                };
+                return Err(format!(
+                    "ensemble tensor '{tensor}' is given by step {} (model '{}'), and {by}",
+                    i + 1,
+                    step.model
+                ));
+            }
+        }
+    }
+    for (i, step) in steps.iter().enumerate() {
+        if let Some((input, tensor)) = step
+            .inputs
+            .iter()
+            .find(|(_, t)| !producer.contains_key(t.as_str()))
+        {
+            return Err(format!(
+                "step {} (model '{}') takes '{input}' from ensemble tensor '{tensor}', which is \
+                 neither an input of the ensemble nor any step's output",
+                i + 1,
+                step.model
+            ));
+        }
+    }
+    if let Some(output) = outputs
+        .iter()
+        .find(|o| !matches!(producer.get(*o), Some(Some(_))))
+    {
+        return Err(format!(
+            "ensemble output '{output}' is not given by any step (no step's outputs map to it)"
+        ));
+    }
+    let used: BTreeSet<&str> = steps
+        .iter()
+        .flat_map(|s| s.inputs.iter().map(|(_, t)| t.as_str()))
+        .collect();
+    if let Some(unused) = inputs.iter().find(|i| !used.contains(*i)) {
+        return Err(format!(
+            "ensemble input '{unused}' is not taken by any step (no step's inputs map from it)"
+        ));
+    }
+    // Kahn's order: a step runs once every tensor it takes is ready.
+    let mut ready: BTreeSet<&str> = inputs.iter().copied().collect();
+    let mut done = vec![false; steps.len()];
+    let mut order = Vec::with_capacity(steps.len());
+    while order.len() < steps.len() {
+        let Some(next) = (0..steps.len()).find(|&i| {
+            !done[i]
+                && steps[i]
+                    .inputs
+                    .iter()
+                    .all(|(_, t)| ready.contains(t.as_str()))
+        }) else {
+            let stuck: Vec<String> = (0..steps.len())
+                .filter(|&i| !done[i])
+                .map(|i| format!("step {} (model '{}')", i + 1, steps[i].model))
+                .collect();
+            return Err(format!(
+                "the steps form a cycle: {} each wait for another's output",
+                stuck.join(", ")
+            ));
+        };
+        done[next] = true;
+        ready.extend(steps[next].outputs.iter().map(|(_, t)| t.as_str()));
+        order.push(next);
+    }
+    let mut steps: Vec<Option<Step>> = steps.into_iter().map(Some).collect();
+    Ok(order.into_iter().filter_map(|i| steps[i].take()).collect())
+}
+
+/// Whether every step of `composition` (the ensemble `name`, of
+/// `metadata`) fits the model it calls, as `lookup` finds it by name and
+/// version: the model exists, takes each mapped input and gives each
+/// mapped output, with the ensemble's datatypes where its own tensors meet
+/// the step's. The first misfit, named by its step.
+pub fn check_steps(
+    name: &str,
+    metadata: &ModelMetadata,
+    composition: &Composition,
+    lookup: impl Fn(&str, Option<&str>) -> Result<Arc<dyn Model>, String>,
+) -> Result<(), String> {
+    let names = |specs: &[wirespeed_core::TensorSpec]| {
+        specs
+            .iter()
+            .map(|s| format!("'{}'", s.name))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    for (n, step) in composition.steps.iter().enumerate() {
+        let at = |what: String| {
+            format!(
+                "ensemble '{name}' step {} (model '{}'): {what}",
+                n + 1,
+                step.model
+            )
+        };
+        let model = lookup(&step.model, step.version.as_deref())
+            .map_err(|e| at(format!("{e} (an ensemble's steps call served models)")))?;
+        let step_meta = model.metadata();
+        for (input, tensor) in &step.inputs {
+            let Some(spec) = step_meta.inputs.iter().find(|s| &s.name == input) else {
+                return Err(at(format!(
+                    "the model has no input '{input}' (it takes {})",
+                    names(&step_meta.inputs)
+                )));
+            };
+            if let Some(own) = metadata.inputs.iter().find(|s| &s.name == tensor) {
+                if own.datatype != spec.datatype {
+                    return Err(at(format!(
+                        "ensemble input '{tensor}' is {} and the model's input '{input}' is {}",
+                        own.datatype, spec.datatype
+                    )));
+                }
+            }
+        }
+        for (output, tensor) in &step.outputs {
+            let Some(spec) = step_meta.outputs.iter().find(|s| &s.name == output) else {
+                return Err(at(format!(
+                    "the model has no output '{output}' (it gives {})",
+                    names(&step_meta.outputs)
+                )));
+            };
+            if let Some(own) = metadata.outputs.iter().find(|s| &s.name == tensor) {
+                if own.datatype != spec.datatype {
+                    return Err(at(format!(
+                        "ensemble output '{tensor}' is {} and the model's output '{output}' is {}",
+                        own.datatype, spec.datatype
+                    )));
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Every ensemble of `loaded` checked with [`check_steps`] against the
+/// others (`wirespeed serve --check`).
+pub fn check_ensembles(loaded: &[crate::LoadedModel]) -> Result<(), String> {
+    for l in loaded {
+        if let Some(composition) = l.model.composition() {
+            check_steps(
+                &l.name,
+                l.model.metadata(),
+                composition,
+                |model, version| {
+                    let mut versions = loaded.iter().filter(|m| m.name == model);
+                    let found = match version {
+                        Some(v) => {
+                            versions.find(|m| m.model.metadata().versions.iter().any(|x| x == v))
+                        }
+                        None => versions.last(),
+                    };
+                    found
+                        .map(|m| Arc::clone(&m.model))
+                        .ok_or_else(|| format!("model '{model}' is not in the repository"))
+                },
+            )?;
+        }
+    }
+    Ok(())
+}
+
+impl Model for EnsembleModel {
+    fn metadata(&self) -> &ModelMetadata {
+        &self.metadata
+    }
+
+    fn composition(&self) -> Option<&Composition> {
+        Some(&self.composition)
+    }
+
+    fn infer(&self, _inputs: &[Tensor], _outputs: &[usize]) -> Result<Vec<Tensor>, Error> {
+        Err(Error::internal(
+            "an ensemble's steps are run by the server, not by the ensemble",
+        ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn step(model: &str, inputs: &[(&str, &str)], outputs: &[(&str, &str)]) -> Step {
+        let pairs = |p: &[(&str, &str)]| {
+            p.iter()
+                .map(|(a, b)| (a.to_string(), b.to_string()))
+                .collect()
+        };
+        Step {
+            model: model.into(),
+            version: None,
+            inputs: pairs(inputs),
+            outputs: pairs(outputs),
+        }
+    }
+
+    #[test]
+    fn steps_are_ordered_by_what_they_take() {
+        let steps = vec![
+            step("classify", &[("x", "features")], &[("y", "OUT")]),
+            step("prepare", &[("raw", "IN")], &[("f", "features")]),
+        ];
+        let order = ordered("e", steps, &["IN"], &["OUT"]).unwrap();
+        assert_eq!(order[0].model, "prepare");
+        assert_eq!(order[1].model, "classify");
+    }
+
+    #[test]
+    fn graphs_that_cannot_run_are_refused_naming_the_step() {
+        let cases = [
+            (
+                vec![
+                    step("a", &[("x", "IN"), ("z", "t2")], &[("y", "t1")]),
+                    step("b", &[("x", "t1")], &[("y", "t2"), ("w", "OUT")]),
+                ],
+                "cycle",
+            ),
+            (
+                vec![step("a", &[("x", "nowhere")], &[("y", "OUT")])],
+                "'nowhere'",
+            ),
+            (
+                vec![step("a", &[("x", "IN")], &[("y", "other")])],
+                "ensemble output 'OUT'",
+            ),
+            (
+                vec![step("a", &[("x", "IN")], &[("y", "IN"), ("z", "OUT")])],
+                "input of the ensemble",
+            ),
+            (
+                vec![step("e", &[("x", "IN")], &[("y", "OUT")])],
+                "the ensemble itself",
+            ),
+            (vec![], "at least one step"),
+        ];
+        for (steps, words) in cases {
+            let e = ordered("e", steps, &["IN"], &["OUT"]).unwrap_err();
+            assert!(e.contains(words), "{words}: {e}");
+        }
+    }
+}
