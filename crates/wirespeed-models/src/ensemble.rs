@@ -305,7 +305,7 @@ pub fn check_ensembles(loaded: &[crate::LoadedModel]) -> Result<(), String> {
                         Some(v) => {
                             versions.find(|m| m.model.metadata().versions.iter().any(|x| x == v))
                         }
-                        None => versions.last(),
+                        None => versions.next_back(),
                     };
                     found
                         .map(|m| Arc::clone(&m.model))
