@@ -241,6 +241,7 @@ fn reshape_value(shape: &[i64]) -> toml::Value {
 }
 
 /// The keys of `config.toml` that `text`, a `config.pbtxt`, says.
+#[cfg(test)]
 pub(crate) fn config_table(text: &str) -> Result<toml::Table, String> {
     model_config_table(parse(text)?)
 }
@@ -288,7 +289,7 @@ pub(crate) fn from_triton_json(
 }
 
 /// The keys of `config.toml` that a parsed `config` says.
-fn model_config_table(config: pb::ModelConfig) -> Result<toml::Table, String> {
+pub(crate) fn model_config_table(config: pb::ModelConfig) -> Result<toml::Table, String> {
     let backend = backend_of(&config)?;
     if config.optimization.is_some() {
         tracing::info!(

@@ -127,6 +127,9 @@ fn parse_keys<T: DeserializeOwned>(table: &toml::Table) -> Result<T, String> {
 #[derive(Clone, Default)]
 pub struct Registry {
     backends: BTreeMap<&'static str, Arc<dyn Backend>>,
+    /// Triton's `--disable-auto-complete-config`: no configuration is
+    /// completed from a model's files or code.
+    no_auto_complete: bool,
 }
 
 impl Registry {
@@ -152,6 +155,18 @@ impl Registry {
         #[cfg(feature = "python")]
         registry.register(crate::python::Python);
         registry
+    }
+
+    /// Whether configurations are completed from the models' files and
+    /// code (Triton's auto-complete; on unless turned off).
+    pub fn auto_complete(&self) -> bool {
+        !self.no_auto_complete
+    }
+
+    /// Turns Triton's auto-complete on or off
+    /// (`--disable-auto-complete-config`).
+    pub fn set_auto_complete(&mut self, on: bool) {
+        self.no_auto_complete = !on;
     }
 
     /// Adds `backend`, replacing one of the same name.

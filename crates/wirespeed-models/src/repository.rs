@@ -183,9 +183,10 @@ pub fn load_model(
         None if !config_path.is_file()
             && !folder.join("config.pbtxt").is_file()
             && (folder.join("model.onnx").is_file()
-                || crate::versions::version_folders(folder)
-                    .iter()
-                    .any(|(_, v)| v.join("model.onnx").is_file())) =>
+                || registry.auto_complete()
+                    && crate::versions::version_folders(folder)
+                        .iter()
+                        .any(|(_, v)| v.join("model.onnx").is_file())) =>
         {
             let mut config =
                 ModelConfig::parse("backend = \"onnx\"").map_err(|m| error(folder, m))?;
@@ -194,14 +195,40 @@ pub fn load_model(
             config.auto_completed = !folder.join("model.onnx").is_file();
             config
         }
-        // Triton's layout of a Python model: its config.pbtxt (`pbtxt.rs`).
+        // Triton's layout: its config.pbtxt (`pbtxt.rs`), completed by a
+        // Python model's `auto_complete_config`.
         None if !config_path.is_file() && folder.join("config.pbtxt").is_file() => {
             let path = folder.join("config.pbtxt");
             let text = std::fs::read_to_string(&path)
                 .map_err(|e| error(&path, format!("cannot read it: {e}")))?;
-            crate::pbtxt::config_table(&text)
+            crate::pbtxt::parse(&text)
+                .and_then(|parsed| {
+                    let named = if parsed.backend.is_empty() {
+                        &parsed.platform
+                    } else {
+                        &parsed.backend
+                    };
+                    match python_code(folder, &parsed.default_model_filename) {
+                        Some(code) if named == "python" && registry.auto_complete() => {
+                            complete_python(name, &crate::pbtxt::to_json(&parsed), &code)
+                        }
+                        _ => crate::pbtxt::model_config_table(parsed),
+                    }
+                })
                 .and_then(ModelConfig::from_toml_table)
                 .map_err(|m| error(&path, m))?
+        }
+        // Triton's minimal layout of a Python model, `1/model.py` alone:
+        // its configuration is what its auto_complete_config says.
+        None if !config_path.is_file()
+            && registry.auto_complete()
+            && python_code(folder, "").is_some() =>
+        {
+            let code = python_code(folder, "").unwrap_or_default();
+            let base = serde_json::json!({"name": name, "backend": "python"}).to_string();
+            complete_python(name, &base, &code)
+                .and_then(ModelConfig::from_toml_table)
+                .map_err(|m| error(folder, m))?
         }
         None => {
             if !config_path.is_file() {
@@ -461,6 +488,47 @@ fn reshaped(
         });
     }
     Ok((model_config, reshapes))
+}
+
+/// The Python code of a Triton model folder: `file` (its
+/// `default_model_filename`, `model.py` when empty) in the highest-numbered
+/// version folder, or in the folder itself.
+fn python_code(folder: &Path, file: &str) -> Option<PathBuf> {
+    let file = if file.is_empty() { "model.py" } else { file };
+    let mut places: Vec<PathBuf> = crate::versions::version_folders(folder)
+        .into_iter()
+        .map(|(_, v)| v)
+        .collect();
+    places.reverse();
+    places.push(folder.to_owned());
+    places
+        .into_iter()
+        .map(|p| p.join(file))
+        .find(|p| p.is_file())
+}
+
+/// A Python model's configuration (Triton's JSON, `config`) completed by
+/// its code's `auto_complete_config`, as `config.toml`'s keys. Code that has
+/// none is not run.
+fn complete_python(name: &str, config: &str, code: &Path) -> Result<toml::Table, String> {
+    let has_hook = std::fs::read_to_string(code)
+        .map(|text| text.contains("auto_complete_config"))
+        .unwrap_or(false);
+    #[cfg(feature = "python")]
+    let completed = if has_hook {
+        tracing::info!(model = %name, code = %code.display(), "completing the configuration with auto_complete_config");
+        crate::python::auto_complete(config, code)?
+    } else {
+        config.to_owned()
+    };
+    #[cfg(not(feature = "python"))]
+    let completed = {
+        let _ = (name, has_hook);
+        config.to_owned()
+    };
+    crate::pbtxt::from_triton_json(&completed, Some("python")).unwrap_or_else(|| {
+        Err("auto_complete_config returned something other than a model configuration".into())
+    })
 }
 
 /// The Triton backend a model folder's files say, for a configuration that

@@ -265,6 +265,12 @@ struct ServeArgs {
     /// Validate the model repository, print what it serves, and exit.
     #[arg(long, env = "WIRESPEED_CHECK")]
     check: bool,
+
+    /// Triton's: complete no configuration from a model's files or code
+    /// (a Python model's auto_complete_config is not called; a folder with
+    /// only 1/model.onnx is refused).
+    #[arg(long, env = "WIRESPEED_DISABLE_AUTO_COMPLETE_CONFIG")]
+    disable_auto_complete_config: bool,
 }
 
 /// A duration given in (possibly fractional) seconds.
@@ -416,7 +422,10 @@ fn serve(mut args: ServeArgs) -> anyhow::Result<()> {
     if let Some(name) = args.model_name.take() {
         args.models = single_model_repository(&args.models, &name)?;
     }
-    let defaults = ServerConfig::default();
+    let mut defaults = ServerConfig::default();
+    defaults
+        .backends
+        .set_auto_complete(!args.disable_auto_complete_config);
     let compute_threads = args
         .compute_threads
         .map_or(defaults.compute_threads, usize::from);

@@ -340,3 +340,69 @@ impl Model for PythonModel {
         })
     }
 }
+
+/// Triton's auto-complete of a Python model's configuration: the model's
+/// `TritonPythonModel.auto_complete_config`, when it has one, run once in
+/// a process of its own on `config` (Triton's JSON of the configuration so
+/// far) with the interpreter `WIRESPEED_PYTHON` names (or `python3`), the
+/// completed JSON returned. Its traceback, when it raises, is the error.
+pub(crate) fn auto_complete(config: &str, file: &Path) -> Result<String, String> {
+    use std::io::{Read, Write};
+    use std::process::{Command, Stdio};
+
+    const SCRIPT: &str = include_str!("auto_complete.py");
+    const TIMEOUT: Duration = Duration::from_secs(120);
+    let python = std::env::var("WIRESPEED_PYTHON").unwrap_or_else(|_| "python3".into());
+    let config: serde_json::Value =
+        serde_json::from_str(config).map_err(|e| format!("the configuration: {e}"))?;
+    let message = serde_json::json!({
+        "utils": TRITON_UTILS,
+        "file": file.display().to_string(),
+        "config": config,
+    });
+    let mut child = Command::new(&python)
+        .args(["-c", SCRIPT])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| format!("cannot start {python} for auto_complete_config: {e}"))?;
+    let mut stdin = child.stdin.take().expect("piped");
+    let written = stdin.write_all(message.to_string().as_bytes());
+    drop(stdin);
+    let mut stdout = child.stdout.take().expect("piped");
+    let mut stderr = child.stderr.take().expect("piped");
+    let out = std::thread::spawn(move || {
+        let mut text = String::new();
+        stdout.read_to_string(&mut text).map(|_| text)
+    });
+    let err = std::thread::spawn(move || {
+        let mut text = String::new();
+        stderr.read_to_string(&mut text).map(|_| text)
+    });
+    let started = std::time::Instant::now();
+    let status = loop {
+        match child.try_wait().map_err(|e| e.to_string())? {
+            Some(status) => break status,
+            None if started.elapsed() > TIMEOUT => {
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err(format!(
+                    "auto_complete_config did not return within {}s",
+                    TIMEOUT.as_secs()
+                ));
+            }
+            None => std::thread::sleep(Duration::from_millis(5)),
+        }
+    };
+    let out = out.join().ok().and_then(Result::ok).unwrap_or_default();
+    let err = err.join().ok().and_then(Result::ok).unwrap_or_default();
+    if !status.success() || written.is_err() {
+        return Err(format!(
+            "auto_complete_config of {} failed:\n{}",
+            file.display(),
+            err.trim_end()
+        ));
+    }
+    Ok(out)
+}

@@ -319,3 +319,106 @@ class LogLevel:
     WARNING = 1
     ERROR = 2
     VERBOSE = 3
+
+
+class ModelConfig:
+    """The configuration `auto_complete_config` completes: Triton's JSON of
+    the model's configuration, of which the maximum batch size, the inputs
+    and outputs, the scheduler and the transaction policy may be set. An
+    input or output already configured must agree with what is added."""
+
+    def __init__(self, model_config):
+        if isinstance(model_config, (str, bytes)):
+            model_config = json.loads(model_config)
+        self._model_config = model_config
+        self._model_config.setdefault("input", [])
+        self._model_config.setdefault("output", [])
+        self._model_config.setdefault("max_batch_size", 0)
+
+    def _name(self):
+        return self._model_config.get("name", "")
+
+    def as_dict(self):
+        return self._model_config
+
+    def max_batch_size(self):
+        return self._model_config["max_batch_size"]
+
+    def set_max_batch_size(self, max_batch_size):
+        configured = self._model_config["max_batch_size"]
+        if configured > max_batch_size:
+            raise ValueError(
+                "configuration specified max_batch_size %d, but in auto-complete-config "
+                "function for model '%s' specified max_batch_size %d"
+                % (configured, self._name(), max_batch_size)
+            )
+        self._model_config["max_batch_size"] = max_batch_size
+
+    def set_dynamic_batching(self):
+        for other in ("sequence_batching", "ensemble_scheduling"):
+            if other in self._model_config:
+                raise ValueError(
+                    "Configuration specified scheduling_choice as '%s', but auto-complete-config "
+                    "function for model '%s' tries to set scheduling_choice as 'dynamic_batching'"
+                    % (other, self._name())
+                )
+        self._model_config.setdefault("dynamic_batching", {})
+
+    def set_model_transaction_policy(self, transaction_policy_dict):
+        for key in transaction_policy_dict:
+            if key != "decoupled":
+                raise ValueError(
+                    "model transaction property in auto-complete-config function for model '%s' "
+                    "contains property other than 'decoupled'" % self._name()
+                )
+        policy = self._model_config.setdefault("model_transaction_policy", {})
+        if "decoupled" in transaction_policy_dict:
+            if policy.get("decoupled", transaction_policy_dict["decoupled"]) != transaction_policy_dict["decoupled"]:
+                raise ValueError(
+                    "trying to change decoupled property in auto-complete-config for model '%s', "
+                    "which is already set to '%s'" % (self._name(), policy["decoupled"])
+                )
+            policy["decoupled"] = transaction_policy_dict["decoupled"]
+
+    def _add(self, kind, tensor, allowed):
+        name = tensor.get("name")
+        for key in tensor:
+            if key not in allowed:
+                raise ValueError(
+                    "%s '%s' in auto-complete-config function for model '%s' contains property "
+                    "other than %s." % (kind, name, self._name(),
+                                        ", ".join("'%s'" % a for a in allowed[:-1]) + " and '%s'" % allowed[-1])
+                )
+        if name is None:
+            raise ValueError(
+                "%s in auto-complete-config function for model '%s' is missing 'name' property."
+                % (kind, self._name())
+            )
+        for key in ("data_type", "dims"):
+            if key not in tensor:
+                raise ValueError(
+                    "%s '%s' in auto-complete-config function for model '%s' is missing '%s' property."
+                    % (kind, name, self._name(), key)
+                )
+        for current in self._model_config[kind]:
+            if current["name"] != name:
+                continue
+            if current.get("data_type", "TYPE_INVALID") not in ("TYPE_INVALID", tensor["data_type"]):
+                raise ValueError(
+                    "unable to load model '%s', configuration expects datatype %s for %s '%s', "
+                    "model provides %s" % (self._name(), current["data_type"], kind, name, tensor["data_type"])
+                )
+            if current.get("dims") and list(current["dims"]) != list(tensor["dims"]):
+                raise ValueError(
+                    "model '%s', tensor '%s': the model expects dims %s but the model "
+                    "configuration specifies dims %s" % (self._name(), name, tensor["dims"], current["dims"])
+                )
+            current.update(tensor)
+            return
+        self._model_config[kind].append(dict(tensor))
+
+    def add_input(self, input):
+        self._add("input", input, ["name", "data_type", "dims", "optional"])
+
+    def add_output(self, output):
+        self._add("output", output, ["name", "data_type", "dims"])
