@@ -7,7 +7,7 @@
 #   2. the Titanic trees as a FIL model (config.pbtxt, backend: "fil")
 #      against the same file from a config.toml (backend = "xgboost"):
 #      throughput at 16 connections
-# Each server gets one compute thread; one Titanic row per request, V2 JSON.
+# Servers at their defaults; one Titanic row per request, V2 JSON.
 # Usage: benchmarks/scripts/ensemble.sh   (from the repository root, after
 # `cargo build --release -p wirespeed`)
 set -euo pipefail
@@ -50,14 +50,14 @@ cp models/titanic/model.json "$OUT/toml/titanic/"
 
 port=9700
 for repo in direct ens fil toml; do
-    "$W" serve --models "$OUT/$repo" --http "127.0.0.1:$port" --grpc off --compute-threads 1 \
+    "$W" serve --models "$OUT/$repo" --http "127.0.0.1:$port" --grpc off --metrics off \
         >"$OUT/$repo.log" 2>&1 & pids+=($!)
     eval "port_$repo=$port"
     port=$((port + 1))
 done
 for p in $port_direct $port_ens $port_fil $port_toml; do
     until curl -sf "http://127.0.0.1:$p/v2/health/ready" >/dev/null; do
-        kill -0 "${pids[@]}" || exit 1
+        for pid in "${pids[@]}"; do kill -0 "$pid" 2>/dev/null || { cat "$OUT"/*.log; exit 1; }; done
         sleep 0.1
     done
 done
