@@ -499,3 +499,71 @@ def test_a_load_can_carry_the_model_files(tmp_path, module):
         assert not client.is_model_ready("uploaded")
     finally:
         server.stop()
+
+
+OPTIONAL_CONFIG = """
+name: "optional_add"
+backend: "python"
+max_batch_size: 8
+input [
+  { name: "INPUT0" data_type: TYPE_FP32 dims: [ 4 ] },
+  { name: "INPUT1" data_type: TYPE_FP32 dims: [ 4 ] optional: true }
+]
+output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 4 ] } ]
+dynamic_batching { max_queue_delay_microseconds: 1000 }
+"""
+
+OPTIONAL_MODEL = '''
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            a = pb_utils.get_input_tensor_by_name(request, "INPUT0").as_numpy()
+            b = pb_utils.get_input_tensor_by_name(request, "INPUT1")
+            out = a if b is None else a + b.as_numpy()
+            responses.append(pb_utils.InferenceResponse(output_tensors=[pb_utils.Tensor("OUTPUT0", out)]))
+        return responses
+'''
+
+
+@pytest.mark.parametrize("module", [httpclient, grpcclient], ids=["http", "grpc"])
+def test_an_optional_input_may_be_left_out(tmp_path, module):
+    """Triton's `optional: true`: a request without the input reaches the
+    model, whose get_input_tensor_by_name gives None; one without a
+    required input is refused; the configuration reads back optional."""
+    (tmp_path / "optional_add" / "1").mkdir(parents=True)
+    (tmp_path / "optional_add" / "config.pbtxt").write_text(OPTIONAL_CONFIG)
+    (tmp_path / "optional_add" / "1" / "model.py").write_text(OPTIONAL_MODEL)
+    server = RunningServer(tmp_path)
+    try:
+        address = server.address if module is httpclient else server.grpc_address
+        client = module.InferenceServerClient(address)
+        a = np.arange(4, dtype=np.float32).reshape(1, 4)
+        b = np.full((1, 4), 10, dtype=np.float32)
+        in0, in1 = module.InferInput("INPUT0", [1, 4], "FP32"), module.InferInput("INPUT1", [1, 4], "FP32")
+        in0.set_data_from_numpy(a)
+        in1.set_data_from_numpy(b)
+        np.testing.assert_array_equal(client.infer("optional_add", [in0]).as_numpy("OUTPUT0"), a)
+        np.testing.assert_array_equal(client.infer("optional_add", [in0, in1]).as_numpy("OUTPUT0"), a + b)
+        with pytest.raises(InferenceServerException) as raised:
+            client.infer("optional_add", [in1])
+        assert "INPUT0" in str(raised.value), raised.value
+        config = client.get_model_config("optional_add", **({} if module is httpclient else {"as_json": True}))
+        config = config.get("config", config)
+        assert [i.get("optional", False) for i in config["input"]] == [False, True], config["input"]
+    finally:
+        server.stop()
+
+
+def test_an_optional_input_of_a_model_that_cannot_leave_it_out_is_refused(tmp_path):
+    (tmp_path / "simple" / "1").mkdir(parents=True)
+    (tmp_path / "simple" / "config.pbtxt").write_text(
+        SIMPLE_CONFIG.replace("dims: [ 16 ]\n  },\n  {\n    name: \"INPUT1\"",
+                              "dims: [ 16 ]\n  },\n  {\n    optional: true\n    name: \"INPUT1\""))
+    onnx.save(simple_onnx(), tmp_path / "simple" / "1" / "model.onnx")
+    checked = run_wirespeed("serve", "--check", "--models", tmp_path)
+    assert checked.returncode != 0
+    assert "input 'INPUT1' is optional" in checked.stderr, checked.stderr

@@ -14,7 +14,7 @@
 //!     name: "titanic".into(),
 //!     versions: vec!["1".into()],
 //!     platform: "xgboost_json".into(),
-//!     inputs: vec![TensorSpec { name: "features".into(), datatype: DataType::Fp32, shape: vec![-1, 12] }],
+//!     inputs: vec![TensorSpec { name: "features".into(), datatype: DataType::Fp32, shape: vec![-1, 12], optional: false }],
 //!     outputs: vec![],
 //! };
 //! let row = Tensor { name: "features".into(), shape: vec![1, 12], data: TensorData::Fp32(vec![0.0; 12]) };

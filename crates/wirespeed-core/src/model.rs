@@ -17,6 +17,8 @@ pub struct TensorSpec {
     pub datatype: DataType,
     /// Its dimensions; `-1` for a variable one.
     pub shape: Vec<i64>,
+    /// Triton's optional input: a request may leave it out.
+    pub optional: bool,
 }
 
 impl TensorSpec {
@@ -88,7 +90,7 @@ pub struct ModelMetadata {
     pub versions: Vec<String>,
     /// The framework, e.g. `xgboost_json`.
     pub platform: String,
-    /// The inputs the model takes, all required.
+    /// The inputs the model takes, each required unless optional.
     pub inputs: Vec<TensorSpec>,
     /// The outputs the model can produce.
     pub outputs: Vec<TensorSpec>,
@@ -136,7 +138,7 @@ impl ModelMetadata {
         if let Some(missing) = self
             .inputs
             .iter()
-            .find(|s| !inputs.iter().any(|t| t.name == s.name))
+            .find(|s| !s.optional && !inputs.iter().any(|t| t.name == s.name))
         {
             return Err(Error::invalid_input(format!(
                 "model '{}' needs input '{}' ({} {}), which the request does not give",
@@ -372,6 +374,7 @@ mod tests {
 
     fn titanic() -> ModelMetadata {
         let spec = |name: &str, shape: Vec<i64>| TensorSpec {
+            optional: false,
             name: name.into(),
             datatype: DataType::Fp32,
             shape,

@@ -104,6 +104,10 @@ pub struct TensorConfig {
     /// `max_batch_size`'s); the same elements (`reshape.rs`).
     #[serde(default)]
     pub reshape: Option<Vec<i64>>,
+    /// Triton's optional input: a request may leave it out (Python
+    /// models).
+    #[serde(default)]
+    pub optional: bool,
     /// The backend's own keys for this tensor.
     #[serde(flatten)]
     pub backend_keys: toml::Table,
@@ -198,6 +202,7 @@ impl TensorConfig {
             name: name.clone(),
             datatype,
             shape: self.shape.clone(),
+            optional: self.optional,
         })
     }
 }
@@ -231,6 +236,7 @@ mod tests {
             labels: None,
             format: None,
             reshape: None,
+            optional: false,
             backend_keys: toml::Table::new(),
         };
         assert!(t.to_spec().unwrap_err().contains("-2"));

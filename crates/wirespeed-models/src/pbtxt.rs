@@ -319,13 +319,10 @@ pub(crate) fn model_config_table(config: pb::ModelConfig) -> Result<toml::Table,
     };
     let mut inputs = Vec::new();
     for input in &config.input {
-        if input.optional {
-            return Err(format!(
-                "input '{}' is optional; wirespeed needs every input in every request",
-                input.name
-            ));
-        }
         let mut table = toml::Table::new();
+        if input.optional {
+            table.insert("optional".into(), true.into());
+        }
         if let Some(reshape) = &input.reshape {
             table.insert("reshape".into(), reshape_value(&reshape.shape));
         }

@@ -321,6 +321,24 @@ fn load_version(
         .get(&config.backend)
         .map_err(|m| error(&config_path, m))?;
     let labels = read_labels(folder, config).map_err(|m| error(&config_path, m))?;
+    if let Some(output) = config.outputs.iter().find(|t| t.optional) {
+        return Err(error(
+            &config_path,
+            format!("output '{}' is optional; only inputs may be", output.name),
+        ));
+    }
+    if let Some(input) = config.inputs.iter().find(|t| t.optional) {
+        if config.backend != "python" {
+            return Err(error(
+                &config_path,
+                format!(
+                    "input '{}' is optional, which a {} model cannot take (a Python model \
+                     can: its request then has no such input)",
+                    input.name, config.backend
+                ),
+            ));
+        }
+    }
     // Triton's reshape: the backend loads the model's own shapes, and the
     // model is wrapped to show the wire's (`reshape.rs`).
     let batch = config.max_batch_size.unwrap_or(0) > 0;

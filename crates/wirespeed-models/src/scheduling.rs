@@ -426,11 +426,13 @@ mod tests {
             versions: vec!["1".into()],
             platform: "test".into(),
             inputs: vec![TensorSpec {
+                optional: false,
                 name: "x".into(),
                 datatype: DataType::Fp32,
                 shape: input,
             }],
             outputs: vec![TensorSpec {
+                optional: false,
                 name: "y".into(),
                 datatype,
                 shape: output,

@@ -176,6 +176,7 @@ impl TreeModel {
         // The batch dimension of outputs: the features' first dimension.
         let input = match &preprocessor {
             Some(_) => TensorSpec {
+                optional: false,
                 name: String::new(),
                 datatype: DataType::Fp32,
                 shape: vec![-1, nf],
@@ -504,6 +505,7 @@ fn preprocessor(
         };
         columns.push(column);
         specs.push(TensorSpec {
+            optional: false,
             name: p.column.clone(),
             datatype,
             shape: vec![-1],

@@ -292,6 +292,7 @@ fn merge(
             )
         })?;
         theirs.push(TensorSpec {
+            optional: false,
             name: t.name.clone(),
             datatype,
             shape: t.shape.clone(),
@@ -448,6 +449,7 @@ mod tests {
 
     fn spec(name: &str, datatype: DataType, shape: Vec<i64>) -> TensorSpec {
         TensorSpec {
+            optional: false,
             name: name.into(),
             datatype,
             shape,

@@ -183,6 +183,11 @@ impl Scheduler {
         let batching = self.scheduling.batching.as_ref()?;
         rows.filter(|&r| r >= 1 && r < batching.max_batch_size)?;
         let metadata = self.model.metadata();
+        // A request without all of the model's inputs (some are optional)
+        // runs alone: a batch joins its requests' inputs by position.
+        if inputs.len() != metadata.inputs.len() {
+            return None;
+        }
         // A model whose metadata came later (an upstream) is checked here.
         let specs = metadata.inputs.iter().chain(&metadata.outputs);
         if !specs.into_iter().all(|s| s.shape.first() == Some(&-1)) {

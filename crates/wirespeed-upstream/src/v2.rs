@@ -515,6 +515,7 @@ mod tests {
 
     fn spec(name: &str, datatype: DataType, shape: Vec<i64>) -> TensorSpec {
         TensorSpec {
+            optional: false,
             name: name.into(),
             datatype,
             shape,

@@ -240,6 +240,7 @@ fn plan(
             });
         }
         let mut spec = TensorSpec {
+            optional: false,
             name: name.clone(),
             datatype,
             shape: dims.iter().map(|d| d.to_i64().unwrap_or(-1)).collect(),
@@ -286,6 +287,7 @@ fn plan(
             )
         })?;
         let spec = TensorSpec {
+            optional: false,
             name: name.clone(),
             datatype,
             shape: fact
@@ -656,6 +658,7 @@ mod tests {
     #[test]
     fn trees_bound_what_runs_inline() {
         let input = |shape: Vec<i64>| wirespeed_core::TensorSpec {
+            optional: false,
             name: "x".into(),
             datatype: wirespeed_core::DataType::Fp32,
             shape,

@@ -159,6 +159,7 @@ fn spec(name: &str, dtype: &ValueType, what: &str) -> Result<TensorSpec, String>
     let datatype = data_type(*ty)
         .ok_or_else(|| format!("{what} '{name}' is {ty:?}, which wirespeed cannot send"))?;
     Ok(TensorSpec {
+        optional: false,
         name: name.to_owned(),
         datatype,
         shape: shape.iter().map(|&d| if d < 0 { -1 } else { d }).collect(),

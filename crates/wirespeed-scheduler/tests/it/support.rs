@@ -115,6 +115,7 @@ impl Gated {
     /// A model `name` of `rank` dimensions computing on `execution`.
     pub(crate) fn new(name: &str, rank: usize, execution: Execution, gate: &Arc<Gate>) -> Gated {
         let spec = |name: &str| TensorSpec {
+            optional: false,
             name: name.into(),
             datatype: DataType::Fp32,
             shape: vec![-1; rank],

@@ -232,6 +232,7 @@ mod tests {
             platform: "x".into(),
             inputs: vec![],
             outputs: vec![wirespeed_core::TensorSpec {
+                optional: false,
                 name: "s".into(),
                 datatype: DataType::Bytes,
                 shape: vec![-1],

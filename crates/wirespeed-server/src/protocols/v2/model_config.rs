@@ -53,7 +53,7 @@ pub(crate) fn model_config(name: &str, model: &ServedModel) -> pb::ModelConfig {
                 .and_then(|(_, f)| pb::model_input::Format::from_str_name(f))
                 .unwrap_or(pb::model_input::Format::None) as i32,
             dims: dims(&spec.shape),
-            optional: false,
+            optional: spec.optional,
             ..Default::default()
         })
         .collect();

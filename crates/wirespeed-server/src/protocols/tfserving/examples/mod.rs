@@ -104,6 +104,7 @@ pub(crate) fn head(verb: Verb, model: &ModelMetadata, heads: Heads) -> Result<He
 /// (the serialized examples) and outputs.
 pub(crate) fn signatures(heads: Heads) -> Vec<Signature> {
     let spec = |name: &str, datatype, shape: Vec<i64>| TensorSpec {
+        optional: false,
         name: name.to_owned(),
         datatype,
         shape,
@@ -195,6 +196,7 @@ mod tests {
             platform: "xgboost_json".into(),
             inputs,
             outputs: vec![TensorSpec {
+                optional: false,
                 name: "probability".into(),
                 datatype: DataType::Fp32,
                 shape: vec![-1],
@@ -204,6 +206,7 @@ mod tests {
 
     fn spec(name: &str, datatype: DataType, shape: Vec<i64>) -> TensorSpec {
         TensorSpec {
+            optional: false,
             name: name.into(),
             datatype,
             shape,
