@@ -52,3 +52,45 @@ def test_perf_analyzer_measures_wirespeed(demo_server, how):
     server = done.stdout[done.stdout.index("Server:"):]
     successes = int(server.split("Successful request count:")[1].split()[0])
     assert successes >= 200, done.stdout
+
+
+@pytest.fixture(scope="module")
+def batching_server(tmp_path_factory):
+    """Triton's `simple` example, max_batch_size 8, from its config.pbtxt."""
+    import onnx
+
+    from conftest import RunningServer
+    from test_triton_repository import SIMPLE_CONFIG, simple_onnx
+
+    root = tmp_path_factory.mktemp("perf_batch")
+    (root / "simple" / "1").mkdir(parents=True)
+    (root / "simple" / "config.pbtxt").write_text(SIMPLE_CONFIG)
+    onnx.save(simple_onnx(), root / "simple" / "1" / "model.onnx")
+    server = RunningServer(root)
+    yield server
+    server.stop()
+
+
+@pytest.mark.parametrize("how", [["-i", "http"], ["-i", "grpc"]], ids=["http", "grpc"])
+def test_perf_analyzer_sends_batches_of_the_models_max_batch_size(batching_server, how):
+    """`perf_analyzer -b 8` on a max_batch_size 8 model, in concurrency
+    mode: every request carries 8 rows, and the server's statistics count
+    8 inferences per execution, as Triton's do."""
+    import tritonclient.http as httpclient
+
+    url = batching_server.address if how[1] == "http" else batching_server.grpc_address
+    done = run_perf_analyzer("-m", "simple", "-u", url, *how, "-b", "8", "--concurrency-range", "1:2")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "Batch size: 8" in done.stdout, done.stdout
+    server = done.stdout[done.stdout.index("Server:"):]
+    inferences = int(server.split("Inference count:")[1].split()[0])
+    executions = int(server.split("Execution count:")[1].split()[0])
+    assert executions > 0 and inferences == 8 * executions, server
+    stats = httpclient.InferenceServerClient(batching_server.address).get_inference_statistics("simple")
+    model = stats["model_stats"][0]
+    assert model["inference_count"] == 8 * model["execution_count"], model
+    # One row more than the model takes is refused, in Triton's words.
+    refused = run_perf_analyzer("-m", "simple", "-u", url, *how, "-b", "9")
+    assert refused.returncode != 0
+    assert "inference request batch-size must be <= 8 for 'simple'" in refused.stdout + refused.stderr, \
+        refused.stdout + refused.stderr

@@ -66,7 +66,9 @@ pub(super) async fn run(
     let computing = Instant::now();
     let elements: usize = inputs.iter().map(|t| t.data.len()).sum();
     let result = match model.execution(elements) {
-        Execution::Inline => model.infer(&inputs, &outputs),
+        // On the caller's thread: a model that panics fails the batch, not
+        // the connection it came on.
+        Execution::Inline => infer_caught(model.as_ref(), &inputs, &outputs),
         Execution::Pool => {
             let (done, result) = oneshot::channel();
             let model = Arc::clone(&model);
@@ -207,6 +209,18 @@ fn fail(answers: Vec<(oneshot::Sender<Outcome>, Duration)>, error: &Error) {
     for (outcome, _) in answers {
         let _ = outcome.send(Outcome::Failed(error.clone()));
     }
+}
+
+/// `model.infer`, with a panic turned into the request's error.
+pub(crate) fn infer_caught(
+    model: &dyn Model,
+    inputs: &[Tensor],
+    outputs: &[usize],
+) -> Result<Vec<Tensor>, Error> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        model.infer(inputs, outputs)
+    }))
+    .unwrap_or_else(|_| Err(crashed(&model.metadata().name)))
 }
 
 fn crashed(name: &str) -> Error {

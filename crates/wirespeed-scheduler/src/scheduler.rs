@@ -336,7 +336,10 @@ impl Scheduler {
             Execution::Inline => {
                 let _entered = span.enter();
                 let began = Instant::now();
-                let result = self.model.infer(&job.inputs, &job.outputs);
+                // A model that panics fails this request, not the
+                // connection it came on.
+                let result =
+                    crate::batch::infer_caught(self.model.as_ref(), &job.inputs, &job.outputs);
                 spent.compute = began.elapsed();
                 drop(slot);
                 result

@@ -153,3 +153,21 @@ async fn a_deadline_that_passes_in_the_queue_drops_the_request_uncomputed() {
     assert_eq!(third.unwrap().0, [3.0]);
     assert_eq!(gate.read(|s| s.started), 2, "the second never computed");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_model_that_panics_fails_its_request_whichever_thread_computes_it() {
+    for execution in [Execution::Inline, Execution::Pool] {
+        let gate = Arc::new(Gate::default());
+        let model = Gated::new("panics", 1, execution, &gate).panicking();
+        let scheduler = scheduler(model, 1, 0, Scheduling::default());
+        gate.release(2);
+        for value in [1.0, 2.0] {
+            let (answer, _) = outcome(send(&scheduler, &[1], &[value], CallContext::now())).await;
+            let error = answer.expect_err("the model panicked");
+            assert_eq!(error.kind(), ErrorKind::Internal, "{execution:?}: {error}");
+            assert!(error.message().contains("panicked"), "{error}");
+        }
+        // The slot came back each time: the second request computed too.
+        assert_eq!(gate.read(|s| s.started), 2, "{execution:?}");
+    }
+}

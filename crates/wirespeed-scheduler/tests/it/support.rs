@@ -109,6 +109,8 @@ pub(crate) struct Gated {
     execution: Execution,
     /// Every compute fails with this message, once released.
     fail: Option<String>,
+    /// Every compute panics, once released.
+    panic: bool,
 }
 
 impl Gated {
@@ -131,6 +133,7 @@ impl Gated {
             gate: Arc::clone(gate),
             execution,
             fail: None,
+            panic: false,
         }
     }
 
@@ -140,7 +143,14 @@ impl Gated {
         self
     }
 
+    /// The same model, whose computes panic.
+    pub(crate) fn panicking(mut self) -> Gated {
+        self.panic = true;
+        self
+    }
+
     fn echo(&self, inputs: &[Tensor]) -> Result<Vec<Tensor>, Error> {
+        assert!(!self.panic, "the model's code panicked");
         if let Some(message) = &self.fail {
             return Err(Error::new(ErrorKind::BadGateway, message.clone()));
         }

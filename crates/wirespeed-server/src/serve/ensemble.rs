@@ -200,6 +200,12 @@ async fn step_through(
     call: CallContext,
 ) -> Result<Vec<Tensor>, Error> {
     let mut stages = Stages::start();
+    if served.max_batch_size > 0 {
+        stages.inferences = inputs
+            .iter()
+            .find_map(|t| t.shape.first().copied())
+            .unwrap_or(1) as u64;
+    }
     let mut spent = Spent::default();
     let mut counted = Counted {
         served,

@@ -344,6 +344,14 @@ async fn compute<C: Codec>(
         .await?;
     }
     check_batch_size(served, target.name, &request)?;
+    if served.max_batch_size > 0 {
+        // Triton counts each row of a batched request as an inference.
+        stages.inferences = request
+            .inputs
+            .iter()
+            .find_map(|t| t.shape.first().copied())
+            .unwrap_or(1) as u64;
+    }
     let call = CallContext {
         started: stages.started(),
         parameters: model_parameters(std::mem::take(&mut request.parameters)),

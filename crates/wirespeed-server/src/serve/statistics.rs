@@ -10,8 +10,10 @@
 //! compute slot, `compute_input` the decoding of the request into tensors,
 //! `compute_infer` the model, `compute_output` the encoding of the answer;
 //! `success` and `fail` are the whole request, from its first byte to its
-//! answer. Without batching every execution is one inference, so
-//! `inference_count` and `execution_count` both count successes, and
+//! answer. `inference_count` counts inferences as Triton does: a request's
+//! rows for a model with Triton's batch dimension (`max_batch_size`), one
+//! per request otherwise. Without batching every request is one execution,
+//! so `execution_count` counts successes, and
 //! `batch_stats` has the one batch size 1. With `[batching]`,
 //! `execution_count` counts the model's executions and `batch_stats` has
 //! one entry per batch size (rows) run, from the scheduler's counters:
@@ -127,6 +129,9 @@ pub(crate) struct ModelStats {
     output_ns: AtomicU64,
     /// Milliseconds since the epoch of the last success.
     last_inference: AtomicU64,
+    /// Triton's `inference_count`: the successes' rows, for a model with
+    /// Triton's batch dimension (a request of 8 rows is 8 inferences).
+    inferences: AtomicU64,
 }
 
 impl ModelStats {
@@ -162,6 +167,8 @@ impl ModelStats {
             .duration_since(UNIX_EPOCH)
             .map_or(0, |d| d.as_millis() as u64);
         self.last_inference.fetch_max(now, Ordering::Relaxed);
+        self.inferences
+            .fetch_add(stages.inferences, Ordering::Relaxed);
         // Last, so a reader that sees the count sees the times it covers
         // (give or take requests ending while it reads).
         self.success.add(took);
@@ -205,7 +212,7 @@ impl ModelStats {
             name: name.to_owned(),
             version: version.to_owned(),
             last_inference: load(&self.last_inference),
-            inference_count: success,
+            inference_count: load(&self.inferences),
             execution_count: success,
             inference_stats: Some(pb::InferStatistics {
                 success: duration(success, &self.success.ns),

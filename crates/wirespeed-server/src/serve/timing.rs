@@ -35,6 +35,9 @@ pub(crate) struct Stages {
     pub(crate) batch: usize,
     /// The bytes of the body (decompressed) or message that were decoded.
     pub(crate) body_bytes: u64,
+    /// Triton's inferences in the request: its rows when the model has
+    /// Triton's batch dimension (`max_batch_size`), else 1.
+    pub(crate) inferences: u64,
 }
 
 impl Stages {
@@ -49,6 +52,7 @@ impl Stages {
             encode: Duration::ZERO,
             batch: 0,
             body_bytes: 0,
+            inferences: 1,
         }
     }
 
