@@ -294,6 +294,16 @@ def test_an_image_models_format_and_labels_read_back_as_image_client_reads_them(
         inp.set_data_from_numpy(image)
         top = client.infer("image", [inp], outputs=[grpcclient.InferRequestedOutput("scores", class_count=1)])
         assert top.as_numpy("scores").reshape(-1)[0].decode() == "1.000000:2:blue"
+        # A batch of two: each row classified, as image_client.py reads them.
+        two = np.concatenate([image, np.flip(image, axis=1).copy()])
+        inp = grpcclient.InferInput("data_0", [2, 3, 4, 4], "FP32")
+        inp.set_data_from_numpy(two)
+        top = client.infer("image", [inp], outputs=[grpcclient.InferRequestedOutput("scores", class_count=1)])
+        assert top.as_numpy("scores").shape == (2, 1)
+        assert [r[0].decode() for r in top.as_numpy("scores")] == ["1.000000:2:blue", "1.000000:0:red"]
+        # image_client.py over HTTP reads the format from the JSON.
+        http = httpclient.InferenceServerClient(server.address).get_model_config("image")
+        assert http["input"][0]["format"] == "FORMAT_NCHW", http["input"]
     finally:
         server.stop()
 
@@ -567,3 +577,119 @@ def test_an_optional_input_of_a_model_that_cannot_leave_it_out_is_refused(tmp_pa
     checked = run_wirespeed("serve", "--check", "--models", tmp_path)
     assert checked.returncode != 0
     assert "input 'INPUT1' is optional" in checked.stderr, checked.stderr
+
+
+def example_repository(root):
+    """Triton's example repository (server/docs/examples/model_repository)
+    as published, with models of our own computing what its do: `simple`
+    (INT32 sums and differences), `simple_int8` (the same in INT8),
+    `simple_string` (strings cast to INT32, added and subtracted, cast
+    back), `simple_identity` (a Python model echoing strings), and
+    `simple_sequence`, which needs sequence batching."""
+    def graph(name, elem, cast=False):
+        io = lambda n: helper.make_tensor_value_info(n, elem, [None, 16])  # noqa: E731
+        nodes = []
+        a, b = "INPUT0", "INPUT1"
+        if cast:
+            nodes += [helper.make_node("Cast", ["INPUT0"], ["A"], to=TensorProto.INT32),
+                      helper.make_node("Cast", ["INPUT1"], ["B"], to=TensorProto.INT32)]
+            a, b = "A", "B"
+        sums = ("S", "D") if cast else ("OUTPUT0", "OUTPUT1")
+        nodes += [helper.make_node("Add", [a, b], [sums[0]]), helper.make_node("Sub", [a, b], [sums[1]])]
+        if cast:
+            nodes += [helper.make_node("Cast", ["S"], ["OUTPUT0"], to=TensorProto.STRING),
+                      helper.make_node("Cast", ["D"], ["OUTPUT1"], to=TensorProto.STRING)]
+        g = helper.make_graph(nodes, name, [io("INPUT0"), io("INPUT1")], [io("OUTPUT0"), io("OUTPUT1")])
+        return helper.make_model(g, opset_imports=[helper.make_opsetid("", 21)])
+
+    for name, typ, elem, cast in [("simple", "TYPE_INT32", TensorProto.INT32, False),
+                                  ("simple_int8", "TYPE_INT8", TensorProto.INT8, False),
+                                  ("simple_string", "TYPE_STRING", TensorProto.STRING, True)]:
+        (root / name / "1").mkdir(parents=True)
+        config = SIMPLE_CONFIG.replace('"simple"', f'"{name}"').replace("TYPE_INT32", typ)
+        config = config.replace("instance_group [ { kind: KIND_CPU count: 1 } ]\n", "")
+        (root / name / "config.pbtxt").write_text(config)
+        onnx.save(graph(name, elem, cast), root / name / "1" / "model.onnx")
+    (root / "simple_identity" / "1").mkdir(parents=True)
+    (root / "simple_identity" / "config.pbtxt").write_text(
+        'name: "simple_identity"\nbackend: "python"\nmax_batch_size: 8\n'
+        'input [ { name: "INPUT0" data_type: TYPE_STRING dims: [ -1 ] } ]\n'
+        'output [ { name: "OUTPUT0" data_type: TYPE_STRING dims: [ -1 ] } ]\n')
+    (root / "simple_identity" / "1" / "model.py").write_text(
+        "import triton_python_backend_utils as pb_utils\n\n\n"
+        "class TritonPythonModel:\n"
+        "    def execute(self, requests):\n"
+        "        return [pb_utils.InferenceResponse([pb_utils.Tensor('OUTPUT0', pb_utils.get_input_tensor_by_name(r, 'INPUT0').as_numpy())])\n"
+        "                for r in requests]\n")
+
+
+def test_tritons_example_repository_checks_and_serves(tmp_path):
+    """`wirespeed serve --check` on the example repository: its ONNX and
+    Python models load; `simple_sequence` is refused, naming sequence
+    batching. Then simple_string_client.py's calls: strings of numbers in,
+    their sums and differences as strings out."""
+    root = tmp_path / "model_repository"
+    example_repository(root)
+    checked = run_wirespeed("serve", "--check", "--models", root)
+    assert checked.returncode == 0, checked.stderr
+    for name in ("simple", "simple_int8", "simple_string", "simple_identity"):
+        assert f"ok  {name} " in checked.stdout, checked.stdout
+    sequence = tmp_path / "sequence" / "simple_sequence"
+    (sequence / "1").mkdir(parents=True)
+    (sequence / "config.pbtxt").write_text(
+        'name: "simple_sequence"\nplatform: "onnxruntime_onnx"\nmax_batch_size: 8\n'
+        'sequence_batching { control_input [ { name: "START" control [ { kind: CONTROL_SEQUENCE_START '
+        'int32_false_true: [ 0, 1 ] } ] } ] }\n'
+        'input [ { name: "INPUT" data_type: TYPE_INT32 dims: [ 1 ] } ]\n'
+        'output [ { name: "OUTPUT" data_type: TYPE_INT32 dims: [ 1 ] } ]\n')
+    refused = run_wirespeed("serve", "--check", "--models", tmp_path / "sequence")
+    assert refused.returncode != 0 and "sequence_batching" in refused.stderr, refused.stderr
+
+    server = RunningServer(root)
+    try:
+        client = httpclient.InferenceServerClient(server.address)
+        in0 = np.arange(16, dtype=np.int32)
+        in1 = np.ones(16, dtype=np.int32)
+        strings = [np.array([str(x).encode() for x in v], dtype=np.object_).reshape(1, 16) for v in (in0, in1)]
+        inputs = [httpclient.InferInput("INPUT0", [1, 16], "BYTES"), httpclient.InferInput("INPUT1", [1, 16], "BYTES")]
+        for inp, data in zip(inputs, strings):
+            inp.set_data_from_numpy(data, binary_data=True)
+        result = client.infer("simple_string", inputs)
+        for i in range(16):
+            assert int(result.as_numpy("OUTPUT0")[0][i]) == in0[i] + in1[i]
+            assert int(result.as_numpy("OUTPUT1")[0][i]) == in0[i] - in1[i]
+        inp = httpclient.InferInput("INPUT0", [1, 3], "BYTES")
+        inp.set_data_from_numpy(np.array([[b"a", b"bb", b"ccc"]], dtype=np.object_))
+        echoed = client.infer("simple_identity", [inp]).as_numpy("OUTPUT0")
+        assert echoed.tolist() == [[b"a", b"bb", b"ccc"]]
+    finally:
+        server.stop()
+
+
+def test_a_model_whose_initialize_raises_fails_its_load(tmp_path):
+    """As Triton: an exception in initialize fails the load, with its
+    traceback, at start (--check) and through the repository API."""
+    folder = tmp_path / "raises"
+    (folder / "1").mkdir(parents=True)
+    (folder / "config.pbtxt").write_text(
+        'name: "raises"\nbackend: "python"\n'
+        'input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ 1 ] } ]\n'
+        'output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 1 ] } ]\n')
+    (folder / "1" / "model.py").write_text(
+        "class TritonPythonModel:\n"
+        "    def initialize(self, args):\n"
+        "        raise RuntimeError('no weights here')\n"
+        "    def execute(self, requests):\n"
+        "        return []\n")
+    checked = run_wirespeed("serve", "--check", "--models", tmp_path)
+    assert checked.returncode != 0
+    assert "initialize raised" in checked.stderr and "no weights here" in checked.stderr, checked.stderr
+    server = RunningServer(tmp_path, extra_args=["--model-control-mode", "explicit"])
+    try:
+        client = httpclient.InferenceServerClient(server.address)
+        with pytest.raises(InferenceServerException) as raised:
+            client.load_model("raises")
+        assert "failed to load 'raises'" in str(raised.value) and "no weights here" in str(raised.value)
+        assert not client.is_model_ready("raises")
+    finally:
+        server.stop()

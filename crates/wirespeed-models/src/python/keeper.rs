@@ -83,7 +83,13 @@ impl Workers {
     /// the model or failed to. A worker that cannot be started at all (no
     /// such interpreter) is an error; one whose model raised while loading
     /// leaves the model not ready, the traceback in the log.
-    pub(crate) fn start(launch: Launch, instances: usize) -> Result<Workers, String> {
+    /// With `load_fails`, a model whose code raises while loading fails
+    /// the load (Triton's `initialize`); without, it stays not ready.
+    pub(crate) fn start(
+        launch: Launch,
+        instances: usize,
+        load_fails: bool,
+    ) -> Result<Workers, String> {
         let (jobs, queue) = crossbeam_channel::unbounded::<Job>();
         let shared = Arc::new(Shared {
             model: launch.model.clone(),
@@ -108,20 +114,26 @@ impl Workers {
                 .map_err(|e| format!("cannot start a keeper thread: {e}"))?;
         }
         drop(first_tx);
+        let workers = Workers {
+            jobs,
+            shared,
+            instances,
+        };
         // Each keeper reports its first start; a spawn failure is the
-        // config's fault (no such Python) and fails the load.
+        // config's fault (no such Python) and fails the load, and so does
+        // the model's own code raising, when asked. Dropping the workers
+        // stops their keepers.
         for _ in 0..instances {
             match first_rx.recv() {
                 Ok(Err(StartError::Spawn(message))) => return Err(message),
+                Ok(Err(StartError::Load(traceback))) if load_fails => {
+                    return Err(format!("its initialize raised:\n{}", traceback.trim_end()))
+                }
                 Ok(_) => {}
                 Err(_) => return Err("a keeper thread ended while starting".into()),
             }
         }
-        Ok(Workers {
-            jobs,
-            shared,
-            instances,
-        })
+        Ok(workers)
     }
 
     pub(crate) fn instances(&self) -> usize {

@@ -36,7 +36,8 @@
 //! then fail with a 500 naming the model, and the others go on. A request
 //! past its deadline interrupts the model's code (KeyboardInterrupt),
 //! and a worker that does not stop is killed and replaced. An exception in
-//! `load` leaves the model not ready, its traceback in the log.
+//! `load` leaves the model not ready, its traceback in the log; one in
+//! Triton's `initialize` fails the load, as in Triton.
 
 mod keeper;
 mod process;
@@ -184,7 +185,12 @@ impl PythonModel {
             load_timeout,
             outputs: outputs.clone(),
         };
-        let workers = Workers::start(launch, instances)?;
+        // Triton's API fails the load when initialize raises, as Triton
+        // does; ours leaves the model not ready, saying why.
+        let triton_api = std::fs::read_to_string(&file)
+            .map(|code| code.contains("class TritonPythonModel"))
+            .unwrap_or(false);
+        let workers = Workers::start(launch, instances, triton_api)?;
         Ok(PythonModel {
             metadata: ModelMetadata {
                 name,

@@ -3,12 +3,13 @@
 //! as its top N classes, as BYTES strings `"score:index"`, or
 //! `"score:index:label"` when the output has a labels file.
 //!
-//! A rank-1 output is one class vector: the answer has shape `[N]`. A
-//! higher-rank output holds one class vector per row of its first
-//! dimension (the batch): the answer has shape `[rows, N]`, each row's
-//! top N. (Triton, whose non-batching models take their whole output as
-//! one vector, answers a rank-1 output the same way; wirespeed has no
-//! Triton batch dimension to tell rows by, so it takes the first.) Scores
+//! As Triton: a model with Triton's batch dimension (`max_batch_size` above
+//! 0) classifies each row of the output's first dimension: the answer has
+//! shape `[rows, N]`, each row's top N. Otherwise the whole output is one
+//! class vector (a non-batching image model's `[1, 1000, 1, 1]`) and the
+//! answer has shape `[N]`; except that a higher-rank output whose first
+//! dimension is variable (`-1`, a `config.toml` model's batch) is
+//! classified per row too. Scores
 //! are written as C's `%f` writes them, as Triton's are; ties keep the
 //! lower index first.
 
@@ -78,7 +79,10 @@ pub(crate) fn apply(
             continue;
         };
         let labels = model.labels(&c.output).map(|l| l.labels.as_slice());
-        *tensor = classified(tensor, c.count, labels)?;
+        let spec = model.metadata().outputs.iter().find(|s| s.name == c.output);
+        let per_row = tensor.shape.len() > 1
+            && (model.max_batch_size > 0 || spec.is_some_and(|s| s.shape.first() == Some(&-1)));
+        *tensor = classified(tensor, c.count, labels, per_row)?;
     }
     Ok(())
 }
@@ -122,7 +126,12 @@ fn score_text(data: &TensorData, at: usize, score: f64) -> String {
 }
 
 /// `tensor`'s top `count` classes per row, as BYTES.
-fn classified(tensor: &Tensor, count: usize, labels: Option<&[String]>) -> Result<Tensor, Error> {
+fn classified(
+    tensor: &Tensor,
+    count: usize,
+    labels: Option<&[String]>,
+    per_row: bool,
+) -> Result<Tensor, Error> {
     let scores = scores(&tensor.data).ok_or_else(|| {
         Error::invalid_input(format!(
             "output '{}' is {}; classification needs an output of numbers",
@@ -131,8 +140,8 @@ fn classified(tensor: &Tensor, count: usize, labels: Option<&[String]>) -> Resul
         ))
     })?;
     let (rows, width) = match tensor.shape.as_slice() {
-        [] | [_] => (1, scores.len()),
-        [rows, ..] => (*rows, scores.len() / (*rows).max(1)),
+        [rows, _, ..] if per_row => (*rows, scores.len() / (*rows).max(1)),
+        _ => (1, scores.len()),
     };
     let keep = count.min(width);
     let mut strings = Vec::with_capacity(rows * keep);
@@ -158,10 +167,10 @@ fn classified(tensor: &Tensor, count: usize, labels: Option<&[String]>) -> Resul
             strings.push(s.into_bytes());
         }
     }
-    let shape = if tensor.shape.len() <= 1 {
-        vec![keep]
-    } else {
+    let shape = if per_row {
         vec![rows, keep]
+    } else {
+        vec![keep]
     };
     Ok(Tensor {
         name: tensor.name.clone(),
@@ -194,19 +203,19 @@ mod tests {
     #[test]
     fn top_classes_of_a_vector_with_and_without_labels() {
         let t = fp32(vec![4], vec![0.1, 0.7, 0.2, 0.7]);
-        let c = classified(&t, 3, None).unwrap();
+        let c = classified(&t, 3, None, false).unwrap();
         assert_eq!(c.shape, [3]);
         assert_eq!(strings(&c), ["0.700000:1", "0.700000:3", "0.200000:2"]);
         let labels: Vec<String> = ["a", "b", "c", "d"].map(String::from).to_vec();
-        let c = classified(&t, 9, Some(&labels)).unwrap();
+        let c = classified(&t, 9, Some(&labels), false).unwrap();
         assert_eq!(c.shape, [4]);
         assert_eq!(strings(&c)[3], "0.100000:0:a");
     }
 
     #[test]
-    fn each_row_of_a_matrix_is_classified() {
+    fn each_row_of_a_batch_is_classified_and_a_whole_tensor_as_one() {
         let t = fp32(vec![2, 3], vec![1.0, 3.0, 2.0, 9.0, f32::NAN, 8.0]);
-        let c = classified(&t, 2, None).unwrap();
+        let c = classified(&t, 2, None, true).unwrap();
         assert_eq!(c.shape, [2, 2]);
         assert_eq!(
             strings(&c),
@@ -219,9 +228,15 @@ mod tests {
             data: TensorData::Int64(vec![1, 3, 2, 9, -4, i64::MAX]),
         };
         assert_eq!(
-            strings(&classified(&t, 1, None).unwrap()),
+            strings(&classified(&t, 1, None, true).unwrap()),
             ["3:1", &format!("{}:2", i64::MAX)]
         );
+        // Without a batch dimension (Triton's max_batch_size 0, a fixed
+        // first dimension) the tensor is one class vector.
+        let image = fp32(vec![1, 4, 1, 1], vec![0.1, 0.7, 0.2, 0.3]);
+        let c = classified(&image, 2, None, false).unwrap();
+        assert_eq!(c.shape, [2]);
+        assert_eq!(strings(&c), ["0.700000:1", "0.300000:3"]);
     }
 
     #[test]
