@@ -154,6 +154,12 @@ pub fn load_model(
         message,
     };
     let config_path = folder.join("config.toml");
+    if config.is_none() && config_path.is_file() && folder.join("config.pbtxt").is_file() {
+        tracing::warn!(
+            model = %name,
+            "the folder has both config.toml and config.pbtxt; config.toml is read, config.pbtxt is not"
+        );
+    }
     let config = match config {
         Some(json) => {
             let given = |m: String| {
