@@ -693,3 +693,34 @@ def test_a_model_whose_initialize_raises_fails_its_load(tmp_path):
         assert not client.is_model_ready("raises")
     finally:
         server.stop()
+
+
+def test_an_async_execute_is_awaited(tmp_path):
+    """Triton's Python backend awaits `async def execute` (python_backend's
+    bls_async example's shape, without BLS): the answer is the coroutine's."""
+    folder = tmp_path / "async_add"
+    (folder / "1").mkdir(parents=True)
+    (folder / "config.pbtxt").write_text(
+        'name: "async_add"\nbackend: "python"\nmax_batch_size: 4\n'
+        'input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ 2 ] } ]\n'
+        'output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 2 ] } ]\n')
+    (folder / "1" / "model.py").write_text(
+        "import asyncio\n"
+        "import triton_python_backend_utils as pb_utils\n\n\n"
+        "class TritonPythonModel:\n"
+        "    async def initialize(self, args):\n"
+        "        await asyncio.sleep(0)\n"
+        "        self.offset = 1.0\n\n"
+        "    async def execute(self, requests):\n"
+        "        await asyncio.sleep(0)\n"
+        "        return [pb_utils.InferenceResponse([pb_utils.Tensor('OUTPUT0',\n"
+        "                pb_utils.get_input_tensor_by_name(r, 'INPUT0').as_numpy() + self.offset)])\n"
+        "                for r in requests]\n")
+    server = RunningServer(tmp_path)
+    try:
+        client = grpcclient.InferenceServerClient(server.grpc_address)
+        inp = grpcclient.InferInput("INPUT0", [1, 2], "FP32")
+        inp.set_data_from_numpy(np.array([[1.0, 2.0]], dtype=np.float32))
+        np.testing.assert_array_equal(client.infer("async_add", [inp]).as_numpy("OUTPUT0"), [[2.0, 3.0]])
+    finally:
+        server.stop()

@@ -187,7 +187,7 @@ class Worker:
             self.triton = True
             self.model = module.TritonPythonModel()
             if hasattr(self.model, "initialize"):
-                self.model.initialize(message["triton_args"])
+                self.call(self.model.initialize, message["triton_args"])
         elif hasattr(module, "Model"):
             self.model = module.Model()
             if hasattr(self.model, "load"):
@@ -258,7 +258,8 @@ class Worker:
             request_id=message.get("request_id", ""),
             parameters=message.get("parameters") or {},
         )
-        responses = self.model.execute([request])
+        # `async def execute` (Triton's coroutine models) is awaited.
+        responses = self.call(self.model.execute, [request])
         if not isinstance(responses, (list, tuple)) or len(responses) != 1:
             raise pb_utils.TritonModelException(
                 "execute must return one InferenceResponse per request: 1 request, %s"
@@ -363,7 +364,7 @@ class Worker:
     def finalize(self):
         if self.triton and hasattr(self.model, "finalize"):
             try:
-                self.model.finalize()
+                self.call(self.model.finalize)
             except Exception:
                 traceback.print_exc(file=sys.stderr)
         elif hasattr(self.model, "unload"):
