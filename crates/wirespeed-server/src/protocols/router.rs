@@ -27,6 +27,9 @@ pub(crate) enum Route<'a> {
     ModelReady(Target<'a>),
     /// `POST /v2/models/{name}[/versions/{v}]/infer`
     Infer(Target<'a>),
+    /// `POST /v2/models/{name}[/versions/{v}]/generate` (`false`) and
+    /// `.../generate_stream` (`true`)
+    Generate(Target<'a>, bool),
     /// `GET /v2/models/{name}[/versions/{v}]/config`
     ModelConfig(Target<'a>),
     /// `GET /v2/models/stats` (every model, `name` empty) and
@@ -83,6 +86,7 @@ impl Route<'_> {
     fn method(&self) -> Method {
         match self {
             Route::Infer(_)
+            | Route::Generate(..)
             | Route::TfPredict(_)
             | Route::TfExamples(..)
             | Route::TfOtherVerb(_)
@@ -169,10 +173,6 @@ fn match_route<'a>(path: &'a str, segments: &[&'a str]) -> Option<Route<'a>> {
             Some(Route::Missing(Missing::Trace))
         }
         ["v2", "logging"] => Some(Route::Missing(Missing::Logging)),
-        ["v2", "models", _, "generate" | "generate_stream"]
-        | ["v2", "models", _, "versions", _, "generate" | "generate_stream"] => {
-            Some(Route::Missing(Missing::Generate))
-        }
         ["v2", "models", name, rest @ ..] if !name.is_empty() => model_route(name, rest),
         ["v1", "models", rest @ ..] => tf_route(rest),
         ["v2", kind @ ("systemsharedmemory" | "cudasharedmemory"), rest @ ..] => {
@@ -193,6 +193,8 @@ fn model_route<'a>(name: &'a str, rest: &[&'a str]) -> Option<Route<'a>> {
         [] => Some(Route::ModelMetadata(model)),
         ["ready"] => Some(Route::ModelReady(model)),
         ["infer"] => Some(Route::Infer(model)),
+        ["generate"] => Some(Route::Generate(model, false)),
+        ["generate_stream"] => Some(Route::Generate(model, true)),
         ["config"] => Some(Route::ModelConfig(model)),
         ["stats"] => Some(Route::ModelStats(model)),
         _ => None,
@@ -394,7 +396,11 @@ mod tests {
         assert_eq!(post("/v2/logging"), Route::Missing(Missing::Logging));
         assert_eq!(
             post("/v2/models/t/versions/1/generate_stream"),
-            Route::Missing(Missing::Generate)
+            Route::Generate(Target::new("t", Some("1")), true)
+        );
+        assert_eq!(
+            post("/v2/models/t/generate"),
+            Route::Generate(Target::new("t", None), false)
         );
     }
 

@@ -12,8 +12,6 @@ pub(crate) enum Missing {
     Trace,
     /// Log settings.
     Logging,
-    /// The generate extension, for decoupled (LLM) models.
-    Generate,
 }
 
 impl Missing {
@@ -26,10 +24,6 @@ impl Missing {
             }
             Missing::Logging => {
                 "log settings are not implemented; set the level at start with --log-level"
-            }
-            Missing::Generate => {
-                "the generate extension is for decoupled (LLM) models, which wirespeed does not \
-                 serve; use /infer"
             }
         };
         Error::new(ErrorKind::NotImplemented, message)

@@ -2,9 +2,11 @@
 //! REST (`rest.rs`, the infer codec) and gRPC (`grpc.rs`, `grpc_infer.rs`,
 //! `convert.rs`), and the extension endpoints: metadata and model
 //! configuration, health, statistics, system shared memory, the model
-//! repository, and those known and not served (`missing.rs`).
+//! repository, the generate extension (`generate.rs`), and those known and
+//! not served (`missing.rs`).
 
 pub(crate) mod convert;
+pub(crate) mod generate;
 pub(crate) mod grpc;
 pub(crate) mod grpc_infer;
 pub(crate) mod health;

@@ -1,0 +1,262 @@
+//! Triton's generate extension: `POST /v2/models/{m}[/versions/{v}]/generate`
+//! and `.../generate_stream`, the text-in, text-out endpoints LLM clients
+//! use, for any model.
+//!
+//! The request is a JSON object: each key that names one of the model's
+//! inputs is that input (a string, number or boolean, or nested arrays of
+//! them), shaped by its nesting with leading dimensions of 1 added to the
+//! input's rank (`"text_input": "hi"` for a `[-1, 1]` BYTES input is
+//! `[1, 1]`); `id` is the request's id; `parameters` (an object) and any
+//! other key with a plain value are request parameters, as Triton passes
+//! them. The request is rewritten as a V2 JSON request and decoded by the
+//! same decoder as `/infer`, so its types, limits and error messages are
+//! `/infer`'s. The answer is one JSON object: `id` (when given),
+//! `model_name`, `model_version`, and each output by name, a single
+//! element as a plain value (`"text_output": "..."`), more as an array.
+//! `generate_stream` sends the same object as a server-sent event
+//! (`data: {...}`, `text/event-stream`); an error before inference is a
+//! JSON `{"error": ...}` with its status, as for `/generate`.
+
+use bytes::Bytes;
+use hyper::body::Incoming;
+use hyper::header::{HeaderValue, CONTENT_TYPE};
+use hyper::{Request, Response};
+use serde_json::{Map, Value};
+use wirespeed_core::{Error, InferRequest, InferResponse, TensorData};
+use wirespeed_json::RequestDecoder;
+
+use crate::protocols::http::body::{decode_error, RestRequest};
+use crate::protocols::http::response::{self, Body};
+use crate::protocols::Front;
+use crate::serve::metrics::InferProtocol;
+use crate::serve::pipeline::{self, Codec, RequestContext, Target};
+use crate::serve::served::ServedModel;
+use crate::serve::timing::{timed, Stages};
+
+/// Answers one generate request; `stream` for `generate_stream`.
+pub(crate) async fn generate(
+    front: &Front,
+    context: RequestContext,
+    target: Target<'_>,
+    request: Request<Incoming>,
+    stream: bool,
+) -> Response<Body> {
+    let codec = Generate {
+        request: RestRequest::new(front, request),
+        stream,
+    };
+    pipeline::infer(&front.serving, context, target, codec).await
+}
+
+/// The generate codec of one request.
+struct Generate<'a> {
+    request: RestRequest<'a>,
+    /// `generate_stream`: the answer is a server-sent event.
+    stream: bool,
+}
+
+impl Codec for Generate<'_> {
+    type Answer = Response<Body>;
+    const PROTOCOL: InferProtocol = InferProtocol::V2Rest;
+
+    async fn decode(
+        &mut self,
+        model: &ServedModel,
+        stages: &mut Stages,
+    ) -> Result<InferRequest, Error> {
+        let body = self.request.read_json(stages).await?;
+        let options = self.request.front.serving.decode_options.clone();
+        timed(&mut stages.decode, || {
+            let object: Map<String, Value> = serde_json::from_slice(&body).map_err(|e| {
+                Error::malformed(format!("the generate request is not a JSON object: {e}"))
+            })?;
+            let v2 = as_infer_request(object, model)?;
+            let mut decoder = RequestDecoder::new(options);
+            decoder.feed(&v2).map_err(decode_error)?;
+            decoder.finish().map_err(decode_error)
+        })
+    }
+
+    fn encode(&mut self, response: InferResponse) -> Result<Response<Body>, Error> {
+        let mut out = Vec::with_capacity(128);
+        out.push(b'{');
+        if let Some(id) = &response.id {
+            out.extend_from_slice(b"\"id\":");
+            wirespeed_json::encode_string(id, &mut out);
+            out.push(b',');
+        }
+        out.extend_from_slice(b"\"model_name\":");
+        wirespeed_json::encode_string(&response.model_name, &mut out);
+        out.extend_from_slice(b",\"model_version\":");
+        wirespeed_json::encode_string(&response.model_version, &mut out);
+        for output in &response.outputs {
+            if let Some(at) = wirespeed_json::non_utf8_element(&output.data) {
+                return Err(Error::model_failed(format!(
+                    "output '{}' element {at} is not UTF-8 text, which a JSON answer cannot \
+                     carry; ask /infer with binary outputs",
+                    output.name
+                )));
+            }
+            out.push(b',');
+            wirespeed_json::encode_string(&output.name, &mut out);
+            out.push(b':');
+            output_value(&output.data, &mut out);
+        }
+        out.push(b'}');
+        if !self.stream {
+            return Ok(response::json(out));
+        }
+        let mut event = Vec::with_capacity(out.len() + 8);
+        event.extend_from_slice(b"data: ");
+        event.extend_from_slice(&out);
+        event.extend_from_slice(b"\n\n");
+        let mut answer = response::json(Bytes::from(event));
+        answer.headers_mut().insert(
+            CONTENT_TYPE,
+            HeaderValue::from_static("text/event-stream; charset=utf-8"),
+        );
+        Ok(answer)
+    }
+
+    fn stamp(answer: &mut Response<Body>, timing: &str) {
+        response::stamp(answer, timing);
+    }
+
+    fn mark_default(answer: &mut Response<Body>) {
+        response::mark_default(answer);
+    }
+
+    async fn refuse(&mut self, error: Error) -> Error {
+        self.request.refuse(error).await
+    }
+
+    fn error(&self, error: &Error, message: &str) -> Response<Body> {
+        response::error_with(error, message)
+    }
+}
+
+/// An output's JSON value: one element plain, more in a flat array.
+fn output_value(data: &TensorData, out: &mut Vec<u8>) {
+    if data.len() == 1 {
+        wirespeed_json::encode_tensor_data(data, out);
+    } else {
+        out.push(b'[');
+        wirespeed_json::encode_tensor_data(data, out);
+        out.push(b']');
+    }
+}
+
+/// The V2 JSON infer request a generate request says, for `model`.
+fn as_infer_request(object: Map<String, Value>, model: &ServedModel) -> Result<Vec<u8>, Error> {
+    let metadata = model.metadata();
+    let mut inputs = Vec::new();
+    let mut parameters = Map::new();
+    let mut id = None;
+    for (key, value) in object {
+        if let Some(spec) = metadata.inputs.iter().find(|s| s.name == key) {
+            let mut shape = nesting(&value);
+            if shape.len() > spec.shape.len() {
+                return Err(Error::invalid_input(format!(
+                    "'{key}' is nested {} deep, but input '{key}' has {} dimensions",
+                    shape.len(),
+                    spec.shape.len()
+                )));
+            }
+            while shape.len() < spec.shape.len() {
+                shape.insert(0, 1);
+            }
+            let data = match value {
+                Value::Array(_) => value,
+                scalar => Value::Array(vec![scalar]),
+            };
+            inputs.push(serde_json::json!({
+                "name": key,
+                "datatype": spec.datatype.as_str(),
+                "shape": shape,
+                "data": data,
+            }));
+            continue;
+        }
+        match (key.as_str(), value) {
+            ("id", Value::String(s)) => id = Some(s),
+            ("id", other) => {
+                return Err(Error::invalid_input(format!(
+                    "'id' must be a string, not {other}"
+                )))
+            }
+            ("parameters", Value::Object(given)) => parameters.extend(given),
+            ("parameters", other) => {
+                return Err(Error::invalid_input(format!(
+                    "'parameters' must be an object, not {other}"
+                )))
+            }
+            // Not an input: a parameter, as Triton passes it.
+            (_, value @ (Value::String(_) | Value::Number(_) | Value::Bool(_))) => {
+                parameters.insert(key, value);
+            }
+            (_, _) => {
+                let names: Vec<String> = metadata
+                    .inputs
+                    .iter()
+                    .map(|s| format!("'{}'", s.name))
+                    .collect();
+                return Err(Error::invalid_input(format!(
+                    "'{key}' is not an input of model '{}' (it takes {}) and not a plain value \
+                     to pass as a parameter",
+                    metadata.name,
+                    names.join(", ")
+                )));
+            }
+        }
+    }
+    let mut request = Map::new();
+    if let Some(id) = id {
+        request.insert("id".into(), Value::String(id));
+    }
+    if !parameters.is_empty() {
+        request.insert("parameters".into(), Value::Object(parameters));
+    }
+    request.insert("inputs".into(), Value::Array(inputs));
+    Ok(Value::Object(request).to_string().into_bytes())
+}
+
+/// The shape of a JSON value's nesting: `[]` for a plain value, the
+/// lengths of the first elements down for arrays (the decoder checks the
+/// rest against it).
+fn nesting(value: &Value) -> Vec<usize> {
+    let mut shape = Vec::new();
+    let mut at = value;
+    while let Value::Array(items) = at {
+        shape.push(items.len());
+        match items.first() {
+            Some(first) => at = first,
+            None => break,
+        }
+    }
+    shape
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nesting_gives_the_shape() {
+        assert_eq!(nesting(&serde_json::json!("a")), Vec::<usize>::new());
+        assert_eq!(nesting(&serde_json::json!([[1, 2, 3], [4, 5, 6]])), [2, 3]);
+        assert_eq!(nesting(&serde_json::json!([])), [0]);
+    }
+
+    #[test]
+    fn an_output_of_one_element_is_a_plain_value_and_more_an_array() {
+        let mut out = Vec::new();
+        output_value(&TensorData::Bytes(vec![b"hi".to_vec()]), &mut out);
+        assert_eq!(out, b"\"hi\"");
+        out.clear();
+        output_value(&TensorData::Int32(vec![1, 2, 3]), &mut out);
+        assert_eq!(out, b"[1,2,3]");
+        out.clear();
+        output_value(&TensorData::Fp32(vec![]), &mut out);
+        assert_eq!(out, b"[]");
+    }
+}
