@@ -724,3 +724,140 @@ def test_an_async_execute_is_awaited(tmp_path):
         np.testing.assert_array_equal(client.infer("async_add", [inp]).as_numpy("OUTPUT0"), [[2.0, 3.0]])
     finally:
         server.stop()
+
+
+CUSTOM_METRICS_CONFIG = """
+name: "custom_metrics"
+backend: "python"
+
+input [
+  {
+    name: "INPUT0"
+    data_type: TYPE_FP32
+    dims: [ 4 ]
+  }
+]
+input [
+  {
+    name: "INPUT1"
+    data_type: TYPE_FP32
+    dims: [ 4 ]
+  }
+]
+output [
+  {
+    name: "OUTPUT0"
+    data_type: TYPE_FP32
+    dims: [ 4 ]
+  }
+]
+output [
+  {
+    name: "OUTPUT1"
+    data_type: TYPE_FP32
+    dims: [ 4 ]
+  }
+]
+
+instance_group [
+  {
+    count: 3
+    kind: KIND_CPU
+  }
+]
+"""
+
+CUSTOM_METRICS_MODEL = '''
+import time
+
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        self.metric_family = pb_utils.MetricFamily(
+            name="requests_process_latency_ns",
+            description="Cumulative time spent processing requests",
+            kind=pb_utils.MetricFamily.COUNTER,
+        )
+        self.metric = self.metric_family.Metric(labels={"model": "custom_metrics", "version": "1"})
+        self.requests = pb_utils.MetricFamily(
+            name="custom_requests", description="Requests seen", kind=pb_utils.MetricFamily.COUNTER
+        ).Metric()
+        self.last = pb_utils.MetricFamily(
+            name="custom_last_sum", description="The last OUTPUT0 sum", kind=pb_utils.MetricFamily.GAUGE
+        ).Metric(labels={"model": "custom_metrics"})
+        self.sizes = pb_utils.MetricFamily(
+            name="custom_sum_sizes", description="OUTPUT0 sums", kind=pb_utils.MetricFamily.HISTOGRAM
+        ).Metric(buckets=[1.0, 100.0])
+        for wrong in (lambda: self.metric.increment(-1), lambda: self.metric.set(3),
+                      lambda: self.sizes.increment(1)):
+            try:
+                wrong()
+            except ValueError:
+                pass
+            else:
+                raise AssertionError("a wrong metric call was taken")
+
+    def execute(self, requests):
+        responses = []
+        start_ns = time.time_ns()
+        for request in requests:
+            in_0 = pb_utils.get_input_tensor_by_name(request, "INPUT0").as_numpy()
+            in_1 = pb_utils.get_input_tensor_by_name(request, "INPUT1").as_numpy()
+            responses.append(pb_utils.InferenceResponse(output_tensors=[
+                pb_utils.Tensor("OUTPUT0", in_0 + in_1), pb_utils.Tensor("OUTPUT1", in_0 - in_1)]))
+            total = float((in_0 + in_1).sum())
+            self.requests.increment(1)
+            self.last.set(total)
+            self.sizes.observe(total)
+        end_ns = time.time_ns()
+        self.metric.increment(end_ns - start_ns + 1)
+        pb_utils.Logger.log_info("Cumulative requests processing latency: {}".format(self.metric.value()))
+        return responses
+'''
+
+
+def test_custom_metrics_as_the_example_client_reads_them(tmp_path):
+    """python_backend's custom_metrics example (three instances) and its
+    client's checks on /metrics; and a counter, gauge and histogram of our
+    own, whose values are what the requests made them, whichever instance
+    ran each."""
+    import requests as http
+
+    (tmp_path / "custom_metrics" / "1").mkdir(parents=True)
+    (tmp_path / "custom_metrics" / "config.pbtxt").write_text(CUSTOM_METRICS_CONFIG)
+    (tmp_path / "custom_metrics" / "1" / "model.py").write_text(CUSTOM_METRICS_MODEL)
+    server = RunningServer(tmp_path)
+    try:
+        client = httpclient.InferenceServerClient(server.address)
+        sums = []
+        for i in range(6):
+            a = np.full(4, i, dtype=np.float32)
+            b = np.ones(4, dtype=np.float32)
+            inputs = [httpclient.InferInput("INPUT0", [4], "FP32"), httpclient.InferInput("INPUT1", [4], "FP32")]
+            inputs[0].set_data_from_numpy(a)
+            inputs[1].set_data_from_numpy(b)
+            outputs = [httpclient.InferRequestedOutput("OUTPUT0"), httpclient.InferRequestedOutput("OUTPUT1")]
+            response = client.infer("custom_metrics", inputs, request_id=str(1), outputs=outputs)
+            assert np.allclose(a + b, response.as_numpy("OUTPUT0"))
+            assert np.allclose(a - b, response.as_numpy("OUTPUT1"))
+            sums.append(float((a + b).sum()))
+        metrics = http.get(f"http://{server.address}/metrics").text
+        for pattern in [
+            "# HELP requests_process_latency_ns Cumulative time spent processing requests",
+            "# TYPE requests_process_latency_ns counter",
+            'requests_process_latency_ns{model="custom_metrics",version="1"}',
+        ]:
+            assert pattern in metrics, metrics
+        lines = {line.rsplit(" ", 1)[0]: float(line.rsplit(" ", 1)[1])
+                 for line in metrics.splitlines() if line and not line.startswith("#")}
+        assert lines['requests_process_latency_ns{model="custom_metrics",version="1"}'] >= 6
+        assert lines["custom_requests"] == 6
+        assert lines['custom_last_sum{model="custom_metrics"}'] == sums[-1]
+        assert lines["custom_sum_sizes_count"] == 6
+        assert lines["custom_sum_sizes_sum"] == sum(sums)
+        assert lines['custom_sum_sizes_bucket{le="1"}'] == 0
+        assert lines['custom_sum_sizes_bucket{le="100"}'] == 6
+    finally:
+        server.stop()

@@ -40,6 +40,7 @@
 //! Triton's `initialize` fails the load, as in Triton.
 
 mod keeper;
+mod metrics;
 mod process;
 mod segment;
 mod wire;
@@ -58,6 +59,7 @@ use wirespeed_proto::inference as pb;
 
 use crate::registry::{Backend, ModelSource};
 use keeper::{Job, Workers};
+pub use metrics::{custom_metrics, CustomFamily, MetricKind, SeriesValue};
 use process::Launch;
 
 /// `triton_python_backend_utils`, as the worker installs it.

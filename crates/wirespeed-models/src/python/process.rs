@@ -196,7 +196,12 @@ impl Process {
             reply
         })();
         match handshake {
-            Ok(Reply::Ready { pid, python }) => {
+            Ok(Reply::Ready {
+                pid,
+                python,
+                metrics,
+            }) => {
+                super::metrics::apply(&launch.model, metrics);
                 tracing::info!(model = %launch.model, instance, pid, python = %python, "python worker ready");
                 Ok(process)
             }
@@ -299,8 +304,10 @@ impl Process {
         self.inputs.settle(used);
         match reply {
             Reply::Done {
-                outputs: placed, ..
+                outputs: placed,
+                metrics,
             } => {
+                super::metrics::apply(&launch.model, metrics);
                 let read = self.read_outputs(launch, outputs, &placed);
                 let used = placed
                     .iter()
@@ -310,7 +317,12 @@ impl Process {
                 self.outputs.settle(used);
                 read.map_err(CallError::Model)
             }
-            Reply::Error { kind, error } => {
+            Reply::Error {
+                kind,
+                error,
+                metrics,
+            } => {
+                super::metrics::apply(&launch.model, metrics);
                 let error = match kind.as_str() {
                     "invalid" => Error::invalid_input(error),
                     "interrupted" => Error::new(

@@ -51,14 +51,28 @@ pub(crate) struct Infer<'a> {
 #[serde(tag = "op", rename_all = "lowercase")]
 pub(crate) enum Reply {
     /// The model loaded.
-    Ready { pid: u32, python: String },
+    Ready {
+        pid: u32,
+        python: String,
+        #[serde(default)]
+        metrics: Vec<super::metrics::Update>,
+    },
     /// The model did not load: the traceback.
     Failed { error: String },
     /// A request's outputs, in the output segment.
-    Done { outputs: Vec<Placed> },
+    Done {
+        outputs: Vec<Placed>,
+        #[serde(default)]
+        metrics: Vec<super::metrics::Update>,
+    },
     /// A request failed in the model's code: `kind` is `model`, `invalid`
     /// (Triton's INVALID_ARG) or `interrupted` (past its deadline).
-    Error { kind: String, error: String },
+    Error {
+        kind: String,
+        error: String,
+        #[serde(default)]
+        metrics: Vec<super::metrics::Update>,
+    },
 }
 
 /// Writes one message.

@@ -329,18 +329,18 @@ class Worker:
                     layout = self.infer(message)
                 finally:
                     self.busy = False
-                self.channel.send({"op": "done", "outputs": layout})
+                self.channel.send(with_metrics({"op": "done", "outputs": layout}))
             except KeyboardInterrupt:
                 self.channel.send(
-                    {
+                    with_metrics({
                         "op": "error",
                         "kind": "interrupted",
                         "error": "interrupted after %.0f ms: the request's deadline passed"
                         % ((time.perf_counter() - started) * 1000),
-                    }
+                    })
                 )
             except Exception as e:
-                self.channel.send(self.failure(e))
+                self.channel.send(with_metrics(self.failure(e)))
         self.finalize()
 
     def failure(self, e):
@@ -374,6 +374,18 @@ class Worker:
                 traceback.print_exc(file=sys.stderr)
 
 
+def with_metrics(message):
+    """`message` with the custom metric changes the model made since the
+    last one (Triton's pb_utils.MetricFamily), when it made any."""
+    utils = sys.modules.get("triton_python_backend_utils")
+    take = getattr(utils, "_take_metric_changes", None)
+    if take is not None:
+        changes = take()
+        if changes:
+            message["metrics"] = changes
+    return message
+
+
 def main():
     # SIGINT belongs to the server's deadlines, not a terminal's Ctrl-C.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -396,7 +408,7 @@ def main():
     except BaseException:
         channel.send({"op": "failed", "error": traceback.format_exc()})
         return
-    channel.send({"op": "ready", "pid": os.getpid(), "python": sys.version.split()[0]})
+    channel.send(with_metrics({"op": "ready", "pid": os.getpid(), "python": sys.version.split()[0]}))
     worker.serve()
 
 

@@ -23,6 +23,8 @@ pub(crate) const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8"
 /// The scrape: every family, in the text format.
 pub(crate) fn render(serving: &Serving, traffic: &Traffic, scrape: &Scrape) -> String {
     let mut families = model_families(serving);
+    #[cfg(feature = "python")]
+    families.extend(custom_families());
     families.extend(traffic_families(traffic, &scrape.connections));
     families.extend(scrape.process.collect());
     families.retain(|f| !f.get_metric().is_empty());
@@ -230,6 +232,64 @@ fn model_families(serving: &Serving) -> Vec<MetricFamily> {
         batch_size.0,
     ]);
     families
+}
+
+/// The Python models' own families (`pb_utils.MetricFamily`), as they
+/// made them.
+#[cfg(feature = "python")]
+fn custom_families() -> Vec<MetricFamily> {
+    use wirespeed_models::{MetricKind, SeriesValue};
+    wirespeed_models::custom_metrics()
+        .into_iter()
+        .map(|custom| {
+            let mut family = match custom.kind {
+                MetricKind::Counter => Family::counter(&custom.name, &custom.help),
+                MetricKind::Gauge => Family::gauge(&custom.name, &custom.help),
+                MetricKind::Histogram => Family::histogram(&custom.name, &custom.help),
+            };
+            for (labels, value) in &custom.series {
+                let labels: Vec<(&str, &str)> = labels
+                    .iter()
+                    .map(|(k, v)| (k.as_str(), v.as_str()))
+                    .collect();
+                let kind = custom.kind;
+                family.add(&labels, |m| match value {
+                    SeriesValue::Value(v) if kind == MetricKind::Counter => {
+                        let mut c = proto::Counter::default();
+                        c.set_value(*v);
+                        m.set_counter(c);
+                    }
+                    SeriesValue::Value(v) => {
+                        let mut g = proto::Gauge::default();
+                        g.set_value(*v);
+                        m.set_gauge(g);
+                    }
+                    SeriesValue::Histogram {
+                        buckets,
+                        count,
+                        sum,
+                    } => {
+                        let mut h = proto::Histogram::default();
+                        h.set_sample_count(*count);
+                        h.set_sample_sum(*sum);
+                        h.set_bucket(
+                            buckets
+                                .iter()
+                                .map(|&(bound, n)| {
+                                    let mut b = proto::Bucket::default();
+                                    b.set_upper_bound(bound);
+                                    b.set_cumulative_count(n);
+                                    b
+                                })
+                                .collect(),
+                        );
+                        m.set_histogram(h);
+                    }
+                });
+            }
+            family.0
+        })
+        .collect()
 }
 
 /// The server's own families.
