@@ -861,3 +861,38 @@ def test_custom_metrics_as_the_example_client_reads_them(tmp_path):
         assert lines['custom_sum_sizes_bucket{le="100"}'] == 6
     finally:
         server.stop()
+
+
+def test_triton_errors_answer_with_tritons_status_for_their_code(tmp_path):
+    """pb_utils.TritonError's codes, as Triton answers them over HTTP and
+    gRPC."""
+    import requests as http
+
+    folder = tmp_path / "codes"
+    (folder / "1").mkdir(parents=True)
+    (folder / "config.pbtxt").write_text(
+        'name: "codes"\nbackend: "python"\n'
+        'input [ { name: "CODE" data_type: TYPE_INT32 dims: [ 1 ] } ]\n'
+        'output [ { name: "OUT" data_type: TYPE_INT32 dims: [ 1 ] } ]\n')
+    (folder / "1" / "model.py").write_text(
+        "import triton_python_backend_utils as pb_utils\n\n\n"
+        "class TritonPythonModel:\n"
+        "    def execute(self, requests):\n"
+        "        code = int(pb_utils.get_input_tensor_by_name(requests[0], 'CODE').as_numpy()[0])\n"
+        "        return [pb_utils.InferenceResponse(error=pb_utils.TritonError('code %d' % code, code))]\n")
+    server = RunningServer(tmp_path)
+    try:
+        grpc = grpcclient.InferenceServerClient(server.grpc_address)
+        for code, status, grpc_status in [(1, 500, "INTERNAL"), (2, 404, "NOT_FOUND"), (3, 400, "INVALID_ARGUMENT"),
+                                          (4, 503, "UNAVAILABLE"), (5, 501, "UNIMPLEMENTED")]:
+            body = {"inputs": [{"name": "CODE", "datatype": "INT32", "shape": [1], "data": [code]}]}
+            r = http.post(f"http://{server.address}/v2/models/codes/infer", json=body)
+            assert r.status_code == status, (code, r.status_code, r.text)
+            assert f"code {code}" in r.json()["error"]
+            inp = grpcclient.InferInput("CODE", [1], "INT32")
+            inp.set_data_from_numpy(np.array([code], dtype=np.int32))
+            with pytest.raises(InferenceServerException) as raised:
+                grpc.infer("codes", [inp])
+            assert raised.value.status() == f"StatusCode.{grpc_status}", (code, raised.value)
+    finally:
+        server.stop()

@@ -325,6 +325,13 @@ impl Process {
                 super::metrics::apply(&launch.model, metrics);
                 let error = match kind.as_str() {
                     "invalid" => Error::invalid_input(error),
+                    // TritonError's other codes, with Triton's statuses.
+                    "not_found" => Error::new(ErrorKind::ModelNotFound, error),
+                    "unavailable" => Error::new(
+                        ErrorKind::Unavailable,
+                        format!("model '{}': {error}", launch.model),
+                    ),
+                    "unsupported" => Error::new(ErrorKind::NotImplemented, error),
                     "interrupted" => Error::new(
                         ErrorKind::GatewayTimeout,
                         format!("model '{}': {error}", launch.model),

@@ -155,7 +155,9 @@ def get_output_tensor_by_name(inference_response, name):
 
 class TritonError(Exception):
     """An error a model returns in a response (`InferenceResponse(error=...)`)
-    or raises. INVALID_ARG answers 400 (INVALID_ARGUMENT); the others 500."""
+    or raises, answered with Triton's status for its code: INVALID_ARG,
+    ALREADY_EXISTS and CANCELLED 400 (INVALID_ARGUMENT), NOT_FOUND 404,
+    UNAVAILABLE 503, UNSUPPORTED 501 (UNIMPLEMENTED), the others 500."""
 
     UNKNOWN = 0
     INTERNAL = 1

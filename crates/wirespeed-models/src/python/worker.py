@@ -345,14 +345,17 @@ class Worker:
 
     def failure(self, e):
         kind = "model"
-        code = getattr(e, "code", None)
-        if callable(code):
-            try:
-                code = code()
-            except Exception:
-                code = None
-        if code == 3:  # TritonError.INVALID_ARG
-            kind = "invalid"
+        utils = sys.modules.get("triton_python_backend_utils")
+        if utils is not None and isinstance(e, utils.TritonError):
+            # TritonError's codes, as Triton maps them to statuses.
+            kind = {
+                utils.TritonError.NOT_FOUND: "not_found",
+                utils.TritonError.INVALID_ARG: "invalid",
+                utils.TritonError.UNAVAILABLE: "unavailable",
+                utils.TritonError.UNSUPPORTED: "unsupported",
+                utils.TritonError.ALREADY_EXISTS: "invalid",
+                utils.TritonError.CANCELLED: "invalid",
+            }.get(e.code(), kind)
         message = e.message() if callable(getattr(e, "message", None)) else str(e)
         if not message:
             message = type(e).__name__
