@@ -7,10 +7,11 @@ use std::cell::Cell;
 use std::collections::BTreeMap;
 use std::fmt;
 use std::path::Path;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock, Weak};
+use std::time::Instant;
 
 use serde::de::DeserializeOwned;
-use wirespeed_core::{CpuPool, Model};
+use wirespeed_core::{CpuPool, Error, Model, Parameters, Tensor};
 
 use crate::config::{ModelConfig, TensorConfig};
 
@@ -25,6 +26,46 @@ pub trait Backend: Send + Sync {
     fn load(&self, source: &ModelSource<'_>) -> Result<Arc<dyn Model>, String>;
 }
 
+/// Calls a served model from inside another model's code (Triton's BLS,
+/// `pb_utils.InferenceRequest(...).exec()`): the server gives one, which
+/// runs the call through the callee's scheduler as any request, counted in
+/// its statistics. It blocks the calling thread until the answer.
+pub trait ModelCaller: Send + Sync {
+    /// Runs `model` (in `version`, the served one when `None`) on `inputs`,
+    /// answering `outputs` (all when empty), before `deadline`.
+    fn call(
+        &self,
+        model: &str,
+        version: Option<&str>,
+        inputs: Vec<Tensor>,
+        outputs: Vec<String>,
+        parameters: Parameters,
+        deadline: Option<Instant>,
+    ) -> Result<Vec<Tensor>, Error>;
+}
+
+/// Where the server's [`ModelCaller`] is found once it serves; shared by a
+/// registry's clones, so models loaded before it was set reach it too.
+#[derive(Clone, Default)]
+pub struct CallerSlot(Arc<OnceLock<Weak<dyn ModelCaller>>>);
+
+impl fmt::Debug for CallerSlot {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(if self.get().is_some() {
+            "CallerSlot(set)"
+        } else {
+            "CallerSlot(unset)"
+        })
+    }
+}
+
+impl CallerSlot {
+    /// The caller, while the server that set it is up.
+    pub fn get(&self) -> Option<Arc<dyn ModelCaller>> {
+        self.0.get().and_then(Weak::upgrade)
+    }
+}
+
 /// What a backend gets to load one model: the folder, the shared config,
 /// its own keys, and the server's CPU pool.
 pub struct ModelSource<'a> {
@@ -34,6 +75,7 @@ pub struct ModelSource<'a> {
     pool: &'a CpuPool,
     keys_read: Cell<bool>,
     tensor_keys_read: Cell<bool>,
+    caller: CallerSlot,
 }
 
 impl<'a> ModelSource<'a> {
@@ -51,7 +93,20 @@ impl<'a> ModelSource<'a> {
             pool,
             keys_read: Cell::new(false),
             tensor_keys_read: Cell::new(false),
+            caller: CallerSlot::default(),
         }
+    }
+
+    /// The same source, whose model may call others through `caller`.
+    pub fn with_caller(mut self, caller: CallerSlot) -> ModelSource<'a> {
+        self.caller = caller;
+        self
+    }
+
+    /// Where the model finds the server's [`ModelCaller`] to call other
+    /// models (none outside a server).
+    pub fn caller(&self) -> &CallerSlot {
+        &self.caller
     }
 
     /// The model's name: its folder's name.
@@ -130,6 +185,8 @@ pub struct Registry {
     /// Triton's `--disable-auto-complete-config`: no configuration is
     /// completed from a model's files or code.
     no_auto_complete: bool,
+    /// The server's caller, for models that call others.
+    caller: CallerSlot,
 }
 
 impl Registry {
@@ -167,6 +224,17 @@ impl Registry {
     /// (`--disable-auto-complete-config`).
     pub fn set_auto_complete(&mut self, on: bool) {
         self.no_auto_complete = !on;
+    }
+
+    /// Gives the models this registry loads (and loaded) `caller` to call
+    /// other models with; set once, by the server that serves them.
+    pub fn set_caller(&self, caller: Weak<dyn ModelCaller>) {
+        let _ = self.caller.0.set(caller);
+    }
+
+    /// Where the models this registry loads find the server's caller.
+    pub fn caller(&self) -> &CallerSlot {
+        &self.caller
     }
 
     /// Adds `backend`, replacing one of the same name.

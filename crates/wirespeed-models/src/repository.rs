@@ -349,7 +349,8 @@ fn load_version(
     // model is wrapped to show the wire's (`reshape.rs`).
     let batch = config.max_batch_size.unwrap_or(0) > 0;
     let (model_config, reshapes) = reshaped(config, batch).map_err(|m| error(&config_path, m))?;
-    let source = ModelSource::new(name, files, &model_config, pool);
+    let source =
+        ModelSource::new(name, files, &model_config, pool).with_caller(registry.caller().clone());
     let mut model = backend.load(&source).map_err(|m| error(files, m))?;
     source
         .unread_keys(backend.name())

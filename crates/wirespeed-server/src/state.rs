@@ -189,6 +189,10 @@ impl State {
             traces,
             traffic,
         ));
+        // Models that call models (BLS) reach the server through their
+        // registry, which holds the caller weakly.
+        let calls: Arc<dyn wirespeed_models::ModelCaller> = serving.calls.clone();
+        config.backends.set_caller(Arc::downgrade(&calls));
         let connections = config
             .metrics
             .as_ref()

@@ -39,6 +39,7 @@
 //! `load` leaves the model not ready, its traceback in the log; one in
 //! Triton's `initialize` fails the load, as in Triton.
 
+mod bls;
 mod keeper;
 mod metrics;
 mod process;
@@ -186,6 +187,7 @@ impl PythonModel {
             load: serde_json::to_value(&load).map_err(|e| e.to_string())?,
             load_timeout,
             outputs: outputs.clone(),
+            caller: source.caller().clone(),
         };
         // Triton's API fails the load when initialize raises, as Triton
         // does; ours leaves the model not ready, saying why.

@@ -61,6 +61,8 @@ pub(crate) struct Launch {
     pub(crate) load_timeout: Duration,
     /// The declared outputs, by index.
     pub(crate) outputs: Vec<TensorSpec>,
+    /// The server's caller, for the model's BLS calls.
+    pub(crate) caller: crate::registry::CallerSlot,
 }
 
 /// Why a worker did not start.
@@ -286,17 +288,47 @@ impl Process {
                 "before it took this request (it did not read it), and was killed".into(),
             ));
         }
-        self.await_answer(launch, deadline)?;
-        let reply = match wire::receive(&mut self.socket) {
-            Ok(reply) => reply,
-            Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => {
-                return Err(lost(self, "while computing this request".into()))
-            }
-            Err(e) => {
+        let reply = loop {
+            self.await_answer(launch, deadline)?;
+            let reply = match wire::receive(&mut self.socket) {
+                Ok(reply) => reply,
+                Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => {
+                    return Err(lost(self, "while computing this request".into()))
+                }
+                Err(e) => {
+                    self.kill();
+                    return Err(lost(
+                        self,
+                        format!("sent a bad answer ({e}), and was killed"),
+                    ));
+                }
+            };
+            // The model calls another (BLS): answer it, and wait again.
+            let Reply::Bls {
+                model,
+                version,
+                inputs,
+                outputs,
+                parameters,
+            } = reply
+            else {
+                break reply;
+            };
+            let answer = super::bls::call(
+                launch,
+                &model,
+                version.as_deref(),
+                inputs,
+                outputs,
+                parameters,
+                deadline,
+            );
+            if wire::send(&mut self.socket, &answer).is_err() {
                 self.kill();
                 return Err(lost(
                     self,
-                    format!("sent a bad answer ({e}), and was killed"),
+                    "while it called another model (it did not read the answer), and was killed"
+                        .into(),
                 ));
             }
         };

@@ -8,6 +8,7 @@ change it). Not provided, with a clear error when called: BLS (calling
 another model from `execute`), decoupled response senders, and DLPack.
 """
 
+import base64
 import json
 import struct
 import sys
@@ -90,6 +91,34 @@ def _v2_datatype(dtype):
     if dtype.name == "bfloat16":
         return "BF16"
     raise TritonModelException("numpy type %s has no Triton datatype" % dtype)
+
+
+# Set by the worker: sends a BLS call on its socket and returns the answer.
+_bls_call = None
+
+
+def _raw_bytes(array, datatype):
+    """A tensor's raw bytes, as the V2 binary extension lays them out."""
+    if datatype == "BYTES":
+        parts = []
+        for item in array.reshape(-1):
+            data = item if isinstance(item, bytes) else str(item).encode()
+            parts.append(struct.pack("<I", len(data)) + data)
+        return b"".join(parts)
+    return np.ascontiguousarray(array).tobytes()
+
+
+def _from_raw(raw, datatype, shape):
+    """The array of `raw` bytes of `datatype` in `shape`."""
+    if datatype == "BYTES":
+        items = []
+        at = 0
+        while at < len(raw):
+            (n,) = struct.unpack_from("<I", raw, at)
+            items.append(raw[at + 4 : at + 4 + n])
+            at += 4 + n
+        return np.array(items, dtype=np.object_).reshape(shape)
+    return np.frombuffer(raw, dtype=triton_string_to_numpy("TYPE_" + datatype)).reshape(shape).copy()
 
 
 def serialize_byte_tensor(input_tensor):
@@ -236,6 +265,7 @@ class InferenceRequest:
             parameters = json.loads(parameters) if parameters else {}
         self._parameters = parameters or {}
         self._model_name = model_name
+        self._model_version = model_version
 
     def inputs(self):
         return self._inputs
@@ -263,13 +293,49 @@ class InferenceRequest:
             "decoupled models (response senders) are not supported by wirespeed's Python worker"
         )
 
-    def exec(self, *args, **kwargs):
-        raise TritonModelException(
-            "BLS (calling model '%s' from execute) is not supported by wirespeed's Python worker"
-            % self._model_name
-        )
+    def exec(self, decoupled=False):
+        """Calls model `model_name` with this request (BLS): through the
+        server, as any request to it, before this request's deadline. Its
+        failure is the response's error, as in Triton."""
+        if decoupled:
+            raise TritonModelException(
+                "decoupled BLS (exec(decoupled=True)) is not supported by wirespeed's Python worker yet"
+            )
+        if _bls_call is None:
+            raise TritonModelException("BLS (calling model '%s') needs the server" % self._model_name)
+        inputs = []
+        for tensor in self._inputs:
+            array = np.asarray(tensor.as_numpy())
+            datatype = _v2_datatype(array.dtype)
+            raw = _raw_bytes(array, datatype)
+            inputs.append([tensor.name(), datatype, list(array.shape), base64.b64encode(raw).decode()])
+        version = None
+        try:
+            if self._model_version is not None and int(self._model_version) > 0:
+                version = str(int(self._model_version))
+        except (TypeError, ValueError):
+            version = str(self._model_version)
+        model = self._model_name
+        if isinstance(model, (bytes, np.bytes_)):
+            model = bytes(model).decode()
+        reply = _bls_call({
+            "op": "bls",
+            "model": str(model),
+            "version": version,
+            "inputs": inputs,
+            "outputs": self._requested,
+            "parameters": self._parameters,
+        })
+        if reply.get("error") is not None:
+            return InferenceResponse(error=TritonError(reply["error"], reply.get("code", TritonError.INTERNAL)))
+        return InferenceResponse(output_tensors=[
+            Tensor(name, _from_raw(base64.b64decode(data), datatype, shape))
+            for name, datatype, shape, data in reply["outputs"]
+        ])
 
-    async_exec = exec
+    async def async_exec(self, decoupled=False):
+        """`exec`, awaitable (the call itself is made at once)."""
+        return self.exec(decoupled)
 
 
 class InferenceResponse:

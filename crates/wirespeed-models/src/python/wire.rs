@@ -65,6 +65,20 @@ pub(crate) enum Reply {
         #[serde(default)]
         metrics: Vec<super::metrics::Update>,
     },
+    /// The model's code calls another model (BLS) while computing: the
+    /// server answers with [`BlsAnswer`], then waits for this request's
+    /// answer again.
+    Bls {
+        model: String,
+        #[serde(default)]
+        version: Option<String>,
+        /// Each input: name, datatype, shape, raw bytes in base64.
+        inputs: Vec<(String, String, Vec<usize>, String)>,
+        #[serde(default)]
+        outputs: Vec<String>,
+        #[serde(default)]
+        parameters: serde_json::Map<String, serde_json::Value>,
+    },
     /// A request failed in the model's code: `kind` is `model`, `invalid`
     /// (Triton's INVALID_ARG) or `interrupted` (past its deadline).
     Error {
@@ -73,6 +87,18 @@ pub(crate) enum Reply {
         #[serde(default)]
         metrics: Vec<super::metrics::Update>,
     },
+}
+
+/// The answer to a [`Reply::Bls`]: the callee's outputs (name, datatype,
+/// shape, raw bytes in base64), or its error.
+#[derive(Debug, Serialize)]
+pub(crate) struct BlsAnswer {
+    pub(crate) op: &'static str,
+    pub(crate) outputs: Vec<(String, &'static str, Vec<usize>, String)>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) error: Option<String>,
+    /// The error's Triton code (`pb_utils.TritonError`'s).
+    pub(crate) code: i32,
 }
 
 /// Writes one message.

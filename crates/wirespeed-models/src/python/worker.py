@@ -172,6 +172,9 @@ class Worker:
             module.__file__ = "<wirespeed:%s.py>" % name
             exec(compile(source, module.__file__, "exec"), module.__dict__)
             sys.modules[name] = module
+        utils = sys.modules.get("triton_python_backend_utils")
+        if utils is not None:
+            utils._bls_call = self.bls_call
         self.outputs = {o["name"]: o for o in message["outputs"]}
         path = message["file"]
         folder = os.path.dirname(os.path.abspath(path))
@@ -199,6 +202,14 @@ class Worker:
                 "%s defines neither a class Model (load and predict) nor Triton's "
                 "TritonPythonModel (initialize and execute)" % path
             )
+
+    def bls_call(self, message):
+        """One BLS call: sent on the socket, answered by the server."""
+        self.channel.send(message)
+        reply = self.channel.recv()
+        if reply is None or reply.get("op") != "bls_result":
+            raise RuntimeError("the server did not answer the BLS call")
+        return reply
 
     def call(self, function, *args):
         result = function(*args)

@@ -193,7 +193,7 @@ impl<'a> Tensors<'a> {
 }
 
 /// One step through its model's scheduler, counted in its statistics.
-async fn step_through(
+pub(crate) async fn step_through(
     served: &ServedModel,
     inputs: Vec<Tensor>,
     outputs: &[RequestedOutput],

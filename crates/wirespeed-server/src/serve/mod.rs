@@ -1,11 +1,13 @@
 //! What every protocol shares once a request is decoded: the one pipeline
 //! (`pipeline.rs`), the served models and their schedulers (`served.rs`),
-//! ensembles' steps (`ensemble.rs`), the stage timings, traces, reserved
+//! ensembles' steps (`ensemble.rs`), models calling models (`calls.rs`),
+//! the stage timings, traces, reserved
 //! parameters and classification; the
 //! statistics and metrics counters; the shared-memory regions; the model
 //! repository while serving (`model_control.rs`) and the upstream's models
 //! (`fronting.rs`). Nothing here knows a protocol or a socket.
 
+pub(crate) mod calls;
 pub(crate) mod classification;
 pub(crate) mod ensemble;
 #[cfg(feature = "upstream")]
@@ -54,6 +56,8 @@ pub(crate) struct Serving {
     pub(crate) traces: Option<Traces>,
     /// The server's own counters, when metrics are on.
     pub(crate) traffic: Option<Arc<Traffic>>,
+    /// How models call models (BLS); the models' registry holds it weakly.
+    pub(crate) calls: Arc<calls::Calls>,
     /// Numbers requests for error messages and the log.
     request_ids: AtomicU64,
 }
@@ -69,6 +73,7 @@ impl Serving {
         traces: Option<Traces>,
         traffic: Option<Arc<Traffic>>,
     ) -> Serving {
+        let calls = Arc::new(calls::Calls::new(&models));
         Serving {
             models,
             readiness,
@@ -78,6 +83,7 @@ impl Serving {
             shared_memory: SharedMemory::default(),
             traces,
             traffic,
+            calls,
             request_ids: AtomicU64::new(1),
         }
     }

@@ -1,0 +1,113 @@
+//! Triton's BLS from a Python model: `pb_utils.InferenceRequest(model_name=,
+//! inputs=, requested_output_names=).exec()` in a model's `execute`. The
+//! worker sends the call on its socket while its own request computes
+//! (`wire::Reply::Bls`, tensors as base64 raw bytes); its keeper runs it
+//! through the server's [`ModelCaller`](crate::ModelCaller) (the callee's
+//! scheduler, statistics and limits, this request's deadline) and answers
+//! with the callee's outputs or its error, which the model sees as an
+//! `InferenceResponse` with `has_error()`, as in Triton.
+
+use base64::Engine;
+use wirespeed_core::raw::{from_raw, write_raw};
+use wirespeed_core::{element_count, DataType, Error, ErrorKind, ParameterValue, Tensor};
+
+use super::process::Launch;
+use super::wire::BlsAnswer;
+
+/// The largest tensor element a BLS input may hold (a BYTES element).
+const MAX_ELEMENT: usize = 1 << 30;
+
+/// Runs one BLS call of the model `launch` runs.
+pub(crate) fn call(
+    launch: &Launch,
+    model: &str,
+    version: Option<&str>,
+    inputs: Vec<(String, String, Vec<usize>, String)>,
+    outputs: Vec<String>,
+    parameters: serde_json::Map<String, serde_json::Value>,
+    deadline: Option<std::time::Instant>,
+) -> BlsAnswer {
+    let result = (|| {
+        let caller = launch.caller.get().ok_or_else(|| {
+            Error::new(
+                ErrorKind::Unavailable,
+                "calling another model needs the server (BLS is not available here)",
+            )
+        })?;
+        let tensors = inputs
+            .into_iter()
+            .map(|(name, datatype, shape, data)| tensor(name, &datatype, shape, &data))
+            .collect::<Result<Vec<_>, _>>()?;
+        let parameters = parameters
+            .into_iter()
+            .filter_map(|(k, v)| {
+                let value = match v {
+                    serde_json::Value::Bool(b) => ParameterValue::Bool(b),
+                    serde_json::Value::String(s) => ParameterValue::String(s),
+                    serde_json::Value::Number(n) => match n.as_i64() {
+                        Some(i) => ParameterValue::Int(i),
+                        None => ParameterValue::Float(n.as_f64()?),
+                    },
+                    _ => return None,
+                };
+                Some((k, value))
+            })
+            .collect();
+        caller.call(model, version, tensors, outputs, parameters, deadline)
+    })();
+    match result {
+        Ok(tensors) => BlsAnswer {
+            op: "bls_result",
+            outputs: tensors
+                .into_iter()
+                .map(|t| {
+                    let mut raw = Vec::new();
+                    write_raw(&t.data, &mut raw);
+                    let encoded = base64::engine::general_purpose::STANDARD.encode(raw);
+                    (t.name, t.data.datatype().as_str(), t.shape, encoded)
+                })
+                .collect(),
+            error: None,
+            code: 0,
+        },
+        Err(e) => {
+            tracing::debug!(model = %launch.model, callee = model, error = %e.message(), "a BLS call failed");
+            BlsAnswer {
+                op: "bls_result",
+                outputs: Vec::new(),
+                error: Some(e.public_message().to_owned()),
+                code: triton_code(e.kind()),
+            }
+        }
+    }
+}
+
+/// A BLS input as a tensor.
+fn tensor(name: String, datatype: &str, shape: Vec<usize>, data: &str) -> Result<Tensor, Error> {
+    let datatype: DataType = datatype
+        .parse()
+        .map_err(|e| Error::invalid_input(format!("BLS input '{name}': {e}")))?;
+    let bytes = base64::engine::general_purpose::STANDARD
+        .decode(data)
+        .map_err(|e| Error::invalid_input(format!("BLS input '{name}': {e}")))?;
+    let count = element_count(&shape)
+        .ok_or_else(|| Error::invalid_input(format!("BLS input '{name}': its shape overflows")))?;
+    let data = from_raw(datatype, count, &bytes, MAX_ELEMENT)
+        .map_err(|e| Error::invalid_input(format!("BLS input '{name}': {e}")))?;
+    Ok(Tensor { name, shape, data })
+}
+
+/// Triton's `TritonError` code for an error of `kind`.
+fn triton_code(kind: ErrorKind) -> i32 {
+    match kind {
+        ErrorKind::MalformedRequest
+        | ErrorKind::InvalidInput
+        | ErrorKind::LimitExceeded
+        | ErrorKind::PayloadTooLarge
+        | ErrorKind::Unsupported => 3,
+        ErrorKind::ModelNotFound | ErrorKind::VersionNotFound => 2,
+        ErrorKind::Unavailable | ErrorKind::Overloaded => 4,
+        ErrorKind::NotImplemented => 5,
+        _ => 1,
+    }
+}

@@ -1,0 +1,99 @@
+//! Models calling models from their own code (Triton's BLS): the server's
+//! [`ModelCaller`], which a backend reaches through its `ModelSource`. A
+//! call is run as an ensemble's step is (`ensemble.rs`): through the
+//! callee's scheduler, with the caller's deadline and parameters, counted
+//! in the callee's statistics; an ensemble callee runs its steps.
+//!
+//! The caller's thread (a Python model's keeper) blocks on the answer; the
+//! call itself runs as a task on the server's runtime, so no thread of the
+//! runtime ever waits on another.
+
+use std::sync::{Arc, Weak};
+use std::time::Instant;
+
+use wirespeed_core::{Error, ErrorKind, Parameters, RequestedOutput, Tensor};
+use wirespeed_models::ModelCaller;
+use wirespeed_scheduler::CallContext;
+
+use crate::serve::ensemble;
+use crate::serve::pipeline::Target;
+use crate::serve::served::ServedModels;
+
+/// The server's caller: its models, and the runtime calls run on.
+pub(crate) struct Calls {
+    models: Weak<ServedModels>,
+    runtime: tokio::runtime::Handle,
+}
+
+impl Calls {
+    /// A caller of `models`, running calls on the current runtime.
+    pub(crate) fn new(models: &Arc<ServedModels>) -> Calls {
+        Calls {
+            models: Arc::downgrade(models),
+            runtime: tokio::runtime::Handle::current(),
+        }
+    }
+}
+
+impl ModelCaller for Calls {
+    fn call(
+        &self,
+        model: &str,
+        version: Option<&str>,
+        inputs: Vec<Tensor>,
+        outputs: Vec<String>,
+        parameters: Parameters,
+        deadline: Option<Instant>,
+    ) -> Result<Vec<Tensor>, Error> {
+        let models = self
+            .models
+            .upgrade()
+            .ok_or_else(|| Error::new(ErrorKind::Unavailable, "the server is stopping"))?;
+        let served = models.target(&Target::new(model, version))?;
+        if let Err(reason) = served.model.ready() {
+            return Err(Error::new(
+                ErrorKind::Unavailable,
+                format!("model '{model}' is not ready: {reason}"),
+            ));
+        }
+        let requested: Vec<RequestedOutput> = outputs
+            .into_iter()
+            .map(|name| RequestedOutput {
+                name,
+                parameters: Vec::new(),
+            })
+            .collect();
+        let call = CallContext {
+            started: Instant::now(),
+            parameters,
+            deadline,
+            priority: 0,
+            timeout: None,
+            trace: None,
+        };
+        let (done, answer) = std::sync::mpsc::sync_channel(1);
+        let task = self.runtime.spawn(async move {
+            let result = if served.model.composition().is_some() {
+                ensemble::run(&models, &served, inputs, &requested, call, 0).await
+            } else {
+                ensemble::step_through(&served, inputs, &requested, call).await
+            };
+            let _ = done.send(result);
+        });
+        let answered = match deadline {
+            Some(deadline) => answer
+                .recv_timeout(deadline.saturating_duration_since(Instant::now()))
+                .ok(),
+            None => answer.recv().ok(),
+        };
+        answered.unwrap_or_else(|| {
+            // Past the deadline: the call is dropped with its task, which
+            // cancels it in the callee's scheduler.
+            task.abort();
+            Err(Error::new(
+                ErrorKind::GatewayTimeout,
+                format!("calling model '{model}': the request's deadline passed"),
+            ))
+        })
+    }
+}

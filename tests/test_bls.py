@@ -1,0 +1,227 @@
+"""Triton's BLS (a Python model calling other models from `execute`), as
+python_backend's `examples/bls` use it: `bls_sync` calls the model its
+MODEL_NAME input names with `InferenceRequest(...).exec()`, `bls_async`
+awaits `async_exec()` of two models with `asyncio.gather`; their clients'
+checks (sums and differences) on the answers. Where the example calls a
+PyTorch model, an ONNX model computing the same is called; a FIL tree model
+too, against xgboost; a model that does not exist gives the caller an
+error response, which the example raises."""
+
+import os
+
+import numpy as np
+import onnx
+import pytest
+import tritonclient.grpc as grpcclient
+import tritonclient.http as httpclient
+import xgboost as xgb
+from onnx import TensorProto, helper
+from tritonclient.utils import InferenceServerException, np_to_triton_dtype
+
+from conftest import ROOT, RunningServer
+
+os.environ.setdefault("WIRESPEED_PYTHON", str(ROOT / ".venv" / "bin" / "python"))
+
+IO = """
+input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ 4 ] } ]
+input [ { name: "INPUT1" data_type: TYPE_FP32 dims: [ 4 ] } ]
+output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 4 ] } ]
+output [ { name: "OUTPUT1" data_type: TYPE_FP32 dims: [ 4 ] } ]
+"""
+
+ADD_SUB = '''
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            a = pb_utils.get_input_tensor_by_name(request, "INPUT0").as_numpy()
+            b = pb_utils.get_input_tensor_by_name(request, "INPUT1").as_numpy()
+            responses.append(pb_utils.InferenceResponse(output_tensors=[
+                pb_utils.Tensor("OUTPUT0", a + b), pb_utils.Tensor("OUTPUT1", a - b)]))
+        return responses
+'''
+
+BLS_SYNC = '''
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            in_0 = pb_utils.get_input_tensor_by_name(request, "INPUT0")
+            in_1 = pb_utils.get_input_tensor_by_name(request, "INPUT1")
+            model_name = pb_utils.get_input_tensor_by_name(request, "MODEL_NAME")
+            model_name_string = model_name.as_numpy()[0]
+            infer_request = pb_utils.InferenceRequest(
+                model_name=model_name_string,
+                requested_output_names=["OUTPUT0", "OUTPUT1"],
+                inputs=[in_0, in_1],
+            )
+            infer_response = infer_request.exec()
+            if infer_response.has_error():
+                raise pb_utils.TritonModelException(infer_response.error().message())
+            responses.append(pb_utils.InferenceResponse(output_tensors=infer_response.output_tensors()))
+        return responses
+'''
+
+BLS_ASYNC = '''
+import asyncio
+
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    async def execute(self, requests):
+        responses = []
+        for request in requests:
+            in_0 = pb_utils.get_input_tensor_by_name(request, "INPUT0")
+            in_1 = pb_utils.get_input_tensor_by_name(request, "INPUT1")
+            awaits = []
+            for model_name in ["onnx_add_sub", "add_sub"]:
+                infer_request = pb_utils.InferenceRequest(
+                    model_name=model_name,
+                    requested_output_names=["OUTPUT0", "OUTPUT1"],
+                    inputs=[in_0, in_1],
+                )
+                awaits.append(infer_request.async_exec())
+            inference_responses = await asyncio.gather(*awaits)
+            for infer_response in inference_responses:
+                if infer_response.has_error():
+                    raise pb_utils.TritonModelException(infer_response.error().message())
+            onnx_output0 = pb_utils.get_output_tensor_by_name(inference_responses[0], "OUTPUT0")
+            addsub_output1 = pb_utils.get_output_tensor_by_name(inference_responses[1], "OUTPUT1")
+            responses.append(pb_utils.InferenceResponse(output_tensors=[onnx_output0, addsub_output1]))
+        return responses
+'''
+
+BLS_TREES = '''
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            rows = pb_utils.get_input_tensor_by_name(request, "ROWS").as_numpy()
+            answer = pb_utils.InferenceRequest(
+                model_name="trees",
+                requested_output_names=["output__0"],
+                inputs=[pb_utils.Tensor("input__0", rows)],
+            ).exec()
+            if answer.has_error():
+                raise pb_utils.TritonModelException(answer.error().message())
+            score = pb_utils.get_output_tensor_by_name(answer, "output__0").as_numpy()
+            responses.append(pb_utils.InferenceResponse(output_tensors=[pb_utils.Tensor("SCORE", score * 2)]))
+        return responses
+'''
+
+
+def onnx_add_sub():
+    io = lambda name: helper.make_tensor_value_info(name, TensorProto.FLOAT, [4])  # noqa: E731
+    graph = helper.make_graph(
+        [helper.make_node("Add", ["INPUT0", "INPUT1"], ["OUTPUT0"]),
+         helper.make_node("Sub", ["INPUT0", "INPUT1"], ["OUTPUT1"])],
+        "onnx_add_sub", [io("INPUT0"), io("INPUT1")], [io("OUTPUT0"), io("OUTPUT1")])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+@pytest.fixture(scope="module")
+def repository(tmp_path_factory):
+    root = tmp_path_factory.mktemp("bls")
+
+    def model(name, config, code=None):
+        (root / name / "1").mkdir(parents=True)
+        (root / name / "config.pbtxt").write_text(config)
+        if code is not None:
+            (root / name / "1" / "model.py").write_text(code)
+        return root / name / "1"
+
+    model("add_sub", f'name: "add_sub"\nbackend: "python"\n{IO}', ADD_SUB)
+    onnx.save(onnx_add_sub(), model("onnx_add_sub", f'name: "onnx_add_sub"\nplatform: "onnxruntime_onnx"\n{IO}')
+              / "model.onnx")
+    model("bls_sync", 'name: "bls_sync"\nbackend: "python"\n'
+          'input [ { name: "MODEL_NAME" data_type: TYPE_STRING dims: [ 1 ] } ]\n' + IO
+          + "instance_group [{ kind: KIND_CPU }]\n", BLS_SYNC)
+    model("bls_async", f'name: "bls_async"\nbackend: "python"\n{IO}', BLS_ASYNC)
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(300, 3)).astype(np.float32)
+    booster = xgb.train({"objective": "reg:squarederror", "max_depth": 3}, xgb.DMatrix(x, label=x[:, 0] - x[:, 2]), 20)
+    booster.save_model(model("trees", 'backend: "fil"\nmax_batch_size: 16\n'
+                             'input [ { name: "input__0" data_type: TYPE_FP32 dims: [ 3 ] } ]\n'
+                             'output [ { name: "output__0" data_type: TYPE_FP32 dims: [ 1 ] } ]\n'
+                             'parameters [ { key: "model_type" value: { string_value: "xgboost_json" } },'
+                             ' { key: "is_classifier" value: { string_value: "false" } } ]\n') / "xgboost.json")
+    model("bls_trees", 'name: "bls_trees"\nbackend: "python"\nmax_batch_size: 16\n'
+          'input [ { name: "ROWS" data_type: TYPE_FP32 dims: [ 3 ] } ]\n'
+          'output [ { name: "SCORE" data_type: TYPE_FP32 dims: [ 1 ] } ]\n', BLS_TREES)
+    return root
+
+
+@pytest.fixture(scope="module")
+def server(repository):
+    running = RunningServer(repository)
+    yield running
+    running.stop()
+
+
+def sync_inputs(module, a, b, target):
+    inputs = [module.InferInput("INPUT0", a.shape, np_to_triton_dtype(a.dtype)),
+              module.InferInput("INPUT1", b.shape, np_to_triton_dtype(b.dtype)),
+              module.InferInput("MODEL_NAME", [1], np_to_triton_dtype(np.object_))]
+    inputs[0].set_data_from_numpy(a)
+    inputs[1].set_data_from_numpy(b)
+    inputs[2].set_data_from_numpy(np.array([target], dtype=np.object_))
+    return inputs
+
+
+@pytest.mark.parametrize("target", ["add_sub", "onnx_add_sub"])
+@pytest.mark.parametrize("module", [httpclient, grpcclient], ids=["http", "grpc"])
+def test_bls_sync_as_the_example_client_checks_it(server, module, target):
+    client = module.InferenceServerClient(server.address if module is httpclient else server.grpc_address)
+    a = np.random.rand(4).astype(np.float32)
+    b = np.random.rand(4).astype(np.float32)
+    outputs = [module.InferRequestedOutput("OUTPUT0"), module.InferRequestedOutput("OUTPUT1")]
+    response = client.infer("bls_sync", sync_inputs(module, a, b, target), request_id=str(1), outputs=outputs)
+    assert np.allclose(a + b, response.as_numpy("OUTPUT0"))
+    assert np.allclose(a - b, response.as_numpy("OUTPUT1"))
+
+
+def test_bls_async_gathers_two_calls(server):
+    client = httpclient.InferenceServerClient(server.address)
+    a = np.random.rand(4).astype(np.float32)
+    b = np.random.rand(4).astype(np.float32)
+    inputs = [httpclient.InferInput("INPUT0", [4], "FP32"), httpclient.InferInput("INPUT1", [4], "FP32")]
+    inputs[0].set_data_from_numpy(a)
+    inputs[1].set_data_from_numpy(b)
+    response = client.infer("bls_async", inputs)
+    assert np.allclose(a + b, response.as_numpy("OUTPUT0"))
+    assert np.allclose(a - b, response.as_numpy("OUTPUT1"))
+
+
+def test_a_bls_call_to_a_tree_model_answers_as_xgboost(server, repository):
+    client = grpcclient.InferenceServerClient(server.grpc_address)
+    rows = np.random.default_rng(4).normal(size=(5, 3)).astype(np.float32)
+    inp = grpcclient.InferInput("ROWS", [5, 3], "FP32")
+    inp.set_data_from_numpy(rows)
+    got = client.infer("bls_trees", [inp]).as_numpy("SCORE")
+    booster = xgb.Booster()
+    booster.load_model(repository / "trees" / "1" / "xgboost.json")
+    np.testing.assert_allclose(got.reshape(-1), booster.predict(xgb.DMatrix(rows)) * 2, rtol=1e-5, atol=1e-6)
+    # The callee's statistics count the call.
+    stats = client.get_inference_statistics("trees", as_json=True)["model_stats"][0]
+    assert int(stats["inference_stats"]["success"]["count"]) >= 1
+
+
+def test_a_bls_call_to_a_model_that_is_not_there_is_the_callers_error(server):
+    client = httpclient.InferenceServerClient(server.address)
+    a = np.zeros(4, dtype=np.float32)
+    with pytest.raises(InferenceServerException) as raised:
+        client.infer("bls_sync", sync_inputs(httpclient, a, a, "nosuch"))
+    assert "nosuch" in str(raised.value), raised.value
+    # The server and the model go on.
+    response = client.infer("bls_sync", sync_inputs(httpclient, a, a, "add_sub"))
+    assert np.allclose(response.as_numpy("OUTPUT0"), a)
