@@ -18,7 +18,7 @@ import xgboost as xgb
 from onnx import TensorProto, helper
 from tritonclient.utils import InferenceServerException, np_to_triton_dtype
 
-from conftest import ROOT, RunningServer
+from conftest import ROOT, RunningServer, wait_until
 
 os.environ.setdefault("WIRESPEED_PYTHON", str(ROOT / ".venv" / "bin" / "python"))
 
@@ -225,3 +225,48 @@ def test_a_bls_call_to_a_model_that_is_not_there_is_the_callers_error(server):
     # The server and the model go on.
     response = client.infer("bls_sync", sync_inputs(httpclient, a, a, "add_sub"))
     assert np.allclose(response.as_numpy("OUTPUT0"), a)
+
+
+def test_a_bls_call_ends_at_the_callers_deadline(tmp_path):
+    """A call to a slow model (Triton's identity backend with a delay) ends
+    at the calling request's deadline (the client's gRPC timeout), and the
+    server goes on."""
+    (tmp_path / "slow" / "1").mkdir(parents=True)
+    (tmp_path / "slow" / "config.pbtxt").write_text(
+        'backend: "identity"\nmax_batch_size: 0\n'
+        'input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ 4 ] } ]\n'
+        'output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 4 ] } ]\n'
+        'parameters [ { key: "execute_delay_ms" value: { string_value: "3000" } } ]\n')
+    (tmp_path / "caller" / "1").mkdir(parents=True)
+    (tmp_path / "caller" / "config.pbtxt").write_text(
+        'name: "caller"\nbackend: "python"\n'
+        'input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ 4 ] } ]\n'
+        'output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 4 ] } ]\n')
+    (tmp_path / "caller" / "1" / "model.py").write_text(
+        "import triton_python_backend_utils as pb_utils\n\n\n"
+        "class TritonPythonModel:\n"
+        "    def execute(self, requests):\n"
+        "        answer = pb_utils.InferenceRequest(model_name='slow', requested_output_names=['OUTPUT0'],\n"
+        "            inputs=[pb_utils.get_input_tensor_by_name(requests[0], 'INPUT0')]).exec()\n"
+        "        if answer.has_error():\n"
+        "            raise pb_utils.TritonModelException(answer.error().message())\n"
+        "        return [pb_utils.InferenceResponse(answer.output_tensors())]\n")
+    server = RunningServer(tmp_path)
+    try:
+        client = grpcclient.InferenceServerClient(server.grpc_address)
+        inp = grpcclient.InferInput("INPUT0", [4], "FP32")
+        inp.set_data_from_numpy(np.ones(4, dtype=np.float32))
+        with pytest.raises(InferenceServerException) as raised:
+            client.infer("caller", [inp], client_timeout=0.5)
+        assert "DEADLINE_EXCEEDED" in str(raised.value.status()), raised.value
+        # The slow model's call was cancelled at the deadline, not left to
+        # run: its statistics count it failed (a call left to run would
+        # succeed), and the server answers the next request.
+        def failed():
+            stats = client.get_inference_statistics("slow", as_json=True)["model_stats"][0]
+            return int(stats["inference_stats"]["fail"].get("count", 0)) >= 1
+
+        wait_until("the slow call counted as failed", failed)
+        assert client.is_server_ready()
+    finally:
+        server.stop()

@@ -4,9 +4,9 @@
 //! callee's scheduler, with the caller's deadline and parameters, counted
 //! in the callee's statistics; an ensemble callee runs its steps.
 //!
-//! The caller's thread (a Python model's keeper) blocks on the answer; the
-//! call itself runs as a task on the server's runtime, so no thread of the
-//! runtime ever waits on another.
+//! The caller's thread (a Python model's keeper, never a thread of the
+//! runtime) runs the call itself, blocking on it: no hand-over to another
+//! thread and back on the way.
 
 use std::sync::{Arc, Weak};
 use std::time::Instant;
@@ -71,29 +71,31 @@ impl ModelCaller for Calls {
             timeout: None,
             trace: None,
         };
-        let (done, answer) = std::sync::mpsc::sync_channel(1);
-        let task = self.runtime.spawn(async move {
-            let result = if served.model.composition().is_some() {
+        let run = async move {
+            if served.model.composition().is_some() {
                 ensemble::run(&models, &served, inputs, &requested, call, 0).await
             } else {
                 ensemble::step_through(&served, inputs, &requested, call).await
-            };
-            let _ = done.send(result);
-        });
-        let answered = match deadline {
-            Some(deadline) => answer
-                .recv_timeout(deadline.saturating_duration_since(Instant::now()))
-                .ok(),
-            None => answer.recv().ok(),
+            }
         };
-        answered.unwrap_or_else(|| {
-            // Past the deadline: the call is dropped with its task, which
-            // cancels it in the callee's scheduler.
-            task.abort();
-            Err(Error::new(
-                ErrorKind::GatewayTimeout,
-                format!("calling model '{model}': the request's deadline passed"),
-            ))
-        })
+        // On the caller's own thread (a keeper, never a runtime's): the
+        // server's runtime drives the timers and I/O the call registers
+        // with it. Past the deadline the call is dropped, which cancels it
+        // in the callee's scheduler.
+        let _entered = self.runtime.enter();
+        let bounded = async move {
+            match deadline {
+                Some(deadline) => tokio::time::timeout_at(deadline.into(), run)
+                    .await
+                    .unwrap_or_else(|_| {
+                        Err(Error::new(
+                            ErrorKind::GatewayTimeout,
+                            format!("calling model '{model}': the request's deadline passed"),
+                        ))
+                    }),
+                None => run.await,
+            }
+        };
+        self.runtime.block_on(bounded)
     }
 }
