@@ -29,7 +29,9 @@ pub trait Backend: Send + Sync {
 /// Calls a served model from inside another model's code (Triton's BLS,
 /// `pb_utils.InferenceRequest(...).exec()`): the server gives one, which
 /// runs the call through the callee's scheduler as any request, counted in
-/// its statistics. It blocks the calling thread until the answer.
+/// its statistics. It blocks the calling thread until the answer, so it
+/// is called from a thread of the model's own (a Python model's keeper),
+/// never from an async runtime's.
 pub trait ModelCaller: Send + Sync {
     /// Runs `model` (in `version`, the served one when `None`) on `inputs`,
     /// answering `outputs` (all when empty), before `deadline`.
