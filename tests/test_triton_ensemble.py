@@ -211,8 +211,8 @@ def test_a_bad_request_is_refused_in_the_ensembles_terms(server):
 
 def test_a_steps_error_names_the_step(repository, tmp_path):
     """A composing model unloaded while the ensemble stays: the ensemble's
-    requests fail naming the step and the model, and the ensemble cannot be
-    loaded again without it."""
+    requests fail naming the step and the model; loading the ensemble
+    again loads it too, as Triton's explicit mode does."""
     server = RunningServer(repository, extra_args=["--model-control-mode", "explicit", "--load-model", "*"])
     try:
         client = httpclient.InferenceServerClient(server.address)
@@ -222,12 +222,10 @@ def test_a_steps_error_names_the_step(repository, tmp_path):
         with pytest.raises(InferenceServerException) as raised:
             client.infer("pipeline", [inp])
         assert "step 2 (model 'linear')" in str(raised.value), raised.value
-        with pytest.raises(InferenceServerException) as raised:
-            client.load_model("pipeline")
-        assert "failed to load 'pipeline'" in str(raised.value) and "'linear'" in str(raised.value)
-        client.load_model("linear")
+        assert not client.is_model_ready("linear")
         client.load_model("pipeline")
-        assert client.is_model_ready("pipeline")
+        assert client.is_model_ready("linear") and client.is_model_ready("pipeline")
+        np.testing.assert_array_equal(client.infer("pipeline", [inp]).as_numpy("FEATURES").shape, [1, HIDDEN])
     finally:
         server.stop()
 
@@ -252,3 +250,19 @@ def test_graphs_triton_refuses_are_refused_at_load(repository, tmp_path, change,
     checked = run_wirespeed("serve", "--check", "--models", tmp_path)
     assert checked.returncode != 0
     assert words in checked.stderr, checked.stderr
+
+
+def test_an_ensemble_loaded_at_start_brings_its_steps(repository):
+    """`--model-control-mode explicit --load-model pipeline`: as Triton, the
+    ensemble's steps' models load with it."""
+    server = RunningServer(repository, extra_args=["--model-control-mode", "explicit", "--load-model", "pipeline"])
+    try:
+        client = httpclient.InferenceServerClient(server.address)
+        index = {m["name"]: m.get("state") for m in client.get_model_repository_index()}
+        assert all(client.is_model_ready(m) for m in ("pipeline", "preprocess", "linear", "trees")), index
+        inp = httpclient.InferInput("INPUT", [1, RAW], "FP32")
+        inp.set_data_from_numpy(np.zeros((1, RAW), np.float32))
+        features, score = by_hand(repository, np.zeros((1, RAW), np.float32))
+        np.testing.assert_allclose(client.infer("pipeline", [inp]).as_numpy("SCORE"), score, rtol=1e-5, atol=1e-5)
+    finally:
+        server.stop()

@@ -279,17 +279,33 @@ fn load_at_start(
         }
     }
     let mut loaded = Vec::new();
-    for (name, folder) in folders
+    let mut wanted: Vec<&String> = folders
         .iter()
-        .filter(|(name, _)| all || startup.contains(name))
-    {
-        loaded.extend(wirespeed_models::load_model(
-            name,
-            folder,
-            &config.backends,
-            pool,
-            None,
-        )?);
+        .map(|(name, _)| name)
+        .filter(|name| all || startup.contains(name))
+        .collect();
+    // As Triton: an ensemble named loads its steps' models with it (and an
+    // ensemble among them, its own), each once.
+    while !wanted.is_empty() {
+        let mut steps = Vec::new();
+        for name in wanted {
+            let Some((_, folder)) = folders.iter().find(|(n, _)| n == name) else {
+                continue;
+            };
+            let versions =
+                wirespeed_models::load_model(name, folder, &config.backends, pool, None)?;
+            for v in &versions {
+                if let Some(composition) = v.model.composition() {
+                    steps.extend(composition.steps.iter().map(|s| s.model.clone()));
+                }
+            }
+            loaded.extend(versions);
+        }
+        wanted = folders
+            .iter()
+            .map(|(name, _)| name)
+            .filter(|name| steps.contains(name) && !loaded.iter().any(|l| &l.name == *name))
+            .collect();
     }
     Ok(loaded)
 }

@@ -94,6 +94,8 @@ pub(crate) struct Repository {
     uploaded: Mutex<BTreeMap<String, PathBuf>>,
     /// Loads and unloads take turns.
     changing: tokio::sync::Mutex<()>,
+    /// How deep a load is in loading the steps of ensembles.
+    step_depth: std::sync::atomic::AtomicUsize,
 }
 
 impl Repository {
@@ -115,6 +117,7 @@ impl Repository {
             notes: Mutex::new(BTreeMap::new()),
             uploaded: Mutex::new(BTreeMap::new()),
             changing: tokio::sync::Mutex::new(()),
+            step_depth: std::sync::atomic::AtomicUsize::new(0),
         }
     }
 
@@ -298,7 +301,12 @@ impl Repository {
             (loaded, seen)
         })
         .await?;
-        // An ensemble's steps must fit the models served now.
+        // As Triton, an ensemble's load loads its steps' models that are
+        // not served yet, from their folders; then its steps must fit the
+        // models served.
+        if let Ok(loaded) = &loaded {
+            self.load_steps(loaded).await;
+        }
         let loaded = loaded.map_err(|e| e.to_string()).and_then(|loaded| {
             for l in &loaded {
                 if let Some(composition) = l.model.composition() {
@@ -340,6 +348,36 @@ impl Repository {
                 ))
             }
         }
+    }
+
+    /// Loads the models of `loaded` ensembles' steps that are not served,
+    /// each from its folder (a failure is reported by the steps' check that
+    /// follows). Ensembles of ensembles load theirs in turn, up to a depth
+    /// that a cycle of them cannot pass.
+    fn load_steps<'a>(
+        &'a self,
+        loaded: &'a [wirespeed_models::LoadedModel],
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send + 'a>> {
+        use std::sync::atomic::Ordering;
+        Box::pin(async move {
+            if self.step_depth.fetch_add(1, Ordering::AcqRel) >= 8 {
+                self.step_depth.fetch_sub(1, Ordering::AcqRel);
+                return;
+            }
+            for composition in loaded.iter().filter_map(|l| l.model.composition()) {
+                for step in &composition.steps {
+                    if self.models.get(&step.model, None).is_ok() {
+                        continue;
+                    }
+                    let Ok(folder) = self.folder(&step.model) else {
+                        continue;
+                    };
+                    tracing::info!(model = %step.model, "loading an ensemble's step");
+                    let _ = self.load_folder(&step.model, folder, None).await;
+                }
+            }
+            self.step_depth.fetch_sub(1, Ordering::AcqRel);
+        })
     }
 
     /// Stops serving model `name`; requests in flight finish.
