@@ -266,3 +266,49 @@ def test_an_ensemble_loaded_at_start_brings_its_steps(repository):
         np.testing.assert_allclose(client.infer("pipeline", [inp]).as_numpy("SCORE"), score, rtol=1e-5, atol=1e-5)
     finally:
         server.stop()
+
+
+DIAMOND_CONFIG = f"""
+name: "diamond"
+platform: "ensemble"
+max_batch_size: 8
+input [ {{ name: "INPUT" data_type: TYPE_FP32 dims: [ {RAW} ] }} ]
+output [
+  {{ name: "A" data_type: TYPE_FP32 dims: [ {HIDDEN} ] }},
+  {{ name: "B" data_type: TYPE_FP32 dims: [ {HIDDEN} ] }}
+]
+ensemble_scheduling {{
+  step [
+    {{ model_name: "preprocess" model_version: -1
+       input_map {{ key: "RAW" value: "INPUT" }} output_map {{ key: "SCALED" value: "s1" }} }},
+    {{ model_name: "preprocess" model_version: -1
+       input_map {{ key: "RAW" value: "INPUT" }} output_map {{ key: "SCALED" value: "s2" }} }},
+    {{ model_name: "linear" model_version: -1
+       input_map {{ key: "X" value: "s1" }} output_map {{ key: "Y" value: "A" }} }},
+    {{ model_name: "linear" model_version: -1
+       input_map {{ key: "X" value: "s2" }} output_map {{ key: "Y" value: "B" }} }}
+  ]
+}}
+"""
+
+
+def test_independent_steps_run_together_and_a_shared_tensor_reaches_each(repository, tmp_path):
+    """Two branches from one input (Triton runs them at once): the input
+    goes to both preprocessing steps, and each branch's answer is the
+    three run by hand."""
+    for name in ("preprocess", "linear", "trees"):
+        os.symlink(repository / name, tmp_path / name)
+    (tmp_path / "diamond" / "1").mkdir(parents=True)
+    (tmp_path / "diamond" / "config.pbtxt").write_text(DIAMOND_CONFIG)
+    server = RunningServer(tmp_path)
+    try:
+        client = grpcclient.InferenceServerClient(server.grpc_address)
+        raw = np.random.default_rng(9).normal(size=(3, RAW)).astype(np.float32)
+        inp = grpcclient.InferInput("INPUT", [3, RAW], "FP32")
+        inp.set_data_from_numpy(raw)
+        result = client.infer("diamond", [inp])
+        features, _ = by_hand(repository, raw)
+        np.testing.assert_allclose(result.as_numpy("A"), features, rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(result.as_numpy("B"), features, rtol=1e-5, atol=1e-6)
+    finally:
+        server.stop()

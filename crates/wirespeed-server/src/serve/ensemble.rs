@@ -1,5 +1,5 @@
 //! Running an ensemble (Triton's `platform: "ensemble"`): its steps, in
-//! the order the model's [`Composition`] keeps, each through its own
+//! waves of those whose inputs are ready (run together), each through its own
 //! model's scheduler (so each step batches with that model's other
 //! requests, under its concurrency and queue), with the request's
 //! deadline, parameters and trace, and counted in that model's statistics
@@ -65,77 +65,97 @@ pub(crate) fn run<'a>(
             .map(|&i| metadata.outputs[i].name.as_str())
             .collect();
         let mut tensors = Tensors::new(composition, &wanted, inputs);
-        let mut produced: Vec<(String, Tensor)> = Vec::new();
-        for (n, step) in composition.steps.iter().enumerate() {
-            let named = |e: Error| {
-                Error::new(
-                    e.kind(),
-                    format!(
-                        "ensemble '{}' step {} (model '{}'): {}",
-                        metadata.name,
-                        n + 1,
-                        step.model,
-                        e.message()
-                    ),
-                )
-            };
-            // What earlier steps gave is ready now.
-            tensors.add(produced.drain(..));
-            let served = models
-                .target(&Target::new(&step.model, step.version.as_deref()))
-                .map_err(named)?;
-            if let Err(reason) = served.model.ready() {
-                return Err(named(Error::new(
-                    wirespeed_core::ErrorKind::Unavailable,
-                    format!("model '{}' is not ready: {reason}", step.model),
+        // In waves: every step whose inputs are ready runs at once with the
+        // others of its wave (a Python or pool step computes while another
+        // waits), in the composition's order within the wave.
+        let steps = &composition.steps;
+        let mut done = vec![false; steps.len()];
+        while done.iter().any(|d| !d) {
+            let wave: Vec<usize> = (0..steps.len())
+                .filter(|&n| !done[n] && steps[n].inputs.iter().all(|(_, t)| tensors.is_ready(t)))
+                .collect();
+            if wave.is_empty() {
+                return Err(Error::internal(format!(
+                    "ensemble '{}': no step can run, though some have not",
+                    metadata.name
                 )));
             }
-            let mut step_inputs = Vec::with_capacity(step.inputs.len());
-            for (input, tensor) in &step.inputs {
-                let t = tensors.take(tensor, input).ok_or_else(|| {
-                    named(Error::internal(format!(
-                        "ensemble tensor '{tensor}' was not ready for input '{input}'"
-                    )))
-                })?;
-                step_inputs.push(t);
+            let mut running: Vec<Run<'_>> = Vec::with_capacity(wave.len());
+            for &n in &wave {
+                done[n] = true;
+                let step = &steps[n];
+                let named = move |e: Error| {
+                    Error::new(
+                        e.kind(),
+                        format!(
+                            "ensemble '{}' step {} (model '{}'): {}",
+                            metadata.name,
+                            n + 1,
+                            step.model,
+                            e.message()
+                        ),
+                    )
+                };
+                let served = models
+                    .target(&Target::new(&step.model, step.version.as_deref()))
+                    .map_err(named)?;
+                if let Err(reason) = served.model.ready() {
+                    return Err(named(Error::new(
+                        wirespeed_core::ErrorKind::Unavailable,
+                        format!("model '{}' is not ready: {reason}", step.model),
+                    )));
+                }
+                let mut step_inputs = Vec::with_capacity(step.inputs.len());
+                for (input, tensor) in &step.inputs {
+                    let t = tensors.take(tensor, input).ok_or_else(|| {
+                        named(Error::internal(format!(
+                            "ensemble tensor '{tensor}' was not ready for input '{input}'"
+                        )))
+                    })?;
+                    step_inputs.push(t);
+                }
+                let step_outputs: Vec<RequestedOutput> = step
+                    .outputs
+                    .iter()
+                    .map(|(output, _)| RequestedOutput {
+                        name: output.clone(),
+                        parameters: Vec::new(),
+                    })
+                    .collect();
+                let step_call = CallContext {
+                    started: std::time::Instant::now(),
+                    parameters: call.parameters.clone(),
+                    deadline: call.deadline,
+                    priority: call.priority,
+                    timeout: call.timeout,
+                    trace: call.trace.clone(),
+                };
+                running.push(Box::pin(async move {
+                    let answer = if served.model.composition().is_some() {
+                        run(
+                            models,
+                            &served,
+                            step_inputs,
+                            &step_outputs,
+                            step_call,
+                            depth + 1,
+                        )
+                        .await
+                    } else {
+                        step_through(&served, step_inputs, &step_outputs, step_call).await
+                    };
+                    answer.map_err(named)
+                }));
             }
-            let step_outputs: Vec<RequestedOutput> = step
-                .outputs
-                .iter()
-                .map(|(output, _)| RequestedOutput {
-                    name: output.clone(),
-                    parameters: Vec::new(),
-                })
-                .collect();
-            let step_call = CallContext {
-                started: std::time::Instant::now(),
-                parameters: call.parameters.clone(),
-                deadline: call.deadline,
-                priority: call.priority,
-                timeout: call.timeout,
-                trace: call.trace.clone(),
-            };
-            let answer = if served.model.composition().is_some() {
-                run(
-                    models,
-                    &served,
-                    step_inputs,
-                    &step_outputs,
-                    step_call,
-                    depth + 1,
-                )
-                .await
-                .map_err(named)?
-            } else {
-                step_through(&served, step_inputs, &step_outputs, step_call)
-                    .await
-                    .map_err(named)?
-            };
-            for (t, (_, tensor)) in answer.into_iter().zip(&step.outputs) {
-                produced.push((tensor.clone(), t));
+            for (answer, &n) in join_all(running).await.into_iter().zip(&wave) {
+                let answer = answer?;
+                let produced = answer
+                    .into_iter()
+                    .zip(&steps[n].outputs)
+                    .map(|(t, (_, tensor))| (tensor.clone(), t));
+                tensors.add(produced);
             }
         }
-        tensors.add(produced);
         wanted
             .iter()
             .map(|&name| {
@@ -178,6 +198,11 @@ impl<'a> Tensors<'a> {
         self.ready.extend(produced);
     }
 
+    /// Whether tensor `name` has been given.
+    fn is_ready(&self, name: &str) -> bool {
+        self.ready.contains_key(name)
+    }
+
     /// Tensor `name`, named `as_name` for its taker.
     fn take(&mut self, name: &str, as_name: &str) -> Option<Tensor> {
         let left = self.takers.get_mut(name)?;
@@ -190,6 +215,29 @@ impl<'a> Tensors<'a> {
         t.name = as_name.to_owned();
         Some(t)
     }
+}
+
+/// Every future of `running`, polled together; their outputs in order.
+async fn join_all<T>(mut running: Vec<Pin<Box<dyn Future<Output = T> + Send + '_>>>) -> Vec<T> {
+    let mut results: Vec<Option<T>> = running.iter().map(|_| None).collect();
+    std::future::poll_fn(|cx| {
+        let mut pending = false;
+        for (future, result) in running.iter_mut().zip(results.iter_mut()) {
+            if result.is_none() {
+                match future.as_mut().poll(cx) {
+                    std::task::Poll::Ready(value) => *result = Some(value),
+                    std::task::Poll::Pending => pending = true,
+                }
+            }
+        }
+        if pending {
+            std::task::Poll::Pending
+        } else {
+            std::task::Poll::Ready(())
+        }
+    })
+    .await;
+    results.into_iter().flatten().collect()
 }
 
 /// One step through its model's scheduler, counted in its statistics.
