@@ -79,7 +79,10 @@ def test_perf_analyzer_sends_batches_of_the_models_max_batch_size(batching_serve
     import tritonclient.http as httpclient
 
     url = batching_server.address if how[1] == "http" else batching_server.grpc_address
-    done = run_perf_analyzer("-m", "simple", "-u", url, *how, "-b", "8", "--concurrency-range", "1:2")
+    # What is checked is the batch, not the latency: a wide stability band
+    # keeps a busy 2-core machine from failing the measurement itself.
+    done = run_perf_analyzer("-m", "simple", "-u", url, *how, "-b", "8", "--concurrency-range", "1:2",
+                             "--stability-percentage", "50")
     assert done.returncode == 0, done.stdout + done.stderr
     assert "Batch size: 8" in done.stdout, done.stdout
     server = done.stdout[done.stdout.index("Server:"):]
