@@ -69,35 +69,13 @@ fn document(bytes: &[u8]) -> Result<ModelFile, LoadError> {
     let num_class = i32_at(param, 8);
     let objective = r.string("the objective's name")?;
     let booster = r.string("the booster's name")?;
-    if booster != "gbtree" {
-        // Refused by `from_file`, by name, before any tree is read.
-        return Ok(ModelFile {
-            learner: Learner {
-                learner_model_param: LearnerModelParam {
-                    base_score: base_score.to_string(),
-                    num_class: num_class.to_string(),
-                    num_feature: num_feature.to_string(),
-                    num_target: None,
-                },
-                objective: ObjectiveSection { name: objective },
-                gradient_booster: GradientBooster {
-                    name: booster,
-                    model: None,
-                },
-            },
-        });
-    }
-    let gbtree = r.take(GBTREE_PARAM, "the booster's parameters")?;
-    let num_trees = usize::try_from(i32_at(gbtree, 0))
-        .map_err(|_| LoadError::format("a negative number of trees"))?;
-    let mut trees = Vec::new();
-    for t in 0..num_trees {
-        trees.push(r.tree(t)?);
-    }
-    let info = r.take(4 * num_trees, "tree_info")?;
-    let tree_info = (0..num_trees)
-        .map(|t| i64::from(i32_at(info, 4 * t)))
-        .collect();
+    // Another booster is refused by `from_file`, by name, before any tree
+    // is read.
+    let model = if booster == "gbtree" {
+        Some(r.gbtree()?)
+    } else {
+        None
+    };
     Ok(ModelFile {
         learner: Learner {
             learner_model_param: LearnerModelParam {
@@ -109,7 +87,7 @@ fn document(bytes: &[u8]) -> Result<ModelFile, LoadError> {
             objective: ObjectiveSection { name: objective },
             gradient_booster: GradientBooster {
                 name: booster,
-                model: Some(GbTreeModel { trees, tree_info }),
+                model,
             },
         },
     })
@@ -146,6 +124,24 @@ impl<'a> Reader<'a> {
         let text = self.take(len, what)?;
         String::from_utf8(text.to_vec())
             .map_err(|_| LoadError::format(format!("{what} is not text")))
+    }
+
+    /// The gbtree booster: its trees and each one's output group.
+    fn gbtree(&mut self) -> Result<GbTreeModel, LoadError> {
+        let param = self.take(GBTREE_PARAM, "the booster's parameters")?;
+        let num_trees = usize::try_from(i32_at(param, 0))
+            .map_err(|_| LoadError::format("a negative number of trees"))?;
+        // Trees are read one by one: a count the file cannot hold ends at
+        // its end, never in an allocation of that count.
+        let mut trees = Vec::new();
+        for t in 0..num_trees {
+            trees.push(self.tree(t)?);
+        }
+        let info = self.take(4 * num_trees, "tree_info")?;
+        let tree_info = (0..num_trees)
+            .map(|t| i64::from(i32_at(info, 4 * t)))
+            .collect();
+        Ok(GbTreeModel { trees, tree_info })
     }
 
     /// Tree `t` as the JSON document's arrays.
