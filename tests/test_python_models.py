@@ -663,8 +663,9 @@ def test_a_config_pbtxt_wirespeed_cannot_honour_is_refused_by_name(tmp_path):
 
     folder = tmp_path / "repo" / "m"
     (folder / "1").mkdir(parents=True)
-    (folder / "config.pbtxt").write_text('backend: "python"\nmodel_transaction_policy { decoupled: true }\n')
-    (folder / "1" / "model.py").write_text("class TritonPythonModel:\n    pass\n")
+    # Decoupled is for models that stream: the Python backend's, not ONNX's.
+    (folder / "config.pbtxt").write_text('platform: "onnxruntime_onnx"\nmodel_transaction_policy { decoupled: true }\n')
+    (folder / "1" / "model.onnx").write_bytes(b"")
     result = run_wirespeed("serve", "--models", tmp_path / "repo", "--http", "127.0.0.1:0", "--grpc", "127.0.0.1:0")
     assert result.returncode != 0
     assert "config.pbtxt" in result.stderr and "decoupled" in result.stderr, result.stderr

@@ -2,8 +2,9 @@
 //! requests and responses, the [`Model`] trait every backend implements, and
 //! the one [`Error`] taxonomy every front end maps to its status codes.
 //!
-//! This crate is plain data and traits: no async runtime, no HTTP, no
-//! codec. Two shared pieces sit here because every other crate needs them:
+//! This crate is plain data and traits: no async runtime (tokio's
+//! channel alone, for a model's stream of responses), no HTTP, no codec.
+//! Two shared pieces sit here because every other crate needs them:
 //! the one set of [`RequestLimits`] that every protocol checks, and the
 //! [`CpuPool`] that every part that computes shares.
 //!
@@ -30,6 +31,7 @@ mod limits;
 mod model;
 mod pool;
 pub mod raw;
+mod stream;
 mod tensor;
 
 pub use composition::{Composition, Step};
@@ -46,4 +48,7 @@ pub use model::{
     ModelMetadata, TensorSpec, TraceContext,
 };
 pub use pool::CpuPool;
+pub use stream::{
+    response_channel, Gone, ResponseReceiver, ResponseSender, Streamed, STREAM_BUFFER,
+};
 pub use tensor::{element_count, Tensor, TensorData};

@@ -222,6 +222,12 @@ pub struct InferCall {
     /// The request's W3C trace context, for a model that calls another
     /// server to pass on.
     pub trace: Option<TraceContext>,
+    /// Where a model that streams ([`Model::decoupled`]) sends its
+    /// responses; `None` for the others. Such a model's future answers
+    /// no outputs: it ends when the model has taken the request (Triton's
+    /// `execute` returned), and the stream goes on until every sender is
+    /// dropped.
+    pub responses: Option<crate::ResponseSender>,
 }
 
 /// A W3C trace context, as a request carries it in its `traceparent`
@@ -336,6 +342,15 @@ pub trait Model: Send + Sync {
     /// `None`, the default, for a model that computes.
     fn composition(&self) -> Option<&crate::Composition> {
         None
+    }
+
+    /// Whether the model answers a request with a stream of responses
+    /// (Triton's decoupled transaction policy) rather than once: it is
+    /// then called through [`infer_async`](Model::infer_async) with a
+    /// [`ResponseSender`](crate::ResponseSender) in the call. False by
+    /// default.
+    fn decoupled(&self) -> bool {
+        false
     }
 
     /// Whether the model can answer now, or why not: a model behind

@@ -24,8 +24,8 @@
 //! PyTorch, TensorRT, OpenVINO, a custom backend) is refused by name with
 //! the way to serve it (from a Triton that runs it, `backend = "upstream"`);
 //! `reshape` becomes the tensor's `reshape` (`reshape.rs`); fields
-//! wirespeed would not honour are refused by name (optional inputs,
-//! decoupled transactions, a packed Python environment).
+//! wirespeed would not honour are refused by name (a decoupled transaction
+//! policy outside the Python backend, a packed Python environment).
 
 use prost_reflect::{DescriptorPool, DynamicMessage, MessageDescriptor, SerializeOptions};
 use wirespeed_core::DataType;
@@ -297,16 +297,16 @@ pub(crate) fn model_config_table(config: pb::ModelConfig) -> Result<toml::Table,
             "config.pbtxt: 'optimization' tunes Triton's own engines; accepted and not applied"
         );
     }
-    if config
+    let decoupled = config
         .model_transaction_policy
         .as_ref()
-        .is_some_and(|p| p.decoupled)
-    {
-        return Err(
-            "decoupled models (model_transaction_policy { decoupled: true }) are \
-                    not served by wirespeed"
-                .into(),
-        );
+        .is_some_and(|p| p.decoupled);
+    if decoupled && backend != "python" {
+        return Err(format!(
+            "model_transaction_policy {{ decoupled: true }} is for models that answer with a \
+             stream of responses, which wirespeed's Python backend runs; the {backend} backend \
+             answers each request once"
+        ));
     }
     let batch = config.max_batch_size > 0;
     let shape = |dims: &[i64]| -> toml::Value {
@@ -385,6 +385,9 @@ pub(crate) fn model_config_table(config: pb::ModelConfig) -> Result<toml::Table,
     match backend {
         "python" => {
             table.insert("instances".into(), instances.max(1).into());
+            if decoupled {
+                table.insert("decoupled".into(), true.into());
+            }
         }
         "onnx" if instances > 0 => {
             table.insert("instances".into(), instances.into());
@@ -609,7 +612,12 @@ parameters [ { key: "execute_delay_ms" value: { string_value: "5" } } ]
         }
         let decoupled =
             config_table("backend: \"python\" model_transaction_policy { decoupled: true }")
-                .unwrap_err();
+                .unwrap();
+        assert_eq!(decoupled["decoupled"].as_bool(), Some(true));
+        let decoupled = config_table(
+            "platform: \"onnxruntime_onnx\" model_transaction_policy { decoupled: true }",
+        )
+        .unwrap_err();
         assert!(decoupled.contains("decoupled"), "{decoupled}");
         // Colons before lists are optional, as in Triton; not in strings.
         assert_eq!(

@@ -183,6 +183,7 @@ fn run_samples(
                 parameters: Vec::new(),
                 deadline: None,
                 trace: None,
+                responses: None,
             };
             runtime
                 .block_on(Arc::clone(model).infer_async(call))

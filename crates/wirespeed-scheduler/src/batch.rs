@@ -42,6 +42,7 @@ pub(super) async fn run(
         parameters,
         trace,
         deadline,
+        responses,
     } = gather(members, &name, total);
     let alone = parts.len() == 1;
 
@@ -84,6 +85,7 @@ pub(super) async fn run(
                 parameters,
                 deadline,
                 trace,
+                responses,
             };
             let call = Arc::clone(&model).infer_async(call);
             tokio::select! {
@@ -142,6 +144,8 @@ struct Gathered {
     trace: Option<wirespeed_core::TraceContext>,
     /// The latest of the members' deadlines.
     deadline: Option<Instant>,
+    /// A streaming request's sender (such a request is always alone).
+    responses: Option<wirespeed_core::ResponseSender>,
 }
 
 fn gather(members: Vec<Member>, name: &str, total: usize) -> Gathered {
@@ -149,6 +153,7 @@ fn gather(members: Vec<Member>, name: &str, total: usize) -> Gathered {
     let mut parts = Vec::with_capacity(members.len());
     let mut deadline: Option<Instant> = None;
     let mut shared = None;
+    let mut responses = None;
     for Member {
         job,
         outcome,
@@ -165,6 +170,7 @@ fn gather(members: Vec<Member>, name: &str, total: usize) -> Gathered {
         // A batch is one call: it passes on its first request's parameters
         // and trace context.
         shared.get_or_insert((job.outputs, job.parameters, job.trace));
+        responses = responses.or(job.responses);
         parts.push(job.inputs);
         answers.push((outcome, queued));
     }
@@ -176,6 +182,7 @@ fn gather(members: Vec<Member>, name: &str, total: usize) -> Gathered {
         parameters,
         trace,
         deadline,
+        responses,
     }
 }
 

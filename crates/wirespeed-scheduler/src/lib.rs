@@ -55,7 +55,7 @@ use queue::Entry;
 pub use scheduler::Scheduler;
 use tokio::sync::{oneshot, OwnedSemaphorePermit};
 use tracing::Span;
-use wirespeed_core::{Error, Parameters, Tensor, TraceContext};
+use wirespeed_core::{Error, Parameters, ResponseSender, Tensor, TraceContext};
 
 /// The inputs to compute, the outputs to produce, and what a model that
 /// awaits also gets.
@@ -66,6 +66,8 @@ struct Job {
     deadline: Option<Instant>,
     /// The trace context to pass on.
     trace: Option<TraceContext>,
+    /// Where a model that streams sends its responses.
+    responses: Option<ResponseSender>,
 }
 
 /// What a request brings to its scheduler besides inputs and outputs.
@@ -84,6 +86,10 @@ pub struct CallContext {
     pub timeout: Option<Duration>,
     /// The request's trace context, for a model that calls another server.
     pub trace: Option<TraceContext>,
+    /// Where a model that streams (`Model::decoupled`) sends this
+    /// request's responses. Such a request runs alone, never batched:
+    /// each request has a stream of its own.
+    pub responses: Option<ResponseSender>,
 }
 
 impl CallContext {
@@ -97,6 +103,7 @@ impl CallContext {
             priority: 0,
             timeout: None,
             trace: None,
+            responses: None,
         }
     }
 }

@@ -122,11 +122,16 @@ impl Scheduler {
                     parameters: context.parameters,
                     deadline: context.deadline,
                     trace: context.trace,
+                    responses: context.responses,
                 };
                 return self.alone(job, slot, rows, spent).await;
             }
         }
-        let key = self.batch_key(&mut inputs, &outputs, &context.parameters, rows);
+        let key = match context.responses {
+            // A stream of its own: never batched.
+            Some(_) => None,
+            None => self.batch_key(&mut inputs, &outputs, &context.parameters, rows),
+        };
         let wanted = if self.scheduling.slo.is_some() {
             outputs.clone()
         } else {
@@ -138,6 +143,7 @@ impl Scheduler {
             parameters: context.parameters,
             deadline: context.deadline,
             trace: context.trace,
+            responses: context.responses,
         };
         self.queued(
             job,
@@ -367,6 +373,7 @@ impl Scheduler {
                     parameters: job.parameters,
                     deadline: job.deadline,
                     trace: job.trace,
+                    responses: job.responses,
                 };
                 // A task of its own, so that a model that panics fails
                 // one request; aborted if the caller goes. The slot is

@@ -19,7 +19,7 @@ use wirespeed_core::{Error, ErrorKind, Tensor};
 use super::process::{ended, CallError, Launch, Process, StartError};
 
 /// How often an idle keeper checks that its worker is alive.
-const HEALTH_CHECK: Duration = Duration::from_millis(200);
+pub(crate) const HEALTH_CHECK: Duration = Duration::from_millis(200);
 
 /// The first wait before a restart, doubled after each quick death.
 const FIRST_BACKOFF: Duration = Duration::from_millis(100);
@@ -34,6 +34,9 @@ pub(crate) struct Job {
     pub(crate) outputs: Vec<usize>,
     pub(crate) parameters: serde_json::Map<String, serde_json::Value>,
     pub(crate) deadline: Option<Instant>,
+    /// A decoupled model's stream: `reply` then answers no outputs once
+    /// `execute` has returned.
+    pub(crate) responses: Option<wirespeed_core::ResponseSender>,
     pub(crate) reply: oneshot::Sender<Result<Vec<Tensor>, Error>>,
 }
 
@@ -76,6 +79,9 @@ pub(crate) struct Workers {
     jobs: Sender<Job>,
     shared: Arc<Shared>,
     instances: usize,
+    /// The model answers with streams, as its workers said when they
+    /// loaded it.
+    decoupled: bool,
 }
 
 impl Workers {
@@ -114,10 +120,11 @@ impl Workers {
                 .map_err(|e| format!("cannot start a keeper thread: {e}"))?;
         }
         drop(first_tx);
-        let workers = Workers {
+        let mut workers = Workers {
             jobs,
             shared,
             instances,
+            decoupled: false,
         };
         // Each keeper reports its first start; a spawn failure is the
         // config's fault (no such Python) and fails the load, and so does
@@ -129,6 +136,7 @@ impl Workers {
                 Ok(Err(StartError::Load(traceback))) if load_fails => {
                     return Err(format!("its initialize raised:\n{}", traceback.trim_end()))
                 }
+                Ok(Ok(decoupled)) => workers.decoupled |= decoupled,
                 Ok(_) => {}
                 Err(_) => return Err("a keeper thread ended while starting".into()),
             }
@@ -138,6 +146,10 @@ impl Workers {
 
     pub(crate) fn instances(&self) -> usize {
         self.instances
+    }
+
+    pub(crate) fn decoupled(&self) -> bool {
+        self.decoupled
     }
 
     /// Ready while one worker is.
@@ -188,7 +200,7 @@ struct Keeper {
 }
 
 impl Keeper {
-    fn run(self, first: std::sync::mpsc::Sender<Result<(), StartError>>) {
+    fn run(self, first: std::sync::mpsc::Sender<Result<bool, StartError>>) {
         let mut first = Some(first);
         let mut backoff = FIRST_BACKOFF;
         loop {
@@ -231,9 +243,14 @@ impl Keeper {
             };
             self.shared.set(self.instance, State::Ready);
             if let Some(first) = first.take() {
-                let _ = first.send(Ok(()));
+                let _ = first.send(Ok(process.decoupled));
             }
-            let reason = match self.serve(&mut process) {
+            let served = if process.decoupled {
+                super::decoupled::serve(&self.launch, &self.queue, &mut process)
+            } else {
+                self.serve(&mut process)
+            };
+            let reason = match served {
                 Some(reason) => reason,
                 None => {
                     // The model is gone: let the worker finalize.
@@ -261,6 +278,12 @@ impl Keeper {
                 Ok(job) => {
                     if job.reply.is_closed() {
                         continue; // the caller left while it waited
+                    }
+                    if job.responses.is_some() {
+                        let _ = job.reply.send(Err(Error::internal(
+                            "a stream was asked of a model that is not decoupled",
+                        )));
+                        continue;
                     }
                     let result = process.infer(
                         &self.launch,

@@ -40,6 +40,7 @@
 //! Triton's `initialize` fails the load, as in Triton.
 
 mod bls;
+mod decoupled;
 mod keeper;
 mod metrics;
 mod process;
@@ -101,6 +102,10 @@ struct PythonKeys {
     /// `config.pbtxt` (`pbtxt.rs`): `initialize`'s `args["model_config"]`.
     #[serde(default)]
     triton_model_config: Option<String>,
+    /// The model answers a request with a stream of responses (Triton's
+    /// `model_transaction_policy { decoupled: true }`).
+    #[serde(default)]
+    decoupled: bool,
 }
 
 /// A model served by Python worker processes.
@@ -179,6 +184,7 @@ impl PythonModel {
             ]),
             outputs: outputs.iter().map(tensor_json).collect(),
             modules: BTreeMap::from([("triton_python_backend_utils", TRITON_UTILS)]),
+            decoupled: keys.decoupled,
         };
         let launch = Launch {
             model: name.clone(),
@@ -322,6 +328,10 @@ impl Model for PythonModel {
         Some(self.workers.instances())
     }
 
+    fn decoupled(&self) -> bool {
+        self.workers.decoupled()
+    }
+
     fn ready(&self) -> Result<(), String> {
         self.workers.ready()
     }
@@ -332,14 +342,33 @@ impl Model for PythonModel {
 
     fn infer_async(self: Arc<Self>, call: InferCall) -> InferFuture {
         let (reply, answer) = tokio::sync::oneshot::channel();
+        let mut responses = call.responses;
+        // A decoupled model asked by a caller that takes one answer (a
+        // warmup, a BLS call, an ensemble's step): its stream, collected.
+        let collect = match (self.workers.decoupled(), &responses) {
+            (true, None) => {
+                let (sender, receiver) = wirespeed_core::response_channel();
+                responses = Some(sender);
+                Some(receiver)
+            }
+            _ => None,
+        };
         let job = Job {
             parameters: parameters_json(&call.parameters),
             inputs: call.inputs,
             outputs: call.outputs,
             deadline: call.deadline,
+            responses,
             reply,
         };
         let sent = self.workers.submit(job);
+        if let Some(receiver) = collect {
+            let name = self.metadata.name.clone();
+            return Box::pin(async move {
+                sent?;
+                only_response(&name, answer, receiver).await
+            });
+        }
         Box::pin(async move {
             sent?;
             answer.await.unwrap_or_else(|_| {
@@ -348,6 +377,47 @@ impl Model for PythonModel {
                 ))
             })
         })
+    }
+}
+
+/// The one response of a decoupled model's stream, for a caller that
+/// takes one answer: read while `execute` runs (a model may send before
+/// it returns), an error when there are none or several.
+async fn only_response(
+    model: &str,
+    executed: tokio::sync::oneshot::Receiver<Result<Vec<Tensor>, Error>>,
+    mut receiver: wirespeed_core::ResponseReceiver,
+) -> Result<Vec<Tensor>, Error> {
+    let mut executed = Some(executed);
+    let mut first = None;
+    let mut count = 0usize;
+    loop {
+        tokio::select! {
+            done = async { executed.as_mut().expect("guarded").await }, if executed.is_some() => {
+                executed = None;
+                done.unwrap_or_else(|_| Err(Error::internal("the Python model's keeper dropped a request")))?;
+            }
+            item = receiver.next() => match item {
+                Some(streamed) => {
+                    count += 1;
+                    if count > 1 {
+                        break;
+                    }
+                    first = Some(streamed.result);
+                }
+                None => break,
+            },
+        }
+    }
+    match (first, count) {
+        (Some(result), 1) => result,
+        (_, 0) => Err(Error::model_failed(format!(
+            "model '{model}' is decoupled and sent no response to a call that takes exactly 1"
+        ))),
+        _ => Err(Error::model_failed(format!(
+            "model '{model}' is decoupled and sent more than one response to a call that takes \
+             exactly 1"
+        ))),
     }
 }
 

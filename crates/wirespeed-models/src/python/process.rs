@@ -95,6 +95,8 @@ pub(crate) struct Process {
     inputs: InputSegment,
     outputs: OutputSegment,
     pub(crate) pid: u32,
+    /// The model answers with streams (`decoupled.rs` serves it).
+    pub(crate) decoupled: bool,
 }
 
 fn place_fd(from: RawFd, to: RawFd) -> io::Result<()> {
@@ -182,6 +184,7 @@ impl Process {
             inputs,
             outputs,
             pid,
+            decoupled: false,
         };
         let handshake = (|| -> io::Result<Reply> {
             let program = u32::try_from(WORKER.len()).map_err(io::Error::other)?;
@@ -202,8 +205,10 @@ impl Process {
                 pid,
                 python,
                 metrics,
+                decoupled,
             }) => {
                 super::metrics::apply(&launch.model, metrics);
+                process.decoupled = decoupled;
                 tracing::info!(model = %launch.model, instance, pid, python = %python, "python worker ready");
                 Ok(process)
             }
@@ -280,6 +285,7 @@ impl Process {
                 .map(|&i| launch.outputs[i].name.as_str())
                 .collect(),
             parameters,
+            id: None,
         };
         if wire::send(&mut self.socket, &message).is_err() {
             self.kill();
@@ -353,24 +359,10 @@ impl Process {
                 kind,
                 error,
                 metrics,
+                ..
             } => {
                 super::metrics::apply(&launch.model, metrics);
-                let error = match kind.as_str() {
-                    "invalid" => Error::invalid_input(error),
-                    // TritonError's other codes, with Triton's statuses.
-                    "not_found" => Error::new(ErrorKind::ModelNotFound, error),
-                    "unavailable" => Error::new(
-                        ErrorKind::Unavailable,
-                        format!("model '{}': {error}", launch.model),
-                    ),
-                    "unsupported" => Error::new(ErrorKind::NotImplemented, error),
-                    "interrupted" => Error::new(
-                        ErrorKind::GatewayTimeout,
-                        format!("model '{}': {error}", launch.model),
-                    ),
-                    _ => Error::model_failed(format!("model '{}': {error}", launch.model)),
-                };
-                Err(CallError::Model(error))
+                Err(CallError::Model(model_error(&launch.model, &kind, error)))
             }
             other => {
                 self.kill();
@@ -431,6 +423,65 @@ impl Process {
         )))
     }
 
+    /// Sends a decoupled model's request `id` through `writer` (the
+    /// socket, shared with the thread that reads the worker's answers):
+    /// inputs into the input segment, which the worker copies out before
+    /// its `executed`, when [`settle`](Self::settle_inputs) may reuse it.
+    pub(crate) fn send_request(
+        &mut self,
+        launch: &Launch,
+        id: u64,
+        inputs: &[Tensor],
+        outputs: &[usize],
+        parameters: serde_json::Map<String, serde_json::Value>,
+        writer: &std::sync::Mutex<UnixStream>,
+    ) -> Result<usize, Error> {
+        let placed = self
+            .write_inputs(inputs)
+            .map_err(|e| Error::internal(format!("shared memory: {e}")))?;
+        let message = Infer {
+            op: "infer",
+            size: self.inputs.len(),
+            inputs: inputs
+                .iter()
+                .zip(&placed)
+                .map(|(t, &(offset, len))| {
+                    (
+                        t.name.as_str(),
+                        t.datatype().as_str(),
+                        &t.shape[..],
+                        offset,
+                        len,
+                    )
+                })
+                .collect(),
+            outputs: outputs
+                .iter()
+                .map(|&i| launch.outputs[i].name.as_str())
+                .collect(),
+            parameters,
+            id: Some(id),
+        };
+        let mut socket = writer.lock().unwrap_or_else(|e| e.into_inner());
+        wire::send(&mut socket, &message).map_err(|e| {
+            Error::model_failed(format!(
+                "model '{}': its Python worker (pid {}) did not take the request ({e})",
+                launch.model, self.pid
+            ))
+        })?;
+        Ok(placed.last().map_or(0, |&(offset, len)| offset + len))
+    }
+
+    /// The input segment's first `used` bytes are free again.
+    pub(crate) fn settle_inputs(&mut self, used: usize) {
+        self.inputs.settle(used);
+    }
+
+    /// Another handle on the worker's socket.
+    pub(crate) fn socket(&self) -> io::Result<UnixStream> {
+        self.socket.try_clone()
+    }
+
     /// Copies the inputs into the segment, each at an aligned offset;
     /// returns each one's offset and length.
     fn write_inputs(&mut self, inputs: &[Tensor]) -> io::Result<Vec<(usize, usize)>> {
@@ -467,56 +518,11 @@ impl Process {
         wanted: &[usize],
         placed: &[wire::Placed],
     ) -> Result<Vec<Tensor>, Error> {
-        let model = &launch.model;
         let contents = self
             .outputs
             .contents()
             .map_err(|e| Error::internal(format!("shared memory: {e}")))?;
-        let bad = |message: String| Error::model_failed(format!("model '{model}': {message}"));
-        wanted
-            .iter()
-            .map(|&index| {
-                let spec = &launch.outputs[index];
-                let Some((_, datatype, shape, offset, len)) =
-                    placed.iter().find(|p| p.0 == spec.name)
-                else {
-                    return Err(bad(format!("it did not return output '{}'", spec.name)));
-                };
-                let datatype: DataType = datatype.parse().map_err(|e| bad(format!("{e}")))?;
-                if datatype != spec.datatype {
-                    return Err(bad(format!(
-                        "output '{}' is declared {}, and the model returned {datatype}",
-                        spec.name, spec.datatype
-                    )));
-                }
-                if !spec.accepts_shape(shape) {
-                    return Err(bad(format!(
-                        "output '{}' is declared with shape {}, and the model returned shape {}",
-                        spec.name,
-                        spec.shape_display(),
-                        wirespeed_core::format_shape(shape)
-                    )));
-                }
-                let count = element_count(shape)
-                    .ok_or_else(|| bad(format!("output '{}' has too many elements", spec.name)))?;
-                let bytes = offset
-                    .checked_add(*len)
-                    .and_then(|end| contents.get(*offset..end))
-                    .ok_or_else(|| {
-                        bad(format!(
-                            "output '{}' lies outside the output segment",
-                            spec.name
-                        ))
-                    })?;
-                let data = from_raw(datatype, count, bytes, usize::MAX)
-                    .map_err(|e| bad(e.for_input(&spec.name).message().to_owned()))?;
-                Ok(Tensor {
-                    name: spec.name.clone(),
-                    shape: shape.clone(),
-                    data,
-                })
-            })
-            .collect()
+        outputs_from(launch, wanted, placed, contents)
     }
 
     /// Waits until the worker has written something (true), or the
@@ -618,6 +624,78 @@ fn relay(output: io::PipeReader, model: &str, instance: usize) {
                 );
             }
         }
+    }
+}
+
+/// Outputs placed in `contents` (the output segment, or the bytes after a
+/// streamed response), checked against the declared ones, in the order
+/// `wanted` asks.
+pub(crate) fn outputs_from(
+    launch: &Launch,
+    wanted: &[usize],
+    placed: &[wire::Placed],
+    contents: &[u8],
+) -> Result<Vec<Tensor>, Error> {
+    let model = &launch.model;
+    let bad = |message: String| Error::model_failed(format!("model '{model}': {message}"));
+    wanted
+        .iter()
+        .map(|&index| {
+            let spec = &launch.outputs[index];
+            let Some((_, datatype, shape, offset, len)) = placed.iter().find(|p| p.0 == spec.name)
+            else {
+                return Err(bad(format!("it did not return output '{}'", spec.name)));
+            };
+            let datatype: DataType = datatype.parse().map_err(|e| bad(format!("{e}")))?;
+            if datatype != spec.datatype {
+                return Err(bad(format!(
+                    "output '{}' is declared {}, and the model returned {datatype}",
+                    spec.name, spec.datatype
+                )));
+            }
+            if !spec.accepts_shape(shape) {
+                return Err(bad(format!(
+                    "output '{}' is declared with shape {}, and the model returned shape {}",
+                    spec.name,
+                    spec.shape_display(),
+                    wirespeed_core::format_shape(shape)
+                )));
+            }
+            let count = element_count(shape)
+                .ok_or_else(|| bad(format!("output '{}' has too many elements", spec.name)))?;
+            let bytes = offset
+                .checked_add(*len)
+                .and_then(|end| contents.get(*offset..end))
+                .ok_or_else(|| {
+                    bad(format!(
+                        "output '{}' lies outside the output segment",
+                        spec.name
+                    ))
+                })?;
+            let data = from_raw(datatype, count, bytes, usize::MAX)
+                .map_err(|e| bad(e.for_input(&spec.name).message().to_owned()))?;
+            Ok(Tensor {
+                name: spec.name.clone(),
+                shape: shape.clone(),
+                data,
+            })
+        })
+        .collect()
+}
+
+/// A request's error as the worker reported it: `kind` is the model's
+/// code (`pb_utils.TritonError`'s), with Triton's statuses.
+pub(crate) fn model_error(model: &str, kind: &str, error: String) -> Error {
+    match kind {
+        "invalid" => Error::invalid_input(error),
+        "not_found" => Error::new(ErrorKind::ModelNotFound, error),
+        "unavailable" => Error::new(ErrorKind::Unavailable, format!("model '{model}': {error}")),
+        "unsupported" => Error::new(ErrorKind::NotImplemented, error),
+        "interrupted" => Error::new(
+            ErrorKind::GatewayTimeout,
+            format!("model '{model}': {error}"),
+        ),
+        _ => Error::model_failed(format!("model '{model}': {error}")),
     }
 }
 

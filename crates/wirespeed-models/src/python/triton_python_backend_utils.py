@@ -4,8 +4,8 @@ The parts of Triton's Python backend module that a model's `initialize`,
 `execute` and `finalize` use, with Triton's names and behaviour, so that a
 `model.py` written for Triton runs unchanged. Tensors are numpy arrays;
 inputs view the server's shared memory and are read-only (copy one to
-change it). Not provided, with a clear error when called: BLS (calling
-another model from `execute`), decoupled response senders, and DLPack.
+change it). Not provided, with a clear error when called: DLPack, and
+decoupled BLS (`exec(decoupled=True)`).
 """
 
 import base64
@@ -95,6 +95,11 @@ def _v2_datatype(dtype):
 
 # Set by the worker: sends a BLS call on its socket and returns the answer.
 _bls_call = None
+# Set by the worker: sends one response of a decoupled model's request
+# (`_send_response(stream, response_or_None, final)`), and says whether a
+# request's client has left (`_is_cancelled(stream)`).
+_send_response = None
+_is_cancelled = None
 
 
 def _raw_bytes(array, datatype):
@@ -164,6 +169,12 @@ def get_output_config_by_name(model_config, name):
         if tensor["name"] == name:
             return tensor
     return None
+
+
+def using_decoupled_model_transaction_policy(model_config):
+    """Whether the model's configuration makes it decoupled."""
+    policy = model_config.get("model_transaction_policy") or {}
+    return bool(policy.get("decoupled", False))
 
 
 def get_input_tensor_by_name(inference_request, name):
@@ -266,6 +277,9 @@ class InferenceRequest:
         self._parameters = parameters or {}
         self._model_name = model_name
         self._model_version = model_version
+        # The server's number of a decoupled model's request: its stream.
+        self._stream = None
+        self._sender = None
 
     def inputs(self):
         return self._inputs
@@ -286,12 +300,20 @@ class InferenceRequest:
         return json.dumps(self._parameters)
 
     def is_cancelled(self):
-        return False
+        """Whether the client has left (a decoupled model's request): the
+        model may stop sending."""
+        return self._stream is not None and _is_cancelled(self._stream)
 
     def get_response_sender(self):
-        raise TritonModelException(
-            "decoupled models (response senders) are not supported by wirespeed's Python worker"
-        )
+        """The sender of this request's responses (a decoupled model's)."""
+        if self._stream is None:
+            raise TritonModelException(
+                "get_response_sender() needs a decoupled model: set "
+                "model_transaction_policy { decoupled: true } in its config.pbtxt"
+            )
+        if self._sender is None:
+            self._sender = InferenceResponseSender(self._stream)
+        return self._sender
 
     def exec(self, decoupled=False):
         """Calls model `model_name` with this request (BLS): through the
@@ -336,6 +358,39 @@ class InferenceRequest:
     async def async_exec(self, decoupled=False):
         """`exec`, awaitable (the call itself is made at once)."""
         return self.exec(decoupled)
+
+
+class InferenceResponseSender:
+    """Sends a decoupled model's responses to one request, from `execute`
+    or from any thread; `send(flags=TRITONSERVER_RESPONSE_COMPLETE_FINAL)`
+    (with or without a last response) ends them. A send waits while the
+    client reads slower than the model writes."""
+
+    def __init__(self, stream):
+        self._stream = stream
+        self._closed = False
+
+    def send(self, response=None, flags=0):
+        if self._closed:
+            raise TritonModelException(
+                "Unable to send response. Response sender has been closed."
+            )
+        final = bool(flags & TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+        if response is None and not final:
+            raise TritonModelException(
+                "Inference Response object must be provided when the response flags "
+                "is not TRITONSERVER_RESPONSE_COMPLETE_FINAL."
+            )
+        if response is not None and not isinstance(response, InferenceResponse):
+            raise TritonModelException(
+                "send() takes a pb_utils.InferenceResponse, not %s" % type(response).__name__
+            )
+        if final:
+            self._closed = True
+        _send_response(self._stream, response, final)
+
+    def is_cancelled(self):
+        return _is_cancelled(self._stream)
 
 
 class InferenceResponse:

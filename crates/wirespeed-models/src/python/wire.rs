@@ -33,6 +33,10 @@ pub(crate) struct Load {
     /// Python modules the worker installs before it loads the model
     /// (`triton_python_backend_utils`), by name.
     pub(crate) modules: BTreeMap<&'static str, &'static str>,
+    /// The model answers with streams (Triton's decoupled policy). Our
+    /// API's `predict` written as a generator streams too; the worker
+    /// says so in its `ready`.
+    pub(crate) decoupled: bool,
 }
 
 /// One request.
@@ -44,6 +48,9 @@ pub(crate) struct Infer<'a> {
     pub(crate) inputs: Vec<(&'a str, &'static str, &'a [usize], usize, usize)>,
     pub(crate) outputs: Vec<&'a str>,
     pub(crate) parameters: serde_json::Map<String, serde_json::Value>,
+    /// A decoupled model's request: the number its responses carry.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) id: Option<u64>,
 }
 
 /// What a worker answers.
@@ -56,6 +63,9 @@ pub(crate) enum Reply {
         python: String,
         #[serde(default)]
         metrics: Vec<super::metrics::Update>,
+        /// The model streams its answers (decoupled).
+        #[serde(default)]
+        decoupled: bool,
     },
     /// The model did not load: the traceback.
     Failed { error: String },
@@ -81,9 +91,40 @@ pub(crate) enum Reply {
     },
     /// A request failed in the model's code: `kind` is `model`, `invalid`
     /// (Triton's INVALID_ARG) or `interrupted` (past its deadline).
+    /// A decoupled model's request carries its `id`.
     Error {
         kind: String,
         error: String,
+        #[serde(default)]
+        metrics: Vec<super::metrics::Update>,
+        #[serde(default)]
+        id: Option<u64>,
+    },
+    /// One response of a decoupled model's request `id`: its outputs,
+    /// whose bytes (`raw` of them) follow this message on the socket; or
+    /// its error (`kind` as for [`Reply::Error`]); or, `empty`, the final
+    /// flag alone.
+    Response {
+        id: u64,
+        #[serde(rename = "final", default)]
+        last: bool,
+        #[serde(default)]
+        outputs: Vec<Placed>,
+        #[serde(default)]
+        raw: usize,
+        #[serde(default)]
+        error: Option<String>,
+        #[serde(default)]
+        kind: Option<String>,
+        #[serde(default)]
+        empty: bool,
+        #[serde(default)]
+        metrics: Vec<super::metrics::Update>,
+    },
+    /// A decoupled model's `execute` returned for request `id`: the worker
+    /// takes the next request (the model's threads may still send).
+    Executed {
+        id: u64,
         #[serde(default)]
         metrics: Vec<super::metrics::Update>,
     },
@@ -124,6 +165,22 @@ pub(crate) fn receive(stream: &mut UnixStream) -> io::Result<Reply> {
     let mut body = vec![0u8; len];
     stream.read_exact(&mut body)?;
     serde_json::from_slice(&body).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
+}
+
+/// The largest tensor bytes one streamed response may carry.
+const MAX_RAW: usize = 1 << 31;
+
+/// Reads the `len` bytes that follow a [`Reply::Response`].
+pub(crate) fn receive_raw(stream: &mut UnixStream, len: usize) -> io::Result<Vec<u8>> {
+    if len > MAX_RAW {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("a response of {len} bytes, past the {MAX_RAW}-byte limit"),
+        ));
+    }
+    let mut raw = vec![0u8; len];
+    stream.read_exact(&mut raw)?;
+    Ok(raw)
 }
 
 #[cfg(test)]

@@ -18,6 +18,16 @@ or Triton's Python backend (a class `TritonPythonModel` with
 a time: `infer` messages, each answered `done` or `error`, until `stop` or
 the socket closes (the server is gone).
 
+A decoupled model (Triton's `model_transaction_policy { decoupled: true }`,
+or our `predict` written as a generator) answers a request with a stream:
+each response is a `response` message whose tensors' bytes follow it on
+the socket (the output segment would be overwritten by the next response
+before the server read it), the last one flagged `final`; `executed` says
+`execute` has returned (the server may send the next request; threads the
+model started may still be sending). A reader thread takes every message
+from the server meanwhile: requests, `cancel` (the client left:
+`is_cancelled()` turns true) and the answers to BLS calls.
+
 SIGINT interrupts a request past its deadline (KeyboardInterrupt inside the
 model's code, answered as an error); outside a request it is ignored.
 """
@@ -70,11 +80,15 @@ def dtypes():
 
 
 class Channel:
-    """The socket to the server: length-prefixed JSON messages."""
+    """The socket to the server: length-prefixed JSON messages. Sends are
+    locked: a decoupled model's threads send responses at once."""
 
     def __init__(self, fd):
+        import threading
+
         self.sock = socket.socket(fileno=fd)
         self.head = bytearray(4)
+        self.lock = threading.Lock()
 
     def recv(self):
         if not self._fill(self.head):
@@ -95,9 +109,11 @@ class Channel:
             got += n
         return True
 
-    def send(self, message):
+    def send(self, message, raw=b""):
+        """Sends `message`, then `raw` bytes (its `raw` key says how many)."""
         body = json.dumps(message, separators=(",", ":")).encode()
-        self.sock.sendall(struct.pack("<I", len(body)) + body)
+        with self.lock:
+            self.sock.sendall(struct.pack("<I", len(body)) + body + raw)
 
 
 class Segments:
@@ -164,6 +180,12 @@ class Worker:
         self.triton = False
         self.dtypes = dtypes()
         self.outputs = {}
+        self.decoupled = False
+        # Decoupled mode: ids of requests whose client left, and the
+        # server's answers to BLS calls (the reader thread fills both).
+        self.cancelled = set()
+        self.bls_replies = None
+        self.bls_lock = None
 
     # -- loading -------------------------------------------------------
     def load(self, message):
@@ -175,6 +197,9 @@ class Worker:
         utils = sys.modules.get("triton_python_backend_utils")
         if utils is not None:
             utils._bls_call = self.bls_call
+            utils._send_response = self.send_response
+            utils._is_cancelled = self.is_cancelled
+        self.decoupled = bool(message.get("decoupled"))
         self.outputs = {o["name"]: o for o in message["outputs"]}
         path = message["file"]
         folder = os.path.dirname(os.path.abspath(path))
@@ -197,6 +222,10 @@ class Worker:
                 self.call(self.model.load, message["config"])
             if not hasattr(self.model, "predict"):
                 raise TypeError("%s: class Model has no predict method" % path)
+            # A predict that yields streams its answers.
+            predict = self.model.predict
+            if inspect.isasyncgenfunction(predict) or inspect.isgeneratorfunction(predict):
+                self.decoupled = True
         else:
             raise TypeError(
                 "%s defines neither a class Model (load and predict) nor Triton's "
@@ -205,8 +234,15 @@ class Worker:
 
     def bls_call(self, message):
         """One BLS call: sent on the socket, answered by the server."""
-        self.channel.send(message)
-        reply = self.channel.recv()
+        if self.bls_replies is not None:
+            # Decoupled: the reader thread takes the answer; one call at a
+            # time, whichever thread makes it.
+            with self.bls_lock:
+                self.channel.send(message)
+                reply = self.bls_replies.get()
+        else:
+            self.channel.send(message)
+            reply = self.channel.recv()
         if reply is None or reply.get("op") != "bls_result":
             raise RuntimeError("the server did not answer the BLS call")
         return reply
@@ -322,12 +358,160 @@ class Worker:
             array = array.astype(dtype)
         return datatype, np.ascontiguousarray(array), None
 
+    # -- decoupled models ------------------------------------------------
+    def is_cancelled(self, request_id):
+        return request_id in self.cancelled
+
+    def send_response(self, request_id, response, final):
+        """One response of request `request_id` (None: the final flag
+        alone), its tensors' bytes after the message."""
+        message = {"op": "response", "id": request_id, "final": bool(final)}
+        raw = b""
+        if response is None:
+            message["empty"] = True
+        elif response.has_error():
+            failure = self.failure(response.error(), log=False)
+            message["error"] = failure["error"]
+            message["kind"] = failure["kind"]
+        else:
+            tensors = response.output_tensors()
+            produced = {t.name(): t.as_numpy() for t in tensors}
+            raw, message["outputs"] = self.pack(produced)
+            message["raw"] = len(raw)
+        self.channel.send(with_metrics(message), raw)
+
+    def pack(self, produced):
+        """Tensors by name, as one blob of bytes and each one's place."""
+        parts = []
+        layout = []
+        at = 0
+        for name, value in produced.items():
+            datatype, array, raw = self.prepare(name, value)
+            data = raw if raw is not None else array.tobytes()
+            layout.append((name, datatype, list(array.shape), at, len(data)))
+            parts.append(data)
+            at += len(data)
+        return b"".join(parts), layout
+
+    def read_loop(self, inbox):
+        """Decoupled: every message from the server, as it comes."""
+        while True:
+            message = self.channel.recv()
+            if message is None:
+                inbox.put(None)
+                return
+            op = message.get("op")
+            if op == "cancel":
+                self.cancelled.add(message["id"])
+            elif op == "bls_result":
+                self.bls_replies.put(message)
+            else:
+                inbox.put(message)
+
+    def serve_decoupled(self):
+        import queue
+        import threading
+
+        inbox = queue.Queue()
+        self.bls_replies = queue.Queue()
+        self.bls_lock = threading.Lock()
+        threading.Thread(target=self.read_loop, args=(inbox,), daemon=True).start()
+        while True:
+            message = inbox.get()
+            if message is None or message["op"] == "stop":
+                break
+            request_id = message["id"]
+            try:
+                self.execute_decoupled(message)
+                reply = {"op": "executed", "id": request_id}
+            except Exception as e:
+                reply = self.failure(e)
+                reply["id"] = request_id
+            self.cancelled.discard(request_id)
+            self.channel.send(with_metrics(reply))
+        self.finalize()
+
+    def execute_decoupled(self, message):
+        request_id = message["id"]
+        # Copies: the input segment is the next request's once `execute`
+        # returns, and the model's threads may still read these.
+        inputs = {name: np.array(array) for name, array in self.inputs(message).items()}
+        wanted = message["outputs"]
+        if self.triton:
+            import triton_python_backend_utils as pb_utils
+
+            request = pb_utils.InferenceRequest(
+                inputs=[pb_utils.Tensor(name, array) for name, array in inputs.items()],
+                requested_output_names=wanted,
+                request_id=message.get("request_id", ""),
+                parameters=message.get("parameters") or {},
+            )
+            request._stream = request_id
+            result = self.call(self.model.execute, [request])
+            if result is not None:
+                raise pb_utils.TritonModelException(
+                    "Python model '%s' is using the decoupled mode and the execute "
+                    "function must return None" % os.environ.get("WIRESPEED_MODEL", "")
+                )
+            return
+        # Our API: predict yields each answer (a generator, or an async one).
+        produced = self.model.predict(inputs, message.get("parameters") or {})
+        if inspect.isasyncgen(produced):
+            import asyncio
+
+            if self.loop is None:
+                self.loop = asyncio.new_event_loop()
+            try:
+                while request_id not in self.cancelled:
+                    try:
+                        item = self.loop.run_until_complete(produced.__anext__())
+                    except StopAsyncIteration:
+                        break
+                    self.send_answer(request_id, item, wanted)
+            finally:
+                self.loop.run_until_complete(produced.aclose())
+        else:
+            if inspect.isawaitable(produced):
+                produced = self.call(lambda: produced)
+            if isinstance(produced, dict):
+                produced = [produced]
+            try:
+                for item in produced:
+                    if request_id in self.cancelled:
+                        break
+                    self.send_answer(request_id, item, wanted)
+            finally:
+                close = getattr(produced, "close", None)
+                if close is not None:
+                    close()
+        self.send_response(request_id, None, True)
+
+    def send_answer(self, request_id, item, wanted):
+        """One answer of our API's streaming predict: a dict of outputs."""
+        if not isinstance(item, dict):
+            raise TypeError(
+                "predict yielded %s; each answer must be a dict of output name to array"
+                % type(item).__name__
+            )
+        missing = [name for name in wanted if name not in item]
+        if missing:
+            raise KeyError("the model did not return output '%s'" % missing[0])
+        produced = {name: item[name] for name in wanted}
+        raw, layout = self.pack(produced)
+        self.channel.send(
+            with_metrics({"op": "response", "id": request_id, "final": False,
+                          "outputs": layout, "raw": len(raw)}),
+            raw,
+        )
+
     # -- the loop ------------------------------------------------------
     def on_interrupt(self, signum, frame):
         if self.busy:
             raise KeyboardInterrupt
 
     def serve(self):
+        if self.decoupled:
+            return self.serve_decoupled()
         signal.signal(signal.SIGINT, self.on_interrupt)
         while True:
             message = self.channel.recv()
@@ -354,7 +538,7 @@ class Worker:
                 self.channel.send(with_metrics(self.failure(e)))
         self.finalize()
 
-    def failure(self, e):
+    def failure(self, e, log=True):
         kind = "model"
         utils = sys.modules.get("triton_python_backend_utils")
         if utils is not None and isinstance(e, utils.TritonError):
@@ -372,7 +556,8 @@ class Worker:
             message = type(e).__name__
         elif not self.triton:
             message = "%s: %s" % (type(e).__name__, message)
-        traceback.print_exc(file=sys.stderr)
+        if log:
+            traceback.print_exc(file=sys.stderr)
         return {"op": "error", "kind": kind, "error": message}
 
     def finalize(self):
@@ -422,7 +607,8 @@ def main():
     except BaseException:
         channel.send({"op": "failed", "error": traceback.format_exc()})
         return
-    channel.send(with_metrics({"op": "ready", "pid": os.getpid(), "python": sys.version.split()[0]}))
+    channel.send(with_metrics({"op": "ready", "pid": os.getpid(), "python": sys.version.split()[0],
+                               "decoupled": worker.decoupled}))
     worker.serve()
 
 

@@ -70,6 +70,7 @@ impl ModelCaller for Calls {
             priority: 0,
             timeout: None,
             trace: None,
+            responses: None,
         };
         let run = async move {
             if served.model.composition().is_some() {

@@ -129,6 +129,7 @@ pub(crate) fn run<'a>(
                     priority: call.priority,
                     timeout: call.timeout,
                     trace: call.trace.clone(),
+                    responses: None,
                 };
                 running.push(Box::pin(async move {
                     let answer = if served.model.composition().is_some() {

@@ -1,6 +1,7 @@
 //! What every protocol shares once a request is decoded: the one pipeline
 //! (`pipeline.rs`), the served models and their schedulers (`served.rs`),
 //! ensembles' steps (`ensemble.rs`), models calling models (`calls.rs`),
+//! a decoupled model's stream of responses (`stream.rs`),
 //! the stage timings, traces, reserved
 //! parameters and classification; the
 //! statistics and metrics counters; the shared-memory regions; the model
@@ -20,6 +21,7 @@ pub(crate) mod regions;
 pub(crate) mod reserved;
 pub(crate) mod served;
 pub(crate) mod statistics;
+pub(crate) mod stream;
 pub(crate) mod timing;
 pub(crate) mod traces;
 

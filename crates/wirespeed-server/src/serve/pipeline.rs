@@ -30,6 +30,7 @@ use crate::serve::regions;
 use crate::serve::reserved;
 use crate::serve::served::ServedModel;
 use crate::serve::statistics::FailureReason;
+use crate::serve::stream::ResponseStream;
 use crate::serve::timing::{timed, timed_on, Stages};
 use crate::serve::traces::{Finished, RequestTrace};
 use crate::serve::Serving;
@@ -174,6 +175,16 @@ pub(crate) trait Codec {
 
     /// The protocol's answer for `response`.
     fn encode(&mut self, response: InferResponse) -> Result<Self::Answer, Error>;
+
+    /// The protocol's answer for a decoupled model's stream of responses
+    /// (`stream.rs`). By default the protocol answers once, as Triton's
+    /// `generate` does: the stream's one response, or an error when the
+    /// model sent none or several. A protocol that streams (gRPC
+    /// `ModelStreamInfer`, `generate_stream`) writes each as it comes.
+    async fn encode_stream(&mut self, stream: ResponseStream) -> Result<Self::Answer, Error> {
+        let response = stream.only().await?;
+        self.encode(response)
+    }
 
     /// Adds the stage timings (`Server-Timing` text) to a success.
     fn stamp(answer: &mut Self::Answer, timing: &str);
@@ -352,14 +363,51 @@ async fn compute<C: Codec>(
             .find_map(|t| t.shape.first().copied())
             .unwrap_or(1) as u64;
     }
-    let call = CallContext {
+    let mut call = CallContext {
         started: stages.started(),
         parameters: model_parameters(std::mem::take(&mut request.parameters)),
         deadline: Some(context.deadline),
         priority: queueing.priority,
         timeout: queueing.timeout,
         trace: context.trace.outgoing(),
+        responses: None,
     };
+    if served.model.decoupled() && served.model.composition().is_none() {
+        if !classify.is_empty() || !placements.is_empty() {
+            return Err(Error::new(
+                ErrorKind::Unsupported,
+                format!(
+                    "model '{}' is decoupled: its outputs cannot be classified or placed in \
+                     shared memory",
+                    target.name
+                ),
+            ));
+        }
+        // A stream: the model's run and its responses overlap.
+        let (sender, receiver) = wirespeed_core::response_channel();
+        call.responses = Some(sender);
+        let running = Arc::clone(model);
+        let requested = request.outputs;
+        let run = Box::pin(async move {
+            let mut spent = Spent::default();
+            running
+                .scheduler
+                .run(request.inputs, &requested, call, &mut spent)
+                .await
+                .map(drop)
+        });
+        let compute = Instant::now();
+        let stream = ResponseStream::first(
+            receiver,
+            run,
+            model.metadata().name.clone(),
+            target.version.unwrap_or(model.version()).to_owned(),
+            request.id,
+        )
+        .await;
+        stages.compute = compute.elapsed();
+        return codec.encode_stream(stream?).await;
+    }
     let answer = if served.model.composition().is_some() {
         // An ensemble: its steps, each through its model's scheduler.
         let compute = std::time::Instant::now();

@@ -14,10 +14,13 @@
 //! `model_name`, `model_version`, and each output by name, a single
 //! element as a plain value (`"text_output": "..."`), more as an array.
 //! `generate_stream` sends the same object as a server-sent event
-//! (`data: {...}`, `text/event-stream`); an error before inference is a
-//! JSON `{"error": ...}` with its status, as for `/generate`.
+//! (`data: {...}`, `text/event-stream`), one per response of a decoupled
+//! model, as it sends them (an error after the first as
+//! `data: {"error": ...}`); an error before inference is a JSON
+//! `{"error": ...}` with its status, as for `/generate`. `/generate` on a
+//! decoupled model answers its one response, or Triton's error when it
+//! sends none or several.
 
-use bytes::Bytes;
 use hyper::body::Incoming;
 use hyper::header::{HeaderValue, CONTENT_TYPE};
 use hyper::{Request, Response};
@@ -26,11 +29,13 @@ use wirespeed_core::{Error, InferRequest, InferResponse, TensorData};
 use wirespeed_json::RequestDecoder;
 
 use crate::protocols::http::body::{decode_error, RestRequest};
+use crate::protocols::http::events;
 use crate::protocols::http::response::{self, Body};
 use crate::protocols::Front;
 use crate::serve::metrics::InferProtocol;
 use crate::serve::pipeline::{self, Codec, RequestContext, Target};
 use crate::serve::served::ServedModel;
+use crate::serve::stream::ResponseStream;
 use crate::serve::timing::{timed, Stages};
 
 /// Answers one generate request; `stream` for `generate_stream`.
@@ -78,44 +83,39 @@ impl Codec for Generate<'_> {
     }
 
     fn encode(&mut self, response: InferResponse) -> Result<Response<Body>, Error> {
-        let mut out = Vec::with_capacity(128);
-        out.push(b'{');
-        if let Some(id) = &response.id {
-            out.extend_from_slice(b"\"id\":");
-            wirespeed_json::encode_string(id, &mut out);
-            out.push(b',');
-        }
-        out.extend_from_slice(b"\"model_name\":");
-        wirespeed_json::encode_string(&response.model_name, &mut out);
-        out.extend_from_slice(b",\"model_version\":");
-        wirespeed_json::encode_string(&response.model_version, &mut out);
-        for output in &response.outputs {
-            if let Some(at) = wirespeed_json::non_utf8_element(&output.data) {
-                return Err(Error::model_failed(format!(
-                    "output '{}' element {at} is not UTF-8 text, which a JSON answer cannot \
-                     carry; ask /infer with binary outputs",
-                    output.name
-                )));
-            }
-            out.push(b',');
-            wirespeed_json::encode_string(&output.name, &mut out);
-            out.push(b':');
-            output_value(&output.data, &mut out);
-        }
-        out.push(b'}');
+        let out = object(&response)?;
         if !self.stream {
             return Ok(response::json(out));
         }
-        let mut event = Vec::with_capacity(out.len() + 8);
-        event.extend_from_slice(b"data: ");
-        event.extend_from_slice(&out);
-        event.extend_from_slice(b"\n\n");
-        let mut answer = response::json(Bytes::from(event));
+        let mut answer = response::json(events::event(&out));
         answer.headers_mut().insert(
             CONTENT_TYPE,
             HeaderValue::from_static("text/event-stream; charset=utf-8"),
         );
         Ok(answer)
+    }
+
+    /// `generate_stream` on a decoupled model: an event per response, an
+    /// error as `{"error": ...}` in its event, as Triton's.
+    async fn encode_stream(&mut self, stream: ResponseStream) -> Result<Response<Body>, Error> {
+        if !self.stream {
+            let response = stream.only().await?;
+            return self.encode(response);
+        }
+        Ok(events::answer(
+            stream,
+            Box::new(|item| {
+                let payload = item.response.and_then(|response| object(&response));
+                Some(payload.unwrap_or_else(|error| {
+                    let message = pipeline::public_message(&error, 0);
+                    let mut out = Vec::with_capacity(message.len() + 16);
+                    out.extend_from_slice(b"{\"error\":");
+                    wirespeed_json::encode_string(&message, &mut out);
+                    out.push(b'}');
+                    out
+                }))
+            }),
+        ))
     }
 
     fn stamp(answer: &mut Response<Body>, timing: &str) {
@@ -133,6 +133,37 @@ impl Codec for Generate<'_> {
     fn error(&self, error: &Error, message: &str) -> Response<Body> {
         response::error_with(error, message)
     }
+}
+
+/// A response as generate's JSON object: `id`, `model_name`,
+/// `model_version`, and each output by name.
+fn object(response: &InferResponse) -> Result<Vec<u8>, Error> {
+    let mut out = Vec::with_capacity(128);
+    out.push(b'{');
+    if let Some(id) = &response.id {
+        out.extend_from_slice(b"\"id\":");
+        wirespeed_json::encode_string(id, &mut out);
+        out.push(b',');
+    }
+    out.extend_from_slice(b"\"model_name\":");
+    wirespeed_json::encode_string(&response.model_name, &mut out);
+    out.extend_from_slice(b",\"model_version\":");
+    wirespeed_json::encode_string(&response.model_version, &mut out);
+    for output in &response.outputs {
+        if let Some(at) = wirespeed_json::non_utf8_element(&output.data) {
+            return Err(Error::model_failed(format!(
+                "output '{}' element {at} is not UTF-8 text, which a JSON answer cannot \
+                 carry; ask /infer with binary outputs",
+                output.name
+            )));
+        }
+        out.push(b',');
+        wirespeed_json::encode_string(&output.name, &mut out);
+        out.push(b':');
+        output_value(&output.data, &mut out);
+    }
+    out.push(b'}');
+    Ok(out)
 }
 
 /// An output's JSON value: one element plain, more in a flat array.

@@ -358,17 +358,37 @@ impl GrpcInferenceService for Inference {
         let mut incoming = request.into_inner();
         let (sender, receiver) = mpsc::channel(STREAM_BACKLOG);
         let front = Arc::clone(&self.front);
-        // Requests are answered one at a time, in order. A broken stream
+        // Requests are answered one at a time, in order (a decoupled
+        // model's responses to one before the next is read). A broken stream
         // (bad framing, too large a message) ends with that status.
         tokio::spawn(async move {
             while let Some(next) = incoming.next().await {
-                let reply = match next {
-                    Ok(message) => Ok(infer::stream_infer(&front, message, trace.clone()).await),
-                    Err(broken) => Err(broken),
+                let message = match next {
+                    Ok(message) => message,
+                    Err(broken) => {
+                        let _ = sender.send(Err(broken)).await;
+                        break;
+                    }
                 };
-                let end = reply.is_err();
-                if sender.send(reply).await.is_err() || end {
-                    break;
+                match infer::stream_infer(&front, message, trace.clone()).await {
+                    infer::StreamAnswer::One(reply) => {
+                        if sender.send(Ok(reply)).await.is_err() {
+                            break;
+                        }
+                    }
+                    // A decoupled model's responses, each as it comes; a
+                    // client that leaves drops them, which cancels the
+                    // model's request.
+                    infer::StreamAnswer::Many(mut responses) => loop {
+                        let reply = tokio::select! {
+                            reply = responses.next() => reply,
+                            () = sender.closed() => return,
+                        };
+                        let Some(reply) = reply else { break };
+                        if sender.send(Ok(reply)).await.is_err() {
+                            return;
+                        }
+                    },
                 }
             }
         });

@@ -13,6 +13,7 @@ use crate::protocols::Front;
 use crate::serve::metrics::InferProtocol;
 use crate::serve::pipeline::{self, Codec, RequestContext, Target};
 use crate::serve::served::ServedModel;
+use crate::serve::stream::ResponseStream;
 use crate::serve::timing::{timed_on, Stages, SERVER_TIMING};
 use pb::infer_parameter::ParameterChoice;
 use wirespeed_proto::inference as pb;
@@ -54,6 +55,83 @@ pub(super) async fn model_infer(
     pipeline::infer(&front.serving, context, target, codec).await
 }
 
+/// What one request of a `ModelStreamInfer` stream is answered: one
+/// message, or a decoupled model's responses, each a message.
+pub(super) enum StreamAnswer {
+    One(pb::ModelStreamInferResponse),
+    Many(Responses),
+}
+
+/// A decoupled model's responses to one request of a stream, as messages.
+pub(super) struct Responses {
+    stream: ResponseStream,
+    flag_final: bool,
+    /// The model flagged a response final, or the stream has ended.
+    ended: bool,
+    /// The request's id and model, for the empty final response.
+    model_name: String,
+    model_version: String,
+}
+
+impl Responses {
+    /// The next message; `None` after the last. With
+    /// `triton_enable_empty_final_response`, each response says whether it
+    /// is the last, and a stream that ended without a response flagged
+    /// final ends with an empty one that is, as Triton's do.
+    pub(super) async fn next(&mut self) -> Option<pb::ModelStreamInferResponse> {
+        if self.ended {
+            return None;
+        }
+        let Some(item) = self.stream.next().await else {
+            self.ended = true;
+            if !self.flag_final {
+                return None;
+            }
+            let mut response = pb::ModelInferResponse {
+                model_name: self.model_name.clone(),
+                model_version: self.model_version.clone(),
+                id: self.stream.id().unwrap_or_default().to_owned(),
+                ..Default::default()
+            };
+            flag(&mut response, true);
+            return Some(pb::ModelStreamInferResponse {
+                error_message: String::new(),
+                infer_response: Some(response),
+            });
+        };
+        self.ended = item.last && self.flag_final;
+        Some(match item.response {
+            Ok(response) => {
+                let mut response = convert::response(response);
+                if self.flag_final {
+                    flag(&mut response, item.last);
+                }
+                pb::ModelStreamInferResponse {
+                    error_message: String::new(),
+                    infer_response: Some(response),
+                }
+            }
+            Err(error) => pb::ModelStreamInferResponse {
+                error_message: pipeline::public_message(&error, 0),
+                infer_response: Some(pb::ModelInferResponse {
+                    id: self.stream.id().unwrap_or_default().to_owned(),
+                    ..Default::default()
+                }),
+            },
+        })
+    }
+}
+
+/// Sets Triton's `triton_final_response` on a stream's response.
+fn flag(response: &mut pb::ModelInferResponse, last: bool) {
+    response.parameters.insert(
+        FINAL_RESPONSE.to_owned(),
+        pb::InferParameter {
+            parameter_choice: Some(ParameterChoice::BoolParam(last)),
+        },
+    );
+}
+
 /// Answers one request of a `ModelStreamInfer` stream: a failed request
 /// gets its error in `error_message`, and the stream goes on, as Triton
 /// does.
@@ -61,7 +139,7 @@ pub(super) async fn stream_infer(
     front: &Front,
     mut message: pb::ModelInferRequest,
     trace: Option<TraceContext>,
-) -> pb::ModelStreamInferResponse {
+) -> StreamAnswer {
     let context = RequestContext::new(&front.serving, "grpc-stream", trace);
     let name = std::mem::take(&mut message.model_name);
     let version = std::mem::take(&mut message.model_version);
@@ -78,6 +156,8 @@ pub(super) async fn stream_infer(
         },
         id,
         flag_final,
+        model_name: name.clone(),
+        model_version: version.clone(),
     };
     pipeline::infer(&front.serving, context, target, codec).await
 }
@@ -152,13 +232,17 @@ struct GrpcStreamInfer<'a> {
     /// The request's id, echoed with an error.
     id: String,
     /// The request set `triton_enable_empty_final_response`: each response
-    /// says it is the request's last (`triton_final_response`), as
-    /// Triton's do. wirespeed's models answer once, so it always is.
+    /// says whether it is the request's last (`triton_final_response`), as
+    /// Triton's do. A model that answers once: it always is.
     flag_final: bool,
+    /// The model as the request names it, for a stream's empty final
+    /// response.
+    model_name: String,
+    model_version: String,
 }
 
 impl Codec for GrpcStreamInfer<'_> {
-    type Answer = pb::ModelStreamInferResponse;
+    type Answer = StreamAnswer;
     const PROTOCOL: InferProtocol = InferProtocol::V2Grpc;
 
     async fn decode(
@@ -172,29 +256,34 @@ impl Codec for GrpcStreamInfer<'_> {
     fn encode(&mut self, response: InferResponse) -> Result<Self::Answer, Error> {
         let mut response = convert::response(response);
         if self.flag_final {
-            response.parameters.insert(
-                FINAL_RESPONSE.to_owned(),
-                pb::InferParameter {
-                    parameter_choice: Some(ParameterChoice::BoolParam(true)),
-                },
-            );
+            flag(&mut response, true);
         }
-        Ok(pb::ModelStreamInferResponse {
+        Ok(StreamAnswer::One(pb::ModelStreamInferResponse {
             error_message: String::new(),
             infer_response: Some(response),
-        })
+        }))
+    }
+
+    async fn encode_stream(&mut self, stream: ResponseStream) -> Result<Self::Answer, Error> {
+        Ok(StreamAnswer::Many(Responses {
+            model_name: self.model_name.clone(),
+            model_version: self.model_version.clone(),
+            stream,
+            flag_final: self.flag_final,
+            ended: false,
+        }))
     }
 
     /// Stream messages carry no metadata of their own.
     fn stamp(_: &mut Self::Answer, _: &str) {}
 
     fn error(&self, _: &Error, message: &str) -> Self::Answer {
-        pb::ModelStreamInferResponse {
+        StreamAnswer::One(pb::ModelStreamInferResponse {
             error_message: message.to_owned(),
             infer_response: Some(pb::ModelInferResponse {
                 id: self.id.clone(),
                 ..Default::default()
             }),
-        }
+        })
     }
 }

@@ -111,6 +111,12 @@ pub(crate) fn model_config(name: &str, model: &ServedModel) -> pb::ModelConfig {
         }],
         default_model_filename: String::new(),
         parameters,
+        // Clients check it before they stream (perf_analyzer, the Python
+        // backend's own examples).
+        model_transaction_policy: model
+            .model
+            .decoupled()
+            .then_some(pb::ModelTransactionPolicy { decoupled: true }),
         ..Default::default()
     }
 }
@@ -345,6 +351,9 @@ pub(crate) fn to_json(config: &pb::ModelConfig) -> Value {
             })
             .collect();
         answer["ensemble_scheduling"] = json!({ "step": steps });
+    }
+    if let Some(policy) = &config.model_transaction_policy {
+        answer["model_transaction_policy"] = json!({ "decoupled": policy.decoupled });
     }
     answer
 }

@@ -1,0 +1,317 @@
+//! A decoupled model's worker, as its keeper serves it: requests go to the
+//! worker one at a time (the next once `execute` has returned), while a
+//! reader thread takes the worker's messages as they come — the
+//! responses of every request still streaming (the model's threads may
+//! send long after `execute` returned), `executed`, and BLS calls — and
+//! hands each response to its request's stream.
+//!
+//! Backpressure: the reader sends into a request's bounded stream and
+//! waits while it is full, so it stops reading the socket, the socket's
+//! buffer fills, and the model's `send` waits: a slow client slows its
+//! model, memory stays bounded. A client that leaves fails the next send:
+//! the reader tells the worker (`cancel`, which `is_cancelled()` reads),
+//! and drops the request's later responses.
+
+use std::collections::HashMap;
+use std::os::unix::net::UnixStream;
+use std::sync::mpsc::{self, RecvTimeoutError};
+use std::sync::{Arc, Mutex};
+
+use wirespeed_core::{Error, ResponseSender};
+
+use super::keeper::{Job, HEALTH_CHECK};
+use super::process::{ended, model_error, outputs_from, Launch, Process};
+use super::wire::{self, Reply};
+
+/// A request whose responses are still coming.
+struct Open {
+    sender: ResponseSender,
+    /// The outputs it asked for, in order.
+    wanted: Vec<usize>,
+    /// Its client left; the worker was told.
+    cancelled: bool,
+}
+
+/// What the reader tells the keeper.
+enum Event {
+    /// `execute` returned for request `id`, or raised.
+    Executed(u64, Result<(), Error>),
+    /// The worker is gone: why.
+    Lost(String),
+}
+
+type Streams = Arc<Mutex<HashMap<u64, Open>>>;
+
+/// Serves jobs from `queue` on `process` until the worker is lost (why)
+/// or the model is dropped (`None`).
+pub(crate) fn serve(
+    launch: &Arc<Launch>,
+    queue: &crossbeam_channel::Receiver<Job>,
+    process: &mut Process,
+) -> Option<String> {
+    let sockets = process.socket().and_then(|r| Ok((r, process.socket()?)));
+    let (reading, writing) = match sockets {
+        Ok(pair) => pair,
+        Err(e) => return Some(format!("model '{}': its socket: {e}", launch.model)),
+    };
+    let writer = Arc::new(Mutex::new(writing));
+    let streams: Streams = Arc::default();
+    let (events, heard) = mpsc::channel();
+    let reader = Reader {
+        launch: Arc::clone(launch),
+        socket: reading,
+        writer: Arc::clone(&writer),
+        streams: Arc::clone(&streams),
+        events,
+        pid: process.pid,
+    };
+    let spawned = std::thread::Builder::new()
+        .name(format!("python-{}-reader", launch.model))
+        .spawn(move || reader.run());
+    if let Err(e) = spawned {
+        return Some(format!("model '{}': a reader thread: {e}", launch.model));
+    }
+    let mut next_id = 0u64;
+    loop {
+        let job = match queue.recv_timeout(HEALTH_CHECK) {
+            Ok(job) => job,
+            Err(crossbeam_channel::RecvTimeoutError::Timeout) => {
+                if let Ok(Event::Lost(reason)) = heard.try_recv() {
+                    return Some(reason);
+                }
+                if let Some(status) = process.exited() {
+                    return Some(format!(
+                        "model '{}': its Python worker (pid {}) {} while idle; it is being restarted",
+                        launch.model,
+                        process.pid,
+                        ended(Some(status))
+                    ));
+                }
+                continue;
+            }
+            Err(crossbeam_channel::RecvTimeoutError::Disconnected) => return None,
+        };
+        let Some(sender) = job.responses else {
+            let _ = job.reply.send(Err(Error::internal(
+                "a decoupled model's request came without its stream",
+            )));
+            continue;
+        };
+        if job.reply.is_closed() || sender.is_closed() {
+            continue; // the caller left while it waited
+        }
+        next_id += 1;
+        let id = next_id;
+        streams.lock().unwrap_or_else(|e| e.into_inner()).insert(
+            id,
+            Open {
+                sender,
+                wanted: job.outputs.clone(),
+                cancelled: false,
+            },
+        );
+        let sent = process.send_request(
+            launch,
+            id,
+            &job.inputs,
+            &job.outputs,
+            job.parameters,
+            &writer,
+        );
+        let used = match sent {
+            Ok(used) => used,
+            Err(error) => {
+                streams
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .remove(&id);
+                let reason = error.message().to_owned();
+                let _ = job.reply.send(Err(error));
+                return Some(reason);
+            }
+        };
+        // Until `execute` returns for it (its responses flow meanwhile).
+        loop {
+            match heard.recv_timeout(HEALTH_CHECK) {
+                Ok(Event::Executed(done, result)) if done == id => {
+                    process.settle_inputs(used);
+                    let _ = job.reply.send(result.map(|()| Vec::new()));
+                    break;
+                }
+                Ok(Event::Executed(..)) => {}
+                Ok(Event::Lost(reason)) => {
+                    let _ = job.reply.send(Err(Error::model_failed(reason.clone())));
+                    return Some(reason);
+                }
+                Err(RecvTimeoutError::Timeout) => {}
+                Err(RecvTimeoutError::Disconnected) => {
+                    return Some(format!("model '{}': its reader thread ended", launch.model))
+                }
+            }
+        }
+    }
+}
+
+/// The thread that reads a decoupled worker's messages.
+struct Reader {
+    launch: Arc<Launch>,
+    socket: UnixStream,
+    writer: Arc<Mutex<UnixStream>>,
+    streams: Streams,
+    events: mpsc::Sender<Event>,
+    pid: u32,
+}
+
+impl Reader {
+    fn run(mut self) {
+        let reason = loop {
+            if let Err(reason) = self.next() {
+                break reason;
+            }
+        };
+        // Every open stream ends with the worker's error, when it has
+        // room for it; the stream ends either way.
+        let error = Error::model_failed(reason.clone());
+        for (_, open) in self
+            .streams
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .drain()
+        {
+            let _ = open.sender.try_send(Err(error.clone()), true);
+        }
+        let _ = self.events.send(Event::Lost(reason));
+    }
+
+    /// Reads and handles one message; why the worker is lost when it is.
+    fn next(&mut self) -> Result<(), String> {
+        let model = &self.launch.model;
+        let lost = |what: String| {
+            format!(
+                "model '{model}': its Python worker (pid {}) {what}; it is being restarted",
+                self.pid
+            )
+        };
+        let reply = match wire::receive(&mut self.socket) {
+            Ok(reply) => reply,
+            Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => {
+                return Err(lost("died".into()))
+            }
+            Err(e) => return Err(lost(format!("sent a bad message ({e})"))),
+        };
+        match reply {
+            Reply::Response {
+                id,
+                last,
+                outputs,
+                raw,
+                error,
+                kind,
+                empty,
+                metrics,
+            } => {
+                super::metrics::apply(model, metrics);
+                let bytes = if raw > 0 {
+                    wire::receive_raw(&mut self.socket, raw)
+                        .map_err(|e| lost(format!("sent a bad response ({e})")))?
+                } else {
+                    Vec::new()
+                };
+                self.respond(id, last, empty, error.map(|e| (kind, e)), &outputs, &bytes);
+            }
+            Reply::Executed { id, metrics } => {
+                super::metrics::apply(model, metrics);
+                let _ = self.events.send(Event::Executed(id, Ok(())));
+            }
+            Reply::Error {
+                kind,
+                error,
+                metrics,
+                id: Some(id),
+            } => {
+                // `execute` raised: the request's error, and its stream ends.
+                super::metrics::apply(model, metrics);
+                self.streams
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .remove(&id);
+                let error = model_error(model, &kind, error);
+                let _ = self.events.send(Event::Executed(id, Err(error)));
+            }
+            Reply::Bls {
+                model: callee,
+                version,
+                inputs,
+                outputs,
+                parameters,
+            } => {
+                let answer = super::bls::call(
+                    &self.launch,
+                    &callee,
+                    version.as_deref(),
+                    inputs,
+                    outputs,
+                    parameters,
+                    None,
+                );
+                let mut socket = self.writer.lock().unwrap_or_else(|e| e.into_inner());
+                wire::send(&mut socket, &answer)
+                    .map_err(|e| lost(format!("did not take a BLS answer ({e})")))?;
+            }
+            other => return Err(lost(format!("sent {other:?}"))),
+        }
+        Ok(())
+    }
+
+    /// Hands one response to its request's stream.
+    fn respond(
+        &mut self,
+        id: u64,
+        last: bool,
+        empty: bool,
+        error: Option<(Option<String>, String)>,
+        placed: &[wire::Placed],
+        bytes: &[u8],
+    ) {
+        let model = &self.launch.model;
+        let (sender, result) = {
+            let mut streams = self.streams.lock().unwrap_or_else(|e| e.into_inner());
+            let Some(open) = streams.get(&id) else {
+                return; // a stream already ended
+            };
+            if open.cancelled || empty {
+                if last {
+                    streams.remove(&id);
+                }
+                return;
+            }
+            let result = match error {
+                Some((kind, error)) => {
+                    Err(model_error(model, kind.as_deref().unwrap_or(""), error))
+                }
+                None => outputs_from(&self.launch, &open.wanted, placed, bytes),
+            };
+            let sender = if last {
+                streams.remove(&id).map(|open| open.sender)
+            } else {
+                Some(open.sender.clone())
+            };
+            (sender, result)
+        };
+        let Some(sender) = sender else { return };
+        // Waits while the client reads slower than the model sends.
+        if sender.send_blocking(result, last).is_err() && !last {
+            if let Some(open) = self
+                .streams
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .get_mut(&id)
+            {
+                open.cancelled = true;
+            }
+            tracing::debug!(model = %model, request = id, "the client left a stream; the model is told");
+            let mut socket = self.writer.lock().unwrap_or_else(|e| e.into_inner());
+            let _ = wire::send(&mut socket, &serde_json::json!({"op": "cancel", "id": id}));
+        }
+    }
+}

@@ -1,0 +1,101 @@
+//! Server-sent events: a decoupled model's stream of responses as a
+//! `text/event-stream` body, each response one `data: ...\n\n` event made
+//! when the model sends it (Triton's `generate_stream`; OpenAI's streams
+//! later).
+//!
+//! The body pulls the stream only when hyper asks for the next frame, so
+//! a slow reader slows the model (the stream's buffer is bounded), and a
+//! client that leaves drops the body, the stream with it, and so cancels
+//! the model's request.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use bytes::Bytes;
+use hyper::body::Frame;
+use hyper::header::{HeaderValue, CACHE_CONTROL, CONTENT_TYPE};
+use hyper::Response;
+use wirespeed_http::BoxError;
+
+use super::response::Body;
+use crate::serve::stream::{Item, ResponseStream};
+
+/// What an event's payload is made from one response: its bytes
+/// (without `data: ` and the blank line), or `None` to send nothing.
+pub(crate) type Encode = Box<dyn FnMut(Item) -> Option<Vec<u8>> + Send>;
+
+type Next = Pin<Box<dyn Future<Output = Option<(Item, ResponseStream)>> + Send>>;
+
+fn pull(mut stream: ResponseStream) -> Next {
+    Box::pin(async move {
+        let item = stream.next().await?;
+        Some((item, stream))
+    })
+}
+
+/// A 200 `text/event-stream` answer: one event per response of
+/// `stream`, as `encode` writes it.
+pub(crate) fn answer(stream: ResponseStream, encode: Encode) -> Response<Body> {
+    let body = Events {
+        next: Some(pull(stream)),
+        encode,
+    };
+    let mut response = Response::new(Body::stream(body));
+    let headers = response.headers_mut();
+    headers.insert(
+        CONTENT_TYPE,
+        HeaderValue::from_static("text/event-stream; charset=utf-8"),
+    );
+    headers.insert(CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    response
+}
+
+/// One event's bytes: `data: <payload>\n\n`.
+pub(crate) fn event(payload: &[u8]) -> Bytes {
+    let mut event = Vec::with_capacity(payload.len() + 8);
+    event.extend_from_slice(b"data: ");
+    event.extend_from_slice(payload);
+    event.extend_from_slice(b"\n\n");
+    Bytes::from(event)
+}
+
+struct Events {
+    /// `None` once the stream has ended.
+    next: Option<Next>,
+    encode: Encode,
+}
+
+impl hyper::body::Body for Events {
+    type Data = Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        let this = self.get_mut();
+        loop {
+            let Some(next) = this.next.as_mut() else {
+                return Poll::Ready(None);
+            };
+            match next.as_mut().poll(cx) {
+                Poll::Pending => return Poll::Pending,
+                Poll::Ready(None) => {
+                    this.next = None;
+                    return Poll::Ready(None);
+                }
+                Poll::Ready(Some((item, stream))) => {
+                    this.next = Some(pull(stream));
+                    if let Some(payload) = (this.encode)(item) {
+                        return Poll::Ready(Some(Ok(Frame::data(event(&payload)))));
+                    }
+                }
+            }
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.next.is_none()
+    }
+}

@@ -1,0 +1,150 @@
+//! A request answered with a stream of responses: a decoupled model's
+//! (`Model::decoupled`), as the pipeline hands it to a codec that streams
+//! (gRPC `ModelStreamInfer`, `generate_stream`) or to one that answers once
+//! (`ResponseStream::only`).
+//!
+//! The model's run (its scheduler's turn, then its compute until it has
+//! taken the request) and its responses overlap: a model may send many
+//! responses before its `execute` returns, and the stream's buffer is
+//! bounded, so the stream drives the run while it yields responses. The
+//! run's own failure (a full queue, an exception in `execute`) is the
+//! request's error when it comes before any response (the pipeline waits
+//! for that, `first`), and the stream's last item after.
+//!
+//! Dropping the stream (a client gone) drops the run, which cancels the
+//! model's call, and the receiver, which fails the model's next send: the
+//! model sees its request cancelled.
+
+use std::future::Future;
+use std::pin::Pin;
+
+use wirespeed_core::{Error, InferResponse, ResponseReceiver, Streamed};
+
+/// The model's run, owned: it ends once the model has taken the request.
+pub(crate) type Run = Pin<Box<dyn Future<Output = Result<(), Error>> + Send>>;
+
+/// One response of a stream, ready to encode; `last` when the model
+/// flagged it final.
+pub(crate) struct Item {
+    pub(crate) response: Result<InferResponse, Error>,
+    pub(crate) last: bool,
+}
+
+/// A request's stream of responses.
+pub(crate) struct ResponseStream {
+    receiver: ResponseReceiver,
+    /// Until it ends.
+    run: Option<Run>,
+    /// A response that came while the pipeline waited for the first event.
+    pending: Option<Streamed>,
+    model_name: String,
+    model_version: String,
+    id: Option<String>,
+}
+
+impl ResponseStream {
+    /// Waits for the first event of a stream: the run's failure is
+    /// returned as the request's error; a response, or the run's success,
+    /// makes the stream.
+    pub(crate) async fn first(
+        mut receiver: ResponseReceiver,
+        mut run: Run,
+        model_name: String,
+        model_version: String,
+        id: Option<String>,
+    ) -> Result<ResponseStream, Error> {
+        let (run, pending) = tokio::select! {
+            biased;
+            ended = &mut run => {
+                ended?;
+                (None, None)
+            }
+            streamed = receiver.next() => (Some(run), streamed),
+        };
+        Ok(ResponseStream {
+            receiver,
+            run,
+            pending,
+            model_name,
+            model_version,
+            id,
+        })
+    }
+
+    /// The next response; `None` when the stream has ended.
+    pub(crate) async fn next(&mut self) -> Option<Item> {
+        if let Some(streamed) = self.pending.take() {
+            return Some(self.item(streamed));
+        }
+        loop {
+            let Some(run) = self.run.as_mut() else {
+                let streamed = self.receiver.next().await?;
+                return Some(self.item(streamed));
+            };
+            tokio::select! {
+                biased;
+                streamed = self.receiver.next() => {
+                    return streamed.map(|s| self.item(s));
+                }
+                ended = run => {
+                    self.run = None;
+                    if let Err(error) = ended {
+                        return Some(Item { response: Err(error), last: true });
+                    }
+                }
+            }
+        }
+    }
+
+    fn item(&self, streamed: Streamed) -> Item {
+        Item {
+            response: streamed.result.map(|outputs| self.response(outputs)),
+            last: streamed.last,
+        }
+    }
+
+    fn response(&self, outputs: Vec<wirespeed_core::Tensor>) -> InferResponse {
+        InferResponse {
+            model_name: self.model_name.clone(),
+            model_version: self.model_version.clone(),
+            id: self.id.clone(),
+            parameters: Vec::new(),
+            outputs,
+            shared_outputs: Vec::new(),
+        }
+    }
+
+    /// The request's id, as its responses echo it.
+    pub(crate) fn id(&self) -> Option<&str> {
+        self.id.as_deref()
+    }
+
+    /// The stream's one response, for an endpoint that answers once: an
+    /// error when the model sent none or several (Triton's rule for
+    /// `generate`). Waits for the stream's end.
+    pub(crate) async fn only(mut self) -> Result<InferResponse, Error> {
+        let mut first = None;
+        let mut count = 0usize;
+        while let Some(item) = self.next().await {
+            count += 1;
+            if count > 1 {
+                break;
+            }
+            first = Some(item.response);
+        }
+        let name = &self.model_name;
+        match (first, count) {
+            (Some(response), 1) => response,
+            (_, 0) => Err(Error::model_failed(format!(
+                "model '{name}' is decoupled and sent no response to this request; an endpoint \
+                 that answers once expects exactly 1: ask it through gRPC ModelStreamInfer or \
+                 generate_stream"
+            ))),
+            _ => Err(Error::model_failed(format!(
+                "model '{name}' is decoupled and sent more than one response to this request; \
+                 an endpoint that answers once expects exactly 1: ask it through gRPC \
+                 ModelStreamInfer or generate_stream"
+            ))),
+        }
+    }
+}
