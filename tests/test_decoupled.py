@@ -178,6 +178,62 @@ class TritonPythonModel:
         return None
 '''
 
+# python_backend's examples/bls_decoupled: sum the OUT of every response of
+# square_int32's stream (`exec(decoupled=True)`); the async one gathers
+# two such calls (`async_exec(decoupled=True)`).
+BLS_CONFIG = """
+name: "NAME"
+backend: "python"
+input [ { name: "IN" data_type: TYPE_INT32 dims: [ 1 ] } ]
+output [ { name: "SUM" data_type: TYPE_INT32 dims: [ 1 ] } ]
+instance_group [{ kind: KIND_CPU }]
+"""
+
+BLS_SYNC = '''
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        count = pb_utils.get_input_tensor_by_name(requests[0], "IN")
+        request = pb_utils.InferenceRequest(
+            model_name="square_int32", inputs=[count], requested_output_names=["OUT"])
+        total = np.array([0])
+        for response in request.exec(decoupled=True):
+            if response.has_error():
+                raise pb_utils.TritonModelException(response.error().message())
+            if len(response.output_tensors()) > 0:
+                total += pb_utils.get_output_tensor_by_name(response, "OUT").as_numpy()
+        return [pb_utils.InferenceResponse(output_tensors=[pb_utils.Tensor("SUM", total)])]
+'''
+
+BLS_ASYNC = '''
+import asyncio
+
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    async def execute(self, requests):
+        count = pb_utils.get_input_tensor_by_name(requests[0], "IN")
+        calls = [
+            pb_utils.InferenceRequest(
+                model_name="square_int32", inputs=[count], requested_output_names=["OUT"]
+            ).async_exec(decoupled=True)
+            for _ in range(2)
+        ]
+        total = np.array([0])
+        for responses in await asyncio.gather(*calls):
+            for response in responses:
+                if response.has_error():
+                    raise pb_utils.TritonModelException(response.error().message())
+                if len(response.output_tensors()) > 0:
+                    total += pb_utils.get_output_tensor_by_name(response, "OUT").as_numpy()
+        return [pb_utils.InferenceResponse(output_tensors=[pb_utils.Tensor("SUM", total)])]
+'''
+
 # Our own API: a `predict` that yields streams its answers.
 TOKENS_CONFIG = """
 backend = "python"
@@ -214,6 +270,8 @@ def server(tmp_path_factory):
         ("square_int32", SQUARE_CONFIG, SQUARE),
         ("repeat_int32", REPEAT_CONFIG, REPEAT),
         ("counter", COUNTER_CONFIG, COUNTER),
+        ("bls_decoupled_sync", BLS_CONFIG.replace("NAME", "bls_decoupled_sync"), BLS_SYNC),
+        ("bls_decoupled_async", BLS_CONFIG.replace("NAME", "bls_decoupled_async"), BLS_ASYNC),
     ]:
         (root / name / "1").mkdir(parents=True)
         (root / name / "config.pbtxt").write_text(config)
@@ -434,3 +492,16 @@ def test_a_worker_that_dies_mid_stream_ends_it_with_an_error(server):
     url = f"http://{server.address}/v2/models/counter/generate_stream"
     with requests.post(url, json={"START": 1, "COUNT": 2}, stream=True, timeout=30) as answer:
         assert [e["VALUE"] for e in events(answer.iter_lines(decode_unicode=True))] == [1, 2]
+
+
+def test_bls_decoupled_sums_the_callee_stream_as_its_clients_check(server):
+    with httpclient.InferenceServerClient(server.address) as client:
+        for in_value in [4, 2, 0, 1]:
+            data = np.array([in_value], dtype=np.int32)
+            inputs = [httpclient.InferInput("IN", data.shape, "INT32")]
+            inputs[0].set_data_from_numpy(data)
+            outputs = [httpclient.InferRequestedOutput("SUM")]
+            sync = client.infer("bls_decoupled_sync", inputs, request_id="1", outputs=outputs)
+            assert np.allclose(data * data, sync.as_numpy("SUM"))
+            both = client.infer("bls_decoupled_async", inputs, request_id="1", outputs=outputs)
+            assert np.allclose(2 * data * data, both.as_numpy("SUM"))

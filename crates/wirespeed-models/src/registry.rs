@@ -44,6 +44,25 @@ pub trait ModelCaller: Send + Sync {
         parameters: Parameters,
         deadline: Option<Instant>,
     ) -> Result<Vec<Tensor>, Error>;
+
+    /// Runs `model` as [`call`](ModelCaller::call) does, and gives each of
+    /// its responses: a decoupled model's stream (Triton's
+    /// `exec(decoupled=True)`), or a model's one answer. An error before
+    /// any response is the call's.
+    #[allow(clippy::too_many_arguments)]
+    fn call_stream(
+        &self,
+        model: &str,
+        version: Option<&str>,
+        inputs: Vec<Tensor>,
+        outputs: Vec<String>,
+        parameters: Parameters,
+        deadline: Option<Instant>,
+        each: &mut dyn FnMut(Result<Vec<Tensor>, Error>),
+    ) -> Result<(), Error> {
+        each(self.call(model, version, inputs, outputs, parameters, deadline));
+        Ok(())
+    }
 }
 
 /// Where the server's [`ModelCaller`] is found once it serves; shared by a

@@ -17,7 +17,9 @@ use super::wire::BlsAnswer;
 /// The largest tensor element a BLS input may hold (a BYTES element).
 const MAX_ELEMENT: usize = 1 << 30;
 
-/// Runs one BLS call of the model `launch` runs.
+/// Runs one BLS call of the model `launch` runs; with `decoupled`, every
+/// response of the callee's stream (`exec(decoupled=True)`).
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn call(
     launch: &Launch,
     model: &str,
@@ -26,7 +28,9 @@ pub(crate) fn call(
     outputs: Vec<String>,
     parameters: serde_json::Map<String, serde_json::Value>,
     deadline: Option<std::time::Instant>,
+    decoupled: bool,
 ) -> BlsAnswer {
+    let mut responses = Vec::new();
     let result = (|| {
         let caller = launch.caller.get().ok_or_else(|| {
             Error::new(
@@ -53,8 +57,29 @@ pub(crate) fn call(
                 Some((k, value))
             })
             .collect();
+        if decoupled {
+            caller.call_stream(
+                model,
+                version,
+                tensors,
+                outputs,
+                parameters,
+                deadline,
+                &mut |response| responses.push(answer(launch, model, response)),
+            )?;
+            return Ok(Vec::new());
+        }
         caller.call(model, version, tensors, outputs, parameters, deadline)
     })();
+    let mut answer = answer(launch, model, result);
+    if decoupled && answer.error.is_none() {
+        answer.responses = Some(responses);
+    }
+    answer
+}
+
+/// One answer of a call: its outputs, or its error.
+fn answer(launch: &Launch, model: &str, result: Result<Vec<Tensor>, Error>) -> BlsAnswer {
     match result {
         Ok(tensors) => BlsAnswer {
             op: "bls_result",
@@ -69,6 +94,7 @@ pub(crate) fn call(
                 .collect(),
             error: None,
             code: 0,
+            responses: None,
         },
         Err(e) => {
             tracing::debug!(model = %launch.model, callee = model, error = %e.message(), "a BLS call failed");
@@ -77,6 +103,7 @@ pub(crate) fn call(
                 outputs: Vec::new(),
                 error: Some(e.public_message().to_owned()),
                 code: triton_code(e.kind()),
+                responses: None,
             }
         }
     }

@@ -244,6 +244,7 @@ impl Reader {
                 inputs,
                 outputs,
                 parameters,
+                decoupled,
             } => {
                 let answer = super::bls::call(
                     &self.launch,
@@ -253,6 +254,7 @@ impl Reader {
                     outputs,
                     parameters,
                     None,
+                    decoupled,
                 );
                 let mut socket = self.writer.lock().unwrap_or_else(|e| e.into_inner());
                 wire::send(&mut socket, &answer)

@@ -316,6 +316,7 @@ impl Process {
                 inputs,
                 outputs,
                 parameters,
+                decoupled,
             } = reply
             else {
                 break reply;
@@ -328,6 +329,7 @@ impl Process {
                 outputs,
                 parameters,
                 deadline,
+                decoupled,
             );
             if wire::send(&mut self.socket, &answer).is_err() {
                 self.kill();

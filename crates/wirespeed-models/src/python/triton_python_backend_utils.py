@@ -4,8 +4,7 @@ The parts of Triton's Python backend module that a model's `initialize`,
 `execute` and `finalize` use, with Triton's names and behaviour, so that a
 `model.py` written for Triton runs unchanged. Tensors are numpy arrays;
 inputs view the server's shared memory and are read-only (copy one to
-change it). Not provided, with a clear error when called: DLPack, and
-decoupled BLS (`exec(decoupled=True)`).
+change it). Not provided, with a clear error when called: DLPack.
 """
 
 import base64
@@ -319,10 +318,6 @@ class InferenceRequest:
         """Calls model `model_name` with this request (BLS): through the
         server, as any request to it, before this request's deadline. Its
         failure is the response's error, as in Triton."""
-        if decoupled:
-            raise TritonModelException(
-                "decoupled BLS (exec(decoupled=True)) is not supported by wirespeed's Python worker yet"
-            )
         if _bls_call is None:
             raise TritonModelException("BLS (calling model '%s') needs the server" % self._model_name)
         inputs = []
@@ -347,17 +342,32 @@ class InferenceRequest:
             "inputs": inputs,
             "outputs": self._requested,
             "parameters": self._parameters,
+            "decoupled": bool(decoupled),
         })
+        if not decoupled:
+            return _bls_response(reply)
+        # Every response of the callee's stream, then the empty one that
+        # carries the final flag, as Triton's iterator gives them.
         if reply.get("error") is not None:
-            return InferenceResponse(error=TritonError(reply["error"], reply.get("code", TritonError.INTERNAL)))
-        return InferenceResponse(output_tensors=[
-            Tensor(name, _from_raw(base64.b64decode(data), datatype, shape))
-            for name, datatype, shape, data in reply["outputs"]
-        ])
+            responses = [_bls_response(reply)]
+        else:
+            responses = [_bls_response(r) for r in reply.get("responses") or []]
+        responses.append(InferenceResponse())
+        return iter(responses)
 
     async def async_exec(self, decoupled=False):
         """`exec`, awaitable (the call itself is made at once)."""
         return self.exec(decoupled)
+
+
+def _bls_response(reply):
+    """One answer of a BLS call as an InferenceResponse."""
+    if reply.get("error") is not None:
+        return InferenceResponse(error=TritonError(reply["error"], reply.get("code", TritonError.INTERNAL)))
+    return InferenceResponse(output_tensors=[
+        Tensor(name, _from_raw(base64.b64decode(data), datatype, shape))
+        for name, datatype, shape, data in reply["outputs"]
+    ])
 
 
 class InferenceResponseSender:

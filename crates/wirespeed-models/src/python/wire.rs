@@ -88,6 +88,9 @@ pub(crate) enum Reply {
         outputs: Vec<String>,
         #[serde(default)]
         parameters: serde_json::Map<String, serde_json::Value>,
+        /// `exec(decoupled=True)`: every response of the callee's stream.
+        #[serde(default)]
+        decoupled: bool,
     },
     /// A request failed in the model's code: `kind` is `model`, `invalid`
     /// (Triton's INVALID_ARG) or `interrupted` (past its deadline).
@@ -140,6 +143,10 @@ pub(crate) struct BlsAnswer {
     pub(crate) error: Option<String>,
     /// The error's Triton code (`pb_utils.TritonError`'s).
     pub(crate) code: i32,
+    /// A decoupled call's responses, in order (each with its outputs or
+    /// its error); `outputs` and `error` then say nothing.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) responses: Option<Vec<BlsAnswer>>,
 }
 
 /// Writes one message.

@@ -35,7 +35,104 @@ impl Calls {
     }
 }
 
+/// The callee a call names, ready to answer.
+fn callee(
+    models: &Weak<ServedModels>,
+    model: &str,
+    version: Option<&str>,
+) -> Result<(Arc<ServedModels>, Arc<crate::serve::served::ServedModel>), Error> {
+    let models = models
+        .upgrade()
+        .ok_or_else(|| Error::new(ErrorKind::Unavailable, "the server is stopping"))?;
+    let served = models.target(&Target::new(model, version))?;
+    if let Err(reason) = served.model.ready() {
+        return Err(Error::new(
+            ErrorKind::Unavailable,
+            format!("model '{model}' is not ready: {reason}"),
+        ));
+    }
+    Ok((models, served))
+}
+
+fn requested(outputs: Vec<String>) -> Vec<RequestedOutput> {
+    outputs
+        .into_iter()
+        .map(|name| RequestedOutput {
+            name,
+            parameters: Vec::new(),
+        })
+        .collect()
+}
+
+fn context(parameters: Parameters, deadline: Option<Instant>) -> CallContext {
+    CallContext {
+        parameters,
+        deadline,
+        ..CallContext::now()
+    }
+}
+
+fn past_deadline(model: &str) -> Error {
+    Error::new(
+        ErrorKind::GatewayTimeout,
+        format!("calling model '{model}': the request's deadline passed"),
+    )
+}
+
 impl ModelCaller for Calls {
+    fn call_stream(
+        &self,
+        model: &str,
+        version: Option<&str>,
+        inputs: Vec<Tensor>,
+        outputs: Vec<String>,
+        parameters: Parameters,
+        deadline: Option<Instant>,
+        each: &mut dyn FnMut(Result<Vec<Tensor>, Error>),
+    ) -> Result<(), Error> {
+        let (_, served) = callee(&self.models, model, version)?;
+        if !served.model.decoupled() {
+            each(self.call(model, version, inputs, outputs, parameters, deadline));
+            return Ok(());
+        }
+        let requested = requested(outputs);
+        let (sender, mut receiver) = wirespeed_core::response_channel();
+        let mut call = context(parameters, deadline);
+        call.responses = Some(sender);
+        // The callee's run and its responses overlap, as for a client's
+        // stream (`stream.rs`); each response is handed on as it comes.
+        let run = ensemble::step_through(&served, inputs, &requested, call);
+        let _entered = self.runtime.enter();
+        let streamed = async {
+            tokio::pin!(run);
+            let mut running = true;
+            loop {
+                tokio::select! {
+                    ran = &mut run, if running => {
+                        running = false;
+                        ran?;
+                    }
+                    item = receiver.next() => match item {
+                        Some(streamed) => each(streamed.result),
+                        None => break,
+                    },
+                }
+            }
+            if running {
+                run.await?;
+            }
+            Ok(())
+        };
+        self.runtime.block_on(async move {
+            match deadline {
+                Some(at) => tokio::time::timeout_at(at.into(), streamed)
+                    .await
+                    .unwrap_or_else(|_| Err(past_deadline(model))),
+                None => streamed.await,
+            }
+        })
+    }
+
     fn call(
         &self,
         model: &str,
@@ -45,33 +142,9 @@ impl ModelCaller for Calls {
         parameters: Parameters,
         deadline: Option<Instant>,
     ) -> Result<Vec<Tensor>, Error> {
-        let models = self
-            .models
-            .upgrade()
-            .ok_or_else(|| Error::new(ErrorKind::Unavailable, "the server is stopping"))?;
-        let served = models.target(&Target::new(model, version))?;
-        if let Err(reason) = served.model.ready() {
-            return Err(Error::new(
-                ErrorKind::Unavailable,
-                format!("model '{model}' is not ready: {reason}"),
-            ));
-        }
-        let requested: Vec<RequestedOutput> = outputs
-            .into_iter()
-            .map(|name| RequestedOutput {
-                name,
-                parameters: Vec::new(),
-            })
-            .collect();
-        let call = CallContext {
-            started: Instant::now(),
-            parameters,
-            deadline,
-            priority: 0,
-            timeout: None,
-            trace: None,
-            responses: None,
-        };
+        let (models, served) = callee(&self.models, model, version)?;
+        let requested = requested(outputs);
+        let call = context(parameters, deadline);
         let run = async move {
             if served.model.composition().is_some() {
                 ensemble::run(&models, &served, inputs, &requested, call, 0).await
@@ -88,12 +161,7 @@ impl ModelCaller for Calls {
             match deadline {
                 Some(deadline) => tokio::time::timeout_at(deadline.into(), run)
                     .await
-                    .unwrap_or_else(|_| {
-                        Err(Error::new(
-                            ErrorKind::GatewayTimeout,
-                            format!("calling model '{model}': the request's deadline passed"),
-                        ))
-                    }),
+                    .unwrap_or_else(|_| Err(past_deadline(model))),
                 None => run.await,
             }
         };
