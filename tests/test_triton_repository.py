@@ -585,7 +585,14 @@ def example_repository(root):
     (INT32 sums and differences), `simple_int8` (the same in INT8),
     `simple_string` (strings cast to INT32, added and subtracted, cast
     back), `simple_identity` (a Python model echoing strings), and
-    `simple_sequence`, which needs sequence batching."""
+    `simple_sequence` (sequence batching; `test_sequences.py` runs its
+    clients)."""
+    from test_sequences import SIMPLE_SEQUENCE, simple_sequence_onnx
+
+    (root / "simple_sequence" / "1").mkdir(parents=True)
+    (root / "simple_sequence" / "config.pbtxt").write_text(SIMPLE_SEQUENCE)
+    onnx.save(simple_sequence_onnx(False), root / "simple_sequence" / "1" / "model.onnx")
+
     def graph(name, elem, cast=False):
         io = lambda n: helper.make_tensor_value_info(n, elem, [None, 16])  # noqa: E731
         nodes = []
@@ -624,26 +631,15 @@ def example_repository(root):
 
 
 def test_tritons_example_repository_checks_and_serves(tmp_path):
-    """`wirespeed serve --check` on the example repository: its ONNX and
-    Python models load; `simple_sequence` is refused, naming sequence
-    batching. Then simple_string_client.py's calls: strings of numbers in,
-    their sums and differences as strings out."""
+    """`wirespeed serve --check` on the example repository: its ONNX,
+    Python and sequence models load. Then simple_string_client.py's calls:
+    strings of numbers in, their sums and differences as strings out."""
     root = tmp_path / "model_repository"
     example_repository(root)
     checked = run_wirespeed("serve", "--check", "--models", root)
     assert checked.returncode == 0, checked.stderr
-    for name in ("simple", "simple_int8", "simple_string", "simple_identity"):
+    for name in ("simple", "simple_int8", "simple_string", "simple_identity", "simple_sequence"):
         assert f"ok  {name} " in checked.stdout, checked.stdout
-    sequence = tmp_path / "sequence" / "simple_sequence"
-    (sequence / "1").mkdir(parents=True)
-    (sequence / "config.pbtxt").write_text(
-        'name: "simple_sequence"\nplatform: "onnxruntime_onnx"\nmax_batch_size: 8\n'
-        'sequence_batching { control_input [ { name: "START" control [ { kind: CONTROL_SEQUENCE_START '
-        'int32_false_true: [ 0, 1 ] } ] } ] }\n'
-        'input [ { name: "INPUT" data_type: TYPE_INT32 dims: [ 1 ] } ]\n'
-        'output [ { name: "OUTPUT" data_type: TYPE_INT32 dims: [ 1 ] } ]\n')
-    refused = run_wirespeed("serve", "--check", "--models", tmp_path / "sequence")
-    assert refused.returncode != 0 and "sequence_batching" in refused.stderr, refused.stderr
 
     server = RunningServer(root)
     try:

@@ -75,6 +75,9 @@ pub struct ModelConfig {
     /// `[queue]`: priorities and queue timeouts.
     #[serde(default)]
     pub queue: Option<crate::scheduling::QueueKeys>,
+    /// `[sequence]`: sequence batching of a stateful model (`sequence.rs`).
+    #[serde(default)]
+    pub sequence: Option<crate::sequence::SequenceKeys>,
     /// The backend's own top-level keys (`model_file`, ...).
     #[serde(flatten)]
     pub backend_keys: toml::Table,

@@ -36,6 +36,7 @@ mod registry;
 mod repository;
 mod reshape;
 mod scheduling;
+mod sequence;
 mod trees;
 #[cfg(feature = "upstream")]
 mod upstream;
@@ -59,6 +60,7 @@ pub use scheduling::{
     Adaptive, Batching, BatchingKeys, DefaultOutput, LevelPolicy, PolicyKeys, QueueKeys,
     QueuePolicy, Scheduling, Slo, SloKeys, TimeoutAction,
 };
+pub use sequence::{Control, ControlKind, Sequencing, State, Strategy};
 pub use trees::TreeModel;
 #[cfg(feature = "upstream")]
 pub use upstream::UpstreamModel;

@@ -206,6 +206,159 @@ fn warmup_value(samples: &[pb::ModelWarmup]) -> Result<toml::Value, String> {
     Ok(toml::Value::Array(tables))
 }
 
+/// `sequence_batching` as `config.toml`'s `[sequence]` (`sequence.rs`).
+fn sequence_value(sequence: &pb::ModelSequenceBatching) -> Result<toml::Table, String> {
+    use pb::model_sequence_batching::control::Kind;
+    use pb::model_sequence_batching::StrategyChoice;
+    let mut table = toml::Table::new();
+    let (strategy, delay, preferred) = match &sequence.strategy_choice {
+        None => ("direct", 0, Vec::new()),
+        Some(StrategyChoice::Direct(direct)) => {
+            ("direct", direct.max_queue_delay_microseconds, Vec::new())
+        }
+        Some(StrategyChoice::Oldest(oldest)) => {
+            if oldest.max_candidate_sequences > 0 {
+                table.insert(
+                    "max_sequences".into(),
+                    i64::from(oldest.max_candidate_sequences).into(),
+                );
+            }
+            (
+                "oldest",
+                oldest.max_queue_delay_microseconds,
+                oldest.preferred_batch_size.clone(),
+            )
+        }
+    };
+    table.insert("strategy".into(), strategy.into());
+    if sequence.max_sequence_idle_microseconds > 0 {
+        let idle = i64::try_from(sequence.max_sequence_idle_microseconds).unwrap_or(i64::MAX);
+        table.insert("max_sequence_idle_us".into(), idle.into());
+    }
+    table.insert(
+        "max_queue_delay_us".into(),
+        i64::try_from(delay).unwrap_or(i64::MAX).into(),
+    );
+    if !preferred.is_empty() {
+        table.insert(
+            "preferred_batch_sizes".into(),
+            toml::Value::Array(preferred.iter().map(|&n| i64::from(n).into()).collect()),
+        );
+    }
+    let mut controls = Vec::new();
+    for input in &sequence.control_input {
+        let [control] = input.control.as_slice() else {
+            return Err(format!(
+                "control_input '{}' has {} controls; give it one",
+                input.name,
+                input.control.len()
+            ));
+        };
+        let mut entry = toml::Table::new();
+        entry.insert("name".into(), input.name.clone().into());
+        let kind = match Kind::try_from(control.kind) {
+            Ok(Kind::ControlSequenceStart) => "start",
+            Ok(Kind::ControlSequenceEnd) => "end",
+            Ok(Kind::ControlSequenceReady) => "ready",
+            Ok(Kind::ControlSequenceCorrid) => "corrid",
+            Err(_) => return Err(format!("control_input '{}': unknown kind", input.name)),
+        };
+        entry.insert("kind".into(), kind.into());
+        let pair = |values: Vec<f64>, datatype: &str| -> Result<(String, Vec<f64>), String> {
+            if values.len() != 2 {
+                return Err(format!(
+                    "control_input '{}': give [false, true], two values",
+                    input.name
+                ));
+            }
+            Ok((datatype.to_owned(), values))
+        };
+        let (datatype, values) = if kind == "corrid" {
+            (datatype(control.data_type, &input.name)?, Vec::new())
+        } else if !control.int32_false_true.is_empty() {
+            pair(
+                control
+                    .int32_false_true
+                    .iter()
+                    .map(|&v| f64::from(v))
+                    .collect(),
+                "INT32",
+            )?
+        } else if !control.fp32_false_true.is_empty() {
+            pair(
+                control
+                    .fp32_false_true
+                    .iter()
+                    .map(|&v| f64::from(v))
+                    .collect(),
+                "FP32",
+            )?
+        } else if !control.bool_false_true.is_empty() {
+            pair(
+                control
+                    .bool_false_true
+                    .iter()
+                    .map(|&v| f64::from(u8::from(v)))
+                    .collect(),
+                "BOOL",
+            )?
+        } else {
+            return Err(format!(
+                "control_input '{}' gives no int32_false_true, fp32_false_true or bool_false_true",
+                input.name
+            ));
+        };
+        entry.insert("datatype".into(), datatype.into());
+        if !values.is_empty() {
+            entry.insert(
+                "false_true".into(),
+                toml::Value::Array(values.into_iter().map(toml::Value::from).collect()),
+            );
+        }
+        controls.push(toml::Value::Table(entry));
+    }
+    table.insert("controls".into(), toml::Value::Array(controls));
+    let mut states = Vec::new();
+    for state in &sequence.state {
+        let mut entry = toml::Table::new();
+        entry.insert("input".into(), state.input_name.clone().into());
+        entry.insert("output".into(), state.output_name.clone().into());
+        entry.insert(
+            "datatype".into(),
+            datatype(state.data_type, &state.input_name)?.into(),
+        );
+        entry.insert(
+            "shape".into(),
+            toml::Value::Array(state.dims.iter().map(|&d| d.into()).collect()),
+        );
+        if state.use_growable_memory {
+            return Err(format!(
+                "state '{}' uses growable memory, which wirespeed does not have",
+                state.input_name
+            ));
+        }
+        use pb::model_sequence_batching::initial_state::StateData;
+        match state.initial_state.as_slice() {
+            [] => {}
+            [initial] => {
+                if let Some(StateData::DataFile(file)) = &initial.state_data {
+                    // Triton reads it from the version's initial_state folder.
+                    entry.insert("data_file".into(), format!("initial_state/{file}").into());
+                }
+            }
+            _ => {
+                return Err(format!(
+                    "state '{}' has several initial states; give one",
+                    state.input_name
+                ))
+            }
+        }
+        states.push(toml::Value::Table(entry));
+    }
+    table.insert("states".into(), toml::Value::Array(states));
+    Ok(table)
+}
+
 /// `ensemble_scheduling` as `config.toml`'s `[[steps]]` (`ensemble.rs`).
 fn steps_value(config: &pb::ModelConfig) -> Result<toml::Value, String> {
     let Some(pb::model_config::SchedulingChoice::EnsembleScheduling(ensembling)) =
@@ -417,6 +570,11 @@ pub(crate) fn model_config_table(config: pb::ModelConfig) -> Result<toml::Table,
         let delay = i64::try_from(dynamic.max_queue_delay_microseconds).unwrap_or(i64::MAX);
         batching.insert("max_queue_delay_us".into(), delay.into());
         table.insert("batching".into(), toml::Value::Table(batching));
+    }
+    if let Some(pb::model_config::SchedulingChoice::SequenceBatching(sequence)) =
+        &config.scheduling_choice
+    {
+        table.insert("sequence".into(), sequence_value(sequence)?.into());
     }
     // Triton's choice, in config.toml's short spelling (`versions.rs`).
     use pb::model_version_policy::PolicyChoice;

@@ -43,6 +43,8 @@ pub struct LoadedModel {
     /// Triton's string `parameters` of the model (its `[parameters]`
     /// table), read back in its configuration.
     pub parameters: Vec<(String, String)>,
+    /// Its sequence batching, when it is a stateful model.
+    pub sequencing: Option<crate::sequence::Sequencing>,
 }
 
 /// An output's class labels, read from its labels file at load.
@@ -348,7 +350,29 @@ fn load_version(
     // Triton's reshape: the backend loads the model's own shapes, and the
     // model is wrapped to show the wire's (`reshape.rs`).
     let batch = config.max_batch_size.unwrap_or(0) > 0;
-    let (model_config, reshapes) = reshaped(config, batch).map_err(|m| error(&config_path, m))?;
+    let (mut model_config, reshapes) =
+        reshaped(config, batch).map_err(|m| error(&config_path, m))?;
+    // A stateful model: its control and state tensors are the backend's
+    // too, and requests of different sequences batch.
+    let sequencing = match &config.sequence {
+        Some(keys) => {
+            let sequencing = crate::sequence::Sequencing::from_keys(keys, files)
+                .map_err(|m| error(&config_path, m))?;
+            crate::sequence::extend(&mut model_config, &sequencing, batch);
+            Some((keys, sequencing))
+        }
+        None => None,
+    };
+    let mut config = std::borrow::Cow::Borrowed(config);
+    if let (Some((keys, _)), true, None) = (&sequencing, batch, &config.batching) {
+        let table = crate::sequence::batching(keys, config.max_batch_size.unwrap_or(0));
+        let batching = toml::Value::Table(table)
+            .try_into()
+            .map_err(|e: toml::de::Error| error(&config_path, e.to_string()))?;
+        config.to_mut().batching = Some(batching);
+    }
+    let config: &ModelConfig = &config;
+    let sequencing = sequencing.map(|(_, s)| s);
     let source =
         ModelSource::new(name, files, &model_config, pool).with_caller(registry.caller().clone());
     let mut model = backend.load(&source).map_err(|m| error(files, m))?;
@@ -421,6 +445,7 @@ fn load_version(
         max_batch_size,
         input_formats: input_formats(config).map_err(|m| error(&config_path, m))?,
         parameters: string_parameters(config),
+        sequencing,
     })
 }
 

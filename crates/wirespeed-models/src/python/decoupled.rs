@@ -14,12 +14,14 @@
 
 use std::collections::HashMap;
 use std::os::unix::net::UnixStream;
-use std::sync::mpsc::{self, RecvTimeoutError};
+use std::sync::mpsc;
+
+use crossbeam_channel::RecvTimeoutError;
 use std::sync::{Arc, Mutex};
 
 use wirespeed_core::{Error, ResponseSender};
 
-use super::keeper::{Job, HEALTH_CHECK};
+use super::keeper::{Inbox, HEALTH_CHECK};
 use super::process::{ended, model_error, outputs_from, Launch, Process};
 use super::wire::{self, Reply};
 
@@ -44,11 +46,7 @@ type Streams = Arc<Mutex<HashMap<u64, Open>>>;
 
 /// Serves jobs from `queue` on `process` until the worker is lost (why)
 /// or the model is dropped (`None`).
-pub(crate) fn serve(
-    launch: &Arc<Launch>,
-    queue: &crossbeam_channel::Receiver<Job>,
-    process: &mut Process,
-) -> Option<String> {
+pub(crate) fn serve(launch: &Arc<Launch>, queue: &Inbox, process: &mut Process) -> Option<String> {
     let sockets = process.socket().and_then(|r| Ok((r, process.socket()?)));
     let (reading, writing) = match sockets {
         Ok(pair) => pair,
@@ -73,9 +71,9 @@ pub(crate) fn serve(
     }
     let mut next_id = 0u64;
     loop {
-        let job = match queue.recv_timeout(HEALTH_CHECK) {
+        let job = match queue.next(HEALTH_CHECK) {
             Ok(job) => job,
-            Err(crossbeam_channel::RecvTimeoutError::Timeout) => {
+            Err(RecvTimeoutError::Timeout) => {
                 if let Ok(Event::Lost(reason)) = heard.try_recv() {
                     return Some(reason);
                 }
@@ -89,7 +87,7 @@ pub(crate) fn serve(
                 }
                 continue;
             }
-            Err(crossbeam_channel::RecvTimeoutError::Disconnected) => return None,
+            Err(RecvTimeoutError::Disconnected) => return None,
         };
         let Some(sender) = job.responses else {
             let _ = job.reply.send(Err(Error::internal(
@@ -143,8 +141,8 @@ pub(crate) fn serve(
                     let _ = job.reply.send(Err(Error::model_failed(reason.clone())));
                     return Some(reason);
                 }
-                Err(RecvTimeoutError::Timeout) => {}
-                Err(RecvTimeoutError::Disconnected) => {
+                Err(mpsc::RecvTimeoutError::Timeout) => {}
+                Err(mpsc::RecvTimeoutError::Disconnected) => {
                     return Some(format!("model '{}': its reader thread ended", launch.model))
                 }
             }

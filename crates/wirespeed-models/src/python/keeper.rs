@@ -6,13 +6,15 @@
 //! worker's socket while the model computes, and owns the process from
 //! start to end (the worker dies with the thread that started it,
 //! `PR_SET_PDEATHSIG`). The queue is a crossbeam channel that every keeper
-//! takes from, so a request goes to whichever worker is free first.
+//! takes from, so a request goes to whichever worker is free first; a
+//! request of a sequence goes to its own worker's queue instead (chosen
+//! by its correlation id), so a sequence always reaches the same worker.
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
+use crossbeam_channel::{Receiver, RecvError, RecvTimeoutError, Sender};
 use tokio::sync::oneshot;
 use wirespeed_core::{Error, ErrorKind, Tensor};
 
@@ -74,9 +76,40 @@ impl Shared {
     }
 }
 
+/// A keeper's two queues: its worker's own (sequences pinned to it), and
+/// the one every keeper takes from.
+pub(crate) struct Inbox {
+    own: Receiver<Job>,
+    shared: Receiver<Job>,
+}
+
+impl Inbox {
+    /// The next job, its own queue's first; `Timeout` after `wait`.
+    pub(crate) fn next(&self, wait: Duration) -> Result<Job, RecvTimeoutError> {
+        if let Ok(job) = self.own.try_recv() {
+            return Ok(job);
+        }
+        crossbeam_channel::select! {
+            recv(self.own) -> job => job.map_err(|_| RecvTimeoutError::Disconnected),
+            recv(self.shared) -> job => job.map_err(|_| RecvTimeoutError::Disconnected),
+            default(wait) => Err(RecvTimeoutError::Timeout),
+        }
+    }
+
+    /// The next job, waiting as long as it takes.
+    fn wait(&self) -> Result<Job, RecvError> {
+        crossbeam_channel::select! {
+            recv(self.own) -> job => job,
+            recv(self.shared) -> job => job,
+        }
+    }
+}
+
 /// A model's workers: the queue to them, and their states.
 pub(crate) struct Workers {
     jobs: Sender<Job>,
+    /// Each worker's own queue.
+    pinned: Vec<Sender<Job>>,
     shared: Arc<Shared>,
     instances: usize,
     /// The model answers with streams, as its workers said when they
@@ -106,11 +139,17 @@ impl Workers {
         });
         let launch = Arc::new(launch);
         let (first_tx, first_rx) = std::sync::mpsc::channel();
+        let mut pinned = Vec::with_capacity(instances);
         for instance in 0..instances {
+            let (own_tx, own) = crossbeam_channel::unbounded::<Job>();
+            pinned.push(own_tx);
             let keeper = Keeper {
                 launch: launch.clone(),
                 shared: shared.clone(),
-                queue: queue.clone(),
+                queue: Inbox {
+                    own,
+                    shared: queue.clone(),
+                },
                 instance,
             };
             let first = first_tx.clone();
@@ -122,6 +161,7 @@ impl Workers {
         drop(first_tx);
         let mut workers = Workers {
             jobs,
+            pinned,
             shared,
             instances,
             decoupled: false,
@@ -177,9 +217,14 @@ impl Workers {
         Err(format!("model '{model}' is loading in its Python worker"))
     }
 
-    /// Queues a request for the first free worker.
-    pub(crate) fn submit(&self, job: Job) -> Result<(), Error> {
-        self.jobs
+    /// Queues a request for the first free worker, or, `pinned` to a key
+    /// (a sequence's correlation id), for the worker that key picks.
+    pub(crate) fn submit(&self, job: Job, pinned: Option<u64>) -> Result<(), Error> {
+        let queue = match pinned {
+            Some(key) => &self.pinned[(key % self.pinned.len() as u64) as usize],
+            None => &self.jobs,
+        };
+        queue
             .send(job)
             .map_err(|_| Error::internal("the Python model's keepers are gone"))
     }
@@ -195,7 +240,7 @@ impl Drop for Workers {
 struct Keeper {
     launch: Arc<Launch>,
     shared: Arc<Shared>,
-    queue: Receiver<Job>,
+    queue: Inbox,
     instance: usize,
 }
 
@@ -274,7 +319,7 @@ impl Keeper {
     /// dropped (`None`).
     fn serve(&self, process: &mut Process) -> Option<String> {
         loop {
-            match self.queue.recv_timeout(HEALTH_CHECK) {
+            match self.queue.next(HEALTH_CHECK) {
                 Ok(job) => {
                     if job.reply.is_closed() {
                         continue; // the caller left while it waited
@@ -343,7 +388,7 @@ impl Keeper {
 
     /// After a failed load: answers every request until the model goes.
     fn refuse_all(&self) {
-        while let Ok(job) = self.queue.recv() {
+        while let Ok(job) = self.queue.wait() {
             let _ = job.reply.send(Err(Error::new(
                 ErrorKind::Unavailable,
                 format!(

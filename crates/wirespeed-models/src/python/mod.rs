@@ -361,7 +361,20 @@ impl Model for PythonModel {
             responses,
             reply,
         };
-        let sent = self.workers.submit(job);
+        // A sequence's requests go to one worker, picked by its id.
+        let pinned = call.parameters.iter().find_map(|(key, value)| {
+            (key == "sequence_id").then(|| {
+                use std::hash::{Hash, Hasher};
+                let mut hasher = std::collections::hash_map::DefaultHasher::new();
+                match value {
+                    ParameterValue::Int(n) => n.hash(&mut hasher),
+                    ParameterValue::String(s) => s.hash(&mut hasher),
+                    other => format!("{other:?}").hash(&mut hasher),
+                }
+                hasher.finish()
+            })
+        });
+        let sent = self.workers.submit(job, pinned);
         if let Some(receiver) = collect {
             let name = self.metadata.name.clone();
             return Box::pin(async move {

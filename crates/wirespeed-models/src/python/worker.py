@@ -299,12 +299,7 @@ class Worker:
     def execute_triton(self, inputs, message):
         import triton_python_backend_utils as pb_utils
 
-        request = pb_utils.InferenceRequest(
-            inputs=[pb_utils.Tensor(name, array) for name, array in inputs.items()],
-            requested_output_names=message["outputs"],
-            request_id=message.get("request_id", ""),
-            parameters=message.get("parameters") or {},
-        )
+        request = triton_request(pb_utils, inputs, message["outputs"], message)
         # `async def execute` (Triton's coroutine models) is awaited.
         responses = self.call(self.model.execute, [request])
         if not isinstance(responses, (list, tuple)) or len(responses) != 1:
@@ -440,12 +435,7 @@ class Worker:
         if self.triton:
             import triton_python_backend_utils as pb_utils
 
-            request = pb_utils.InferenceRequest(
-                inputs=[pb_utils.Tensor(name, array) for name, array in inputs.items()],
-                requested_output_names=wanted,
-                request_id=message.get("request_id", ""),
-                parameters=message.get("parameters") or {},
-            )
+            request = triton_request(pb_utils, inputs, wanted, message)
             request._stream = request_id
             result = self.call(self.model.execute, [request])
             if result is not None:
@@ -571,6 +561,27 @@ class Worker:
                 self.call(self.model.unload)
             except Exception:
                 traceback.print_exc(file=sys.stderr)
+
+
+def triton_request(pb_utils, inputs, wanted, message):
+    """A request as Triton's `execute` gets it: a sequence's id and flags
+    (which the server passes as parameters) as `correlation_id()` and
+    `flags()`, not parameters."""
+    parameters = dict(message.get("parameters") or {})
+    correlation_id = parameters.pop("sequence_id", 0)
+    flags = 0
+    if parameters.pop("sequence_start", False):
+        flags |= pb_utils.TRITONSERVER_REQUEST_FLAG_SEQUENCE_START
+    if parameters.pop("sequence_end", False):
+        flags |= pb_utils.TRITONSERVER_REQUEST_FLAG_SEQUENCE_END
+    return pb_utils.InferenceRequest(
+        inputs=[pb_utils.Tensor(name, array) for name, array in inputs.items()],
+        requested_output_names=wanted,
+        request_id=message.get("request_id", ""),
+        correlation_id=correlation_id,
+        flags=flags,
+        parameters=parameters,
+    )
 
 
 def with_metrics(message):

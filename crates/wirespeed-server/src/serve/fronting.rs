@@ -79,6 +79,7 @@ fn serve(models: &ServedModels, name: &str, upstream: &Arc<Upstream>) {
         max_batch_size: 0,
         input_formats: Vec::new(),
         parameters: Vec::new(),
+        sequencing: None,
     });
     if added {
         tracing::info!(model = name, upstream = %upstream.describe(), "serving the upstream's model");

@@ -1,7 +1,8 @@
 //! What every protocol shares once a request is decoded: the one pipeline
 //! (`pipeline.rs`), the served models and their schedulers (`served.rs`),
 //! ensembles' steps (`ensemble.rs`), models calling models (`calls.rs`),
-//! a decoupled model's stream of responses (`stream.rs`),
+//! a decoupled model's stream of responses (`stream.rs`), a stateful
+//! model's sequences (`sequences.rs`),
 //! the stage timings, traces, reserved
 //! parameters and classification; the
 //! statistics and metrics counters; the shared-memory regions; the model
@@ -19,6 +20,7 @@ pub(crate) mod pipeline;
 pub(crate) mod readiness;
 pub(crate) mod regions;
 pub(crate) mod reserved;
+pub(crate) mod sequences;
 pub(crate) mod served;
 pub(crate) mod statistics;
 pub(crate) mod stream;

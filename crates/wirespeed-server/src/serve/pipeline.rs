@@ -28,6 +28,7 @@ use crate::serve::ensemble;
 use crate::serve::metrics::InferProtocol;
 use crate::serve::regions;
 use crate::serve::reserved;
+use crate::serve::sequences;
 use crate::serve::served::ServedModel;
 use crate::serve::statistics::FailureReason;
 use crate::serve::stream::ResponseStream;
@@ -340,6 +341,7 @@ async fn compute<C: Codec>(
     }
     let served: &ServedModel = model;
     let queueing = reserved::read(&request.parameters)?;
+    let sequence = sequences::flags(&mut request.parameters)?;
     // Inputs in shared memory are read as part of decoding the request;
     // what the outputs ask for is checked before the model runs.
     let shm = &serving.shared_memory;
@@ -355,6 +357,19 @@ async fn compute<C: Codec>(
         .await?;
     }
     check_batch_size(served, target.name, &request)?;
+    // A stateful model's request waits for its sequence's turn, and gets
+    // the sequence's controls and state.
+    let turn = match (&served.sequences, sequence) {
+        (Some(sequences), flags) => Some(sequences.admit(&mut request, flags).await?),
+        (None, Some(flags)) => {
+            return Err(Error::invalid_input(format!(
+                "sequence_id {} was given to model '{}', which has no sequence batching (it \
+                 keeps no state between requests); leave sequence_* out",
+                flags.id, target.name
+            )))
+        }
+        (None, None) => None,
+    };
     if served.max_batch_size > 0 {
         // Triton counts each row of a batched request as an inference.
         stages.inferences = request
@@ -363,9 +378,29 @@ async fn compute<C: Codec>(
             .find_map(|t| t.shape.first().copied())
             .unwrap_or(1) as u64;
     }
+    let mut parameters = model_parameters(std::mem::take(&mut request.parameters));
+    if let (Some(turn), "python") = (&turn, served.backend.as_str()) {
+        // A Python model sees its sequence as Triton's request does
+        // (`correlation_id()`, `flags()`), and its worker is chosen by it.
+        let flags = turn.flags();
+        parameters.push((
+            "sequence_id".to_owned(),
+            match &flags.id {
+                sequences::CorrelationId::Number(n) => {
+                    ParameterValue::Int(i64::try_from(*n).unwrap_or(i64::MAX))
+                }
+                sequences::CorrelationId::Text(s) => ParameterValue::String(s.clone()),
+            },
+        ));
+        parameters.push((
+            "sequence_start".to_owned(),
+            ParameterValue::Bool(flags.start),
+        ));
+        parameters.push(("sequence_end".to_owned(), ParameterValue::Bool(flags.end)));
+    }
     let mut call = CallContext {
         started: stages.started(),
-        parameters: model_parameters(std::mem::take(&mut request.parameters)),
+        parameters,
         deadline: Some(context.deadline),
         priority: queueing.priority,
         timeout: queueing.timeout,
@@ -390,11 +425,15 @@ async fn compute<C: Codec>(
         let requested = request.outputs;
         let run = Box::pin(async move {
             let mut spent = Spent::default();
-            running
+            let ran = running
                 .scheduler
                 .run(request.inputs, &requested, call, &mut spent)
                 .await
-                .map(drop)
+                .map(drop);
+            // A sequence's next request waits until the model has taken
+            // this one.
+            drop(turn);
+            ran
         });
         let compute = Instant::now();
         let stream = ResponseStream::first(
@@ -435,6 +474,9 @@ async fn compute<C: Codec>(
         answer?
     };
     let mut outputs = answer.outputs;
+    if let Some(turn) = turn {
+        turn.finish(&mut outputs)?;
+    }
     context.default_answer = answer.default;
     let parameters = if answer.default {
         vec![

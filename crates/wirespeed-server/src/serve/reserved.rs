@@ -3,10 +3,8 @@
 //! picks a level of the model's `[queue]` (1 the highest; 0, or a number
 //! past the levels, the model's default), and `timeout` (microseconds; 0
 //! for none) bounds the wait in its queue, where the model's queue policy
-//! lets it. `sequence_*` ask for sequence batching (stateful models),
-//! which wirespeed does not have: a request that sets one to anything but
-//! its default is refused, naming it, rather than answered as if it had
-//! not been sent. `triton_enable_empty_final_response`, which
+//! lets it. `sequence_*` name a stateful model's sequence
+//! (`sequences.rs` reads them). `triton_enable_empty_final_response`, which
 //! perf_analyzer sends, is honoured: on a stream each answer says it is
 //! the request's last (`grpc/infer.rs`); elsewhere there is nothing to
 //! say.
@@ -42,15 +40,6 @@ pub(crate) fn read(parameters: &Parameters) -> Result<Queueing, Error> {
             ("timeout", _) => {
                 return Err(Error::invalid_input(format!(
                     "parameter 'timeout' must be a non-negative integer of microseconds (0 for none), not {value:?}"
-                )))
-            }
-            ("sequence_id", ParameterValue::Int(0)) => {}
-            ("sequence_id", ParameterValue::String(s)) if s.is_empty() => {}
-            ("sequence_start" | "sequence_end", ParameterValue::Bool(false)) => {}
-            ("sequence_id" | "sequence_start" | "sequence_end", _) => {
-                return Err(Error::invalid_input(format!(
-                    "parameter '{key}' ({value:?}) asks for sequence batching (stateful models), \
-                     which this server does not support; leave it out or at its default"
                 )))
             }
             _ => {}
@@ -89,12 +78,5 @@ mod tests {
         assert!(e.message().contains("'priority'"), "{e}");
         let e = read(&params(&[("timeout", ParameterValue::String("1s".into()))])).unwrap_err();
         assert!(e.message().contains("microseconds"), "{e}");
-    }
-
-    #[test]
-    fn sequences_are_refused_unless_at_their_default() {
-        assert!(read(&params(&[("sequence_id", ParameterValue::Int(0))])).is_ok());
-        let e = read(&params(&[("sequence_id", ParameterValue::Int(7))])).unwrap_err();
-        assert!(e.message().contains("sequence batching"), "{e}");
     }
 }

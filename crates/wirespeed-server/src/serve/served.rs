@@ -17,6 +17,7 @@ use wirespeed_core::{CpuPool, Error, ErrorKind, Model, ModelMetadata};
 use wirespeed_models::{is_valid_model_name, LoadedModel, OutputLabels, VersionPolicy};
 
 use super::metrics::Buckets;
+use crate::serve::sequences::Sequences;
 use crate::serve::statistics::ModelStats;
 use wirespeed_scheduler::{QueueThread, Scheduler};
 
@@ -44,6 +45,8 @@ pub(crate) struct ServedModel {
     pub(crate) input_formats: Vec<(String, String)>,
     /// Triton's string parameters, from its configuration.
     pub(crate) parameters: Vec<(String, String)>,
+    /// A stateful model's open sequences (`sequences.rs`).
+    pub(crate) sequences: Option<Arc<Sequences>>,
 }
 
 impl ServedModel {
@@ -54,6 +57,12 @@ impl ServedModel {
     /// The class labels of `output`, if its config names a labels file.
     pub(crate) fn labels(&self, output: &str) -> Option<&OutputLabels> {
         self.labels.iter().find(|l| l.output == output)
+    }
+
+    /// Whether the tensor `name` is shown to clients: not a stateful
+    /// model's control or state, which the server gives and takes.
+    pub(crate) fn shows(&self, name: &str) -> bool {
+        self.sequences.as_ref().is_none_or(|s| !s.hides(name))
     }
 
     /// The version a request answered by this model reports.
@@ -187,7 +196,11 @@ impl ServedModels {
             pool.clone(),
             &self.queues,
         );
+        let sequences = loaded
+            .sequencing
+            .map(|sequencing| Sequences::new(&loaded.name, sequencing, loaded.max_batch_size > 0));
         Arc::new(ServedModel {
+            sequences,
             model: loaded.model,
             scheduler,
             stats: ModelStats::new(self.buckets.as_ref()),

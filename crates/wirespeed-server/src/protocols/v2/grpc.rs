@@ -116,6 +116,7 @@ impl GrpcInferenceService for Inference {
         let specs = |specs: &[wirespeed_core::TensorSpec]| {
             specs
                 .iter()
+                .filter(|s| model.shows(&s.name))
                 .map(|s| pb::model_metadata_response::TensorMetadata {
                     name: s.name.clone(),
                     datatype: s.datatype.as_str().to_owned(),

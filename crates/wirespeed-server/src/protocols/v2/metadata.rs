@@ -36,6 +36,7 @@ pub(crate) fn model(front: &Front, model: Target<'_>) -> Result<Response<Body>, 
     let tensors = |specs: &[TensorSpec]| -> Vec<Value> {
         specs
             .iter()
+            .filter(|s| served.shows(&s.name))
             .map(|s| json!({ "name": s.name, "datatype": s.datatype.as_str(), "shape": s.shape }))
             .collect()
     };

@@ -17,8 +17,10 @@
 //! `config.toml`'s `[parameters]`). An output's labels file is its `label_filename`.
 
 use serde_json::{json, Value};
+use wirespeed_core::DataType;
 use wirespeed_models::{
-    triton_data_type as data_type, LevelPolicy, Scheduling, TimeoutAction, VersionPolicy,
+    triton_data_type as data_type, ControlKind, LevelPolicy, Scheduling, Sequencing, Strategy,
+    TimeoutAction, VersionPolicy,
 };
 use wirespeed_proto::inference as pb;
 
@@ -43,6 +45,7 @@ pub(crate) fn model_config(name: &str, model: &ServedModel) -> pb::ModelConfig {
     let input = metadata
         .inputs
         .iter()
+        .filter(|spec| model.shows(&spec.name))
         .map(|spec| pb::ModelInput {
             name: spec.name.clone(),
             data_type: data_type(spec.datatype) as i32,
@@ -60,6 +63,7 @@ pub(crate) fn model_config(name: &str, model: &ServedModel) -> pb::ModelConfig {
     let output = metadata
         .outputs
         .iter()
+        .filter(|spec| model.shows(&spec.name))
         .map(|spec| pb::ModelOutput {
             name: spec.name.clone(),
             data_type: data_type(spec.datatype) as i32,
@@ -95,11 +99,14 @@ pub(crate) fn model_config(name: &str, model: &ServedModel) -> pb::ModelConfig {
         max_batch_size: i32::try_from(max_batch_size).unwrap_or(i32::MAX),
         input,
         output,
-        scheduling_choice: match model.model.composition() {
-            Some(composition) => Some(pb::model_config::SchedulingChoice::EnsembleScheduling(
+        scheduling_choice: match (model.model.composition(), &model.sequences) {
+            (Some(composition), _) => Some(pb::model_config::SchedulingChoice::EnsembleScheduling(
                 ensemble_scheduling(composition),
             )),
-            None => batching.map(|_| {
+            (None, Some(sequences)) => Some(pb::model_config::SchedulingChoice::SequenceBatching(
+                sequence_batching(sequences.sequencing(), scheduling),
+            )),
+            (None, None) => batching.map(|_| {
                 pb::model_config::SchedulingChoice::DynamicBatching(dynamic_batching(scheduling))
             }),
         },
@@ -118,6 +125,83 @@ pub(crate) fn model_config(name: &str, model: &ServedModel) -> pb::ModelConfig {
             .decoupled()
             .then_some(pb::ModelTransactionPolicy { decoupled: true }),
         ..Default::default()
+    }
+}
+
+/// A stateful model's sequence batching, as Triton's `sequence_batching`
+/// (perf_analyzer sends sequences when it sees one).
+fn sequence_batching(
+    sequencing: &Sequencing,
+    scheduling: &Scheduling,
+) -> pb::ModelSequenceBatching {
+    use pb::model_sequence_batching::{
+        control::Kind, Control, ControlInput, State, StrategyChoice,
+    };
+    let delay = scheduling
+        .batching
+        .as_ref()
+        .map_or(0, |b| b.max_queue_delay.as_micros() as u64);
+    let control_input = sequencing
+        .controls
+        .iter()
+        .map(|c| {
+            let mut control = Control {
+                kind: match c.kind {
+                    ControlKind::Start => Kind::ControlSequenceStart,
+                    ControlKind::End => Kind::ControlSequenceEnd,
+                    ControlKind::Ready => Kind::ControlSequenceReady,
+                    ControlKind::Corrid => Kind::ControlSequenceCorrid,
+                } as i32,
+                ..Default::default()
+            };
+            match (c.kind, c.datatype) {
+                (ControlKind::Corrid, datatype) => control.data_type = data_type(datatype) as i32,
+                (_, DataType::Fp32) => {
+                    control.fp32_false_true = c.false_true.iter().map(|&v| v as f32).collect()
+                }
+                (_, DataType::Bool) => {
+                    control.bool_false_true = c.false_true.iter().map(|&v| v != 0.0).collect()
+                }
+                _ => control.int32_false_true = c.false_true.iter().map(|&v| v as i32).collect(),
+            }
+            ControlInput {
+                name: c.name.clone(),
+                control: vec![control],
+            }
+        })
+        .collect();
+    let state = sequencing
+        .states
+        .iter()
+        .map(|s| State {
+            input_name: s.input.clone(),
+            output_name: s.output.clone(),
+            data_type: data_type(s.datatype) as i32,
+            dims: s.shape.iter().map(|&d| d as i64).collect(),
+            ..Default::default()
+        })
+        .collect();
+    pb::ModelSequenceBatching {
+        max_sequence_idle_microseconds: sequencing.idle.as_micros() as u64,
+        control_input,
+        state,
+        strategy_choice: Some(match sequencing.strategy {
+            Strategy::Direct => {
+                StrategyChoice::Direct(pb::model_sequence_batching::StrategyDirect {
+                    max_queue_delay_microseconds: delay,
+                    minimum_slot_utilization: 0.0,
+                })
+            }
+            Strategy::Oldest => {
+                StrategyChoice::Oldest(pb::model_sequence_batching::StrategyOldest {
+                    max_candidate_sequences: i32::try_from(sequencing.max_sequences)
+                        .unwrap_or(i32::MAX),
+                    max_queue_delay_microseconds: delay,
+                    ..Default::default()
+                })
+            }
+        }),
+        iterative_sequence: false,
     }
 }
 
@@ -209,6 +293,77 @@ fn queue_policy(policy: &LevelPolicy) -> pb::ModelQueuePolicy {
 }
 
 /// Triton's JSON of a `version_policy`, the latest version when unset.
+/// `sequence_batching` in Triton's JSON.
+fn sequence_batching_json(s: &pb::ModelSequenceBatching) -> Value {
+    use pb::model_sequence_batching::StrategyChoice;
+    let type_name = |t: i32| {
+        pb::DataType::try_from(t)
+            .unwrap_or(pb::DataType::TypeInvalid)
+            .as_str_name()
+    };
+    let controls: Vec<Value> = s
+        .control_input
+        .iter()
+        .map(|input| {
+            let control: Vec<Value> = input
+                .control
+                .iter()
+                .map(|c| {
+                    json!({
+                        "kind": pb::model_sequence_batching::control::Kind::try_from(c.kind)
+                            .map(|k| k.as_str_name())
+                            .unwrap_or("CONTROL_SEQUENCE_START"),
+                        "int32_false_true": c.int32_false_true,
+                        "fp32_false_true": c.fp32_false_true,
+                        "bool_false_true": c.bool_false_true,
+                        "data_type": type_name(c.data_type),
+                    })
+                })
+                .collect();
+            json!({ "name": input.name, "control": control })
+        })
+        .collect();
+    let states: Vec<Value> = s
+        .state
+        .iter()
+        .map(|st| {
+            json!({
+                "input_name": st.input_name,
+                "output_name": st.output_name,
+                "data_type": type_name(st.data_type),
+                "dims": st.dims,
+                "initial_state": [],
+                "use_same_buffer_for_input_output": false,
+                "use_growable_memory": false,
+            })
+        })
+        .collect();
+    let mut answer = json!({
+        "max_sequence_idle_microseconds": s.max_sequence_idle_microseconds,
+        "control_input": controls,
+        "state": states,
+        "iterative_sequence": false,
+    });
+    match &s.strategy_choice {
+        Some(StrategyChoice::Oldest(o)) => {
+            answer["oldest"] = json!({
+                "max_candidate_sequences": o.max_candidate_sequences,
+                "preferred_batch_size": o.preferred_batch_size,
+                "max_queue_delay_microseconds": o.max_queue_delay_microseconds,
+                "preserve_ordering": o.preserve_ordering,
+            });
+        }
+        Some(StrategyChoice::Direct(d)) => {
+            answer["direct"] = json!({
+                "max_queue_delay_microseconds": d.max_queue_delay_microseconds,
+                "minimum_slot_utilization": d.minimum_slot_utilization,
+            });
+        }
+        None => {}
+    }
+    answer
+}
+
 fn version_policy_json(policy: Option<&pb::ModelVersionPolicy>) -> Value {
     use pb::model_version_policy::PolicyChoice;
     match policy.and_then(|p| p.policy_choice.as_ref()) {
@@ -351,6 +506,10 @@ pub(crate) fn to_json(config: &pb::ModelConfig) -> Value {
             })
             .collect();
         answer["ensemble_scheduling"] = json!({ "step": steps });
+    }
+    if let Some(pb::model_config::SchedulingChoice::SequenceBatching(s)) = &config.scheduling_choice
+    {
+        answer["sequence_batching"] = sequence_batching_json(s);
     }
     if let Some(policy) = &config.model_transaction_policy {
         answer["model_transaction_policy"] = json!({ "decoupled": policy.decoupled });
