@@ -270,3 +270,40 @@ def test_a_bls_call_ends_at_the_callers_deadline(tmp_path):
         assert client.is_server_ready()
     finally:
         server.stop()
+
+
+def test_is_model_ready_and_a_calls_own_timeout(tmp_path):
+    """`pb_utils.is_model_ready` says which models the server serves; a
+    BLS request's own `timeout` (microseconds) ends its call before the
+    calling request's deadline, as the callee's error."""
+    (tmp_path / "slow" / "1").mkdir(parents=True)
+    (tmp_path / "slow" / "config.pbtxt").write_text(
+        'backend: "identity"\nmax_batch_size: 0\n'
+        'input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ 4 ] } ]\n'
+        'output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 4 ] } ]\n'
+        'parameters [ { key: "execute_delay_ms" value: { string_value: "3000" } } ]\n')
+    (tmp_path / "asker" / "1").mkdir(parents=True)
+    (tmp_path / "asker" / "config.pbtxt").write_text(
+        'name: "asker"\nbackend: "python"\n'
+        'input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ 4 ] } ]\n'
+        'output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 4 ] } ]\n')
+    (tmp_path / "asker" / "1" / "model.py").write_text(
+        "import numpy as np\n"
+        "import triton_python_backend_utils as pb_utils\n\n\n"
+        "class TritonPythonModel:\n"
+        "    def execute(self, requests):\n"
+        "        answer = pb_utils.InferenceRequest(model_name='slow', requested_output_names=['OUTPUT0'],\n"
+        "            inputs=[pb_utils.get_input_tensor_by_name(requests[0], 'INPUT0')], timeout=200000).exec()\n"
+        "        timed_out = answer.has_error() and 'deadline' in answer.error().message()\n"
+        "        flags = [pb_utils.is_model_ready('slow'), pb_utils.is_model_ready('nosuch'),\n"
+        "                 pb_utils.is_model_ready('slow', '7'), timed_out]\n"
+        "        return [pb_utils.InferenceResponse([pb_utils.Tensor('OUTPUT0', np.array(flags, np.float32))])]\n")
+    server = RunningServer(tmp_path)
+    try:
+        client = httpclient.InferenceServerClient(server.address)
+        inp = httpclient.InferInput("INPUT0", [4], "FP32")
+        inp.set_data_from_numpy(np.ones(4, dtype=np.float32))
+        flags = client.infer("asker", [inp]).as_numpy("OUTPUT0").tolist()
+        assert flags == [1.0, 0.0, 0.0, 1.0]
+    finally:
+        server.stop()

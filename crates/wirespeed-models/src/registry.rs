@@ -45,6 +45,10 @@ pub trait ModelCaller: Send + Sync {
         deadline: Option<Instant>,
     ) -> Result<Vec<Tensor>, Error>;
 
+    /// Whether `model` (in `version`, the served one when `None`) is
+    /// served and ready.
+    fn ready(&self, model: &str, version: Option<&str>) -> bool;
+
     /// Runs `model` as [`call`](ModelCaller::call) does, and gives each of
     /// its responses: a decoupled model's stream (Triton's
     /// `exec(decoupled=True)`), or a model's one answer. An error before

@@ -12,24 +12,47 @@ use wirespeed_core::raw::{from_raw, write_raw};
 use wirespeed_core::{element_count, DataType, Error, ErrorKind, ParameterValue, Tensor};
 
 use super::process::Launch;
-use super::wire::BlsAnswer;
+use super::wire::{BlsAnswer, BlsCall};
 
 /// The largest tensor element a BLS input may hold (a BYTES element).
 const MAX_ELEMENT: usize = 1 << 30;
 
-/// Runs one BLS call of the model `launch` runs; with `decoupled`, every
-/// response of the callee's stream (`exec(decoupled=True)`).
-#[allow(clippy::too_many_arguments)]
+/// Runs one BLS call of the model `launch` runs, before `deadline` (the
+/// calling request's) and the call's own timeout; with `decoupled`, every
+/// response of the callee's stream (`exec(decoupled=True)`). Or answers
+/// whether the model is ready (`is_model_ready`).
 pub(crate) fn call(
     launch: &Launch,
-    model: &str,
-    version: Option<&str>,
-    inputs: Vec<(String, String, Vec<usize>, String)>,
-    outputs: Vec<String>,
-    parameters: serde_json::Map<String, serde_json::Value>,
+    call: BlsCall,
     deadline: Option<std::time::Instant>,
-    decoupled: bool,
 ) -> BlsAnswer {
+    let BlsCall {
+        model,
+        version,
+        inputs,
+        outputs,
+        parameters,
+        decoupled,
+        timeout_us,
+        ready_only,
+    } = call;
+    let (model, version) = (model.as_str(), version.as_deref());
+    if ready_only {
+        let ready = launch
+            .caller
+            .get()
+            .is_some_and(|caller| caller.ready(model, version));
+        let mut answer = answer(launch, model, Ok(Vec::new()));
+        answer.ready = Some(ready);
+        return answer;
+    }
+    let deadline = match (deadline, timeout_us) {
+        (deadline, 0) => deadline,
+        (deadline, us) => {
+            let own = std::time::Instant::now() + std::time::Duration::from_micros(us);
+            Some(deadline.map_or(own, |d| d.min(own)))
+        }
+    };
     let mut responses = Vec::new();
     let result = (|| {
         let caller = launch.caller.get().ok_or_else(|| {
@@ -95,6 +118,7 @@ fn answer(launch: &Launch, model: &str, result: Result<Vec<Tensor>, Error>) -> B
             error: None,
             code: 0,
             responses: None,
+            ready: None,
         },
         Err(e) => {
             tracing::debug!(model = %launch.model, callee = model, error = %e.message(), "a BLS call failed");
@@ -104,6 +128,7 @@ fn answer(launch: &Launch, model: &str, result: Result<Vec<Tensor>, Error>) -> B
                 error: Some(e.public_message().to_owned()),
                 code: triton_code(e.kind()),
                 responses: None,
+                ready: None,
             }
         }
     }

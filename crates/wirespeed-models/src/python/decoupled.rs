@@ -236,24 +236,8 @@ impl Reader {
                 let error = model_error(model, &kind, error);
                 let _ = self.events.send(Event::Executed(id, Err(error)));
             }
-            Reply::Bls {
-                model: callee,
-                version,
-                inputs,
-                outputs,
-                parameters,
-                decoupled,
-            } => {
-                let answer = super::bls::call(
-                    &self.launch,
-                    &callee,
-                    version.as_deref(),
-                    inputs,
-                    outputs,
-                    parameters,
-                    None,
-                    decoupled,
-                );
+            Reply::Bls(call) => {
+                let answer = super::bls::call(&self.launch, call, None);
                 let mut socket = self.writer.lock().unwrap_or_else(|e| e.into_inner());
                 wire::send(&mut socket, &answer)
                     .map_err(|e| lost(format!("did not take a BLS answer ({e})")))?;

@@ -310,27 +310,10 @@ impl Process {
                 }
             };
             // The model calls another (BLS): answer it, and wait again.
-            let Reply::Bls {
-                model,
-                version,
-                inputs,
-                outputs,
-                parameters,
-                decoupled,
-            } = reply
-            else {
+            let Reply::Bls(call) = reply else {
                 break reply;
             };
-            let answer = super::bls::call(
-                launch,
-                &model,
-                version.as_deref(),
-                inputs,
-                outputs,
-                parameters,
-                deadline,
-                decoupled,
-            );
+            let answer = super::bls::call(launch, call, deadline);
             if wire::send(&mut self.socket, &answer).is_err() {
                 self.kill();
                 return Err(lost(

@@ -17,6 +17,11 @@ import numpy as np
 TRITONSERVER_REQUEST_FLAG_SEQUENCE_START = 1
 TRITONSERVER_REQUEST_FLAG_SEQUENCE_END = 2
 TRITONSERVER_RESPONSE_COMPLETE_FINAL = 1
+TRITONSERVER_REQUEST_RELEASE_ALL = 1
+TRITONSERVER_REQUEST_RELEASE_RESCHEDULE = 2
+TRITONSERVER_MEMORY_CPU = 0
+TRITONSERVER_MEMORY_CPU_PINNED = 1
+TRITONSERVER_MEMORY_GPU = 2
 
 _TRITON_TO_NUMPY = {
     "TYPE_BOOL": np.bool_,
@@ -265,7 +270,8 @@ class InferenceRequest:
 
     def __init__(self, inputs=None, requested_output_names=None, request_id="",
                  correlation_id=0, flags=0, parameters=None, model_name=None,
-                 model_version=-1, **kwargs):
+                 model_version=-1, timeout=0, preferred_memory=None, trace=None,
+                 **kwargs):
         self._inputs = list(inputs or [])
         self._requested = list(requested_output_names or [])
         self._request_id = request_id
@@ -276,6 +282,8 @@ class InferenceRequest:
         self._parameters = parameters or {}
         self._model_name = model_name
         self._model_version = model_version
+        # A BLS call's own timeout, in microseconds (0: none).
+        self._timeout = int(timeout or 0)
         # The server's number of a decoupled model's request: its stream.
         self._stream = None
         self._sender = None
@@ -294,6 +302,19 @@ class InferenceRequest:
 
     def flags(self):
         return self._flags
+
+    def timeout(self):
+        """The request's timeout in microseconds (0: none), as given."""
+        return self._timeout
+
+    def set_release_flags(self, flags):
+        """Triton's request rescheduling, which wirespeed does not do: a
+        request is answered, or its stream ended, where it is."""
+        if flags & TRITONSERVER_REQUEST_RELEASE_RESCHEDULE:
+            raise TritonModelException(
+                "request rescheduling (TRITONSERVER_REQUEST_RELEASE_RESCHEDULE) is not supported "
+                "by wirespeed: answer the request, or keep sending its responses"
+            )
 
     def parameters(self):
         return json.dumps(self._parameters)
@@ -343,6 +364,7 @@ class InferenceRequest:
             "outputs": self._requested,
             "parameters": self._parameters,
             "decoupled": bool(decoupled),
+            "timeout_us": self._timeout,
         })
         if not decoupled:
             return _bls_response(reply)
@@ -358,6 +380,47 @@ class InferenceRequest:
     async def async_exec(self, decoupled=False):
         """`exec`, awaitable (the call itself is made at once)."""
         return self.exec(decoupled)
+
+
+class PreferredMemory:
+    """Where a BLS call's outputs should be: always the CPU here (no GPU),
+    so accepted and of no effect."""
+
+    def __init__(self, preferred_memory_type=TRITONSERVER_MEMORY_CPU, preferred_device_id=0):
+        self.preferred_memory_type = preferred_memory_type
+        self.preferred_device_id = preferred_device_id
+
+
+def is_model_ready(model_name, model_version=""):
+    """Whether the server serves `model_name` (in `model_version`, the
+    served one when empty) and it is ready."""
+    if _bls_call is None:
+        raise TritonModelException("is_model_ready needs the server")
+    reply = _bls_call({
+        "op": "bls",
+        "model": str(model_name),
+        "version": str(model_version) if model_version not in ("", None, -1) else None,
+        "ready_only": True,
+    })
+    return bool(reply.get("ready"))
+
+
+def load_model(model_name, config="", files=None):
+    """Triton's model loading from a model's code: not in wirespeed, whose
+    repository is the server's to change (its repository API, with
+    --model-control-mode explicit), not a model's."""
+    raise TritonModelException(
+        "pb_utils.load_model is not supported by wirespeed: load models through the repository "
+        "API (POST /v2/repository/models/%s/load) with --model-control-mode explicit" % model_name
+    )
+
+
+def unload_model(model_name):
+    """See `load_model`."""
+    raise TritonModelException(
+        "pb_utils.unload_model is not supported by wirespeed: unload models through the "
+        "repository API (POST /v2/repository/models/%s/unload)" % model_name
+    )
 
 
 def _bls_response(reply):

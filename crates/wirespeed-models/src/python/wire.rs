@@ -75,23 +75,10 @@ pub(crate) enum Reply {
         #[serde(default)]
         metrics: Vec<super::metrics::Update>,
     },
-    /// The model's code calls another model (BLS) while computing: the
-    /// server answers with [`BlsAnswer`], then waits for this request's
-    /// answer again.
-    Bls {
-        model: String,
-        #[serde(default)]
-        version: Option<String>,
-        /// Each input: name, datatype, shape, raw bytes in base64.
-        inputs: Vec<(String, String, Vec<usize>, String)>,
-        #[serde(default)]
-        outputs: Vec<String>,
-        #[serde(default)]
-        parameters: serde_json::Map<String, serde_json::Value>,
-        /// `exec(decoupled=True)`: every response of the callee's stream.
-        #[serde(default)]
-        decoupled: bool,
-    },
+    /// The model's code calls another model (BLS) while computing, or
+    /// asks whether one is ready: the server answers with [`BlsAnswer`],
+    /// then waits for this request's answer again.
+    Bls(BlsCall),
     /// A request failed in the model's code: `kind` is `model`, `invalid`
     /// (Triton's INVALID_ARG) or `interrupted` (past its deadline).
     /// A decoupled model's request carries its `id`.
@@ -133,6 +120,32 @@ pub(crate) enum Reply {
     },
 }
 
+/// A model's call of another (`pb_utils.InferenceRequest(...).exec()`),
+/// or its question (`pb_utils.is_model_ready`).
+#[derive(Debug, Deserialize)]
+pub(crate) struct BlsCall {
+    pub(crate) model: String,
+    #[serde(default)]
+    pub(crate) version: Option<String>,
+    /// Each input: name, datatype, shape, raw bytes in base64.
+    #[serde(default)]
+    pub(crate) inputs: Vec<(String, String, Vec<usize>, String)>,
+    #[serde(default)]
+    pub(crate) outputs: Vec<String>,
+    #[serde(default)]
+    pub(crate) parameters: serde_json::Map<String, serde_json::Value>,
+    /// `exec(decoupled=True)`: every response of the callee's stream.
+    #[serde(default)]
+    pub(crate) decoupled: bool,
+    /// The request's own `timeout` (microseconds; 0 for none), within the
+    /// calling request's deadline.
+    #[serde(default)]
+    pub(crate) timeout_us: u64,
+    /// `is_model_ready`: only whether the model is ready.
+    #[serde(default)]
+    pub(crate) ready_only: bool,
+}
+
 /// The answer to a [`Reply::Bls`]: the callee's outputs (name, datatype,
 /// shape, raw bytes in base64), or its error.
 #[derive(Debug, Serialize)]
@@ -147,6 +160,9 @@ pub(crate) struct BlsAnswer {
     /// its error); `outputs` and `error` then say nothing.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) responses: Option<Vec<BlsAnswer>>,
+    /// `is_model_ready`'s answer.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) ready: Option<bool>,
 }
 
 /// Writes one message.

@@ -80,6 +80,10 @@ fn past_deadline(model: &str) -> Error {
 }
 
 impl ModelCaller for Calls {
+    fn ready(&self, model: &str, version: Option<&str>) -> bool {
+        callee(&self.models, model, version).is_ok()
+    }
+
     fn call_stream(
         &self,
         model: &str,
