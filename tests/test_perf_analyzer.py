@@ -97,3 +97,32 @@ def test_perf_analyzer_sends_batches_of_the_models_max_batch_size(batching_serve
     assert refused.returncode != 0
     assert "inference request batch-size must be <= 8 for 'simple'" in refused.stdout + refused.stderr, \
         refused.stdout + refused.stderr
+
+
+@pytest.mark.parametrize("how", [["-i", "http"], ["-i", "grpc"], ["-i", "grpc", "--streaming"]],
+                         ids=["http", "grpc", "grpc-streaming"])
+def test_perf_analyzer_runs_sequences_on_a_sequence_model(tmp_path, how):
+    """perf_analyzer reads the model's sequence_batching and sends
+    sequences (sequence_id, start, end) to the accumulator of
+    test_sequences.py: it reports its sequences, and the server's
+    statistics count every request a success (perf_analyzer stops at a
+    refused one)."""
+    import onnx
+
+    from conftest import RunningServer
+    from test_sequences import ACCUMULATOR, accumulator_onnx
+
+    (tmp_path / "accumulator" / "1").mkdir(parents=True)
+    (tmp_path / "accumulator" / "config.pbtxt").write_text(ACCUMULATOR)
+    onnx.save(accumulator_onnx(), tmp_path / "accumulator" / "1" / "model.onnx")
+    server = RunningServer(tmp_path, ["--metrics", "off"])
+    try:
+        url = server.address if how[1] == "http" else server.grpc_address
+        done = run_perf_analyzer("-m", "accumulator", "-u", url, *how, "--concurrency-range", "8",
+                                 "--sequence-length", "5", "--stability-percentage", "50")
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert "Sequence count:" in done.stdout, done.stdout
+        server_part = done.stdout[done.stdout.index("Server:"):]
+        assert int(server_part.split("Successful request count:")[1].split()[0]) >= 200, done.stdout
+    finally:
+        server.stop()
