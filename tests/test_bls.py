@@ -307,3 +307,44 @@ def test_is_model_ready_and_a_calls_own_timeout(tmp_path):
         assert flags == [1.0, 0.0, 0.0, 1.0]
     finally:
         server.stop()
+
+
+def test_a_bls_call_ends_when_the_callers_client_leaves(tmp_path):
+    """An HTTP client that gives up (its connection closed, no deadline
+    sent) cancels the calling request, and with it the BLS call it is
+    waiting on: the slow callee counts it failed, not left to run."""
+    import requests
+
+    for name in ("slow", "caller"):
+        (tmp_path / name / "1").mkdir(parents=True)
+    (tmp_path / "slow" / "config.pbtxt").write_text(
+        'backend: "identity"\nmax_batch_size: 0\n'
+        'input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ 4 ] } ]\n'
+        'output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 4 ] } ]\n'
+        'parameters [ { key: "execute_delay_ms" value: { string_value: "5000" } } ]\n')
+    (tmp_path / "caller" / "config.pbtxt").write_text(
+        'name: "caller"\nbackend: "python"\n'
+        'input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ 4 ] } ]\n'
+        'output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 4 ] } ]\n')
+    (tmp_path / "caller" / "1" / "model.py").write_text(
+        "import triton_python_backend_utils as pb_utils\n\n\n"
+        "class TritonPythonModel:\n"
+        "    def execute(self, requests):\n"
+        "        answer = pb_utils.InferenceRequest(model_name='slow', requested_output_names=['OUTPUT0'],\n"
+        "            inputs=[pb_utils.get_input_tensor_by_name(requests[0], 'INPUT0')]).exec()\n"
+        "        return [pb_utils.InferenceResponse(answer.output_tensors(), error=answer.error())]\n")
+    server = RunningServer(tmp_path)
+    try:
+        body = {"inputs": [{"name": "INPUT0", "datatype": "FP32", "shape": [4], "data": [1, 2, 3, 4]}]}
+        with pytest.raises(requests.exceptions.ReadTimeout):
+            requests.post(f"http://{server.address}/v2/models/caller/infer", json=body, timeout=0.5)
+        client = httpclient.InferenceServerClient(server.address)
+
+        def failed():
+            stats = client.get_inference_statistics("slow")["model_stats"][0]
+            return int(stats["inference_stats"]["fail"].get("count", 0)) >= 1
+
+        wait_until("the slow call counted as failed", failed, timeout=4)
+        assert client.is_server_ready()
+    finally:
+        server.stop()

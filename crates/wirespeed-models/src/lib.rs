@@ -51,7 +51,7 @@ pub use onnx::{supported_operators, OnnxModel};
 pub use pbtxt::data_type as triton_data_type;
 #[cfg(feature = "python")]
 pub use python::{custom_metrics, CustomFamily, MetricKind, PythonModel, SeriesValue};
-pub use registry::{Backend, CallerSlot, ModelCaller, ModelSource, Registry};
+pub use registry::{Backend, CallerGone, CallerSlot, ModelCaller, ModelSource, Registry};
 pub use repository::{
     is_valid_model_name, load_model, load_repository, model_folders, LoadedModel, OutputLabels,
     RepositoryError,

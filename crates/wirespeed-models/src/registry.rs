@@ -34,7 +34,9 @@ pub trait Backend: Send + Sync {
 /// never from an async runtime's.
 pub trait ModelCaller: Send + Sync {
     /// Runs `model` (in `version`, the served one when `None`) on `inputs`,
-    /// answering `outputs` (all when empty), before `deadline`.
+    /// answering `outputs` (all when empty), before `deadline`; cancelled
+    /// when `gone` resolves (the calling request's client left).
+    #[allow(clippy::too_many_arguments)]
     fn call(
         &self,
         model: &str,
@@ -43,6 +45,7 @@ pub trait ModelCaller: Send + Sync {
         outputs: Vec<String>,
         parameters: Parameters,
         deadline: Option<Instant>,
+        gone: CallerGone<'_>,
     ) -> Result<Vec<Tensor>, Error>;
 
     /// Whether `model` (in `version`, the served one when `None`) is
@@ -62,12 +65,17 @@ pub trait ModelCaller: Send + Sync {
         outputs: Vec<String>,
         parameters: Parameters,
         deadline: Option<Instant>,
+        gone: CallerGone<'_>,
         each: &mut dyn FnMut(Result<Vec<Tensor>, Error>),
     ) -> Result<(), Error> {
-        each(self.call(model, version, inputs, outputs, parameters, deadline));
+        each(self.call(model, version, inputs, outputs, parameters, deadline, gone));
         Ok(())
     }
 }
+
+/// Resolves when a call's caller has gone (its client left): the call is
+/// then cancelled in the callee's scheduler.
+pub type CallerGone<'a> = std::pin::Pin<&'a mut (dyn std::future::Future<Output = ()> + Send + 'a)>;
 
 /// Where the server's [`ModelCaller`] is found once it serves; shared by a
 /// registry's clones, so models loaded before it was set reach it too.

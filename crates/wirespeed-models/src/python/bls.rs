@@ -25,6 +25,7 @@ pub(crate) fn call(
     launch: &Launch,
     call: BlsCall,
     deadline: Option<std::time::Instant>,
+    mut gone: crate::CallerGone<'_>,
 ) -> BlsAnswer {
     let BlsCall {
         model,
@@ -88,11 +89,20 @@ pub(crate) fn call(
                 outputs,
                 parameters,
                 deadline,
+                gone.as_mut(),
                 &mut |response| responses.push(answer(launch, model, response)),
             )?;
             return Ok(Vec::new());
         }
-        caller.call(model, version, tensors, outputs, parameters, deadline)
+        caller.call(
+            model,
+            version,
+            tensors,
+            outputs,
+            parameters,
+            deadline,
+            gone.as_mut(),
+        )
     })();
     let mut answer = answer(launch, model, result);
     if decoupled && answer.error.is_none() {

@@ -237,7 +237,14 @@ impl Reader {
                 let _ = self.events.send(Event::Executed(id, Err(error)));
             }
             Reply::Bls(call) => {
-                let answer = super::bls::call(&self.launch, call, None);
+                // Which request's code calls is not known here: the call
+                // ends at its own timeout, or with the callee.
+                let answer = super::bls::call(
+                    &self.launch,
+                    call,
+                    None,
+                    std::pin::pin!(std::future::pending()),
+                );
                 let mut socket = self.writer.lock().unwrap_or_else(|e| e.into_inner());
                 wire::send(&mut socket, &answer)
                     .map_err(|e| lost(format!("did not take a BLS answer ({e})")))?;

@@ -330,13 +330,20 @@ impl Keeper {
                         )));
                         continue;
                     }
-                    let result = process.infer(
-                        &self.launch,
-                        &job.inputs,
-                        &job.outputs,
-                        job.parameters,
-                        job.deadline,
-                    );
+                    let mut job = job;
+                    let result = {
+                        // A BLS call the model makes is cancelled when
+                        // this request's caller goes.
+                        let gone = std::pin::pin!(job.reply.closed());
+                        process.infer(
+                            &self.launch,
+                            &job.inputs,
+                            &job.outputs,
+                            std::mem::take(&mut job.parameters),
+                            job.deadline,
+                            gone,
+                        )
+                    };
                     match result {
                         Ok(outputs) => {
                             let _ = job.reply.send(Ok(outputs));

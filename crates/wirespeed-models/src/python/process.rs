@@ -259,6 +259,7 @@ impl Process {
         outputs: &[usize],
         parameters: serde_json::Map<String, serde_json::Value>,
         deadline: Option<Instant>,
+        mut gone: crate::CallerGone<'_>,
     ) -> Result<Vec<Tensor>, CallError> {
         let lost = |process: &mut Process, what: String| process.lost(launch, what);
         let placed = self
@@ -313,7 +314,7 @@ impl Process {
             let Reply::Bls(call) = reply else {
                 break reply;
             };
-            let answer = super::bls::call(launch, call, deadline);
+            let answer = super::bls::call(launch, call, deadline, gone.as_mut());
             if wire::send(&mut self.socket, &answer).is_err() {
                 self.kill();
                 return Err(lost(

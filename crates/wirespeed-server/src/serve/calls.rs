@@ -12,7 +12,7 @@ use std::sync::{Arc, Weak};
 use std::time::Instant;
 
 use wirespeed_core::{Error, ErrorKind, Parameters, RequestedOutput, Tensor};
-use wirespeed_models::ModelCaller;
+use wirespeed_models::{CallerGone, ModelCaller};
 use wirespeed_scheduler::CallContext;
 
 use crate::serve::ensemble;
@@ -72,6 +72,15 @@ fn context(parameters: Parameters, deadline: Option<Instant>) -> CallContext {
     }
 }
 
+fn caller_gone(model: &str) -> Error {
+    Error::new(
+        ErrorKind::Unavailable,
+        format!(
+            "calling model '{model}': the calling request's client left; the call is cancelled"
+        ),
+    )
+}
+
 fn past_deadline(model: &str) -> Error {
     Error::new(
         ErrorKind::GatewayTimeout,
@@ -92,11 +101,12 @@ impl ModelCaller for Calls {
         outputs: Vec<String>,
         parameters: Parameters,
         deadline: Option<Instant>,
+        mut gone: CallerGone<'_>,
         each: &mut dyn FnMut(Result<Vec<Tensor>, Error>),
     ) -> Result<(), Error> {
         let (_, served) = callee(&self.models, model, version)?;
         if !served.model.decoupled() {
-            each(self.call(model, version, inputs, outputs, parameters, deadline));
+            each(self.call(model, version, inputs, outputs, parameters, deadline, gone));
             return Ok(());
         }
         let requested = requested(outputs);
@@ -128,11 +138,17 @@ impl ModelCaller for Calls {
             Ok(())
         };
         self.runtime.block_on(async move {
-            match deadline {
-                Some(at) => tokio::time::timeout_at(at.into(), streamed)
-                    .await
-                    .unwrap_or_else(|_| Err(past_deadline(model))),
-                None => streamed.await,
+            let bounded = async {
+                match deadline {
+                    Some(at) => tokio::time::timeout_at(at.into(), streamed)
+                        .await
+                        .unwrap_or_else(|_| Err(past_deadline(model))),
+                    None => streamed.await,
+                }
+            };
+            tokio::select! {
+                done = bounded => done,
+                () = gone.as_mut() => Err(caller_gone(model)),
             }
         })
     }
@@ -145,6 +161,7 @@ impl ModelCaller for Calls {
         outputs: Vec<String>,
         parameters: Parameters,
         deadline: Option<Instant>,
+        mut gone: CallerGone<'_>,
     ) -> Result<Vec<Tensor>, Error> {
         let (models, served) = callee(&self.models, model, version)?;
         let requested = requested(outputs);
@@ -169,6 +186,11 @@ impl ModelCaller for Calls {
                 None => run.await,
             }
         };
-        self.runtime.block_on(bounded)
+        self.runtime.block_on(async move {
+            tokio::select! {
+                done = bounded => done,
+                () = gone.as_mut() => Err(caller_gone(model)),
+            }
+        })
     }
 }
