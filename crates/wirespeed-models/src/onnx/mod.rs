@@ -20,6 +20,7 @@
 //! request: the whole graph is typed and optimized at load. Compute runs on
 //! the server's CPU pool, never on an I/O thread.
 
+mod known;
 mod ml;
 #[cfg(feature = "onnxruntime")]
 mod runtime;
@@ -101,31 +102,85 @@ impl OnnxModel {
             return Err(format!("model_file {} does not exist", path.display()));
         }
         let config = source.config();
+        // What no engine here answers rightly is refused before either
+        // sees it (a file tract cannot read is left to the engines).
+        let mut doubtful = None;
+        if let Ok(proto) = framework().proto_model_for_path(&path) {
+            if let Some(why) = known::wrong_everywhere(&proto) {
+                return Err(format!("{}: {why}", file_name(&path)));
+            }
+            doubtful = known::tract_doubtful(&proto);
+        }
+        let on_tract = || {
+            // tract reports what it cannot read as errors; a panic deep
+            // in the engine is caught here too, so that it is a load
+            // error of this model and the server serves the others.
+            let planned = std::panic::catch_unwind(AssertUnwindSafe(|| {
+                plan(&path, &config.inputs, &config.outputs, source.pool())
+            }))
+            .unwrap_or_else(|_| {
+                Err(format!(
+                    "{}: tract failed on this graph (the engine panicked while typing or \
+                     optimizing it)",
+                    file_name(&path)
+                ))
+            })?;
+            let (plan, inputs, outputs, inline_elements) = planned;
+            Ok::<_, String>((Engine::Tract(plan), inputs, outputs, inline_elements))
+        };
+        #[cfg(feature = "onnxruntime")]
+        let on_onnxruntime = || {
+            let count = keys.instances.unwrap_or(source.pool().threads());
+            let (sessions, inputs, outputs) =
+                runtime::Sessions::load(&path, count, &config.inputs, &config.outputs)?;
+            Ok::<_, String>((Engine::OnnxRuntime(sessions), inputs, outputs, 0))
+        };
         let (engine, inputs, outputs, inline_elements) = match keys.engine.as_deref() {
-            None | Some("tract") => {
-                // tract reports what it cannot read as errors; a panic
-                // deep in a malformed graph is caught here too, so that it
-                // is a load error of this model and the server serves the
-                // others.
-                let planned = std::panic::catch_unwind(AssertUnwindSafe(|| {
-                    plan(&path, &config.inputs, &config.outputs, source.pool())
-                }))
-                .unwrap_or_else(|_| {
-                    Err(format!(
-                        "{}: tract failed on this graph (it panicked); the file may be corrupt",
-                        path.display()
-                    ))
-                })?;
-                let (plan, inputs, outputs, inline_elements) = planned;
-                (Engine::Tract(plan), inputs, outputs, inline_elements)
+            Some("tract") => on_tract()?,
+            // tract first (pure Rust, and the tree runtime for ai.onnx.ml's
+            // ensembles); what it cannot run, or would run wrongly, on ONNX
+            // Runtime when its library is there.
+            #[cfg(feature = "onnxruntime")]
+            None | Some("auto") if doubtful.is_some() && runtime::environment().is_ok() => {
+                match on_onnxruntime() {
+                    Ok(served) => {
+                        tracing::info!(
+                            model = %source.name(),
+                            reason = %doubtful.as_deref().unwrap_or_default(),
+                            "ONNX Runtime serves this graph (engine auto)"
+                        );
+                        served
+                    }
+                    Err(_) => on_tract()?,
+                }
             }
             #[cfg(feature = "onnxruntime")]
-            Some("onnxruntime") => {
-                let count = keys.instances.unwrap_or(source.pool().threads());
-                let (sessions, inputs, outputs) =
-                    runtime::Sessions::load(&path, count, &config.inputs, &config.outputs)?;
-                (Engine::OnnxRuntime(sessions), inputs, outputs, 0)
-            }
+            None | Some("auto") => match on_tract() {
+                Ok(planned) => planned,
+                Err(refused) => match runtime::environment() {
+                    Ok(_) => {
+                        let served = on_onnxruntime().map_err(|e| {
+                            format!("{refused}\nand ONNX Runtime cannot serve it either: {e}")
+                        })?;
+                        tracing::info!(
+                            model = %source.name(),
+                            reason = %refused,
+                            "tract cannot serve this graph; ONNX Runtime serves it (engine auto)"
+                        );
+                        served
+                    }
+                    Err(missing) => {
+                        return Err(format!(
+                            "{refused}\n(ONNX Runtime could serve what tract cannot, and is not \
+                             loaded: {missing})"
+                        ))
+                    }
+                },
+            },
+            #[cfg(not(feature = "onnxruntime"))]
+            None | Some("auto") => on_tract()?,
+            #[cfg(feature = "onnxruntime")]
+            Some("onnxruntime") => on_onnxruntime()?,
             #[cfg(not(feature = "onnxruntime"))]
             Some("onnxruntime") => {
                 return Err(
@@ -136,8 +191,8 @@ impl OnnxModel {
             }
             Some(other) => {
                 return Err(format!(
-                    "unknown engine '{other}'; the onnx backend runs models on 'tract' (the \
-                     default) or 'onnxruntime'"
+                    "unknown engine '{other}'; the onnx backend runs models on 'auto' (the \
+                     default: tract, else ONNX Runtime), 'tract' or 'onnxruntime'"
                 ))
             }
         };
@@ -185,10 +240,14 @@ fn plan(
     declared_outputs: &[TensorConfig],
     pool: &CpuPool,
 ) -> Result<Planned, String> {
-    let file = path.display();
+    // The model's folder names the model in every load error already.
+    let file = file_name(path);
     let onnx = framework();
     let loaded = onnx.proto_model_for_path(path).and_then(|proto| {
         opsets(&proto).map_err(tract_onnx::prelude::TractError::msg)?;
+        if let Some(why) = known::tract_wrong(&proto) {
+            return Err(tract_onnx::prelude::TractError::msg(why));
+        }
         let dir = path.parent().and_then(|d| d.to_str());
         let parsed = onnx.parse(&proto, dir)?;
         if !parsed.unresolved_inputs.is_empty() {
@@ -612,6 +671,14 @@ impl Model for OnnxModel {
 }
 
 /// tract's ONNX reader with wirespeed's `ai.onnx.ml` operators (`ml/`).
+/// The model file's name, for messages: the repository's error names
+/// the model's folder before them.
+fn file_name(path: &std::path::Path) -> String {
+    path.file_name()
+        .map(|name| name.to_string_lossy().into_owned())
+        .unwrap_or_else(|| path.display().to_string())
+}
+
 fn framework() -> tract_onnx::Onnx {
     let mut onnx = tract_onnx::onnx();
     ml::register(&mut onnx.op_register);

@@ -26,16 +26,35 @@ use crate::config::TensorConfig;
 /// The process's one ONNX Runtime environment, made at the first load.
 static ENVIRONMENT: OnceLock<Result<Environment, String>> = OnceLock::new();
 
-fn environment() -> Result<&'static Environment, String> {
+/// The library's name when ORT_DYLIB_PATH does not say where it is: the
+/// dynamic loader looks for it where it looks for any (LD_LIBRARY_PATH,
+/// the system's library folders).
+const LIBRARY: &str = "libonnxruntime.so";
+
+/// The process's ONNX Runtime, loaded at the first call.
+pub(super) fn environment() -> Result<&'static Environment, String> {
     ENVIRONMENT
         .get_or_init(|| {
-            let library = std::env::var_os("ORT_DYLIB_PATH").ok_or_else(|| {
-                "engine 'onnxruntime' loads ONNX Runtime at run time: set ORT_DYLIB_PATH to its \
-                 library (e.g. the libonnxruntime.so.* in the onnxruntime wheel's capi folder)"
-                    .to_owned()
-            })?;
-            ort::init_from(&library)
-                .map_err(|e| format!("ORT_DYLIB_PATH: {e}"))?
+            let (library, named) = match std::env::var_os("ORT_DYLIB_PATH") {
+                Some(path) => (path, true),
+                None => (LIBRARY.into(), false),
+            };
+            // ort's loader panics on some failures rather than erring.
+            let loaded = std::panic::catch_unwind(|| ort::init_from(&library))
+                .map_err(|_| "its loader failed".to_owned())
+                .and_then(|r| r.map_err(|e| e.to_string()));
+            let loaded = match (loaded, named) {
+                (Ok(loaded), _) => loaded,
+                (Err(e), true) => return Err(format!("ORT_DYLIB_PATH: {e}")),
+                (Err(_), false) => {
+                    return Err(format!(
+                        "ONNX Runtime's library ({LIBRARY}) is not where the loader looks: set \
+                         ORT_DYLIB_PATH to it (e.g. the libonnxruntime.so.* in the onnxruntime \
+                         wheel's capi folder)"
+                    ))
+                }
+            };
+            loaded
                 .with_name("wirespeed")
                 .with_telemetry(false)
                 .build()
@@ -64,7 +83,7 @@ impl Sessions {
         declared_outputs: &[TensorConfig],
     ) -> Result<Loaded, String> {
         let environment = environment()?;
-        let file = path.display();
+        let file = super::file_name(path);
         let mut sessions = Vec::with_capacity(count);
         for _ in 0..count.max(1) {
             let session = Session::builder(environment)
@@ -190,13 +209,6 @@ macro_rules! datatypes {
                     ort::value::Tensor::from_string_array((shape, text.as_slice()))
                         .map(SessionInputValue::from)
                 }
-                other => {
-                    return Err(format!(
-                        "input '{}' is {}, which the onnxruntime engine does not take",
-                        tensor.name,
-                        other.datatype().as_str()
-                    ))
-                }
             };
             made.map_err(|e| format!("input '{}': {e}", tensor.name))
         }
@@ -237,6 +249,8 @@ datatypes! {
     Int16 => Int16,
     Int32 => Int32,
     Int64 => Int64,
+    Fp16 => Float16,
+    Bf16 => Bfloat16,
     Fp32 => Float32,
     Fp64 => Float64,
 }
