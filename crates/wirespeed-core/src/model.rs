@@ -337,6 +337,13 @@ pub trait Model: Send + Sync {
         Heads::default()
     }
 
+    /// Class labels the model itself gives an output (a converted
+    /// classifier's), by output: the classification extension names the
+    /// classes with them. None by default; a config's labels file wins.
+    fn class_labels(&self) -> Vec<(String, Vec<String>)> {
+        Vec::new()
+    }
+
     /// The steps of an ensemble: the server runs them, each through its
     /// model's scheduler, instead of calling [`infer`](Model::infer).
     /// `None`, the default, for a model that computes.

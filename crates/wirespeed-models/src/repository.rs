@@ -388,6 +388,16 @@ fn load_version(
     if !reshapes.is_empty() {
         model = crate::reshape::Reshaped::wrap(model, &reshapes, batch);
     }
+    let mut labels = labels;
+    for (output, given) in model.class_labels() {
+        if !given.is_empty() && labels.iter().all(|l| l.output != output) {
+            labels.push(OutputLabels {
+                output,
+                file: String::new(),
+                labels: given,
+            });
+        }
+    }
     let metadata = model.metadata();
     let max_batch_size = match config.max_batch_size {
         Some(n) => n,

@@ -166,4 +166,8 @@ impl Model for Reshaped {
     fn execution(&self, elements: usize) -> Execution {
         self.inner.execution(elements)
     }
+
+    fn class_labels(&self) -> Vec<(String, Vec<String>)> {
+        self.inner.class_labels()
+    }
 }

@@ -24,6 +24,7 @@ mod known;
 mod ml;
 #[cfg(feature = "onnxruntime")]
 mod runtime;
+mod zipmap;
 
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
@@ -80,6 +81,8 @@ pub struct OnnxModel {
     instances: Option<usize>,
     /// Requests of fewer input elements run inline (0: none do).
     inline_elements: usize,
+    /// The class labels of outputs a ZipMap gave (`zipmap.rs`).
+    labels: Vec<(String, Vec<String>)>,
 }
 
 /// What runs the graph.
@@ -105,18 +108,33 @@ impl OnnxModel {
         // What no engine here answers rightly is refused before either
         // sees it (a file tract cannot read is left to the engines).
         let mut doubtful = None;
-        if let Ok(proto) = framework().proto_model_for_path(&path) {
-            if let Some(why) = known::wrong_everywhere(&proto) {
+        let mut labels = Vec::new();
+        // The graph, read once (a file tract cannot read is left to the
+        // engines to report).
+        let mut proto = framework().proto_model_for_path(&path).ok();
+        if let Some(proto) = proto.as_mut() {
+            if let Some(why) = known::wrong_everywhere(proto) {
                 return Err(format!("{}: {why}", file_name(&path)));
             }
-            doubtful = known::tract_doubtful(&proto);
+            doubtful = known::tract_doubtful(proto);
+            labels = zipmap::unzip(proto);
         }
+        // A graph changed here goes to ONNX Runtime as bytes.
+        let rewritten = (!labels.is_empty())
+            .then(|| proto.as_ref().map(prost::Message::encode_to_vec))
+            .flatten();
         let on_tract = || {
             // tract reports what it cannot read as errors; a panic deep
             // in the engine is caught here too, so that it is a load
             // error of this model and the server serves the others.
             let planned = std::panic::catch_unwind(AssertUnwindSafe(|| {
-                plan(&path, &config.inputs, &config.outputs, source.pool())
+                plan(
+                    &path,
+                    proto.clone(),
+                    &config.inputs,
+                    &config.outputs,
+                    source.pool(),
+                )
             }))
             .unwrap_or_else(|_| {
                 Err(format!(
@@ -131,8 +149,13 @@ impl OnnxModel {
         #[cfg(feature = "onnxruntime")]
         let on_onnxruntime = || {
             let count = keys.instances.unwrap_or(source.pool().threads());
-            let (sessions, inputs, outputs) =
-                runtime::Sessions::load(&path, count, &config.inputs, &config.outputs)?;
+            let (sessions, inputs, outputs) = runtime::Sessions::load(
+                &path,
+                rewritten.as_deref(),
+                count,
+                &config.inputs,
+                &config.outputs,
+            )?;
             Ok::<_, String>((Engine::OnnxRuntime(sessions), inputs, outputs, 0))
         };
         let (engine, inputs, outputs, inline_elements) = match keys.engine.as_deref() {
@@ -207,6 +230,7 @@ impl OnnxModel {
             engine,
             instances: keys.instances,
             inline_elements,
+            labels,
         })
     }
 }
@@ -236,6 +260,7 @@ type Planned = (
 /// and the inputs and outputs as clients see them.
 fn plan(
     path: &std::path::Path,
+    proto: Option<tract_onnx::pb::ModelProto>,
     declared_inputs: &[TensorConfig],
     declared_outputs: &[TensorConfig],
     pool: &CpuPool,
@@ -243,7 +268,11 @@ fn plan(
     // The model's folder names the model in every load error already.
     let file = file_name(path);
     let onnx = framework();
-    let loaded = onnx.proto_model_for_path(path).and_then(|proto| {
+    let proto = match proto {
+        Some(proto) => Ok(proto),
+        None => onnx.proto_model_for_path(path),
+    };
+    let loaded = proto.and_then(|proto| {
         opsets(&proto).map_err(tract_onnx::prelude::TractError::msg)?;
         if let Some(why) = known::tract_wrong(&proto) {
             return Err(tract_onnx::prelude::TractError::msg(why));
@@ -609,6 +638,10 @@ datatypes! {
 impl Model for OnnxModel {
     fn metadata(&self) -> &ModelMetadata {
         &self.metadata
+    }
+
+    fn class_labels(&self) -> Vec<(String, Vec<String>)> {
+        self.labels.clone()
     }
 
     fn infer(&self, inputs: &[Tensor], outputs: &[usize]) -> Result<Vec<Tensor>, Error> {

@@ -76,8 +76,11 @@ type Loaded = (Sessions, Vec<TensorSpec>, Vec<TensorSpec>);
 impl Sessions {
     /// `count` sessions of the model at `path`, its inputs and outputs
     /// checked against the config's when it declares them.
+    /// The graph is `path`'s, or `rewritten` when wirespeed changed it
+    /// (`zipmap.rs`).
     pub(super) fn load(
         path: &Path,
+        rewritten: Option<&[u8]>,
         count: usize,
         declared_inputs: &[TensorConfig],
         declared_outputs: &[TensorConfig],
@@ -88,7 +91,10 @@ impl Sessions {
         for _ in 0..count.max(1) {
             let session = Session::builder(environment)
                 .and_then(|b| b.with_intra_threads(1).map_err(Into::into))
-                .and_then(|mut b| b.commit_from_file(path))
+                .and_then(|mut b| match rewritten {
+                    Some(bytes) => b.commit_from_memory(bytes),
+                    None => b.commit_from_file(path),
+                })
                 .map_err(|e| format!("{file}: ONNX Runtime cannot load it: {e}"))?;
             sessions.push(session);
         }
