@@ -43,6 +43,77 @@ fn has_float16(graph: &GraphProto) -> bool {
     typed || graph.initializer.iter().any(|t| t.data_type == FLOAT16)
 }
 
+/// Operators' inputs that are parameters (a shape, axes, pads, scales):
+/// tract types a graph only when they are constants.
+const PARAMETERS: &[(&str, usize, &str)] = &[
+    ("Reshape", 1, "shape"),
+    ("Expand", 1, "shape"),
+    ("ConstantOfShape", 0, "shape"),
+    ("Tile", 1, "repeats"),
+    ("Slice", 1, "starts"),
+    ("Slice", 2, "ends"),
+    ("Slice", 3, "axes"),
+    ("Slice", 4, "steps"),
+    ("Pad", 1, "pads"),
+    ("Resize", 1, "roi"),
+    ("Resize", 2, "scales"),
+    ("Resize", 3, "sizes"),
+    ("Upsample", 1, "scales"),
+    ("TopK", 1, "k"),
+    ("Unsqueeze", 1, "axes"),
+    ("Squeeze", 1, "axes"),
+    ("ReduceSum", 1, "axes"),
+    ("ReduceMean", 1, "axes"),
+    ("ReduceMax", 1, "axes"),
+    ("ReduceMin", 1, "axes"),
+    ("ReduceProd", 1, "axes"),
+    ("ReduceL1", 1, "axes"),
+    ("ReduceL2", 1, "axes"),
+    ("ReduceLogSum", 1, "axes"),
+    ("ReduceLogSumExp", 1, "axes"),
+    ("ReduceSumSquare", 1, "axes"),
+    ("Range", 0, "start"),
+    ("Range", 1, "limit"),
+    ("Range", 2, "delta"),
+    ("OneHot", 1, "depth"),
+    ("Split", 1, "split"),
+    ("CumSum", 1, "axis"),
+    ("CenterCropPad", 1, "shape"),
+    ("Col2Im", 1, "image_shape"),
+    ("Col2Im", 2, "block_shape"),
+];
+
+/// The graph's inputs that feed an operator's parameter, each said as
+/// "input 'shape' (the shape of Reshape node 'r')".
+pub(super) fn parameter_inputs(model: &ModelProto) -> Vec<String> {
+    let Some(graph) = model.graph.as_ref() else {
+        return Vec::new();
+    };
+    let constants: std::collections::HashSet<&str> =
+        graph.initializer.iter().map(|t| t.name.as_str()).collect();
+    let inputs: std::collections::HashSet<&str> = graph
+        .input
+        .iter()
+        .map(|i| i.name.as_str())
+        .filter(|name| !constants.contains(name))
+        .collect();
+    let mut found = Vec::new();
+    for node in nodes(graph) {
+        for &(op, slot, what) in PARAMETERS {
+            if node.op_type != op {
+                continue;
+            }
+            if let Some(input) = node.input.get(slot).filter(|i| inputs.contains(i.as_str())) {
+                found.push(format!(
+                    "input '{input}' (the {what} of {op} node '{}')",
+                    node.name
+                ));
+            }
+        }
+    }
+    found
+}
+
 /// Why tract would answer this graph wrongly, when it would.
 pub(super) fn tract_wrong(model: &ModelProto) -> Option<String> {
     let graph = model.graph.as_ref()?;

@@ -285,9 +285,10 @@ fn plan(
                 parsed.unresolved_inputs
             )));
         }
-        Ok((parsed.model, light(&proto)))
+        Ok((parsed.model, light(&proto), known::parameter_inputs(&proto)))
     });
-    let (mut model, light) = loaded.map_err(|e| format!("{file} cannot be loaded: {e:#}"))?;
+    let (mut model, light, parameters) =
+        loaded.map_err(|e| format!("{file} cannot be loaded: {e:#}"))?;
     // Every operator the engine lacks, at once, each with its node.
     let missing: Vec<String> = model
         .nodes()
@@ -351,9 +352,20 @@ fn plan(
     }
     undeclared("input", declared_inputs, &inputs)?;
 
-    let mut typed = model
-        .into_typed()
-        .map_err(|e| format!("{file}: the graph cannot be typed: {e:#}"))?;
+    let mut typed = model.into_typed().map_err(|e| {
+        if parameters.is_empty() {
+            format!("{file}: the graph cannot be typed: {e:#}")
+        } else {
+            // Most graphs tract cannot type take an operator's
+            // parameter (a shape, axes, pads, scales) as an input.
+            format!(
+                "{file}: tract types a graph only when these are constants in it: {}; bake \
+                     them into the graph as initializers, or serve it on ONNX Runtime (engine \
+                     \"auto\" with its library, or \"onnxruntime\")",
+                parameters.join(", ")
+            )
+        }
+    })?;
     int64_outputs(&mut typed).map_err(|e| format!("{file}: {e:#}"))?;
     let trees = ml::share_pool(&mut typed, pool);
     let mut outputs = Vec::new();
