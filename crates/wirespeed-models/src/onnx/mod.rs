@@ -107,6 +107,7 @@ impl OnnxModel {
         let config = source.config();
         // What no engine here answers rightly is refused before either
         // sees it (a file tract cannot read is left to the engines).
+        #[cfg_attr(not(feature = "onnxruntime"), allow(unused_assignments))]
         let mut doubtful = None;
         let mut labels = Vec::new();
         // The graph, read once (a file tract cannot read is left to the
@@ -117,9 +118,12 @@ impl OnnxModel {
                 return Err(format!("{}: {why}", file_name(&path)));
             }
             doubtful = known::tract_doubtful(proto);
+            #[cfg(not(feature = "onnxruntime"))]
+            let _ = &doubtful;
             labels = zipmap::unzip(proto);
         }
         // A graph changed here goes to ONNX Runtime as bytes.
+        #[cfg(feature = "onnxruntime")]
         let rewritten = (!labels.is_empty())
             .then(|| proto.as_ref().map(prost::Message::encode_to_vec))
             .flatten();
