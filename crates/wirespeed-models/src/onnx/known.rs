@@ -169,20 +169,38 @@ pub(super) fn tract_wrong(model: &ModelProto) -> Option<String> {
     None
 }
 
-/// Why tract may answer this graph wrongly, where ONNX Runtime answers
-/// rightly: `auto` gives it to ONNX Runtime when its library is there, and
-/// to tract otherwise (which answers most such graphs rightly).
-pub(super) fn tract_doubtful(model: &ModelProto) -> Option<String> {
+/// Why ONNX Runtime should serve this graph rather than tract, when its
+/// library is there (`auto` gives it to tract otherwise, which answers
+/// such graphs, rightly but for the first case's corner):
+/// - a masked `Softmax` (an exported attention): a row masked whole gives
+///   NaN on tract where ONNX gives 0;
+/// - convolutions and attention: ONNX Runtime's kernels are 2x to 6x
+///   faster than tract's on them, at batch 1 already (docs/onnx.md,
+///   "How fast, in-process"), where tract is the faster on tabular models
+///   and small dense networks.
+pub(super) fn prefer_onnxruntime(model: &ModelProto) -> Option<String> {
     let graph = model.graph.as_ref()?;
-    // A masked softmax (an exported attention): a row masked whole gives
-    // NaN on tract where ONNX gives 0.
-    let softmax = nodes(graph).find(|n| n.op_type == "Softmax")?;
-    nodes(graph).any(|n| n.op_type == "Where").then(|| {
-        format!(
-            "a masked Softmax (node '{}'): a row masked whole gives NaN on tract",
-            softmax.name
-        )
-    })
+    if let Some(softmax) = nodes(graph).find(|n| n.op_type == "Softmax") {
+        if nodes(graph).any(|n| n.op_type == "Where") {
+            return Some(format!(
+                "a masked Softmax (node '{}'): a row masked whole gives NaN on tract",
+                softmax.name
+            ));
+        }
+    }
+    nodes(graph)
+        .find(|n| {
+            matches!(
+                n.op_type.as_str(),
+                "Conv" | "ConvTranspose" | "Softmax" | "Attention" | "LayerNormalization"
+            )
+        })
+        .map(|n| {
+            format!(
+                "{} (node '{}'): ONNX Runtime's kernels are the faster on it",
+                n.op_type, n.name
+            )
+        })
 }
 
 /// Why neither engine here answers this graph as ONNX defines it, when

@@ -108,7 +108,7 @@ impl OnnxModel {
         // What no engine here answers rightly is refused before either
         // sees it (a file tract cannot read is left to the engines).
         #[cfg_attr(not(feature = "onnxruntime"), allow(unused_assignments))]
-        let mut doubtful = None;
+        let mut preferred = None;
         let mut labels = Vec::new();
         // The graph, read once (a file tract cannot read is left to the
         // engines to report).
@@ -117,9 +117,9 @@ impl OnnxModel {
             if let Some(why) = known::wrong_everywhere(proto) {
                 return Err(format!("{}: {why}", file_name(&path)));
             }
-            doubtful = known::tract_doubtful(proto);
+            preferred = known::prefer_onnxruntime(proto);
             #[cfg(not(feature = "onnxruntime"))]
-            let _ = &doubtful;
+            let _ = &preferred;
             labels = zipmap::unzip(proto);
         }
         // A graph changed here goes to ONNX Runtime as bytes.
@@ -168,12 +168,12 @@ impl OnnxModel {
             // ensembles); what it cannot run, or would run wrongly, on ONNX
             // Runtime when its library is there.
             #[cfg(feature = "onnxruntime")]
-            None | Some("auto") if doubtful.is_some() && runtime::environment().is_ok() => {
+            None | Some("auto") if preferred.is_some() && runtime::environment().is_ok() => {
                 match on_onnxruntime() {
                     Ok(served) => {
                         tracing::info!(
                             model = %source.name(),
-                            reason = %doubtful.as_deref().unwrap_or_default(),
+                            reason = %preferred.as_deref().unwrap_or_default(),
                             "ONNX Runtime serves this graph (engine auto)"
                         );
                         served
