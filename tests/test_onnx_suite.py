@@ -70,3 +70,35 @@ def test_what_tract_answered_wrongly_is_served_rightly_or_refused(tmp_path, monk
         # ONNX Runtime answers these rightly, but for the few no engine
         # here answers as ONNX defines them.
         assert ours.count("correct") >= len(cases) - 5, ours.outcomes
+
+
+def test_outputs_keep_the_graphs_names_when_tract_merges_them(tmp_path):
+    """A constant output and an Identity of it are one outlet in tract's
+    plan: both are still listed and asked by the graph's own names, and
+    answer as onnxruntime does."""
+    import numpy as np
+    import onnx
+    import onnxruntime
+    import requests
+    from onnx import TensorProto, helper
+
+    nodes = [helper.make_node("Constant", [], ["c"], value=helper.make_tensor("v", TensorProto.FLOAT, [2], [1.0, 2.0])),
+             helper.make_node("Identity", ["c"], ["d"]),
+             helper.make_node("Add", ["x", "x"], ["y"])]
+    io = lambda n: helper.make_tensor_value_info(n, TensorProto.FLOAT, [2])  # noqa: E731
+    model = helper.make_model(helper.make_graph(nodes, "g", [io("x")], [io("c"), io("d"), io("y")]),
+                              opset_imports=[helper.make_opsetid("", 17)])
+    (tmp_path / "m").mkdir()
+    onnx.save(model, tmp_path / "m" / "model.onnx")
+    server = RunningServer(tmp_path, ["--metrics", "off"])
+    try:
+        url = f"http://{server.address}/v2/models/m"
+        assert [o["name"] for o in requests.get(url, timeout=10).json()["outputs"]] == ["c", "d", "y"]
+        answer = requests.post(f"{url}/infer", timeout=10, json={
+            "inputs": [{"name": "x", "datatype": "FP32", "shape": [2], "data": [1, 2]}]}).json()
+        got = {o["name"]: o["data"] for o in answer["outputs"]}
+        session = onnxruntime.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+        want = session.run(None, {"x": np.array([1, 2], np.float32)})
+        assert got == {name: w.tolist() for name, w in zip(["c", "d", "y"], want)}
+    finally:
+        server.stop()

@@ -289,9 +289,19 @@ fn plan(
                 parsed.unresolved_inputs
             )));
         }
-        Ok((parsed.model, light(&proto), known::parameter_inputs(&proto)))
+        let declared: Vec<String> = proto
+            .graph
+            .as_ref()
+            .map(|g| g.output.iter().map(|o| o.name.clone()).collect())
+            .unwrap_or_default();
+        Ok((
+            parsed.model,
+            light(&proto),
+            known::parameter_inputs(&proto),
+            declared,
+        ))
     });
-    let (mut model, light, parameters) =
+    let (mut model, light, parameters, graph_outputs) =
         loaded.map_err(|e| format!("{file} cannot be loaded: {e:#}"))?;
     // Every operator the engine lacks, at once, each with its node.
     let missing: Vec<String> = model
@@ -379,10 +389,15 @@ fn plan(
         .iter()
         .enumerate()
     {
-        let name = typed
-            .outlet_label(*outlet)
-            .map(str::to_owned)
-            .unwrap_or_else(|| typed.node(outlet.node).name.clone());
+        // The graph's own names: tract's optimiser may merge two outputs
+        // into one outlet (a constant and an Identity of it), whose label
+        // is then one name twice.
+        let name = graph_outputs.get(i).cloned().unwrap_or_else(|| {
+            typed
+                .outlet_label(*outlet)
+                .map(str::to_owned)
+                .unwrap_or_else(|| typed.node(outlet.node).name.clone())
+        });
         let fact = typed.output_fact(i).map_err(|e| e.to_string())?;
         let datatype = data_type(fact.datum_type).ok_or_else(|| {
             format!(
