@@ -223,7 +223,7 @@ impl OnnxModel {
                 ))
             }
         };
-        Ok(OnnxModel {
+        let made = |engine: Engine, inputs, outputs, inline_elements, labels| OnnxModel {
             metadata: ModelMetadata {
                 name: source.name().to_owned(),
                 versions: vec![config.version.clone()],
@@ -235,7 +235,68 @@ impl OnnxModel {
             instances: keys.instances,
             inline_elements,
             labels,
-        })
+        };
+        #[cfg_attr(not(feature = "onnxruntime"), allow(unused_mut))]
+        let mut model = made(engine, inputs, outputs, inline_elements, labels.clone());
+        // A graph tract plans and then cannot run at all (a trial on
+        // zeros fails where ONNX Runtime's succeeds) goes to ONNX Runtime
+        // under `auto`: nothing that loads fails every request.
+        #[cfg(feature = "onnxruntime")]
+        if matches!(keys.engine.as_deref(), None | Some("auto"))
+            && matches!(model.engine, Engine::Tract(_))
+            && runtime::environment().is_ok()
+        {
+            if let Err(why) = model.trial() {
+                if let Ok((engine, inputs, outputs, inline)) = on_onnxruntime() {
+                    let other = made(engine, inputs, outputs, inline, labels);
+                    if other.trial().is_ok() {
+                        tracing::info!(
+                            model = %source.name(),
+                            reason = %why,
+                            "tract cannot run this graph; ONNX Runtime serves it (engine auto)"
+                        );
+                        model = other;
+                    }
+                }
+            }
+        }
+        Ok(model)
+    }
+
+    /// Runs the model once on zeros (a variable dimension 1), every
+    /// output asked for: whether it can run at all.
+    #[cfg(feature = "onnxruntime")]
+    fn trial(&self) -> Result<(), String> {
+        let zeros = self
+            .metadata
+            .inputs
+            .iter()
+            .map(|spec| {
+                let shape: Vec<usize> = spec.shape.iter().map(|&d| d.max(1) as usize).collect();
+                let count = wirespeed_core::element_count(&shape).unwrap_or(0);
+                let size = match spec.datatype {
+                    DataType::Bytes => 4 * count,
+                    datatype => wirespeed_core::raw::raw_size(datatype, count).unwrap_or(0),
+                };
+                let data = wirespeed_core::raw::from_raw(
+                    spec.datatype,
+                    count,
+                    &vec![0u8; size],
+                    usize::MAX,
+                )
+                .map_err(|e| e.to_string())?;
+                Ok(Tensor {
+                    name: spec.name.clone(),
+                    shape,
+                    data,
+                })
+            })
+            .collect::<Result<Vec<_>, String>>()?;
+        let outputs: Vec<usize> = (0..self.metadata.outputs.len()).collect();
+        std::panic::catch_unwind(AssertUnwindSafe(|| self.infer(&zeros, &outputs)))
+            .map_err(|_| "the engine panicked".to_owned())?
+            .map(drop)
+            .map_err(|e| e.message().to_owned())
     }
 }
 
