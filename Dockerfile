@@ -18,12 +18,24 @@ RUN cargo build --release --locked -p wirespeed \
     && strip target/release/wirespeed \
     && cp target/release/wirespeed /wirespeed
 
+# ONNX Runtime's library, which `engine = "auto"` gives what tract cannot
+# run (docs/onnx.md): the one the onnxruntime wheel ships, from PyPI (the
+# tests' version). It needs libstdc++ and libgomp, which the run image has.
+FROM docker.io/library/python:3.11-slim-bookworm AS onnxruntime
+ARG ONNXRUNTIME_VERSION=1.32.0
+RUN pip download --no-deps --only-binary=:all: "onnxruntime==${ONNXRUNTIME_VERSION}" -d /wheel \
+    && python -m zipfile -e /wheel/onnxruntime-*.whl /unpacked \
+    && mkdir /ort \
+    && cp /unpacked/onnxruntime/capi/libonnxruntime.so.* /ort/libonnxruntime.so
+
 FROM gcr.io/distroless/cc-debian12:nonroot
 COPY --from=build /wirespeed /usr/local/bin/wirespeed
+COPY --from=onnxruntime /ort/libonnxruntime.so /usr/local/lib/onnxruntime/libonnxruntime.so
 COPY --chown=65532:65532 models /models
 # Listen on every interface inside the container: REST, gRPC and metrics
 # on Triton's ports. Every flag has such a variable (wirespeed serve --help).
-ENV WIRESPEED_MODELS=/models \
+ENV ORT_DYLIB_PATH=/usr/local/lib/onnxruntime/libonnxruntime.so \
+    WIRESPEED_MODELS=/models \
     WIRESPEED_HTTP=0.0.0.0:8000 \
     WIRESPEED_GRPC=0.0.0.0:8001 \
     WIRESPEED_METRICS=0.0.0.0:8002
