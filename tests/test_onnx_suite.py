@@ -102,3 +102,26 @@ def test_outputs_keep_the_graphs_names_when_tract_merges_them(tmp_path):
         assert got == {name: w.tolist() for name, w in zip(["c", "d", "y"], want)}
     finally:
         server.stop()
+
+
+def test_two_int64_outputs_of_one_shape_load_on_tract(tmp_path):
+    """A Shape given as two outputs (itself and an Identity of it): tract
+    computes dimensions, which wirespeed casts to INT64 per output."""
+    import onnx
+    import requests
+    from onnx import TensorProto, helper
+
+    nodes = [helper.make_node("Shape", ["x"], ["s"]), helper.make_node("Identity", ["s"], ["t"])]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
+                              [helper.make_tensor_value_info(n, TensorProto.INT64, [2]) for n in ("s", "t")])
+    (tmp_path / "m").mkdir()
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), tmp_path / "m" / "model.onnx")
+    (tmp_path / "m" / "config.toml").write_text('backend = "onnx"\nengine = "tract"\n')
+    server = RunningServer(tmp_path, ["--metrics", "off"])
+    try:
+        answer = requests.post(f"http://{server.address}/v2/models/m/infer", timeout=10, json={
+            "inputs": [{"name": "x", "datatype": "FP32", "shape": [2, 3], "data": [0] * 6}]}).json()
+        assert {o["name"]: (o["datatype"], o["data"]) for o in answer["outputs"]} == {
+            "s": ("INT64", [2, 3]), "t": ("INT64", [2, 3])}
+    finally:
+        server.stop()

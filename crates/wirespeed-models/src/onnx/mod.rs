@@ -579,7 +579,7 @@ fn inline_elements(inputs: &[TensorSpec], trees: usize) -> usize {
 fn int64_outputs(typed: &mut TypedModel) -> TractResult<()> {
     let mut outlets = typed.output_outlets()?.to_vec();
     let mut changed = false;
-    for outlet in outlets.iter_mut() {
+    for (i, outlet) in outlets.iter_mut().enumerate() {
         if typed.outlet_fact(*outlet)?.datum_type != DatumType::TDim {
             continue;
         }
@@ -587,8 +587,9 @@ fn int64_outputs(typed: &mut TypedModel) -> TractResult<()> {
             .outlet_label(*outlet)
             .map(str::to_owned)
             .unwrap_or_else(|| typed.node(outlet.node).name.clone());
+        // Named by the output's place: two outputs may be one outlet.
         let cast = typed.wire_node(
-            format!("{label}.as_i64"),
+            format!("{label}.as_i64.{i}"),
             tract_onnx::tract_core::ops::cast::cast(DatumType::I64),
             &[*outlet],
         )?[0];
