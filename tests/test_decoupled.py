@@ -234,6 +234,43 @@ class TritonPythonModel:
         return [pb_utils.InferenceResponse(output_tensors=[pb_utils.Tensor("SUM", total)])]
 '''
 
+# Sends from a thread until its client leaves; `execute` returns only once
+# the cancel has come, so the thread sees it after `execute` returned.
+TICKER = '''
+import threading
+import time
+
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        request = requests[0]
+        sender = request.get_response_sender()
+        threading.Thread(target=self.tick, args=(sender,), daemon=True).start()
+        while not request.is_cancelled():
+            time.sleep(0.001)
+        return None
+
+    def tick(self, sender):
+        i = 0
+        while not sender.is_cancelled():
+            sender.send(pb_utils.InferenceResponse(
+                output_tensors=[pb_utils.Tensor("VALUE", np.array([i], np.int64))]))
+            i += 1
+        print("ticker thread saw the cancel", flush=True)
+        sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+'''
+
+TICKER_CONFIG = """
+name: "ticker"
+backend: "python"
+model_transaction_policy { decoupled: true }
+input [ { name: "START" data_type: TYPE_INT64 dims: [ 1 ] } ]
+output [ { name: "VALUE" data_type: TYPE_INT64 dims: [ 1 ] } ]
+"""
+
 # Our own API: a `predict` that yields streams its answers.
 TOKENS_CONFIG = """
 backend = "python"
@@ -270,6 +307,7 @@ def server(tmp_path_factory):
         ("square_int32", SQUARE_CONFIG, SQUARE),
         ("repeat_int32", REPEAT_CONFIG, REPEAT),
         ("counter", COUNTER_CONFIG, COUNTER),
+        ("ticker", TICKER_CONFIG, TICKER),
         ("bls_decoupled_sync", BLS_CONFIG.replace("NAME", "bls_decoupled_sync"), BLS_SYNC),
         ("bls_decoupled_async", BLS_CONFIG.replace("NAME", "bls_decoupled_async"), BLS_ASYNC),
     ]:
@@ -505,3 +543,11 @@ def test_bls_decoupled_sums_the_callee_stream_as_its_clients_check(server):
             assert np.allclose(data * data, sync.as_numpy("SUM"))
             both = client.infer("bls_decoupled_async", inputs, request_id="1", outputs=outputs)
             assert np.allclose(2 * data * data, both.as_numpy("SUM"))
+
+
+def test_a_thread_sees_the_cancel_that_came_while_execute_ran(server):
+    url = f"http://{server.address}/v2/models/ticker/generate_stream"
+    with requests.post(url, json={"START": 0}, stream=True, timeout=30) as answer:
+        first = next(line for line in answer.iter_lines(decode_unicode=True) if line.startswith("data: "))
+        assert json.loads(first[len("data: "):])["VALUE"] == 0
+    server.wait_for_log("ticker thread saw the cancel")

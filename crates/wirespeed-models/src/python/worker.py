@@ -361,6 +361,10 @@ class Worker:
         """One response of request `request_id` (None: the final flag
         alone), its tensors' bytes after the message."""
         message = {"op": "response", "id": request_id, "final": bool(final)}
+        if final:
+            # The request is done with (a cancel that comes after its final
+            # response stays in the set: a number per such request).
+            self.cancelled.discard(request_id)
         raw = b""
         if response is None:
             message["empty"] = True
@@ -422,7 +426,8 @@ class Worker:
             except Exception as e:
                 reply = self.failure(e)
                 reply["id"] = request_id
-            self.cancelled.discard(request_id)
+                # Its stream ends with the error: it is done with.
+                self.cancelled.discard(request_id)
             self.channel.send(with_metrics(reply))
         self.finalize()
 
