@@ -265,29 +265,7 @@ impl Process {
         let placed = self
             .write_inputs(inputs)
             .map_err(|e| CallError::Model(Error::internal(format!("shared memory: {e}"))))?;
-        let message = Infer {
-            op: "infer",
-            size: self.inputs.len(),
-            inputs: inputs
-                .iter()
-                .zip(&placed)
-                .map(|(t, &(offset, len))| {
-                    (
-                        t.name.as_str(),
-                        t.datatype().as_str(),
-                        &t.shape[..],
-                        offset,
-                        len,
-                    )
-                })
-                .collect(),
-            outputs: outputs
-                .iter()
-                .map(|&i| launch.outputs[i].name.as_str())
-                .collect(),
-            parameters,
-            id: None,
-        };
+        let message = self.message(launch, inputs, &placed, outputs, parameters, None);
         if wire::send(&mut self.socket, &message).is_err() {
             self.kill();
             return Err(lost(
@@ -425,12 +403,34 @@ impl Process {
         let placed = self
             .write_inputs(inputs)
             .map_err(|e| Error::internal(format!("shared memory: {e}")))?;
-        let message = Infer {
+        let message = self.message(launch, inputs, &placed, outputs, parameters, Some(id));
+        let mut socket = writer.lock().unwrap_or_else(|e| e.into_inner());
+        wire::send(&mut socket, &message).map_err(|e| {
+            Error::model_failed(format!(
+                "model '{}': its Python worker (pid {}) did not take the request ({e})",
+                launch.model, self.pid
+            ))
+        })?;
+        Ok(placed.last().map_or(0, |&(offset, len)| offset + len))
+    }
+
+    /// The `infer` message for `inputs`, placed in the input segment at
+    /// `placed`; `id` numbers a decoupled model's request.
+    fn message<'a>(
+        &self,
+        launch: &'a Launch,
+        inputs: &'a [Tensor],
+        placed: &[(usize, usize)],
+        outputs: &[usize],
+        parameters: serde_json::Map<String, serde_json::Value>,
+        id: Option<u64>,
+    ) -> Infer<'a> {
+        Infer {
             op: "infer",
             size: self.inputs.len(),
             inputs: inputs
                 .iter()
-                .zip(&placed)
+                .zip(placed)
                 .map(|(t, &(offset, len))| {
                     (
                         t.name.as_str(),
@@ -446,16 +446,8 @@ impl Process {
                 .map(|&i| launch.outputs[i].name.as_str())
                 .collect(),
             parameters,
-            id: Some(id),
-        };
-        let mut socket = writer.lock().unwrap_or_else(|e| e.into_inner());
-        wire::send(&mut socket, &message).map_err(|e| {
-            Error::model_failed(format!(
-                "model '{}': its Python worker (pid {}) did not take the request ({e})",
-                launch.model, self.pid
-            ))
-        })?;
-        Ok(placed.last().map_or(0, |&(offset, len)| offset + len))
+            id,
+        }
     }
 
     /// The input segment's first `used` bytes are free again.
