@@ -49,6 +49,6 @@ pub use model::{
 };
 pub use pool::CpuPool;
 pub use stream::{
-    response_channel, Gone, ResponseReceiver, ResponseSender, Streamed, STREAM_BUFFER,
+    response_channel, Gone, OneResponse, ResponseReceiver, ResponseSender, Streamed, STREAM_BUFFER,
 };
 pub use tensor::{element_count, Tensor, TensorData};

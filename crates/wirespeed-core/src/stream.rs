@@ -103,6 +103,49 @@ impl ResponseSender {
     }
 }
 
+/// What a caller that takes one answer (an endpoint that answers once, a
+/// warmup, a BLS call) makes of a stream: its one response, Triton's rule
+/// for `generate`.
+#[derive(Debug)]
+pub struct OneResponse<T> {
+    first: Option<Result<T, Error>>,
+    count: usize,
+}
+
+impl<T> Default for OneResponse<T> {
+    fn default() -> Self {
+        OneResponse {
+            first: None,
+            count: 0,
+        }
+    }
+}
+
+impl<T> OneResponse<T> {
+    /// Takes the stream's next response; false once there are two, when
+    /// nothing more is wanted (dropping the stream cancels the rest).
+    pub fn take(&mut self, response: Result<T, Error>) -> bool {
+        self.count += 1;
+        if self.count == 1 {
+            self.first = Some(response);
+        }
+        self.count == 1
+    }
+
+    /// The one response, or the error for none or several, naming
+    /// `model`; `expects` says who takes one and what to do instead.
+    pub fn finish(self, model: &str, expects: &str) -> Result<T, Error> {
+        let sent = match (self.first, self.count) {
+            (Some(response), 1) => return response,
+            (_, 0) => "no response",
+            _ => "more than one response",
+        };
+        Err(Error::model_failed(format!(
+            "model '{model}' is decoupled and sent {sent} to this request; {expects}"
+        )))
+    }
+}
+
 impl ResponseReceiver {
     /// The next response; `None` once the stream has ended (every sender
     /// dropped).
@@ -145,6 +188,25 @@ mod tests {
         drop(receiver);
         assert!(sender.is_closed());
         assert_eq!(sender.send_blocking(Ok(vec![]), false), Err(Gone));
+    }
+
+    #[test]
+    fn one_response_is_taken_and_none_or_several_are_refused() {
+        let mut one = OneResponse::default();
+        assert!(one.take(Ok(7)));
+        assert_eq!(one.finish("m", "x").unwrap(), 7);
+        let none = OneResponse::<u8>::default()
+            .finish("m", "ask a stream")
+            .unwrap_err();
+        assert!(none.message().contains("no response") && none.message().contains("ask a stream"));
+        let mut two = OneResponse::default();
+        assert!(two.take(Ok(1)));
+        assert!(!two.take(Ok(2)));
+        assert!(two
+            .finish("m", "x")
+            .unwrap_err()
+            .message()
+            .contains("more than one"));
     }
 
     #[test]

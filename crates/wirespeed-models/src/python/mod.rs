@@ -402,8 +402,7 @@ async fn only_response(
     mut receiver: wirespeed_core::ResponseReceiver,
 ) -> Result<Vec<Tensor>, Error> {
     let mut executed = Some(executed);
-    let mut first = None;
-    let mut count = 0usize;
+    let mut one = wirespeed_core::OneResponse::default();
     loop {
         tokio::select! {
             done = async { executed.as_mut().expect("guarded").await }, if executed.is_some() => {
@@ -412,26 +411,19 @@ async fn only_response(
             }
             item = receiver.next() => match item {
                 Some(streamed) => {
-                    count += 1;
-                    if count > 1 {
+                    if !one.take(streamed.result) {
                         break;
                     }
-                    first = Some(streamed.result);
                 }
                 None => break,
             },
         }
     }
-    match (first, count) {
-        (Some(result), 1) => result,
-        (_, 0) => Err(Error::model_failed(format!(
-            "model '{model}' is decoupled and sent no response to a call that takes exactly 1"
-        ))),
-        _ => Err(Error::model_failed(format!(
-            "model '{model}' is decoupled and sent more than one response to a call that takes \
-             exactly 1"
-        ))),
-    }
+    one.finish(
+        model,
+        "a call that takes one answer (a warmup, an ensemble's step, a BLS call without \
+         decoupled=True) expects exactly 1",
+    )
 }
 
 /// Triton's auto-complete of a Python model's configuration: the model's

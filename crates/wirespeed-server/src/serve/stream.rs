@@ -18,7 +18,7 @@
 use std::future::Future;
 use std::pin::Pin;
 
-use wirespeed_core::{Error, InferResponse, ResponseReceiver, Streamed};
+use wirespeed_core::{Error, InferResponse, OneResponse, ResponseReceiver, Streamed};
 
 /// The model's run, owned: it ends once the model has taken the request.
 pub(crate) type Run = Pin<Box<dyn Future<Output = Result<(), Error>> + Send>>;
@@ -123,28 +123,16 @@ impl ResponseStream {
     /// error when the model sent none or several (Triton's rule for
     /// `generate`). Waits for the stream's end.
     pub(crate) async fn only(mut self) -> Result<InferResponse, Error> {
-        let mut first = None;
-        let mut count = 0usize;
+        let mut one = OneResponse::default();
         while let Some(item) = self.next().await {
-            count += 1;
-            if count > 1 {
+            if !one.take(item.response) {
                 break;
             }
-            first = Some(item.response);
         }
-        let name = &self.model_name;
-        match (first, count) {
-            (Some(response), 1) => response,
-            (_, 0) => Err(Error::model_failed(format!(
-                "model '{name}' is decoupled and sent no response to this request; an endpoint \
-                 that answers once expects exactly 1: ask it through gRPC ModelStreamInfer or \
-                 generate_stream"
-            ))),
-            _ => Err(Error::model_failed(format!(
-                "model '{name}' is decoupled and sent more than one response to this request; \
-                 an endpoint that answers once expects exactly 1: ask it through gRPC \
-                 ModelStreamInfer or generate_stream"
-            ))),
-        }
+        one.finish(
+            &self.model_name,
+            "an endpoint that answers once expects exactly 1: ask it through gRPC \
+             ModelStreamInfer or generate_stream",
+        )
     }
 }
