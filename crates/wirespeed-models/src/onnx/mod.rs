@@ -127,14 +127,18 @@ impl OnnxModel {
         let rewritten = (!labels.is_empty())
             .then(|| proto.as_ref().map(prost::Message::encode_to_vec))
             .flatten();
+        // The graph goes to tract as read (its weights are not copied);
+        // each load plans it once.
+        let proto = std::cell::RefCell::new(proto);
         let on_tract = || {
+            let given = proto.borrow_mut().take();
             // tract reports what it cannot read as errors; a panic deep
             // in the engine is caught here too, so that it is a load
             // error of this model and the server serves the others.
             let planned = std::panic::catch_unwind(AssertUnwindSafe(|| {
                 plan(
                     &path,
-                    proto.clone(),
+                    given,
                     &config.inputs,
                     &config.outputs,
                     source.pool(),
