@@ -195,7 +195,7 @@ def run_wirespeed(cases, address):
     import tritonclient.http as httpclient
     from tritonclient.utils import InferenceServerException
 
-    client = httpclient.InferenceServerClient(address, network_timeout=600, connection_timeout=600)
+    client = httpclient.InferenceServerClient(address)
     tally = Tally()
     for case in cases:
         try:

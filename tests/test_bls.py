@@ -227,22 +227,32 @@ def test_a_bls_call_to_a_model_that_is_not_there_is_the_callers_error(server):
     assert np.allclose(response.as_numpy("OUTPUT0"), a)
 
 
+def write_slow(root, delay_ms):
+    """`slow`: Triton's identity backend, `delay_ms` per request."""
+    (root / "slow" / "1").mkdir(parents=True)
+    (root / "slow" / "config.pbtxt").write_text(
+        'backend: "identity"\nmax_batch_size: 0\n'
+        'input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ 4 ] } ]\n'
+        'output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 4 ] } ]\n'
+        f'parameters [ {{ key: "execute_delay_ms" value: {{ string_value: "{delay_ms}" }} }} ]\n')
+
+
+def write_caller(root, name, code):
+    """A Python model `name` (INPUT0 to OUTPUT0, 4 FP32) whose model.py is `code`."""
+    (root / name / "1").mkdir(parents=True)
+    (root / name / "config.pbtxt").write_text(
+        f'name: "{name}"\nbackend: "python"\n'
+        'input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ 4 ] } ]\n'
+        'output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 4 ] } ]\n')
+    (root / name / "1" / "model.py").write_text(code)
+
+
 def test_a_bls_call_ends_at_the_callers_deadline(tmp_path):
     """A call to a slow model (Triton's identity backend with a delay) ends
     at the calling request's deadline (the client's gRPC timeout), and the
     server goes on."""
-    (tmp_path / "slow" / "1").mkdir(parents=True)
-    (tmp_path / "slow" / "config.pbtxt").write_text(
-        'backend: "identity"\nmax_batch_size: 0\n'
-        'input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ 4 ] } ]\n'
-        'output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 4 ] } ]\n'
-        'parameters [ { key: "execute_delay_ms" value: { string_value: "3000" } } ]\n')
-    (tmp_path / "caller" / "1").mkdir(parents=True)
-    (tmp_path / "caller" / "config.pbtxt").write_text(
-        'name: "caller"\nbackend: "python"\n'
-        'input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ 4 ] } ]\n'
-        'output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 4 ] } ]\n')
-    (tmp_path / "caller" / "1" / "model.py").write_text(
+    write_slow(tmp_path, 3000)
+    write_caller(tmp_path, "caller",
         "import triton_python_backend_utils as pb_utils\n\n\n"
         "class TritonPythonModel:\n"
         "    def execute(self, requests):\n"
@@ -276,18 +286,8 @@ def test_is_model_ready_and_a_calls_own_timeout(tmp_path):
     """`pb_utils.is_model_ready` says which models the server serves; a
     BLS request's own `timeout` (microseconds) ends its call before the
     calling request's deadline, as the callee's error."""
-    (tmp_path / "slow" / "1").mkdir(parents=True)
-    (tmp_path / "slow" / "config.pbtxt").write_text(
-        'backend: "identity"\nmax_batch_size: 0\n'
-        'input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ 4 ] } ]\n'
-        'output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 4 ] } ]\n'
-        'parameters [ { key: "execute_delay_ms" value: { string_value: "3000" } } ]\n')
-    (tmp_path / "asker" / "1").mkdir(parents=True)
-    (tmp_path / "asker" / "config.pbtxt").write_text(
-        'name: "asker"\nbackend: "python"\n'
-        'input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ 4 ] } ]\n'
-        'output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 4 ] } ]\n')
-    (tmp_path / "asker" / "1" / "model.py").write_text(
+    write_slow(tmp_path, 3000)
+    write_caller(tmp_path, "asker",
         "import numpy as np\n"
         "import triton_python_backend_utils as pb_utils\n\n\n"
         "class TritonPythonModel:\n"
@@ -315,18 +315,8 @@ def test_a_bls_call_ends_when_the_callers_client_leaves(tmp_path):
     waiting on: the slow callee counts it failed, not left to run."""
     import requests
 
-    for name in ("slow", "caller"):
-        (tmp_path / name / "1").mkdir(parents=True)
-    (tmp_path / "slow" / "config.pbtxt").write_text(
-        'backend: "identity"\nmax_batch_size: 0\n'
-        'input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ 4 ] } ]\n'
-        'output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 4 ] } ]\n'
-        'parameters [ { key: "execute_delay_ms" value: { string_value: "5000" } } ]\n')
-    (tmp_path / "caller" / "config.pbtxt").write_text(
-        'name: "caller"\nbackend: "python"\n'
-        'input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ 4 ] } ]\n'
-        'output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 4 ] } ]\n')
-    (tmp_path / "caller" / "1" / "model.py").write_text(
+    write_slow(tmp_path, 5000)
+    write_caller(tmp_path, "caller",
         "import triton_python_backend_utils as pb_utils\n\n\n"
         "class TritonPythonModel:\n"
         "    def execute(self, requests):\n"
