@@ -136,13 +136,7 @@ impl OnnxModel {
             // in the engine is caught here too, so that it is a load
             // error of this model and the server serves the others.
             let planned = std::panic::catch_unwind(AssertUnwindSafe(|| {
-                plan(
-                    &path,
-                    given,
-                    &config.inputs,
-                    &config.outputs,
-                    source.pool(),
-                )
+                plan(&path, given, &config.inputs, &config.outputs, source.pool())
             }))
             .unwrap_or_else(|_| {
                 Err(format!(
