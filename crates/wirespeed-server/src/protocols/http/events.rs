@@ -21,9 +21,9 @@ use wirespeed_http::BoxError;
 use super::response::Body;
 use crate::serve::stream::{Item, ResponseStream};
 
-/// What an event's payload is made from one response: its bytes
-/// (without `data: ` and the blank line), or `None` to send nothing.
-pub(crate) type Encode = Box<dyn FnMut(Item) -> Option<Vec<u8>> + Send>;
+/// Writes one response as an event's payload (what goes between `data: `
+/// and the blank line), into the event's own buffer.
+pub(crate) type Encode = Box<dyn FnMut(Item, &mut Vec<u8>) + Send>;
 
 type Next = Pin<Box<dyn Future<Output = Option<(Item, ResponseStream)>> + Send>>;
 
@@ -51,11 +51,11 @@ pub(crate) fn answer(stream: ResponseStream, encode: Encode) -> Response<Body> {
     response
 }
 
-/// One event's bytes: `data: <payload>\n\n`.
-pub(crate) fn event(payload: &[u8]) -> Bytes {
-    let mut event = Vec::with_capacity(payload.len() + 8);
+/// One event's bytes: `data: `, the payload `write` writes, a blank line.
+pub(crate) fn event(write: impl FnOnce(&mut Vec<u8>)) -> Bytes {
+    let mut event = Vec::with_capacity(128);
     event.extend_from_slice(b"data: ");
-    event.extend_from_slice(payload);
+    write(&mut event);
     event.extend_from_slice(b"\n\n");
     Bytes::from(event)
 }
@@ -75,22 +75,19 @@ impl hyper::body::Body for Events {
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
         let this = self.get_mut();
-        loop {
-            let Some(next) = this.next.as_mut() else {
-                return Poll::Ready(None);
-            };
-            match next.as_mut().poll(cx) {
-                Poll::Pending => return Poll::Pending,
-                Poll::Ready(None) => {
-                    this.next = None;
-                    return Poll::Ready(None);
-                }
-                Poll::Ready(Some((item, stream))) => {
-                    this.next = Some(pull(stream));
-                    if let Some(payload) = (this.encode)(item) {
-                        return Poll::Ready(Some(Ok(Frame::data(event(&payload)))));
-                    }
-                }
+        let Some(next) = this.next.as_mut() else {
+            return Poll::Ready(None);
+        };
+        match next.as_mut().poll(cx) {
+            Poll::Pending => Poll::Pending,
+            Poll::Ready(None) => {
+                this.next = None;
+                Poll::Ready(None)
+            }
+            Poll::Ready(Some((item, stream))) => {
+                this.next = Some(pull(stream));
+                let encode = &mut this.encode;
+                Poll::Ready(Some(Ok(Frame::data(event(|out| encode(item, out))))))
             }
         }
     }

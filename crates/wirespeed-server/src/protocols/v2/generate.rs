@@ -83,11 +83,12 @@ impl Codec for Generate<'_> {
     }
 
     fn encode(&mut self, response: InferResponse) -> Result<Response<Body>, Error> {
-        let out = object(&response)?;
+        let mut out = Vec::with_capacity(128);
+        object(&response, &mut out)?;
         if !self.stream {
             return Ok(response::json(out));
         }
-        let mut answer = response::json(events::event(&out));
+        let mut answer = response::json(events::event(|event| event.extend_from_slice(&out)));
         answer.headers_mut().insert(
             CONTENT_TYPE,
             HeaderValue::from_static("text/event-stream; charset=utf-8"),
@@ -104,16 +105,14 @@ impl Codec for Generate<'_> {
         }
         Ok(events::answer(
             stream,
-            Box::new(|item| {
-                let payload = item.response.and_then(|response| object(&response));
-                Some(payload.unwrap_or_else(|error| {
+            Box::new(|item, out| {
+                let written = item.response.and_then(|response| object(&response, out));
+                if let Err(error) = written {
                     let message = pipeline::public_message(&error, 0);
-                    let mut out = Vec::with_capacity(message.len() + 16);
                     out.extend_from_slice(b"{\"error\":");
-                    wirespeed_json::encode_string(&message, &mut out);
+                    wirespeed_json::encode_string(&message, out);
                     out.push(b'}');
-                    out
-                }))
+                }
             }),
         ))
     }
@@ -135,20 +134,29 @@ impl Codec for Generate<'_> {
     }
 }
 
-/// A response as generate's JSON object: `id`, `model_name`,
-/// `model_version`, and each output by name.
-fn object(response: &InferResponse) -> Result<Vec<u8>, Error> {
-    let mut out = Vec::with_capacity(128);
+/// Writes a response as generate's JSON object (`id`, `model_name`,
+/// `model_version`, and each output by name) after what `out` holds; on an
+/// error, `out` is as it was.
+fn object(response: &InferResponse, out: &mut Vec<u8>) -> Result<(), Error> {
+    let start = out.len();
+    let written = write_object(response, out);
+    if written.is_err() {
+        out.truncate(start);
+    }
+    written
+}
+
+fn write_object(response: &InferResponse, out: &mut Vec<u8>) -> Result<(), Error> {
     out.push(b'{');
     if let Some(id) = &response.id {
         out.extend_from_slice(b"\"id\":");
-        wirespeed_json::encode_string(id, &mut out);
+        wirespeed_json::encode_string(id, out);
         out.push(b',');
     }
     out.extend_from_slice(b"\"model_name\":");
-    wirespeed_json::encode_string(&response.model_name, &mut out);
+    wirespeed_json::encode_string(&response.model_name, out);
     out.extend_from_slice(b",\"model_version\":");
-    wirespeed_json::encode_string(&response.model_version, &mut out);
+    wirespeed_json::encode_string(&response.model_version, out);
     for output in &response.outputs {
         if let Some(at) = wirespeed_json::non_utf8_element(&output.data) {
             return Err(Error::model_failed(format!(
@@ -158,12 +166,12 @@ fn object(response: &InferResponse) -> Result<Vec<u8>, Error> {
             )));
         }
         out.push(b',');
-        wirespeed_json::encode_string(&output.name, &mut out);
+        wirespeed_json::encode_string(&output.name, out);
         out.push(b':');
-        output_value(&output.data, &mut out);
+        output_value(&output.data, out);
     }
     out.push(b'}');
-    Ok(out)
+    Ok(())
 }
 
 /// An output's JSON value: one element plain, more in a flat array.
