@@ -182,6 +182,130 @@ impl ModelMetadata {
     }
 }
 
+/// How a request's tensors meet the ones a model declares.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Binding {
+    /// By name, as Triton and TF Serving bind them: every input is a
+    /// declared one, of its datatype and shape; the outputs asked for are
+    /// declared ones, and a request that names none gets them all.
+    #[default]
+    Declared,
+    /// As MLServer's and KServe's runtimes read a request: its one input is
+    /// the model's one input whatever its name, its numbers cast to the
+    /// declared datatype as numpy casts them (`astype`); a request that
+    /// names no outputs gets the first declared one alone (`predict`).
+    FirstInput,
+    /// Nothing declared binds (MLServer's custom runtimes, KServe's custom
+    /// predictors): any inputs reach the model, which answers the outputs
+    /// it produces; a request that names some gets those.
+    Open,
+}
+
+impl ModelMetadata {
+    /// Binds a request to the model: its inputs checked (and, under
+    /// [`Binding::FirstInput`], renamed and cast), and the indices of the
+    /// outputs to compute. Under [`Binding::Open`] the indices are empty
+    /// unless every name asked for is declared: the model answers what it
+    /// produces, and [`Binding::pick`] keeps what was asked.
+    pub fn bind(
+        &self,
+        binding: Binding,
+        inputs: &mut [Tensor],
+        requested: &[&str],
+    ) -> Result<Vec<usize>, Error> {
+        match binding {
+            Binding::Declared => {
+                self.check_inputs(inputs)?;
+                self.resolve_outputs(requested.iter().copied())
+            }
+            Binding::FirstInput => {
+                if let ([input], [spec]) = (&mut *inputs, self.inputs.as_slice()) {
+                    input.name.clone_from(&spec.name);
+                    if input.datatype() != spec.datatype {
+                        if let Some(data) = input.data.cast_number(spec.datatype) {
+                            input.data = data;
+                        }
+                    }
+                } else if self.inputs.len() == 1 {
+                    return Err(Error::invalid_input(format!(
+                        "model '{}' takes one input, and the request gives {}",
+                        self.name,
+                        inputs.len()
+                    )));
+                }
+                self.check_inputs(inputs)?;
+                let mut outputs = self.resolve_outputs(requested.iter().copied())?;
+                if requested.is_empty() {
+                    outputs.truncate(1);
+                }
+                Ok(outputs)
+            }
+            Binding::Open => {
+                for (i, input) in inputs.iter().enumerate() {
+                    if inputs[..i].iter().any(|earlier| earlier.name == input.name) {
+                        return Err(Error::invalid_input(format!(
+                            "input '{}' is given more than once",
+                            input.name
+                        )));
+                    }
+                }
+                let declared = requested
+                    .iter()
+                    .all(|name| self.outputs.iter().any(|s| s.name == *name));
+                if requested.is_empty() || !declared {
+                    Ok(Vec::new())
+                } else {
+                    self.resolve_outputs(requested.iter().copied())
+                }
+            }
+        }
+    }
+}
+
+impl Binding {
+    /// The outputs a model answered, as the request asked for them: under
+    /// [`Binding::Open`] those named, in the order named (all of them when
+    /// none is); the others' answers are already what was asked.
+    pub fn pick(
+        self,
+        model: &str,
+        produced: Vec<Tensor>,
+        requested: &[&str],
+    ) -> Result<Vec<Tensor>, Error> {
+        if self != Binding::Open || requested.is_empty() {
+            return Ok(produced);
+        }
+        let mut produced: Vec<Option<Tensor>> = produced.into_iter().map(Some).collect();
+        let mut picked = Vec::with_capacity(requested.len());
+        for name in requested {
+            let found = produced
+                .iter_mut()
+                .find(|t| t.as_ref().is_some_and(|t| t.name == *name))
+                .and_then(Option::take);
+            match found {
+                Some(tensor) => picked.push(tensor),
+                None => {
+                    let made: Vec<&str> = produced
+                        .iter()
+                        .flatten()
+                        .map(|t| t.name.as_str())
+                        .chain(picked.iter().map(|t: &Tensor| t.name.as_str()))
+                        .collect();
+                    return Err(Error::invalid_input(format!(
+                        "output '{name}' is requested from model '{model}', which answered {}",
+                        if made.is_empty() {
+                            "no outputs".to_owned()
+                        } else {
+                            quoted_list(&made)
+                        }
+                    )));
+                }
+            }
+        }
+        Ok(picked)
+    }
+}
+
 fn quoted_list(names: &[&str]) -> String {
     let quoted: Vec<String> = names.iter().map(|n| format!("'{n}'")).collect();
     quoted.join(", ")
@@ -349,6 +473,12 @@ pub trait Model: Send + Sync {
     /// `None`, the default, for a model that computes.
     fn composition(&self) -> Option<&crate::Composition> {
         None
+    }
+
+    /// How a request's tensors meet the declared ones: by name unless the
+    /// model says otherwise (MLServer's and KServe's runtimes).
+    fn binding(&self) -> Binding {
+        Binding::Declared
     }
 
     /// Whether the model answers a request with a stream of responses

@@ -90,6 +90,39 @@ impl TensorData {
         self.len() == 0
     }
 
+    /// The numbers cast to `to`, as numpy's `astype` casts them, when `to`
+    /// is `FP32` or `FP64` and these are numbers or bools; `None` else.
+    pub fn cast_number(&self, to: DataType) -> Option<TensorData> {
+        fn all<T: Copy, U>(v: &[T], f: impl Fn(T) -> U) -> Vec<U> {
+            v.iter().map(|&x| f(x)).collect()
+        }
+        macro_rules! to_float {
+            ($ty:ty, $variant:ident) => {
+                Some(TensorData::$variant(match self {
+                    TensorData::Bool(v) => all(v, |x| u8::from(x) as $ty),
+                    TensorData::Uint8(v) => all(v, |x| x as $ty),
+                    TensorData::Uint16(v) => all(v, |x| x as $ty),
+                    TensorData::Uint32(v) => all(v, |x| x as $ty),
+                    TensorData::Uint64(v) => all(v, |x| x as $ty),
+                    TensorData::Int8(v) => all(v, |x| x as $ty),
+                    TensorData::Int16(v) => all(v, |x| x as $ty),
+                    TensorData::Int32(v) => all(v, |x| x as $ty),
+                    TensorData::Int64(v) => all(v, |x| x as $ty),
+                    TensorData::Fp16(v) => all(v, |x| x.to_f64() as $ty),
+                    TensorData::Fp32(v) => all(v, |x| x as $ty),
+                    TensorData::Fp64(v) => all(v, |x| x as $ty),
+                    TensorData::Bf16(v) => all(v, |x| x.to_f64() as $ty),
+                    TensorData::Bytes(_) => return None,
+                }))
+            };
+        }
+        match to {
+            DataType::Fp32 => to_float!(f32, Fp32),
+            DataType::Fp64 => to_float!(f64, Fp64),
+            _ => None,
+        }
+    }
+
     /// An empty buffer of `datatype`, with room for `capacity` elements.
     pub fn with_capacity(datatype: DataType, capacity: usize) -> TensorData {
         match datatype {

@@ -27,6 +27,7 @@ mod config;
 mod ensemble;
 mod fil;
 mod identity;
+mod mlserver;
 #[cfg(feature = "onnx")]
 mod onnx;
 mod pbtxt;
@@ -37,6 +38,8 @@ mod repository;
 mod reshape;
 mod scheduling;
 mod sequence;
+#[cfg(test)]
+mod testdir;
 mod trees;
 #[cfg(feature = "upstream")]
 mod upstream;

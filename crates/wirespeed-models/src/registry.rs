@@ -244,6 +244,8 @@ impl Registry {
         registry.register(crate::upstream::UpstreamBackend);
         #[cfg(feature = "python")]
         registry.register(crate::python::Python);
+        #[cfg(feature = "python")]
+        registry.register(crate::python::Sklearn);
         registry
     }
 

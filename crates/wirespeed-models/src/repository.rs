@@ -111,32 +111,72 @@ pub fn model_folders(dir: &Path) -> Result<Vec<(String, PathBuf)>, RepositoryErr
             "cannot read the model repository ({e}); pass --models DIR to choose another"
         ),
     })?;
-    let mut folders: Vec<(String, PathBuf)> = entries
-        .filter_map(Result::ok)
-        .map(|e| e.path())
-        .filter(|p| {
-            p.is_dir()
-                && !p
-                    .file_name()
-                    .is_some_and(|n| n.to_string_lossy().starts_with('.'))
-        })
-        .map(|p| {
-            let name = p
+    // `mlserver start DIR` in a model's own folder: DIR is the model.
+    if crate::mlserver::is_model(dir) && !dir.join("config.toml").is_file() {
+        let mut folders = crate::mlserver::models_under(dir);
+        check_names(&folders)?;
+        folders.truncate(1);
+        return Ok(folders);
+    }
+    let mut folders: Vec<(String, PathBuf)> = Vec::new();
+    for path in entries.filter_map(Result::ok).map(|e| e.path()) {
+        if !path.is_dir()
+            || path
                 .file_name()
-                .unwrap_or_default()
-                .to_string_lossy()
-                .into_owned();
-            (name, p)
-        })
-        .collect();
+                .is_some_and(|n| n.to_string_lossy().starts_with('.'))
+        {
+            continue;
+        }
+        let name = path
+            .file_name()
+            .unwrap_or_default()
+            .to_string_lossy()
+            .into_owned();
+        let own = ["config.toml", "config.pbtxt"]
+            .iter()
+            .any(|f| path.join(f).is_file());
+        if !own && crate::mlserver::is_model(&path) {
+            folders.push((crate::mlserver::model_name(&path), path));
+            continue;
+        }
+        // MLServer finds its models' settings at any depth: a folder that
+        // is not a model's may hold some.
+        let nested = if own || !version_folders(&path).is_empty() {
+            Vec::new()
+        } else {
+            crate::mlserver::models_under(&path)
+        };
+        if nested.is_empty() {
+            folders.push((name, path));
+        } else {
+            folders.extend(nested);
+        }
+    }
     folders.sort();
+    check_names(&folders)?;
+    Ok(folders)
+}
+
+/// Every name a model's, and no two models of one name.
+fn check_names(folders: &[(String, PathBuf)]) -> Result<(), RepositoryError> {
+    for (i, (name, folder)) in folders.iter().enumerate() {
+        if let Some((_, other)) = folders[..i].iter().find(|(n, _)| n == name) {
+            return Err(RepositoryError {
+                path: folder.clone(),
+                message: format!(
+                    "model '{name}' is also {}; each model needs a name of its own",
+                    other.display()
+                ),
+            });
+        }
+    }
     if let Some((_, folder)) = folders.iter().find(|(name, _)| !is_valid_model_name(name)) {
         return Err(RepositoryError {
             path: folder.clone(),
             message: "model names may use only letters, digits, '_', '-' and '.'".into(),
         });
     }
-    Ok(folders)
+    Ok(())
 }
 
 /// Loads the model `name` in `folder`, from its `config.toml`, or from
@@ -202,6 +242,14 @@ pub fn load_model(
             // `model.onnx`) batches as the graph allows.
             config.auto_completed = !folder.join("model.onnx").is_file();
             config
+        }
+        // MLServer's layout: its model-settings.json (`mlserver.rs`).
+        None if !config_path.is_file()
+            && !folder.join("config.pbtxt").is_file()
+            && crate::mlserver::is_model(folder) =>
+        {
+            let path = folder.join(crate::mlserver::MODEL_SETTINGS);
+            crate::mlserver::model_config(name, folder).map_err(|m| error(&path, m))?
         }
         // Triton's layout: its config.pbtxt (`pbtxt.rs`), completed by a
         // Python model's `auto_complete_config`.
@@ -675,27 +723,7 @@ mod tests {
     }
 
     /// A temporary folder, removed when dropped.
-    mod tempdir {
-        pub(super) struct Dir(std::path::PathBuf);
-        impl Dir {
-            pub(super) fn new() -> Dir {
-                static N: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
-                let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                let path = std::env::temp_dir()
-                    .join(format!("wirespeed-models-{}-{n}", std::process::id()));
-                std::fs::create_dir_all(&path).unwrap();
-                Dir(path)
-            }
-            pub(super) fn path(&self) -> &std::path::Path {
-                &self.0
-            }
-        }
-        impl Drop for Dir {
-            fn drop(&mut self) {
-                let _ = std::fs::remove_dir_all(&self.0);
-            }
-        }
-    }
+    use crate::testdir as tempdir;
 
     const ECHO: &str = "backend = 'identity'\n[[inputs]]\nname='x'\ndatatype='FP32'\nshape=[-1]\n[[outputs]]\nname='y'\ndatatype='FP32'\nshape=[-1]\n";
 
@@ -738,7 +766,7 @@ mod tests {
         let e = load(&dir).unwrap_err().to_string();
         assert!(
             e.contains("unknown backend 'tensorrt'")
-                && e.contains("identity, lightgbm, onnx, python, upstream, xgboost"),
+                && e.contains("identity, lightgbm, onnx, python, sklearn, upstream, xgboost"),
             "{e}"
         );
 

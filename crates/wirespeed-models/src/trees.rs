@@ -3,15 +3,18 @@
 //! load time.
 //!
 //! Their own keys of `config.toml`: `model_file`, `preprocess` (raw columns
-//! turned into features) and each output's `kind`.
+//! turned into features), each output's `kind`, and `binding`
+//! (`"first_input"`: the request's one input is the model's whatever its
+//! name, as MLServer's and KServe's runtimes take it). An input declared
+//! `[-1, -1]` takes the model's feature count.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use serde::Deserialize;
 use wirespeed_core::{
-    ClassScores, ClassificationHead, CpuPool, DataType, Error, Heads, Model, ModelMetadata, Tensor,
-    TensorData, TensorSpec,
+    Binding, ClassScores, ClassificationHead, CpuPool, DataType, Error, Heads, Model,
+    ModelMetadata, Tensor, TensorData, TensorSpec,
 };
 use wirespeed_trees::{Column, Objective, Preprocessor, RawValue, Transform, TreeEnsemble};
 
@@ -56,6 +59,9 @@ struct TreeKeys {
     /// Raw named columns turned into the feature vector, in feature order.
     #[serde(default)]
     preprocess: Vec<PreprocessConfig>,
+    /// How requests bind: by name (the default) or `"first_input"`.
+    #[serde(default)]
+    binding: Option<String>,
 }
 
 /// A tree model output's own key.
@@ -117,6 +123,13 @@ enum OutputKind {
     Prediction,
     /// The raw margin: the sum of the trees before the objective's transform.
     Margin,
+    /// A classifier's class index, INT64, as scikit-learn's `predict` of
+    /// XGBoost's classifier gives it: 1 when a binary probability is over
+    /// 0.5, else the first most probable class.
+    Label,
+    /// A classifier's class probabilities, as scikit-learn's
+    /// `predict_proba` gives them: `[1 - p, p]` for a binary model.
+    Probabilities,
 }
 
 /// A loaded tree ensemble served as a model.
@@ -129,6 +142,8 @@ pub struct TreeModel {
     output_kinds: Vec<OutputKind>,
     /// Where large batches are split over threads.
     pool: CpuPool,
+    /// How requests bind to the declared input and outputs.
+    binding: Binding,
 }
 
 impl TreeModel {
@@ -137,6 +152,15 @@ impl TreeModel {
     fn load(source: &ModelSource<'_>, platform: &str) -> Result<TreeModel, String> {
         let config = source.config();
         let keys: TreeKeys = source.keys()?;
+        let binding = match keys.binding.as_deref() {
+            None | Some("declared") => Binding::Declared,
+            Some("first_input") => Binding::FirstInput,
+            Some(other) => {
+                return Err(format!(
+                    "binding '{other}' is not one: give \"declared\" or \"first_input\""
+                ))
+            }
+        };
         if keys.model_file.is_empty() {
             return Err("the config's model_file is empty".to_owned());
         }
@@ -156,7 +180,12 @@ impl TreeModel {
                     config.inputs.len()
                 ));
             };
-            (None, vec![input.to_spec()?])
+            let mut spec = input.to_spec()?;
+            // `[-1, -1]`: as many features as the model takes.
+            if spec.shape == [-1, -1] {
+                spec.shape[1] = nf;
+            }
+            (None, vec![spec])
         } else {
             if !config.inputs.is_empty() {
                 return Err(
@@ -197,7 +226,7 @@ impl TreeModel {
         let mut outputs = Vec::new();
         let mut output_kinds = Vec::new();
         for output in &config.outputs {
-            let spec = output.to_spec()?;
+            let mut spec = output.to_spec()?;
             let keys: OutputKeys = source.tensor_keys(output)?;
             let kind = keys.kind.ok_or_else(|| {
                 format!(
@@ -206,18 +235,35 @@ impl TreeModel {
                 )
             })?;
             output_kinds.push(kind);
-            let width = match kind {
-                OutputKind::Prediction => ensemble.prediction_width(),
-                OutputKind::Margin => ensemble.num_groups(),
-            };
+            let classifier =
+                ensemble.objective().has_logistic_link() || ensemble.objective().is_multiclass();
+            if matches!(kind, OutputKind::Label | OutputKind::Probabilities) && !classifier {
+                return Err(format!(
+                    "output '{}' is a classifier's {kind:?}, and this model ({}) is not a classifier",
+                    spec.name,
+                    ensemble.objective().name()
+                ));
+            }
+            let width = kind.width(&ensemble);
+            // `[-1, -1]`: a column per value, as many as the model makes.
+            if spec.shape == [-1, -1] {
+                spec.shape[1] = width as i64;
+            }
             let expected: Vec<i64> = if width == 1 {
                 vec![input.shape[0]]
             } else {
                 vec![input.shape[0], width as i64]
             };
-            if spec.datatype != DataType::Fp32 || spec.shape != expected {
+            // A width of one may be a column of its own, as MLServer's
+            // numpy codec shapes `[n]` (`[n, 1]`).
+            let column = width == 1 && spec.shape == [input.shape[0], 1];
+            let datatype = kind.datatype();
+            // FP64 too, as LightGBM's Python package answers (the tree
+            // runtime's FP32, widened).
+            let widened = datatype == DataType::Fp32 && spec.datatype == DataType::Fp64;
+            if (spec.datatype != datatype && !widened) || (spec.shape != expected && !column) {
                 return Err(format!(
-                    "output '{}' ({:?}) must be FP32 {} for this model ({}), the config says {} {}",
+                    "output '{}' ({:?}) must be {datatype} {} for this model ({}), the config says {} {}",
                     spec.name,
                     kind,
                     wirespeed_core::format_shape(&expected),
@@ -251,6 +297,7 @@ impl TreeModel {
             ensemble,
             preprocessor,
             pool: source.pool().clone(),
+            binding,
         })
     }
 
@@ -353,6 +400,10 @@ impl Model for TreeModel {
         }
     }
 
+    fn binding(&self) -> Binding {
+        self.binding
+    }
+
     fn infer(&self, inputs: &[Tensor], outputs: &[usize]) -> Result<Vec<Tensor>, Error> {
         let computed;
         let (n_rows, rows) = match &self.preprocessor {
@@ -374,7 +425,7 @@ impl Model for TreeModel {
         let kind = |index: usize| self.output_kinds[index];
 
         let mut margins = vec![0.0f32; n_rows * e.num_groups()];
-        let predictions = if outputs.iter().any(|&i| kind(i) == OutputKind::Prediction) {
+        let predictions = if outputs.iter().any(|&i| kind(i) != OutputKind::Margin) {
             let mut predictions = vec![0.0f32; n_rows * e.prediction_width()];
             // A large batch is split over the pool's threads by rows
             // (bit-identical to one thread); it already runs on the pool.
@@ -389,40 +440,130 @@ impl Model for TreeModel {
             None
         };
 
+        // A classifier's labels and probabilities, from the predictions
+        // (and multi:softmax's margins), before those move out.
+        let mut derived: Vec<Option<TensorData>> = outputs
+            .iter()
+            .map(|&index| match (kind(index), &predictions) {
+                (OutputKind::Label, Some(p)) => Some(TensorData::Int64(labels(e, p))),
+                (OutputKind::Probabilities, Some(p)) => {
+                    Some(TensorData::Fp32(probabilities(e, p, &margins)))
+                }
+                _ => None,
+            })
+            .collect();
         // Each buffer moves into the last output that uses it; only a kind
         // declared under two names is copied.
         let mut buffers = [
-            (OutputKind::Margin, e.num_groups(), Some(margins)),
-            (OutputKind::Prediction, e.prediction_width(), predictions),
+            (OutputKind::Margin, Some(margins)),
+            (OutputKind::Prediction, predictions),
         ];
         let mut result = Vec::with_capacity(outputs.len());
         for (n, &index) in outputs.iter().enumerate() {
-            let (_, width, slot) = buffers
-                .iter_mut()
-                .find(|(k, _, _)| *k == kind(index))
-                .expect("both kinds have a slot");
-            let used_later = outputs[n + 1..]
-                .iter()
-                .any(|&later| kind(later) == kind(index));
-            let data = if used_later {
-                slot.clone()
-            } else {
-                slot.take()
+            let data = match derived[n].take() {
+                Some(data) => data,
+                None => {
+                    let (_, slot) = buffers
+                        .iter_mut()
+                        .find(|(k, _)| *k == kind(index))
+                        .ok_or_else(|| Error::internal("tree model output of no kind"))?;
+                    let used_later = outputs[n + 1..]
+                        .iter()
+                        .any(|&later| kind(later) == kind(index));
+                    let data = if used_later {
+                        slot.clone()
+                    } else {
+                        slot.take()
+                    };
+                    TensorData::Fp32(
+                        data.ok_or_else(|| Error::internal("tree model output computed twice"))?,
+                    )
+                }
             };
+            let spec = &self.metadata.outputs[index];
+            let data = match data {
+                TensorData::Fp32(v) if spec.datatype == DataType::Fp64 => {
+                    TensorData::Fp64(v.into_iter().map(f64::from).collect())
+                }
+                data => data,
+            };
+            let width = kind(index).width(e);
             result.push(Tensor {
-                name: self.metadata.outputs[index].name.clone(),
-                shape: if *width == 1 {
+                name: spec.name.clone(),
+                shape: if width == 1 && spec.shape.len() == 1 {
                     vec![n_rows]
                 } else {
-                    vec![n_rows, *width]
+                    vec![n_rows, width]
                 },
-                data: TensorData::Fp32(
-                    data.ok_or_else(|| Error::internal("tree model output computed twice"))?,
-                ),
+                data,
             });
         }
         Ok(result)
     }
+}
+
+impl OutputKind {
+    /// The values per row.
+    fn width(self, e: &TreeEnsemble) -> usize {
+        match self {
+            OutputKind::Prediction => e.prediction_width(),
+            OutputKind::Margin => e.num_groups(),
+            OutputKind::Label => 1,
+            OutputKind::Probabilities => e.num_groups().max(2),
+        }
+    }
+
+    fn datatype(self) -> DataType {
+        match self {
+            OutputKind::Label => DataType::Int64,
+            _ => DataType::Fp32,
+        }
+    }
+}
+
+/// Each row's class, as XGBoost's scikit-learn classifier predicts it: a
+/// binary probability over 0.5 is class 1; of several classes, the first
+/// most probable (multi:softmax predicts the class itself).
+fn labels(e: &TreeEnsemble, predictions: &[f32]) -> Vec<i64> {
+    let groups = e.num_groups();
+    if groups == 1 || e.objective() == Objective::MultiSoftmax {
+        if e.objective() == Objective::MultiSoftmax {
+            return predictions.iter().map(|&p| p as i64).collect();
+        }
+        return predictions.iter().map(|&p| i64::from(p > 0.5)).collect();
+    }
+    predictions
+        .chunks_exact(groups)
+        .map(|row| {
+            let mut best = 0;
+            for (k, &v) in row.iter().enumerate() {
+                if v > row[best] {
+                    best = k;
+                }
+            }
+            best as i64
+        })
+        .collect()
+}
+
+/// Each row's class probabilities: `[1 - p, p]` for a binary model, the
+/// softmax of the margins for multi:softmax, else the predictions.
+fn probabilities(e: &TreeEnsemble, predictions: &[f32], margins: &[f32]) -> Vec<f32> {
+    let groups = e.num_groups();
+    if groups == 1 {
+        return predictions.iter().flat_map(|&p| [1.0 - p, p]).collect();
+    }
+    if e.objective() == Objective::MultiSoftmax {
+        let mut out = vec![0.0f32; margins.len()];
+        for (row, o) in margins
+            .chunks_exact(groups)
+            .zip(out.chunks_exact_mut(groups))
+        {
+            Objective::MultiSoftprob.transform_row(row, o);
+        }
+        return out;
+    }
+    predictions.to_vec()
 }
 
 /// The feature pipeline a config declares, with each column's input spec.

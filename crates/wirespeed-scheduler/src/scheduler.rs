@@ -109,8 +109,23 @@ impl Scheduler {
         spent: &mut Spent,
     ) -> Result<Answer, Error> {
         let metadata = self.model.metadata();
-        metadata.check_inputs(&inputs)?;
-        let outputs = metadata.resolve_outputs(requested.iter().map(|o| o.name.as_str()))?;
+        let binding = self.model.binding();
+        let names: Vec<&str> = requested.iter().map(|o| o.name.as_str()).collect();
+        let outputs = metadata.bind(binding, &mut inputs, &names)?;
+        let mut answer = self.admit(inputs, outputs, context, spent).await?;
+        answer.outputs = binding.pick(&metadata.name, answer.outputs, &names)?;
+        Ok(answer)
+    }
+
+    /// Runs bound inputs: at once when a slot is free and nobody waits,
+    /// else through the queue (alone or in a batch).
+    async fn admit(
+        &self,
+        mut inputs: Vec<Tensor>,
+        outputs: Vec<usize>,
+        context: CallContext,
+        spent: &mut Spent,
+    ) -> Result<Answer, Error> {
         let rows = wirespeed_core::batch::rows(&inputs);
         let level = self.scheduling.queue.level(context.priority);
         let timeout = self.scheduling.queue.levels[level].timeout(context.timeout);

@@ -53,6 +53,7 @@ pub use objective::Objective;
 pub use preprocess::{Column, ColumnKind, Preprocessor, RawValue, Transform};
 pub use xgboost::{
     load_xgboost_json, load_xgboost_ubjson, parse_xgboost_json, parse_xgboost_ubjson,
+    xgboost_estimator_type,
 };
 
 /// Loads a model file of any supported format, told apart by its first

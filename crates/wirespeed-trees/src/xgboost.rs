@@ -122,6 +122,25 @@ pub fn parse_xgboost_ubjson(bytes: &[u8]) -> Result<TreeEnsemble, LoadError> {
     from_file(file)
 }
 
+/// The scikit-learn estimator an XGBoost model was saved from
+/// (`"classifier"`, `"regressor"`, `"ranker"`), as its `scikit_learn`
+/// attribute records it in a JSON or UBJSON file; `None` for a Booster
+/// saved by itself (or a file of another format), which XGBoost's
+/// scikit-learn interface loads as a regressor.
+pub fn xgboost_estimator_type(bytes: &[u8]) -> Option<String> {
+    let start = bytes.iter().position(|b| !b.is_ascii_whitespace())?;
+    let document: serde_json::Value = if crate::ubjson::looks_like(&bytes[start..]) {
+        crate::ubjson::parse(bytes).ok()?
+    } else {
+        serde_json::from_slice(bytes).ok()?
+    };
+    let saved = document
+        .pointer("/learner/attributes/scikit_learn")?
+        .as_str()?;
+    let saved: serde_json::Value = serde_json::from_str(saved).ok()?;
+    Some(saved.get("_estimator_type")?.as_str()?.to_owned())
+}
+
 pub(crate) fn from_file(file: ModelFile) -> Result<TreeEnsemble, LoadError> {
     let learner = file.learner;
     let param = &learner.learner_model_param;

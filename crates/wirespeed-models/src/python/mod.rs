@@ -45,6 +45,7 @@ mod keeper;
 mod metrics;
 mod process;
 mod segment;
+mod sklearn;
 mod wire;
 
 use std::collections::BTreeMap;
@@ -54,8 +55,8 @@ use std::time::Duration;
 
 use serde::Deserialize;
 use wirespeed_core::{
-    Error, Execution, InferCall, InferFuture, Model, ModelMetadata, ParameterValue, Tensor,
-    TensorSpec,
+    Binding, Error, Execution, InferCall, InferFuture, Model, ModelMetadata, ParameterValue,
+    Tensor, TensorSpec,
 };
 use wirespeed_proto::inference as pb;
 
@@ -63,6 +64,7 @@ use crate::registry::{Backend, ModelSource};
 use keeper::{Job, Workers};
 pub use metrics::{custom_metrics, CustomFamily, MetricKind, SeriesValue};
 use process::Launch;
+pub(crate) use sklearn::Sklearn;
 
 /// `triton_python_backend_utils`, as the worker installs it.
 const TRITON_UTILS: &str = include_str!("triton_python_backend_utils.py");
@@ -106,30 +108,87 @@ struct PythonKeys {
     /// `model_transaction_policy { decoupled: true }`).
     #[serde(default)]
     decoupled: bool,
+    /// Whose API the model is written to: ours or Triton's (unset; told
+    /// apart by its classes), `"mlserver"` (`model_file` is its
+    /// `model-settings.json`, whose `implementation` names an
+    /// `mlserver.MLModel`) or `"kserve"` (`model_file` defines a
+    /// `kserve.Model`).
+    #[serde(default)]
+    api: Option<String>,
+}
+
+/// What the sklearn backend (`sklearn.rs`) starts: a scikit-learn model
+/// run by the worker's own runtime.
+pub(crate) struct Runtime {
+    /// The model's inputs and outputs, as the backend worked them out.
+    pub(crate) inputs: Vec<TensorSpec>,
+    pub(crate) outputs: Vec<TensorSpec>,
+    /// The worker's settings for it.
+    pub(crate) settings: serde_json::Value,
 }
 
 /// A model served by Python worker processes.
 pub struct PythonModel {
     metadata: ModelMetadata,
     workers: Workers,
+    binding: Binding,
 }
 
 impl PythonModel {
     fn load(source: &ModelSource<'_>) -> Result<PythonModel, String> {
-        let config = source.config();
         let keys: PythonKeys = source.keys()?;
-        if config.inputs.is_empty() || config.outputs.is_empty() {
-            return Err(
-                "a Python model declares its inputs and outputs in config.toml \
-                 ([[inputs]] and [[outputs]]), or in Triton's config.pbtxt"
-                    .into(),
-            );
-        }
-        let inputs = specs(&config.inputs)?;
-        let outputs = specs(&config.outputs)?;
+        PythonModel::start(source, keys, None)
+    }
+
+    fn start(
+        source: &ModelSource<'_>,
+        keys: PythonKeys,
+        runtime: Option<Runtime>,
+    ) -> Result<PythonModel, String> {
+        let config = source.config();
+        let api: &'static str = match (keys.api.as_deref(), &runtime) {
+            (_, Some(_)) => "sklearn",
+            (None | Some("wirespeed" | "triton"), None) => "",
+            (Some("mlserver"), None) => "mlserver",
+            (Some("kserve"), None) => "kserve",
+            (Some(other), None) => {
+                return Err(format!(
+                    "api '{other}' is not one: a Python model is written to ours or Triton's \
+                     (leave api out), \"mlserver\" or \"kserve\""
+                ))
+            }
+        };
+        let binding = match api {
+            "mlserver" | "kserve" => Binding::Open,
+            "sklearn" => Binding::FirstInput,
+            _ => Binding::Declared,
+        };
+        let (inputs, outputs, settings) = match runtime {
+            Some(runtime) => (runtime.inputs, runtime.outputs, runtime.settings),
+            None => {
+                if binding == Binding::Declared
+                    && (config.inputs.is_empty() || config.outputs.is_empty())
+                {
+                    return Err(
+                        "a Python model declares its inputs and outputs in config.toml \
+                         ([[inputs]] and [[outputs]]), or in Triton's config.pbtxt"
+                            .into(),
+                    );
+                }
+                (
+                    specs(&config.inputs)?,
+                    specs(&config.outputs)?,
+                    serde_json::Value::Null,
+                )
+            }
+        };
+        let default_file = match api {
+            "mlserver" => crate::mlserver::MODEL_SETTINGS,
+            _ => "model.py",
+        };
         let file = source.file(
             "model_file",
-            keys.model_file.as_deref().unwrap_or("model.py"),
+            keys.model_file.as_deref().unwrap_or(default_file),
         )?;
         if !file.is_file() {
             return Err(format!("the model's code {} is not a file", file.display()));
@@ -183,8 +242,13 @@ impl PythonModel {
                 ("model_name".into(), name.clone()),
             ]),
             outputs: outputs.iter().map(tensor_json).collect(),
-            modules: BTreeMap::from([("triton_python_backend_utils", TRITON_UTILS)]),
+            modules: match api {
+                "sklearn" => BTreeMap::from([("wirespeed_sklearn", sklearn::RUNTIME)]),
+                _ => BTreeMap::from([("triton_python_backend_utils", TRITON_UTILS)]),
+            },
             decoupled: keys.decoupled,
+            api,
+            runtime: settings,
         };
         let launch = Launch {
             model: name.clone(),
@@ -193,13 +257,15 @@ impl PythonModel {
             load: serde_json::to_value(&load).map_err(|e| e.to_string())?,
             load_timeout,
             outputs: outputs.clone(),
+            open: binding == Binding::Open,
             caller: source.caller().clone(),
         };
         // Triton's API fails the load when initialize raises, as Triton
         // does; ours leaves the model not ready, saying why.
-        let triton_api = std::fs::read_to_string(&file)
-            .map(|code| code.contains("class TritonPythonModel"))
-            .unwrap_or(false);
+        let triton_api = api.is_empty()
+            && std::fs::read_to_string(&file)
+                .map(|code| code.contains("class TritonPythonModel"))
+                .unwrap_or(false);
         let workers = Workers::start(launch, instances, triton_api)?;
         Ok(PythonModel {
             metadata: ModelMetadata {
@@ -210,6 +276,7 @@ impl PythonModel {
                 outputs,
             },
             workers,
+            binding,
         })
     }
 }
@@ -322,6 +389,10 @@ impl Model for PythonModel {
 
     fn execution(&self, _elements: usize) -> Execution {
         Execution::Async
+    }
+
+    fn binding(&self) -> Binding {
+        self.binding
     }
 
     fn default_concurrency(&self) -> Option<usize> {

@@ -61,6 +61,10 @@ pub(crate) struct Launch {
     pub(crate) load_timeout: Duration,
     /// The declared outputs, by index.
     pub(crate) outputs: Vec<TensorSpec>,
+    /// The model answers the outputs it produces (MLServer's and KServe's
+    /// APIs): a request that asks for none gets them all, as the worker
+    /// placed them.
+    pub(crate) open: bool,
     /// The server's caller, for the model's BLS calls.
     pub(crate) caller: crate::registry::CallerSlot,
 }
@@ -616,6 +620,27 @@ pub(crate) fn outputs_from(
 ) -> Result<Vec<Tensor>, Error> {
     let model = &launch.model;
     let bad = |message: String| Error::model_failed(format!("model '{model}': {message}"));
+    if launch.open && wanted.is_empty() {
+        return placed
+            .iter()
+            .map(|(name, datatype, shape, offset, len)| {
+                let datatype: DataType = datatype.parse().map_err(|e| bad(format!("{e}")))?;
+                let count = element_count(shape)
+                    .ok_or_else(|| bad(format!("output '{name}' has too many elements")))?;
+                let bytes = offset
+                    .checked_add(*len)
+                    .and_then(|end| contents.get(*offset..end))
+                    .ok_or_else(|| bad(format!("output '{name}' lies outside its segment")))?;
+                let data = from_raw(datatype, count, bytes, usize::MAX)
+                    .map_err(|e| bad(e.for_input(name).message().to_owned()))?;
+                Ok(Tensor {
+                    name: name.clone(),
+                    shape: shape.clone(),
+                    data,
+                })
+            })
+            .collect();
+    }
     wanted
         .iter()
         .map(|&index| {

@@ -37,6 +37,14 @@ pub(crate) struct Load {
     /// API's `predict` written as a generator streams too; the worker
     /// says so in its `ready`.
     pub(crate) decoupled: bool,
+    /// Whose API the model is written to: `""` (ours or Triton's, told
+    /// apart by its classes), `"mlserver"` (an `mlserver.MLModel` named by
+    /// `implementation`), `"kserve"` (a `kserve.Model` in `file`) or
+    /// `"sklearn"` (a scikit-learn model file).
+    pub(crate) api: &'static str,
+    /// The API's own load settings: MLServer's implementation and settings
+    /// file, the scikit-learn runtime's functions by output.
+    pub(crate) runtime: serde_json::Value,
 }
 
 /// One request.

@@ -181,6 +181,10 @@ class Worker:
         self.dtypes = dtypes()
         self.outputs = {}
         self.decoupled = False
+        # Whose API the model is written to: "" (ours or Triton's),
+        # "mlserver", "kserve" or "sklearn" (our scikit-learn runtime).
+        self.api = ""
+        self.runtime = None
         # Decoupled mode: ids of requests whose client left, and the
         # server's answers to BLS calls (the reader thread fills both).
         self.cancelled = set()
@@ -201,6 +205,17 @@ class Worker:
             utils._is_cancelled = self.is_cancelled
         self.decoupled = bool(message.get("decoupled"))
         self.outputs = {o["name"]: o for o in message["outputs"]}
+        self.api = message.get("api", "")
+        if self.api == "sklearn":
+            import wirespeed_sklearn
+
+            runtime = message["runtime"]
+            self.runtime = wirespeed_sklearn.Runtime(message["file"], runtime["functions"], runtime["column"])
+            return
+        if self.api == "mlserver":
+            return self.load_mlserver(message)
+        if self.api == "kserve":
+            return self.load_kserve(message)
         path = message["file"]
         folder = os.path.dirname(os.path.abspath(path))
         if folder not in sys.path:
@@ -285,6 +300,12 @@ class Worker:
     def infer(self, message):
         inputs = self.inputs(message)
         wanted = message["outputs"]
+        if self.api == "sklearn":
+            return self.write_outputs(self.runtime.predict(inputs, wanted), wanted)
+        if self.api == "mlserver":
+            return self.place(self.infer_mlserver(inputs, message))
+        if self.api == "kserve":
+            return self.place(self.infer_kserve(inputs, message))
         if self.triton:
             produced = self.execute_triton(inputs, message)
         else:
@@ -319,6 +340,11 @@ class Worker:
             if name not in produced:
                 raise KeyError("the model did not return output '%s'" % name)
             prepared.append((name, self.prepare(name, produced[name])))
+        return self.place(prepared)
+
+    def place(self, prepared):
+        """Writes (name, (datatype, array, raw)) outputs into the output
+        segment; returns where each lies."""
         size = 0
         layout = []
         for name, (datatype, array, raw) in prepared:
@@ -339,6 +365,13 @@ class Worker:
     def prepare(self, name, value):
         spec = self.outputs.get(name)
         datatype = spec["datatype"] if spec else None
+        if datatype is None:
+            # An output nothing declares: its datatype is its array's.
+            array = np.asarray(value)
+            if array.dtype.kind in "OUS":
+                array = array.astype(np.object_)
+                return "BYTES", array, bytes_raw(array)
+            datatype = numpy_datatype(array.dtype)
         if datatype == "BYTES":
             array = np.asarray(value, dtype=np.object_) if not isinstance(value, np.ndarray) else value
             return datatype, array, bytes_raw(array)
@@ -352,6 +385,78 @@ class Worker:
                 )
             array = array.astype(dtype)
         return datatype, np.ascontiguousarray(array), None
+
+    # -- MLServer's API ----------------------------------------------------
+    def load_mlserver(self, message):
+        """An `mlserver.MLModel`, loaded as MLServer loads it: its settings
+        read by MLServer's own loader, its class imported from the model's
+        folder, `load()` awaited."""
+        from mlserver import types
+        from mlserver.repository.load import load_model_settings
+
+        settings = load_model_settings(message["file"])
+        settings.name = message["config"]["name"]
+        model = settings.implementation(settings)
+        ready = self.call(model.load)
+        if ready is False:
+            raise RuntimeError("%s.load() returned False" % type(model).__name__)
+        model.ready = True
+        self.model = model
+        self.mlserver_types = types
+
+    def infer_mlserver(self, inputs, message):
+        """One request as MLServer's `predict` gets it: an InferenceRequest
+        of the request's tensors (numbers as numpy arrays, strings as
+        str), its parameters and the outputs it asks for."""
+        types = self.mlserver_types
+        datatypes = {name: datatype for name, datatype, *_ in message["inputs"]}
+        request_inputs = []
+        for name, array in inputs.items():
+            datatype = datatypes[name]
+            if datatype == "BYTES":
+                data = [as_text(v) for v in array.reshape(-1)]
+            else:
+                data = array
+            request_inputs.append(
+                types.RequestInput(name=name, shape=list(array.shape), datatype=datatype, data=data)
+            )
+        parameters = message.get("parameters") or {}
+        request = types.InferenceRequest(
+            inputs=request_inputs,
+            parameters=types.Parameters(**parameters) if parameters else None,
+            outputs=[types.RequestOutput(name=n) for n in message["outputs"]] or None,
+        )
+        response = self.call(self.model.predict, request)
+        if not isinstance(response, types.InferenceResponse):
+            raise TypeError("predict returned %s; MLServer's API returns an InferenceResponse"
+                            % type(response).__name__)
+        prepared = []
+        for output in response.outputs:
+            data = getattr(output.data, "root", output.data)
+            prepared.append((output.name, self.typed(output.name, output.datatype, output.shape, data)))
+        return prepared
+
+    def typed(self, name, datatype, shape, data):
+        """An output given as the protocol's datatype, shape and data (a
+        list, nested or flat, or an array), prepared for the segment."""
+        if datatype == "BYTES":
+            if isinstance(data, (bytes, bytearray, str)):
+                data = [data]
+            flat = np.asarray(data, dtype=np.object_).reshape(-1)
+            count = 1
+            for d in shape:
+                count *= d
+            array = flat.reshape(shape) if count == flat.size else flat
+            return "BYTES", array, bytes_raw(array)
+        array = np.ascontiguousarray(np.asarray(data, dtype=self.dtype(datatype, name)).reshape(shape))
+        return datatype, array, None
+
+    # -- KServe's API -------------------------------------------------------
+    def load_kserve(self, message):
+        raise NotImplementedError("KServe's API")
+
+    def infer_kserve(self, inputs, message):
+        raise NotImplementedError("KServe's API")
 
     # -- decoupled models ------------------------------------------------
     def is_cancelled(self, request_id):
@@ -546,6 +651,11 @@ class Worker:
                 utils.TritonError.ALREADY_EXISTS: "invalid",
                 utils.TritonError.CANCELLED: "invalid",
             }.get(e.code(), kind)
+        status = getattr(e, "status_code", None)
+        if isinstance(status, int) and kind == "model":
+            # MLServer's and KServe's errors carry their HTTP status.
+            kind = {400: "invalid", 404: "not_found", 422: "invalid", 501: "unsupported",
+                    503: "unavailable"}.get(status, kind)
         message = e.message() if callable(getattr(e, "message", None)) else str(e)
         if not message:
             message = type(e).__name__
@@ -566,6 +676,25 @@ class Worker:
                 self.call(self.model.unload)
             except Exception:
                 traceback.print_exc(file=sys.stderr)
+
+
+def numpy_datatype(dtype):
+    """The protocol's datatype of a numpy dtype."""
+    kind, bits = dtype.kind, dtype.itemsize * 8
+    if kind == "b":
+        return "BOOL"
+    if kind in "iuf":
+        return {"i": "INT%d", "u": "UINT%d", "f": "FP%d"}[kind] % bits
+    raise TypeError("an array of %s is not a tensor's datatype" % dtype)
+
+
+def as_text(value):
+    """A BYTES element as MLServer's REST front gives it: a str when it is
+    UTF-8, else bytes."""
+    try:
+        return value.decode("utf-8")
+    except UnicodeDecodeError:
+        return value
 
 
 def triton_request(pb_utils, inputs, wanted, message):
