@@ -27,6 +27,7 @@ mod config;
 mod ensemble;
 mod fil;
 mod identity;
+mod kserve;
 mod mlserver;
 #[cfg(feature = "onnx")]
 mod onnx;
@@ -56,7 +57,7 @@ pub use pbtxt::data_type as triton_data_type;
 pub use python::{custom_metrics, CustomFamily, MetricKind, PythonModel, SeriesValue};
 pub use registry::{Backend, CallerGone, CallerSlot, ModelCaller, ModelSource, Registry};
 pub use repository::{
-    is_valid_model_name, load_model, load_repository, model_folders, LoadedModel, OutputLabels,
+    is_model_folder, is_valid_model_name, load_model, load_repository, model_folders, LoadedModel, OutputLabels,
     RepositoryError,
 };
 pub use scheduling::{

@@ -293,6 +293,13 @@ pub(crate) fn model_config(name: &str, folder: &Path) -> Result<ModelConfig, Str
             table.insert("backend".into(), "sklearn".into());
             table.insert("model_file".into(), model.display().to_string().into());
             table.insert("convention".into(), "mlserver".into());
+            // A batch of requests is one call of the model, unless the
+            // settings say how MLServer batches it.
+            if !settings.contains_key("max_batch_size") {
+                let mut batching = toml::Table::new();
+                batching.insert("max_batch_size".into(), 32.into());
+                table.insert("batching".into(), batching.into());
+            }
             if let Some(Value::Object(extra)) = parameters.get("extra") {
                 if let Some(function) = extra.get("predict_fn").and_then(Value::as_str) {
                     table.insert("predict_fn".into(), function.into());

@@ -179,6 +179,17 @@ fn check_names(folders: &[(String, PathBuf)]) -> Result<(), RepositoryError> {
     Ok(())
 }
 
+/// Whether `folder` is laid out as one model's: a `config.toml`, Triton's
+/// `config.pbtxt`, an ONNX graph, MLServer's `model-settings.json`, or a
+/// model file of KServe's runtimes.
+pub fn is_model_folder(folder: &Path) -> bool {
+    ["config.toml", "config.pbtxt", "model.onnx"]
+        .iter()
+        .any(|f| folder.join(f).is_file())
+        || crate::mlserver::is_model(folder)
+        || crate::kserve::is_model(folder)
+}
+
 /// Loads the model `name` in `folder`, from its `config.toml`, or from
 /// `config`, a configuration given instead of it (Triton's load with a
 /// config override), as JSON with `config.toml`'s keys: one model in the
@@ -251,6 +262,14 @@ pub fn load_model(
             let path = folder.join(crate::mlserver::MODEL_SETTINGS);
             crate::mlserver::model_config(name, folder).map_err(|m| error(&path, m))?
         }
+        // KServe's layout: one model file its runtimes load, or a
+        // kserve.Model in model.py (`kserve.rs`).
+        None if !config_path.is_file()
+            && !folder.join("config.pbtxt").is_file()
+            && crate::kserve::is_model(folder) =>
+        {
+            crate::kserve::model_config(folder).map_err(|m| error(folder, m))?
+        }
         // Triton's layout: its config.pbtxt (`pbtxt.rs`), completed by a
         // Python model's `auto_complete_config`.
         None if !config_path.is_file() && folder.join("config.pbtxt").is_file() => {
@@ -291,9 +310,10 @@ pub fn load_model(
                 return Err(error(
                     folder,
                     "has no config.toml; every model folder needs one (an ONNX model's \
-                     folder with model.onnx or 1/model.onnx alone, and a Triton model's \
-                     with its config.pbtxt, for the Python, ONNX Runtime and identity \
-                     backends, are the exceptions)"
+                     folder with model.onnx or 1/model.onnx alone, a Triton model's \
+                     with its config.pbtxt, an MLServer model's with its \
+                     model-settings.json, and a KServe model's with one model file of its \
+                     runtimes are the exceptions)"
                         .into(),
                 ));
             }

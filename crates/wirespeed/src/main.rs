@@ -373,9 +373,11 @@ fn single_model_repository(folder: &Path, name: &str) -> anyhow::Result<PathBuf>
         "--model-name '{name}' cannot be a model name: names use only letters, digits, '_', '-' and '.'"
     );
     anyhow::ensure!(
-        folder.join("config.toml").is_file() || folder.join("model.onnx").is_file(),
+        wirespeed_models::is_model_folder(folder),
         "--model-name serves --models {} as one model's folder, and it has no config.toml \
-         (nor a model.onnx)",
+         (nor Triton's config.pbtxt, MLServer's model-settings.json, a model.onnx, or a model \
+         file of KServe's runtimes: *.joblib, *.pkl, *.pickle, *.bst, *.json, *.ubj, or a \
+         model.py defining a kserve.Model)",
         folder.display()
     );
     let folder = folder

@@ -453,10 +453,85 @@ class Worker:
 
     # -- KServe's API -------------------------------------------------------
     def load_kserve(self, message):
-        raise NotImplementedError("KServe's API")
+        """The `kserve.Model` that `model.py` defines, made as its own
+        `__main__` would make it (named the model's name; `model_dir`, when
+        it takes one, its folder) and loaded unless it loaded itself. The
+        `ModelServer().start()` of its `__main__` does not run: the server
+        is wirespeed."""
+        import kserve
+
+        path = message["file"]
+        folder = os.path.dirname(os.path.abspath(path))
+        if folder not in sys.path:
+            sys.path.insert(0, folder)
+        module = types.ModuleType("model")
+        module.__file__ = path
+        sys.modules["model"] = module
+        with open(path, "rb") as f:
+            exec(compile(f.read(), path, "exec"), module.__dict__)
+        classes = [
+            value for value in module.__dict__.values()
+            if isinstance(value, type) and issubclass(value, kserve.Model)
+            and value.__module__ == "model"
+        ]
+        if not classes:
+            raise TypeError("%s defines no subclass of kserve.Model" % path)
+        # A transformer and a predictor in one file: the predictor is the
+        # one that is not subclassed further.
+        leaves = [c for c in classes if not any(o is not c and issubclass(o, c) for o in classes)]
+        cls = leaves[-1]
+        name = message["config"]["name"]
+        arguments = {}
+        for parameter in list(inspect.signature(cls.__init__).parameters.values())[2:]:
+            if parameter.name == "model_dir":
+                arguments["model_dir"] = folder
+            elif parameter.default is inspect.Parameter.empty and parameter.kind in (
+                    parameter.POSITIONAL_OR_KEYWORD, parameter.KEYWORD_ONLY):
+                raise TypeError("%s.__init__ needs '%s', which wirespeed cannot give; give it a "
+                                "default" % (cls.__name__, parameter.name))
+        model = cls(name, **arguments)
+        if not getattr(model, "ready", False):
+            result = self.call(model.load)
+            if result is False:
+                raise RuntimeError("%s.load() returned False" % cls.__name__)
+            model.ready = True
+        self.model = model
 
     def infer_kserve(self, inputs, message):
-        raise NotImplementedError("KServe's API")
+        """One request as KServe's V2 data plane gives it to the model: an
+        InferRequest (its inputs' data as lists, as KServe's REST front
+        gives them), through the model's preprocess, predict and
+        postprocess."""
+        from kserve.protocol.infer_type import InferInput, InferRequest, InferResponse
+
+        datatypes = {name: datatype for name, datatype, *_ in message["inputs"]}
+        infer_inputs = []
+        for name, array in inputs.items():
+            datatype = datatypes[name]
+            if datatype == "BYTES":
+                data = [as_text(v) for v in array.reshape(-1)]
+            else:
+                data = array.reshape(-1).tolist()
+            infer_inputs.append(InferInput(name, list(array.shape), datatype, data=data))
+        parameters = message.get("parameters") or {}
+        request = InferRequest(
+            model_name=self.model.name,
+            infer_inputs=infer_inputs,
+            request_id=message.get("request_id") or None,
+            parameters=parameters or None,
+        )
+        result = self.call(self.model, request, {})
+        if isinstance(result, tuple):  # (response, response headers)
+            result = result[0]
+        if isinstance(result, InferResponse):
+            prepared = []
+            for output in result.outputs:
+                prepared.append((output.name, self.typed(
+                    output.name, output.datatype, output.shape, output.as_numpy())))
+            return prepared
+        if isinstance(result, dict) and "predictions" in result:
+            result = result["predictions"]
+        return [("output-0", self.prepare("output-0", result))]
 
     # -- decoupled models ------------------------------------------------
     def is_cancelled(self, request_id):
