@@ -1,0 +1,316 @@
+"""MLServer's model folders, served unchanged by wirespeed and by MLServer
+itself, answer the same.
+
+The folders are built as MLServer's own examples build them (its
+repository's docs/examples: sklearn's mnist-svm, xgboost's mushroom
+classifier, lightgbm's iris, a custom runtime with `decode_args`, and
+pandas content types), trained by the Python of .venv-mlserver, the
+models' own environment, which wirespeed's workers run too. The same
+folders are loaded into the session's MLServer through its repository API,
+and every request goes to both with the same body; the answers' outputs
+must agree: names, datatypes, shapes and values.
+"""
+
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+import requests
+import tritonclient.http as httpclient
+
+from conftest import ROOT, RunningServer
+
+MODELS_PYTHON = ROOT / ".venv-mlserver" / "bin" / "python"
+
+TRAIN = r'''
+import json, os, sys
+import numpy as np
+import joblib
+from sklearn import datasets, svm
+from sklearn.model_selection import train_test_split
+from sklearn.pipeline import make_pipeline
+from sklearn.preprocessing import StandardScaler
+from sklearn.linear_model import LogisticRegression
+import xgboost as xgb
+import lightgbm as lgb
+
+root = sys.argv[1]
+
+def folder(name, settings):
+    os.makedirs(os.path.join(root, name), exist_ok=True)
+    with open(os.path.join(root, name, "model-settings.json"), "w") as f:
+        json.dump(settings, f)
+    return os.path.join(root, name)
+
+# docs/examples/sklearn: the MNIST SVM of scikit-learn's documentation.
+digits = datasets.load_digits()
+data = digits.images.reshape((len(digits.images), -1))
+classifier = svm.SVC(gamma=0.001)
+X_train, X_test, y_train, y_test = train_test_split(data, digits.target, test_size=0.5, shuffle=False)
+classifier.fit(X_train, y_train)
+d = folder("mnist-svm", {"name": "mnist-svm", "implementation": "mlserver_sklearn.SKLearnModel",
+                         "parameters": {"uri": "./mnist-svm.joblib", "version": "v0.1.0"}})
+joblib.dump(classifier, os.path.join(d, "mnist-svm.joblib"))
+np.save(os.path.join(root, "digits.npy"), X_test[:8].astype(np.float32))
+
+# A scikit-learn pipeline with predict_proba, its default output chosen
+# by parameters.extra.predict_fn, in MLServer's well-known file name.
+iris = datasets.load_iris()
+pipeline = make_pipeline(StandardScaler(), LogisticRegression(max_iter=500)).fit(iris.data, iris.target)
+d = folder("iris-pipeline", {"name": "iris-pipeline", "implementation": "mlserver_sklearn.SKLearnModel",
+                             "parameters": {"extra": {"predict_fn": "predict_proba"}}})
+joblib.dump(pipeline, os.path.join(d, "model.joblib"))
+
+# docs/examples/xgboost: a binary XGBClassifier saved as JSON (the
+# mushroom data's shape: 126 one-hot features).
+rng = np.random.default_rng(3)
+x = (rng.random((600, 126)) > 0.8).astype(np.float32)
+y = (x[:, 3] + x[:, 7] * x[:, 11] + x[:, 40] > 0.5).astype(int)
+model = xgb.XGBClassifier(n_estimators=30, max_depth=4).fit(x, y)
+d = folder("mushroom-xgboost", {"name": "mushroom-xgboost", "implementation": "mlserver_xgboost.XGBoostModel",
+                                "parameters": {"uri": "./mushroom-xgboost.json", "version": "v0.1.0"}})
+model.save_model(os.path.join(d, "mushroom-xgboost.json"))
+np.save(os.path.join(root, "mushrooms.npy"), x[:8])
+
+# docs/examples/lightgbm: iris, multiclass.
+X_train, X_test, y_train, y_test = train_test_split(iris.data, iris.target, test_size=0.1, random_state=0)
+booster = lgb.train(params={"objective": "multiclass", "metric": "softmax", "num_class": 3, "verbose": -1},
+                    train_set=lgb.Dataset(X_train, label=y_train))
+d = folder("iris-lgb", {"name": "iris-lgb", "implementation": "mlserver_lightgbm.LightGBMModel",
+                        "parameters": {"uri": "./iris-lightgbm.bst", "version": "v0.1.0"}})
+booster.save_model(os.path.join(d, "iris-lightgbm.bst"))
+np.save(os.path.join(root, "iris.npy"), X_test.astype(np.float32))
+'''
+
+# docs/examples/custom, with numpy where it uses numpyro: its model file
+# read through get_model_uri, its inputs decoded by name with decode_args.
+CUSTOM = '''
+import json
+
+import numpy as np
+from mlserver import MLModel
+from mlserver.codecs import decode_args
+from mlserver.errors import InferenceError
+from mlserver.utils import get_model_uri
+
+
+class LinearModel(MLModel):
+    async def load(self) -> bool:
+        model_uri = await get_model_uri(self._settings)
+        with open(model_uri) as model_file:
+            self._weights = np.array(json.load(model_file)["weights"])
+        self._offset = float(self.settings.parameters.extra["offset"])
+        return True
+
+    @decode_args
+    async def predict(self, marriage: np.ndarray, age: np.ndarray) -> np.ndarray:
+        if np.any(age < 0):
+            raise InferenceError("age cannot be negative")
+        return np.asarray(marriage * self._weights[0] + age * self._weights[1] + self._offset)
+'''
+
+# MLServer's content types: a request with content_type "pd" decoded into
+# a DataFrame, answered as one (of numbers: MLServer 1.7's PandasCodec
+# cannot encode pandas 3's string columns).
+PANDAS = '''
+import pandas as pd
+from mlserver import MLModel
+from mlserver.codecs import PandasCodec
+from mlserver.types import InferenceRequest, InferenceResponse
+
+
+class Columns(MLModel):
+    async def predict(self, payload: InferenceRequest) -> InferenceResponse:
+        frame = self.decode_request(payload, default_codec=PandasCodec)
+        answer = pd.DataFrame({
+            "total": frame["price"] * frame["quantity"],
+            "letters": [len(name) for name in frame["name"]],
+        })
+        return PandasCodec.encode_response(self.name, answer)
+'''
+
+
+@pytest.fixture(scope="module")
+def folders(tmp_path_factory):
+    """The example folders, trained by the models' own Python."""
+    if not MODELS_PYTHON.exists():
+        pytest.fail(f"{MODELS_PYTHON} is missing: scripts/test installs MLServer into .venv-mlserver")
+    root = tmp_path_factory.mktemp("mlserver-examples")
+    subprocess.run([str(MODELS_PYTHON), "-c", TRAIN, str(root)], check=True, capture_output=True, timeout=300)
+    custom = root / "linear"
+    custom.mkdir()
+    (custom / "models.py").write_text(CUSTOM)
+    (custom / "weights.json").write_text(json.dumps({"weights": [0.5, -0.25]}))
+    (custom / "model-settings.json").write_text(json.dumps({
+        "name": "linear", "implementation": "models.LinearModel",
+        "parameters": {"uri": "./weights.json", "extra": {"offset": 1.5}}}))
+    pandas = root / "columns"
+    pandas.mkdir()
+    (pandas / "runtime.py").write_text(PANDAS)
+    (pandas / "model-settings.json").write_text(json.dumps({"name": "columns", "implementation": "runtime.Columns"}))
+    (root / "settings.json").write_text(json.dumps({"debug": "true", "parallel_workers": 0}))
+    return root
+
+
+NAMES = ["mnist-svm", "iris-pipeline", "mushroom-xgboost", "iris-lgb", "linear", "columns"]
+
+
+@pytest.fixture(scope="module")
+def theirs(mlserver, folders):
+    """The session's MLServer with the same folders, loaded through its
+    repository API."""
+    repo = Path(mlserver["repo"])
+    for name in NAMES:
+        shutil.copytree(folders / name, repo / name, dirs_exist_ok=True)
+        r = requests.post(f"http://127.0.0.1:{mlserver['http']}/v2/repository/models/{name}/load", timeout=120)
+        assert r.status_code == 200, r.text
+    return f"http://127.0.0.1:{mlserver['http']}"
+
+
+@pytest.fixture(scope="module")
+def ours(folders):
+    """wirespeed on the folders as they are, its workers on the models'
+    Python."""
+    saved = os.environ.get("WIRESPEED_PYTHON")
+    os.environ["WIRESPEED_PYTHON"] = str(MODELS_PYTHON)
+    try:
+        server = RunningServer(folders)
+    finally:
+        if saved is None:
+            del os.environ["WIRESPEED_PYTHON"]
+        else:
+            os.environ["WIRESPEED_PYTHON"] = saved
+    yield server
+    server.stop()
+
+
+def post(base, path, body):
+    r = requests.post(base + path, json=body, timeout=60)
+    return r.status_code, r.json()
+
+
+def same_outputs(ours, theirs):
+    """The outputs agree: names, datatypes and shapes exactly, values to
+    FP32's precision (numbers) or exactly (integers and strings)."""
+    assert [o["name"] for o in ours["outputs"]] == [o["name"] for o in theirs["outputs"]], (ours, theirs)
+    for mine, other in zip(ours["outputs"], theirs["outputs"]):
+        assert mine["datatype"] == other["datatype"], (mine, other)
+        assert mine["shape"] == other["shape"], (mine, other)
+        a, b = np.array(mine["data"]).reshape(-1), np.array(other["data"]).reshape(-1)
+        if a.dtype.kind in "fc" or b.dtype.kind in "fc":
+            np.testing.assert_allclose(a.astype(float), b.astype(float), rtol=1e-5, atol=1e-6)
+        else:
+            assert a.tolist() == b.tolist(), (mine, other)
+
+
+def test_the_sklearn_example_answers_as_mlserver(ours, theirs, folders):
+    x = np.load(folders / "digits.npy")
+    # The example's request, to the example's versioned endpoint.
+    for rows in (x[0:1], x):
+        body = {"inputs": [{"name": "predict", "shape": list(rows.shape), "datatype": "FP32", "data": rows.tolist()}]}
+        path = "/v2/models/mnist-svm/versions/v0.1.0/infer"
+        status, mine = post(f"http://{ours.address}", path, body)
+        assert status == 200, mine
+        _, other = post(theirs, path, body)
+        same_outputs(mine, other)
+        assert mine["model_version"] == other["model_version"] == "v0.1.0"
+
+
+def test_a_pipelines_outputs_and_default_function_answer_as_mlserver(ours, theirs):
+    rows = [[5.1, 3.5, 1.4, 0.2], [6.2, 2.9, 4.3, 1.3], [7.7, 3.0, 6.1, 2.3]]
+    for outputs in (None, [{"name": "predict"}], [{"name": "predict"}, {"name": "predict_proba"}]):
+        body = {"inputs": [{"name": "x", "shape": [3, 4], "datatype": "FP64", "data": rows}]}
+        if outputs:
+            body["outputs"] = outputs
+        status, mine = post(f"http://{ours.address}", "/v2/models/iris-pipeline/infer", body)
+        assert status == 200, mine
+        _, other = post(theirs, "/v2/models/iris-pipeline/infer", body)
+        same_outputs(mine, other)
+
+
+def test_the_xgboost_example_answers_as_mlserver(ours, theirs, folders):
+    x = np.load(folders / "mushrooms.npy")
+    for outputs in (None, [{"name": "predict_proba"}], [{"name": "predict_proba"}, {"name": "predict"}]):
+        body = {"inputs": [{"name": "predict", "shape": list(x.shape), "datatype": "FP32", "data": x.tolist()}]}
+        if outputs:
+            body["outputs"] = outputs
+        status, mine = post(f"http://{ours.address}", "/v2/models/mushroom-xgboost/infer", body)
+        assert status == 200, mine
+        _, other = post(theirs, "/v2/models/mushroom-xgboost/infer", body)
+        same_outputs(mine, other)
+
+
+def test_the_lightgbm_example_answers_as_mlserver(ours, theirs, folders):
+    x = np.load(folders / "iris.npy")
+    body = {"inputs": [{"name": "predict-prob", "shape": list(x.shape), "datatype": "FP32", "data": x.tolist()}]}
+    status, mine = post(f"http://{ours.address}", "/v2/models/iris-lgb/versions/v0.1.0/infer", body)
+    assert status == 200, mine
+    _, other = post(theirs, "/v2/models/iris-lgb/versions/v0.1.0/infer", body)
+    same_outputs(mine, other)
+
+
+def test_a_custom_runtime_runs_unchanged(ours, theirs):
+    body = {"inputs": [
+        {"name": "marriage", "shape": [3], "datatype": "FP64", "data": [1.0, 2.0, 3.5]},
+        {"name": "age", "shape": [3], "datatype": "FP64", "data": [30.0, 40.0, 50.0]},
+    ]}
+    status, mine = post(f"http://{ours.address}", "/v2/models/linear/infer", body)
+    assert status == 200, mine
+    _, other = post(theirs, "/v2/models/linear/infer", body)
+    same_outputs(mine, other)
+    np.testing.assert_allclose(mine["outputs"][0]["data"], [1.0 * 0.5 - 7.5 + 1.5, 1.0 - 10 + 1.5, 1.75 - 12.5 + 1.5])
+    # Its own InferenceError is the client's mistake, as in MLServer: 400
+    # with its message.
+    body["inputs"][1]["data"] = [30.0, -1.0, 50.0]
+    status, mine = post(f"http://{ours.address}", "/v2/models/linear/infer", body)
+    their_status, other = post(theirs, "/v2/models/linear/infer", body)
+    assert status == their_status == 400, (mine, other)
+    assert "age cannot be negative" in mine["error"]
+
+
+def test_pandas_content_types_reach_the_runtime_as_mlserver_decodes_them(ours, theirs):
+    body = {
+        "parameters": {"content_type": "pd"},
+        "inputs": [
+            {"name": "name", "shape": [2], "datatype": "BYTES", "data": ["apple", "pear"]},
+            {"name": "price", "shape": [2], "datatype": "FP64", "data": [0.5, 1.25]},
+            {"name": "quantity", "shape": [2], "datatype": "INT64", "data": [4, 2]},
+        ],
+    }
+    status, mine = post(f"http://{ours.address}", "/v2/models/columns/infer", body)
+    assert status == 200, mine
+    _, other = post(theirs, "/v2/models/columns/infer", body)
+    same_outputs(mine, other)
+    assert mine["outputs"][1]["data"] == [5, 4]
+
+
+def test_tritonclient_calls_an_mlserver_folder_unchanged(ours, theirs, folders):
+    x = np.load(folders / "digits.npy")
+    answers = []
+    for address in (ours.address, theirs.removeprefix("http://")):
+        client = httpclient.InferenceServerClient(address)
+        assert client.is_model_ready("mnist-svm")
+        inp = httpclient.InferInput("predict", list(x.shape), "FP32")
+        inp.set_data_from_numpy(x, binary_data=False)
+        answers.append(client.infer("mnist-svm", [inp]).as_numpy("predict"))
+    np.testing.assert_array_equal(answers[0], answers[1])
+
+
+def test_a_request_the_runtime_cannot_take_is_a_clear_400(ours):
+    two = {"inputs": [
+        {"name": "a", "shape": [1, 4], "datatype": "FP32", "data": [1, 2, 3, 4]},
+        {"name": "b", "shape": [1, 4], "datatype": "FP32", "data": [1, 2, 3, 4]},
+    ]}
+    status, answer = post(f"http://{ours.address}", "/v2/models/mushroom-xgboost/infer", two)
+    assert status == 400 and "takes one input, and the request gives 2" in answer["error"], answer
+    wide = {"inputs": [{"name": "a", "shape": [1, 3], "datatype": "FP32", "data": [1, 2, 3]}]}
+    status, answer = post(f"http://{ours.address}", "/v2/models/mnist-svm/infer", wide)
+    assert status == 400 and "[-1, 64]" in answer["error"], answer
+    status, answer = post(f"http://{ours.address}", "/v2/models/iris-pipeline/infer",
+                          {"inputs": [{"name": "x", "shape": [1, 4], "datatype": "FP32", "data": [1, 2, 3, 4]}],
+                           "outputs": [{"name": "transform"}]})
+    assert status == 400 and "transform" in answer["error"], answer
