@@ -89,6 +89,38 @@ if __name__ == "__main__":
     ModelServer().start([Scorer(args.model_name)])
 '''
 
+# KServe's v1 custom predictor, as its docs write it: predict takes the
+# request's dict and answers a dict.
+CUSTOM_V1 = '''
+from typing import Dict
+
+import kserve
+from kserve import Model, ModelServer, model_server
+
+
+class Summer(Model):
+    def __init__(self, name: str):
+        super().__init__(name)
+        self.ready = False
+
+    def load(self):
+        self.ready = True
+
+    def predict(self, payload: Dict, headers: Dict[str, str] = None) -> Dict:
+        instances = payload["instances"]
+        return {"predictions": [{"sum": sum(row), "first": row[0]} for row in instances]}
+
+
+if __name__ == "__main__":
+    import argparse
+
+    parser = argparse.ArgumentParser(parents=[model_server.parser])
+    args, _ = parser.parse_known_args()
+    model = Summer(args.model_name)
+    model.load()
+    ModelServer().start([model])
+'''
+
 ROWS = [[6.8, 2.8, 4.8, 1.4], [6.0, 3.4, 4.5, 1.6], [5.1, 3.5, 1.4, 0.2]]
 
 
@@ -98,6 +130,8 @@ def folders(tmp_path_factory):
     subprocess.run([sys.executable, "-c", TRAIN, str(root)], check=True, capture_output=True, timeout=300)
     (root / "custom").mkdir()
     (root / "custom" / "model.py").write_text(CUSTOM)
+    (root / "custom-v1").mkdir()
+    (root / "custom-v1" / "model.py").write_text(CUSTOM_V1)
     return root
 
 
@@ -109,7 +143,7 @@ def servers(folders):
     os.environ["WIRESPEED_PYTHON"] = sys.executable
     started = {}
     try:
-        for name in ("sklearn", "xgboost", "lightgbm", "custom"):
+        for name in ("sklearn", "xgboost", "lightgbm", "custom", "custom-v1"):
             started[name] = RunningServer(folders / name, ["--model-name", f"{name}-iris"])
         os.environ["PREDICT_PROBA"] = "true"
         started["sklearn-proba"] = RunningServer(folders / "sklearn", ["--model-name", "sklearn-iris"])
@@ -171,26 +205,47 @@ def test_sklearnservers_predict_proba_switch_is_read_from_the_environment(server
 
 @pytest.fixture(scope="module")
 def kserve_custom(folders):
-    """The custom predictor under KServe's own ModelServer, started by its
-    own main."""
-    http, grpc = free_port(), free_port()
-    process = subprocess.Popen(
-        [sys.executable, str(folders / "custom" / "model.py"), "--model_name", "custom-iris",
-         "--http_port", str(http), "--grpc_port", str(grpc)],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )
-    wait_until("KServe ready", lambda: process.poll() is None
-               and http_ok(f"http://127.0.0.1:{http}/v2/models/custom-iris/ready"))
-    yield {"http": http, "grpc": grpc}
-    process.terminate()
-    process.wait(timeout=15)
+    """The custom predictors under KServe's own ModelServer, each started
+    by its own main."""
+    started = {}
+    for folder in ("custom", "custom-v1"):
+        http, grpc = free_port(), free_port()
+        process = subprocess.Popen(
+            [sys.executable, str(folders / folder / "model.py"), "--model_name", f"{folder}-iris",
+             "--http_port", str(http), "--grpc_port", str(grpc)],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )
+        started[folder] = {"http": http, "grpc": grpc, "process": process}
+    for folder, server in started.items():
+        wait_until("KServe ready", lambda: server["process"].poll() is None
+                   and http_ok(f"http://127.0.0.1:{server['http']}/v2/models/{folder}-iris/ready"))
+    yield started
+    for server in started.values():
+        server["process"].terminate()
+        server["process"].wait(timeout=15)
 
 
 def test_a_custom_kserve_model_answers_as_under_kserve(servers, kserve_custom):
     server = servers["custom"]
+    kserve = kserve_custom["custom"]
     v2 = {"name": "rows", "datatype": "FP32", "shape": [3, 4], "data": ROWS}
-    theirs = run("call", "rest-v2", f"127.0.0.1:{kserve_custom['http']}", "custom-iris", json.dumps(v2))
+    theirs = run("call", "rest-v2", f"127.0.0.1:{kserve['http']}", "custom-iris", json.dumps(v2))
     same(run("call", "rest-v2", server.address, "custom-iris", json.dumps(v2)), theirs)
-    theirs = run("call", "grpc", f"127.0.0.1:{kserve_custom['grpc']}", "custom-iris", json.dumps(v2))
+    theirs = run("call", "grpc", f"127.0.0.1:{kserve['grpc']}", "custom-iris", json.dumps(v2))
     same(run("call", "grpc", f"127.0.0.1:{server.grpc_port}", "custom-iris", json.dumps(v2)), theirs)
     assert [o["name"] for o in theirs["outputs"]] == ["score", "positive"]
+
+
+def test_a_v1_custom_predictor_gets_the_body_and_answers_its_dict(servers, kserve_custom):
+    server = servers["custom-v1"]
+    kserve = kserve_custom["custom-v1"]
+    v1 = {"instances": ROWS}
+    theirs = run("call", "rest-v1", f"127.0.0.1:{kserve['http']}", "custom-v1-iris", json.dumps(v1))
+    ours = run("call", "rest-v1", server.address, "custom-v1-iris", json.dumps(v1))
+    assert ours == theirs
+    assert ours["predictions"][0] == {"sum": sum(ROWS[0]), "first": 6.8}
+    # Not JSON: the client's mistake, before the model is called.
+    import requests
+
+    r = requests.post(f"http://{server.address}/v1/models/custom-v1-iris:predict", data=b"{nope", timeout=10)
+    assert r.status_code == 400 and "not JSON" in r.json()["error"], r.text

@@ -2,6 +2,12 @@
 
 use crate::Tensor;
 
+/// The one input, and the one output, of a request whose JSON body the
+/// model reads itself: a KServe predictor's v1 face, which gets the body
+/// as its `predict`'s dict and answers the dict it returns. A BYTES tensor
+/// of one element: the body, or the answer, as JSON text.
+pub const JSON_BODY: &str = "$json";
+
 /// A value of the protocol's `parameters` maps: a string, number or bool.
 #[derive(Debug, Clone, PartialEq)]
 pub enum ParameterValue {

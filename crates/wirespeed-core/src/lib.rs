@@ -40,7 +40,7 @@ pub use error::{Error, ErrorKind, Fault};
 pub use half::{bf16, f16};
 pub use infer::{
     BinaryInput, InferRequest, InferResponse, ParameterValue, Parameters, RequestedOutput,
-    SharedInput, SharedOutput, SharedRef,
+    SharedInput, SharedOutput, SharedRef, JSON_BODY,
 };
 pub use limits::{LimitError, RequestLimits, TensorBudget};
 pub use model::{

@@ -109,8 +109,8 @@ pub(crate) fn model_config(folder: &Path) -> Result<ModelConfig, String> {
             table.insert("model_file".into(), file_name(&file).into());
             table.insert("convention".into(), "kserve".into());
             // sklearnserver reads PREDICT_PROBA from its environment.
-            let proba = std::env::var("PREDICT_PROBA")
-                .is_ok_and(|v| v.eq_ignore_ascii_case("true"));
+            let proba =
+                std::env::var("PREDICT_PROBA").is_ok_and(|v| v.eq_ignore_ascii_case("true"));
             table.insert("predict_proba".into(), proba.into());
             let mut batching = toml::Table::new();
             batching.insert("max_batch_size".into(), 32.into());
@@ -118,10 +118,14 @@ pub(crate) fn model_config(folder: &Path) -> Result<ModelConfig, String> {
         }
         Format::Xgboost(file) | Format::Lightgbm(file) => {
             let lightgbm = matches!(format(folder)?, Format::Lightgbm(_));
-            let ensemble = wirespeed_trees::load(&file)
-                .map_err(|e| format!("{}: {e}", file.display()))?;
+            let ensemble =
+                wirespeed_trees::load(&file).map_err(|e| format!("{}: {e}", file.display()))?;
             let width = ensemble.prediction_width() as i64;
-            let shape: Vec<i64> = if width == 1 { vec![-1] } else { vec![-1, width] };
+            let shape: Vec<i64> = if width == 1 {
+                vec![-1]
+            } else {
+                vec![-1, width]
+            };
             let mut input = toml::Table::new();
             input.insert("name".into(), "input-0".into());
             input.insert("datatype".into(), "FP32".into());
@@ -132,7 +136,10 @@ pub(crate) fn model_config(folder: &Path) -> Result<ModelConfig, String> {
             let mut output = toml::Table::new();
             output.insert("name".into(), "output-0".into());
             // xgboost's Booster predicts FP32; LightGBM's, FP64.
-            output.insert("datatype".into(), if lightgbm { "FP64" } else { "FP32" }.into());
+            output.insert(
+                "datatype".into(),
+                if lightgbm { "FP64" } else { "FP32" }.into(),
+            );
             output.insert(
                 "shape".into(),
                 toml::Value::Array(shape.into_iter().map(Into::into).collect()),

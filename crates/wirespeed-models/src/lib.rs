@@ -57,8 +57,8 @@ pub use pbtxt::data_type as triton_data_type;
 pub use python::{custom_metrics, CustomFamily, MetricKind, PythonModel, SeriesValue};
 pub use registry::{Backend, CallerGone, CallerSlot, ModelCaller, ModelSource, Registry};
 pub use repository::{
-    is_model_folder, is_valid_model_name, load_model, load_repository, model_folders, LoadedModel, OutputLabels,
-    RepositoryError,
+    is_model_folder, is_valid_model_name, load_model, load_repository, model_folders, LoadedModel,
+    OutputLabels, RepositoryError,
 };
 pub use scheduling::{
     Adaptive, Batching, BatchingKeys, DefaultOutput, LevelPolicy, PolicyKeys, QueueKeys,

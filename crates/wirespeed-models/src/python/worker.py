@@ -408,6 +408,9 @@ class Worker:
         """One request as MLServer's `predict` gets it: an InferenceRequest
         of the request's tensors (numbers as numpy arrays, strings as
         str), its parameters and the outputs it asks for."""
+        if list(inputs) == [JSON_BODY]:
+            raise InvalidRequest("an MLServer runtime answers the V2 protocol: "
+                                 "POST /v2/models/<name>/infer")
         types = self.mlserver_types
         datatypes = {name: datatype for name, datatype, *_ in message["inputs"]}
         request_inputs = []
@@ -504,6 +507,19 @@ class Worker:
         postprocess."""
         from kserve.protocol.infer_type import InferInput, InferRequest, InferResponse
 
+        if list(inputs) == [JSON_BODY]:
+            # KServe's v1: the body as the dict it parsed, the dict
+            # answered as JSON.
+            payload = json.loads(inputs[JSON_BODY].reshape(-1)[0])
+            result = self.call(self.model, payload, {})
+            if isinstance(result, tuple):
+                result = result[0]
+            if isinstance(result, InferResponse):
+                result = result.to_rest()[0]
+                if isinstance(result, (bytes, bytearray)):
+                    result = json.loads(result)
+            answer = np.array([json.dumps(result, default=plain).encode()], dtype=np.object_)
+            return [(JSON_BODY, ("BYTES", answer, bytes_raw(answer)))]
         datatypes = {name: datatype for name, datatype, *_ in message["inputs"]}
         infer_inputs = []
         for name, array in inputs.items():
@@ -751,6 +767,28 @@ class Worker:
                 self.call(self.model.unload)
             except Exception:
                 traceback.print_exc(file=sys.stderr)
+
+
+# The input and output of a request whose JSON the model reads itself
+# (wirespeed_core::JSON_BODY).
+JSON_BODY = "$json"
+
+
+class InvalidRequest(Exception):
+    """The client's mistake: answered 400."""
+
+    status_code = 400
+
+
+def plain(value):
+    """numpy's values as JSON's, for a model's v1 answer."""
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, (bytes, bytearray)):
+        return value.decode("utf-8", "replace")
+    raise TypeError("%s is not JSON" % type(value).__name__)
 
 
 def numpy_datatype(dtype):

@@ -8,8 +8,8 @@ use hyper::body::Incoming;
 use hyper::{Request, Response};
 use serde_json::{json, Map, Value};
 use wirespeed_core::{
-    DataType, Error, ErrorKind, InferRequest, InferResponse, ModelMetadata, ParameterValue,
-    RequestLimits, TensorSpec,
+    Binding, DataType, Error, ErrorKind, InferRequest, InferResponse, ModelMetadata,
+    ParameterValue, RequestLimits, Tensor, TensorData, TensorSpec, JSON_BODY,
 };
 use wirespeed_json::{Format, RequestDecoder};
 
@@ -34,6 +34,7 @@ pub(crate) async fn predict(
     let codec = TfPredict {
         request: RestRequest::new(front, request),
         format: Format::TfRows,
+        passed: false,
     };
     pipeline::infer(&front.serving, context, target, codec).await
 }
@@ -43,6 +44,9 @@ struct TfPredict<'a> {
     request: RestRequest<'a>,
     /// Rows or columns, as the request came; the answer follows it.
     format: Format,
+    /// The body went to the model as it came (`JSON_BODY`), and the
+    /// model's JSON is the answer.
+    passed: bool,
 }
 
 impl Codec for TfPredict<'_> {
@@ -54,6 +58,23 @@ impl Codec for TfPredict<'_> {
         model: &ServedModel,
         stages: &mut Stages,
     ) -> Result<InferRequest, Error> {
+        // A model that reads JSON itself and declares no inputs (a KServe
+        // predictor): the body, as it came.
+        if model.model.binding() == Binding::Open && model.metadata().inputs.is_empty() {
+            let body = self.request.read_json(stages).await?;
+            if let Err(e) = serde_json::from_slice::<serde::de::IgnoredAny>(&body) {
+                return Err(Error::malformed(format!("the body is not JSON: {e}")));
+            }
+            self.passed = true;
+            return Ok(InferRequest {
+                inputs: vec![Tensor {
+                    name: JSON_BODY.to_owned(),
+                    shape: vec![1],
+                    data: TensorData::Bytes(vec![body]),
+                }],
+                ..InferRequest::default()
+            });
+        }
         let specs: Vec<(String, DataType)> = model
             .metadata()
             .inputs
@@ -90,7 +111,22 @@ impl Codec for TfPredict<'_> {
         self.request.refuse(error).await
     }
 
-    fn encode(&mut self, response: InferResponse) -> Result<Response<Body>, Error> {
+    fn encode(&mut self, mut response: InferResponse) -> Result<Response<Body>, Error> {
+        if self.passed {
+            return match response.outputs.as_mut_slice() {
+                [Tensor {
+                    name,
+                    data: TensorData::Bytes(answer),
+                    ..
+                }] if name == JSON_BODY && answer.len() == 1 => {
+                    Ok(response::json(std::mem::take(&mut answer[0])))
+                }
+                _ => Err(Error::model_failed(format!(
+                    "model '{}' took the request's JSON and did not answer JSON",
+                    response.model_name
+                ))),
+            };
+        }
         let mut out = Vec::new();
         wirespeed_json::encode_tf_response(&response.outputs, self.format, &mut out);
         Ok(response::json(out))
