@@ -134,6 +134,27 @@ class Columns(MLModel):
 '''
 
 
+# docs/examples/content-type: each input decoded by its own content type
+# (np, str, base64), as the request's parameters say, and described.
+CONTENT_TYPES = '''
+from mlserver import MLModel
+from mlserver.codecs import StringCodec
+from mlserver.types import InferenceRequest, InferenceResponse
+
+
+class Describe(MLModel):
+    async def predict(self, payload: InferenceRequest) -> InferenceResponse:
+        described = []
+        for request_input in payload.inputs:
+            decoded = self.decode(request_input)
+            if hasattr(decoded, "tolist"):
+                decoded = decoded.tolist()
+            described.append("%s=%s:%r" % (request_input.name, type(decoded).__name__, decoded))
+        return InferenceResponse(model_name=self.name,
+                                 outputs=[StringCodec.encode_output("described", described)])
+'''
+
+
 @pytest.fixture(scope="module")
 def folders(tmp_path_factory):
     """The example folders, trained by the models' own Python."""
@@ -152,11 +173,16 @@ def folders(tmp_path_factory):
     pandas.mkdir()
     (pandas / "runtime.py").write_text(PANDAS)
     (pandas / "model-settings.json").write_text(json.dumps({"name": "columns", "implementation": "runtime.Columns"}))
+    described = root / "content-types"
+    described.mkdir()
+    (described / "runtime.py").write_text(CONTENT_TYPES)
+    (described / "model-settings.json").write_text(
+        json.dumps({"name": "content-types", "implementation": "runtime.Describe"}))
     (root / "settings.json").write_text(json.dumps({"debug": "true", "parallel_workers": 0}))
     return root
 
 
-NAMES = ["mnist-svm", "iris-pipeline", "mushroom-xgboost", "iris-lgb", "linear", "columns"]
+NAMES = ["mnist-svm", "iris-pipeline", "mushroom-xgboost", "iris-lgb", "linear", "columns", "content-types"]
 
 
 @pytest.fixture(scope="module")
@@ -286,6 +312,22 @@ def test_pandas_content_types_reach_the_runtime_as_mlserver_decodes_them(ours, t
     _, other = post(theirs, "/v2/models/columns/infer", body)
     same_outputs(mine, other)
     assert mine["outputs"][1]["data"] == [5, 4]
+
+
+def test_each_inputs_content_type_reaches_the_runtime(ours, theirs):
+    body = {"inputs": [
+        {"name": "metadata-np", "datatype": "INT32", "shape": [2, 2], "data": [1, 2, 3, 4],
+         "parameters": {"content_type": "np"}},
+        {"name": "metadata-str", "datatype": "BYTES", "shape": [2], "data": ["hello", "world"],
+         "parameters": {"content_type": "str"}},
+        {"name": "metadata-b64", "datatype": "BYTES", "shape": [1], "data": ["aGVsbG8gd29ybGQ="],
+         "parameters": {"content_type": "base64"}},
+    ]}
+    status, mine = post(f"http://{ours.address}", "/v2/models/content-types/infer", body)
+    assert status == 200, mine
+    _, other = post(theirs, "/v2/models/content-types/infer", body)
+    same_outputs(mine, other)
+    assert mine["outputs"][0]["data"][1] == "metadata-str=list:['hello', 'world']", mine
 
 
 def test_tritonclient_calls_an_mlserver_folder_unchanged(ours, theirs, folders):

@@ -52,6 +52,17 @@ pub struct InferRequest {
     /// memory extensions). Their tensors in `inputs` are empty until the
     /// region is read.
     pub shared_inputs: Vec<SharedInput>,
+    /// The inputs' own `parameters` that are not about where their data
+    /// lies (MLServer's `content_type`, ...), by input name; only inputs
+    /// that have some.
+    pub input_parameters: Vec<(String, Parameters)>,
+}
+
+/// Whether an input's parameter says where its data lies (the binary data
+/// and shared memory extensions'), which the server acts on and a model
+/// never sees.
+pub fn is_transport_parameter(key: &str) -> bool {
+    key == "binary_data_size" || key.starts_with("shared_memory_")
 }
 
 /// Where a tensor lies in a registered shared-memory region: the

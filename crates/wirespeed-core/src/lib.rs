@@ -39,8 +39,8 @@ pub use datatype::{DataType, UnknownDataType};
 pub use error::{Error, ErrorKind, Fault};
 pub use half::{bf16, f16};
 pub use infer::{
-    BinaryInput, InferRequest, InferResponse, ParameterValue, Parameters, RequestedOutput,
-    SharedInput, SharedOutput, SharedRef, JSON_BODY,
+    is_transport_parameter, BinaryInput, InferRequest, InferResponse, ParameterValue, Parameters,
+    RequestedOutput, SharedInput, SharedOutput, SharedRef, JSON_BODY,
 };
 pub use limits::{LimitError, RequestLimits, TensorBudget};
 pub use model::{

@@ -346,6 +346,9 @@ pub struct InferCall {
     /// The request's W3C trace context, for a model that calls another
     /// server to pass on.
     pub trace: Option<TraceContext>,
+    /// The inputs' own parameters (a content type), by input name, for a
+    /// model that reads them (MLServer's and KServe's runtimes).
+    pub input_parameters: Vec<(String, Parameters)>,
     /// Where a model that streams ([`Model::decoupled`]) sends its
     /// responses; `None` for the others. Such a model's future answers
     /// no outputs: it ends when the model has taken the request (Triton's

@@ -184,6 +184,7 @@ fn run_samples(
                 deadline: None,
                 trace: None,
                 responses: None,
+                input_parameters: Vec::new(),
             };
             runtime
                 .block_on(Arc::clone(model).infer_async(call))

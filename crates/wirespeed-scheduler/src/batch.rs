@@ -86,6 +86,7 @@ pub(super) async fn run(
                 deadline,
                 trace,
                 responses,
+                input_parameters: Vec::new(),
             };
             let call = Arc::clone(&model).infer_async(call);
             tokio::select! {

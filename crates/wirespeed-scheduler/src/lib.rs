@@ -68,6 +68,8 @@ struct Job {
     trace: Option<TraceContext>,
     /// Where a model that streams sends its responses.
     responses: Option<ResponseSender>,
+    /// The inputs' own parameters, by input name.
+    input_parameters: Vec<(String, Parameters)>,
 }
 
 /// What a request brings to its scheduler besides inputs and outputs.
@@ -90,6 +92,9 @@ pub struct CallContext {
     /// request's responses. Such a request runs alone, never batched:
     /// each request has a stream of its own.
     pub responses: Option<ResponseSender>,
+    /// The inputs' own parameters (a content type), by input name: given
+    /// to a model that runs alone (a batch's requests may differ).
+    pub input_parameters: Vec<(String, Parameters)>,
 }
 
 impl CallContext {
@@ -104,6 +109,7 @@ impl CallContext {
             timeout: None,
             trace: None,
             responses: None,
+            input_parameters: Vec::new(),
         }
     }
 }

@@ -138,6 +138,7 @@ impl Scheduler {
                     deadline: context.deadline,
                     trace: context.trace,
                     responses: context.responses,
+                    input_parameters: context.input_parameters,
                 };
                 return self.alone(job, slot, rows, spent).await;
             }
@@ -159,6 +160,7 @@ impl Scheduler {
             deadline: context.deadline,
             trace: context.trace,
             responses: context.responses,
+            input_parameters: context.input_parameters,
         };
         self.queued(
             job,
@@ -389,6 +391,7 @@ impl Scheduler {
                     deadline: job.deadline,
                     trace: job.trace,
                     responses: job.responses,
+                    input_parameters: job.input_parameters,
                 };
                 // A task of its own, so that a model that panics fails
                 // one request; aborted if the caller goes. The slot is

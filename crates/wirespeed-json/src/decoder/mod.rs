@@ -249,6 +249,7 @@ struct RequestState {
     finished_inputs: Vec<Tensor>,
     binary_inputs: Vec<BinaryInput>,
     shared_inputs: Vec<SharedInput>,
+    input_parameters: Vec<(String, Parameters)>,
     outputs: Vec<RequestedOutput>,
     output_seen: u16,
     seen: u16,
@@ -481,6 +482,7 @@ impl RequestDecoder {
             outputs: request.outputs,
             binary_inputs: request.binary_inputs,
             shared_inputs: request.shared_inputs,
+            input_parameters: request.input_parameters,
         })
     }
 }

@@ -497,6 +497,15 @@ impl RequestDecoder {
         let name = input
             .name
             .ok_or_else(|| schema(at, format!("an {noun} has no 'name'")))?;
+        let own: Parameters = input
+            .parameters
+            .iter()
+            .filter(|(key, _)| !wirespeed_core::is_transport_parameter(key))
+            .cloned()
+            .collect();
+        if !own.is_empty() {
+            self.request.input_parameters.push((name.clone(), own));
+        }
         let missing = |field: &str| {
             schema(at, format!("{noun} '{name}' has no '{field}'")).with_input(Some(&name))
         };

@@ -424,8 +424,25 @@ impl Model for PythonModel {
             }
             _ => None,
         };
+        let mut parameters = parameters_json(&call.parameters);
+        if !call.input_parameters.is_empty() {
+            // The inputs' own, under a key no request parameter has
+            // (`wire.rs`); the worker takes it out before the model sees
+            // the parameters.
+            let inputs: serde_json::Map<String, serde_json::Value> = call
+                .input_parameters
+                .iter()
+                .map(|(name, own)| {
+                    (
+                        name.clone(),
+                        serde_json::Value::Object(parameters_json(own)),
+                    )
+                })
+                .collect();
+            parameters.insert(wire::INPUT_PARAMETERS.into(), inputs.into());
+        }
         let job = Job {
-            parameters: parameters_json(&call.parameters),
+            parameters,
             inputs: call.inputs,
             outputs: call.outputs,
             deadline: call.deadline,

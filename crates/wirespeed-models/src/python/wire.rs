@@ -18,6 +18,11 @@ const MAX_MESSAGE: usize = 16 << 20;
 /// length in bytes.
 pub(crate) type Placed = (String, String, Vec<usize>, usize, usize);
 
+/// The key of an `infer` message's `parameters` under which the inputs'
+/// own parameters go, by input name (`$` starts no parameter a protocol
+/// decodes; the worker takes it out).
+pub(crate) const INPUT_PARAMETERS: &str = "$inputs";
+
 /// The first message to a worker: what to load, and how.
 #[derive(Debug, Serialize)]
 pub(crate) struct Load {

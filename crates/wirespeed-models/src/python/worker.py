@@ -185,6 +185,7 @@ class Worker:
         # "mlserver", "kserve" or "sklearn" (our scikit-learn runtime).
         self.api = ""
         self.runtime = None
+        self.input_parameters = {}
         # Decoupled mode: ids of requests whose client left, and the
         # server's answers to BLS calls (the reader thread fills both).
         self.cancelled = set()
@@ -298,6 +299,7 @@ class Worker:
         return dtype
 
     def infer(self, message):
+        self.input_parameters = (message.get("parameters") or {}).pop(INPUT_PARAMETERS, {})
         inputs = self.inputs(message)
         wanted = message["outputs"]
         if self.api == "sklearn":
@@ -420,8 +422,10 @@ class Worker:
                 data = [as_text(v) for v in array.reshape(-1)]
             else:
                 data = array
+            own = self.input_parameters.get(name)
             request_inputs.append(
-                types.RequestInput(name=name, shape=list(array.shape), datatype=datatype, data=data)
+                types.RequestInput(name=name, shape=list(array.shape), datatype=datatype, data=data,
+                                   parameters=types.Parameters(**own) if own else None)
             )
         parameters = message.get("parameters") or {}
         request = types.InferenceRequest(
@@ -528,7 +532,8 @@ class Worker:
                 data = [as_text(v) for v in array.reshape(-1)]
             else:
                 data = array.reshape(-1).tolist()
-            infer_inputs.append(InferInput(name, list(array.shape), datatype, data=data))
+            infer_inputs.append(InferInput(name, list(array.shape), datatype, data=data,
+                                           parameters=self.input_parameters.get(name)))
         parameters = message.get("parameters") or {}
         request = InferRequest(
             model_name=self.model.name,
@@ -629,6 +634,7 @@ class Worker:
 
     def execute_decoupled(self, message):
         request_id = message["id"]
+        self.input_parameters = (message.get("parameters") or {}).pop(INPUT_PARAMETERS, {})
         # Copies: the input segment is the next request's once `execute`
         # returns, and the model's threads may still read these.
         inputs = {name: np.array(array) for name, array in self.inputs(message).items()}
@@ -768,6 +774,10 @@ class Worker:
             except Exception:
                 traceback.print_exc(file=sys.stderr)
 
+
+# The key of a request's parameters under which the server sends the
+# inputs' own parameters (wire.rs INPUT_PARAMETERS).
+INPUT_PARAMETERS = "$inputs"
 
 # The input and output of a request whose JSON the model reads itself
 # (wirespeed_core::JSON_BODY).

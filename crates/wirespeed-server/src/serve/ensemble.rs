@@ -130,6 +130,7 @@ pub(crate) fn run<'a>(
                     timeout: call.timeout,
                     trace: call.trace.clone(),
                     responses: None,
+                    input_parameters: Vec::new(),
                 };
                 running.push(Box::pin(async move {
                     let answer = if served.model.composition().is_some() {

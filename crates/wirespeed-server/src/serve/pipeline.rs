@@ -406,6 +406,7 @@ async fn compute<C: Codec>(
         timeout: queueing.timeout,
         trace: context.trace.outgoing(),
         responses: None,
+        input_parameters: std::mem::take(&mut request.input_parameters),
     };
     if served.model.decoupled() && served.model.composition().is_none() {
         if !classify.is_empty() || !placements.is_empty() {

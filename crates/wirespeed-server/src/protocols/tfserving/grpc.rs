@@ -644,5 +644,6 @@ fn request(
         outputs,
         binary_inputs: Vec::new(),
         shared_inputs: Vec::new(),
+        input_parameters: Vec::new(),
     })
 }

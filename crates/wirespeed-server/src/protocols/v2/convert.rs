@@ -34,7 +34,19 @@ pub(crate) fn request(
     // Most inputs have no parameters: only those that name shared memory
     // are converted and read.
     let mut shared_refs = Vec::with_capacity(message.inputs.len());
+    let mut input_parameters = Vec::new();
     for input in &message.inputs {
+        if input
+            .parameters
+            .keys()
+            .any(|k| !wirespeed_core::is_transport_parameter(k))
+        {
+            let own = parameters(input.parameters.clone())?
+                .into_iter()
+                .filter(|(k, _)| !wirespeed_core::is_transport_parameter(k))
+                .collect();
+            input_parameters.push((input.name.clone(), own));
+        }
         let names_shm = input
             .parameters
             .keys()
@@ -149,6 +161,7 @@ pub(crate) fn request(
         outputs,
         binary_inputs: Vec::new(),
         shared_inputs,
+        input_parameters,
     })
 }
 
