@@ -103,7 +103,7 @@ def test_the_kserve_runtime_and_inference_services_validate(schemas):
     assert out.returncode == 0 and "Invalid: 0, Errors: 0" in out.stdout, out.stdout + out.stderr
     runtime = yaml.safe_load((KSERVE / "cluster-serving-runtime.yaml").read_text())
     assert {f["name"] for f in runtime["spec"]["supportedModelFormats"]} == {"xgboost", "lightgbm", "onnx"}
-    assert runtime["spec"]["protocolVersions"] == ["v2", "grpc-v2"]
+    assert runtime["spec"]["protocolVersions"] == ["v1", "v2", "grpc-v2"]
     assert "--models=/mnt/models" in runtime["spec"]["containers"][0]["args"]
 
 

