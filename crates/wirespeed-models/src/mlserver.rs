@@ -32,8 +32,9 @@
 //!
 //! `settings.json` is read from the model's folder or the nearest folder
 //! above it that has one (the folder `mlserver start` is given): its
-//! `parallel_workers` applies; its ports, host and the rest are MLServer's
-//! own and wirespeed's flags decide them.
+//! `parallel_workers` applies, and so does its `model_repository_root`
+//! (where the models are, below the repository folder); its ports, host
+//! and the rest are MLServer's own and wirespeed's flags decide them.
 
 use std::path::{Path, PathBuf};
 
@@ -108,6 +109,21 @@ const SERVER_KEYS: &[&str] = &[
     "cache_size",
     "gzip_enabled",
 ];
+
+/// Where MLServer looks for models when started on `dir`: `dir`, or its
+/// `settings.json`'s `model_repository_root` (relative to `dir`).
+pub(crate) fn repository_root(dir: &Path) -> PathBuf {
+    std::fs::read(dir.join("settings.json"))
+        .ok()
+        .and_then(|text| serde_json::from_slice::<Value>(&text).ok())
+        .and_then(|v| {
+            v.get("model_repository_root")?
+                .as_str()
+                .map(|r| dir.join(r))
+        })
+        .filter(|root| root.is_dir())
+        .unwrap_or_else(|| dir.to_owned())
+}
 
 /// Whether `folder` is an MLServer model's.
 pub(crate) fn is_model(folder: &Path) -> bool {
@@ -553,6 +569,19 @@ mod tests {
             model_config("m", dir.path()).is_ok(),
             "a custom runtime reads its own uri"
         );
+    }
+
+    #[test]
+    fn the_repository_root_is_the_settings_when_they_name_one() {
+        let dir = crate::testdir::Dir::new();
+        assert_eq!(repository_root(dir.path()), dir.path());
+        std::fs::create_dir(dir.path().join("models")).unwrap();
+        std::fs::write(
+            dir.path().join("settings.json"),
+            r#"{"model_repository_root": "./models"}"#,
+        )
+        .unwrap();
+        assert_eq!(repository_root(dir.path()), dir.path().join("./models"));
     }
 
     #[test]

@@ -105,6 +105,9 @@ pub fn load_repository(
 /// that is not hidden. A folder whose name could not be a model's is an
 /// error naming it.
 pub fn model_folders(dir: &Path) -> Result<Vec<(String, PathBuf)>, RepositoryError> {
+    // MLServer's settings may put the models in a folder of their own.
+    let root = crate::mlserver::repository_root(dir);
+    let dir = root.as_path();
     let entries = std::fs::read_dir(dir).map_err(|e| RepositoryError {
         path: dir.to_owned(),
         message: format!(

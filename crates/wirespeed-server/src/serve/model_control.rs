@@ -136,7 +136,7 @@ impl Repository {
                 name.clone(),
                 Note {
                     reason: String::new(),
-                    seen: Some(fingerprint(&self.dir.join(name))),
+                    seen: self.folder(name).ok().map(|folder| fingerprint(&folder)),
                 },
             );
         }
@@ -227,7 +227,12 @@ impl Repository {
                 name.chars().take(64).collect::<String>().escape_debug()
             )));
         }
-        let folder = self.dir.join(name);
+        // A model's folder is named as it is, but MLServer's may be named
+        // by their settings and lie deeper.
+        let folder = model_folders(&self.dir)
+            .ok()
+            .and_then(|folders| folders.into_iter().find(|(n, _)| n == name))
+            .map_or_else(|| self.dir.join(name), |(_, folder)| folder);
         if !folder.is_dir() {
             return Err(Error::new(
                 ErrorKind::ModelNotFound,
