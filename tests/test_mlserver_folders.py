@@ -76,6 +76,15 @@ d = folder("mushroom-xgboost", {"name": "mushroom-xgboost", "implementation": "m
 model.save_model(os.path.join(d, "mushroom-xgboost.json"))
 np.save(os.path.join(root, "mushrooms.npy"), x[:8])
 
+# Two versions of one model, each in a folder of its own with its
+# settings (docs/reference/model-settings: parameters.version).
+for version, trees in (("v0.1.0", 3), ("v0.2.0", 30)):
+    model = xgb.XGBClassifier(n_estimators=trees, max_depth=3).fit(x, y)
+    d = folder(os.path.join("versioned", version),
+               {"name": "versioned", "implementation": "mlserver_xgboost.XGBoostModel",
+                "parameters": {"uri": "./model.json", "version": version}})
+    model.save_model(os.path.join(d, "model.json"))
+
 # docs/examples/lightgbm: iris, multiclass.
 X_train, X_test, y_train, y_test = train_test_split(iris.data, iris.target, test_size=0.1, random_state=0)
 booster = lgb.train(params={"objective": "multiclass", "metric": "softmax", "num_class": 3, "verbose": -1},
@@ -182,7 +191,8 @@ def folders(tmp_path_factory):
     return root
 
 
-NAMES = ["mnist-svm", "iris-pipeline", "mushroom-xgboost", "iris-lgb", "linear", "columns", "content-types"]
+NAMES = ["mnist-svm", "iris-pipeline", "mushroom-xgboost", "iris-lgb", "linear", "columns", "content-types",
+         "versioned"]
 
 
 @pytest.fixture(scope="module")
@@ -268,6 +278,24 @@ def test_the_xgboost_example_answers_as_mlserver(ours, theirs, folders):
         assert status == 200, mine
         _, other = post(theirs, "/v2/models/mushroom-xgboost/infer", body)
         same_outputs(mine, other)
+
+
+def test_versions_of_one_model_answer_as_mlserver(ours, theirs, folders):
+    x = np.load(folders / "mushrooms.npy")
+    body = {"inputs": [{"name": "predict", "shape": list(x.shape), "datatype": "FP32", "data": x.tolist()}],
+            "outputs": [{"name": "predict_proba"}]}
+    answers = {}
+    # Each version by name, and the newest when none is named.
+    for path in ("/v2/models/versioned/versions/v0.1.0/infer", "/v2/models/versioned/versions/v0.2.0/infer",
+                 "/v2/models/versioned/infer"):
+        status, mine = post(f"http://{ours.address}", path, body)
+        assert status == 200, mine
+        _, other = post(theirs, path, body)
+        same_outputs(mine, other)
+        assert mine["model_version"] == other["model_version"], (mine, other)
+        answers[path] = mine["outputs"][0]["data"]
+    assert answers["/v2/models/versioned/infer"] == answers["/v2/models/versioned/versions/v0.2.0/infer"]
+    assert answers["/v2/models/versioned/versions/v0.1.0/infer"] != answers["/v2/models/versioned/infer"]
 
 
 def test_the_lightgbm_example_answers_as_mlserver(ours, theirs, folders):

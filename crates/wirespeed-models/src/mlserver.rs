@@ -19,7 +19,8 @@
 //! Keys: `name` (the folder's name unless given), `implementation`,
 //! `parameters.uri` (the model file, or a folder holding one of the
 //! runtime's well-known names; the folder itself unless given),
-//! `parameters.version` (the version served), `parameters.extra` (given to
+//! `parameters.version` (the version served; folders of one name side by
+//! side are that model's versions), `parameters.extra` (given to
 //! the runtime), `parameters.environment_path` (the model's Python
 //! environment), `inputs` and `outputs` (shown in the model's metadata; a
 //! custom runtime reads their content types), `max_batch_size` and
@@ -158,6 +159,65 @@ fn walk(dir: &Path, depth: usize, found: &mut Vec<(String, PathBuf)>) {
             walk(&path, depth + 1, found);
         }
     }
+}
+
+/// The repository's models with MLServer's versions of one model (folders
+/// of one name side by side, each its settings' `parameters.version`)
+/// taken together as one model in their common folder, which
+/// [`version_folders`] reads back. Two folders of one name elsewhere stay
+/// two, for the caller to refuse.
+pub(crate) fn versions_together(
+    folders: Vec<(String, PathBuf)>,
+) -> Result<Vec<(String, PathBuf)>, crate::repository::RepositoryError> {
+    let mut together: Vec<(String, PathBuf)> = Vec::with_capacity(folders.len());
+    for (name, folder) in folders {
+        let parent = folder.parent().map(Path::to_owned);
+        let sibling = together.iter().position(|(n, f)| {
+            n == &name && (f.parent().map(Path::to_owned) == parent || Some(f) == parent.as_ref())
+        });
+        match (sibling, parent) {
+            (Some(at), Some(parent)) if is_model(&folder) && !is_model(&parent) => {
+                together[at].1 = parent;
+            }
+            _ => together.push((name, folder)),
+        }
+    }
+    Ok(together)
+}
+
+/// The versions of MLServer model `name` whose settings lie in folders
+/// below `folder` (`models/m/v0.1.0/model-settings.json`, ...): each
+/// version's `parameters.version` (`None` where it has none) and folder,
+/// in folder order; none when `folder` is not laid out so (it has settings
+/// of its own, or fewer than two folders of the name).
+pub(crate) fn version_folders(folder: &Path, name: &str) -> Vec<(Option<String>, PathBuf)> {
+    if is_model(folder) || folder.join("config.toml").is_file() {
+        return Vec::new();
+    }
+    let Ok(entries) = std::fs::read_dir(folder) else {
+        return Vec::new();
+    };
+    let mut found: Vec<(Option<String>, PathBuf)> = entries
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .filter(|p| is_model(p) && model_name(p) == name)
+        .map(|p| {
+            let version = std::fs::read(p.join(MODEL_SETTINGS))
+                .ok()
+                .and_then(|text| serde_json::from_slice::<Value>(&text).ok())
+                .and_then(|v| {
+                    v.pointer("/parameters/version")?
+                        .as_str()
+                        .map(str::to_owned)
+                });
+            (version, p)
+        })
+        .collect();
+    if found.len() < 2 {
+        return Vec::new();
+    }
+    found.sort_by(|a, b| a.1.cmp(&b.1));
+    found
 }
 
 /// The model's name: its settings' `name`, else its folder's.
@@ -568,6 +628,30 @@ mod tests {
         assert!(
             model_config("m", dir.path()).is_ok(),
             "a custom runtime reads its own uri"
+        );
+    }
+
+    #[test]
+    fn versions_of_one_model_side_by_side_are_one_model() {
+        let root = crate::testdir::Dir::new();
+        for version in ["v0.1.0", "v0.2.0"] {
+            let folder = root.path().join("m").join(version);
+            std::fs::create_dir_all(&folder).unwrap();
+            std::fs::write(
+                folder.join(MODEL_SETTINGS),
+                format!(r#"{{"name": "m", "parameters": {{"version": "{version}"}}}}"#),
+            )
+            .unwrap();
+        }
+        let found = versions_together(models_under(root.path())).unwrap();
+        assert_eq!(found, vec![("m".to_owned(), root.path().join("m"))]);
+        let versions = version_folders(&root.path().join("m"), "m");
+        assert_eq!(
+            versions
+                .iter()
+                .map(|(v, _)| v.as_deref())
+                .collect::<Vec<_>>(),
+            vec![Some("v0.1.0"), Some("v0.2.0")]
         );
     }
 

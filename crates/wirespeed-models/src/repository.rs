@@ -156,6 +156,7 @@ pub fn model_folders(dir: &Path) -> Result<Vec<(String, PathBuf)>, RepositoryErr
         }
     }
     folders.sort();
+    let folders = crate::mlserver::versions_together(folders)?;
     check_names(&folders)?;
     Ok(folders)
 }
@@ -210,6 +211,50 @@ pub fn load_model(
         message,
     };
     let config_path = folder.join("config.toml");
+    // MLServer's versions of one model, each a folder of its own with its
+    // settings (`mlserver.rs`): each version loaded from its own.
+    if config.is_none() {
+        let versions = crate::mlserver::version_folders(folder, name);
+        if !versions.is_empty() {
+            return versions
+                .iter()
+                .map(|(version, files)| {
+                    let settings = files.join(crate::mlserver::MODEL_SETTINGS);
+                    let Some(version) = version else {
+                        return Err(error(
+                            &settings,
+                            format!(
+                                "model '{name}' has several folders, and this one's settings \
+                                 give no parameters.version to tell it from the others"
+                            ),
+                        ));
+                    };
+                    if versions
+                        .iter()
+                        .filter(|(v, _)| v.as_ref() == Some(version))
+                        .count()
+                        > 1
+                    {
+                        return Err(error(
+                            &settings,
+                            format!("another folder of model '{name}' is version '{version}' too"),
+                        ));
+                    }
+                    let config = crate::mlserver::model_config(name, files)
+                        .map_err(|m| error(&settings, m))?;
+                    load_version(
+                        name,
+                        files,
+                        files,
+                        &config,
+                        registry,
+                        pool,
+                        VersionPolicy::default(),
+                    )
+                })
+                .collect();
+        }
+    }
     if config.is_none() && config_path.is_file() && folder.join("config.pbtxt").is_file() {
         tracing::warn!(
             model = %name,
