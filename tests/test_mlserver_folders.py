@@ -164,6 +164,25 @@ class Describe(MLModel):
 '''
 
 
+# MLServer's adaptive batching of a custom runtime: requests joined along
+# their first dimension up to max_batch_size, each answered its rows.
+BATCHED = '''
+import numpy as np
+from mlserver import MLModel
+from mlserver.codecs import NumpyCodec
+from mlserver.types import InferenceRequest, InferenceResponse
+
+
+class Summer(MLModel):
+    async def predict(self, payload: InferenceRequest) -> InferenceResponse:
+        x = self.decode(payload.inputs[0], default_codec=NumpyCodec)
+        return InferenceResponse(model_name=self.name, outputs=[
+            NumpyCodec.encode_output("total", x.sum(axis=1)),
+            NumpyCodec.encode_output("rows", np.full(x.shape[0], x.shape[0])),
+        ])
+'''
+
+
 @pytest.fixture(scope="module")
 def folders(tmp_path_factory):
     """The example folders, trained by the models' own Python."""
@@ -187,12 +206,19 @@ def folders(tmp_path_factory):
     (described / "runtime.py").write_text(CONTENT_TYPES)
     (described / "model-settings.json").write_text(
         json.dumps({"name": "content-types", "implementation": "runtime.Describe"}))
+    batched = root / "batched"
+    batched.mkdir()
+    (batched / "models.py").write_text(BATCHED)
+    # A full batch goes at once; the wait only bounds a batch that is not.
+    (batched / "model-settings.json").write_text(json.dumps({
+        "name": "batched", "implementation": "models.Summer", "max_batch_size": 4, "max_batch_time": 5,
+        "inputs": [{"name": "x", "datatype": "FP64", "shape": [-1, 3]}]}))
     (root / "settings.json").write_text(json.dumps({"debug": "true", "parallel_workers": 0}))
     return root
 
 
 NAMES = ["mnist-svm", "iris-pipeline", "mushroom-xgboost", "iris-lgb", "linear", "columns", "content-types",
-         "versioned"]
+         "versioned", "batched"]
 
 
 @pytest.fixture(scope="module")
@@ -356,6 +382,24 @@ def test_each_inputs_content_type_reaches_the_runtime(ours, theirs):
     _, other = post(theirs, "/v2/models/content-types/infer", body)
     same_outputs(mine, other)
     assert mine["outputs"][0]["data"][1] == "metadata-str=list:['hello', 'world']", mine
+
+
+def test_adaptive_batching_joins_a_custom_runtimes_requests_as_mlserver_does(ours, theirs):
+    from concurrent.futures import ThreadPoolExecutor
+
+    def ask(base, i):
+        body = {"inputs": [{"name": "x", "shape": [1, 3], "datatype": "FP64", "data": [i, i, i]}]}
+        return post(base, "/v2/models/batched/infer", body)
+
+    for base in (f"http://{ours.address}", theirs):
+        with ThreadPoolExecutor(4) as pool:
+            answers = list(pool.map(lambda i: ask(base, i), range(4)))
+        for i, (status, answer) in enumerate(answers):
+            assert status == 200, answer
+            outputs = {o["name"]: o for o in answer["outputs"]}
+            assert outputs["total"]["data"] == [3.0 * i] and outputs["total"]["shape"] == [1, 1], answer
+            # All four in one call of predict.
+            assert outputs["rows"]["data"] == [4], (base, answer)
 
 
 def test_tritonclient_calls_an_mlserver_folder_unchanged(ours, theirs, folders):

@@ -389,6 +389,13 @@ pub(crate) fn model_config(name: &str, folder: &Path) -> Result<ModelConfig, Str
             table.insert("api".into(), "mlserver".into());
             table.insert("model_file".into(), MODEL_SETTINGS.into());
             python_keys(&mut table, folder, parameters, workers)?;
+            if batch > 1 && !settings.contains_key("inputs") {
+                tracing::warn!(
+                    model = %name,
+                    "max_batch_size joins a custom runtime's requests when {MODEL_SETTINGS} \
+                     declares its inputs (with -1 first); without, each request runs alone"
+                );
+            }
             for (key, tensors) in [("inputs", "inputs"), ("outputs", "outputs")] {
                 if let Some(Value::Array(list)) = settings.get(tensors) {
                     let declared = list
