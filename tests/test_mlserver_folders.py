@@ -85,6 +85,26 @@ for version, trees in (("v0.1.0", 3), ("v0.2.0", 30)):
                 "parameters": {"uri": "./model.json", "version": version}})
     model.save_model(os.path.join(d, "model.json"))
 
+# docs/examples/mlflow: an ElasticNet on the wine-quality columns, saved
+# as an MLflow model with its signature (the wine data itself is
+# downloaded by the example; these rows are drawn here in its ranges).
+import mlflow.sklearn
+import pandas as pd
+from mlflow.models.signature import infer_signature
+from sklearn.linear_model import ElasticNet
+
+columns = ["fixed acidity", "volatile acidity", "citric acid", "residual sugar", "chlorides",
+           "free sulfur dioxide", "total sulfur dioxide", "density", "pH", "sulphates", "alcohol"]
+low = np.array([4.6, 0.12, 0.0, 0.9, 0.012, 1.0, 6.0, 0.990, 2.74, 0.33, 8.4])
+high = np.array([15.9, 1.58, 1.0, 15.5, 0.611, 72.0, 289.0, 1.004, 4.01, 2.0, 14.9])
+wine = pd.DataFrame(low + rng.random((400, 11)) * (high - low), columns=columns).astype(np.float32)
+quality = pd.DataFrame({"quality": (3 + 6 * rng.random(400)).round()})
+lr = ElasticNet(alpha=0.5, l1_ratio=0.5, random_state=42).fit(wine, quality)
+d = folder("wine-classifier", {"name": "wine-classifier", "implementation": "mlserver_mlflow.MLflowRuntime",
+                               "parameters": {"uri": "./model"}})
+mlflow.sklearn.save_model(lr, os.path.join(d, "model"), signature=infer_signature(wine, quality))
+wine.iloc[:3].to_json(os.path.join(root, "wine.json"), orient="columns")
+
 # docs/examples/lightgbm: iris, multiclass.
 X_train, X_test, y_train, y_test = train_test_split(iris.data, iris.target, test_size=0.1, random_state=0)
 booster = lgb.train(params={"objective": "multiclass", "metric": "softmax", "num_class": 3, "verbose": -1},
@@ -218,7 +238,7 @@ def folders(tmp_path_factory):
 
 
 NAMES = ["mnist-svm", "iris-pipeline", "mushroom-xgboost", "iris-lgb", "linear", "columns", "content-types",
-         "versioned", "batched"]
+         "versioned", "batched", "wine-classifier"]
 
 
 @pytest.fixture(scope="module")
@@ -400,6 +420,19 @@ def test_adaptive_batching_joins_a_custom_runtimes_requests_as_mlserver_does(our
             assert outputs["total"]["data"] == [3.0 * i] and outputs["total"]["shape"] == [1, 1], answer
             # All four in one call of predict.
             assert outputs["rows"]["data"] == [4], (base, answer)
+
+
+def test_the_mlflow_example_answers_as_mlserver(ours, theirs, folders):
+    rows = json.loads((folders / "wine.json").read_text())
+    # The example's request: one FP32 input per column.
+    body = {"inputs": [
+        {"name": column, "shape": [3], "datatype": "FP32", "data": list(values.values())}
+        for column, values in rows.items()
+    ]}
+    status, mine = post(f"http://{ours.address}", "/v2/models/wine-classifier/infer", body)
+    assert status == 200, mine
+    _, other = post(theirs, "/v2/models/wine-classifier/infer", body)
+    same_outputs(mine, other)
 
 
 def test_tritonclient_calls_an_mlserver_folder_unchanged(ours, theirs, folders):
