@@ -3,8 +3,9 @@ itself, answer the same.
 
 The folders are built as MLServer's own examples build them (its
 repository's docs/examples: sklearn's mnist-svm, xgboost's mushroom
-classifier, lightgbm's iris, a custom runtime with `decode_args`, and
-pandas content types), trained by the Python of .venv-mlserver, the
+classifier, lightgbm's iris, mlflow's wine ElasticNet, a custom runtime
+with `decode_args`, content types per request and per input, versions
+side by side, adaptive batching), trained by the Python of .venv-mlserver, the
 models' own environment, which wirespeed's workers run too. The same
 folders are loaded into the session's MLServer through its repository API,
 and every request goes to both with the same body; the answers' outputs

@@ -235,15 +235,7 @@ class Worker:
         if self.api == "kserve":
             return self.load_kserve(message)
         path = message["file"]
-        folder = os.path.dirname(os.path.abspath(path))
-        if folder not in sys.path:
-            sys.path.insert(0, folder)
-        module = types.ModuleType("model")
-        module.__file__ = path
-        sys.modules["model"] = module
-        with open(path, "rb") as f:
-            code = compile(f.read(), path, "exec")
-        exec(code, module.__dict__)
+        module = model_module(path)
         if hasattr(module, "TritonPythonModel"):
             self.triton = True
             self.model = module.TritonPythonModel()
@@ -486,13 +478,7 @@ class Worker:
 
         path = message["file"]
         folder = os.path.dirname(os.path.abspath(path))
-        if folder not in sys.path:
-            sys.path.insert(0, folder)
-        module = types.ModuleType("model")
-        module.__file__ = path
-        sys.modules["model"] = module
-        with open(path, "rb") as f:
-            exec(compile(f.read(), path, "exec"), module.__dict__)
+        module = model_module(path)
         classes = [
             value for value in module.__dict__.values()
             if isinstance(value, type) and issubclass(value, kserve.Model)
@@ -819,6 +805,21 @@ def plain(value):
     if isinstance(value, (bytes, bytearray)):
         return value.decode("utf-8", "replace")
     raise TypeError("%s is not JSON" % type(value).__name__)
+
+
+def model_module(path):
+    """The model's code run as the module `model` (not `__main__`: a
+    `__main__` block that starts another server does not run), its folder
+    on the path for the modules beside it."""
+    folder = os.path.dirname(os.path.abspath(path))
+    if folder not in sys.path:
+        sys.path.insert(0, folder)
+    module = types.ModuleType("model")
+    module.__file__ = path
+    sys.modules["model"] = module
+    with open(path, "rb") as f:
+        exec(compile(f.read(), path, "exec"), module.__dict__)
+    return module
 
 
 def numpy_datatype(dtype):
