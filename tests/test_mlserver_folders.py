@@ -23,7 +23,7 @@ import pytest
 import requests
 import tritonclient.http as httpclient
 
-from conftest import ROOT, RunningServer
+from conftest import ROOT, RunningServer, free_port, wirespeed_binary
 
 MODELS_PYTHON = ROOT / ".venv-mlserver" / "bin" / "python"
 
@@ -462,3 +462,32 @@ def test_a_request_the_runtime_cannot_take_is_a_clear_400(ours):
                           {"inputs": [{"name": "x", "shape": [1, 4], "datatype": "FP32", "data": [1, 2, 3, 4]}],
                            "outputs": [{"name": "transform"}]})
     assert status == 400 and "transform" in answer["error"], answer
+
+
+def test_asked_it_listens_where_mlserver_would(folders, tmp_path):
+    root = tmp_path / "repo"
+    shutil.copytree(folders / "iris-lgb", root / "iris-lgb")
+    http, grpc = free_port(), free_port()
+    (root / "settings.json").write_text(json.dumps({"host": "127.0.0.1", "http_port": http, "grpc_port": grpc}))
+    process = subprocess.Popen([str(wirespeed_binary()), "serve", "--models", str(root), "--ports-from-settings"],
+                               stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
+    try:
+        seen = set()
+        for line in process.stderr:
+            for port in (http, grpc):
+                if f"127.0.0.1:{port}" in line and "listening on" in line:
+                    seen.add(port)
+            if seen == {http, grpc}:
+                break
+        assert seen == {http, grpc}
+        x = [[5.1, 3.5, 1.4, 0.2]]
+        status, answer = post(f"http://127.0.0.1:{http}", "/v2/models/iris-lgb/infer",
+                              {"inputs": [{"name": "x", "shape": [1, 4], "datatype": "FP32", "data": x}]})
+        assert status == 200 and answer["outputs"][0]["shape"] == [1, 3], answer
+    finally:
+        process.terminate()
+        process.wait(timeout=15)
+    # Asked twice where to listen: refused, naming both.
+    out = subprocess.run([str(wirespeed_binary()), "serve", "--models", str(root), "--ports-from-settings",
+                          "--http", "127.0.0.1:0"], capture_output=True, text=True, timeout=30)
+    assert out.returncode != 0 and "--ports-from-settings" in out.stderr and "--http" in out.stderr, out.stderr

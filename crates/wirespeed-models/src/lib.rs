@@ -50,6 +50,7 @@ mod warmup;
 pub use config::{ModelConfig, TensorConfig};
 pub use ensemble::{check_ensembles, check_steps};
 pub use identity::IdentityModel;
+pub use mlserver::listen_addresses as mlserver_listen_addresses;
 #[cfg(feature = "onnx")]
 pub use onnx::{supported_operators, OnnxModel};
 pub use pbtxt::data_type as triton_data_type;

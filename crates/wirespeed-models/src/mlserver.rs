@@ -34,8 +34,9 @@
 //! `settings.json` is read from the model's folder or the nearest folder
 //! above it that has one (the folder `mlserver start` is given): its
 //! `parallel_workers` applies, and so does its `model_repository_root`
-//! (where the models are, below the repository folder); its ports, host
-//! and the rest are MLServer's own and wirespeed's flags decide them.
+//! (where the models are, below the repository folder); its ports and
+//! host apply when the server is asked (`--ports-from-settings`,
+//! [`listen_addresses`]), and the rest are MLServer's own.
 
 use std::path::{Path, PathBuf};
 
@@ -124,6 +125,35 @@ pub(crate) fn repository_root(dir: &Path) -> PathBuf {
         })
         .filter(|root| root.is_dir())
         .unwrap_or_else(|| dir.to_owned())
+}
+
+/// The addresses MLServer's `settings.json` in `dir` gives its REST and
+/// gRPC servers (`host`, `http_port`, `grpc_port`; MLServer's defaults,
+/// 0.0.0.0, 8080 and 8081, for those it leaves out), as `HOST:PORT`, for
+/// a server asked to listen where MLServer would.
+pub fn listen_addresses(dir: &Path) -> Result<(String, String), String> {
+    let path = dir.join("settings.json");
+    let text = std::fs::read_to_string(&path)
+        .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    let settings: Map<String, Value> = serde_json::from_str(&text)
+        .map_err(|e| format!("{} is not a JSON object: {e}", path.display()))?;
+    let host = match settings.get("host") {
+        None => "0.0.0.0".to_owned(),
+        Some(Value::String(h)) if h.contains(':') => format!("[{h}]"),
+        Some(Value::String(h)) => h.clone(),
+        Some(other) => return Err(format!("{}: host is {other}, not a string", path.display())),
+    };
+    let port = |key: &str, default: u16| match settings.get(key) {
+        None => Ok(default),
+        Some(v) => v
+            .as_u64()
+            .and_then(|p| u16::try_from(p).ok())
+            .ok_or_else(|| format!("{}: {key} is {v}, not a port", path.display())),
+    };
+    Ok((
+        format!("{host}:{}", port("http_port", 8080)?),
+        format!("{host}:{}", port("grpc_port", 8081)?),
+    ))
 }
 
 /// Whether `folder` is an MLServer model's.

@@ -76,6 +76,13 @@ struct ServeArgs {
     )]
     upstream_models: Vec<String>,
 
+    /// Listen where MLServer would: the REST and gRPC addresses from the
+    /// `host`, `http_port` and `grpc_port` of `--models`' settings.json
+    /// (MLServer's defaults, 0.0.0.0:8080 and :8081, for those it leaves
+    /// out), in place of --http and --grpc.
+    #[arg(long, env = "WIRESPEED_PORTS_FROM_SETTINGS", conflicts_with_all = ["http", "grpc"])]
+    ports_from_settings: bool,
+
     /// The TCP address the REST API listens on, or `off`. Port 0 picks a free port.
     #[arg(long, env = "WIRESPEED_HTTP", default_value = "127.0.0.1:8000")]
     http: Listen,
@@ -420,6 +427,22 @@ fn serve(mut args: ServeArgs) -> anyhow::Result<()> {
              --model-control-mode explicit (in mode {} every model loads at start)",
             args.model_control_mode
         );
+    }
+    if args.ports_from_settings {
+        let (http, grpc) = wirespeed_models::mlserver_listen_addresses(&args.models)
+            .map_err(|e| anyhow::anyhow!("--ports-from-settings: {e}"))?;
+        // A host name (MLServer's `localhost`) listens on its first address.
+        let listen = |address: &str| -> anyhow::Result<Listen> {
+            use std::net::ToSocketAddrs;
+            match address.to_socket_addrs().ok().and_then(|mut a| a.next()) {
+                Some(resolved) => Ok(Listen(Some(resolved))),
+                None => anyhow::bail!(
+                    "--ports-from-settings: settings.json gives '{address}', which is no address here"
+                ),
+            }
+        };
+        args.http = listen(&http)?;
+        args.grpc = listen(&grpc)?;
     }
     if let Some(name) = args.model_name.take() {
         args.models = single_model_repository(&args.models, &name)?;
