@@ -48,13 +48,15 @@ enum Command {
 
 #[derive(Args)]
 struct ServeArgs {
-    /// The model repository: one folder per model, each with a config.toml.
+    /// The model repository: one folder per model, each with a config.toml
+    /// (or Triton's config.pbtxt, MLServer's model-settings.json, or a
+    /// model file of KServe's runtimes).
     #[arg(long, env = "WIRESPEED_MODELS", default_value = "models")]
     models: PathBuf,
 
-    /// --models is one model's folder (its config.toml and files, as
-    /// KServe's storage initializer lays a model out in /mnt/models):
-    /// serve it alone, under this name.
+    /// --models is one model's folder (its config.toml and files, or the
+    /// model file alone, as KServe's storage initializer lays a model out
+    /// in /mnt/models): serve it alone, under this name.
     #[arg(long, env = "WIRESPEED_MODEL_NAME")]
     model_name: Option<String>,
 
