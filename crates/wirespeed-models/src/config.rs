@@ -75,6 +75,10 @@ pub struct ModelConfig {
     /// `[queue]`: priorities and queue timeouts.
     #[serde(default)]
     pub queue: Option<crate::scheduling::QueueKeys>,
+    /// Triton's `response_cache { enable: true }`: the server's response
+    /// cache (`--cache-config`) answers this model's repeated requests.
+    #[serde(default)]
+    pub response_cache: bool,
     /// `[sequence]`: sequence batching of a stateful model (`sequence.rs`).
     #[serde(default)]
     pub sequence: Option<crate::sequence::SequenceKeys>,

@@ -511,6 +511,9 @@ pub(crate) fn model_config_table(config: pb::ModelConfig) -> Result<toml::Table,
     }
     let mut table = toml::Table::new();
     table.insert("backend".into(), backend.into());
+    if config.response_cache.as_ref().is_some_and(|c| c.enable) {
+        table.insert("response_cache".into(), true.into());
+    }
     if !config.model_warmup.is_empty() {
         table.insert("warmup".into(), warmup_value(&config.model_warmup)?);
     }

@@ -45,6 +45,8 @@ pub struct LoadedModel {
     pub parameters: Vec<(String, String)>,
     /// Its sequence batching, when it is a stateful model.
     pub sequencing: Option<crate::sequence::Sequencing>,
+    /// Its answers may come from the server's response cache.
+    pub response_cache: bool,
 }
 
 /// An output's class labels, read from its labels file at load.
@@ -571,6 +573,7 @@ fn load_version(
         max_batch_size,
         input_formats: input_formats(config).map_err(|m| error(&config_path, m))?,
         parameters: string_parameters(config),
+        response_cache: config.response_cache,
         sequencing,
     })
 }

@@ -20,6 +20,10 @@ use wirespeed_proxy::TranscodeConfig;
 pub struct ServerConfig {
     /// The model repository folder.
     pub models_dir: PathBuf,
+    /// Triton's `--cache-config local,size=N`: the response cache's size in
+    /// bytes, for the models that turn it on (`response_cache`); none
+    /// when unset.
+    pub response_cache_bytes: Option<usize>,
     /// Where the REST API listens on TCP, if it does.
     pub http_addr: Option<SocketAddr>,
     /// Where the REST API listens on a Unix socket, if it does.
@@ -144,6 +148,7 @@ impl Default for ServerConfig {
     fn default() -> ServerConfig {
         ServerConfig {
             models_dir: PathBuf::from("models"),
+            response_cache_bytes: None,
             http_addr: Some(SocketAddr::from(([127, 0, 0, 1], 8000))),
             http_uds: None,
             grpc_addr: Some(SocketAddr::from(([127, 0, 0, 1], 8001))),

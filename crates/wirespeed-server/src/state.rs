@@ -156,8 +156,15 @@ impl State {
             .map(Arc::new);
         let names: Vec<String> = loaded.iter().map(|m| m.name.clone()).collect();
         let models = Arc::new(
-            ServedModels::start(loaded, &pool, buckets)
-                .map_err(|error| StartError::Threads { threads: 1, error })?,
+            ServedModels::start(
+                loaded,
+                &pool,
+                buckets,
+                config
+                    .response_cache_bytes
+                    .map(|bytes| Arc::new(crate::serve::cache::ResponseCache::new(bytes))),
+            )
+            .map_err(|error| StartError::Threads { threads: 1, error })?,
         );
         // Every ensemble's steps fit the models served.
         crate::serve::ensemble::check_all(&models).map_err(|message| {

@@ -227,6 +227,13 @@ struct ServeArgs {
     #[arg(long, env = "WIRESPEED_TLS_KEY", requires = "tls_cert")]
     tls_key: Option<PathBuf>,
 
+    /// Triton's response cache: `local,size=BYTES`, one cache shared by
+    /// every model whose config turns it on (`response_cache = true`,
+    /// `response_cache { enable: true }`), the least recently used
+    /// answers out past BYTES.
+    #[arg(long, env = "WIRESPEED_CACHE_CONFIG")]
+    cache_config: Vec<String>,
+
     /// The threads of the one CPU pool, shared by model compute and large
     /// decodes; the cores unless set. Each model computes at most this
     /// many requests at once unless its config says otherwise.
@@ -372,6 +379,41 @@ fn main() -> ExitCode {
     }
 }
 
+/// The response cache's size from Triton's `--cache-config` values
+/// (`local,size=BYTES`, the keys in one value or several); none when not
+/// given.
+fn cache_size(values: &[String]) -> anyhow::Result<Option<usize>> {
+    let mut size = None;
+    for value in values {
+        let mut parts = value.split(',');
+        let cache = parts.next().unwrap_or_default();
+        anyhow::ensure!(
+            cache == "local",
+            "--cache-config '{value}': the cache here is 'local' (Triton's in-memory one), not '{cache}'"
+        );
+        for setting in parts {
+            match setting.split_once('=') {
+                Some(("size", bytes)) => {
+                    let bytes: usize = bytes.parse().map_err(|_| {
+                        anyhow::anyhow!(
+                            "--cache-config '{value}': size is '{bytes}', not a number of bytes"
+                        )
+                    })?;
+                    size = Some(bytes);
+                }
+                _ => anyhow::bail!(
+                    "--cache-config '{value}': the local cache takes size=BYTES, not '{setting}'"
+                ),
+            }
+        }
+    }
+    anyhow::ensure!(
+        values.is_empty() || size.is_some(),
+        "--cache-config local needs size=BYTES: --cache-config local,size=1048576"
+    );
+    Ok(size.filter(|&bytes| bytes > 0))
+}
+
 /// A repository holding only `folder`, as model `name`: a folder of its own
 /// under the temporary directory with a link to `folder` in it. Loads,
 /// reloads and polling read through the link, so the model folder itself
@@ -430,6 +472,7 @@ fn serve(mut args: ServeArgs) -> anyhow::Result<()> {
             args.model_control_mode
         );
     }
+    let response_cache_bytes = cache_size(&args.cache_config)?;
     if args.ports_from_settings {
         let (http, grpc) = wirespeed_models::mlserver_listen_addresses(&args.models)
             .map_err(|e| anyhow::anyhow!("--ports-from-settings: {e}"))?;
@@ -496,6 +539,7 @@ fn serve(mut args: ServeArgs) -> anyhow::Result<()> {
         None => None,
     };
     let config = ServerConfig {
+        response_cache_bytes,
         models_dir: args.models,
         http_addr: args.http.0,
         grpc_addr: args.grpc.0,

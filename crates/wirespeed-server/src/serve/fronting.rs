@@ -80,6 +80,7 @@ fn serve(models: &ServedModels, name: &str, upstream: &Arc<Upstream>) {
         input_formats: Vec::new(),
         parameters: Vec::new(),
         sequencing: None,
+        response_cache: false,
     });
     if added {
         tracing::info!(model = name, upstream = %upstream.describe(), "serving the upstream's model");

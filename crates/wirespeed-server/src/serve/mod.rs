@@ -9,6 +9,7 @@
 //! repository while serving (`model_control.rs`) and the upstream's models
 //! (`fronting.rs`). Nothing here knows a protocol or a socket.
 
+pub(crate) mod cache;
 pub(crate) mod calls;
 pub(crate) mod classification;
 pub(crate) mod ensemble;

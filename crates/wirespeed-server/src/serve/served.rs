@@ -17,6 +17,7 @@ use wirespeed_core::{CpuPool, Error, ErrorKind, Model, ModelMetadata};
 use wirespeed_models::{is_valid_model_name, LoadedModel, OutputLabels, VersionPolicy};
 
 use super::metrics::Buckets;
+use crate::serve::cache::ResponseCache;
 use crate::serve::sequences::Sequences;
 use crate::serve::statistics::ModelStats;
 use wirespeed_scheduler::{QueueThread, Scheduler};
@@ -47,6 +48,18 @@ pub(crate) struct ServedModel {
     pub(crate) parameters: Vec<(String, String)>,
     /// A stateful model's open sequences (`sequences.rs`).
     pub(crate) sequences: Option<Arc<Sequences>>,
+    /// The response cache, and this load's id in it, when the model's
+    /// answers may come from it.
+    pub(crate) cache: Option<(Arc<ResponseCache>, u64)>,
+}
+
+impl Drop for ServedModel {
+    /// A model reloaded or unloaded takes its cached answers with it.
+    fn drop(&mut self) {
+        if let Some((cache, load)) = &self.cache {
+            cache.drop_load(*load);
+        }
+    }
 }
 
 impl ServedModel {
@@ -108,6 +121,8 @@ pub(crate) struct ServedModels {
     queues: QueueThread,
     /// The latency histograms' bounds, when metrics are on.
     buckets: Option<Arc<Buckets>>,
+    /// The response cache, when the server has one (`--cache-config`).
+    cache: Option<Arc<ResponseCache>>,
 }
 
 impl ServedModels {
@@ -119,12 +134,14 @@ impl ServedModels {
         loaded: Vec<LoadedModel>,
         pool: &CpuPool,
         buckets: Option<Arc<Buckets>>,
+        cache: Option<Arc<ResponseCache>>,
     ) -> std::io::Result<ServedModels> {
         let models = ServedModels {
             models: RwLock::new(BTreeMap::new()),
             pool: pool.clone(),
             queues: QueueThread::start()?,
             buckets,
+            cache,
         };
         let mut by_name: BTreeMap<String, Vec<LoadedModel>> = BTreeMap::new();
         for loaded in loaded {
@@ -199,7 +216,30 @@ impl ServedModels {
         let sequences = loaded
             .sequencing
             .map(|sequencing| Sequences::new(&loaded.name, sequencing, loaded.max_batch_size > 0));
+        // Triton's limits: a model that streams or keeps state answers
+        // each request anew.
+        let cache = match (&self.cache, loaded.response_cache) {
+            (_, false) => None,
+            (None, true) => {
+                tracing::warn!(
+                    model = %loaded.name,
+                    "response_cache is on, and the server has no cache: give --cache-config \
+                     local,size=BYTES"
+                );
+                None
+            }
+            (Some(_), true) if loaded.model.decoupled() || sequences.is_some() => {
+                tracing::warn!(
+                    model = %loaded.name,
+                    "response_cache is on, and the model streams or keeps state: its answers \
+                     are not cached"
+                );
+                None
+            }
+            (Some(cache), true) => Some((Arc::clone(cache), crate::serve::cache::load_id())),
+        };
         Arc::new(ServedModel {
+            cache,
             sequences,
             model: loaded.model,
             scheduler,
@@ -214,6 +254,11 @@ impl ServedModels {
             input_formats: loaded.input_formats,
             parameters: loaded.parameters,
         })
+    }
+
+    /// The response cache, when the server has one.
+    pub(crate) fn cache(&self) -> Option<&Arc<ResponseCache>> {
+        self.cache.as_ref()
     }
 
     /// Every served model version, in name and version order, as they

@@ -132,6 +132,10 @@ pub(crate) struct ModelStats {
     /// Triton's `inference_count`: the successes' rows, for a model with
     /// Triton's batch dimension (a request of 8 rows is 8 inferences).
     inferences: AtomicU64,
+    /// Requests the response cache answered, and the time looking.
+    cache_hit: Tally,
+    /// Requests it did not, and the time looking and keeping the answer.
+    cache_miss: Tally,
 }
 
 impl ModelStats {
@@ -180,6 +184,17 @@ impl ModelStats {
         self.fail[reason as usize].add(took);
     }
 
+    /// Counts a request the response cache answered, after `took` looking.
+    pub(crate) fn cache_hit(&self, took: Duration) {
+        self.cache_hit.add(took);
+    }
+
+    /// Counts a request the response cache did not answer, after `took`
+    /// looking and keeping the model's answer.
+    pub(crate) fn cache_miss(&self, took: Duration) {
+        self.cache_miss.add(took);
+    }
+
     /// The latency histograms, when metrics are on.
     pub(crate) fn latencies(&self) -> Option<&Latencies> {
         self.latencies.as_ref()
@@ -195,25 +210,28 @@ impl ModelStats {
     fn snapshot(&self, name: &str, version: &str) -> pb::ModelStatistics {
         let load = |a: &AtomicU64| a.load(Ordering::Relaxed);
         let success = load(&self.success.count);
+        // As Triton counts them: an answer from the cache is a success,
+        // not an execution, and has no compute times.
+        let hits = load(&self.cache_hit.count);
+        let executed = success.saturating_sub(hits);
         let duration = |count: u64, ns: &AtomicU64| {
             Some(pb::StatisticDuration {
                 count,
                 ns: load(ns),
             })
         };
-        let zero = || Some(pb::StatisticDuration::default());
         let batch = pb::InferBatchStatistics {
             batch_size: 1,
-            compute_input: duration(success, &self.input_ns),
-            compute_infer: duration(success, &self.infer_ns),
-            compute_output: duration(success, &self.output_ns),
+            compute_input: duration(executed, &self.input_ns),
+            compute_infer: duration(executed, &self.infer_ns),
+            compute_output: duration(executed, &self.output_ns),
         };
         pb::ModelStatistics {
             name: name.to_owned(),
             version: version.to_owned(),
             last_inference: load(&self.last_inference),
             inference_count: load(&self.inferences),
-            execution_count: success,
+            execution_count: executed,
             inference_stats: Some(pb::InferStatistics {
                 success: duration(success, &self.success.ns),
                 fail: Some(pb::StatisticDuration {
@@ -221,13 +239,17 @@ impl ModelStats {
                     ns: self.fail.iter().map(|t| load(&t.ns)).sum(),
                 }),
                 queue: duration(success, &self.queue_ns),
-                compute_input: duration(success, &self.input_ns),
-                compute_infer: duration(success, &self.infer_ns),
-                compute_output: duration(success, &self.output_ns),
-                cache_hit: zero(),
-                cache_miss: zero(),
+                compute_input: duration(executed, &self.input_ns),
+                compute_infer: duration(executed, &self.infer_ns),
+                compute_output: duration(executed, &self.output_ns),
+                cache_hit: duration(hits, &self.cache_hit.ns),
+                cache_miss: duration(load(&self.cache_miss.count), &self.cache_miss.ns),
             }),
-            batch_stats: if success > 0 { vec![batch] } else { Vec::new() },
+            batch_stats: if executed > 0 {
+                vec![batch]
+            } else {
+                Vec::new()
+            },
             memory_usage: Vec::new(),
             response_stats: Default::default(),
         }

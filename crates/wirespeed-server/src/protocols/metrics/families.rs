@@ -184,6 +184,22 @@ fn model_families(serving: &Serving) -> Vec<MetricFamily> {
         "wirespeed_adaptive_batch_size",
         "The adaptive batcher's batch size now, in rows",
     );
+    let mut cache_hits = Family::counter(
+        "nv_cache_num_hits_per_model",
+        "Number of response cache hits per model",
+    );
+    let mut cache_misses = Family::counter(
+        "nv_cache_num_misses_per_model",
+        "Number of response cache misses per model",
+    );
+    let mut cache_hit_us = Family::counter(
+        "nv_cache_hit_duration_per_model",
+        "Cumulative time requests spent retrieving a cached response per model on cache hits (microseconds)",
+    );
+    let mut cache_miss_us = Family::counter(
+        "nv_cache_miss_duration_per_model",
+        "Cumulative time requests spent looking up and inserting responses into the cache on a cache miss (microseconds)",
+    );
 
     for (name, served) in serving.models.all() {
         let version = served.version().to_owned();
@@ -220,6 +236,27 @@ fn model_families(serving: &Serving) -> Vec<MetricFamily> {
         if let Some(size) = stats.batch_size {
             batch_size.count(&labels, size as u64);
         }
+        if served.cache.is_some() {
+            let hit = inference.cache_hit.unwrap_or_default();
+            let miss = inference.cache_miss.unwrap_or_default();
+            cache_hits.count(&labels, hit.count);
+            cache_misses.count(&labels, miss.count);
+            cache_hit_us.count(&labels, hit.ns / 1000);
+            cache_miss_us.count(&labels, miss.ns / 1000);
+        }
+    }
+    let mut cache_bytes = Family::gauge(
+        "wirespeed_response_cache_bytes",
+        "Bytes the response cache holds now (--cache-config)",
+    );
+    let mut cache_entries = Family::gauge(
+        "wirespeed_response_cache_entries",
+        "Answers the response cache holds now",
+    );
+    if let Some(cache) = serving.models.cache() {
+        let (bytes, entries) = cache.usage();
+        cache_bytes.count(&[], bytes as u64);
+        cache_entries.count(&[], entries as u64);
     }
     let mut families = vec![success.0, failure.0, count.0, executions.0, pending.0];
     families.extend(duration_families.into_iter().map(|f| f.0));
@@ -230,6 +267,12 @@ fn model_families(serving: &Serving) -> Vec<MetricFamily> {
         defaults.0,
         timeouts.0,
         batch_size.0,
+        cache_hits.0,
+        cache_misses.0,
+        cache_hit_us.0,
+        cache_miss_us.0,
+        cache_bytes.0,
+        cache_entries.0,
     ]);
     families
 }
