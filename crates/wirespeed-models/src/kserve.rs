@@ -103,7 +103,9 @@ pub(crate) fn model_config(folder: &Path) -> Result<ModelConfig, String> {
             .map(|n| n.to_string_lossy().into_owned())
             .unwrap_or_default()
     };
-    match format(folder)? {
+    let format = format(folder)?;
+    let lightgbm = matches!(format, Format::Lightgbm(_));
+    match format {
         Format::Sklearn(file) => {
             table.insert("backend".into(), "sklearn".into());
             table.insert("model_file".into(), file_name(&file).into());
@@ -117,7 +119,6 @@ pub(crate) fn model_config(folder: &Path) -> Result<ModelConfig, String> {
             table.insert("batching".into(), batching.into());
         }
         Format::Xgboost(file) | Format::Lightgbm(file) => {
-            let lightgbm = matches!(format(folder)?, Format::Lightgbm(_));
             let ensemble =
                 wirespeed_trees::load(&file).map_err(|e| format!("{}: {e}", file.display()))?;
             let width = ensemble.prediction_width() as i64;
