@@ -543,6 +543,59 @@ mod tests {
         }
     }
 
+    #[test]
+    fn the_first_input_binds_whatever_its_name_and_answers_the_first_output() {
+        let m = titanic();
+        let mut inputs = vec![Tensor {
+            name: "predict".into(),
+            shape: vec![1, 12],
+            data: TensorData::Int64(vec![1; 12]),
+        }];
+        let outputs = m.bind(Binding::FirstInput, &mut inputs, &[]).unwrap();
+        assert_eq!(outputs, vec![0]);
+        assert_eq!(inputs[0].name, "features");
+        assert_eq!(inputs[0].data, TensorData::Fp32(vec![1.0; 12]));
+        let outputs = m
+            .bind(Binding::FirstInput, &mut inputs, &["margin", "probability"])
+            .unwrap();
+        assert_eq!(outputs, vec![1, 0]);
+        let mut two = vec![inputs[0].clone(), inputs[0].clone()];
+        let e = m.bind(Binding::FirstInput, &mut two, &[]).unwrap_err();
+        assert!(e.to_string().contains("takes one input"), "{e}");
+    }
+
+    #[test]
+    fn an_open_model_takes_anything_and_answers_what_was_asked() {
+        let m = titanic();
+        let t = |name: &str| Tensor {
+            name: name.into(),
+            shape: vec![1],
+            data: TensorData::Fp32(vec![1.0]),
+        };
+        let mut inputs = vec![t("a"), t("b")];
+        assert_eq!(
+            m.bind(Binding::Open, &mut inputs, &["score"]).unwrap(),
+            Vec::<usize>::new()
+        );
+        let mut twice = vec![t("a"), t("a")];
+        assert!(m.bind(Binding::Open, &mut twice, &[]).is_err());
+        let picked = Binding::Open
+            .pick("m", vec![t("x"), t("score")], &["score"])
+            .unwrap();
+        assert_eq!(picked, vec![t("score")]);
+        let e = Binding::Open
+            .pick("m", vec![t("x")], &["score"])
+            .unwrap_err();
+        assert!(e.to_string().contains("which answered 'x'"), "{e}");
+        // Not open: the answer is already what was asked.
+        assert_eq!(
+            Binding::Declared
+                .pick("m", vec![t("x")], &["score"])
+                .unwrap(),
+            vec![t("x")]
+        );
+    }
+
     fn features(shape: Vec<usize>, data: TensorData) -> Tensor {
         Tensor {
             name: "features".into(),
