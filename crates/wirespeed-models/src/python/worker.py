@@ -200,6 +200,7 @@ class Worker:
         self.api = ""
         self.runtime = None
         self.input_parameters = {}
+        self.linger = 0
         # Decoupled mode: ids of requests whose client left, and the
         # server's answers to BLS calls (the reader thread fills both).
         self.cancelled = set()
