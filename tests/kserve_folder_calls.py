@@ -27,7 +27,7 @@ from kserve.utils.utils import get_predict_input, get_predict_response
 def v2_request(model, spec):
     array = np.array(spec["data"], dtype={"FP32": np.float32, "FP64": np.float64}[spec["datatype"]])
     inp = InferInput(name=spec["name"], shape=list(array.shape), datatype=spec["datatype"])
-    inp.set_data_from_numpy(array, binary_data=False)
+    inp.set_data_from_numpy(array)
     return InferRequest(model_name=model, infer_inputs=[inp], request_id="r1")
 
 
