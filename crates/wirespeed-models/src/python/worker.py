@@ -424,19 +424,11 @@ class Worker:
             raise InvalidRequest("an MLServer runtime answers the V2 protocol: "
                                  "POST /v2/models/<name>/infer")
         types = self.mlserver_types
-        datatypes = {name: datatype for name, datatype, *_ in message["inputs"]}
-        request_inputs = []
-        for name, array in inputs.items():
-            datatype = datatypes[name]
-            if datatype == "BYTES":
-                data = [as_text(v) for v in array.reshape(-1)]
-            else:
-                data = array
-            own = self.input_parameters.get(name)
-            request_inputs.append(
-                types.RequestInput(name=name, shape=list(array.shape), datatype=datatype, data=data,
-                                   parameters=types.Parameters(**own) if own else None)
-            )
+        request_inputs = [
+            types.RequestInput(name=name, shape=shape, datatype=datatype, data=data,
+                               parameters=types.Parameters(**own) if own else None)
+            for name, datatype, shape, data, own in self.request_tensors(inputs, message, lists=False)
+        ]
         parameters = message.get("parameters") or {}
         request = types.InferenceRequest(
             inputs=request_inputs,
@@ -452,6 +444,22 @@ class Worker:
             data = getattr(output.data, "root", output.data)
             prepared.append((output.name, self.typed(output.name, output.datatype, output.shape, data)))
         return prepared
+
+    def request_tensors(self, inputs, message, lists):
+        """Each input as another server's request carries it: name,
+        datatype, shape, data (strings as str, as a REST front parses
+        them; numbers as the numpy array, or as a flat list when `lists`)
+        and its own parameters."""
+        datatypes = {name: datatype for name, datatype, *_ in message["inputs"]}
+        for name, array in inputs.items():
+            datatype = datatypes[name]
+            if datatype == "BYTES":
+                data = [as_text(v) for v in array.reshape(-1)]
+            elif lists:
+                data = array.reshape(-1).tolist()
+            else:
+                data = array
+            yield name, datatype, list(array.shape), data, self.input_parameters.get(name)
 
     def typed(self, name, datatype, shape, data):
         """An output given as the protocol's datatype, shape and data (a
@@ -528,16 +536,10 @@ class Worker:
                     result = json.loads(result)
             answer = np.array([json.dumps(result, default=plain).encode()], dtype=np.object_)
             return [(JSON_BODY, ("BYTES", answer, bytes_raw(answer)))]
-        datatypes = {name: datatype for name, datatype, *_ in message["inputs"]}
-        infer_inputs = []
-        for name, array in inputs.items():
-            datatype = datatypes[name]
-            if datatype == "BYTES":
-                data = [as_text(v) for v in array.reshape(-1)]
-            else:
-                data = array.reshape(-1).tolist()
-            infer_inputs.append(InferInput(name, list(array.shape), datatype, data=data,
-                                           parameters=self.input_parameters.get(name)))
+        infer_inputs = [
+            InferInput(name, shape, datatype, data=data, parameters=own)
+            for name, datatype, shape, data, own in self.request_tensors(inputs, message, lists=True)
+        ]
         parameters = message.get("parameters") or {}
         request = InferRequest(
             model_name=self.model.name,
