@@ -526,7 +526,10 @@ class Worker:
         if list(inputs) == [JSON_BODY]:
             # KServe's v1: the body as the dict it parsed, the dict
             # answered as JSON.
-            payload = json.loads(inputs[JSON_BODY].reshape(-1)[0])
+            try:
+                payload = json.loads(inputs[JSON_BODY].reshape(-1)[0])
+            except ValueError as e:  # a V2 request that named an input so
+                raise InvalidRequest("input '%s' is not JSON: %s" % (JSON_BODY, e))
             result = self.call(self.model, payload, {})
             if isinstance(result, tuple):
                 result = result[0]
