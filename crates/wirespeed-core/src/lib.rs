@@ -31,6 +31,7 @@ mod limits;
 mod model;
 mod pool;
 pub mod raw;
+mod selection;
 mod stream;
 mod tensor;
 
@@ -48,6 +49,7 @@ pub use model::{
     InferFuture, Model, ModelMetadata, TensorSpec, TraceContext,
 };
 pub use pool::CpuPool;
+pub use selection::{absolute_loss, numbers, Candidate, Choice, Draw, SelectionReport, Selector};
 pub use stream::{
     response_channel, Gone, OneResponse, ResponseReceiver, ResponseSender, Streamed, STREAM_BUFFER,
 };

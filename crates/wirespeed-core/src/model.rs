@@ -478,6 +478,14 @@ pub trait Model: Send + Sync {
         None
     }
 
+    /// An application's selection policy (Clipper's model selection
+    /// layer): the server answers with the candidates it chooses instead
+    /// of calling [`infer`](Model::infer). `None`, the default, for a
+    /// model that computes.
+    fn selection(&self) -> Option<&dyn crate::Selector> {
+        None
+    }
+
     /// How a request's tensors meet the declared ones: by name unless the
     /// model says otherwise (MLServer's and KServe's runtimes).
     fn binding(&self) -> Binding {

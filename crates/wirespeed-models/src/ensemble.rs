@@ -290,28 +290,26 @@ pub fn check_steps(
     Ok(())
 }
 
-/// Every ensemble of `loaded` checked with [`check_steps`] against the
-/// others (`wirespeed serve --check`).
+/// Every ensemble of `loaded` checked with [`check_steps`], and every
+/// application with [`check_candidates`](crate::check_candidates), against
+/// the others (`wirespeed serve --check`).
 pub fn check_ensembles(loaded: &[crate::LoadedModel]) -> Result<(), String> {
+    let lookup = |model: &str, version: Option<&str>| {
+        let mut versions = loaded.iter().filter(|m| m.name == model);
+        let found = match version {
+            Some(v) => versions.find(|m| m.model.metadata().versions.iter().any(|x| x == v)),
+            None => versions.next_back(),
+        };
+        found
+            .map(|m| Arc::clone(&m.model))
+            .ok_or_else(|| format!("model '{model}' is not in the repository"))
+    };
     for l in loaded {
         if let Some(composition) = l.model.composition() {
-            check_steps(
-                &l.name,
-                l.model.metadata(),
-                composition,
-                |model, version| {
-                    let mut versions = loaded.iter().filter(|m| m.name == model);
-                    let found = match version {
-                        Some(v) => {
-                            versions.find(|m| m.model.metadata().versions.iter().any(|x| x == v))
-                        }
-                        None => versions.next_back(),
-                    };
-                    found
-                        .map(|m| Arc::clone(&m.model))
-                        .ok_or_else(|| format!("model '{model}' is not in the repository"))
-                },
-            )?;
+            check_steps(&l.name, l.model.metadata(), composition, lookup)?;
+        }
+        if let Some(selector) = l.model.selection() {
+            crate::check_candidates(&l.name, l.model.metadata(), selector, lookup)?;
         }
     }
     Ok(())

@@ -23,6 +23,7 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+mod application;
 mod config;
 mod ensemble;
 mod fil;
@@ -47,6 +48,7 @@ mod upstream;
 mod versions;
 mod warmup;
 
+pub use application::{callees, check_candidates};
 pub use config::{ModelConfig, TensorConfig};
 pub use ensemble::{check_ensembles, check_steps};
 pub use identity::IdentityModel;

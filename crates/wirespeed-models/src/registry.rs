@@ -237,6 +237,7 @@ impl Registry {
         registry.register(crate::trees::Lightgbm);
         registry.register(crate::fil::Fil);
         registry.register(crate::ensemble::Ensemble);
+        registry.register(crate::application::Application);
         registry.register(crate::identity::Identity);
         #[cfg(feature = "onnx")]
         registry.register(crate::onnx::Onnx);

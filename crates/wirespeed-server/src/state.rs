@@ -302,9 +302,11 @@ fn load_at_start(
             let versions =
                 wirespeed_models::load_model(name, folder, &config.backends, pool, None)?;
             for v in &versions {
-                if let Some(composition) = v.model.composition() {
-                    steps.extend(composition.steps.iter().map(|s| s.model.clone()));
-                }
+                steps.extend(
+                    wirespeed_models::callees(v.model.as_ref())
+                        .into_iter()
+                        .map(|(model, _)| model),
+                );
             }
             loaded.extend(versions);
         }

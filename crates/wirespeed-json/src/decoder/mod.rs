@@ -181,6 +181,9 @@ enum Key {
     ModelVersion,
     /// TF Serving's `signature_name`.
     SignatureName,
+    /// Clipper's `uid` (a user's id) and feedback `label`.
+    Uid,
+    Label,
     Unknown,
 }
 
@@ -202,6 +205,8 @@ impl Key {
             Key::ModelName => 2048,
             Key::ModelVersion => 4096,
             Key::SignatureName => 8192,
+            Key::Uid => 16384,
+            Key::Label => 32768,
             Key::None | Key::Param | Key::NamedInput | Key::B64 | Key::Unknown => 0,
         }
     }

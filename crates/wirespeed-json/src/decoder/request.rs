@@ -346,6 +346,8 @@ impl RequestDecoder {
                 b"input" => Key::Input,
                 b"input_batch" => Key::InputBatch,
                 b"version" => Key::ModelVersion,
+                b"uid" => Key::Uid,
+                b"label" => Key::Label,
                 _ => Key::Unknown,
             },
             Some(ctx @ (Ctx::TfInstance | Ctx::TfColumns | Ctx::B64(_))) => {

@@ -13,9 +13,10 @@
 use base64::Engine;
 use wirespeed_core::{DataType, InferRequest, ParameterValue, Tensor, TensorBudget};
 
-use super::{schema, Container, Ctx, Key, RequestDecoder, Slot};
+use super::{schema, syntax, Container, Ctx, Key, RequestDecoder, Slot};
 use crate::builder::{Scalar, TensorBuilder};
 use crate::error::{Category, DecodeError};
+use crate::number;
 use crate::DecodeOptions;
 
 /// The request formats a decoder reads besides V2.
@@ -206,6 +207,8 @@ impl RequestDecoder {
                 Key::Input => Slot::ClipperInput,
                 Key::InputBatch => Slot::ClipperBatch,
                 Key::ModelVersion => Slot::Parameter("version"),
+                Key::Uid => Slot::Parameter("uid"),
+                Key::Label => Slot::Parameter("label"),
                 _ => Slot::Ignore,
             },
             Ctx::TfInstances => Slot::TfInstance,
@@ -402,8 +405,24 @@ impl RequestDecoder {
                 return Ok(false);
             }
             Slot::Parameter(key) => {
-                let Scalar::String(text) = scalar else {
-                    return Err(schema(at, format!("'{key}' must be a string")));
+                // Clipper's `uid` is a number or a string, its `label` a
+                // number; both are kept as their text.
+                let text = match scalar {
+                    Scalar::String(text) if key != "label" => text,
+                    Scalar::Number(token) if matches!(key, "uid" | "label") => {
+                        number::check_grammar(token).map_err(|m| {
+                            syntax(at, format!("{m}: {}", String::from_utf8_lossy(token)))
+                        })?;
+                        token
+                    }
+                    _ => {
+                        let kind = match key {
+                            "uid" => "a string or a number",
+                            "label" => "a number",
+                            _ => "a string",
+                        };
+                        return Err(schema(at, format!("'{key}' must be {kind}")));
+                    }
                 };
                 let text = String::from_utf8_lossy(text).into_owned();
                 self.named_mut().parameters.push((key, text));

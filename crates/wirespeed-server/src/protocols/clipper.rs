@@ -44,6 +44,104 @@ pub(crate) async fn predict(
     pipeline::infer(&front.serving, context, target, codec).await
 }
 
+/// `POST /{app}/update`: feedback for an application, Clipper's
+/// `{"uid", "input", "label"}`. The policy learns from the loss of its
+/// candidates' predictions on `input` against `label` (`serve/selection.rs`
+/// `feedback`); the answer is Clipper's, `Feedback received? 1`.
+pub(crate) async fn update(
+    front: &Front,
+    context: RequestContext,
+    app: &str,
+    request: Request<Incoming>,
+) -> Response<Body> {
+    let id = context.id;
+    match learn(front, context, app, request).await {
+        Ok(()) => {
+            let mut answer = Response::new(Body::new("Feedback received? 1".to_owned()));
+            answer.headers_mut().insert(
+                hyper::header::CONTENT_TYPE,
+                hyper::header::HeaderValue::from_static("application/json"),
+            );
+            answer
+        }
+        Err(e) => error(&e, id),
+    }
+}
+
+async fn learn(
+    front: &Front,
+    mut context: RequestContext,
+    app: &str,
+    request: Request<Incoming>,
+) -> Result<(), Error> {
+    let mut request = RestRequest::new(front, request);
+    let served = match front.serving.models.get(app, None) {
+        Ok(served) => served,
+        Err(e) => {
+            let e = Error::new(e.kind(), format!("no application '{app}': {}", e.message()));
+            return Err(request.refuse(e).await);
+        }
+    };
+    if served.model.selection().is_none() {
+        let e = Error::invalid_input(format!(
+            "'{app}' is a model, not an application: it has no selection policy to learn              (backend = \"application\")"
+        ));
+        return Err(request.refuse(e).await);
+    }
+    let metadata = served.metadata();
+    let [input] = metadata.inputs.as_slice() else {
+        let e = Error::invalid_input(format!(
+            "application '{app}' has {} inputs; Clipper's feedback feeds one",
+            metadata.inputs.len()
+        ));
+        return Err(request.refuse(e).await);
+    };
+    let decoder = RequestDecoder::clipper(
+        front.serving.decode_options.clone(),
+        (input.name.clone(), input.datatype),
+    );
+    let (mut decoded, format) = request.decode_json(decoder, &mut context.stages).await?;
+    if format != Format::ClipperOne {
+        return Err(Error::invalid_input(
+            "feedback takes one 'input' and its 'label', not an 'input_batch'",
+        ));
+    }
+    let label = match take(&mut decoded, "label") {
+        Some(ParameterValue::String(text)) => text
+            .parse::<f64>()
+            .map_err(|_| Error::invalid_input(format!("'label' must be a number, found {text}")))?,
+        _ => {
+            return Err(Error::invalid_input(
+                "'label' is missing: feedback is an input and its true label",
+            ))
+        }
+    };
+    let call = wirespeed_scheduler::CallContext {
+        started: context.stages.started(),
+        parameters: decoded.parameters,
+        deadline: Some(context.deadline),
+        priority: 0,
+        timeout: None,
+        trace: context.trace.outgoing(),
+        responses: None,
+        input_parameters: Vec::new(),
+    };
+    crate::serve::selection::feedback(
+        &front.serving.models,
+        &served,
+        decoded.inputs,
+        &[label],
+        call,
+    )
+    .await
+}
+
+/// Takes parameter `key` out of `request`.
+fn take(request: &mut InferRequest, key: &str) -> Option<ParameterValue> {
+    let at = request.parameters.iter().position(|(k, _)| k == key)?;
+    Some(request.parameters.remove(at).1)
+}
+
 /// Clipper's codec of one query.
 struct ClipperQuery<'a> {
     request: RestRequest<'a>,
@@ -75,8 +173,14 @@ impl Codec for ClipperQuery<'_> {
             self.request.front.serving.decode_options.clone(),
             (input.name.clone(), input.datatype),
         );
-        let (request, format) = self.request.decode_json(decoder, stages).await?;
+        let (mut request, format) = self.request.decode_json(decoder, stages).await?;
         self.format = format;
+        // A query's `uid` keys an application's state; a model that is no
+        // application has none, and a `label` is feedback's, not a query's.
+        take(&mut request, "label");
+        if model.model.selection().is_none() {
+            take(&mut request, "uid");
+        }
         Ok(request)
     }
 

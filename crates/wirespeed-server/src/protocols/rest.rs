@@ -201,6 +201,9 @@ async fn dispatch(
         Ok(Route::ClipperPredict(app)) => {
             return clipper::predict(front, context, app, request).await
         }
+        Ok(Route::ClipperUpdate(app)) => {
+            return clipper::update(front, context, app, request).await
+        }
         Err(e) if clipper => return clipper::error(&e, id),
         // A path of none of wirespeed's endpoints: a transcoded service's?
         Err(e) if e.kind() == ErrorKind::RouteNotFound => match &front.fallback {

@@ -48,6 +48,8 @@ pub(crate) enum Route<'a> {
     TfOtherVerb(&'a str),
     /// Clipper: `POST /{app}/predict`
     ClipperPredict(&'a str),
+    /// Clipper: `POST /{app}/update`, feedback for an application
+    ClipperUpdate(&'a str),
     /// Triton's shared-memory extensions:
     /// `/v2/{systemsharedmemory|cudasharedmemory}[/region/{name}]/{status|register|unregister}`
     /// (register always names a region).
@@ -91,6 +93,7 @@ impl Route<'_> {
             | Route::TfExamples(..)
             | Route::TfOtherVerb(_)
             | Route::ClipperPredict(_)
+            | Route::ClipperUpdate(_)
             | Route::RepositoryIndex
             | Route::RepositoryLoad(_)
             | Route::RepositoryUnload(_) => Method::POST,
@@ -179,6 +182,7 @@ fn match_route<'a>(path: &'a str, segments: &[&'a str]) -> Option<Route<'a>> {
             shared_memory_route(*kind == "cudasharedmemory", rest)
         }
         [app, "predict"] if is_clipper(path) => Some(Route::ClipperPredict(app)),
+        [app, "update"] if is_clipper(path) => Some(Route::ClipperUpdate(app)),
         _ => None,
     }
 }
@@ -220,13 +224,14 @@ fn shared_memory_route<'a>(cuda: bool, rest: &[&'a str]) -> Option<Route<'a>> {
     }))
 }
 
-/// Whether `path` is Clipper's `/{app}/predict` (an app may not be called
-/// `v1` or `v2`, whose paths belong to TF Serving and V2).
+/// Whether `path` is Clipper's `/{app}/predict` or `/{app}/update` (an
+/// app may not be called `v1` or `v2`, whose paths belong to TF Serving
+/// and V2).
 pub(crate) fn is_clipper(path: &str) -> bool {
     let Some((segments, n)) = segments(path) else {
         return false;
     };
-    matches!(&segments[..n], [app, "predict"] if !app.is_empty() && *app != "v1" && *app != "v2")
+    matches!(&segments[..n], [app, "predict" | "update"] if !app.is_empty() && *app != "v1" && *app != "v2")
 }
 
 /// TF Serving's paths under `/v1/models/`; the verb rides on the last
@@ -354,6 +359,8 @@ mod tests {
         );
         assert_eq!(post("/app/predict"), Route::ClipperPredict("app"));
         assert_eq!(post("/app/predict/"), Route::ClipperPredict("app"));
+        assert_eq!(post("/app/update"), Route::ClipperUpdate("app"));
+        assert!(is_clipper("/app/update"));
         assert_eq!(
             route(&Method::GET, "/monitoring/prometheus/metrics").unwrap(),
             Route::Metrics

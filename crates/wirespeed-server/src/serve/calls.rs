@@ -167,11 +167,7 @@ impl ModelCaller for Calls {
         let requested = requested(outputs);
         let call = context(parameters, deadline);
         let run = async move {
-            if served.model.composition().is_some() {
-                ensemble::run(&models, &served, inputs, &requested, call, 0).await
-            } else {
-                ensemble::step_through(&served, inputs, &requested, call).await
-            }
+            ensemble::call_model(&models, &served, inputs, &requested, call, 0).await
         };
         // On the caller's own thread (a keeper, never a runtime's): the
         // server's runtime drives the timers and I/O the call registers

@@ -25,6 +25,7 @@ use wirespeed_core::{Composition, Error, ModelMetadata, RequestedOutput, Tensor}
 use wirespeed_scheduler::{CallContext, Spent};
 
 use crate::serve::pipeline::Target;
+use crate::serve::selection;
 use crate::serve::served::{ServedModel, ServedModels};
 use crate::serve::statistics::FailureReason;
 use crate::serve::timing::Stages;
@@ -133,20 +134,16 @@ pub(crate) fn run<'a>(
                     input_parameters: Vec::new(),
                 };
                 running.push(Box::pin(async move {
-                    let answer = if served.model.composition().is_some() {
-                        run(
-                            models,
-                            &served,
-                            step_inputs,
-                            &step_outputs,
-                            step_call,
-                            depth + 1,
-                        )
-                        .await
-                    } else {
-                        step_through(&served, step_inputs, &step_outputs, step_call).await
-                    };
-                    answer.map_err(named)
+                    call_model(
+                        models,
+                        &served,
+                        step_inputs,
+                        &step_outputs,
+                        step_call,
+                        depth + 1,
+                    )
+                    .await
+                    .map_err(named)
                 }));
             }
             for (answer, &n) in join_all(running).await.into_iter().zip(&wave) {
@@ -242,6 +239,28 @@ async fn join_all<T>(mut running: Vec<Pin<Box<dyn Future<Output = T> + Send + '_
     results.into_iter().flatten().collect()
 }
 
+/// Runs `served` for a caller (an ensemble's step, an application's
+/// candidate, a model's call to another): an ensemble's steps, an
+/// application's candidates (`selection.rs`), or its own scheduler.
+pub(crate) async fn call_model(
+    models: &ServedModels,
+    served: &ServedModel,
+    inputs: Vec<Tensor>,
+    outputs: &[RequestedOutput],
+    call: CallContext,
+    depth: usize,
+) -> Result<Vec<Tensor>, Error> {
+    if served.model.composition().is_some() {
+        run(models, served, inputs, outputs, call, depth).await
+    } else if served.model.selection().is_some() {
+        selection::run(models, served, inputs, outputs, call, depth)
+            .await
+            .map(|selected| selected.outputs)
+    } else {
+        step_through(served, inputs, outputs, call).await
+    }
+}
+
 /// One step through its model's scheduler, counted in its statistics.
 pub(crate) async fn step_through(
     served: &ServedModel,
@@ -311,12 +330,28 @@ pub(crate) fn check(
     })
 }
 
-/// Every served ensemble checked with [`check`]: the first misfit.
+/// Every served ensemble checked with [`check`], and every application
+/// with `selection::check`: the first misfit.
 pub(crate) fn check_all(models: &ServedModels) -> Result<(), String> {
     for (name, served) in models.all() {
-        if let Some(composition) = served.model.composition() {
-            check(models, &name, served.metadata(), composition)?;
-        }
+        check_model(models, &name, &served.model)?;
+    }
+    Ok(())
+}
+
+/// Whether `model` (served as `name`) calls only models served in
+/// `models`, as they take and give: an ensemble's steps, an application's
+/// candidates.
+pub(crate) fn check_model(
+    models: &ServedModels,
+    name: &str,
+    model: &Arc<dyn wirespeed_core::Model>,
+) -> Result<(), String> {
+    if let Some(composition) = model.composition() {
+        check(models, name, model.metadata(), composition)?;
+    }
+    if let Some(selector) = model.selection() {
+        selection::check(models, name, model.metadata(), selector)?;
     }
     Ok(())
 }

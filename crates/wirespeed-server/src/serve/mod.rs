@@ -21,6 +21,7 @@ pub(crate) mod pipeline;
 pub(crate) mod readiness;
 pub(crate) mod regions;
 pub(crate) mod reserved;
+pub(crate) mod selection;
 pub(crate) mod sequences;
 pub(crate) mod served;
 pub(crate) mod statistics;

@@ -314,9 +314,7 @@ impl Repository {
         }
         let loaded = loaded.map_err(|e| e.to_string()).and_then(|loaded| {
             for l in &loaded {
-                if let Some(composition) = l.model.composition() {
-                    ensemble::check(&self.models, name, l.model.metadata(), composition)?;
-                }
+                ensemble::check_model(&self.models, name, &l.model)?;
             }
             Ok(loaded)
         });
@@ -369,16 +367,16 @@ impl Repository {
                 self.step_depth.fetch_sub(1, Ordering::AcqRel);
                 return;
             }
-            for composition in loaded.iter().filter_map(|l| l.model.composition()) {
-                for step in &composition.steps {
-                    if self.models.get(&step.model, None).is_ok() {
+            for l in loaded {
+                for (callee, _) in wirespeed_models::callees(l.model.as_ref()) {
+                    if self.models.get(&callee, None).is_ok() {
                         continue;
                     }
-                    let Ok(folder) = self.folder(&step.model) else {
+                    let Ok(folder) = self.folder(&callee) else {
                         continue;
                     };
-                    tracing::info!(model = %step.model, "loading an ensemble's step");
-                    let _ = self.load_folder(&step.model, folder, None).await;
+                    tracing::info!(model = %callee, caller = %l.name, "loading a model it calls");
+                    let _ = self.load_folder(&callee, folder, None).await;
                 }
             }
             self.step_depth.fetch_sub(1, Ordering::AcqRel);

@@ -28,6 +28,7 @@ use crate::serve::ensemble;
 use crate::serve::metrics::InferProtocol;
 use crate::serve::regions;
 use crate::serve::reserved;
+use crate::serve::selection;
 use crate::serve::sequences;
 use crate::serve::served::ServedModel;
 use crate::serve::statistics::FailureReason;
@@ -448,7 +449,27 @@ async fn compute<C: Codec>(
         stages.compute = compute.elapsed();
         return codec.encode_stream(stream?).await;
     }
-    let answer = if served.model.composition().is_some() {
+    let mut stragglers = 0;
+    let answer = if served.model.selection().is_some() {
+        // An application: the candidates its policy chooses.
+        let compute = std::time::Instant::now();
+        let selected = selection::run(
+            &serving.models,
+            served,
+            request.inputs,
+            &request.outputs,
+            call,
+            0,
+        )
+        .await;
+        stages.compute = compute.elapsed();
+        let selected = selected?;
+        stragglers = selected.stragglers;
+        wirespeed_scheduler::Answer {
+            outputs: selected.outputs,
+            default: selected.default,
+        }
+    } else if served.model.composition().is_some() {
         // An ensemble: its steps, each through its model's scheduler.
         let compute = std::time::Instant::now();
         let outputs = ensemble::run(
@@ -514,7 +535,7 @@ async fn compute<C: Codec>(
         turn.finish(&mut outputs)?;
     }
     context.default_answer = answer.default;
-    let parameters = if answer.default {
+    let mut parameters = if answer.default {
         vec![
             ("default".to_owned(), ParameterValue::Bool(true)),
             (
@@ -525,6 +546,13 @@ async fn compute<C: Codec>(
     } else {
         Vec::new()
     };
+    if stragglers > 0 {
+        // An application's blend made without some of its candidates.
+        parameters.push((
+            "stragglers".to_owned(),
+            ParameterValue::Int(stragglers as i64),
+        ));
+    }
     classification::apply(&mut outputs, &classify, served)?;
     let mut shared_outputs = Vec::new();
     if !placements.is_empty() {

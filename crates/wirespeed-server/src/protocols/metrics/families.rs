@@ -92,6 +92,14 @@ impl Family {
         });
     }
 
+    fn gauge_value(&mut self, labels: &[(&str, &str)], value: f64) {
+        self.add(labels, |m| {
+            let mut g = proto::Gauge::default();
+            g.set_value(value);
+            m.set_gauge(g);
+        });
+    }
+
     fn observed(&mut self, labels: &[(&str, &str)], histogram: &Histogram) {
         let snapshot = histogram.snapshot();
         self.add(labels, |m| {
@@ -259,6 +267,7 @@ fn model_families(serving: &Serving) -> Vec<MetricFamily> {
         cache_entries.count(&[], entries as u64);
     }
     let mut families = vec![success.0, failure.0, count.0, executions.0, pending.0];
+    families.extend(selection_families(serving));
     families.extend(duration_families.into_iter().map(|f| f.0));
     families.extend([
         request_hist.0,
@@ -275,6 +284,62 @@ fn model_families(serving: &Serving) -> Vec<MetricFamily> {
         cache_entries.0,
     ]);
     families
+}
+
+/// Every application's decisions (`serve/selection.rs`): by candidate,
+/// how often it was chosen, its weight now (in the state of queries
+/// without a key), its answers cut at the objective; by application, the
+/// feedback learned from and the users with a state of their own.
+fn selection_families(serving: &Serving) -> Vec<MetricFamily> {
+    let mut selections = Family::counter(
+        "wirespeed_selection_total",
+        "Queries of an application its policy gave to a candidate (every candidate of an exp4 blend)",
+    );
+    let mut weights = Family::gauge(
+        "wirespeed_selection_weight",
+        "The probability (exp3, weighted) or share of the blend (exp4) of a candidate now, for queries without a key",
+    );
+    let mut stragglers = Family::counter(
+        "wirespeed_selection_stragglers_total",
+        "Answers of a candidate left out of an exp4 blend: cut at the latency objective, or failed",
+    );
+    let mut feedback = Family::counter(
+        "wirespeed_selection_feedback_total",
+        "Feedback calls an application learned from (POST /{app}/update)",
+    );
+    let mut keys = Family::gauge(
+        "wirespeed_selection_keys",
+        "Keys (users) with a selection state of their own",
+    );
+    let mut evicted = Family::counter(
+        "wirespeed_selection_keys_evicted_total",
+        "Keys whose selection state was dropped for a newer one (max_keys, least recently used)",
+    );
+    for (name, served) in serving.models.all() {
+        let Some(selector) = served.model.selection() else {
+            continue;
+        };
+        let report = selector.report();
+        let app = [("application", name.as_str()), ("policy", report.policy)];
+        feedback.count(&app, report.feedback);
+        keys.count(&app, report.keys);
+        evicted.count(&app, report.evicted);
+        for (i, candidate) in selector.candidates().iter().enumerate() {
+            let model = candidate.to_string();
+            let labels = [app[0], ("model", model.as_str())];
+            selections.count(&labels, report.selections[i]);
+            weights.gauge_value(&labels, report.weights[i]);
+            stragglers.count(&labels, report.stragglers[i]);
+        }
+    }
+    vec![
+        selections.0,
+        weights.0,
+        stragglers.0,
+        feedback.0,
+        keys.0,
+        evicted.0,
+    ]
 }
 
 /// The Python models' own families (`pb_utils.MetricFamily`), as they

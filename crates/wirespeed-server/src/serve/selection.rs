@@ -1,0 +1,431 @@
+//! Running an application (Clipper's model selection layer,
+//! `backend = "application"`): its selector chooses who answers each
+//! query, and each chosen candidate runs as an ensemble's step does
+//! (`ensemble.rs` `call_model`): through its own scheduler, with the request's
+//! deadline, counted in its own statistics, its answers in the response
+//! cache when it has one.
+//!
+//! - **One candidate** (exp3, fixed, weighted): its answer is the
+//!   application's.
+//! - **A blend** (exp4): every candidate runs at once. With a latency
+//!   objective (the application's `[slo] latency_ms`), the answer is made
+//!   at the objective from those that have answered, their weights
+//!   renormalised; the others (stragglers) are dropped, which cancels them
+//!   in their schedulers, and counted. With none answered, the answer is
+//!   the application's `[slo]` default, flagged as the scheduler flags
+//!   its own. A candidate that fails is left out as a straggler is; when
+//!   all fail, the first failure is the answer.
+//!
+//! **Feedback** ([`feedback`], Clipper's `POST /{app}/update`): the
+//! candidates the policy scores are asked for their predictions on the
+//! feedback's input (a response cache turns this into a look-up of the
+//! answer the query got), each prediction's loss against the label is
+//! computed, and the policy learns from them.
+//!
+//! A query's key (a user) is the request parameter the application names
+//! (`uid` unless set); it is taken out before the candidates see the
+//! request, so that their cached answers are shared by every user.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Instant;
+
+use wirespeed_core::{
+    absolute_loss, numbers, Choice, DataType, Draw, Error, ErrorKind, ParameterValue, Parameters,
+    RequestedOutput, Selector, Tensor, TensorData,
+};
+use wirespeed_scheduler::CallContext;
+
+use crate::serve::ensemble;
+use crate::serve::pipeline::Target;
+use crate::serve::served::{ServedModel, ServedModels};
+
+/// Applications nested deeper than this are refused at run time.
+const MAX_DEPTH: usize = 8;
+
+/// What an application answered.
+pub(crate) struct Selected {
+    /// Its outputs, in the order asked.
+    pub(crate) outputs: Vec<Tensor>,
+    /// Blended candidates cut at the latency objective (or failed).
+    pub(crate) stragglers: usize,
+    /// The outputs are the application's defaults: no candidate answered
+    /// by the objective.
+    pub(crate) default: bool,
+}
+
+type Run<'a, T> = Pin<Box<dyn Future<Output = Result<T, Error>> + Send + 'a>>;
+
+/// Answers `inputs` with the candidates `app`'s selector chooses, giving
+/// `requested` (all of the application's outputs when empty).
+pub(crate) fn run<'a>(
+    models: &'a ServedModels,
+    app: &'a ServedModel,
+    inputs: Vec<Tensor>,
+    requested: &'a [RequestedOutput],
+    mut call: CallContext,
+    depth: usize,
+) -> Run<'a, Selected> {
+    Box::pin(async move {
+        let selector = selector_of(app)?;
+        let metadata = app.metadata();
+        if depth > MAX_DEPTH {
+            return Err(Error::model_failed(format!(
+                "application '{}' is nested more than {MAX_DEPTH} deep (does a candidate call \
+                 it back?)",
+                metadata.name
+            )));
+        }
+        metadata.check_inputs(&inputs)?;
+        let wanted = metadata.resolve_outputs(requested.iter().map(|o| o.name.as_str()))?;
+        let outputs: Vec<RequestedOutput> = wanted
+            .iter()
+            .map(|&i| RequestedOutput {
+                name: metadata.outputs[i].name.clone(),
+                parameters: Vec::new(),
+            })
+            .collect();
+        let key = take_key(&mut call.parameters, selector.key());
+        match selector.choose(key.as_deref()) {
+            Choice::One(i) => {
+                let outputs = ask(models, app, selector, i, inputs, &outputs, &call, depth).await?;
+                Ok(Selected {
+                    outputs,
+                    stragglers: 0,
+                    default: false,
+                })
+            }
+            Choice::Blend(weights) => {
+                let rows = inputs
+                    .iter()
+                    .find_map(|t| t.shape.first().copied())
+                    .unwrap_or(1);
+                let objective = app
+                    .scheduler
+                    .scheduling()
+                    .slo
+                    .as_ref()
+                    .map(|slo| call.started + slo.latency);
+                let candidates = selector.candidates().len();
+                let mut running: Vec<Run<'_, Vec<Tensor>>> = Vec::with_capacity(candidates);
+                let mut shared = Some(inputs);
+                for i in 0..candidates {
+                    let inputs = if i + 1 == candidates {
+                        shared.take().unwrap_or_default()
+                    } else {
+                        shared.clone().unwrap_or_default()
+                    };
+                    let (outputs, call) = (&outputs, &call);
+                    running.push(Box::pin(async move {
+                        ask(models, app, selector, i, inputs, outputs, call, depth).await
+                    }));
+                }
+                let answers = gather_until(running, objective).await;
+                blend(app, selector, &weights, answers, &wanted, rows)
+            }
+        }
+    })
+}
+
+/// Learns from feedback on application `app`: `inputs` were answered, and
+/// `label` is the truth (one value, or one per element of the first
+/// output). The key is read from `call`'s parameters.
+pub(crate) async fn feedback(
+    models: &ServedModels,
+    app: &ServedModel,
+    inputs: Vec<Tensor>,
+    label: &[f64],
+    mut call: CallContext,
+) -> Result<(), Error> {
+    let selector = selector_of(app)?;
+    let metadata = app.metadata();
+    metadata.check_inputs(&inputs)?;
+    let first = RequestedOutput {
+        name: metadata.outputs[0].name.clone(),
+        parameters: Vec::new(),
+    };
+    let key = take_key(&mut call.parameters, selector.key());
+    let draws = selector.to_score(key.as_deref());
+    let mut running: Vec<Run<'_, Vec<Tensor>>> = Vec::with_capacity(draws.len());
+    for draw in &draws {
+        let inputs = inputs.clone();
+        let (outputs, call) = (std::slice::from_ref(&first), &call);
+        running.push(Box::pin(async move {
+            ask(
+                models,
+                app,
+                selector,
+                draw.candidate,
+                inputs,
+                outputs,
+                call,
+                0,
+            )
+            .await
+        }));
+    }
+    let mut scored: Vec<(Draw, f64)> = Vec::with_capacity(draws.len());
+    for (answer, draw) in gather_until(running, None).await.into_iter().zip(draws) {
+        let Some(answer) = answer else { continue };
+        let prediction = answer?;
+        let Some(prediction) = prediction.first() else {
+            continue;
+        };
+        let loss = absolute_loss(label, prediction).ok_or_else(|| {
+            Error::invalid_input(format!(
+                "the label has {} values, and candidate '{}' predicts {} {} values for output \
+                 '{}': give one label, or one per predicted value",
+                label.len(),
+                selector.candidates()[draw.candidate],
+                prediction.data.len(),
+                prediction.data.datatype(),
+                first.name
+            ))
+        })?;
+        scored.push((draw, loss));
+    }
+    selector.learn(key.as_deref(), &scored);
+    Ok(())
+}
+
+fn selector_of(app: &ServedModel) -> Result<&dyn Selector, Error> {
+    app.model
+        .selection()
+        .ok_or_else(|| Error::internal("an application run on a model that is not one"))
+}
+
+/// Takes the query's key (the parameter `name`) out of `parameters`.
+fn take_key(parameters: &mut Parameters, name: &str) -> Option<String> {
+    let at = parameters.iter().position(|(k, _)| k == name)?;
+    Some(match parameters.remove(at).1 {
+        ParameterValue::String(s) => s,
+        ParameterValue::Int(i) => i.to_string(),
+        ParameterValue::Float(f) => f.to_string(),
+        ParameterValue::Bool(b) => b.to_string(),
+    })
+}
+
+/// Candidate `i` of `app`, asked for `outputs` on `inputs`.
+#[allow(clippy::too_many_arguments)]
+async fn ask(
+    models: &ServedModels,
+    app: &ServedModel,
+    selector: &dyn Selector,
+    i: usize,
+    inputs: Vec<Tensor>,
+    outputs: &[RequestedOutput],
+    call: &CallContext,
+    depth: usize,
+) -> Result<Vec<Tensor>, Error> {
+    let candidate = &selector.candidates()[i];
+    let named = |e: Error| {
+        Error::new(
+            e.kind(),
+            format!(
+                "application '{}' candidate '{candidate}': {}",
+                app.metadata().name,
+                e.message()
+            ),
+        )
+    };
+    let served = models
+        .target(&Target::new(&candidate.model, candidate.version.as_deref()))
+        .map_err(named)?;
+    if let Err(reason) = served.model.ready() {
+        return Err(named(Error::new(
+            ErrorKind::Unavailable,
+            format!("model '{}' is not ready: {reason}", candidate.model),
+        )));
+    }
+    let call = CallContext {
+        started: Instant::now(),
+        parameters: call.parameters.clone(),
+        deadline: call.deadline,
+        priority: call.priority,
+        timeout: call.timeout,
+        trace: call.trace.clone(),
+        responses: None,
+        input_parameters: call.input_parameters.clone(),
+    };
+    ensemble::call_model(models, &served, inputs, outputs, call, depth + 1)
+        .await
+        .map_err(named)
+}
+
+/// Every future of `running`, polled together until all are done or
+/// `until` passes: each one's output, or `None` for one cut there.
+async fn gather_until<T>(
+    mut running: Vec<Pin<Box<dyn Future<Output = T> + Send + '_>>>,
+    until: Option<Instant>,
+) -> Vec<Option<T>> {
+    let mut results: Vec<Option<T>> = running.iter().map(|_| None).collect();
+    let mut cut = until.map(|at| Box::pin(tokio::time::sleep_until(at.into())));
+    std::future::poll_fn(|cx| {
+        let mut pending = false;
+        for (future, result) in running.iter_mut().zip(results.iter_mut()) {
+            if result.is_none() {
+                match future.as_mut().poll(cx) {
+                    std::task::Poll::Ready(value) => *result = Some(value),
+                    std::task::Poll::Pending => pending = true,
+                }
+            }
+        }
+        let passed = cut
+            .as_mut()
+            .is_some_and(|sleep| sleep.as_mut().poll(cx).is_ready());
+        if pending && !passed {
+            std::task::Poll::Pending
+        } else {
+            std::task::Poll::Ready(())
+        }
+    })
+    .await;
+    results
+}
+
+/// Exp4's answer: the candidates' outputs that arrived, averaged with
+/// their weights renormalised over them.
+fn blend(
+    app: &ServedModel,
+    selector: &dyn Selector,
+    weights: &[f64],
+    answers: Vec<Option<Result<Vec<Tensor>, Error>>>,
+    wanted: &[usize],
+    rows: usize,
+) -> Result<Selected, Error> {
+    let metadata = app.metadata();
+    let mut arrived: Vec<(f64, Vec<Tensor>)> = Vec::with_capacity(answers.len());
+    let mut stragglers = 0;
+    let mut cut = 0;
+    let mut first_error = None;
+    for (i, answer) in answers.into_iter().enumerate() {
+        match answer {
+            Some(Ok(outputs)) => arrived.push((weights[i], outputs)),
+            Some(Err(e)) => {
+                if e.kind().is_client_error() {
+                    // The same input goes to every candidate: the client's
+                    // mistake is every candidate's.
+                    return Err(e);
+                }
+                tracing::warn!(application = %metadata.name, error = %e, "a candidate failed; answering with the others");
+                selector.straggled(i);
+                stragglers += 1;
+                first_error.get_or_insert(e);
+            }
+            None => {
+                selector.straggled(i);
+                stragglers += 1;
+                cut += 1;
+            }
+        }
+    }
+    if arrived.is_empty() {
+        // Nobody answered by the objective: the default, as the scheduler
+        // answers a model that would miss it. Only failures: the first.
+        let slo = app.scheduler.scheduling().slo.as_ref();
+        let (Some(slo), true) = (slo, cut > 0) else {
+            return Err(first_error.unwrap_or_else(|| {
+                Error::internal(format!(
+                    "application '{}': no candidate answered",
+                    metadata.name
+                ))
+            }));
+        };
+        let outputs = wanted
+            .iter()
+            .map(|&i| {
+                let name = &metadata.outputs[i].name;
+                slo.defaults
+                    .iter()
+                    .find(|d| &d.name == name)
+                    .map(|d| d.tensor(rows))
+                    .ok_or_else(|| {
+                        Error::internal(format!(
+                            "application '{}' has no default for output '{name}'",
+                            metadata.name
+                        ))
+                    })
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        return Ok(Selected {
+            outputs,
+            stragglers,
+            default: true,
+        });
+    }
+    let total: f64 = arrived.iter().map(|(w, _)| w).sum();
+    let outputs = wanted
+        .iter()
+        .enumerate()
+        .map(|(j, &i)| {
+            let spec = &metadata.outputs[i];
+            average(&spec.name, spec.datatype, &arrived, j, total)
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(Selected {
+        outputs,
+        stragglers,
+        default: false,
+    })
+}
+
+/// Output `j` of every arrived answer, averaged with the weights over
+/// `total`, as `datatype`.
+fn average(
+    name: &str,
+    datatype: DataType,
+    arrived: &[(f64, Vec<Tensor>)],
+    j: usize,
+    total: f64,
+) -> Result<Tensor, Error> {
+    let misfit = |what: String| {
+        Error::model_failed(format!(
+            "the candidates' outputs '{name}' cannot be averaged: {what}"
+        ))
+    };
+    let shape = arrived[0].1[j].shape.clone();
+    let mut sum = vec![0.0f64; arrived[0].1[j].data.len()];
+    for (weight, outputs) in arrived {
+        let t = &outputs[j];
+        if t.shape != shape {
+            return Err(misfit(format!(
+                "one has shape {:?}, another {:?}",
+                shape, t.shape
+            )));
+        }
+        let values =
+            numbers(&t.data).ok_or_else(|| misfit(format!("one is {}", t.data.datatype())))?;
+        for (s, v) in sum.iter_mut().zip(values) {
+            *s += weight / total * v;
+        }
+    }
+    let data = TensorData::Fp64(sum);
+    let data = if datatype == DataType::Fp64 {
+        data
+    } else {
+        data.cast_number(datatype)
+            .ok_or_else(|| misfit(format!("the application's output is {datatype}")))?
+    };
+    Ok(Tensor {
+        name: name.to_owned(),
+        shape,
+        data,
+    })
+}
+
+/// Whether every candidate of application `name` fits a model served in
+/// `models` (`wirespeed_models::check_candidates`).
+pub(crate) fn check(
+    models: &ServedModels,
+    name: &str,
+    metadata: &wirespeed_core::ModelMetadata,
+    selector: &dyn Selector,
+) -> Result<(), String> {
+    wirespeed_models::check_candidates(name, metadata, selector, |model, version| {
+        models
+            .target(&Target::new(model, version))
+            .map(|served| Arc::clone(&served.model))
+            .map_err(|e| e.message().to_owned())
+    })
+}
