@@ -269,8 +269,10 @@ def test_what_was_learned_survives_a_candidates_reload_and_a_restart(threshold_r
     server = RunningServer(root, args)
     try:
         server.wait_for_log("restored the selection state")
-        assert metric(scrape(server), "wirespeed_selection_weight", application="remembers",
+        text = scrape(server)
+        assert metric(text, "wirespeed_selection_weight", application="remembers",
                       model="good") == pytest.approx(learned)
+        assert metric(text, "wirespeed_selection_feedback_total", application="remembers") == 40
     finally:
         server.stop()
 

@@ -26,6 +26,7 @@ pub mod batch;
 mod composition;
 mod datatype;
 mod error;
+mod graph;
 mod infer;
 mod limits;
 mod model;
@@ -38,6 +39,7 @@ mod tensor;
 pub use composition::{Composition, Step};
 pub use datatype::{DataType, UnknownDataType};
 pub use error::{Error, ErrorKind, Fault};
+pub use graph::{Graph, GraphNode, GraphStep, Router, StepData, StepTarget, ROOT_NODE};
 pub use half::{bf16, f16};
 pub use infer::{
     is_transport_parameter, BinaryInput, InferRequest, InferResponse, ParameterValue, Parameters,

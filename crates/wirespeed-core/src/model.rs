@@ -478,6 +478,13 @@ pub trait Model: Send + Sync {
         None
     }
 
+    /// An InferenceGraph's nodes: the server routes a request through
+    /// them instead of calling [`infer`](Model::infer). `None`, the
+    /// default, for a model that computes.
+    fn graph(&self) -> Option<&crate::Graph> {
+        None
+    }
+
     /// An application's selection policy (Clipper's model selection
     /// layer): the server answers with the candidates it chooses instead
     /// of calling [`infer`](Model::infer). `None`, the default, for a

@@ -290,9 +290,10 @@ pub fn check_steps(
     Ok(())
 }
 
-/// Every ensemble of `loaded` checked with [`check_steps`], and every
-/// application with [`check_candidates`](crate::check_candidates), against
-/// the others (`wirespeed serve --check`).
+/// Every ensemble of `loaded` checked with [`check_steps`], every
+/// application with [`check_candidates`](crate::check_candidates), and
+/// every graph's steps found, against the others (`wirespeed serve
+/// --check`).
 pub fn check_ensembles(loaded: &[crate::LoadedModel]) -> Result<(), String> {
     let lookup = |model: &str, version: Option<&str>| {
         let mut versions = loaded.iter().filter(|m| m.name == model);
@@ -310,6 +311,17 @@ pub fn check_ensembles(loaded: &[crate::LoadedModel]) -> Result<(), String> {
         }
         if let Some(selector) = l.model.selection() {
             crate::check_candidates(&l.name, l.model.metadata(), selector, lookup)?;
+        }
+        if l.model.graph().is_some() {
+            for (model, _) in crate::callees(l.model.as_ref()) {
+                lookup(&model, None).map_err(|e| {
+                    format!(
+                        "inference graph '{}': step '{model}': {e} (a graph's steps are served \
+                         models)",
+                        l.name
+                    )
+                })?;
+            }
         }
     }
     Ok(())

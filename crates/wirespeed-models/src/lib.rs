@@ -27,6 +27,7 @@ mod application;
 mod config;
 mod ensemble;
 mod fil;
+mod graph;
 mod identity;
 mod kserve;
 mod mlserver;

@@ -238,6 +238,7 @@ impl Registry {
         registry.register(crate::fil::Fil);
         registry.register(crate::ensemble::Ensemble);
         registry.register(crate::application::Application);
+        registry.register(crate::graph::GraphBackend);
         registry.register(crate::identity::Identity);
         #[cfg(feature = "onnx")]
         registry.register(crate::onnx::Onnx);

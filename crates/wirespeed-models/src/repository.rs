@@ -312,6 +312,14 @@ pub fn load_model(
             let path = folder.join(crate::mlserver::MODEL_SETTINGS);
             crate::mlserver::model_config(name, folder).map_err(|m| error(&path, m))?
         }
+        // KServe's InferenceGraph: its YAML as applied to a cluster
+        // (`graph.rs`).
+        None if !config_path.is_file()
+            && !folder.join("config.pbtxt").is_file()
+            && crate::graph::is_graph(folder) =>
+        {
+            ModelConfig::parse("backend = \"graph\"").map_err(|m| error(folder, m))?
+        }
         // KServe's layout: one model file its runtimes load, or a
         // kserve.Model in model.py (`kserve.rs`).
         None if !config_path.is_file()

@@ -422,8 +422,9 @@ pub fn check_candidates(
     Ok(())
 }
 
-/// The models `model` calls, by name and version: an ensemble's steps'
-/// or an application's candidates'; none for a model that computes.
+/// The models `model` calls, by name and version: an ensemble's steps',
+/// a graph's or an application's candidates'; none for a model that
+/// computes.
 pub fn callees(model: &dyn Model) -> Vec<(String, Option<String>)> {
     if let Some(composition) = model.composition() {
         return composition
@@ -431,6 +432,17 @@ pub fn callees(model: &dyn Model) -> Vec<(String, Option<String>)> {
             .iter()
             .map(|s| (s.model.clone(), s.version.clone()))
             .collect();
+    }
+    if let Some(graph) = model.graph() {
+        let mut models: Vec<(String, Option<String>)> = Vec::new();
+        for step in graph.nodes.values().flat_map(|n| &n.steps) {
+            if let wirespeed_core::StepTarget::Model(m) = &step.target {
+                if !models.iter().any(|(n, _)| n == m) {
+                    models.push((m.clone(), None));
+                }
+            }
+        }
+        return models;
     }
     if let Some(selector) = model.selection() {
         return selector

@@ -24,6 +24,7 @@ use std::sync::Arc;
 use wirespeed_core::{Composition, Error, ModelMetadata, RequestedOutput, Tensor};
 use wirespeed_scheduler::{CallContext, Spent};
 
+use crate::serve::graph;
 use crate::serve::pipeline::Target;
 use crate::serve::selection;
 use crate::serve::served::{ServedModel, ServedModels};
@@ -217,7 +218,9 @@ impl<'a> Tensors<'a> {
 }
 
 /// Every future of `running`, polled together; their outputs in order.
-async fn join_all<T>(mut running: Vec<Pin<Box<dyn Future<Output = T> + Send + '_>>>) -> Vec<T> {
+pub(crate) async fn join_all<T>(
+    mut running: Vec<Pin<Box<dyn Future<Output = T> + Send + '_>>>,
+) -> Vec<T> {
     let mut results: Vec<Option<T>> = running.iter().map(|_| None).collect();
     std::future::poll_fn(|cx| {
         let mut pending = false;
@@ -252,6 +255,8 @@ pub(crate) async fn call_model(
 ) -> Result<Vec<Tensor>, Error> {
     if served.model.composition().is_some() {
         run(models, served, inputs, outputs, call, depth).await
+    } else if served.model.graph().is_some() {
+        graph::run(models, served, inputs, call, depth).await
     } else if served.model.selection().is_some() {
         selection::run(models, served, inputs, outputs, call, depth)
             .await
@@ -352,6 +357,23 @@ pub(crate) fn check_model(
     }
     if let Some(selector) = model.selection() {
         selection::check(models, name, model.metadata(), selector)?;
+    }
+    if let Some(g) = model.graph() {
+        for (node, step) in g
+            .nodes
+            .iter()
+            .flat_map(|(n, node)| node.steps.iter().map(move |s| (n, s)))
+        {
+            if let wirespeed_core::StepTarget::Model(m) = &step.target {
+                models.target(&Target::new(m, None)).map_err(|e| {
+                    format!(
+                        "inference graph '{name}' node '{node}': step '{m}': {} (a graph's \
+                         steps are served models)",
+                        e.message()
+                    )
+                })?;
+            }
+        }
     }
     Ok(())
 }

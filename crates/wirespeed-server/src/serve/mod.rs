@@ -15,6 +15,7 @@ pub(crate) mod classification;
 pub(crate) mod ensemble;
 #[cfg(feature = "upstream")]
 pub(crate) mod fronting;
+pub(crate) mod graph;
 pub(crate) mod metrics;
 pub(crate) mod model_control;
 pub(crate) mod pipeline;

@@ -25,6 +25,7 @@ use wirespeed_core::{
 
 use crate::serve::classification;
 use crate::serve::ensemble;
+use crate::serve::graph;
 use crate::serve::metrics::InferProtocol;
 use crate::serve::regions;
 use crate::serve::reserved;
@@ -468,6 +469,15 @@ async fn compute<C: Codec>(
         wirespeed_scheduler::Answer {
             outputs: selected.outputs,
             default: selected.default,
+        }
+    } else if served.model.graph().is_some() {
+        // An InferenceGraph: its nodes, from the root.
+        let compute = std::time::Instant::now();
+        let outputs = graph::run(&serving.models, served, request.inputs, call, 0).await;
+        stages.compute = compute.elapsed();
+        wirespeed_scheduler::Answer {
+            outputs: outputs?,
+            default: false,
         }
     } else if served.model.composition().is_some() {
         // An ensemble: its steps, each through its model's scheduler.

@@ -1,0 +1,94 @@
+//! KServe's InferenceGraph, as the server runs it in-process: routing
+//! nodes (Sequence, Switch, Ensemble, Splitter), each a list of steps
+//! whose targets are served models or other nodes. A model that is a
+//! graph says so through [`Model::graph`]; the server runs it from its
+//! node `root`.
+//!
+//! [`Model::graph`]: crate::Model::graph
+
+use std::collections::BTreeMap;
+
+/// The node every graph starts from, as KServe names it.
+pub const ROOT_NODE: &str = "root";
+
+/// A graph's nodes, by name; `root` among them (checked at load).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Graph {
+    /// The nodes, by name.
+    pub nodes: BTreeMap<String, GraphNode>,
+}
+
+/// One routing node.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GraphNode {
+    /// How it routes.
+    pub router: Router,
+    /// Its steps, in the order written.
+    pub steps: Vec<GraphStep>,
+}
+
+/// How a node routes a request over its steps.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Router {
+    /// Each step in turn; the last one's answer is the node's.
+    Sequence,
+    /// The first step whose condition the request meets.
+    Switch,
+    /// Every step at once; their answers merged by step name.
+    Ensemble,
+    /// One step, drawn by the steps' weights (percentages).
+    Splitter,
+}
+
+impl Router {
+    /// KServe's name of it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Router::Sequence => "Sequence",
+            Router::Switch => "Switch",
+            Router::Ensemble => "Ensemble",
+            Router::Splitter => "Splitter",
+        }
+    }
+}
+
+/// One step of a node.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GraphStep {
+    /// Its name (KServe's `name`): an Ensemble's key for its answer.
+    pub name: Option<String>,
+    /// Where it goes.
+    pub target: StepTarget,
+    /// In a Sequence, what the step takes: the graph's request (the
+    /// default, as KServe's router does) or the previous step's answer.
+    pub data: StepData,
+    /// A GJSON condition: a Switch's route, or a Sequence step that runs
+    /// only when the previous answer meets it.
+    pub condition: Option<String>,
+    /// A Splitter's share, in percent.
+    pub weight: Option<u32>,
+    /// A hard dependency: its failure is the node's.
+    pub hard: bool,
+    /// KServe's `mapPredictionsToInstances`: a previous v1 answer's
+    /// `predictions` become this step's `instances`.
+    pub predictions_to_instances: bool,
+}
+
+/// Where a step goes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StepTarget {
+    /// A served model, by name (KServe's `serviceName`, or the service in
+    /// a `serviceUrl`).
+    Model(String),
+    /// Another node of the graph (KServe's `nodeName`).
+    Node(String),
+}
+
+/// What a Sequence step takes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StepData {
+    /// `$request`: the graph's own request.
+    Request,
+    /// `$response`: the previous step's answer.
+    Response,
+}
