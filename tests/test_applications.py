@@ -190,6 +190,8 @@ def test_weighted_split_sticks_by_key(tmp_path):
     sessions = onnx_models(tmp_path, {"stable": offset_model(100.0), "canary": offset_model(200.0)})
     application(tmp_path, "split", 'policy = "weighted"\nseed = 1\ncandidates = '
                 '[{ model = "stable", weight = 80 }, { model = "canary", weight = 20 }]')
+    application(tmp_path, "split_by_header", 'policy = "weighted"\nkey = "header:X-User"\ncandidates = '
+                '[{ model = "stable", weight = 50 }, { model = "canary", weight = 50 }]')
     server = RunningServer(tmp_path, ["--metrics", "127.0.0.1:0"])
     try:
         for uid in range(40):
@@ -198,6 +200,21 @@ def test_weighted_split_sticks_by_key(tmp_path):
             assert seen <= {reference(s, 1.0) for s in sessions.values()}
         stable = sum(predict(server, "split", 1.0)["output"][0] == 101.0 for _ in range(500))
         assert 370 <= stable <= 430, f"{stable} of 500 to the 80% candidate"
+        # Keyed by a header: the same user lands on the same candidate
+        # through V2 REST and V2 gRPC (tritonclient's own headers).
+        import tritonclient.grpc as grpcclient
+        import tritonclient.http as httpclient
+        http = httpclient.InferenceServerClient(server.address)
+        grpc = grpcclient.InferenceServerClient(server.grpc_address)
+        for uid in range(20):
+            answers = set()
+            for client, module in ((http, httpclient), (grpc, grpcclient)):
+                x = module.InferInput("x", [1, 1], "FP32")
+                x.set_data_from_numpy(np.array([[1.0]], dtype=np.float32))
+                for _ in range(3):
+                    result = client.infer("split_by_header", [x], headers={"x-user": f"user-{uid}"})
+                    answers.add(float(result.as_numpy("y")[0][0]))
+            assert len(answers) == 1 and answers <= {101.0, 201.0}, (uid, answers)
     finally:
         server.stop()
 

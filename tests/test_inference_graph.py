@@ -11,6 +11,7 @@ own predictions on the same rows, and the Switch's documented route.
 
 import json
 import os
+import re
 import subprocess
 import sys
 from collections import Counter
@@ -221,7 +222,7 @@ def server(repository):
     saved = os.environ.get("WIRESPEED_PYTHON")
     os.environ["WIRESPEED_PYTHON"] = sys.executable
     try:
-        running = RunningServer(repository)
+        running = RunningServer(repository, ["--metrics", "127.0.0.1:0"])
     finally:
         if saved is None:
             del os.environ["WIRESPEED_PYTHON"]
@@ -291,6 +292,12 @@ def test_a_splitter_splits_by_its_weights(server):
             assert r.status_code == 200, r.text
             counts["float" if "." in r.text else "int"] += 1
     assert 150 <= counts["int"] <= 250, counts
+    # The metrics count the splitter's routes as the answers show them.
+    text = requests.get(f"http://127.0.0.1:{server.metrics_port}/metrics", timeout=10).text
+    routed = {target: float(value) for target, value in re.findall(
+        r'^wirespeed_graph_steps_total\{graph="splitter-model",node="root",step="\d",target="([^"]+)"\} (\S+)',
+        text, re.M)}
+    assert routed == {"sklearn-iris": counts["int"], "xgboost-iris": counts["float"]}, routed
 
 
 def test_tensors_flow_between_steps_on_v2(server, repository):

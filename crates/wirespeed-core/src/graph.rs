@@ -7,19 +7,20 @@
 //! [`Model::graph`]: crate::Model::graph
 
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 /// The node every graph starts from, as KServe names it.
 pub const ROOT_NODE: &str = "root";
 
 /// A graph's nodes, by name; `root` among them (checked at load).
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone)]
 pub struct Graph {
     /// The nodes, by name.
     pub nodes: BTreeMap<String, GraphNode>,
 }
 
 /// One routing node.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone)]
 pub struct GraphNode {
     /// How it routes.
     pub router: Router,
@@ -53,7 +54,7 @@ impl Router {
 }
 
 /// One step of a node.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone)]
 pub struct GraphStep {
     /// Its name (KServe's `name`): an Ensemble's key for its answer.
     pub name: Option<String>,
@@ -72,6 +73,31 @@ pub struct GraphStep {
     /// KServe's `mapPredictionsToInstances`: a previous v1 answer's
     /// `predictions` become this step's `instances`.
     pub predictions_to_instances: bool,
+    /// Requests routed to the step, for the metrics.
+    pub taken: Taken,
+}
+
+/// A count of requests, shared by the threads that route them.
+#[derive(Debug, Default)]
+pub struct Taken(AtomicU64);
+
+impl Taken {
+    /// Counts one more.
+    pub fn add(&self) {
+        self.0.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// The count now.
+    pub fn get(&self) -> u64 {
+        self.0.load(Ordering::Relaxed)
+    }
+}
+
+/// A copy counts on from the count it was copied at.
+impl Clone for Taken {
+    fn clone(&self) -> Taken {
+        Taken(AtomicU64::new(self.get()))
+    }
 }
 
 /// Where a step goes.

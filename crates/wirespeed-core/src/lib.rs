@@ -39,7 +39,7 @@ mod tensor;
 pub use composition::{Composition, Step};
 pub use datatype::{DataType, UnknownDataType};
 pub use error::{Error, ErrorKind, Fault};
-pub use graph::{Graph, GraphNode, GraphStep, Router, StepData, StepTarget, ROOT_NODE};
+pub use graph::{Graph, GraphNode, GraphStep, Router, StepData, StepTarget, Taken, ROOT_NODE};
 pub use half::{bf16, f16};
 pub use infer::{
     is_transport_parameter, BinaryInput, InferRequest, InferResponse, ParameterValue, Parameters,

@@ -327,6 +327,7 @@ fn graph(name: &str, spec: Spec) -> Result<Graph, String> {
                 weight,
                 hard,
                 predictions_to_instances: s.map_predictions_to_instances,
+                taken: Default::default(),
             });
         }
         if steps.is_empty() {

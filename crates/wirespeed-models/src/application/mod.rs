@@ -256,7 +256,7 @@ impl ApplicationModel {
                 outputs,
             },
             selection,
-            key: keys.key.unwrap_or_else(|| DEFAULT_KEY.to_owned()),
+            key: key_parameter(keys.key)?,
             state_file,
             saved: Mutex::new(None),
         })
@@ -287,6 +287,25 @@ impl ApplicationModel {
                 "cannot save the selection state"
             );
         }
+    }
+}
+
+/// The request parameter that keys a query (`uid` unless set); a header's
+/// (`header:x-user-id`), by its name in lower case as HTTP/2 and gRPC
+/// write it.
+fn key_parameter(key: Option<String>) -> Result<String, String> {
+    let Some(key) = key else {
+        return Ok(DEFAULT_KEY.to_owned());
+    };
+    match key.strip_prefix("header:") {
+        Some(header) if header.is_empty() || !header.bytes().all(|b| b.is_ascii_graphic()) => Err(
+            format!("'key' names header '{header}', which is no header name"),
+        ),
+        Some(header) => Ok(format!("header:{}", header.to_ascii_lowercase())),
+        None if key.is_empty() => Err("'key' is empty; name a request parameter (uid) or a \
+                                      header (header:x-user-id)"
+            .into()),
+        None => Ok(key),
     }
 }
 

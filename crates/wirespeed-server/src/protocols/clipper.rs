@@ -218,6 +218,10 @@ impl Codec for ClipperQuery<'_> {
         self.request.refuse(error).await
     }
 
+    fn header(&self, name: &str) -> Option<String> {
+        self.request.header(name)
+    }
+
     fn encode(&mut self, mut response: InferResponse) -> Result<Response<Body>, Error> {
         if response.outputs.is_empty() {
             return Err(Error::internal(format!(

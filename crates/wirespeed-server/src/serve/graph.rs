@@ -294,6 +294,7 @@ impl<'a> Walk<'a> {
         depth: usize,
     ) -> Run<'w, Payload> {
         Box::pin(async move {
+            step.taken.add();
             let model = match &step.target {
                 StepTarget::Node(next) => return self.route(next, input, depth + 1).await,
                 StepTarget::Model(model) => model,

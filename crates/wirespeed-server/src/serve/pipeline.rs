@@ -176,6 +176,13 @@ pub(crate) trait Codec {
         error
     }
 
+    /// The value of the request's header (HTTP) or metadata (gRPC)
+    /// `name`, where the protocol has them: an application keyed by a
+    /// header reads its key there. `None` by default.
+    fn header(&self, _name: &str) -> Option<String> {
+        None
+    }
+
     /// The protocol's answer for `response`.
     fn encode(&mut self, response: InferResponse) -> Result<Self::Answer, Error>;
 
@@ -342,6 +349,16 @@ async fn compute<C: Codec>(
         }
     }
     let served: &ServedModel = model;
+    // An application keyed by a header (`key = "header:x-user-id"`) reads
+    // the key from it, as a parameter of that name.
+    if let Some(selector) = served.model.selection() {
+        let key = selector.key();
+        if let Some(value) = key.strip_prefix("header:").and_then(|h| codec.header(h)) {
+            request
+                .parameters
+                .push((key.to_owned(), ParameterValue::String(value)));
+        }
+    }
     let queueing = reserved::read(&request.parameters)?;
     let sequence = sequences::flags(&mut request.parameters)?;
     // Inputs in shared memory are read as part of decoding the request;

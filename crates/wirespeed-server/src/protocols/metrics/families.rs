@@ -286,7 +286,8 @@ fn model_families(serving: &Serving) -> Vec<MetricFamily> {
     families
 }
 
-/// Every application's decisions (`serve/selection.rs`): by candidate,
+/// Every inference graph's routes (`serve/graph.rs`), by node and step;
+/// every application's decisions (`serve/selection.rs`): by candidate,
 /// how often it was chosen, its weight now (in the state of queries
 /// without a key), its answers cut at the objective; by application, the
 /// feedback learned from and the users with a state of their own.
@@ -332,7 +333,33 @@ fn selection_families(serving: &Serving) -> Vec<MetricFamily> {
             stragglers.count(&labels, report.stragglers[i]);
         }
     }
+    let mut routes = Family::counter(
+        "wirespeed_graph_steps_total",
+        "Requests an inference graph's node routed to a step (a model or another node)",
+    );
+    for (name, served) in serving.models.all() {
+        let Some(graph) = served.model.graph() else {
+            continue;
+        };
+        for (node_name, node) in &graph.nodes {
+            for (i, step) in node.steps.iter().enumerate() {
+                let target = match &step.target {
+                    wirespeed_core::StepTarget::Model(m) | wirespeed_core::StepTarget::Node(m) => m,
+                };
+                let index = i.to_string();
+                let label = step.name.as_deref().unwrap_or(&index);
+                let labels = [
+                    ("graph", name.as_str()),
+                    ("node", node_name.as_str()),
+                    ("step", label),
+                    ("target", target.as_str()),
+                ];
+                routes.count(&labels, step.taken.get());
+            }
+        }
+    }
     vec![
+        routes.0,
         selections.0,
         weights.0,
         stragglers.0,

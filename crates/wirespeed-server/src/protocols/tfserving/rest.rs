@@ -111,6 +111,10 @@ impl Codec for TfPredict<'_> {
         self.request.refuse(error).await
     }
 
+    fn header(&self, name: &str) -> Option<String> {
+        self.request.header(name)
+    }
+
     fn encode(&mut self, mut response: InferResponse) -> Result<Response<Body>, Error> {
         if self.passed {
             return match response.outputs.as_mut_slice() {

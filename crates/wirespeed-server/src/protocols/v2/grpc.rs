@@ -139,7 +139,8 @@ impl GrpcInferenceService for Inference {
     ) -> Result<Response<pb::ModelInferResponse>, Status> {
         let deadline = deadline(request.metadata());
         let trace = crate::serve::traces::incoming(request.metadata().as_ref());
-        let answer = infer::model_infer(&self.front, request.into_inner(), deadline, trace);
+        let (metadata, _, message) = request.into_parts();
+        let answer = infer::model_infer(&self.front, message, metadata, deadline, trace);
         // A deadline that passes drops the request where it is: a queued
         // one leaves the queue uncomputed; one computing finishes, holding
         // its slot, and its answer is dropped.

@@ -41,6 +41,7 @@ pub(crate) fn status(error: &Error, message: &str) -> Status {
 pub(super) async fn model_infer(
     front: &Front,
     mut message: pb::ModelInferRequest,
+    metadata: tonic::metadata::MetadataMap,
     timeout: Option<Duration>,
     trace: Option<TraceContext>,
 ) -> Result<Response<pb::ModelInferResponse>, Status> {
@@ -51,6 +52,7 @@ pub(super) async fn model_infer(
     let codec = GrpcInfer {
         front,
         message: Some(message),
+        metadata,
     };
     pipeline::infer(&front.serving, context, target, codec).await
 }
@@ -153,6 +155,7 @@ pub(super) async fn stream_infer(
         unary: GrpcInfer {
             front,
             message: Some(message),
+            metadata: tonic::metadata::MetadataMap::new(),
         },
         id,
         flag_final,
@@ -167,6 +170,8 @@ struct GrpcInfer<'a> {
     front: &'a Front,
     /// Until it is decoded.
     message: Option<pb::ModelInferRequest>,
+    /// The call's metadata (an application keyed by a header reads it).
+    metadata: tonic::metadata::MetadataMap,
 }
 
 impl GrpcInfer<'_> {
@@ -203,6 +208,13 @@ impl Codec for GrpcInfer<'_> {
         stages: &mut Stages,
     ) -> Result<InferRequest, Error> {
         self.convert(&model.metadata().name, stages).await
+    }
+
+    fn header(&self, name: &str) -> Option<String> {
+        self.metadata
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned)
     }
 
     fn encode(&mut self, response: InferResponse) -> Result<Self::Answer, Error> {

@@ -72,6 +72,10 @@ impl Codec for V2Rest<'_> {
         self.request.refuse(error).await
     }
 
+    fn header(&self, name: &str) -> Option<String> {
+        self.request.header(name)
+    }
+
     fn encode(&mut self, response: InferResponse) -> Result<Response<Body>, Error> {
         // An output in shared memory has no bytes in the answer.
         let binary: Vec<bool> = response

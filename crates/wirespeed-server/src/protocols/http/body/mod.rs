@@ -447,6 +447,14 @@ impl<'a> RestRequest<'a> {
     }
 
     /// Reads and drops the body, if it is still here, and returns `error`.
+    /// The value of header `name`, when it is text.
+    pub(crate) fn header(&self, name: &str) -> Option<String> {
+        self.headers
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned)
+    }
+
     pub(crate) async fn refuse(&mut self, error: Error) -> Error {
         match self.body.take() {
             Some(body) => refuse(body, &self.front.limits, error).await,
