@@ -35,6 +35,7 @@ pub mod raw;
 mod selection;
 mod stream;
 mod tensor;
+mod text;
 
 pub use composition::{Composition, Step};
 pub use datatype::{DataType, UnknownDataType};
@@ -56,3 +57,4 @@ pub use stream::{
     response_channel, Gone, OneResponse, ResponseReceiver, ResponseSender, Streamed, STREAM_BUFFER,
 };
 pub use tensor::{element_count, Tensor, TensorData};
+pub use text::TextModel;

@@ -478,6 +478,12 @@ pub trait Model: Send + Sync {
         None
     }
 
+    /// The model's text face for the OpenAI API (an embedder, a chat
+    /// template, a tokenizer). `None` by default.
+    fn text(&self) -> Option<&dyn crate::TextModel> {
+        None
+    }
+
     /// An InferenceGraph's nodes: the server routes a request through
     /// them instead of calling [`infer`](Model::infer). `None`, the
     /// default, for a model that computes.

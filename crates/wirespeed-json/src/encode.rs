@@ -153,6 +153,13 @@ pub fn encode_tensor_data(data: &TensorData, out: &mut Vec<u8>) {
     write_data(out, data);
 }
 
+/// Appends elements `range` of `data` as [`encode_tensor_data`] appends
+/// them all: a slice of a tensor (one row of a batch) written from the
+/// tensor itself.
+pub fn encode_tensor_range(data: &TensorData, range: std::ops::Range<usize>, out: &mut Vec<u8>) {
+    write_range(out, data, range, Style::V2);
+}
+
 /// Appends `text` as a JSON string.
 pub fn encode_string(text: &str, out: &mut Vec<u8>) {
     write_string(out, text.as_bytes());

@@ -54,7 +54,7 @@ pub use decoder::{Format, RequestDecoder};
 pub use encode::{
     encode_clipper_response, encode_infer_request, encode_infer_response,
     encode_infer_response_header, encode_parameters, encode_string, encode_tensor_data,
-    encode_tf_response, non_utf8_element,
+    encode_tensor_range, encode_tf_response, non_utf8_element,
 };
 pub use error::{Category, DecodeError};
 pub use number::{f32_prefix, f64_prefix, number_to_f32, number_to_f64};

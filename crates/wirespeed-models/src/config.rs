@@ -82,6 +82,14 @@ pub struct ModelConfig {
     /// `[sequence]`: sequence batching of a stateful model (`sequence.rs`).
     #[serde(default)]
     pub sequence: Option<crate::sequence::SequenceKeys>,
+    /// `[embedding]`: an encoder made an embedder, with its tokenizer and
+    /// pooling (`text/embedding.rs`).
+    #[serde(default)]
+    pub embedding: Option<toml::Table>,
+    /// `[chat]`: a generating model's chat template and tokenizer
+    /// (`text/chat.rs`).
+    #[serde(default)]
+    pub chat: Option<toml::Table>,
     /// The backend's own top-level keys (`model_file`, ...).
     #[serde(flatten)]
     pub backend_keys: toml::Table,

@@ -43,6 +43,8 @@ mod scheduling;
 mod sequence;
 #[cfg(test)]
 mod testdir;
+#[cfg(feature = "text")]
+mod text;
 mod trees;
 #[cfg(feature = "upstream")]
 mod upstream;

@@ -514,6 +514,8 @@ fn load_version(
     if !reshapes.is_empty() {
         model = crate::reshape::Reshaped::wrap(model, &reshapes, batch);
     }
+    // A text face for the OpenAI API: an embedder, a chat template.
+    model = text(model, files, config).map_err(|m| error(&config_path, m))?;
     let mut labels = labels;
     for (output, given) in model.class_labels() {
         if !given.is_empty() && labels.iter().all(|l| l.output != output) {
@@ -786,6 +788,33 @@ pub fn is_valid_model_name(name: &str) -> bool {
         && name
             .bytes()
             .all(|b| b.is_ascii_alphanumeric() || b"_-.".contains(&b))
+}
+
+/// `model` with the text face its config asks for (`text/`).
+#[cfg(feature = "text")]
+fn text(
+    model: Arc<dyn Model>,
+    files: &Path,
+    config: &ModelConfig,
+) -> Result<Arc<dyn Model>, String> {
+    crate::text::wrap(model, files, config)
+}
+
+/// Without the `text` feature: refused when asked for.
+#[cfg(not(feature = "text"))]
+fn text(
+    model: Arc<dyn Model>,
+    _files: &Path,
+    config: &ModelConfig,
+) -> Result<Arc<dyn Model>, String> {
+    if config.embedding.is_some() || config.chat.is_some() {
+        return Err(
+            "[embedding] and [chat] need wirespeed built with the 'text' feature (on by \
+                    default)"
+                .into(),
+        );
+    }
+    Ok(model)
 }
 
 #[cfg(test)]

@@ -280,7 +280,7 @@ impl Reader {
                 Some((kind, error)) => {
                     Err(model_error(model, kind.as_deref().unwrap_or(""), error))
                 }
-                None => outputs_from(&self.launch, &open.wanted, placed, bytes),
+                None => outputs_from(&self.launch, &open.wanted, placed, bytes, true),
             };
             let sender = if last {
                 streams.remove(&id).map(|open| open.sender)

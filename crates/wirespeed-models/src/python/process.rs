@@ -504,7 +504,7 @@ impl Process {
             .outputs
             .contents()
             .map_err(|e| Error::internal(format!("shared memory: {e}")))?;
-        outputs_from(launch, wanted, placed, contents)
+        outputs_from(launch, wanted, placed, contents, false)
     }
 
     /// Waits until the worker has written something (true), or the
@@ -611,12 +611,15 @@ fn relay(output: io::PipeReader, model: &str, instance: usize) {
 
 /// Outputs placed in `contents` (the output segment, or the bytes after a
 /// streamed response), checked against the declared ones, in the order
-/// `wanted` asks.
+/// `wanted` asks. One of a decoupled model's `streamed` responses may
+/// leave some out, as Triton's may (an LLM's `finish_reason` in its last
+/// response only); a whole answer may not.
 pub(crate) fn outputs_from(
     launch: &Launch,
     wanted: &[usize],
     placed: &[wire::Placed],
     contents: &[u8],
+    streamed: bool,
 ) -> Result<Vec<Tensor>, Error> {
     let model = &launch.model;
     let bad = |message: String| Error::model_failed(format!("model '{model}': {message}"));
@@ -643,6 +646,7 @@ pub(crate) fn outputs_from(
     }
     wanted
         .iter()
+        .filter(|&&index| !streamed || placed.iter().any(|p| p.0 == launch.outputs[index].name))
         .map(|&index| {
             let spec = &launch.outputs[index];
             let Some((_, datatype, shape, offset, len)) = placed.iter().find(|p| p.0 == spec.name)

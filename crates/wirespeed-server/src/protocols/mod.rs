@@ -15,6 +15,7 @@ pub(crate) mod clipper;
 pub(crate) mod grpc;
 pub(crate) mod http;
 pub(crate) mod metrics;
+pub(crate) mod openai;
 pub(crate) mod rest;
 pub(crate) mod router;
 pub(crate) mod tfserving;

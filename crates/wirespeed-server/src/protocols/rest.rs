@@ -23,7 +23,7 @@ use crate::protocols::router::{self, Route};
 use crate::protocols::tfserving::rest as tfserving;
 use crate::protocols::v2::{health, metadata, repository, rest as infer, shared_memory};
 use crate::protocols::Front;
-use crate::protocols::{clipper, metrics};
+use crate::protocols::{clipper, metrics, openai};
 use crate::serve::pipeline::RequestContext;
 
 /// The REST listeners' service.
@@ -142,10 +142,13 @@ async fn dispatch(
         _ => None,
     };
     let clipper = router::is_clipper(uri.path());
+    let openai = router::is_openai(uri.path());
     if let Err(e) = front.auth.check(request.headers(), health) {
-        // Clipper's clients expect Clipper's error shape, always.
+        // Clipper's and OpenAI's clients expect their error shapes, always.
         return if clipper {
             clipper::error(&e, id)
+        } else if openai {
+            openai::error(&e, id)
         } else {
             response::error(&e, id)
         };
@@ -204,7 +207,14 @@ async fn dispatch(
         Ok(Route::ClipperUpdate(app)) => {
             return clipper::update(front, context, app, request).await
         }
+        Ok(Route::OpenAi(openai::Endpoint::Embeddings)) => {
+            return openai::embeddings::embeddings(front, context, request).await
+        }
+        Ok(Route::OpenAi(endpoint)) => {
+            return openai::completions::answer(front, context, endpoint, request).await
+        }
         Err(e) if clipper => return clipper::error(&e, id),
+        Err(e) if openai => return openai::error(&e, id),
         // A path of none of wirespeed's endpoints: a transcoded service's?
         Err(e) if e.kind() == ErrorKind::RouteNotFound => match &front.fallback {
             Some(fallback) => {

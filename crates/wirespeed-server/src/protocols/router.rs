@@ -3,6 +3,7 @@
 use hyper::Method;
 use wirespeed_core::{Error, ErrorKind};
 
+use crate::protocols::openai::Endpoint;
 use crate::protocols::tfserving::examples::Verb;
 use crate::protocols::v2::missing::Missing;
 
@@ -50,6 +51,8 @@ pub(crate) enum Route<'a> {
     ClipperPredict(&'a str),
     /// Clipper: `POST /{app}/update`, feedback for an application
     ClipperUpdate(&'a str),
+    /// OpenAI: `POST /v1/embeddings`, `/v1/chat/completions`, `/v1/completions`
+    OpenAi(crate::protocols::openai::Endpoint),
     /// Triton's shared-memory extensions:
     /// `/v2/{systemsharedmemory|cudasharedmemory}[/region/{name}]/{status|register|unregister}`
     /// (register always names a region).
@@ -94,6 +97,7 @@ impl Route<'_> {
             | Route::TfOtherVerb(_)
             | Route::ClipperPredict(_)
             | Route::ClipperUpdate(_)
+            | Route::OpenAi(_)
             | Route::RepositoryIndex
             | Route::RepositoryLoad(_)
             | Route::RepositoryUnload(_) => Method::POST,
@@ -178,6 +182,9 @@ fn match_route<'a>(path: &'a str, segments: &[&'a str]) -> Option<Route<'a>> {
         ["v2", "logging"] => Some(Route::Missing(Missing::Logging)),
         ["v2", "models", name, rest @ ..] if !name.is_empty() => model_route(name, rest),
         ["v1", "models", rest @ ..] => tf_route(rest),
+        ["v1", "embeddings"] => Some(Route::OpenAi(Endpoint::Embeddings)),
+        ["v1", "chat", "completions"] => Some(Route::OpenAi(Endpoint::ChatCompletions)),
+        ["v1", "completions"] => Some(Route::OpenAi(Endpoint::Completions)),
         ["v2", kind @ ("systemsharedmemory" | "cudasharedmemory"), rest @ ..] => {
             shared_memory_route(*kind == "cudasharedmemory", rest)
         }
@@ -222,6 +229,18 @@ fn shared_memory_route<'a>(cuda: bool, rest: &[&'a str]) -> Option<Route<'a>> {
         region,
         action,
     }))
+}
+
+/// Whether `path` is one of the OpenAI API's own (not `/v1/models`, which
+/// KServe v1 and TF Serving share): its errors are OpenAI's.
+pub(crate) fn is_openai(path: &str) -> bool {
+    let Some((segments, n)) = segments(path) else {
+        return false;
+    };
+    matches!(
+        &segments[..n],
+        ["v1", "embeddings"] | ["v1", "chat", "completions"] | ["v1", "completions"]
+    )
 }
 
 /// Whether `path` is Clipper's `/{app}/predict` or `/{app}/update` (an
@@ -360,6 +379,12 @@ mod tests {
         assert_eq!(post("/app/predict"), Route::ClipperPredict("app"));
         assert_eq!(post("/app/predict/"), Route::ClipperPredict("app"));
         assert_eq!(post("/app/update"), Route::ClipperUpdate("app"));
+        assert_eq!(
+            post("/v1/chat/completions"),
+            Route::OpenAi(Endpoint::ChatCompletions)
+        );
+        assert_eq!(post("/v1/embeddings"), Route::OpenAi(Endpoint::Embeddings));
+        assert!(is_openai("/v1/completions") && !is_openai("/v1/models"));
         assert!(is_clipper("/app/update"));
         assert_eq!(
             route(&Method::GET, "/monitoring/prometheus/metrics").unwrap(),

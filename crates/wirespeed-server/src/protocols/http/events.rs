@@ -25,6 +25,14 @@ use crate::serve::stream::{Item, ResponseStream};
 /// and the blank line), into the event's own buffer.
 pub(crate) type Encode = Box<dyn FnMut(Item, &mut Vec<u8>) + Send>;
 
+/// Writes one response as whole events (`data: ...` and the blank line
+/// each, or nothing for a response that makes none).
+pub(crate) type EncodeEvents = Box<dyn FnMut(Item, &mut Vec<u8>) + Send>;
+
+/// Writes the events that follow the stream's last response (OpenAI's
+/// usage and `[DONE]`).
+pub(crate) type End = Box<dyn FnOnce(&mut Vec<u8>) + Send>;
+
 type Next = Pin<Box<dyn Future<Output = Option<(Item, ResponseStream)>> + Send>>;
 
 fn pull(mut stream: ResponseStream) -> Next {
@@ -36,10 +44,29 @@ fn pull(mut stream: ResponseStream) -> Next {
 
 /// A 200 `text/event-stream` answer: one event per response of
 /// `stream`, as `encode` writes it.
-pub(crate) fn answer(stream: ResponseStream, encode: Encode) -> Response<Body> {
+pub(crate) fn answer(stream: ResponseStream, mut encode: Encode) -> Response<Body> {
+    answer_with_end(
+        stream,
+        Box::new(move |item, out| {
+            out.extend_from_slice(b"data: ");
+            encode(item, out);
+            out.extend_from_slice(b"\n\n");
+        }),
+        None,
+    )
+}
+
+/// A 200 `text/event-stream` answer: the events `encode` writes for each
+/// response of `stream`, then the ones `end` writes.
+pub(crate) fn answer_with_end(
+    stream: ResponseStream,
+    encode: EncodeEvents,
+    end: Option<End>,
+) -> Response<Body> {
     let body = Events {
         next: Some(pull(stream)),
         encode,
+        end,
     };
     let mut response = Response::new(Body::stream(body));
     let headers = response.headers_mut();
@@ -63,7 +90,9 @@ pub(crate) fn event(write: impl FnOnce(&mut Vec<u8>)) -> Bytes {
 struct Events {
     /// `None` once the stream has ended.
     next: Option<Next>,
-    encode: Encode,
+    encode: EncodeEvents,
+    /// Written once the stream has ended.
+    end: Option<End>,
 }
 
 impl hyper::body::Body for Events {
@@ -75,24 +104,30 @@ impl hyper::body::Body for Events {
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
         let this = self.get_mut();
-        let Some(next) = this.next.as_mut() else {
-            return Poll::Ready(None);
-        };
-        match next.as_mut().poll(cx) {
-            Poll::Pending => Poll::Pending,
-            Poll::Ready(None) => {
-                this.next = None;
-                Poll::Ready(None)
-            }
-            Poll::Ready(Some((item, stream))) => {
-                this.next = Some(pull(stream));
-                let encode = &mut this.encode;
-                Poll::Ready(Some(Ok(Frame::data(event(|out| encode(item, out))))))
+        loop {
+            let Some(next) = this.next.as_mut() else {
+                return Poll::Ready(this.end.take().map(|end| {
+                    let mut out = Vec::with_capacity(256);
+                    end(&mut out);
+                    Ok(Frame::data(Bytes::from(out)))
+                }));
+            };
+            match next.as_mut().poll(cx) {
+                Poll::Pending => return Poll::Pending,
+                Poll::Ready(None) => this.next = None,
+                Poll::Ready(Some((item, stream))) => {
+                    this.next = Some(pull(stream));
+                    let mut out = Vec::with_capacity(128);
+                    (this.encode)(item, &mut out);
+                    if !out.is_empty() {
+                        return Poll::Ready(Some(Ok(Frame::data(Bytes::from(out)))));
+                    }
+                }
             }
         }
     }
 
     fn is_end_stream(&self) -> bool {
-        self.next.is_none()
+        self.next.is_none() && self.end.is_none()
     }
 }

@@ -289,17 +289,23 @@ pub(crate) fn status(front: &Front, target: Target<'_>) -> Result<Response<Body>
             })
         })
         .collect();
-    Ok(response::json_value(&json!({
-        "name": target.name,
-        "ready": all_ready,
-        "model_version_status": statuses,
-    })))
+    let mut answer = Map::new();
+    answer.insert("name".into(), json!(target.name));
+    answer.insert("ready".into(), json!(all_ready));
+    answer.insert("model_version_status".into(), json!(statuses));
+    // OpenAI's `GET /v1/models/{model}` is this path too.
+    crate::protocols::openai::model_fields(target.name, &mut answer);
+    Ok(response::json_value(&Value::Object(answer)))
 }
 
 /// KServe v1's `GET /v1/models`: the served models' names.
 pub(crate) fn model_list(front: &Front) -> Response<Body> {
     let names = front.serving.models.names();
-    response::json_value(&json!({ "models": names }))
+    let mut answer = Map::new();
+    answer.insert("models".into(), json!(names));
+    // OpenAI's `GET /v1/models` is this path too: its fields beside.
+    crate::protocols::openai::list_fields(front, &mut answer);
+    response::json_value(&Value::Object(answer))
 }
 
 /// `GET /v1/models/{name}[/versions/{v}]/metadata`: the model's inputs and

@@ -16,15 +16,17 @@ pub(crate) enum InferProtocol {
     TfServing = 2,
     Clipper = 3,
     TfServingGrpc = 4,
+    OpenAi = 5,
 }
 
 impl InferProtocol {
-    pub(crate) const ALL: [InferProtocol; 5] = [
+    pub(crate) const ALL: [InferProtocol; 6] = [
         InferProtocol::V2Rest,
         InferProtocol::V2Grpc,
         InferProtocol::TfServing,
         InferProtocol::Clipper,
         InferProtocol::TfServingGrpc,
+        InferProtocol::OpenAi,
     ];
 
     pub(crate) fn label(self) -> &'static str {
@@ -34,6 +36,7 @@ impl InferProtocol {
             InferProtocol::TfServing => "tfserving",
             InferProtocol::Clipper => "clipper",
             InferProtocol::TfServingGrpc => "tfserving_grpc",
+            InferProtocol::OpenAi => "openai",
         }
     }
 }

@@ -1,0 +1,144 @@
+//! The OpenAI API on the REST port: `GET /v1/models` (and a model),
+//! `POST /v1/embeddings`, `POST /v1/chat/completions` and
+//! `POST /v1/completions`, in OpenAI's shapes, for the official SDKs.
+//!
+//! `GET /v1/models` and `GET /v1/models/{model}` are KServe v1's and TF
+//! Serving's paths too: their answers carry every protocol's fields
+//! (KServe's `models`, TF Serving's `model_version_status`, OpenAI's
+//! `object` and `data`, `id`), and each client reads its own
+//! (`tfserving/rest.rs` adds [`list_fields`] and [`model_fields`]).
+//!
+//! Every request is read whole (they are small: texts and messages) and
+//! parsed with `serde_json`; the model it names then takes the one
+//! pipeline (`serve/pipeline.rs`), so it queues, batches, is counted and
+//! traced like any other. Embeddings are written from the embedder's
+//! output tensor by the V2 encoder's number writer, or as base64 of its
+//! bytes; a chat answer streams as server-sent events as the model sends
+//! its tokens (`completions.rs`). Errors are OpenAI's
+//! `{"error": {"message", "type", "param", "code"}}` ([`error`]).
+
+pub(crate) mod completions;
+pub(crate) mod embeddings;
+
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use hyper::StatusCode;
+use serde_json::{json, Map, Value};
+use wirespeed_core::{Error, ErrorKind};
+
+use crate::protocols::http::response::{self, Body};
+use crate::protocols::Front;
+use crate::serve::pipeline;
+
+/// Who owns the models, as `/v1/models` says.
+const OWNED_BY: &str = "wirespeed";
+
+/// The OpenAI endpoints.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Endpoint {
+    Embeddings,
+    ChatCompletions,
+    Completions,
+}
+
+/// When the models were made, as `/v1/models` says: the process's start.
+fn created() -> u64 {
+    static START: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+    *START.get_or_init(now)
+}
+
+/// Seconds since the epoch.
+pub(crate) fn now() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+/// OpenAI's fields of the model list, added to KServe's `{"models": [...]}`.
+pub(crate) fn list_fields(front: &Front, answer: &mut Map<String, Value>) {
+    let data: Vec<Value> = front
+        .serving
+        .models
+        .names()
+        .iter()
+        .map(|name| model_object(name))
+        .collect();
+    answer.insert("object".into(), json!("list"));
+    answer.insert("data".into(), Value::Array(data));
+}
+
+/// OpenAI's fields of one model, added to TF Serving's status.
+pub(crate) fn model_fields(name: &str, answer: &mut Map<String, Value>) {
+    if let Value::Object(fields) = model_object(name) {
+        answer.extend(fields);
+    }
+}
+
+fn model_object(name: &str) -> Value {
+    json!({ "id": name, "object": "model", "created": created(), "owned_by": OWNED_BY })
+}
+
+/// OpenAI's error body for `error` (whose client-facing text is
+/// `message`), with its status: 400 `invalid_request_error` for the
+/// client's mistakes (404 `model_not_found` for a model not served), 401
+/// for a key, 429 and 503 for overload, 500 `server_error` otherwise.
+pub(crate) fn error_with(
+    error: &Error,
+    message: &str,
+    param: Option<&str>,
+) -> hyper::Response<Body> {
+    let kind = error.kind();
+    let status =
+        StatusCode::from_u16(kind.http_status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    let (kind_name, code) = match kind {
+        ErrorKind::ModelNotFound | ErrorKind::VersionNotFound => {
+            ("invalid_request_error", Some("model_not_found"))
+        }
+        ErrorKind::Unauthenticated => ("invalid_request_error", Some("invalid_api_key")),
+        ErrorKind::Overloaded => ("rate_limit_error", None),
+        _ if kind.is_client_error() => ("invalid_request_error", None),
+        _ => ("server_error", None),
+    };
+    let body = json!({
+        "error": { "message": message, "type": kind_name, "param": param, "code": code }
+    });
+    response::json_with_status(status, body.to_string())
+}
+
+/// OpenAI's error body for `error` to request `id`.
+pub(crate) fn error(error: &Error, id: u64) -> hyper::Response<Body> {
+    error_with(error, &pipeline::public_message(error, id), None)
+}
+
+/// Checks that `object` has only the keys OpenAI's endpoint takes, in
+/// OpenAI's words for one it does not.
+fn known_keys(object: &Map<String, Value>, known: &[&str]) -> Result<(), Error> {
+    match object.keys().find(|k| !known.contains(&k.as_str())) {
+        Some(key) => Err(Error::invalid_input(format!(
+            "Unrecognized request argument supplied: {key}"
+        ))),
+        None => Ok(()),
+    }
+}
+
+/// The body as a JSON object.
+fn object(body: &[u8]) -> Result<Map<String, Value>, Error> {
+    match serde_json::from_slice::<Value>(body) {
+        Ok(Value::Object(object)) => Ok(object),
+        Ok(_) => Err(Error::malformed("the request body is not a JSON object")),
+        Err(e) => Err(Error::malformed(format!(
+            "We could not parse the JSON body of your request: {e}"
+        ))),
+    }
+}
+
+/// The request's `model`, a string.
+fn model_name(object: &Map<String, Value>) -> Result<String, Error> {
+    match object.get("model") {
+        Some(Value::String(m)) if !m.is_empty() => Ok(m.clone()),
+        Some(_) => Err(Error::invalid_input("'model' must be a model's name")),
+        None => Err(Error::invalid_input(
+            "you must provide a model parameter: the name of a served model",
+        )),
+    }
+}
