@@ -198,7 +198,7 @@ def repository(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def server(repository):
-    running = RunningServer(repository)
+    running = RunningServer(repository, ["--metrics", "127.0.0.1:0"])
     yield running
     running.stop()
 
@@ -319,6 +319,28 @@ def test_chat_streams_each_piece_as_it_comes(server, repository):
             return [ch.choices[0].delta.content async for ch in stream if ch.choices and ch.choices[0].delta.content]
 
     assert "".join(asyncio.run(ask())) == prompt
+
+
+def histogram_count(server, family, model):
+    text = requests.get(f"http://127.0.0.1:{server.metrics_port}/metrics", timeout=10).text
+    for line in text.splitlines():
+        if line.startswith(f"{family}_count{{") and f'model="{model}"' in line:
+            return float(line.rsplit(" ", 1)[1])
+    return 0.0
+
+
+def test_token_latencies_are_histograms(server):
+    """Time to first token and inter-token latency, as the Gateway API
+    Inference Extension and KEDA read a model server's."""
+    first = histogram_count(server, "wirespeed_time_to_first_token_seconds", "echo-llm")
+    between = histogram_count(server, "wirespeed_inter_token_latency_seconds", "echo-llm")
+    prompt = hf_render(MESSAGES)
+    with client(server) as c:
+        pieces = sum(1 for ch in c.chat.completions.create(model="echo-llm", messages=MESSAGES, stream=True)
+                     if ch.choices and ch.choices[0].delta.content)
+    assert pieces == (len(prompt) + 7) // 8
+    assert histogram_count(server, "wirespeed_time_to_first_token_seconds", "echo-llm") == first + 1
+    assert histogram_count(server, "wirespeed_inter_token_latency_seconds", "echo-llm") >= between + pieces - 1
 
 
 def test_completions_stream_and_not(server):

@@ -91,6 +91,12 @@ impl Scheduler {
         &self.counters
     }
 
+    /// The executions holding a compute slot now.
+    pub fn running(&self) -> usize {
+        self.concurrency
+            .saturating_sub(self.slots.available_permits())
+    }
+
     /// The requests waiting for a turn now.
     pub fn waiting(&self) -> usize {
         self.waiting.load(Ordering::Relaxed)

@@ -13,7 +13,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use serde::Deserialize;
-use tokenizers::{PaddingParams, PaddingStrategy, Tokenizer, TruncationParams};
+use tokenizers::{Tokenizer, TruncationParams};
 use wirespeed_core::{
     DataType, Error, Execution, Model, ModelMetadata, Tensor, TensorData, TensorSpec, TextModel,
 };
@@ -54,11 +54,32 @@ pub(crate) struct Embedder {
     pooling: Pooling,
     normalize: bool,
     sizes: Vec<usize>,
+    pad_id: u32,
+    pad_type_id: u32,
+    /// A few texts are embedded on the calling thread (measured at load).
+    inline: bool,
     /// The encoder's output used, by index.
     output: usize,
     /// The encoder's inputs, in its order: what each one takes.
     feeds: Vec<(Feed, DataType)>,
     metadata: ModelMetadata,
+}
+
+/// An encoder that embeds one short text in less than this embeds up to
+/// [`SEQUENTIAL_TEXTS`] texts on the thread that read the request.
+const INLINE_UNDER: std::time::Duration = std::time::Duration::from_micros(50);
+
+/// Texts up to this many are tokenized one after another; more over
+/// the tokenizer's threads (their hand-off costs more than a few texts).
+const SEQUENTIAL_TEXTS: usize = 4;
+
+/// A batch of texts as the encoder takes it.
+struct Encoded {
+    tensors: Vec<Tensor>,
+    /// Each text's attention mask, padded.
+    masks: Vec<Vec<u32>>,
+    /// Each text's tokens.
+    counts: Vec<i64>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -153,26 +174,16 @@ impl Embedder {
                  the model's {size} and above 0"
             ));
         }
-        // Padded to the batch's longest (with the tokenizer's own pad
-        // token when it names one), cut at max_length.
-        let padding = match tokenizer.get_padding() {
-            Some(p) => PaddingParams {
-                strategy: PaddingStrategy::BatchLongest,
-                ..p.clone()
-            },
-            None => {
-                let mut p = PaddingParams::default();
-                for token in ["[PAD]", "<pad>", "<|pad|>"] {
-                    if let Some(id) = tokenizer.token_to_id(token) {
-                        p.pad_id = id;
-                        p.pad_token = token.to_owned();
-                        break;
-                    }
-                }
-                p
-            }
+        // Padded here, to the batch's longest, with the tokenizer's own
+        // pad token when it names one.
+        let (pad_id, pad_type_id) = match tokenizer.get_padding() {
+            Some(p) => (p.pad_id, p.pad_type_id),
+            None => ["[PAD]", "<pad>", "<|pad|>"]
+                .iter()
+                .find_map(|t| tokenizer.token_to_id(t))
+                .map_or((0, 0), |id| (id, 0)),
         };
-        tokenizer.with_padding(Some(padding));
+        tokenizer.with_padding(None);
         if let Some(max) = keys.max_length {
             let truncation = TruncationParams {
                 max_length: max,
@@ -207,49 +218,92 @@ impl Embedder {
                 },
             ],
         };
-        Ok(Embedder {
+        let mut embedder = Embedder {
             encoder,
             tokenizer,
             pooling,
             normalize: keys.normalize.unwrap_or(true),
             sizes: keys.dimensions.clone(),
+            pad_id,
+            pad_type_id,
             output,
             feeds,
             metadata,
-        })
+            inline: false,
+        };
+        // A small encoder answers a few texts faster on the thread that
+        // read them than through a hand-off to the CPU pool; a large one
+        // must not hold that thread. Measured here, on one short text.
+        let probe = Tensor {
+            name: "text".into(),
+            shape: vec![1],
+            data: TensorData::Bytes(vec![b"a short text to time the encoder".to_vec()]),
+        };
+        let mut took = std::time::Duration::MAX;
+        for _ in 0..3 {
+            let started = std::time::Instant::now();
+            embedder
+                .infer(std::slice::from_ref(&probe), &[0, 1])
+                .map_err(|e| format!("the embedder fails on a short text: {e}"))?;
+            took = took.min(started.elapsed());
+        }
+        embedder.inline = took < INLINE_UNDER;
+        tracing::info!(
+            model = %embedder.metadata.name,
+            one_text_us = took.as_micros() as u64,
+            inline = embedder.inline,
+            "embedder"
+        );
+        Ok(embedder)
     }
 
-    /// The encoder's inputs for `texts`, and each text's token count.
-    fn encode(&self, texts: &[&str]) -> Result<(Vec<Tensor>, Vec<i64>, usize), Error> {
-        let encodings = self
-            .tokenizer
-            .encode_batch(texts.to_vec(), true)
-            .map_err(|e| Error::invalid_input(format!("cannot tokenize the text: {e}")))?;
+    /// The encoder's inputs for `texts` (padded to the longest), each
+    /// text's attention mask (padded) and token count.
+    fn encode(&self, texts: &[&str]) -> Result<Encoded, Error> {
+        let failed =
+            |e: tokenizers::Error| Error::invalid_input(format!("cannot tokenize the text: {e}"));
+        // A few texts one after another; more over the tokenizer's threads.
+        let encodings = if texts.len() <= SEQUENTIAL_TEXTS {
+            texts
+                .iter()
+                .map(|t| self.tokenizer.encode(*t, true))
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(failed)?
+        } else {
+            self.tokenizer
+                .encode_batch(texts.to_vec(), true)
+                .map_err(failed)?
+        };
         let rows = encodings.len();
         let width = encodings
             .iter()
             .map(|e| e.get_ids().len())
             .max()
             .unwrap_or(0);
-        let counts: Vec<i64> = encodings
-            .iter()
-            .map(|e| e.get_attention_mask().iter().map(|&m| i64::from(m)).sum())
-            .collect();
+        let mut masks = Vec::with_capacity(rows);
+        let mut counts = Vec::with_capacity(rows);
+        for e in &encodings {
+            let mut mask = e.get_attention_mask().to_vec();
+            counts.push(mask.iter().map(|&m| i64::from(m)).sum());
+            mask.resize(width, 0);
+            masks.push(mask);
+        }
         let inner = self.encoder.metadata();
         let tensors = self
             .feeds
             .iter()
             .zip(&inner.inputs)
             .map(|((feed, datatype), spec)| {
+                let (pad, rows_of): (u32, &dyn Fn(&tokenizers::Encoding) -> &[u32]) = match feed {
+                    Feed::Ids => (self.pad_id, &|e| e.get_ids()),
+                    Feed::Mask => (0, &|e| e.get_attention_mask()),
+                    Feed::TypeIds => (self.pad_type_id, &|e| e.get_type_ids()),
+                };
                 let mut values: Vec<i64> = Vec::with_capacity(rows * width);
                 for e in &encodings {
-                    let row = match feed {
-                        Feed::Ids => e.get_ids(),
-                        Feed::Mask => e.get_attention_mask(),
-                        Feed::TypeIds => e.get_type_ids(),
-                    };
+                    let row = rows_of(e);
                     values.extend(row.iter().map(|&v| i64::from(v)));
-                    values.resize(values.len() + width - row.len(), 0);
+                    values.resize(values.len() + width - row.len(), i64::from(pad));
                 }
                 let data = match datatype {
                     DataType::Int32 => {
@@ -264,7 +318,11 @@ impl Embedder {
                 }
             })
             .collect();
-        Ok((tensors, counts, width))
+        Ok(Encoded {
+            tensors,
+            masks,
+            counts,
+        })
     }
 
     /// One vector per row from the encoder's `hidden` states.
@@ -344,21 +402,11 @@ impl Model for Embedder {
             .collect::<Result<Vec<&str>, _>>()
             .map_err(|_| Error::invalid_input("a text is not UTF-8"))?;
         let rows = texts.len();
-        let (feeds, counts, _) = self.encode(&texts)?;
-        let masks: Vec<Vec<u32>> = feeds
-            .iter()
-            .zip(&self.feeds)
-            .find(|(_, (f, _))| *f == Feed::Mask)
-            .map(|(t, _)| match &t.data {
-                TensorData::Int64(v) => v.iter().map(|&x| x as u32).collect::<Vec<u32>>(),
-                TensorData::Int32(v) => v.iter().map(|&x| x as u32).collect(),
-                _ => Vec::new(),
-            })
-            .map(|flat| {
-                let width = flat.len() / rows.max(1);
-                flat.chunks(width.max(1)).map(<[u32]>::to_vec).collect()
-            })
-            .unwrap_or_else(|| counts.iter().map(|&c| vec![1u32; c as usize]).collect());
+        let Encoded {
+            tensors: feeds,
+            masks,
+            counts,
+        } = self.encode(&texts)?;
         let hidden = self.encoder.infer(&feeds, &[self.output])?;
         let hidden = hidden
             .into_iter()
@@ -382,9 +430,14 @@ impl Model for Embedder {
             .collect())
     }
 
-    /// Tokenizing and encoding are heavy: on the CPU pool.
-    fn execution(&self, _elements: usize) -> Execution {
-        Execution::Pool
+    /// On the CPU pool, but for a few texts to a small encoder (measured
+    /// at load): those inline.
+    fn execution(&self, texts: usize) -> Execution {
+        if self.inline && texts <= SEQUENTIAL_TEXTS {
+            Execution::Inline
+        } else {
+            Execution::Pool
+        }
     }
 
     fn ready(&self) -> Result<(), String> {

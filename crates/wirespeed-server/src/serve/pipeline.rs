@@ -465,7 +465,8 @@ async fn compute<C: Codec>(
         )
         .await;
         stages.compute = compute.elapsed();
-        return codec.encode_stream(stream?).await;
+        let stream = stream?.timed(Arc::clone(model), stages.started());
+        return codec.encode_stream(stream).await;
     }
     let mut stragglers = 0;
     let answer = if served.model.selection().is_some() {

@@ -112,6 +112,12 @@ pub(crate) struct Latencies {
     pub(crate) queue: Histogram,
     /// The model.
     pub(crate) compute_infer: Histogram,
+    /// A streaming (decoupled) model's first response, from the
+    /// request's first byte: an LLM's time to first token.
+    pub(crate) first_response: Histogram,
+    /// Between a streaming model's responses: an LLM's inter-token
+    /// latency.
+    pub(crate) between_responses: Histogram,
 }
 
 /// One model's counters.
@@ -146,6 +152,8 @@ impl ModelStats {
                 request: Histogram::new(Arc::clone(b)),
                 queue: Histogram::new(Arc::clone(b)),
                 compute_infer: Histogram::new(Arc::clone(b)),
+                first_response: Histogram::new(Arc::clone(b)),
+                between_responses: Histogram::new(Arc::clone(b)),
             }),
             ..ModelStats::default()
         }
@@ -193,6 +201,18 @@ impl ModelStats {
     /// looking and keeping the model's answer.
     pub(crate) fn cache_miss(&self, took: Duration) {
         self.cache_miss.add(took);
+    }
+
+    /// Counts a streaming model's response that came `after` the request
+    /// began (its first) or the response before it.
+    pub(crate) fn streamed(&self, first: bool, after: Duration) {
+        if let Some(latencies) = &self.latencies {
+            if first {
+                latencies.first_response.observe(after);
+            } else {
+                latencies.between_responses.observe(after);
+            }
+        }
     }
 
     /// The latency histograms, when metrics are on.

@@ -18,7 +18,12 @@
 use std::future::Future;
 use std::pin::Pin;
 
+use std::sync::Arc;
+use std::time::Instant;
+
 use wirespeed_core::{Error, InferResponse, OneResponse, ResponseReceiver, Streamed};
+
+use crate::serve::served::ServedModel;
 
 /// The model's run, owned: it ends once the model has taken the request.
 pub(crate) type Run = Pin<Box<dyn Future<Output = Result<(), Error>> + Send>>;
@@ -40,9 +45,20 @@ pub(crate) struct ResponseStream {
     model_name: String,
     model_version: String,
     id: Option<String>,
+    /// Where its responses' times are counted (time to the first, between
+    /// the others), and when the last one came: the request's start
+    /// before the first.
+    timing: Option<(Arc<ServedModel>, Instant, bool)>,
 }
 
 impl ResponseStream {
+    /// Counts the stream's response times in `model`'s statistics, from
+    /// the request's start `started`.
+    pub(crate) fn timed(mut self, model: Arc<ServedModel>, started: Instant) -> ResponseStream {
+        self.timing = Some((model, started, true));
+        self
+    }
+
     /// Waits for the first event of a stream: the run's failure is
     /// returned as the request's error; a response, or the run's success,
     /// makes the stream.
@@ -68,6 +84,7 @@ impl ResponseStream {
             model_name,
             model_version,
             id,
+            timing: None,
         })
     }
 
@@ -96,7 +113,13 @@ impl ResponseStream {
         }
     }
 
-    fn item(&self, streamed: Streamed) -> Item {
+    fn item(&mut self, streamed: Streamed) -> Item {
+        if let (Some((model, last, first)), true) = (&mut self.timing, streamed.result.is_ok()) {
+            let now = Instant::now();
+            model.stats.streamed(*first, now.duration_since(*last));
+            *last = now;
+            *first = false;
+        }
         Item {
             response: streamed.result.map(|outputs| self.response(outputs)),
             last: streamed.last,

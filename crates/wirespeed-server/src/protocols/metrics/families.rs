@@ -180,6 +180,18 @@ fn model_families(serving: &Serving) -> Vec<MetricFamily> {
         "wirespeed_inference_compute_infer_duration_seconds",
         "Time the model took on successful inference requests",
     );
+    let mut first_hist = Family::histogram(
+        "wirespeed_time_to_first_token_seconds",
+        "A streaming (decoupled) model's first response, from the request's first byte: an LLM's time to first token",
+    );
+    let mut between_hist = Family::histogram(
+        "wirespeed_inter_token_latency_seconds",
+        "Between a streaming model's responses: an LLM's inter-token latency",
+    );
+    let mut running = Family::gauge(
+        "wirespeed_inference_running_requests",
+        "Executions of the model holding a compute slot now (beside nv_inference_pending_request_count, the queue)",
+    );
     let mut defaults = Family::counter(
         "wirespeed_default_outputs_total",
         "Requests answered with the model's default outputs ([slo])",
@@ -237,7 +249,12 @@ fn model_families(serving: &Serving) -> Vec<MetricFamily> {
             request_hist.observed(&labels, &latencies.request);
             queue_hist.observed(&labels, &latencies.queue);
             infer_hist.observed(&labels, &latencies.compute_infer);
+            if served.model.decoupled() {
+                first_hist.observed(&labels, &latencies.first_response);
+                between_hist.observed(&labels, &latencies.between_responses);
+            }
         }
+        running.count(&labels, served.scheduler.running() as u64);
         let counters = served.scheduler.counters();
         defaults.count(&labels, counters.defaults.load(Ordering::Relaxed));
         timeouts.count(&labels, counters.timeouts.load(Ordering::Relaxed));
@@ -273,6 +290,9 @@ fn model_families(serving: &Serving) -> Vec<MetricFamily> {
         request_hist.0,
         queue_hist.0,
         infer_hist.0,
+        first_hist.0,
+        between_hist.0,
+        running.0,
         defaults.0,
         timeouts.0,
         batch_size.0,

@@ -22,6 +22,8 @@
 //! tokens with the model's tokenizer when it has one, else the pieces
 //! streamed.
 
+use std::sync::{Arc, Mutex};
+
 use hyper::body::Incoming;
 use hyper::{Request, Response};
 use serde_json::{json, Map, Value};
@@ -661,71 +663,42 @@ impl Completions {
 
     /// The answer as server-sent events, one a piece as the model sends it.
     fn streamed(&mut self, stream: ResponseStream) -> Response<Body> {
+        let chunks = Chunks::new(&self.id, self.object(true), &self.model, self.ask.chat);
+        let end_chunks = chunks.clone();
         let chat = self.ask.chat;
-        let head = json!({
-            "id": self.id,
-            "object": self.object(true),
-            "created": now(),
-            "model": self.model,
-        });
         let include_usage = self.ask.include_usage;
         let prompt_tokens = self.prompt_tokens.unwrap_or(0);
         let counter = self.counter.take();
+        let tally = Arc::new(Mutex::new(Tally::default()));
+        let kept = Arc::clone(&tally);
         let mut first = true;
-        let mut finished = false;
-        let mut text = String::new();
-        let mut pieces = 0usize;
-        let tally = std::sync::Arc::new(std::sync::Mutex::new((String::new(), 0usize, false)));
-        let kept = std::sync::Arc::clone(&tally);
-        let chunk = move |delta: Value, finish: Option<&str>, out: &mut Vec<u8>| {
-            let mut event = head.clone();
-            let choice = if chat {
-                json!({ "index": 0, "delta": delta, "logprobs": null, "finish_reason": finish })
-            } else {
-                json!({
-                    "index": 0,
-                    "text": delta.get("content").cloned().unwrap_or(json!("")),
-                    "logprobs": null,
-                    "finish_reason": finish,
-                })
-            };
-            event["choices"] = json!([choice]);
-            out.extend_from_slice(b"data: ");
-            out.extend_from_slice(event.to_string().as_bytes());
-            out.extend_from_slice(b"\n\n");
-        };
-        let end_chunk = chunk.clone();
-        let head_end = json!({
-            "id": self.id,
-            "object": self.object(true),
-            "created": now(),
-            "model": self.model,
-        });
         let encode: events::EncodeEvents = Box::new(move |item, out| {
-            if finished {
+            let Ok(mut tally) = kept.lock() else { return };
+            if tally.finished {
                 return;
             }
             if first && chat {
-                chunk(json!({ "role": "assistant", "content": "" }), None, out);
+                chunks.write(Delta::Role, None, out);
             }
             first = false;
-            let piece = item.response.and_then(|r| said(&r));
-            match piece {
+            match item.response.and_then(|r| said(&r)) {
                 Ok(piece) => {
                     if !piece.text.is_empty() {
-                        pieces += 1;
-                        text.push_str(&piece.text);
-                        chunk(json!({ "content": piece.text }), None, out);
+                        tally.pieces += 1;
+                        if include_usage {
+                            tally.text.push_str(&piece.text);
+                        }
+                        chunks.write(Delta::Content(&piece.text), None, out);
                     }
-                    if let Some(calls) = piece.tool_calls {
-                        chunk(json!({ "tool_calls": calls }), None, out);
+                    if let Some(calls) = &piece.tool_calls {
+                        chunks.write(Delta::ToolCalls(calls), None, out);
                     }
                     if let Some(reason) = &piece.finish_reason {
-                        chunk(json!({}), Some(reason), out);
-                        finished = true;
+                        chunks.write(Delta::Empty, Some(reason), out);
+                        tally.finished = true;
                     } else if item.last {
-                        chunk(json!({}), Some("stop"), out);
-                        finished = true;
+                        chunks.write(Delta::Empty, Some("stop"), out);
+                        tally.finished = true;
                     }
                 }
                 Err(e) => {
@@ -734,42 +707,118 @@ impl Completions {
                     out.extend_from_slice(b"data: ");
                     out.extend_from_slice(body.to_string().as_bytes());
                     out.extend_from_slice(b"\n\n");
-                    finished = true;
+                    tally.finished = true;
                 }
-            }
-            if let Ok(mut t) = kept.lock() {
-                t.0.clone_from(&text);
-                t.1 = pieces;
-                t.2 = finished;
             }
         });
         let end: events::End = Box::new(move |out| {
-            let (answered, pieces, finished) = tally
-                .lock()
-                .map(|t| (t.0.clone(), t.1, t.2))
-                .unwrap_or_default();
-            if !finished {
+            let Ok(tally) = tally.lock() else { return };
+            if !tally.finished {
                 // The model ended without flagging its last response.
-                end_chunk(json!({}), Some("stop"), out);
+                end_chunks.write(Delta::Empty, Some("stop"), out);
             }
             if include_usage {
                 let completion = counter
                     .as_ref()
-                    .and_then(|model| model.text()?.count_tokens(&answered))
-                    .unwrap_or(pieces);
-                let mut usage = head_end.clone();
-                usage["choices"] = json!([]);
-                usage["usage"] = json!({
-                    "prompt_tokens": prompt_tokens,
-                    "completion_tokens": completion,
-                    "total_tokens": prompt_tokens + completion,
-                });
-                out.extend_from_slice(b"data: ");
-                out.extend_from_slice(usage.to_string().as_bytes());
-                out.extend_from_slice(b"\n\n");
+                    .and_then(|model| model.text()?.count_tokens(&tally.text))
+                    .unwrap_or(tally.pieces);
+                end_chunks.usage(prompt_tokens, completion, out);
             }
             out.extend_from_slice(b"data: [DONE]\n\n");
         });
         events::answer_with_end(stream, encode, Some(end))
+    }
+}
+
+/// What a stream has said so far.
+#[derive(Default)]
+struct Tally {
+    /// The answer, kept only to count its tokens for `include_usage`.
+    text: String,
+    pieces: usize,
+    finished: bool,
+}
+
+/// What one chunk of a stream says.
+enum Delta<'a> {
+    /// The first chunk of a chat: the assistant's role.
+    Role,
+    Content(&'a str),
+    ToolCalls(&'a Value),
+    Empty,
+}
+
+/// Writes a stream's chunks: the part every chunk shares made once
+/// (`id`, `object`, `created`, `model`), each piece's text as a JSON
+/// string after it.
+#[derive(Clone)]
+struct Chunks {
+    /// `data: {"id":...,"model":...,"choices":[{"index":0,`
+    head: Arc<Vec<u8>>,
+    chat: bool,
+}
+
+impl Chunks {
+    fn new(id: &str, object: &str, model: &str, chat: bool) -> Chunks {
+        let mut head = Vec::with_capacity(128);
+        head.extend_from_slice(b"data: {\"id\":");
+        wirespeed_json::encode_string(id, &mut head);
+        head.extend_from_slice(b",\"object\":");
+        wirespeed_json::encode_string(object, &mut head);
+        head.extend_from_slice(b",\"created\":");
+        head.extend_from_slice(itoa::Buffer::new().format(now()).as_bytes());
+        head.extend_from_slice(b",\"model\":");
+        wirespeed_json::encode_string(model, &mut head);
+        head.extend_from_slice(b",\"choices\":[");
+        Chunks {
+            head: Arc::new(head),
+            chat,
+        }
+    }
+
+    fn write(&self, delta: Delta<'_>, finish: Option<&str>, out: &mut Vec<u8>) {
+        out.extend_from_slice(&self.head);
+        out.extend_from_slice(b"{\"index\":0,");
+        if self.chat {
+            out.extend_from_slice(b"\"delta\":");
+            match delta {
+                Delta::Role => out.extend_from_slice(b"{\"role\":\"assistant\",\"content\":\"\"}"),
+                Delta::Content(text) => {
+                    out.extend_from_slice(b"{\"content\":");
+                    wirespeed_json::encode_string(text, out);
+                    out.push(b'}');
+                }
+                Delta::ToolCalls(calls) => {
+                    out.extend_from_slice(b"{\"tool_calls\":");
+                    out.extend_from_slice(calls.to_string().as_bytes());
+                    out.push(b'}');
+                }
+                Delta::Empty => out.extend_from_slice(b"{}"),
+            }
+        } else {
+            out.extend_from_slice(b"\"text\":");
+            match delta {
+                Delta::Content(text) => wirespeed_json::encode_string(text, out),
+                _ => out.extend_from_slice(b"\"\""),
+            }
+        }
+        out.extend_from_slice(b",\"logprobs\":null,\"finish_reason\":");
+        match finish {
+            Some(reason) => wirespeed_json::encode_string(reason, out),
+            None => out.extend_from_slice(b"null"),
+        }
+        out.extend_from_slice(b"}]}\n\n");
+    }
+
+    /// The usage chunk: no choices.
+    fn usage(&self, prompt: usize, completion: usize, out: &mut Vec<u8>) {
+        out.extend_from_slice(&self.head);
+        out.extend_from_slice(b"],\"usage\":{\"prompt_tokens\":");
+        out.extend_from_slice(itoa::Buffer::new().format(prompt).as_bytes());
+        out.extend_from_slice(b",\"completion_tokens\":");
+        out.extend_from_slice(itoa::Buffer::new().format(completion).as_bytes());
+        out.extend_from_slice(b",\"total_tokens\":");
+        out.extend_from_slice(itoa::Buffer::new().format(prompt + completion).as_bytes());
+        out.extend_from_slice(b"}}\n\n");
     }
 }
