@@ -294,14 +294,18 @@ impl Embedder {
             .iter()
             .zip(&inner.inputs)
             .map(|((feed, datatype), spec)| {
-                let (pad, rows_of): (u32, &dyn Fn(&tokenizers::Encoding) -> &[u32]) = match feed {
-                    Feed::Ids => (self.pad_id, &|e| e.get_ids()),
-                    Feed::Mask => (0, &|e| e.get_attention_mask()),
-                    Feed::TypeIds => (self.pad_type_id, &|e| e.get_type_ids()),
+                let pad = match feed {
+                    Feed::Ids => self.pad_id,
+                    Feed::Mask => 0,
+                    Feed::TypeIds => self.pad_type_id,
                 };
                 let mut values: Vec<i64> = Vec::with_capacity(rows * width);
                 for e in &encodings {
-                    let row = rows_of(e);
+                    let row = match feed {
+                        Feed::Ids => e.get_ids(),
+                        Feed::Mask => e.get_attention_mask(),
+                        Feed::TypeIds => e.get_type_ids(),
+                    };
                     values.extend(row.iter().map(|&v| i64::from(v)));
                     values.resize(values.len() + width - row.len(), i64::from(pad));
                 }
