@@ -242,9 +242,10 @@ pub(crate) async fn join_all<T>(
     results.into_iter().flatten().collect()
 }
 
-/// Runs `served` for a caller (an ensemble's step, an application's
-/// candidate, a model's call to another): an ensemble's steps, an
-/// application's candidates (`selection.rs`), or its own scheduler.
+/// Runs `served` for a caller (the pipeline, an ensemble's step, a graph's
+/// step, an application's candidate, a model's call to another): a
+/// composite model through the models it calls ([`compose`]), any other
+/// through its own scheduler.
 pub(crate) async fn call_model(
     models: &ServedModels,
     served: &ServedModel,
@@ -253,16 +254,41 @@ pub(crate) async fn call_model(
     call: CallContext,
     depth: usize,
 ) -> Result<Vec<Tensor>, Error> {
-    if served.model.composition().is_some() {
-        run(models, served, inputs, outputs, call, depth).await
-    } else if served.model.graph().is_some() {
-        graph::run(models, served, inputs, call, depth).await
-    } else if served.model.selection().is_some() {
-        selection::run(models, served, inputs, outputs, call, depth)
+    if composite(served.model.as_ref()) {
+        compose(models, served, inputs, outputs, call, depth)
             .await
             .map(|selected| selected.outputs)
     } else {
         step_through(served, inputs, outputs, call).await
+    }
+}
+
+/// Whether `model` answers through other models (an ensemble, an
+/// InferenceGraph, an application) rather than computing itself.
+pub(crate) fn composite(model: &dyn wirespeed_core::Model) -> bool {
+    model.composition().is_some() || model.graph().is_some() || model.selection().is_some()
+}
+
+/// Runs a composite model: an application's candidates (`selection.rs`),
+/// a graph's nodes (`graph.rs`), or an ensemble's steps ([`run`]).
+pub(crate) async fn compose(
+    models: &ServedModels,
+    served: &ServedModel,
+    inputs: Vec<Tensor>,
+    outputs: &[RequestedOutput],
+    call: CallContext,
+    depth: usize,
+) -> Result<selection::Selected, Error> {
+    if served.model.selection().is_some() {
+        selection::run(models, served, inputs, outputs, call, depth).await
+    } else if served.model.graph().is_some() {
+        graph::run(models, served, inputs, call, depth)
+            .await
+            .map(selection::Selected::all)
+    } else {
+        run(models, served, inputs, outputs, call, depth)
+            .await
+            .map(selection::Selected::all)
     }
 }
 

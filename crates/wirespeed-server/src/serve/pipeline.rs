@@ -25,11 +25,9 @@ use wirespeed_core::{
 
 use crate::serve::classification;
 use crate::serve::ensemble;
-use crate::serve::graph;
 use crate::serve::metrics::InferProtocol;
 use crate::serve::regions;
 use crate::serve::reserved;
-use crate::serve::selection;
 use crate::serve::sequences;
 use crate::serve::served::ServedModel;
 use crate::serve::statistics::FailureReason;
@@ -469,10 +467,11 @@ async fn compute<C: Codec>(
         return codec.encode_stream(stream).await;
     }
     let mut stragglers = 0;
-    let answer = if served.model.selection().is_some() {
-        // An application: the candidates its policy chooses.
+    let answer = if ensemble::composite(served.model.as_ref()) {
+        // An application, an InferenceGraph or an ensemble: the models it
+        // calls, each through its own scheduler.
         let compute = std::time::Instant::now();
-        let selected = selection::run(
+        let selected = ensemble::compose(
             &serving.models,
             served,
             request.inputs,
@@ -487,32 +486,6 @@ async fn compute<C: Codec>(
         wirespeed_scheduler::Answer {
             outputs: selected.outputs,
             default: selected.default,
-        }
-    } else if served.model.graph().is_some() {
-        // An InferenceGraph: its nodes, from the root.
-        let compute = std::time::Instant::now();
-        let outputs = graph::run(&serving.models, served, request.inputs, call, 0).await;
-        stages.compute = compute.elapsed();
-        wirespeed_scheduler::Answer {
-            outputs: outputs?,
-            default: false,
-        }
-    } else if served.model.composition().is_some() {
-        // An ensemble: its steps, each through its model's scheduler.
-        let compute = std::time::Instant::now();
-        let outputs = ensemble::run(
-            &serving.models,
-            served,
-            request.inputs,
-            &request.outputs,
-            call,
-            0,
-        )
-        .await;
-        stages.compute = compute.elapsed();
-        wirespeed_scheduler::Answer {
-            outputs: outputs?,
-            default: false,
         }
     } else {
         // Triton's response cache: the same request to the same model

@@ -55,6 +55,17 @@ pub(crate) struct Selected {
     pub(crate) default: bool,
 }
 
+impl Selected {
+    /// Outputs that every model called gave: nothing cut, no default.
+    pub(crate) fn all(outputs: Vec<Tensor>) -> Selected {
+        Selected {
+            outputs,
+            stragglers: 0,
+            default: false,
+        }
+    }
+}
+
 type Run<'a, T> = Pin<Box<dyn Future<Output = Result<T, Error>> + Send + 'a>>;
 
 /// Answers `inputs` with the candidates `app`'s selector chooses, giving
@@ -90,11 +101,7 @@ pub(crate) fn run<'a>(
         match selector.choose(key.as_deref()) {
             Choice::One(i) => {
                 let outputs = ask(models, app, selector, i, inputs, &outputs, &call, depth).await?;
-                Ok(Selected {
-                    outputs,
-                    stragglers: 0,
-                    default: false,
-                })
+                Ok(Selected::all(outputs))
             }
             Choice::Blend(weights) => {
                 let rows = inputs
