@@ -31,8 +31,7 @@ use wirespeed_core::{
     DataType, Error, InferRequest, InferResponse, ParameterValue, Tensor, TensorData,
 };
 
-use super::{error, error_with, known_keys, model_name, now, object, Endpoint};
-use crate::protocols::http::body::RestRequest;
+use super::{error_with, known_keys, model_name, now, object, read, Endpoint, Refusal};
 use crate::protocols::http::events;
 use crate::protocols::http::response::{self, Body};
 use crate::protocols::Front;
@@ -110,14 +109,10 @@ pub(crate) async fn answer(
     request: Request<Incoming>,
 ) -> Response<Body> {
     let id = context.id;
-    let mut rest = RestRequest::new(front, request);
-    let body = match rest.read_json(&mut context.stages).await {
-        Ok(body) => body,
-        Err(e) => return error(&e, id),
-    };
-    let (model, ask) = match parse(&body, endpoint == Endpoint::ChatCompletions) {
+    let chat = endpoint == Endpoint::ChatCompletions;
+    let (model, ask) = match read(front, &mut context, request, |body| parse(body, chat)).await {
         Ok(parsed) => parsed,
-        Err((e, param)) => return error_with(&e, e.message(), param),
+        Err(refused) => return refused,
     };
     let codec = Completions {
         ask,
@@ -135,8 +130,6 @@ pub(crate) async fn answer(
     };
     pipeline::infer(&front.serving, context, Target::new(&model, None), codec).await
 }
-
-type Refusal = (Error, Option<&'static str>);
 
 fn parse(body: &[u8], chat: bool) -> Result<(String, Ask), Refusal> {
     let object = object(body).map_err(|e| (e, None))?;

@@ -17,8 +17,7 @@ use hyper::{Request, Response};
 use serde_json::{Map, Value};
 use wirespeed_core::{Error, InferRequest, InferResponse, Tensor, TensorData};
 
-use super::{error, error_with, known_keys, model_name, object};
-use crate::protocols::http::body::RestRequest;
+use super::{error_with, known_keys, model_name, object, read, Refusal};
 use crate::protocols::http::response::{self, Body};
 use crate::protocols::Front;
 use crate::serve::metrics::InferProtocol;
@@ -41,15 +40,9 @@ pub(crate) async fn embeddings(
     mut context: RequestContext,
     request: Request<Incoming>,
 ) -> Response<Body> {
-    let id = context.id;
-    let mut rest = RestRequest::new(front, request);
-    let body = match rest.read_json(&mut context.stages).await {
-        Ok(body) => body,
-        Err(e) => return error(&e, id),
-    };
-    let (model, ask) = match parse(&body) {
+    let (model, ask) = match read(front, &mut context, request, parse).await {
         Ok(parsed) => parsed,
-        Err((e, param)) => return error_with(&e, e.message(), param),
+        Err(refused) => return refused,
     };
     let codec = Embeddings {
         ask: Some(ask),
@@ -60,7 +53,7 @@ pub(crate) async fn embeddings(
     pipeline::infer(&front.serving, context, Target::new(&model, None), codec).await
 }
 
-fn parse(body: &[u8]) -> Result<(String, Ask), (Error, Option<&'static str>)> {
+fn parse(body: &[u8]) -> Result<(String, Ask), Refusal> {
     let object: Map<String, Value> = object(body).map_err(|e| (e, None))?;
     known_keys(&object, KEYS).map_err(|e| (e, None))?;
     let model = model_name(&object).map_err(|e| (e, Some("model")))?;

@@ -26,9 +26,10 @@ use hyper::StatusCode;
 use serde_json::{json, Map, Value};
 use wirespeed_core::{Error, ErrorKind};
 
+use crate::protocols::http::body::RestRequest;
 use crate::protocols::http::response::{self, Body};
 use crate::protocols::Front;
-use crate::serve::pipeline;
+use crate::serve::pipeline::{self, RequestContext};
 
 /// Who owns the models, as `/v1/models` says.
 const OWNED_BY: &str = "wirespeed";
@@ -108,6 +109,26 @@ pub(crate) fn error_with(
 /// OpenAI's error body for `error` to request `id`.
 pub(crate) fn error(error: &Error, id: u64) -> hyper::Response<Body> {
     error_with(error, &pipeline::public_message(error, id), None)
+}
+
+/// A request refused before it reaches a model: the error and the field
+/// it names.
+pub(crate) type Refusal = (Error, Option<&'static str>);
+
+/// Reads an OpenAI request's body (whole: texts and messages are small)
+/// and parses it with `parse`; or the answer that refuses it.
+pub(crate) async fn read<T>(
+    front: &Front,
+    context: &mut RequestContext,
+    request: hyper::Request<hyper::body::Incoming>,
+    parse: impl FnOnce(&[u8]) -> Result<T, Refusal>,
+) -> Result<T, hyper::Response<Body>> {
+    let mut rest = RestRequest::new(front, request);
+    let body = rest
+        .read_json(&mut context.stages)
+        .await
+        .map_err(|e| error(&e, context.id))?;
+    parse(&body).map_err(|(e, param)| error_with(&e, e.message(), param))
 }
 
 /// Checks that `object` has only the keys OpenAI's endpoint takes, in
