@@ -261,6 +261,7 @@ impl Server {
                 grpc_service: grpc_service.clone(),
                 metrics_service: metrics_service.clone(),
                 shared: Arc::clone(&shared),
+                place: listen::Place::default(),
                 ended: ended.clone(),
                 drain_over: drain_over.clone(),
             }
