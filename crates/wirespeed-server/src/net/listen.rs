@@ -156,6 +156,14 @@ impl Spread {
             .any(|(i, o)| i != me && o.load(Ordering::Relaxed) + 1 < mine)
     }
 
+    /// Thread `me` serves nothing (it did not start): no other waits for
+    /// it.
+    fn absent(&self, me: usize) {
+        if let Some(open) = self.open.get(me) {
+            open.store(usize::MAX / 2, std::sync::atomic::Ordering::Relaxed);
+        }
+    }
+
     /// Counts a connection of thread `me` until the guard drops.
     fn opened(self: &Arc<Self>, me: usize) -> Option<SpreadGuard> {
         use std::sync::atomic::Ordering;
@@ -414,6 +422,7 @@ where
             Ok(runtime) => runtime,
             Err(e) => {
                 tracing::error!(error = %e, "cannot start an I/O runtime");
+                self.place.spread.absent(self.place.index);
                 let _ = self.ended.send(());
                 return;
             }
@@ -524,6 +533,7 @@ where
             },
             Err(e) => {
                 tracing::error!(error = %e, "cannot start I/O thread {i}");
+                spread.absent(i);
                 continue;
             }
         };
@@ -532,7 +542,10 @@ where
             .spawn(move || thread.run())
         {
             Ok(handle) => threads.push(handle),
-            Err(e) => tracing::error!(error = %e, "cannot start I/O thread {i}"),
+            Err(e) => {
+                tracing::error!(error = %e, "cannot start I/O thread {i}");
+                spread.absent(i);
+            }
         }
     }
     threads
