@@ -330,20 +330,32 @@ impl Embedder {
     }
 
     /// One vector per row from the encoder's `hidden` states.
-    fn pool(&self, hidden: &Tensor, masks: &[Vec<u32>]) -> Result<(Vec<f32>, usize), Error> {
-        let TensorData::Fp32(values) = &hidden.data else {
+    fn pool(&self, hidden: Tensor, masks: &[Vec<u32>]) -> Result<(Vec<f32>, usize), Error> {
+        let TensorData::Fp32(values) = hidden.data else {
             return Err(Error::model_failed(
                 "the encoder's hidden states are not FP32",
             ));
         };
         let rows = masks.len();
+        if values.len() != wirespeed_core::element_count(&hidden.shape).unwrap_or(usize::MAX) {
+            return Err(Error::model_failed(format!(
+                "the encoder answered {} values for shape {:?}",
+                values.len(),
+                hidden.shape
+            )));
+        }
         let (size, out) = match (self.pooling, hidden.shape.as_slice()) {
-            (Pooling::None, &[r, size]) if r == rows => (size, values.clone()),
+            (Pooling::None, &[r, size]) if r == rows => (size, values),
             (Pooling::None, shape) => {
                 return Err(Error::model_failed(format!(
                     "the encoder answered shape {shape:?} for {rows} texts; pooling 'none' takes \
                      [rows, size]"
                 )))
+            }
+            (_, &[r, 0, _]) if r == rows && rows > 0 => {
+                return Err(Error::invalid_input(
+                    "the texts made no tokens for the encoder to embed",
+                ))
             }
             (pooling, &[r, tokens, size]) if r == rows => {
                 let mut out = vec![0f32; rows * size];
@@ -416,19 +428,21 @@ impl Model for Embedder {
             .into_iter()
             .next()
             .ok_or_else(|| Error::model_failed("the encoder gave no output"))?;
-        let (vectors, size) = self.pool(&hidden, &masks)?;
+        let (vectors, size) = self.pool(hidden, &masks)?;
+        // Each output is asked at most once: moved into the answer.
+        let (mut vectors, mut counts) = (Some(vectors), Some(counts));
         Ok(outputs
             .iter()
             .map(|&i| match i {
                 0 => Tensor {
                     name: "embedding".into(),
                     shape: vec![rows, size],
-                    data: TensorData::Fp32(vectors.clone()),
+                    data: TensorData::Fp32(vectors.take().unwrap_or_default()),
                 },
                 _ => Tensor {
                     name: "tokens".into(),
                     shape: vec![rows],
-                    data: TensorData::Int64(counts.clone()),
+                    data: TensorData::Int64(counts.take().unwrap_or_default()),
                 },
             })
             .collect())
