@@ -379,10 +379,10 @@ fn blend(
 
 /// Output `j` of every arrived answer, averaged with the weights over
 /// `total`, as `datatype`.
-fn average(
+fn average<'a>(
     name: &str,
     datatype: DataType,
-    arrived: &[(f64, Vec<Tensor>)],
+    arrived: &'a [(f64, Vec<Tensor>)],
     j: usize,
     total: f64,
 ) -> Result<Tensor, Error> {
@@ -391,10 +391,16 @@ fn average(
             "the candidates' outputs '{name}' cannot be averaged: {what}"
         ))
     };
-    let shape = arrived[0].1[j].shape.clone();
-    let mut sum = vec![0.0f64; arrived[0].1[j].data.len()];
+    let output = |outputs: &'a [Tensor]| {
+        outputs
+            .get(j)
+            .ok_or_else(|| misfit(format!("a candidate gave {} outputs", outputs.len())))
+    };
+    let first = output(&arrived[0].1)?;
+    let shape = first.shape.clone();
+    let mut sum = vec![0.0f64; first.data.len()];
     for (weight, outputs) in arrived {
-        let t = &outputs[j];
+        let t = output(outputs)?;
         if t.shape != shape {
             return Err(misfit(format!(
                 "one has shape {:?}, another {:?}",
