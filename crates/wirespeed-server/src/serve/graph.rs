@@ -158,7 +158,12 @@ pub(crate) fn run<'a>(
 }
 
 impl<'a> Walk<'a> {
-    fn route<'w>(&'w self, node_name: &'w str, input: Payload, depth: usize) -> Run<'w, Payload> {
+    fn route<'w>(
+        &'w self,
+        node_name: &'w str,
+        mut input: Payload,
+        depth: usize,
+    ) -> Run<'w, Payload> {
         Box::pin(async move {
             let node = self.graph.nodes.get(node_name).ok_or_else(|| {
                 Error::internal(format!("graph '{}' has no node '{node_name}'", self.name))
@@ -191,23 +196,23 @@ impl<'a> Walk<'a> {
                 }
                 Router::Ensemble => {
                     let mut running: Vec<Run<'_, Payload>> = Vec::with_capacity(node.steps.len());
-                    for step in &node.steps {
-                        let input = input.clone();
-                        running.push(Box::pin(self.step(node_name, step, input, depth)));
+                    let mut input = Some(input);
+                    for (i, step) in node.steps.iter().enumerate() {
+                        // Copied for every step but the last, which takes it.
+                        let given = if i + 1 == node.steps.len() {
+                            input.take()
+                        } else {
+                            input.clone()
+                        };
+                        let given = given.unwrap_or(Payload::Tensors(Vec::new()));
+                        running.push(Box::pin(self.step(node_name, step, given, depth)));
                     }
                     let answers = ensemble::join_all(running).await;
                     self.merge(node, answers)
                 }
                 Router::Sequence => {
                     let mut answer: Option<Payload> = None;
-                    for step in &node.steps {
-                        let mut request = match (&step.data, &answer) {
-                            (StepData::Response, Some(previous)) => previous.clone(),
-                            _ => input.clone(),
-                        };
-                        if step.predictions_to_instances {
-                            request = predictions_to_instances(request);
-                        }
+                    for (i, step) in node.steps.iter().enumerate() {
                         if let Some(condition) = &step.condition {
                             let Some(previous) = &answer else {
                                 return Err(Error::invalid_input(format!(
@@ -220,6 +225,20 @@ impl<'a> Walk<'a> {
                             if !matches(&String::from_utf8_lossy(&text), condition) {
                                 return Ok(answer.unwrap_or(input));
                             }
+                        }
+                        // The previous answer moves on to the step that
+                        // takes it; the request is copied only while a
+                        // later step may still take it.
+                        let last = i + 1 == node.steps.len();
+                        let mut request = match (step.data, answer.take()) {
+                            (StepData::Response, Some(previous)) => previous,
+                            _ if last => {
+                                std::mem::replace(&mut input, Payload::Tensors(Vec::new()))
+                            }
+                            _ => input.clone(),
+                        };
+                        if step.predictions_to_instances {
+                            request = predictions_to_instances(request);
                         }
                         answer = Some(self.step(node_name, step, request, depth).await?);
                     }
