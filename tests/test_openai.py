@@ -203,8 +203,8 @@ def server(repository):
     running.stop()
 
 
-def client(server, **kw):
-    return openai.OpenAI(base_url=f"http://{server.address}/v1", api_key="none", max_retries=0, **kw)
+def client(server):
+    return openai.OpenAI(base_url=f"http://{server.address}/v1", api_key="none")
 
 
 def reference_embeddings(repository, texts, dimensions=None):
@@ -252,8 +252,7 @@ def test_embeddings_async(server, repository):
     want, _ = reference_embeddings(repository, TEXTS[:2])
 
     async def ask():
-        async with openai.AsyncOpenAI(base_url=f"http://{server.address}/v1", api_key="none",
-                                      max_retries=0) as c:
+        async with openai.AsyncOpenAI(base_url=f"http://{server.address}/v1", api_key="none") as c:
             return await asyncio.gather(*(c.embeddings.create(model="embedder", input=t) for t in TEXTS[:2]))
 
     answers = asyncio.run(ask())
@@ -313,8 +312,7 @@ def test_chat_streams_each_piece_as_it_comes(server, repository):
     assert all(ch.object == "chat.completion.chunk" and ch.id == chunks[0].id for ch in chunks)
 
     async def ask():
-        async with openai.AsyncOpenAI(base_url=f"http://{server.address}/v1", api_key="none",
-                                      max_retries=0) as ac:
+        async with openai.AsyncOpenAI(base_url=f"http://{server.address}/v1", api_key="none") as ac:
             stream = await ac.chat.completions.create(model="echo-llm", messages=MESSAGES, stream=True)
             return [ch.choices[0].delta.content async for ch in stream if ch.choices and ch.choices[0].delta.content]
 
@@ -405,7 +403,7 @@ def test_keys_are_checked_in_openais_shape(repository, tmp_path):
         with pytest.raises(openai.AuthenticationError):
             with client(server) as c:
                 c.embeddings.create(model="embedder", input="x")
-        with openai.OpenAI(base_url=f"http://{server.address}/v1", api_key="sk-wirespeed", max_retries=0) as c:
+        with openai.OpenAI(base_url=f"http://{server.address}/v1", api_key="sk-wirespeed") as c:
             assert len(c.embeddings.create(model="embedder", input="x").data) == 1
     finally:
         server.stop()
