@@ -201,6 +201,12 @@ pub(crate) fn inside(folder: &Path, key: &str, name: &str) -> Result<PathBuf, St
 }
 
 impl TensorConfig {
+    /// The specs of `tensors` (a config's inputs or outputs), each checked
+    /// as [`to_spec`](TensorConfig::to_spec) checks it.
+    pub fn specs(tensors: &[TensorConfig]) -> Result<Vec<TensorSpec>, String> {
+        tensors.iter().map(TensorConfig::to_spec).collect()
+    }
+
     /// Checks the datatype and shape and returns the spec.
     pub fn to_spec(&self) -> Result<TensorSpec, String> {
         let name = &self.name;

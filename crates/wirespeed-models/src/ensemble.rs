@@ -29,6 +29,7 @@ use std::sync::Arc;
 use serde::Deserialize;
 use wirespeed_core::{Composition, Error, Model, ModelMetadata, Step, Tensor};
 
+use crate::config::TensorConfig;
 use crate::registry::{Backend, ModelSource};
 
 /// `backend = "ensemble"`.
@@ -75,16 +76,8 @@ impl EnsembleModel {
         if !config.warmup.is_empty() {
             return Err("an ensemble is not warmed up itself; warm up its steps' models".into());
         }
-        let inputs = config
-            .inputs
-            .iter()
-            .map(|t| t.to_spec())
-            .collect::<Result<Vec<_>, _>>()?;
-        let outputs = config
-            .outputs
-            .iter()
-            .map(|t| t.to_spec())
-            .collect::<Result<Vec<_>, _>>()?;
+        let inputs = TensorConfig::specs(&config.inputs)?;
+        let outputs = TensorConfig::specs(&config.outputs)?;
         let steps = keys
             .steps
             .into_iter()

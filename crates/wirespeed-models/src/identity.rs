@@ -15,10 +15,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use serde::Deserialize;
-use wirespeed_core::{
-    Error, Execution, InferCall, InferFuture, Model, ModelMetadata, Tensor, TensorSpec,
-};
+use wirespeed_core::{Error, Execution, InferCall, InferFuture, Model, ModelMetadata, Tensor};
 
+use crate::config::TensorConfig;
 use crate::registry::{Backend, ModelSource};
 
 /// `backend = "identity"`.
@@ -65,16 +64,8 @@ impl IdentityModel {
                 config.outputs.len()
             ));
         }
-        let inputs = config
-            .inputs
-            .iter()
-            .map(|t| t.to_spec())
-            .collect::<Result<Vec<TensorSpec>, _>>()?;
-        let outputs = config
-            .outputs
-            .iter()
-            .map(|t| t.to_spec())
-            .collect::<Result<Vec<TensorSpec>, _>>()?;
+        let inputs = TensorConfig::specs(&config.inputs)?;
+        let outputs = TensorConfig::specs(&config.outputs)?;
         for (input, output) in inputs.iter().zip(&outputs) {
             if input.datatype != output.datatype || input.shape != output.shape {
                 return Err(format!(

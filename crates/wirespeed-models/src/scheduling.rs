@@ -119,12 +119,7 @@ pub(crate) fn resolve(
     config: &ModelConfig,
     metadata: &ModelMetadata,
 ) -> Result<Scheduling, String> {
-    let declared = |tensors: &[crate::TensorConfig]| {
-        tensors
-            .iter()
-            .map(|t| t.to_spec())
-            .collect::<Result<Vec<TensorSpec>, String>>()
-    };
+    let declared = crate::TensorConfig::specs;
     let known = !metadata.outputs.is_empty();
     let (inputs, outputs) = if known {
         (metadata.inputs.clone(), metadata.outputs.clone())

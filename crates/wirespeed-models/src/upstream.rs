@@ -58,8 +58,8 @@ impl Backend for UpstreamBackend {
         };
         let upstream = keys.upstream(source)?;
         let pinned = Pinned {
-            inputs: specs(&config.inputs)?,
-            outputs: specs(&config.outputs)?,
+            inputs: crate::TensorConfig::specs(&config.inputs)?,
+            outputs: crate::TensorConfig::specs(&config.outputs)?,
         };
         let model = UpstreamModel::start(
             source.name(),
@@ -71,10 +71,6 @@ impl Backend for UpstreamBackend {
         )?;
         Ok(model)
     }
-}
-
-fn specs(tensors: &[crate::TensorConfig]) -> Result<Vec<TensorSpec>, String> {
-    tensors.iter().map(|t| t.to_spec()).collect()
 }
 
 /// The upstream backend's own keys.

@@ -41,6 +41,7 @@ use wirespeed_core::{
     Tensor,
 };
 
+use crate::config::TensorConfig;
 use crate::registry::{Backend, ModelSource};
 use policy::{Policy, SavedState, Selection};
 
@@ -127,16 +128,8 @@ impl ApplicationModel {
         if !config.warmup.is_empty() {
             return Err("an application is not warmed up itself; warm up its candidates".into());
         }
-        let inputs = config
-            .inputs
-            .iter()
-            .map(|t| t.to_spec())
-            .collect::<Result<Vec<_>, _>>()?;
-        let outputs = config
-            .outputs
-            .iter()
-            .map(|t| t.to_spec())
-            .collect::<Result<Vec<_>, _>>()?;
+        let inputs = TensorConfig::specs(&config.inputs)?;
+        let outputs = TensorConfig::specs(&config.outputs)?;
         if keys.candidates.is_empty() {
             return Err("'candidates' names no model; an application needs at least one".into());
         }

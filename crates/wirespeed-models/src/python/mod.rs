@@ -176,8 +176,8 @@ impl PythonModel {
                     );
                 }
                 (
-                    specs(&config.inputs)?,
-                    specs(&config.outputs)?,
+                    crate::TensorConfig::specs(&config.inputs)?,
+                    crate::TensorConfig::specs(&config.outputs)?,
                     serde_json::Value::Null,
                 )
             }
@@ -295,10 +295,6 @@ fn linger_us(instances: usize) -> u64 {
     } else {
         0
     }
-}
-
-fn specs(tensors: &[crate::config::TensorConfig]) -> Result<Vec<TensorSpec>, String> {
-    tensors.iter().map(|t| t.to_spec()).collect()
 }
 
 /// The folder Triton gives as `args["model_repository"]`: the model's own
