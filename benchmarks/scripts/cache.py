@@ -14,20 +14,17 @@ Usage (from the repository root, after `cargo build --release -p wirespeed`):
 
 import json
 import os
-import re
 import shutil
-import socket
 import statistics
 import subprocess
 import sys
 import tempfile
-import time
-import urllib.request
 from pathlib import Path
+
+from harness import free_port, wrk, wait_ready
 
 ROOT = Path(__file__).resolve().parents[2]
 W = Path(os.environ.get("W", ROOT / "target" / "release" / "wirespeed"))
-POST = ROOT / "benchmarks" / "wrk" / "post.lua"
 PYTHON = os.environ.get("WIRESPEED_PYTHON", str(ROOT / ".venv" / "bin" / "python"))
 
 SCORER = """
@@ -54,21 +51,8 @@ shape = [-1]
 """
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
-def wrk(url, path, body, connections, seconds):
-    env = dict(os.environ, WRK_PATH=path, WRK_BODY=str(body))
-    out = subprocess.run(["wrk", "-t1", f"-c{connections}", f"-d{seconds}s", "--latency", "-s", str(POST), url],
-                         env=env, capture_output=True, text=True, timeout=seconds + 30).stdout
-    if "Non-2xx" in out:
-        sys.exit(f"{path}: errors\n{out}")
-    rps = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))
-    p50 = re.search(r"50%\s+([\d.]+)(us|ms|s)", out)
-    return rps, float(p50.group(1)) * {"us": 1e-3, "ms": 1.0, "s": 1e3}[p50.group(2)]
 
 
 def main():
@@ -94,13 +78,7 @@ def main():
                               env=dict(os.environ, WIRESPEED_PYTHON=PYTHON, WIRESPEED_METRICS="127.0.0.1:0"))
     try:
         url = f"http://127.0.0.1:{port}"
-        for _ in range(600):
-            try:
-                with urllib.request.urlopen(f"{url}/v2/models/python_cached/ready", timeout=1) as r:
-                    if r.status == 200:
-                        break
-            except Exception:
-                time.sleep(0.1)
+        wait_ready(f"{url}/v2/models/python_cached/ready")
         results = {}
         names = ["tree", "tree_cached", "python", "python_cached"]
         for r in range(rounds):

@@ -27,9 +27,7 @@ given); --only measures the cases whose label has TEXT.
 
 import json
 import os
-import re
 import shutil
-import socket
 import statistics
 import subprocess
 import sys
@@ -38,11 +36,12 @@ import time
 import urllib.request
 from pathlib import Path
 
+from harness import free_port, wrk
+
 ROOT = Path(__file__).resolve().parents[2]
 MLS = ROOT / ".venv-mlserver" / "bin"
 KS = ROOT / ".venv" / "bin" / "python"
 W = Path(os.environ.get("W", ROOT / "target" / "release" / "wirespeed"))
-POST = ROOT / "benchmarks" / "wrk" / "post.lua"
 
 TRAIN = r'''
 import json, os, sys
@@ -111,10 +110,6 @@ if __name__ == "__main__":
 '''
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def ready(url, process, seconds=120):
@@ -132,17 +127,6 @@ def ready(url, process, seconds=120):
     sys.exit(f"not ready: {url}")
 
 
-def wrk(url, path, body, connections, seconds):
-    env = dict(os.environ, WRK_PATH=path, WRK_BODY=str(body))
-    out = subprocess.run(["wrk", "-t1", f"-c{connections}", f"-d{seconds}s", "--latency", "-s", str(POST), url],
-                         env=env, capture_output=True, text=True, timeout=seconds + 30).stdout
-    rps = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))
-    p50 = re.search(r"50%\s+([\d.]+)(us|ms|s)", out)
-    scale = {"us": 1e-3, "ms": 1.0, "s": 1e3}[p50.group(2)]
-    errors = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
-    if errors:
-        sys.exit(f"{url}{path}: {errors.group(1)} errors\n{out}")
-    return rps, float(p50.group(1)) * scale
 
 
 def main():

@@ -17,14 +17,14 @@ Usage (from the repository root, after `cargo build --release -p wirespeed`):
 import json
 import os
 import shutil
-import socket
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 from pathlib import Path
+
+from harness import free_port, wait_ready
 
 import requests
 
@@ -63,10 +63,6 @@ class TritonPythonModel:
 TEMPLATE = "{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}assistant:"
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def cpu_seconds(pid):
@@ -103,13 +99,7 @@ def main():
     server = subprocess.Popen([str(W), "serve", "--models", str(work / "models"), "--http", f"127.0.0.1:{port}",
                                "--grpc", "off", "--log-level", "warn"], env=dict(os.environ, WIRESPEED_PYTHON=PYTHON))
     try:
-        for _ in range(600):
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{port}/v2/models/llm/ready", timeout=1) as r:
-                    if r.status == 200:
-                        break
-            except Exception:
-                time.sleep(0.1)
+        wait_ready(f"http://127.0.0.1:{port}/v2/models/llm/ready")
         url = f"http://127.0.0.1:{port}/v1/chat/completions"
         stream_once(url)
         per_event, rates, firsts = [], [], []
