@@ -37,8 +37,8 @@ use std::time::{Duration, Instant};
 
 use serde::Deserialize;
 use wirespeed_core::{
-    Candidate, Choice, DataType, Draw, Error, Model, ModelMetadata, SelectionReport, Selector,
-    Tensor,
+    Candidate, Choice, CpuPool, DataType, Draw, Error, Model, ModelMetadata, SelectionReport,
+    Selector, Tensor,
 };
 
 use crate::config::TensorConfig;
@@ -112,6 +112,11 @@ pub(crate) struct ApplicationModel {
     key: String,
     state_file: Option<PathBuf>,
     saved: Mutex<Option<Instant>>,
+    /// Where the periodic writes run.
+    pool: CpuPool,
+    /// Held while the file is written, so writes never overlap: the
+    /// feedback count of the state last written.
+    writer: Arc<Mutex<u64>>,
 }
 
 impl ApplicationModel {
@@ -252,34 +257,50 @@ impl ApplicationModel {
             key: key_parameter(keys.key)?,
             state_file,
             saved: Mutex::new(None),
+            pool: source.pool().clone(),
+            writer: Arc::new(Mutex::new(0)),
         })
     }
 
-    /// Writes the state file (through a temporary file renamed over it, so
-    /// a crash leaves the old one whole).
+    /// Writes the state file now (at unload), after any write under way.
     fn save(&self) {
-        let Some(path) = &self.state_file else {
-            return;
-        };
-        let text = match serde_json::to_vec(&self.selection.save()) {
-            Ok(text) => text,
-            Err(e) => {
-                tracing::error!(model = %self.metadata.name, error = %e, "cannot write the selection state");
-                return;
-            }
-        };
-        let mut temporary = path.clone().into_os_string();
-        temporary.push(".tmp");
-        let written =
-            std::fs::write(&temporary, text).and_then(|()| std::fs::rename(&temporary, path));
-        if let Err(e) = written {
-            tracing::error!(
-                model = %self.metadata.name,
-                file = %path.display(),
-                error = %e,
-                "cannot save the selection state"
+        if let Some(path) = &self.state_file {
+            let mut written = self.writer.lock().unwrap_or_else(|e| e.into_inner());
+            write_state(
+                path,
+                &self.selection.save(),
+                &self.metadata.name,
+                &mut written,
             );
         }
+    }
+}
+
+/// Writes `saved` to `path` through a temporary file renamed over it, so
+/// a crash leaves the old one whole; unless a state learned from more
+/// feedback was `written` already (a periodic write that comes late).
+fn write_state(path: &std::path::Path, saved: &SavedState, name: &str, written: &mut u64) {
+    if saved.feedback < *written {
+        return;
+    }
+    *written = saved.feedback;
+    let text = match serde_json::to_vec(saved) {
+        Ok(text) => text,
+        Err(e) => {
+            tracing::error!(model = %name, error = %e, "cannot write the selection state");
+            return;
+        }
+    };
+    let mut temporary = path.to_owned().into_os_string();
+    temporary.push(".tmp");
+    let written = std::fs::write(&temporary, text).and_then(|()| std::fs::rename(&temporary, path));
+    if let Err(e) = written {
+        tracing::error!(
+            model = %name,
+            file = %path.display(),
+            error = %e,
+            "cannot save the selection state"
+        );
     }
 }
 
@@ -350,13 +371,25 @@ impl Selector for ApplicationModel {
 
     fn learn(&self, key: Option<&str>, scored: &[(Draw, f64)]) {
         self.selection.learn(key, scored);
-        if self.state_file.is_some() {
-            let mut saved = self.saved.lock().unwrap_or_else(|e| e.into_inner());
-            if saved.is_none_or(|at| at.elapsed() >= SAVE_EVERY) {
-                *saved = Some(Instant::now());
-                drop(saved);
-                self.save();
-            }
+        let Some(path) = &self.state_file else {
+            return;
+        };
+        let mut saved = self.saved.lock().unwrap_or_else(|e| e.into_inner());
+        if saved.is_none_or(|at| at.elapsed() >= SAVE_EVERY) {
+            *saved = Some(Instant::now());
+            drop(saved);
+            // Feedback comes on an I/O thread: the state is copied here,
+            // and written on the CPU pool.
+            let snapshot = self.selection.save();
+            let (path, name, writer) = (
+                path.clone(),
+                self.metadata.name.clone(),
+                Arc::clone(&self.writer),
+            );
+            self.pool.spawn(move || {
+                let mut written = writer.lock().unwrap_or_else(|e| e.into_inner());
+                write_state(&path, &snapshot, &name, &mut written);
+            });
         }
     }
 
