@@ -87,7 +87,10 @@ pub(crate) struct Selection {
 
 struct States {
     shared: Vec<f64>,
+    /// Grown as keys come (not allocated for `max` up front), at most
+    /// `max`, the least recently used out.
     keys: LruCache<String, Vec<f64>>,
+    max: usize,
 }
 
 impl Selection {
@@ -106,7 +109,8 @@ impl Selection {
             policy,
             state: Mutex::new(States {
                 shared: vec![0.0; k],
-                keys: LruCache::new(max_keys),
+                keys: LruCache::unbounded(),
+                max: max_keys.get(),
             }),
             rng: Mutex::new(match seed {
                 Some(seed) => StdRng::seed_from_u64(seed),
@@ -163,6 +167,9 @@ impl Selection {
         for (key, weights) in saved.keys {
             state.keys.put(key, weights);
         }
+        while state.keys.len() > state.max {
+            state.keys.pop_lru();
+        }
         self.feedback.store(saved.feedback, Ordering::Relaxed);
         Ok(())
     }
@@ -210,8 +217,10 @@ impl States {
     fn entry(&mut self, key: &str) -> (&mut Vec<f64>, bool) {
         let mut evicted = false;
         if !self.keys.contains(key) {
-            let fresh = vec![0.0; self.shared.len()];
-            evicted = self.keys.push(key.to_owned(), fresh).is_some();
+            if self.keys.len() >= self.max {
+                evicted = self.keys.pop_lru().is_some();
+            }
+            self.keys.put(key.to_owned(), vec![0.0; self.shared.len()]);
         }
         let weights = self.keys.get_mut(key).expect("the key was just put");
         (weights, evicted)
