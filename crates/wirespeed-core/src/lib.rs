@@ -57,4 +57,4 @@ pub use stream::{
     response_channel, Gone, OneResponse, ResponseReceiver, ResponseSender, Streamed, STREAM_BUFFER,
 };
 pub use tensor::{element_count, Tensor, TensorData};
-pub use text::TextModel;
+pub use text::{TextModel, OPENAI_ANSWER, OPENAI_ENDPOINT, OPENAI_REQUEST};

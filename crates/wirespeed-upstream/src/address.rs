@@ -1,6 +1,8 @@
 //! Where an upstream server listens, as a URL: `grpc://host:port`,
 //! `grpcs://host:port` (TLS), `grpc+unix:///path/to.sock`, and the same
-//! with `http` for servers that speak only the REST protocol.
+//! with `http` for servers that speak only the REST protocol. An `http`
+//! URL over TCP may have a path: the base of an OpenAI API
+//! (`http://host:8000/v1`, as its SDKs' `base_url`).
 
 use std::fmt;
 use std::path::PathBuf;
@@ -39,6 +41,9 @@ pub struct Address {
     pub transport: Transport,
     /// Whether the connection uses TLS.
     pub tls: bool,
+    /// The URL's path without its trailing `/` (`/v1`); empty when it has
+    /// none.
+    pub path: String,
     text: String,
 }
 
@@ -97,6 +102,7 @@ impl FromStr for Address {
                 ))
             }
         };
+        let mut path = String::new();
         let transport = if unix {
             if !rest.starts_with('/') {
                 return Err(format!(
@@ -105,11 +111,17 @@ impl FromStr for Address {
             }
             Transport::Unix(PathBuf::from(rest))
         } else {
-            let authority = rest.trim_end_matches('/');
-            if authority.contains('/') {
-                return Err(format!(
-                    "'{text}' has a path; an upstream URL is only scheme://host:port"
-                ));
+            let (authority, rest_path) = match rest.split_once('/') {
+                Some((authority, p)) => (authority, p.trim_end_matches('/')),
+                None => (rest, ""),
+            };
+            if !rest_path.is_empty() {
+                if protocol != Protocol::Http {
+                    return Err(format!(
+                        "'{text}' has a path; a gRPC upstream URL is only scheme://host:port"
+                    ));
+                }
+                path = format!("/{rest_path}");
             }
             let (host, port) = authority
                 .rsplit_once(':')
@@ -129,6 +141,7 @@ impl FromStr for Address {
             protocol,
             transport,
             tls,
+            path,
             text: text.trim_end_matches('/').to_owned(),
         })
     }
@@ -154,6 +167,10 @@ mod tests {
         assert_eq!(a.protocol, Protocol::Http);
         assert_eq!(a.server_name(), "::1");
         assert_eq!(a.to_string(), "http://[::1]:8080");
+        assert_eq!(a.path, "");
+        let a: Address = "https://llm.internal:8443/v1/".parse().unwrap();
+        assert_eq!(a.authority(), "llm.internal:8443");
+        assert_eq!(a.path, "/v1");
     }
 
     #[test]
@@ -164,6 +181,7 @@ mod tests {
             ("grpc://h", "needs a host and a port"),
             ("grpc://h:0", "is not a port"),
             ("grpc://h:1/v2", "has a path"),
+            ("grpc://h/v2", "has a path"),
             ("grpc+unix://relative.sock", "absolute socket path"),
         ] {
             let e = url.parse::<Address>().unwrap_err();

@@ -8,8 +8,10 @@
 //! a call of any method, streaming either way ([`Upstream::open`],
 //! [`OpenCall`]: the transcoding proxy's); `v2.rs`
 //! speaks the Open Inference Protocol over it ([`V2Client`]), or over REST
-//! through `rest.rs` for upstreams with no gRPC; `error.rs` says how each
-//! failure reaches wirespeed's own clients.
+//! through `rest.rs` for upstreams with no gRPC; `openai.rs` speaks
+//! OpenAI's API over the same REST connections ([`OpenAiClient`], streams
+//! read as they arrive); `error.rs` says how each failure reaches
+//! wirespeed's own clients.
 //!
 //! The transcoding proxy and the upstream backend share this one pool.
 
@@ -19,6 +21,7 @@ pub mod channel;
 mod connect;
 mod error;
 mod grpc;
+mod openai;
 mod rest;
 mod upstream;
 mod v2;
@@ -31,5 +34,6 @@ pub use body::{message_stream, Aborted, CallBody, Chunks, MessageSender, Message
 pub use channel::ChannelOptions;
 pub use error::CallError;
 pub use grpc::{frame, framed, message_prefix, OpenCall};
+pub use openai::{error_message, rename_model, Events, OpenAiAnswer, OpenAiClient};
 pub use upstream::{Probe, Upstream, UpstreamError, UpstreamOptions};
 pub use v2::{InferCall, V2Client};

@@ -18,6 +18,7 @@ use std::time::Instant;
 
 use bytes::Bytes;
 use http_body_util::BodyExt;
+use hyper::body::Incoming;
 use hyper::client::conn::http1;
 use hyper::header::{HeaderMap, HeaderValue, CONTENT_LENGTH, CONTENT_TYPE, HOST, USER_AGENT};
 use hyper::{Method, Request, StatusCode};
@@ -120,88 +121,167 @@ impl Http1Channel {
         max: usize,
     ) -> Result<Answer, CallError> {
         let exchange = async {
-            let mut sender = loop {
-                let idle = IDLE.with(|idle| {
-                    let mut idle = idle.borrow_mut();
-                    let list = idle.entry(self.id).or_default();
-                    while let Some(sender) = list.pop() {
-                        if !sender.is_closed() {
-                            return Some(sender);
-                        }
+            let opened = self.open_exchange(method, path, body, headers).await?;
+            opened.whole(max).await
+        };
+        within(deadline, exchange).await
+    }
+
+    /// Sends one request and returns once the answer's head is in, before
+    /// `deadline`; its body is read from the [`Opened`] as it arrives.
+    pub(crate) async fn begin(
+        &self,
+        method: Method,
+        path: &str,
+        body: Chunks,
+        headers: &HeaderMap,
+        deadline: Option<Instant>,
+    ) -> Result<Opened, CallError> {
+        within(deadline, self.open_exchange(method, path, body, headers)).await
+    }
+
+    async fn open_exchange(
+        &self,
+        method: Method,
+        path: &str,
+        body: Chunks,
+        headers: &HeaderMap,
+    ) -> Result<Opened, CallError> {
+        let mut sender = loop {
+            let idle = IDLE.with(|idle| {
+                let mut idle = idle.borrow_mut();
+                let list = idle.entry(self.id).or_default();
+                while let Some(sender) = list.pop() {
+                    if !sender.is_closed() {
+                        return Some(sender);
                     }
-                    None
-                });
-                match idle {
-                    // A kept connection the server has closed meanwhile is
-                    // let go, not counted against the replica.
-                    Some(mut sender) => {
-                        if sender.ready().await.is_ok() {
-                            break sender;
-                        }
-                    }
-                    None => break self.open().await?,
                 }
-            };
-            let mut request = Request::builder()
-                .method(method)
-                .uri(path)
-                .header(HOST, self.address.authority())
-                .header(USER_AGENT, AGENT)
-                .header(CONTENT_LENGTH, body.len())
-                .body(body)
-                .map_err(|e| CallError::Protocol(format!("cannot make the request: {e}")))?;
-            for (name, value) in headers {
-                request.headers_mut().insert(name, value.clone());
+                None
+            });
+            match idle {
+                // A kept connection the server has closed meanwhile is
+                // let go, not counted against the replica.
+                Some(mut sender) => {
+                    if sender.ready().await.is_ok() {
+                        break sender;
+                    }
+                }
+                None => break self.open().await?,
             }
-            let response = sender
-                .try_send_request(request)
-                .await
-                .map_err(CallError::from_send)?;
-            let (parts, mut incoming) = response.into_parts();
-            let declared = parts
-                .headers
-                .get(CONTENT_LENGTH)
-                .and_then(|v| v.to_str().ok())
-                .and_then(|v| v.parse::<u64>().ok());
-            if declared.is_some_and(|n| n > max as u64) {
+        };
+        let mut request = Request::builder()
+            .method(method)
+            .uri(path)
+            .header(HOST, self.address.authority())
+            .header(USER_AGENT, AGENT)
+            .header(CONTENT_LENGTH, body.len())
+            .body(body)
+            .map_err(|e| CallError::Protocol(format!("cannot make the request: {e}")))?;
+        for (name, value) in headers {
+            request.headers_mut().insert(name, value.clone());
+        }
+        let response = sender
+            .try_send_request(request)
+            .await
+            .map_err(CallError::from_send)?;
+        let (parts, body) = response.into_parts();
+        Ok(Opened {
+            status: parts.status,
+            headers: parts.headers,
+            body,
+            sender: Some(sender),
+            channel: self.id,
+        })
+    }
+}
+
+/// `exchange`, cut at `deadline`.
+async fn within<T>(
+    deadline: Option<Instant>,
+    exchange: impl std::future::Future<Output = Result<T, CallError>>,
+) -> Result<T, CallError> {
+    match deadline {
+        Some(deadline) => tokio::time::timeout_at(deadline.into(), exchange)
+            .await
+            .unwrap_or(Err(CallError::Deadline)),
+        None => exchange.await,
+    }
+}
+
+/// An answer whose head is in and whose body is still arriving.
+pub(crate) struct Opened {
+    pub(crate) status: StatusCode,
+    pub(crate) headers: HeaderMap,
+    body: Incoming,
+    /// The connection, kept for another request once the body has been
+    /// read to its end (dropped with an answer left unread: its
+    /// connection closes, which tells the upstream the caller left).
+    sender: Option<http1::SendRequest<Chunks>>,
+    /// The [`Http1Channel`] it belongs to.
+    channel: u64,
+}
+
+impl Opened {
+    /// The body's next piece; `None` at its end.
+    pub(crate) async fn chunk(&mut self) -> Result<Option<Bytes>, CallError> {
+        loop {
+            match self.body.frame().await {
+                None => {
+                    self.keep();
+                    return Ok(None);
+                }
+                Some(Err(e)) => return Err(CallError::Broken(e.to_string())),
+                Some(Ok(frame)) => {
+                    if let Ok(data) = frame.into_data() {
+                        if !data.is_empty() {
+                            return Ok(Some(data));
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// The whole answer, at most `max` bytes of body.
+    pub(crate) async fn whole(mut self, max: usize) -> Result<Answer, CallError> {
+        let declared = self
+            .headers
+            .get(CONTENT_LENGTH)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.parse::<u64>().ok());
+        if let Some(n) = declared.filter(|&n| n > max as u64) {
+            return Err(CallError::Protocol(format!(
+                "a body of {n} bytes, over the limit of {max} bytes"
+            )));
+        }
+        let mut body = bytes::BytesMut::with_capacity(declared.map_or(0, |n| n as usize));
+        while let Some(data) = self.chunk().await? {
+            if body.len() + data.len() > max {
                 return Err(CallError::Protocol(format!(
-                    "a body of {} bytes, over the limit of {max} bytes",
-                    declared.unwrap_or_default()
+                    "a body over the limit of {max} bytes"
                 )));
             }
-            let mut body = bytes::BytesMut::with_capacity(declared.map_or(0, |n| n as usize));
-            while let Some(frame) = incoming.frame().await {
-                let frame = frame.map_err(|e| CallError::Broken(e.to_string()))?;
-                if let Ok(data) = frame.into_data() {
-                    if body.len() + data.len() > max {
-                        return Err(CallError::Protocol(format!(
-                            "a body over the limit of {max} bytes"
-                        )));
-                    }
-                    body.extend_from_slice(&data);
-                }
-            }
-            if !sender.is_closed() {
-                IDLE.with(|idle| {
-                    let mut idle = idle.borrow_mut();
-                    let list = idle.entry(self.id).or_default();
-                    if list.len() < MAX_IDLE {
-                        list.push(sender);
-                    }
-                });
-            }
-            Ok(Answer {
-                status: parts.status,
-                headers: parts.headers,
-                body: body.freeze(),
-            })
-        };
-        match deadline {
-            Some(deadline) => tokio::time::timeout_at(deadline.into(), exchange)
-                .await
-                .unwrap_or(Err(CallError::Deadline)),
-            None => exchange.await,
+            body.extend_from_slice(&data);
         }
+        Ok(Answer {
+            status: self.status,
+            headers: std::mem::take(&mut self.headers),
+            body: body.freeze(),
+        })
+    }
+
+    /// Keeps the connection for another request.
+    fn keep(&mut self) {
+        let Some(sender) = self.sender.take().filter(|s| !s.is_closed()) else {
+            return;
+        };
+        let _ = IDLE.try_with(|idle| {
+            let mut idle = idle.borrow_mut();
+            let list = idle.entry(self.channel).or_default();
+            if list.len() < MAX_IDLE {
+                list.push(sender);
+            }
+        });
     }
 }
 
@@ -217,7 +297,15 @@ pub(crate) fn status_error(answer: &Answer) -> CallError {
         .unwrap_or_else(|_| {
             String::from_utf8_lossy(&answer.body[..answer.body.len().min(512)]).into_owned()
         });
-    let code = match answer.status.as_u16() {
+    CallError::Status {
+        code: grpc_code(answer.status),
+        message: format!("HTTP {}: {message}", answer.status.as_u16()),
+    }
+}
+
+/// The gRPC code an HTTP error status means.
+pub(crate) fn grpc_code(status: StatusCode) -> i32 {
+    match status.as_u16() {
         400 | 422 => 3,
         401 => 16,
         403 => 7,
@@ -227,10 +315,6 @@ pub(crate) fn status_error(answer: &Answer) -> CallError {
         501 => 12,
         503 => 14,
         _ => 13,
-    };
-    CallError::Status {
-        code,
-        message: format!("HTTP {}: {message}", answer.status.as_u16()),
     }
 }
 

@@ -30,7 +30,7 @@ use crate::channel::{Channel, ChannelOptions};
 use crate::connect::tls_connector;
 use crate::error::CallError;
 use crate::grpc::{self, Call, OpenCall, OpenRequest};
-use crate::rest::{Answer, Http1Channel};
+use crate::rest::{Answer, Http1Channel, Opened};
 
 /// How an upstream is called.
 #[derive(Debug, Clone)]
@@ -64,6 +64,9 @@ pub enum Probe {
     /// UNIMPLEMENTED from a server without the health service, shows it is
     /// up. For any gRPC service (the transcoding proxy's upstreams).
     GrpcHealth,
+    /// An OpenAI API's `GET {base}/models` answering 200 (vLLM, llama.cpp's
+    /// server, TGI and OpenAI itself all serve it).
+    OpenAiModels,
 }
 
 impl Default for UpstreamOptions {
@@ -131,6 +134,23 @@ pub(crate) struct Replica {
 struct Outstanding<'a>(&'a Replica);
 
 impl Drop for Outstanding<'_> {
+    fn drop(&mut self) {
+        self.0.outstanding.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// Counts a call as outstanding on its replica for as long as it is
+/// held: a stream's answer, read after the call has returned.
+pub(crate) struct Held(Arc<Replica>);
+
+impl Held {
+    fn new(replica: Arc<Replica>) -> Held {
+        replica.outstanding.fetch_add(1, Ordering::Relaxed);
+        Held(replica)
+    }
+}
+
+impl Drop for Held {
     fn drop(&mut self) {
         self.0.outstanding.fetch_sub(1, Ordering::Relaxed);
     }
@@ -450,6 +470,44 @@ impl Upstream {
         .await
     }
 
+    /// A REST request to `endpoint` under the replica's own URL path,
+    /// balanced, retried and counted the same way, that returns once the
+    /// answer's head is in: its body is read as it arrives, and the call
+    /// counts as outstanding on its replica until the [`Held`] goes. An
+    /// error status is read whole (up to 64 KiB) and made an error by
+    /// `refusal`.
+    pub(crate) async fn rest_open(
+        &self,
+        method: hyper::Method,
+        endpoint: &str,
+        body: Chunks,
+        headers: &HeaderMap,
+        deadline: Option<Instant>,
+        refusal: fn(&Answer) -> CallError,
+    ) -> Result<(Opened, Held, String), UpstreamError> {
+        self.call(deadline, |replica| {
+            let (body, method) = (body.clone(), method.clone());
+            async move {
+                let Link::Http(channel) = &replica.channel else {
+                    return Err(CallError::Protocol(
+                        "a REST request to a gRPC upstream".to_owned(),
+                    ));
+                };
+                let path = format!("{}{endpoint}", channel.address().path);
+                let opened = channel
+                    .begin(method, &path, body, headers, deadline)
+                    .await?;
+                if !opened.status.is_success() {
+                    let answer = opened.whole(64 << 10).await?;
+                    return Err(refusal(&answer));
+                }
+                let address = channel.address().to_string();
+                Ok((opened, Held::new(replica), address))
+            }
+        })
+        .await
+    }
+
     /// Makes `attempt` on a replica: balanced, retried when nothing was
     /// reached, and counted for the replica's health.
     async fn call<T, F, Fut>(
@@ -556,8 +614,14 @@ async fn probe(replica: Arc<Replica>, headers: HeaderMap, how: Probe) {
             (Link::Grpc(channel), Probe::ServerLive) => {
                 crate::v2::live(channel, &headers, deadline).await
             }
-            (Link::Grpc(channel), Probe::GrpcHealth) => {
+            (Link::Grpc(channel), Probe::GrpcHealth | Probe::OpenAiModels) => {
                 grpc::health(channel, &headers, deadline).await
+            }
+            (Link::Http(channel), Probe::OpenAiModels) => {
+                let path = format!("{}/models", channel.address().path);
+                crate::rest::get(channel, &path, &headers, Some(deadline))
+                    .await
+                    .map(drop)
             }
             (Link::Http(channel), _) => crate::rest::live(channel, &headers, deadline).await,
         };

@@ -207,11 +207,8 @@ async fn dispatch(
         Ok(Route::ClipperUpdate(app)) => {
             return clipper::update(front, context, app, request).await
         }
-        Ok(Route::OpenAi(openai::Endpoint::Embeddings)) => {
-            return openai::embeddings::embeddings(front, context, request).await
-        }
         Ok(Route::OpenAi(endpoint)) => {
-            return openai::completions::answer(front, context, endpoint, request).await
+            return openai::answer(front, context, endpoint, request).await
         }
         Err(e) if clipper => return clipper::error(&e, id),
         Err(e) if openai => return openai::error(&e, id),

@@ -24,14 +24,13 @@
 
 use std::sync::{Arc, Mutex};
 
-use hyper::body::Incoming;
-use hyper::{Request, Response};
+use hyper::Response;
 use serde_json::{json, Map, Value};
 use wirespeed_core::{
     DataType, Error, InferRequest, InferResponse, ParameterValue, Tensor, TensorData,
 };
 
-use super::{error_with, known_keys, model_name, now, object, read, Endpoint, Refusal};
+use super::{error_with, known_keys, model_name, now, object, refused, Endpoint, Refusal};
 use crate::protocols::http::events;
 use crate::protocols::http::response::{self, Body};
 use crate::protocols::Front;
@@ -104,15 +103,15 @@ struct Ask {
 /// Answers one chat or completion request.
 pub(crate) async fn answer(
     front: &Front,
-    mut context: RequestContext,
+    context: RequestContext,
     endpoint: Endpoint,
-    request: Request<Incoming>,
+    body: &[u8],
 ) -> Response<Body> {
     let id = context.id;
     let chat = endpoint == Endpoint::ChatCompletions;
-    let (model, ask) = match read(front, &mut context, request, |body| parse(body, chat)).await {
+    let (model, ask) = match parse(body, chat) {
         Ok(parsed) => parsed,
-        Err(refused) => return refused,
+        Err(refusal) => return refused(refusal),
     };
     let codec = Completions {
         ask,

@@ -12,12 +12,11 @@
 //! | `user` | accepted and ignored |
 
 use base64::Engine;
-use hyper::body::Incoming;
-use hyper::{Request, Response};
+use hyper::Response;
 use serde_json::{Map, Value};
 use wirespeed_core::{Error, InferRequest, InferResponse, Tensor, TensorData};
 
-use super::{error_with, known_keys, model_name, object, read, Refusal};
+use super::{error_with, known_keys, model_name, object, refused, Refusal};
 use crate::protocols::http::response::{self, Body};
 use crate::protocols::Front;
 use crate::serve::metrics::InferProtocol;
@@ -37,12 +36,12 @@ struct Ask {
 /// Answers one `POST /v1/embeddings`.
 pub(crate) async fn embeddings(
     front: &Front,
-    mut context: RequestContext,
-    request: Request<Incoming>,
+    context: RequestContext,
+    body: &[u8],
 ) -> Response<Body> {
-    let (model, ask) = match read(front, &mut context, request, parse).await {
+    let (model, ask) = match parse(body) {
         Ok(parsed) => parsed,
-        Err(refused) => return refused,
+        Err(refusal) => return refused(refusal),
     };
     let codec = Embeddings {
         ask: Some(ask),

@@ -14,17 +14,20 @@
 //! traced like any other. Embeddings are written from the embedder's
 //! output tensor by the V2 encoder's number writer, or as base64 of its
 //! bytes; a chat answer streams as server-sent events as the model sends
-//! its tokens (`completions.rs`). Errors are OpenAI's
+//! its tokens (`completions.rs`). A model on another server's OpenAI API
+//! gets the request as its client wrote it, and its upstream's answer goes
+//! back as written (`relay.rs`). Errors are OpenAI's
 //! `{"error": {"message", "type", "param", "code"}}` ([`error`]).
 
 pub(crate) mod completions;
 pub(crate) mod embeddings;
+mod relay;
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use hyper::StatusCode;
 use serde_json::{json, Map, Value};
-use wirespeed_core::{Error, ErrorKind};
+use wirespeed_core::{Error, ErrorKind, Fault};
 
 use crate::protocols::http::body::RestRequest;
 use crate::protocols::http::response::{self, Body};
@@ -89,15 +92,18 @@ pub(crate) fn error_with(
     param: Option<&str>,
 ) -> hyper::Response<Body> {
     let kind = error.kind();
-    let status =
-        StatusCode::from_u16(kind.http_status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    // A full queue is OpenAI's 429 (V2's 503): its SDKs wait and retry it.
+    let status = match kind {
+        ErrorKind::Overloaded => StatusCode::TOO_MANY_REQUESTS,
+        _ => StatusCode::from_u16(kind.http_status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
+    };
     let (kind_name, code) = match kind {
         ErrorKind::ModelNotFound | ErrorKind::VersionNotFound => {
             ("invalid_request_error", Some("model_not_found"))
         }
         ErrorKind::Unauthenticated => ("invalid_request_error", Some("invalid_api_key")),
         ErrorKind::Overloaded => ("rate_limit_error", None),
-        _ if kind.is_client_error() => ("invalid_request_error", None),
+        _ if kind.fault() == Fault::Client => ("invalid_request_error", None),
         _ => ("server_error", None),
     };
     let body = json!({
@@ -115,20 +121,34 @@ pub(crate) fn error(error: &Error, id: u64) -> hyper::Response<Body> {
 /// it names.
 pub(crate) type Refusal = (Error, Option<&'static str>);
 
-/// Reads an OpenAI request's body (whole: texts and messages are small)
-/// and parses it with `parse`; or the answer that refuses it.
-pub(crate) async fn read<T>(
+/// Answers one request to an OpenAI endpoint: its body read whole
+/// (texts and messages are small), then forwarded when it names a model
+/// on an upstream's OpenAI API, else parsed and answered here.
+pub(crate) async fn answer(
     front: &Front,
-    context: &mut RequestContext,
+    mut context: RequestContext,
+    endpoint: Endpoint,
     request: hyper::Request<hyper::body::Incoming>,
-    parse: impl FnOnce(&[u8]) -> Result<T, Refusal>,
-) -> Result<T, hyper::Response<Body>> {
+) -> hyper::Response<Body> {
     let mut rest = RestRequest::new(front, request);
-    let body = rest
-        .read_json(&mut context.stages)
-        .await
-        .map_err(|e| error(&e, context.id))?;
-    parse(&body).map_err(|(e, param)| error_with(&e, e.message(), param))
+    let body = match rest.read_json(&mut context.stages).await {
+        Ok(body) => body,
+        Err(e) => return error(&e, context.id),
+    };
+    if let Some((model, stream)) = relay::forwarded(front, &body) {
+        return relay::answer(front, context, endpoint, model, stream, body).await;
+    }
+    match endpoint {
+        Endpoint::Embeddings => embeddings::embeddings(front, context, &body).await,
+        Endpoint::ChatCompletions | Endpoint::Completions => {
+            completions::answer(front, context, endpoint, &body).await
+        }
+    }
+}
+
+/// The answer that refuses a request as `refusal` says.
+fn refused((error, param): Refusal) -> hyper::Response<Body> {
+    error_with(&error, error.message(), param)
 }
 
 /// Checks that `object` has only the keys OpenAI's endpoint takes, in

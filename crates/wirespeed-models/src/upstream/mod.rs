@@ -21,6 +21,9 @@
 //! # ca_file = "ca.pem"                  # for grpcs://; the system's roots unless set
 //! # headers = { authorization = "Bearer ..." }
 //! ```
+//!
+//! A URL with a path (`http://host:8000/v1`), or `api = "openai"`, is an
+//! OpenAI-compatible server instead (`openai.rs`).
 
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, OnceLock, Weak};
@@ -35,6 +38,8 @@ use wirespeed_upstream::http::{HeaderMap, HeaderName, HeaderValue};
 use wirespeed_upstream::{Address, ChannelOptions, Upstream, UpstreamOptions, V2Client};
 
 use crate::registry::{Backend, ModelSource};
+
+mod openai;
 
 /// `backend = "upstream"`.
 pub(crate) struct UpstreamBackend;
@@ -57,6 +62,18 @@ impl Backend for UpstreamBackend {
             String::new()
         };
         let upstream = keys.upstream(source)?;
+        if keys.openai()? {
+            if !config.inputs.is_empty() || !config.outputs.is_empty() {
+                return Err(
+                    "a model on an OpenAI upstream declares no [[inputs]] or [[outputs]]: it \
+                     takes OpenAI's requests (or text_input) and answers them as the upstream does"
+                        .to_owned(),
+                );
+            }
+            let model =
+                openai::OpenAiModel::start(source.name(), &config.version, remote, upstream)?;
+            return Ok(model);
+        }
         let pinned = Pinned {
             inputs: crate::TensorConfig::specs(&config.inputs)?,
             outputs: crate::TensorConfig::specs(&config.outputs)?,
@@ -77,6 +94,10 @@ impl Backend for UpstreamBackend {
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct UpstreamKeys {
+    /// The API the upstream speaks: `v2` (the Open Inference Protocol, the
+    /// default) or `openai` (the default for a URL with a path).
+    #[serde(default)]
+    api: Option<String>,
     /// The upstream's URL.
     #[serde(default)]
     url: Option<String>,
@@ -110,20 +131,55 @@ pub(crate) struct UpstreamKeys {
 }
 
 impl UpstreamKeys {
-    /// The upstream these keys describe; files are the model's (relative
-    /// to its folder).
-    pub(crate) fn upstream(&self, source: &ModelSource<'_>) -> Result<Arc<Upstream>, String> {
+    /// The URLs, parsed.
+    fn addresses(&self) -> Result<Vec<Address>, String> {
         let mut urls: Vec<&String> = self.url.iter().collect();
         urls.extend(&self.urls);
         if urls.is_empty() {
             return Err(
-                "an upstream model needs url = \"grpc://host:port\" (or urls = [...])".to_owned(),
+                "an upstream model needs url = \"grpc://host:port\" (or urls = [...]; \
+                 http://host:port/v1 for an OpenAI-compatible server)"
+                    .to_owned(),
             );
         }
-        let addresses = urls
-            .iter()
-            .map(|u| u.parse::<Address>())
-            .collect::<Result<Vec<_>, _>>()?;
+        urls.iter().map(|u| u.parse::<Address>()).collect()
+    }
+
+    /// Whether the upstream speaks OpenAI's API rather than the V2
+    /// protocol: `api = "openai"`, or URLs with a path.
+    fn openai(&self) -> Result<bool, String> {
+        let with_path = self.addresses()?.iter().any(|a| !a.path.is_empty());
+        match self.api.as_deref() {
+            Some("openai") => Ok(true),
+            None => Ok(with_path),
+            Some("v2") if with_path => Err(
+                "a V2 upstream's URL is scheme://host:port, with no path; a path is an OpenAI \
+                 API's base (api = \"openai\")"
+                    .to_owned(),
+            ),
+            Some("v2") => Ok(false),
+            Some(other) => Err(format!("api = \"{other}\"; it is \"v2\" or \"openai\"")),
+        }
+    }
+
+    /// The upstream these keys describe; files are the model's (relative
+    /// to its folder).
+    pub(crate) fn upstream(&self, source: &ModelSource<'_>) -> Result<Arc<Upstream>, String> {
+        let openai = self.openai()?;
+        let mut addresses = self.addresses()?;
+        if openai {
+            for address in &mut addresses {
+                if address.protocol != wirespeed_upstream::Protocol::Http {
+                    return Err(format!(
+                        "'{address}' is a gRPC URL; an OpenAI API is reached over http:// or \
+                         https:// (http://host:port/v1)"
+                    ));
+                }
+                if address.path.is_empty() {
+                    address.path = "/v1".to_owned();
+                }
+            }
+        }
         let mut headers = HeaderMap::new();
         for (name, value) in &self.headers {
             let header = HeaderName::from_bytes(name.to_ascii_lowercase().as_bytes())
@@ -153,7 +209,11 @@ impl UpstreamKeys {
                 .as_ref()
                 .map(|f| source.file("ca_file", &f.to_string_lossy()))
                 .transpose()?,
-            probe: defaults.probe,
+            probe: if openai {
+                wirespeed_upstream::Probe::OpenAiModels
+            } else {
+                defaults.probe
+            },
         };
         Upstream::new(addresses, options)
     }

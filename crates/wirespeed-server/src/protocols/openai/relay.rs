@@ -1,0 +1,180 @@
+//! An OpenAI request to a model on another server's OpenAI API
+//! (`backend = "upstream"` with an OpenAI URL; `wirespeed-models`'
+//! `upstream/openai.rs`): forwarded as its client wrote it, so every field
+//! the upstream takes (vLLM's own sampling fields, `n`, `logprobs`) works
+//! through wirespeed as it does there, and answered as the upstream
+//! answered, with `model` renamed to ours.
+//!
+//! The request still takes the one pipeline (`serve/pipeline.rs`): it
+//! queues within the model's concurrency, is counted, timed (a stream's
+//! events as its tokens: time to the first, between the others) and
+//! traced, and a client that leaves cancels it, which closes the upstream
+//! connection. A stream's events are written as each arrives from the
+//! upstream, then `data: [DONE]`; a failure before the first is OpenAI's
+//! error answer with the status it means, one after is an `error` event.
+
+use hyper::Response;
+use serde::Deserialize;
+use serde_json::json;
+use wirespeed_core::{
+    Error, InferRequest, InferResponse, ParameterValue, Tensor, TensorData, OPENAI_ANSWER,
+    OPENAI_ENDPOINT, OPENAI_REQUEST,
+};
+
+use super::{error_with, Endpoint};
+use crate::protocols::http::events;
+use crate::protocols::http::response::{self, Body};
+use crate::protocols::Front;
+use crate::serve::metrics::InferProtocol;
+use crate::serve::pipeline::{self, Codec, RequestContext, Target};
+use crate::serve::served::ServedModel;
+use crate::serve::stream::ResponseStream;
+use crate::serve::timing::Stages;
+
+/// The fields read before the request is forwarded.
+#[derive(Deserialize)]
+struct Head {
+    model: String,
+    #[serde(default)]
+    stream: Option<bool>,
+}
+
+/// The model `body` names and whether it asks a stream, when that model
+/// forwards OpenAI requests to an upstream; `None` otherwise (a body the
+/// native endpoints then refuse in their own words, or a model of ours).
+pub(super) fn forwarded(front: &Front, body: &[u8]) -> Option<(String, bool)> {
+    let head: Head = serde_json::from_slice(body).ok()?;
+    let served = front.serving.models.get(&head.model, None).ok()?;
+    served
+        .model
+        .text()
+        .is_some_and(|t| t.forwards())
+        .then_some((head.model, head.stream.unwrap_or(false)))
+}
+
+/// Forwards one request to `model`'s upstream.
+pub(super) async fn answer(
+    front: &Front,
+    context: RequestContext,
+    endpoint: Endpoint,
+    model: String,
+    stream: bool,
+    body: Vec<u8>,
+) -> Response<Body> {
+    let codec = Relay {
+        endpoint,
+        body: Some(body),
+        stream,
+    };
+    pipeline::infer(&front.serving, context, Target::new(&model, None), codec).await
+}
+
+/// The codec of one forwarded request.
+struct Relay {
+    endpoint: Endpoint,
+    /// Until it is decoded.
+    body: Option<Vec<u8>>,
+    stream: bool,
+}
+
+/// The upstream's answer (or event) in a response.
+fn answer_bytes(response: &InferResponse) -> Result<&[u8], Error> {
+    response
+        .outputs
+        .iter()
+        .find(|t| t.name == OPENAI_ANSWER)
+        .and_then(|t| match &t.data {
+            TensorData::Bytes(items) => items.first().map(Vec::as_slice),
+            _ => None,
+        })
+        .ok_or_else(|| {
+            Error::internal(format!(
+                "model '{}' forwarded a request and answered no '{OPENAI_ANSWER}'",
+                response.model_name
+            ))
+        })
+}
+
+/// An `error` event, OpenAI's shape, for a failure after the stream began.
+fn error_event(error: &Error, out: &mut Vec<u8>) {
+    let message = pipeline::public_message(error, 0);
+    let body = json!({ "error": { "message": message, "type": "server_error", "param": null, "code": null } });
+    out.extend_from_slice(b"data: ");
+    out.extend_from_slice(body.to_string().as_bytes());
+    out.extend_from_slice(b"\n\n");
+}
+
+impl Codec for Relay {
+    type Answer = Response<Body>;
+    const PROTOCOL: InferProtocol = InferProtocol::OpenAi;
+
+    async fn decode(
+        &mut self,
+        model: &ServedModel,
+        _stages: &mut Stages,
+    ) -> Result<InferRequest, Error> {
+        if !model.model.text().is_some_and(|t| t.forwards()) {
+            return Err(Error::new(
+                wirespeed_core::ErrorKind::Unavailable,
+                format!(
+                    "model '{}' was reloaded while its request was read; send it again",
+                    model.metadata().name
+                ),
+            ));
+        }
+        let endpoint = match self.endpoint {
+            Endpoint::Embeddings => "embeddings",
+            Endpoint::ChatCompletions => "chat/completions",
+            Endpoint::Completions => "completions",
+        };
+        Ok(InferRequest {
+            inputs: vec![Tensor {
+                name: OPENAI_REQUEST.to_owned(),
+                shape: vec![1],
+                data: TensorData::Bytes(vec![self.body.take().unwrap_or_default()]),
+            }],
+            parameters: vec![(
+                OPENAI_ENDPOINT.to_owned(),
+                ParameterValue::String(endpoint.to_owned()),
+            )],
+            ..InferRequest::default()
+        })
+    }
+
+    fn encode(&mut self, response: InferResponse) -> Result<Response<Body>, Error> {
+        Ok(response::json(answer_bytes(&response)?.to_vec()))
+    }
+
+    async fn encode_stream(&mut self, mut stream: ResponseStream) -> Result<Response<Body>, Error> {
+        if !self.stream {
+            // One answer: the first response (the upstream's whole body).
+            let Some(item) = stream.next().await else {
+                return Err(Error::internal(
+                    "the upstream model ended without an answer",
+                ));
+            };
+            return self.encode(item.response?);
+        }
+        let encode: events::EncodeEvents = Box::new(move |item, out| match item.response {
+            Ok(response) => match answer_bytes(&response) {
+                Ok(data) => {
+                    out.extend_from_slice(b"data: ");
+                    out.extend_from_slice(data);
+                    out.extend_from_slice(b"\n\n");
+                }
+                Err(e) => error_event(&e, out),
+            },
+            Err(e) => error_event(&e, out),
+        });
+        let end: events::End = Box::new(|out| out.extend_from_slice(b"data: [DONE]\n\n"));
+        Ok(events::answer_with_end(stream, encode, Some(end)))
+    }
+
+    fn stamp(answer: &mut Response<Body>, timing: &str) {
+        response::stamp(answer, timing);
+    }
+
+    fn error(&self, error: &Error, message: &str) -> Response<Body> {
+        error_with(error, message, None)
+    }
+}
