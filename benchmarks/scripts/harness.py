@@ -1,6 +1,7 @@
 """What the Python benchmark scripts share: a free loopback port, one wrk
 run read as (requests a second, p50 in ms), and waiting for a server to
-answer. Imported by the scripts beside it (`from harness import wrk`)."""
+answer, a process's CPU time. Imported by the scripts beside it
+(`from harness import wrk`)."""
 
 import os
 import re
@@ -45,3 +46,10 @@ def wait_ready(url, seconds=60):
         except Exception:
             time.sleep(0.1)
     sys.exit(f"{url} never answered")
+
+
+def cpu_seconds(pid):
+    """User and system CPU of process `pid` (all its threads) so far, in
+    seconds, from /proc."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")

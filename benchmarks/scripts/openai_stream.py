@@ -24,7 +24,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from harness import free_port, wait_ready
+from harness import cpu_seconds, free_port, wait_ready
 
 import requests
 
@@ -61,15 +61,6 @@ class TritonPythonModel:
 '''
 
 TEMPLATE = "{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}assistant:"
-
-
-
-
-def cpu_seconds(pid):
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    ticks = os.sysconf("SC_CLK_TCK")
-    return (int(fields[11]) + int(fields[12])) / ticks
 
 
 def stream_once(url):

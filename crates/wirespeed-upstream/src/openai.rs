@@ -131,11 +131,10 @@ impl OpenAiClient {
         let max = self.upstream.options().max_message_bytes;
         if is_event_stream(&opened.headers) {
             return Ok(OpenAiAnswer::Events(Box::new(Events {
-                opened,
+                opened: Some(opened),
                 _held: held,
                 address,
                 splitter: Splitter::new(max),
-                done: false,
             })));
         }
         let whole = async { opened.whole(max).await };
@@ -199,12 +198,12 @@ pub fn error_message(body: &[u8]) -> String {
 
 /// A streamed answer's events, read as they arrive.
 pub struct Events {
-    opened: Opened,
+    /// Until the stream has ended.
+    opened: Option<Opened>,
     /// The stream counts as outstanding on its replica until it goes.
     _held: Held,
     address: String,
     splitter: Splitter,
-    done: bool,
 }
 
 impl Events {
@@ -212,23 +211,22 @@ impl Events {
     /// once the upstream has said `[DONE]` or ended the body after a
     /// whole event.
     pub async fn next(&mut self) -> Option<Result<Bytes, UpstreamError>> {
-        if self.done {
-            return None;
-        }
         loop {
             match self.splitter.next_event() {
                 Ok(Some(data)) if data.as_ref() == b"[DONE]" => {
-                    self.done = true;
+                    self.finish();
                     return None;
                 }
                 Ok(Some(data)) => return Some(Ok(data)),
                 Ok(None) => {}
                 Err(error) => return Some(Err(self.failed(error))),
             }
-            match self.opened.chunk().await {
+            let opened = self.opened.as_mut()?;
+            match opened.chunk().await {
                 Ok(Some(bytes)) => self.splitter.feed(&bytes),
                 Ok(None) => {
-                    self.done = true;
+                    // The body has ended, and its connection is kept.
+                    self.opened = None;
                     return match self.splitter.finish() {
                         Some(data) if data.as_ref() != b"[DONE]" => Some(Ok(data)),
                         _ => None,
@@ -239,8 +237,23 @@ impl Events {
         }
     }
 
+    /// After `[DONE]`: the body's end (its last chunk, usually in the
+    /// same packet) is read on a task of its own, so that its connection
+    /// is kept for another request, while the caller goes on at once. A
+    /// body that does not end within a few seconds is let go, and its
+    /// connection with it.
+    fn finish(&mut self) {
+        let Some(mut opened) = self.opened.take() else {
+            return;
+        };
+        tokio::spawn(async move {
+            let drained = async { while let Ok(Some(_)) = opened.chunk().await {} };
+            let _ = tokio::time::timeout(std::time::Duration::from_secs(5), drained).await;
+        });
+    }
+
     fn failed(&mut self, error: CallError) -> UpstreamError {
-        self.done = true;
+        self.opened = None;
         UpstreamError {
             upstream: self.address.clone(),
             error,
