@@ -11,6 +11,7 @@ upstream's, with only `model` renamed to wirespeed's name.
 
 import asyncio
 import base64
+import json
 import sys
 
 import numpy as np
@@ -206,7 +207,6 @@ def test_v2_clients_generate_through_the_upstream(server, standin):
                       json={"text_input": prompt, "parameters": {"max_tokens": 4}})
     assert r.status_code == 200, r.text
     events = [line[len(b"data: "):] for line in r.content.splitlines() if line.startswith(b"data: ")]
-    import json
     pieces = [json.loads(e) for e in events]
     assert "".join(p.get("text_output", "") for p in pieces) == "a prompt asked over"
     assert pieces[-1]["finish_reason"] == "length"
@@ -217,3 +217,39 @@ def test_events_are_counted_as_tokens(server):
     text = requests.get(f"http://127.0.0.1:{server.metrics_port}/metrics", timeout=10).text
     assert 'wirespeed_time_to_first_token_seconds_count{model="llm"' in text
     assert 'nv_inference_request_success{model="llm"' in text
+
+
+def test_replicas_share_streams_and_one_that_fails_is_probed_back(tmp_path):
+    """Two replicas: requests go to both; one that stops is ejected and
+    its requests go to the other; started again, the probe (`GET
+    /v1/models`) admits it."""
+    a, b = openai_standin.Running(), openai_standin.Running()
+    (tmp_path / "llm").mkdir()
+    (tmp_path / "llm" / "config.toml").write_text(
+        f'backend = "upstream"\nurls = ["{a.base_url}", "{b.base_url}"]\nmodel = "{openai_standin.MODEL}"\n'
+        "eject_after = 1\n")
+    server = RunningServer(tmp_path, [])
+    try:
+        wait_until("the upstream model's readiness",
+                   lambda: requests.get(f"http://{server.address}/v2/models/llm/ready", timeout=5).status_code == 200)
+        with ours(server) as c:
+            for _ in range(8):
+                assert c.completions.create(model="llm", prompt="spread me").choices[0].text == "spread me"
+            assert a.standin.bodies and b.standin.bodies
+            port = b.port
+            b.stop()
+            before = len(a.standin.bodies)
+            for _ in range(6):
+                assert c.completions.create(model="llm", prompt="still answered").choices[0].text == "still answered"
+            assert len(a.standin.bodies) == before + 6
+            server.wait_for_log("ejecting the replica")
+            b = openai_standin.Running(port)
+            server.wait_for_log("the replica answers again; admitted")
+            answered = len(b.standin.bodies)
+            for _ in range(8):
+                c.completions.create(model="llm", prompt="back")
+            assert len(b.standin.bodies) > answered
+    finally:
+        server.stop()
+        a.stop()
+        b.stop()

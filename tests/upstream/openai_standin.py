@@ -173,6 +173,8 @@ class Running:
     def __init__(self, port=0):
         self.standin = Standin()
         self.socket = socket.socket()
+        # A stand-in started again on its port, as a replica comes back.
+        self.socket.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         self.socket.bind(("127.0.0.1", port))
         self.port = self.socket.getsockname()[1]
         config = uvicorn.Config(self.standin.app, log_level="warning", access_log=False)

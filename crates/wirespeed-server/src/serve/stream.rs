@@ -17,7 +17,6 @@
 
 use std::future::Future;
 use std::pin::Pin;
-use std::task::{Context, Poll};
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -91,46 +90,26 @@ impl ResponseStream {
 
     /// The next response; `None` when the stream has ended.
     pub(crate) async fn next(&mut self) -> Option<Item> {
-        std::future::poll_fn(|cx| self.poll_next(cx)).await
-    }
-
-    /// The next response: the receiver first; then the run, and the
-    /// receiver again, as the run may have sent responses before it
-    /// waits again.
-    pub(crate) fn poll_next(&mut self, cx: &mut Context<'_>) -> Poll<Option<Item>> {
         if let Some(streamed) = self.pending.take() {
-            return Poll::Ready(Some(self.item(streamed)));
+            return Some(self.item(streamed));
         }
         loop {
-            if let Poll::Ready(streamed) = self.receiver.poll_next(cx) {
-                return Poll::Ready(streamed.map(|s| self.item(s)));
-            }
             let Some(run) = self.run.as_mut() else {
-                return Poll::Pending;
+                let streamed = self.receiver.next().await?;
+                return Some(self.item(streamed));
             };
-            match run.as_mut().poll(cx) {
-                Poll::Ready(ended) => {
+            tokio::select! {
+                biased;
+                streamed = self.receiver.next() => {
+                    return streamed.map(|s| self.item(s));
+                }
+                ended = run => {
                     self.run = None;
                     if let Err(error) = ended {
-                        return Poll::Ready(Some(Item {
-                            response: Err(error),
-                            last: true,
-                        }));
+                        return Some(Item { response: Err(error), last: true });
                     }
                 }
-                Poll::Pending => return self.poll_sent(cx),
             }
-        }
-    }
-
-    /// A response the model has already sent, without running it further.
-    fn poll_sent(&mut self, cx: &mut Context<'_>) -> Poll<Option<Item>> {
-        match self.receiver.poll_next(cx) {
-            // The senders have gone, but the run (which holds one) has not
-            // said how it ended: that is for `poll_next`.
-            Poll::Ready(None) if self.run.is_some() => Poll::Pending,
-            Poll::Ready(streamed) => Poll::Ready(streamed.map(|s| self.item(s))),
-            Poll::Pending => Poll::Pending,
         }
     }
 
