@@ -12,8 +12,9 @@ directly, through nginx and
 through wirespeed, so all see the same machine at the same moment. For
 each: the time to the first token (the first event with content) and to
 the stream's end. Added latency is the difference of the medians, per
-round; the figure is the median over rounds. The server's own CPU time
-per relayed event (all its threads, from /proc) is measured beside it.
+round; the figure is the median over rounds. Each proxy's own CPU time
+per relayed event (all its threads, from /proc; nginx's worker) is
+measured beside it.
 nginx comes from Debian's package (installed when missing, as root).
 
 Usage (from the repository root, after `cargo build --release -p wirespeed`):
@@ -130,12 +131,16 @@ def main():
         processes.append(server)
         wait_ready(f"http://127.0.0.1:{port}/v2/models/llm/ready")
         legs = {"direct": (Connection(upstream_port), REMOTE)}
+        # The process whose CPU time each proxy's events cost.
+        proxies = {"wirespeed": server.pid}
         nginx = nginx_binary()
         if nginx:
             (work / "nginx.conf").write_text(NGINX.format(work=work, upstream=upstream_port, port=nginx_port))
-            processes.append(subprocess.Popen([nginx, "-p", str(work), "-c", str(work / "nginx.conf")]))
+            master = subprocess.Popen([nginx, "-p", str(work), "-c", str(work / "nginx.conf")])
+            processes.append(master)
             wait_ready(f"http://127.0.0.1:{nginx_port}/v1/models")
             legs["nginx"] = (Connection(nginx_port), REMOTE)
+            proxies["nginx"] = int(Path(f"/proc/{master.pid}/task/{master.pid}/children").read_text().split()[0])
         else:
             print("nginx is not installed: no proxy floor measured")
         legs["wirespeed"] = (Connection(port), "llm")
@@ -144,18 +149,19 @@ def main():
                 ask(connection, model)
         added = {leg: {"first": [], "end": []} for leg in legs if leg != "direct"}
         firsts_all = {leg: [] for leg in legs}
-        per_event = []
+        per_event = {leg: [] for leg in proxies}
         for r in range(rounds):
             firsts = {leg: [] for leg in legs}
             ends = {leg: [] for leg in legs}
-            spent, relayed = 0.0, 0
+            spent = {leg: 0.0 for leg in proxies}
+            relayed = {leg: 0 for leg in proxies}
             for _ in range(STREAMS):
                 for leg, (connection, model) in legs.items():
-                    before = cpu_seconds(server.pid) if leg == "wirespeed" else 0
+                    before = cpu_seconds(proxies[leg]) if leg in proxies else 0
                     first, end, events = ask(connection, model)
-                    if leg == "wirespeed":
-                        spent += cpu_seconds(server.pid) - before
-                        relayed += events
+                    if leg in proxies:
+                        spent[leg] += cpu_seconds(proxies[leg]) - before
+                        relayed[leg] += events
                     firsts[leg].append(first)
                     ends[leg].append(end)
             p50 = {leg: (statistics.median(firsts[leg]), statistics.median(ends[leg])) for leg in legs}
@@ -167,8 +173,10 @@ def main():
                             f"(stream +{(p50[leg][1] - p50['direct'][1]) * 1e6:.0f} µs)")
             for leg in legs:
                 firsts_all[leg].append(p50[leg][0])
-            per_event.append(spent / relayed)
-            line.append(f"server CPU {spent / relayed * 1e6:.2f} µs an event")
+            for leg in proxies:
+                per_event[leg].append(spent[leg] / relayed[leg])
+            line.append("CPU an event " + ", ".join(
+                f"{leg} {spent[leg] / relayed[leg] * 1e6:.2f} µs" for leg in proxies))
             print("; ".join(line), flush=True)
         print()
         print("time to first token, p50: " + ", ".join(
@@ -176,7 +184,8 @@ def main():
         for leg, v in added.items():
             print(f"added by {leg}, median of rounds: first token {statistics.median(v['first']) * 1e6:.0f} µs, "
                   f"whole stream of {WORDS} words {statistics.median(v['end']) * 1e6:.0f} µs")
-        print(f"wirespeed's CPU per relayed event, median of rounds: {statistics.median(per_event) * 1e6:.2f} µs")
+        print("CPU per relayed event, median of rounds: " + ", ".join(
+            f"{leg} {statistics.median(v) * 1e6:.2f} µs" for leg, v in per_event.items()))
     finally:
         for process in reversed(processes):
             process.terminate()
