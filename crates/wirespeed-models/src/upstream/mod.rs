@@ -394,43 +394,53 @@ fn merge(
     Ok(pinned.to_vec())
 }
 
-/// Learns the model's metadata from the upstream, waiting longer after
-/// each failure (100 ms, doubling to 5 s, jittered), until it answers or
-/// the model is dropped.
-async fn learn(model: Weak<UpstreamModel>) {
+/// A model on an upstream that must learn something from it (its
+/// metadata, that it serves the model) before it is ready.
+trait Learner: Send + Sync + 'static {
+    /// The model's name, for the log.
+    fn name(&self) -> &str;
+    /// Why it is not ready yet.
+    fn waiting(&self) -> &Mutex<String>;
+    /// One try: `Ok` once learned (and kept).
+    fn attempt(&self) -> impl std::future::Future<Output = Result<(), String>> + Send;
+}
+
+/// Tries `model`'s [`Learner::attempt`] until it succeeds, waiting longer
+/// after each failure (100 ms, doubling to 5 s, jittered), or until the
+/// model is dropped.
+async fn learn<M: Learner>(model: Weak<M>) {
     let mut wait = Duration::from_millis(100);
     let mut failures = 0u32;
     loop {
         let Some(m) = model.upgrade() else { return };
-        match m.fetch().await {
-            Ok(metadata) => {
-                tracing::info!(
-                    model = %metadata.name,
-                    upstream = %m.upstream().describe(),
-                    remote = %m.remote,
-                    inputs = metadata.inputs.len(),
-                    outputs = metadata.outputs.len(),
-                    "upstream model ready"
-                );
-                let _ = m.learned.set(metadata);
-                return;
-            }
-            Err(why) => {
-                if failures == 0 {
-                    tracing::warn!(model = %m.placeholder.name, reason = %why, "upstream model not ready yet; retrying with backoff");
-                } else {
-                    tracing::debug!(model = %m.placeholder.name, reason = %why, "upstream model still not ready");
-                }
-                failures += 1;
-                if let Ok(mut waiting) = m.waiting.lock() {
-                    *waiting = why;
-                }
-            }
+        let Err(why) = m.attempt().await else { return };
+        if failures == 0 {
+            tracing::warn!(model = %m.name(), reason = %why, "upstream model not ready yet; retrying with backoff");
+        } else {
+            tracing::debug!(model = %m.name(), reason = %why, "upstream model still not ready");
+        }
+        failures += 1;
+        if let Ok(mut waiting) = m.waiting().lock() {
+            *waiting = why;
         }
         drop(m);
         tokio::time::sleep(wait.mul_f64(0.5 + jitter_fraction() / 2.0)).await;
         wait = (wait * 2).min(Duration::from_secs(5));
     }
+}
+
+/// A model on `upstream` is ready once it has `learned`, and while a
+/// replica is admitted; else why not.
+fn readiness(learned: bool, waiting: &Mutex<String>, upstream: &Upstream) -> Result<(), String> {
+    if !learned {
+        return Err(waiting.lock().map(|w| w.clone()).unwrap_or_default());
+    }
+    upstream.status().map_err(|why| {
+        format!(
+            "no replica of upstream {} answers: {why}",
+            upstream.describe()
+        )
+    })
 }
 
 fn jitter_fraction() -> f64 {
@@ -439,21 +449,38 @@ fn jitter_fraction() -> f64 {
     (random % 1024) as f64 / 1024.0
 }
 
+impl Learner for UpstreamModel {
+    fn name(&self) -> &str {
+        &self.placeholder.name
+    }
+
+    fn waiting(&self) -> &Mutex<String> {
+        &self.waiting
+    }
+
+    /// Learns the model's metadata from the upstream.
+    async fn attempt(&self) -> Result<(), String> {
+        let metadata = self.fetch().await?;
+        tracing::info!(
+            model = %metadata.name,
+            upstream = %self.upstream().describe(),
+            remote = %self.remote,
+            inputs = metadata.inputs.len(),
+            outputs = metadata.outputs.len(),
+            "upstream model ready"
+        );
+        let _ = self.learned.set(metadata);
+        Ok(())
+    }
+}
+
 impl Model for UpstreamModel {
     fn metadata(&self) -> &ModelMetadata {
         self.learned.get().unwrap_or(&self.placeholder)
     }
 
     fn ready(&self) -> Result<(), String> {
-        if self.learned.get().is_none() {
-            return Err(self.waiting.lock().map(|w| w.clone()).unwrap_or_default());
-        }
-        self.upstream().status().map_err(|why| {
-            format!(
-                "no replica of upstream {} answers: {why}",
-                self.upstream().describe()
-            )
-        })
+        readiness(self.learned.get().is_some(), &self.waiting, self.upstream())
     }
 
     fn execution(&self, _: usize) -> Execution {

@@ -22,7 +22,7 @@
 //! `GET /models` answers (and lists the model, when it lists any), and
 //! later while no replica answers.
 
-use std::sync::{Arc, Mutex, OnceLock, Weak};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Map, Value};
@@ -95,7 +95,7 @@ impl OpenAiModel {
             metadata,
             seen: OnceLock::new(),
         });
-        runtime.spawn(learn(Arc::downgrade(&model)));
+        runtime.spawn(super::learn(Arc::downgrade(&model)));
         Ok(model)
     }
 
@@ -351,38 +351,26 @@ fn only_bytes<'a>(inputs: &'a [Tensor], name: &str) -> Result<&'a [u8], Error> {
     }
 }
 
-/// Asks the upstream's model list until it answers (and lists the model),
-/// waiting longer after each failure (100 ms, doubling to 5 s, jittered),
-/// or until the model is dropped.
-async fn learn(model: Weak<OpenAiModel>) {
-    let mut wait = Duration::from_millis(100);
-    let mut failures = 0u32;
-    loop {
-        let Some(m) = model.upgrade() else { return };
-        match m.check().await {
-            Ok(()) => {
-                tracing::info!(
-                    model = %m.metadata.name,
-                    upstream = %m.upstream().describe(),
-                    remote = %m.remote,
-                    "upstream OpenAI model ready"
-                );
-                let _ = m.seen.set(());
-                return;
-            }
-            Err(why) => {
-                if failures == 0 {
-                    tracing::warn!(model = %m.metadata.name, reason = %why, "upstream model not ready yet; retrying with backoff");
-                }
-                failures += 1;
-                if let Ok(mut waiting) = m.waiting.lock() {
-                    *waiting = why;
-                }
-            }
-        }
-        drop(m);
-        tokio::time::sleep(wait.mul_f64(0.5 + super::jitter_fraction() / 2.0)).await;
-        wait = (wait * 2).min(Duration::from_secs(5));
+impl super::Learner for OpenAiModel {
+    fn name(&self) -> &str {
+        &self.metadata.name
+    }
+
+    fn waiting(&self) -> &Mutex<String> {
+        &self.waiting
+    }
+
+    /// Asks the upstream's model list whether it serves the model.
+    async fn attempt(&self) -> Result<(), String> {
+        self.check().await?;
+        tracing::info!(
+            model = %self.metadata.name,
+            upstream = %self.upstream().describe(),
+            remote = %self.remote,
+            "upstream OpenAI model ready"
+        );
+        let _ = self.seen.set(());
+        Ok(())
     }
 }
 
@@ -398,15 +386,7 @@ impl Model for OpenAiModel {
     }
 
     fn ready(&self) -> Result<(), String> {
-        if self.seen.get().is_none() {
-            return Err(self.waiting.lock().map(|w| w.clone()).unwrap_or_default());
-        }
-        self.upstream().status().map_err(|why| {
-            format!(
-                "no replica of upstream {} answers: {why}",
-                self.upstream().describe()
-            )
-        })
+        super::readiness(self.seen.get().is_some(), &self.waiting, self.upstream())
     }
 
     fn text(&self) -> Option<&dyn TextModel> {
