@@ -30,7 +30,7 @@ use wirespeed_core::{
     DataType, Error, InferRequest, InferResponse, ParameterValue, Tensor, TensorData,
 };
 
-use super::{error_with, known_keys, model_name, now, object, refused, Endpoint, Refusal};
+use super::{error_with, known_keys, model_name, now, refused, Endpoint, Refusal};
 use crate::protocols::http::events;
 use crate::protocols::http::response::{self, Body};
 use crate::protocols::Front;
@@ -105,11 +105,11 @@ pub(crate) async fn answer(
     front: &Front,
     context: RequestContext,
     endpoint: Endpoint,
-    body: &[u8],
+    object: &Map<String, Value>,
 ) -> Response<Body> {
     let id = context.id;
     let chat = endpoint == Endpoint::ChatCompletions;
-    let (model, ask) = match parse(body, chat) {
+    let (model, ask) = match parse(object, chat) {
         Ok(parsed) => parsed,
         Err(refusal) => return refused(refusal),
     };
@@ -130,10 +130,9 @@ pub(crate) async fn answer(
     pipeline::infer(&front.serving, context, Target::new(&model, None), codec).await
 }
 
-fn parse(body: &[u8], chat: bool) -> Result<(String, Ask), Refusal> {
-    let object = object(body).map_err(|e| (e, None))?;
-    known_keys(&object, if chat { CHAT_KEYS } else { COMPLETION_KEYS }).map_err(|e| (e, None))?;
-    let model = model_name(&object).map_err(|e| (e, Some("model")))?;
+fn parse(object: &Map<String, Value>, chat: bool) -> Result<(String, Ask), Refusal> {
+    known_keys(object, if chat { CHAT_KEYS } else { COMPLETION_KEYS }).map_err(|e| (e, None))?;
+    let model = model_name(object).map_err(|e| (e, Some("model")))?;
     let invalid = |param: &'static str, what: String| (Error::invalid_input(what), Some(param));
     let flag = |key: &'static str| match object.get(key) {
         None | Some(Value::Null) => Ok(false),

@@ -16,7 +16,7 @@ use hyper::Response;
 use serde_json::{Map, Value};
 use wirespeed_core::{Error, InferRequest, InferResponse, Tensor, TensorData};
 
-use super::{error_with, known_keys, model_name, object, refused, Refusal};
+use super::{error_with, known_keys, model_name, refused, Refusal};
 use crate::protocols::http::response::{self, Body};
 use crate::protocols::Front;
 use crate::serve::metrics::InferProtocol;
@@ -37,9 +37,9 @@ struct Ask {
 pub(crate) async fn embeddings(
     front: &Front,
     context: RequestContext,
-    body: &[u8],
+    object: &Map<String, Value>,
 ) -> Response<Body> {
-    let (model, ask) = match parse(body) {
+    let (model, ask) = match parse(object) {
         Ok(parsed) => parsed,
         Err(refusal) => return refused(refusal),
     };
@@ -52,10 +52,9 @@ pub(crate) async fn embeddings(
     pipeline::infer(&front.serving, context, Target::new(&model, None), codec).await
 }
 
-fn parse(body: &[u8]) -> Result<(String, Ask), Refusal> {
-    let object: Map<String, Value> = object(body).map_err(|e| (e, None))?;
-    known_keys(&object, KEYS).map_err(|e| (e, None))?;
-    let model = model_name(&object).map_err(|e| (e, Some("model")))?;
+fn parse(object: &Map<String, Value>) -> Result<(String, Ask), Refusal> {
+    known_keys(object, KEYS).map_err(|e| (e, None))?;
+    let model = model_name(object).map_err(|e| (e, Some("model")))?;
     let bad_input = |what: &str| {
         (
             Error::invalid_input(format!("'input' {what}")),

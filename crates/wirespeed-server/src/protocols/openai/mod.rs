@@ -122,8 +122,8 @@ pub(crate) fn error(error: &Error, id: u64) -> hyper::Response<Body> {
 pub(crate) type Refusal = (Error, Option<&'static str>);
 
 /// Answers one request to an OpenAI endpoint: its body read whole
-/// (texts and messages are small), then forwarded when it names a model
-/// on an upstream's OpenAI API, else parsed and answered here.
+/// (texts and messages are small) and parsed, then forwarded as it came
+/// when it names a model on an upstream's OpenAI API, else answered here.
 pub(crate) async fn answer(
     front: &Front,
     mut context: RequestContext,
@@ -135,13 +135,19 @@ pub(crate) async fn answer(
         Ok(body) => body,
         Err(e) => return error(&e, context.id),
     };
-    if let Some((model, stream)) = relay::forwarded(front, &body) {
+    // Parsed once: a model of ours reads its fields from it; a model on
+    // an upstream is sent the body as it came.
+    let object = match object(&body) {
+        Ok(object) => object,
+        Err(e) => return refused((e, None)),
+    };
+    if let Some((model, stream)) = relay::forwarded(front, &object) {
         return relay::answer(front, context, endpoint, model, stream, body).await;
     }
     match endpoint {
-        Endpoint::Embeddings => embeddings::embeddings(front, context, &body).await,
+        Endpoint::Embeddings => embeddings::embeddings(front, context, &object).await,
         Endpoint::ChatCompletions | Endpoint::Completions => {
-            completions::answer(front, context, endpoint, &body).await
+            completions::answer(front, context, endpoint, &object).await
         }
     }
 }

@@ -14,8 +14,7 @@
 //! error answer with the status it means, one after is an `error` event.
 
 use hyper::Response;
-use serde::Deserialize;
-use serde_json::json;
+use serde_json::{json, Map, Value};
 use wirespeed_core::{
     Error, InferRequest, InferResponse, ParameterValue, Tensor, TensorData, OPENAI_ANSWER,
     OPENAI_ENDPOINT, OPENAI_REQUEST,
@@ -31,25 +30,18 @@ use crate::serve::served::ServedModel;
 use crate::serve::stream::ResponseStream;
 use crate::serve::timing::Stages;
 
-/// The fields read before the request is forwarded.
-#[derive(Deserialize)]
-struct Head {
-    model: String,
-    #[serde(default)]
-    stream: Option<bool>,
-}
-
-/// The model `body` names and whether it asks a stream, when that model
-/// forwards OpenAI requests to an upstream; `None` otherwise (a body the
-/// native endpoints then refuse in their own words, or a model of ours).
-pub(super) fn forwarded(front: &Front, body: &[u8]) -> Option<(String, bool)> {
-    let head: Head = serde_json::from_slice(body).ok()?;
-    let served = front.serving.models.get(&head.model, None).ok()?;
+/// The model `request` names and whether it asks a stream, when that
+/// model forwards OpenAI requests to an upstream; `None` otherwise (a
+/// model of ours, or none: the native endpoints answer in their words).
+pub(super) fn forwarded(front: &Front, request: &Map<String, Value>) -> Option<(String, bool)> {
+    let model = request.get("model")?.as_str()?;
+    let served = front.serving.models.get(model, None).ok()?;
+    let stream = request.get("stream").and_then(Value::as_bool);
     served
         .model
         .text()
         .is_some_and(|t| t.forwards())
-        .then_some((head.model, head.stream.unwrap_or(false)))
+        .then(|| (model.to_owned(), stream.unwrap_or(false)))
 }
 
 /// Forwards one request to `model`'s upstream.
