@@ -61,8 +61,8 @@ impl Backend for UpstreamBackend {
         } else {
             String::new()
         };
-        let upstream = keys.upstream(source)?;
-        if keys.openai()? {
+        let (upstream, openai) = keys.upstream(source)?;
+        if openai {
             if !config.inputs.is_empty() || !config.outputs.is_empty() {
                 return Err(
                     "a model on an OpenAI upstream declares no [[inputs]] or [[outputs]]: it \
@@ -145,10 +145,10 @@ impl UpstreamKeys {
         urls.iter().map(|u| u.parse::<Address>()).collect()
     }
 
-    /// Whether the upstream speaks OpenAI's API rather than the V2
-    /// protocol: `api = "openai"`, or URLs with a path.
-    fn openai(&self) -> Result<bool, String> {
-        let with_path = self.addresses()?.iter().any(|a| !a.path.is_empty());
+    /// Whether the upstream at `addresses` speaks OpenAI's API rather than
+    /// the V2 protocol: `api = "openai"`, or URLs with a path.
+    fn openai(&self, addresses: &[Address]) -> Result<bool, String> {
+        let with_path = addresses.iter().any(|a| !a.path.is_empty());
         match self.api.as_deref() {
             Some("openai") => Ok(true),
             None => Ok(with_path),
@@ -162,11 +162,14 @@ impl UpstreamKeys {
         }
     }
 
-    /// The upstream these keys describe; files are the model's (relative
-    /// to its folder).
-    pub(crate) fn upstream(&self, source: &ModelSource<'_>) -> Result<Arc<Upstream>, String> {
-        let openai = self.openai()?;
+    /// The upstream these keys describe, and whether it speaks OpenAI's
+    /// API; files are the model's (relative to its folder).
+    pub(crate) fn upstream(
+        &self,
+        source: &ModelSource<'_>,
+    ) -> Result<(Arc<Upstream>, bool), String> {
         let mut addresses = self.addresses()?;
+        let openai = self.openai(&addresses)?;
         if openai {
             for address in &mut addresses {
                 if address.protocol != wirespeed_upstream::Protocol::Http {
@@ -215,7 +218,7 @@ impl UpstreamKeys {
                 defaults.probe
             },
         };
-        Upstream::new(addresses, options)
+        Ok((Upstream::new(addresses, options)?, openai))
     }
 }
 
