@@ -1,9 +1,7 @@
 //! An ensemble's steps, as Triton's `ensemble_scheduling` lists them: the
-//! models an ensemble calls and how tensors flow between them. A model
-//! that is an ensemble says so through [`Model::composition`]; the server
+//! models an ensemble calls and how tensors flow between them. An
+//! ensemble is a [`Composite`](crate::Composite) of this kind; the server
 //! runs its steps, each through its own model's scheduler.
-//!
-//! [`Model::composition`]: crate::Model::composition
 
 /// The steps of an ensemble, in an order in which every step's inputs are
 /// ready before it runs (checked at load).

@@ -1,10 +1,8 @@
 //! KServe's InferenceGraph, as the server runs it in-process: routing
 //! nodes (Sequence, Switch, Ensemble, Splitter), each a list of steps
-//! whose targets are served models or other nodes. A model that is a
-//! graph says so through [`Model::graph`]; the server runs it from its
-//! node `root`.
-//!
-//! [`Model::graph`]: crate::Model::graph
+//! whose targets are served models or other nodes. A graph is a
+//! [`Composite`](crate::Composite) of this kind; the server runs it from
+//! its node `root`.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};

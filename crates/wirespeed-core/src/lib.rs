@@ -22,7 +22,9 @@
 //! assert!(metadata.check_inputs(&[row]).is_ok());
 //! ```
 
+mod application;
 pub mod batch;
+mod composite;
 mod composition;
 mod datatype;
 mod error;
@@ -32,11 +34,12 @@ mod limits;
 mod model;
 mod pool;
 pub mod raw;
-mod selection;
 mod stream;
 mod tensor;
 mod text;
 
+pub use application::{absolute_loss, numbers, Candidate, Choice, Draw, SelectionReport, Selector};
+pub use composite::{Composite, CompositeKind};
 pub use composition::{Composition, Step};
 pub use datatype::{DataType, UnknownDataType};
 pub use error::{Error, ErrorKind, Fault};
@@ -52,7 +55,6 @@ pub use model::{
     InferFuture, Model, ModelMetadata, TensorSpec, TraceContext,
 };
 pub use pool::CpuPool;
-pub use selection::{absolute_loss, numbers, Candidate, Choice, Draw, SelectionReport, Selector};
 pub use stream::{
     response_channel, Gone, OneResponse, ResponseReceiver, ResponseSender, Streamed, STREAM_BUFFER,
 };

@@ -438,7 +438,9 @@ impl TraceContext {
 /// [`execution`](Model::execution) where each request runs, then calls
 /// [`infer`](Model::infer) (inline or on its CPU pool) or
 /// [`infer_async`](Model::infer_async). A model implements `infer`, and
-/// `infer_async` as well when it waits on something.
+/// `infer_async` as well when it waits on something. A model that answers
+/// through other models is a [`Composite`](crate::Composite), which the
+/// server runs with its own runner instead.
 pub trait Model: Send + Sync {
     /// What the model takes and produces.
     fn metadata(&self) -> &ModelMetadata;
@@ -471,31 +473,9 @@ pub trait Model: Send + Sync {
         Vec::new()
     }
 
-    /// The steps of an ensemble: the server runs them, each through its
-    /// model's scheduler, instead of calling [`infer`](Model::infer).
-    /// `None`, the default, for a model that computes.
-    fn composition(&self) -> Option<&crate::Composition> {
-        None
-    }
-
     /// The model's text face for the OpenAI API (an embedder, a chat
     /// template, a tokenizer). `None` by default.
     fn text(&self) -> Option<&dyn crate::TextModel> {
-        None
-    }
-
-    /// An InferenceGraph's nodes: the server routes a request through
-    /// them instead of calling [`infer`](Model::infer). `None`, the
-    /// default, for a model that computes.
-    fn graph(&self) -> Option<&crate::Graph> {
-        None
-    }
-
-    /// An application's selection policy (Clipper's model selection
-    /// layer): the server answers with the candidates it chooses instead
-    /// of calling [`infer`](Model::infer). `None`, the default, for a
-    /// model that computes.
-    fn selection(&self) -> Option<&dyn crate::Selector> {
         None
     }
 

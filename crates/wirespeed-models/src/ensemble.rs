@@ -20,28 +20,30 @@
 //! ensemble output is produced by something, and the steps form no cycle;
 //! they are kept in an order in which each step's inputs are ready. The
 //! steps' models are checked against the served models by the server,
-//! which runs the steps (`serve/ensemble.rs`); this model only describes
-//! them ([`Model::composition`]).
+//! which runs the steps (`serve/composite/ensemble.rs`); the loaded
+//! [`Composite`] only describes them.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use serde::Deserialize;
-use wirespeed_core::{Composition, Error, Model, ModelMetadata, Step, Tensor};
+use wirespeed_core::{
+    Composite, CompositeKind, Composition, Model, ModelMetadata, Step, StepTarget,
+};
 
 use crate::config::TensorConfig;
-use crate::registry::{Backend, ModelSource};
+use crate::registry::{CompositeBackend, ModelSource};
 
 /// `backend = "ensemble"`.
 pub(crate) struct Ensemble;
 
-impl Backend for Ensemble {
+impl CompositeBackend for Ensemble {
     fn name(&self) -> &'static str {
         "ensemble"
     }
 
-    fn load(&self, source: &ModelSource<'_>) -> Result<Arc<dyn Model>, String> {
-        Ok(Arc::new(EnsembleModel::load(source)?))
+    fn load(&self, source: &ModelSource<'_>) -> Result<Composite, String> {
+        load(source)
     }
 }
 
@@ -64,49 +66,42 @@ struct StepKeys {
 }
 
 /// An ensemble: its tensors and its steps, in running order.
-pub(crate) struct EnsembleModel {
-    metadata: ModelMetadata,
-    composition: Composition,
-}
-
-impl EnsembleModel {
-    fn load(source: &ModelSource<'_>) -> Result<EnsembleModel, String> {
-        let keys: EnsembleKeys = source.keys()?;
-        let config = source.config();
-        if !config.warmup.is_empty() {
-            return Err("an ensemble is not warmed up itself; warm up its steps' models".into());
-        }
-        let inputs = TensorConfig::specs(&config.inputs)?;
-        let outputs = TensorConfig::specs(&config.outputs)?;
-        let steps = keys
-            .steps
-            .into_iter()
-            .map(|s| Step {
-                model: s.model,
-                version: s.version,
-                inputs: s.inputs.into_iter().collect(),
-                outputs: s.outputs.into_iter().collect(),
-            })
-            .collect();
-        let input_names: Vec<&str> = inputs.iter().map(|s| s.name.as_str()).collect();
-        let output_names: Vec<&str> = outputs.iter().map(|s| s.name.as_str()).collect();
-        let steps = ordered(source.name(), steps, &input_names, &output_names)?;
-        tracing::info!(
-            model = %source.name(),
-            steps = %steps.iter().map(|s| s.model.as_str()).collect::<Vec<_>>().join(" -> "),
-            "loaded ensemble"
-        );
-        Ok(EnsembleModel {
-            metadata: ModelMetadata {
-                name: source.name().to_owned(),
-                versions: vec![config.version.clone()],
-                platform: "ensemble".to_owned(),
-                inputs,
-                outputs,
-            },
-            composition: Composition { steps },
-        })
+fn load(source: &ModelSource<'_>) -> Result<Composite, String> {
+    let keys: EnsembleKeys = source.keys()?;
+    let config = source.config();
+    if !config.warmup.is_empty() {
+        return Err("an ensemble is not warmed up itself; warm up its steps' models".into());
     }
+    let inputs = TensorConfig::specs(&config.inputs)?;
+    let outputs = TensorConfig::specs(&config.outputs)?;
+    let steps = keys
+        .steps
+        .into_iter()
+        .map(|s| Step {
+            model: s.model,
+            version: s.version,
+            inputs: s.inputs.into_iter().collect(),
+            outputs: s.outputs.into_iter().collect(),
+        })
+        .collect();
+    let input_names: Vec<&str> = inputs.iter().map(|s| s.name.as_str()).collect();
+    let output_names: Vec<&str> = outputs.iter().map(|s| s.name.as_str()).collect();
+    let steps = ordered(source.name(), steps, &input_names, &output_names)?;
+    tracing::info!(
+        model = %source.name(),
+        steps = %steps.iter().map(|s| s.model.as_str()).collect::<Vec<_>>().join(" -> "),
+        "loaded ensemble"
+    );
+    Ok(Composite {
+        metadata: ModelMetadata {
+            name: source.name().to_owned(),
+            versions: vec![config.version.clone()],
+            platform: "ensemble".to_owned(),
+            inputs,
+            outputs,
+        },
+        kind: CompositeKind::Ensemble(Composition { steps }),
+    })
 }
 
 /// `steps` in an order that runs each after the steps that produce its
@@ -283,10 +278,8 @@ pub fn check_steps(
     Ok(())
 }
 
-/// Every ensemble of `loaded` checked with [`check_steps`], every
-/// application with [`check_candidates`](crate::check_candidates), and
-/// every graph's steps found, against the others (`wirespeed serve
-/// --check`).
+/// Every composite of `loaded` checked against the others with
+/// [`check_composite`] (`wirespeed serve --check`).
 pub fn check_ensembles(loaded: &[crate::LoadedModel]) -> Result<(), String> {
     let lookup = |model: &str, version: Option<&str>| {
         let mut versions = loaded.iter().filter(|m| m.name == model);
@@ -299,40 +292,47 @@ pub fn check_ensembles(loaded: &[crate::LoadedModel]) -> Result<(), String> {
             .ok_or_else(|| format!("model '{model}' is not in the repository"))
     };
     for l in loaded {
-        if let Some(composition) = l.model.composition() {
-            check_steps(&l.name, l.model.metadata(), composition, lookup)?;
-        }
-        if let Some(selector) = l.model.selection() {
-            crate::check_candidates(&l.name, l.model.metadata(), selector, lookup)?;
-        }
-        if l.model.graph().is_some() {
-            for (model, _) in crate::callees(l.model.as_ref()) {
-                lookup(&model, None).map_err(|e| {
-                    format!(
-                        "inference graph '{}': step '{model}': {e} (a graph's steps are served \
-                         models)",
-                        l.name
-                    )
-                })?;
-            }
+        if let Some(composite) = &l.composite {
+            check_composite(&l.name, composite, lookup)?;
         }
     }
     Ok(())
 }
 
-impl Model for EnsembleModel {
-    fn metadata(&self) -> &ModelMetadata {
-        &self.metadata
-    }
-
-    fn composition(&self) -> Option<&Composition> {
-        Some(&self.composition)
-    }
-
-    fn infer(&self, _inputs: &[Tensor], _outputs: &[usize]) -> Result<Vec<Tensor>, Error> {
-        Err(Error::internal(
-            "an ensemble's steps are run by the server, not by the ensemble",
-        ))
+/// Whether the composite `name` calls only models that `lookup` finds by
+/// name and version, as they take and give: an ensemble's steps
+/// ([`check_steps`]), an application's candidates
+/// ([`check_candidates`](crate::check_candidates)), a graph's steps found.
+/// The first misfit, named.
+pub fn check_composite(
+    name: &str,
+    composite: &Composite,
+    lookup: impl Fn(&str, Option<&str>) -> Result<Arc<dyn Model>, String>,
+) -> Result<(), String> {
+    match &composite.kind {
+        CompositeKind::Ensemble(composition) => {
+            check_steps(name, &composite.metadata, composition, lookup)
+        }
+        CompositeKind::Application(selector) => {
+            crate::check_candidates(name, &composite.metadata, selector.as_ref(), lookup)
+        }
+        CompositeKind::Graph(graph) => {
+            for (node, step) in graph
+                .nodes
+                .iter()
+                .flat_map(|(n, node)| node.steps.iter().map(move |s| (n, s)))
+            {
+                if let StepTarget::Model(model) = &step.target {
+                    lookup(model, None).map_err(|e| {
+                        format!(
+                            "inference graph '{name}' node '{node}': step '{model}': {e} (a \
+                             graph's steps are served models)"
+                        )
+                    })?;
+                }
+            }
+            Ok(())
+        }
     }
 }
 

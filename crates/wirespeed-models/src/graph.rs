@@ -9,7 +9,7 @@
 //! it, as the InferenceService of that name; `serviceUrl` names it by the
 //! first label of its host (`http://single-1.default.example.com/switch`
 //! is model `single-1`), as the cluster's DNS would; `nodeName` is another
-//! node. The server runs the graph (`serve/graph.rs`).
+//! node. The server runs the graph (`serve/composite/graph.rs`).
 //!
 //! Loading checks what KServe's admission webhook checks, in its words: a
 //! `root` node, one target a step, unique step names in a node, a
@@ -20,26 +20,25 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 
 use serde::Deserialize;
 use wirespeed_core::{
-    Binding, Error, Graph, GraphNode, GraphStep, Model, ModelMetadata, Router, StepData,
-    StepTarget, Tensor, ROOT_NODE,
+    Composite, CompositeKind, Graph, GraphNode, GraphStep, ModelMetadata, Router, StepData,
+    StepTarget, ROOT_NODE,
 };
 
-use crate::registry::{Backend, ModelSource};
+use crate::registry::{CompositeBackend, ModelSource};
 
 /// `backend = "graph"`.
 pub(crate) struct GraphBackend;
 
-impl Backend for GraphBackend {
+impl CompositeBackend for GraphBackend {
     fn name(&self) -> &'static str {
         "graph"
     }
 
-    fn load(&self, source: &ModelSource<'_>) -> Result<Arc<dyn Model>, String> {
-        Ok(Arc::new(GraphModel::load(source)?))
+    fn load(&self, source: &ModelSource<'_>) -> Result<Composite, String> {
+        load(source)
     }
 }
 
@@ -106,43 +105,36 @@ struct StepSpec {
 }
 
 /// A graph: its nodes, run by the server.
-pub(crate) struct GraphModel {
-    metadata: ModelMetadata,
-    graph: Graph,
-}
-
-impl GraphModel {
-    fn load(source: &ModelSource<'_>) -> Result<GraphModel, String> {
-        let keys: GraphKeys = source.keys()?;
-        let path = match keys.graph_file {
-            Some(file) => source.file("graph_file", &file)?,
-            None => graph_file(source.folder())?.ok_or_else(|| {
-                "no YAML file of the folder holds a 'kind: InferenceGraph' (or name it with \
+fn load(source: &ModelSource<'_>) -> Result<Composite, String> {
+    let keys: GraphKeys = source.keys()?;
+    let path = match keys.graph_file {
+        Some(file) => source.file("graph_file", &file)?,
+        None => graph_file(source.folder())?.ok_or_else(|| {
+            "no YAML file of the folder holds a 'kind: InferenceGraph' (or name it with \
                  graph_file)"
-                    .to_owned()
-            })?,
-        };
-        let text = std::fs::read_to_string(&path)
-            .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
-        let (graph_name, graph) = parse(&text).map_err(|e| format!("{}: {e}", path.display()))?;
-        tracing::info!(
-            model = %source.name(),
-            graph = %graph_name,
-            file = %path.display(),
-            nodes = %graph.nodes.keys().cloned().collect::<Vec<_>>().join(", "),
-            "loaded inference graph"
-        );
-        Ok(GraphModel {
-            metadata: ModelMetadata {
-                name: source.name().to_owned(),
-                versions: vec![source.config().version.clone()],
-                platform: "inference_graph".to_owned(),
-                inputs: Vec::new(),
-                outputs: Vec::new(),
-            },
-            graph,
-        })
-    }
+                .to_owned()
+        })?,
+    };
+    let text = std::fs::read_to_string(&path)
+        .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    let (graph_name, graph) = parse(&text).map_err(|e| format!("{}: {e}", path.display()))?;
+    tracing::info!(
+        model = %source.name(),
+        graph = %graph_name,
+        file = %path.display(),
+        nodes = %graph.nodes.keys().cloned().collect::<Vec<_>>().join(", "),
+        "loaded inference graph"
+    );
+    Ok(Composite {
+        metadata: ModelMetadata {
+            name: source.name().to_owned(),
+            versions: vec![source.config().version.clone()],
+            platform: "inference_graph".to_owned(),
+            inputs: Vec::new(),
+            outputs: Vec::new(),
+        },
+        kind: CompositeKind::Graph(graph),
+    })
 }
 
 /// Whether `folder` holds an InferenceGraph's YAML and nothing else that
@@ -407,28 +399,6 @@ fn cycle(graph: &Graph) -> Option<String> {
         .nodes
         .keys()
         .find_map(|n| visit(graph, n, &mut Vec::new(), &mut done))
-}
-
-impl Model for GraphModel {
-    fn metadata(&self) -> &ModelMetadata {
-        &self.metadata
-    }
-
-    fn graph(&self) -> Option<&Graph> {
-        Some(&self.graph)
-    }
-
-    /// A graph takes whatever its first steps take, and answers what its
-    /// last ones give.
-    fn binding(&self) -> Binding {
-        Binding::Open
-    }
-
-    fn infer(&self, _inputs: &[Tensor], _outputs: &[usize]) -> Result<Vec<Tensor>, Error> {
-        Err(Error::internal(
-            "an inference graph's steps are run by the server, not by the graph",
-        ))
-    }
 }
 
 #[cfg(test)]

@@ -51,9 +51,9 @@ mod upstream;
 mod versions;
 mod warmup;
 
-pub use application::{callees, check_candidates};
+pub use application::check_candidates;
 pub use config::{ModelConfig, TensorConfig};
-pub use ensemble::{check_ensembles, check_steps};
+pub use ensemble::{check_composite, check_ensembles, check_steps};
 pub use identity::IdentityModel;
 pub use mlserver::listen_addresses as mlserver_listen_addresses;
 #[cfg(feature = "onnx")]
@@ -61,7 +61,9 @@ pub use onnx::{supported_operators, OnnxModel};
 pub use pbtxt::data_type as triton_data_type;
 #[cfg(feature = "python")]
 pub use python::{custom_metrics, CustomFamily, MetricKind, PythonModel, SeriesValue};
-pub use registry::{Backend, CallerGone, CallerSlot, ModelCaller, ModelSource, Registry};
+pub use registry::{
+    Backend, CallerGone, CallerSlot, CompositeBackend, Loader, ModelCaller, ModelSource, Registry,
+};
 pub use repository::{
     is_model_folder, is_valid_model_name, load_model, load_repository, model_folders, LoadedModel,
     OutputLabels, RepositoryError,

@@ -2,6 +2,10 @@
 //! in. A backend is named in `config.toml` (`backend = "xgboost"`), reads
 //! its own keys of that file, and returns a loaded [`Model`]. Adding one is
 //! one file with a [`Backend`] impl and one [`Registry::register`] call.
+//! A kind of model that answers through other served models (an ensemble,
+//! an InferenceGraph, an application) is a [`CompositeBackend`] instead,
+//! registered with [`Registry::register_composite`]: it returns a
+//! [`Composite`], which the server runs with that kind's runner.
 
 use std::cell::Cell;
 use std::collections::BTreeMap;
@@ -11,7 +15,7 @@ use std::sync::{Arc, OnceLock, Weak};
 use std::time::Instant;
 
 use serde::de::DeserializeOwned;
-use wirespeed_core::{CpuPool, Error, Model, Parameters, Tensor};
+use wirespeed_core::{Composite, CpuPool, Error, Model, Parameters, Tensor};
 
 use crate::config::{ModelConfig, TensorConfig};
 
@@ -24,6 +28,26 @@ pub trait Backend: Send + Sync {
     /// Loads the model `source` describes. The error is shown with the
     /// model's folder, so it need not name it.
     fn load(&self, source: &ModelSource<'_>) -> Result<Arc<dyn Model>, String>;
+}
+
+/// A kind of model that computes nothing itself: its folder names other
+/// served models, and the server answers through them.
+pub trait CompositeBackend: Send + Sync {
+    /// The name `config.toml` gives it: `backend = "<name>"`.
+    fn name(&self) -> &'static str;
+
+    /// Reads the composite `source` describes. The models it calls are
+    /// checked against the served ones by the server, not here.
+    fn load(&self, source: &ModelSource<'_>) -> Result<Composite, String>;
+}
+
+/// A backend of the registry, by what it loads.
+#[derive(Clone, Copy)]
+pub enum Loader<'a> {
+    /// A model that computes.
+    Backend(&'a dyn Backend),
+    /// A model that answers through others.
+    Composite(&'a dyn CompositeBackend),
 }
 
 /// Calls a served model from inside another model's code (Triton's BLS,
@@ -214,7 +238,7 @@ fn parse_keys<T: DeserializeOwned>(table: &toml::Table) -> Result<T, String> {
 /// The backends a server can load models with, by name.
 #[derive(Clone, Default)]
 pub struct Registry {
-    backends: BTreeMap<&'static str, Arc<dyn Backend>>,
+    backends: BTreeMap<&'static str, Entry>,
     /// Triton's `--disable-auto-complete-config`: no configuration is
     /// completed from a model's files or code.
     no_auto_complete: bool,
@@ -228,17 +252,18 @@ impl Registry {
         Registry::default()
     }
 
-    /// The backends wirespeed ships: `xgboost`, `lightgbm`, `fil`,
-    /// `ensemble` and `identity`, and those of this build's features: `onnx`, `upstream`
-    /// and `python`.
+    /// The backends wirespeed ships: `xgboost`, `lightgbm`, `fil` and
+    /// `identity`, the composites `ensemble`, `application` and `graph`,
+    /// and the backends of this build's features: `onnx`, `upstream` and
+    /// `python`.
     pub fn builtin() -> Registry {
         let mut registry = Registry::new();
         registry.register(crate::trees::Xgboost);
         registry.register(crate::trees::Lightgbm);
         registry.register(crate::fil::Fil);
-        registry.register(crate::ensemble::Ensemble);
-        registry.register(crate::application::Application);
-        registry.register(crate::graph::GraphBackend);
+        registry.register_composite(crate::ensemble::Ensemble);
+        registry.register_composite(crate::application::Application);
+        registry.register_composite(crate::graph::GraphBackend);
         registry.register(crate::identity::Identity);
         #[cfg(feature = "onnx")]
         registry.register(crate::onnx::Onnx);
@@ -276,26 +301,45 @@ impl Registry {
 
     /// Adds `backend`, replacing one of the same name.
     pub fn register(&mut self, backend: impl Backend + 'static) {
-        self.backends.insert(backend.name(), Arc::new(backend));
+        self.backends
+            .insert(backend.name(), Entry::Backend(Arc::new(backend)));
+    }
+
+    /// Adds the composite `backend`, replacing a backend of the same name.
+    pub fn register_composite(&mut self, backend: impl CompositeBackend + 'static) {
+        self.backends
+            .insert(backend.name(), Entry::Composite(Arc::new(backend)));
     }
 
     /// The backend called `name`, or an error that lists the known ones.
-    pub fn get(&self, name: &str) -> Result<&dyn Backend, String> {
-        self.backends.get(name).map(|b| b.as_ref()).ok_or_else(|| {
-            let known: Vec<&str> = self.backends.keys().copied().collect();
-            if let Some(feature) = left_out(name) {
-                return format!(
-                    "backend '{name}' is not in this build of wirespeed (built without the \
+    pub fn get(&self, name: &str) -> Result<Loader<'_>, String> {
+        self.backends
+            .get(name)
+            .map(|entry| match entry {
+                Entry::Backend(b) => Loader::Backend(b.as_ref()),
+                Entry::Composite(c) => Loader::Composite(c.as_ref()),
+            })
+            .ok_or_else(|| {
+                let known: Vec<&str> = self.backends.keys().copied().collect();
+                if let Some(feature) = left_out(name) {
+                    return format!(
+                        "backend '{name}' is not in this build of wirespeed (built without the \
                      '{feature}' feature); this server has {}",
+                        known.join(", ")
+                    );
+                }
+                format!(
+                    "unknown backend '{name}'; this server has {}",
                     known.join(", ")
-                );
-            }
-            format!(
-                "unknown backend '{name}'; this server has {}",
-                known.join(", ")
-            )
-        })
+                )
+            })
     }
+}
+
+#[derive(Clone)]
+enum Entry {
+    Backend(Arc<dyn Backend>),
+    Composite(Arc<dyn CompositeBackend>),
 }
 
 /// The cargo feature of a built-in backend that this build left out.

@@ -6,10 +6,10 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use wirespeed_core::{CpuPool, Model};
+use wirespeed_core::{Composite, CpuPool, Model};
 
 use crate::config::ModelConfig;
-use crate::registry::{ModelSource, Registry};
+use crate::registry::{Loader, ModelSource, Registry};
 use crate::scheduling::Scheduling;
 use crate::versions::{select_versions, version_folders, VersionPolicy};
 
@@ -17,8 +17,12 @@ use crate::versions::{select_versions, version_folders, VersionPolicy};
 pub struct LoadedModel {
     /// The name clients call it by: its folder's name.
     pub name: String,
-    /// The model.
+    /// The model: what clients see of it, and, for a model that computes,
+    /// what the scheduler calls.
     pub model: Arc<dyn Model>,
+    /// How a model that answers through other served models runs (an
+    /// ensemble, a graph, an application); `None` for one that computes.
+    pub composite: Option<Arc<Composite>>,
     /// Requests computed at once, if the config says.
     pub max_concurrency: Option<usize>,
     /// Requests that may wait for a turn, if the config says.
@@ -58,6 +62,17 @@ pub struct OutputLabels {
     pub file: String,
     /// Label `i` names class `i`.
     pub labels: Vec<String>,
+}
+
+impl LoadedModel {
+    /// The models it calls, by name and version (a composite's); none for
+    /// a model that computes.
+    pub fn callees(&self) -> Vec<(String, Option<String>)> {
+        self.composite
+            .as_ref()
+            .map(|c| c.kind.callees())
+            .unwrap_or_default()
+    }
 }
 
 impl std::fmt::Debug for LoadedModel {
@@ -501,14 +516,27 @@ fn load_version(
     let sequencing = sequencing.map(|(_, s)| s);
     let source =
         ModelSource::new(name, files, &model_config, pool).with_caller(registry.caller().clone());
-    let mut model = backend.load(&source).map_err(|m| error(files, m))?;
+    let (mut model, composite, backend_name): (Arc<dyn Model>, _, _) = match backend {
+        Loader::Backend(backend) => (
+            backend.load(&source).map_err(|m| error(files, m))?,
+            None,
+            backend.name(),
+        ),
+        Loader::Composite(backend) => {
+            let composite = Arc::new(backend.load(&source).map_err(|m| error(files, m))?);
+            (composite.clone(), Some(composite), backend.name())
+        }
+    };
     source
-        .unread_keys(backend.name())
+        .unread_keys(backend_name)
         .map_err(|m| error(&config_path, m))?;
-    if !reshapes.is_empty() && model.composition().is_some() {
+    if let (false, Some(composite)) = (reshapes.is_empty(), &composite) {
         return Err(error(
             &config_path,
-            "an ensemble's tensors are not reshaped; reshape in its steps' models".to_owned(),
+            format!(
+                "an {}'s tensors are not reshaped; reshape in the models it calls",
+                composite.kind.noun()
+            ),
         ));
     }
     if !reshapes.is_empty() {
@@ -573,6 +601,7 @@ fn load_version(
     Ok(LoadedModel {
         name: name.to_owned(),
         model,
+        composite,
         max_concurrency: config.max_concurrency,
         max_queue: config.max_queue,
         scheduling,

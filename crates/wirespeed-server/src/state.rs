@@ -167,7 +167,7 @@ impl State {
             .map_err(|error| StartError::Threads { threads: 1, error })?,
         );
         // Every ensemble's steps fit the models served.
-        crate::serve::ensemble::check_all(&models).map_err(|message| {
+        crate::serve::composite::check_all(&models).map_err(|message| {
             StartError::Repository(RepositoryError {
                 path: config.models_dir.clone(),
                 message,
@@ -302,11 +302,7 @@ fn load_at_start(
             let versions =
                 wirespeed_models::load_model(name, folder, &config.backends, pool, None)?;
             for v in &versions {
-                steps.extend(
-                    wirespeed_models::callees(v.model.as_ref())
-                        .into_iter()
-                        .map(|(model, _)| model),
-                );
+                steps.extend(v.callees().into_iter().map(|(model, _)| model));
             }
             loaded.extend(versions);
         }

@@ -21,7 +21,7 @@
 //! `weighted` takes a `weight` per candidate (`{ model = "b", weight =
 //! 20 }`): an A/B split or a canary, sticky by the key. `fixed` answers
 //! with the first candidate. The policies are in `policy.rs`; the server
-//! runs the candidates (`serve/selection.rs`).
+//! runs the candidates (`serve/composite/application.rs`).
 //!
 //! The learned state lives here, not in the candidates, so reloading a
 //! candidate keeps it. With `state_file`, it is written at most once a
@@ -37,24 +37,28 @@ use std::time::{Duration, Instant};
 
 use serde::Deserialize;
 use wirespeed_core::{
-    Candidate, Choice, CpuPool, DataType, Draw, Error, Model, ModelMetadata, SelectionReport,
-    Selector, Tensor,
+    Candidate, Choice, Composite, CompositeKind, CpuPool, DataType, Draw, Model, ModelMetadata,
+    SelectionReport, Selector,
 };
 
 use crate::config::TensorConfig;
-use crate::registry::{Backend, ModelSource};
+use crate::registry::{CompositeBackend, ModelSource};
 use policy::{Policy, SavedState, Selection};
 
 /// `backend = "application"`.
 pub(crate) struct Application;
 
-impl Backend for Application {
+impl CompositeBackend for Application {
     fn name(&self) -> &'static str {
         "application"
     }
 
-    fn load(&self, source: &ModelSource<'_>) -> Result<Arc<dyn Model>, String> {
-        Ok(Arc::new(ApplicationModel::load(source)?))
+    fn load(&self, source: &ModelSource<'_>) -> Result<Composite, String> {
+        let (metadata, selector) = ApplicationSelector::load(source)?;
+        Ok(Composite {
+            metadata,
+            kind: CompositeKind::Application(Arc::new(selector)),
+        })
     }
 }
 
@@ -104,10 +108,11 @@ const DEFAULT_LEARNING_RATE: f64 = 0.2;
 /// The state file is written at most this often while feedback comes.
 const SAVE_EVERY: Duration = Duration::from_secs(1);
 
-/// An application: its tensors, its policy with the learned state, and
+/// An application's selector: its policy with the learned state, and
 /// where that state is saved.
-pub(crate) struct ApplicationModel {
-    metadata: ModelMetadata,
+pub(crate) struct ApplicationSelector {
+    /// The application's name.
+    name: String,
     selection: Selection,
     key: String,
     state_file: Option<PathBuf>,
@@ -119,8 +124,9 @@ pub(crate) struct ApplicationModel {
     writer: Arc<Mutex<u64>>,
 }
 
-impl ApplicationModel {
-    fn load(source: &ModelSource<'_>) -> Result<ApplicationModel, String> {
+impl ApplicationSelector {
+    /// The application's tensors, and its selector.
+    fn load(source: &ModelSource<'_>) -> Result<(ModelMetadata, ApplicationSelector), String> {
         let keys: ApplicationKeys = source.keys()?;
         let config = source.config();
         if config.inputs.is_empty() || config.outputs.is_empty() {
@@ -245,33 +251,30 @@ impl ApplicationModel {
                 .join(", "),
             "loaded application"
         );
-        Ok(ApplicationModel {
-            metadata: ModelMetadata {
-                name: source.name().to_owned(),
-                versions: vec![config.version.clone()],
-                platform: "application".to_owned(),
-                inputs,
-                outputs,
-            },
+        let metadata = ModelMetadata {
+            name: source.name().to_owned(),
+            versions: vec![config.version.clone()],
+            platform: "application".to_owned(),
+            inputs,
+            outputs,
+        };
+        let selector = ApplicationSelector {
+            name: source.name().to_owned(),
             selection,
             key: key_parameter(keys.key)?,
             state_file,
             saved: Mutex::new(None),
             pool: source.pool().clone(),
             writer: Arc::new(Mutex::new(0)),
-        })
+        };
+        Ok((metadata, selector))
     }
 
     /// Writes the state file now (at unload), after any write under way.
     fn save(&self) {
         if let Some(path) = &self.state_file {
             let mut written = self.writer.lock().unwrap_or_else(|e| e.into_inner());
-            write_state(
-                path,
-                &self.selection.save(),
-                &self.metadata.name,
-                &mut written,
-            );
+            write_state(path, &self.selection.save(), &self.name, &mut written);
         }
     }
 }
@@ -346,13 +349,13 @@ fn restore(selection: &Selection, path: &std::path::Path, name: &str) {
     }
 }
 
-impl Drop for ApplicationModel {
+impl Drop for ApplicationSelector {
     fn drop(&mut self) {
         self.save();
     }
 }
 
-impl Selector for ApplicationModel {
+impl Selector for ApplicationSelector {
     fn candidates(&self) -> &[Candidate] {
         self.selection.candidates()
     }
@@ -381,11 +384,7 @@ impl Selector for ApplicationModel {
             // Feedback comes on an I/O thread: the state is copied here,
             // and written on the CPU pool.
             let snapshot = self.selection.save();
-            let (path, name, writer) = (
-                path.clone(),
-                self.metadata.name.clone(),
-                Arc::clone(&self.writer),
-            );
+            let (path, name, writer) = (path.clone(), self.name.clone(), Arc::clone(&self.writer));
             self.pool.spawn(move || {
                 let mut written = writer.lock().unwrap_or_else(|e| e.into_inner());
                 write_state(&path, &snapshot, &name, &mut written);
@@ -399,22 +398,6 @@ impl Selector for ApplicationModel {
 
     fn report(&self) -> SelectionReport {
         self.selection.report()
-    }
-}
-
-impl Model for ApplicationModel {
-    fn metadata(&self) -> &ModelMetadata {
-        &self.metadata
-    }
-
-    fn selection(&self) -> Option<&dyn Selector> {
-        Some(self)
-    }
-
-    fn infer(&self, _inputs: &[Tensor], _outputs: &[usize]) -> Result<Vec<Tensor>, Error> {
-        Err(Error::internal(
-            "an application's candidates are run by the server, not by the application",
-        ))
     }
 }
 
@@ -465,36 +448,4 @@ pub fn check_candidates(
         }
     }
     Ok(())
-}
-
-/// The models `model` calls, by name and version: an ensemble's steps',
-/// a graph's or an application's candidates'; none for a model that
-/// computes.
-pub fn callees(model: &dyn Model) -> Vec<(String, Option<String>)> {
-    if let Some(composition) = model.composition() {
-        return composition
-            .steps
-            .iter()
-            .map(|s| (s.model.clone(), s.version.clone()))
-            .collect();
-    }
-    if let Some(graph) = model.graph() {
-        let mut models: Vec<(String, Option<String>)> = Vec::new();
-        for step in graph.nodes.values().flat_map(|n| &n.steps) {
-            if let wirespeed_core::StepTarget::Model(m) = &step.target {
-                if !models.iter().any(|(n, _)| n == m) {
-                    models.push((m.clone(), None));
-                }
-            }
-        }
-        return models;
-    }
-    if let Some(selector) = model.selection() {
-        return selector
-            .candidates()
-            .iter()
-            .map(|c| (c.model.clone(), c.version.clone()))
-            .collect();
-    }
-    Vec::new()
 }

@@ -23,6 +23,7 @@ use wirespeed_json::{Format, RequestDecoder};
 use crate::protocols::http::body::RestRequest;
 use crate::protocols::http::response::{self, Body};
 use crate::protocols::Front;
+use crate::serve::composite::application;
 use crate::serve::metrics::InferProtocol;
 use crate::serve::pipeline::{self, Codec, RequestContext, Target};
 use crate::serve::served::ServedModel;
@@ -46,7 +47,7 @@ pub(crate) async fn predict(
 
 /// `POST /{app}/update`: feedback for an application, Clipper's
 /// `{"uid", "input", "label"}`. The policy learns from the loss of its
-/// candidates' predictions on `input` against `label` (`serve/selection.rs`
+/// candidates' predictions on `input` against `label` (`serve/composite/application.rs`
 /// `feedback`); the answer is Clipper's, `Feedback received? 1`.
 pub(crate) async fn update(
     front: &Front,
@@ -82,7 +83,7 @@ async fn learn(
             return Err(request.refuse(e).await);
         }
     };
-    if served.model.selection().is_none() {
+    if application::selector_of(&served).is_none() {
         let e = Error::invalid_input(format!(
             "'{app}' is a model, not an application: it has no selection policy to learn              (backend = \"application\")"
         ));
@@ -126,7 +127,7 @@ async fn learn(
         responses: None,
         input_parameters: Vec::new(),
     };
-    crate::serve::selection::feedback(
+    crate::serve::composite::application::feedback(
         &front.serving.models,
         &served,
         decoded.inputs,
@@ -178,7 +179,7 @@ impl Codec for ClipperQuery<'_> {
         // A query's `uid` keys an application's state; a model that is no
         // application has none, and a `label` is feedback's, not a query's.
         take(&mut request, "label");
-        if model.model.selection().is_none() {
+        if application::selector_of(model).is_none() {
             take(&mut request, "uid");
         }
         Ok(request)

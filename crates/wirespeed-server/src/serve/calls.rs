@@ -1,8 +1,9 @@
 //! Models calling models from their own code (Triton's BLS): the server's
 //! [`ModelCaller`], which a backend reaches through its `ModelSource`. A
-//! call is run as an ensemble's step is (`ensemble.rs`): through the
+//! call is run as an ensemble's step is (`composite::call`): through the
 //! callee's scheduler, with the caller's deadline and parameters, counted
-//! in the callee's statistics; an ensemble callee runs its steps.
+//! in the callee's statistics; a composite callee runs the models it
+//! calls.
 //!
 //! The caller's thread (a Python model's keeper, never a thread of the
 //! runtime) runs the call itself, blocking on it: no hand-over to another
@@ -15,7 +16,7 @@ use wirespeed_core::{Error, ErrorKind, Parameters, RequestedOutput, Tensor};
 use wirespeed_models::{CallerGone, ModelCaller};
 use wirespeed_scheduler::CallContext;
 
-use crate::serve::ensemble;
+use crate::serve::composite;
 use crate::serve::pipeline::Target;
 use crate::serve::served::ServedModels;
 
@@ -115,7 +116,7 @@ impl ModelCaller for Calls {
         call.responses = Some(sender);
         // The callee's run and its responses overlap, as for a client's
         // stream (`stream.rs`); each response is handed on as it comes.
-        let run = ensemble::step_through(&served, inputs, &requested, call);
+        let run = composite::step_through(&served, inputs, &requested, call);
         let _entered = self.runtime.enter();
         let streamed = async {
             tokio::pin!(run);
@@ -166,9 +167,8 @@ impl ModelCaller for Calls {
         let (models, served) = callee(&self.models, model, version)?;
         let requested = requested(outputs);
         let call = context(parameters, deadline);
-        let run = async move {
-            ensemble::call_model(&models, &served, inputs, &requested, call, 0).await
-        };
+        let run =
+            async move { composite::call(&models, &served, inputs, &requested, call, 0).await };
         // On the caller's own thread (a keeper, never a runtime's): the
         // server's runtime drives the timers and I/O the call registers
         // with it. Past the deadline the call is dropped, which cancels it

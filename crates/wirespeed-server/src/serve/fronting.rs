@@ -69,6 +69,7 @@ fn serve(models: &ServedModels, name: &str, upstream: &Arc<Upstream>) {
     let added = models.add(LoadedModel {
         name: name.to_owned(),
         model,
+        composite: None,
         max_concurrency: None,
         max_queue: None,
         scheduling: Default::default(),

@@ -1,6 +1,7 @@
 //! What every protocol shares once a request is decoded: the one pipeline
 //! (`pipeline.rs`), the served models and their schedulers (`served.rs`),
-//! ensembles' steps (`ensemble.rs`), models calling models (`calls.rs`),
+//! the models that answer through others (`composite/`: ensembles,
+//! inference graphs, applications), models calling models (`calls.rs`),
 //! a decoupled model's stream of responses (`stream.rs`), a stateful
 //! model's sequences (`sequences.rs`),
 //! the stage timings, traces, reserved
@@ -12,17 +13,15 @@
 pub(crate) mod cache;
 pub(crate) mod calls;
 pub(crate) mod classification;
-pub(crate) mod ensemble;
+pub(crate) mod composite;
 #[cfg(feature = "upstream")]
 pub(crate) mod fronting;
-pub(crate) mod graph;
 pub(crate) mod metrics;
 pub(crate) mod model_control;
 pub(crate) mod pipeline;
 pub(crate) mod readiness;
 pub(crate) mod regions;
 pub(crate) mod reserved;
-pub(crate) mod selection;
 pub(crate) mod sequences;
 pub(crate) mod served;
 pub(crate) mod statistics;

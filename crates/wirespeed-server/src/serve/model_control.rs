@@ -26,7 +26,7 @@ use std::time::{Duration, SystemTime};
 use wirespeed_core::{CpuPool, Error, ErrorKind};
 use wirespeed_models::{is_valid_model_name, load_model, model_folders, Registry};
 
-use super::ensemble;
+use super::composite;
 use super::readiness::Readiness;
 use super::served::ServedModels;
 use super::timing::timed_on;
@@ -314,7 +314,9 @@ impl Repository {
         }
         let loaded = loaded.map_err(|e| e.to_string()).and_then(|loaded| {
             for l in &loaded {
-                ensemble::check_model(&self.models, name, &l.model)?;
+                if let Some(composite) = &l.composite {
+                    composite::check_model(&self.models, name, composite)?;
+                }
             }
             Ok(loaded)
         });
@@ -368,7 +370,7 @@ impl Repository {
                 return;
             }
             for l in loaded {
-                for (callee, _) in wirespeed_models::callees(l.model.as_ref()) {
+                for (callee, _) in l.callees() {
                     if self.models.get(&callee, None).is_ok() {
                         continue;
                     }

@@ -24,13 +24,13 @@ use wirespeed_core::{
 };
 
 use crate::serve::classification;
-use crate::serve::ensemble;
+use crate::serve::composite::{self, application};
 use crate::serve::metrics::InferProtocol;
 use crate::serve::regions;
 use crate::serve::reserved;
 use crate::serve::sequences;
 use crate::serve::served::ServedModel;
-use crate::serve::statistics::FailureReason;
+use crate::serve::statistics::{Counting, FailureReason};
 use crate::serve::stream::ResponseStream;
 use crate::serve::timing::{timed, timed_on, Stages};
 use crate::serve::traces::{Finished, RequestTrace};
@@ -278,36 +278,10 @@ async fn run<C: Codec>(
     // Every request that reached a model is counted, once, as it ends,
     // against the version that ran it; one whose client left first (the
     // future dropped) as canceled.
-    let mut ending = Ending {
-        served,
-        started: context.stages.started(),
-        counted: false,
-    };
-    let result = compute(serving, &mut ending.served, context, target, codec).await;
-    let stats = &ending.served.stats;
-    match &result {
-        Ok(_) => stats.success(&context.stages),
-        Err(e) => stats.failure(context.stages.elapsed(), FailureReason::of(e.kind())),
-    }
-    ending.counted = true;
+    let mut counting = Counting::new(served, context.stages.started());
+    let result = compute(serving, &mut counting.served, context, target, codec).await;
+    counting.finish(result.as_ref().map(drop), &context.stages);
     result
-}
-
-/// Counts a request whose caller went away before it ended.
-struct Ending {
-    served: Arc<ServedModel>,
-    started: Instant,
-    counted: bool,
-}
-
-impl Drop for Ending {
-    fn drop(&mut self) {
-        if !self.counted {
-            self.served
-                .stats
-                .failure(self.started.elapsed(), FailureReason::Canceled);
-        }
-    }
 }
 
 async fn compute<C: Codec>(
@@ -349,7 +323,7 @@ async fn compute<C: Codec>(
     let served: &ServedModel = model;
     // An application keyed by a header (`key = "header:x-user-id"`) reads
     // the key from it, as a parameter of that name.
-    if let Some(selector) = served.model.selection() {
+    if let Some(selector) = application::selector_of(served) {
         let key = selector.key();
         if let Some(value) = key.strip_prefix("header:").and_then(|h| codec.header(h)) {
             request
@@ -425,7 +399,7 @@ async fn compute<C: Codec>(
         responses: None,
         input_parameters: std::mem::take(&mut request.input_parameters),
     };
-    if served.model.decoupled() && served.model.composition().is_none() {
+    if served.model.decoupled() {
         if !classify.is_empty() || !placements.is_empty() {
             return Err(Error::new(
                 ErrorKind::Unsupported,
@@ -467,13 +441,14 @@ async fn compute<C: Codec>(
         return codec.encode_stream(stream).await;
     }
     let mut stragglers = 0;
-    let answer = if ensemble::composite(served.model.as_ref()) {
+    let answer = if let Some(composite) = &served.composite {
         // An application, an InferenceGraph or an ensemble: the models it
         // calls, each through its own scheduler.
         let compute = std::time::Instant::now();
-        let selected = ensemble::compose(
+        let composed = composite::run(
             &serving.models,
             served,
+            composite,
             request.inputs,
             &request.outputs,
             call,
@@ -481,11 +456,11 @@ async fn compute<C: Codec>(
         )
         .await;
         stages.compute = compute.elapsed();
-        let selected = selected?;
-        stragglers = selected.stragglers;
+        let composed = composed?;
+        stragglers = composed.stragglers;
         wirespeed_scheduler::Answer {
-            outputs: selected.outputs,
-            default: selected.default,
+            outputs: composed.outputs,
+            default: composed.default,
         }
     } else {
         // Triton's response cache: the same request to the same model

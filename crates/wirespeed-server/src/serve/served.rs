@@ -13,7 +13,9 @@ use std::collections::BTreeMap;
 use crate::serve::pipeline::Target;
 use std::sync::{Arc, RwLock};
 
-use wirespeed_core::{CpuPool, Error, ErrorKind, Model, ModelMetadata};
+use wirespeed_core::{
+    Composite, CompositeKind, Composition, CpuPool, Error, ErrorKind, Model, ModelMetadata,
+};
 use wirespeed_models::{is_valid_model_name, LoadedModel, OutputLabels, VersionPolicy};
 
 use super::metrics::Buckets;
@@ -24,7 +26,15 @@ use wirespeed_scheduler::{QueueThread, Scheduler};
 
 /// One served model.
 pub(crate) struct ServedModel {
+    /// What clients see of it; for a model that computes, what its
+    /// scheduler calls.
     pub(crate) model: Arc<dyn Model>,
+    /// How a model that answers through others runs (`composite/`): an
+    /// ensemble, a graph, an application. `None` for a model that
+    /// computes, which answers through its scheduler.
+    pub(crate) composite: Option<Arc<Composite>>,
+    /// Its queue and batching. A composite's holds its configuration
+    /// (an application's `[slo]`) and is never handed a request.
     pub(crate) scheduler: Scheduler,
     /// Its requests' counts and times.
     pub(crate) stats: ModelStats,
@@ -76,6 +86,14 @@ impl ServedModel {
     /// model's control or state, which the server gives and takes.
     pub(crate) fn shows(&self, name: &str) -> bool {
         self.sequences.as_ref().is_none_or(|s| !s.hides(name))
+    }
+
+    /// Its steps, when it is an ensemble.
+    pub(crate) fn ensemble(&self) -> Option<&Composition> {
+        match &self.composite.as_ref()?.kind {
+            CompositeKind::Ensemble(composition) => Some(composition),
+            _ => None,
+        }
     }
 
     /// The version a request answered by this model reports.
@@ -242,6 +260,7 @@ impl ServedModels {
             cache,
             sequences,
             model: loaded.model,
+            composite: loaded.composite,
             scheduler,
             stats: ModelStats::new(self.buckets.as_ref()),
             backend: loaded.backend,

@@ -28,8 +28,9 @@
 //! failures split by Triton's reasons and, when metrics are on, latency
 //! histograms observed here too: a request is counted in one place.
 
+use std::ops::Deref;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use serde_json::{json, Value};
 use wirespeed_proto::inference as pb;
@@ -272,6 +273,48 @@ impl ModelStats {
             },
             memory_usage: Vec::new(),
             response_stats: Default::default(),
+        }
+    }
+}
+
+/// Counts one request to a served model, once, as it ends: a success with
+/// its stage times, a failure by its kind, or, when its caller went away
+/// first (the future dropped), a cancellation. The one count of the
+/// pipeline's requests and of the calls composites and models make.
+pub(crate) struct Counting<M: Deref<Target = ServedModel>> {
+    /// The model (the version) that answers: the one counted.
+    pub(crate) served: M,
+    started: Instant,
+    done: bool,
+}
+
+impl<M: Deref<Target = ServedModel>> Counting<M> {
+    /// A request to `served` that started at `started`.
+    pub(crate) fn new(served: M, started: Instant) -> Counting<M> {
+        Counting {
+            served,
+            started,
+            done: false,
+        }
+    }
+
+    /// Counts how the request ended.
+    pub(crate) fn finish(mut self, outcome: Result<(), &Error>, stages: &Stages) {
+        let stats = &self.served.stats;
+        match outcome {
+            Ok(()) => stats.success(stages),
+            Err(e) => stats.failure(stages.elapsed(), FailureReason::of(e.kind())),
+        }
+        self.done = true;
+    }
+}
+
+impl<M: Deref<Target = ServedModel>> Drop for Counting<M> {
+    fn drop(&mut self) {
+        if !self.done {
+            self.served
+                .stats
+                .failure(self.started.elapsed(), FailureReason::Canceled);
         }
     }
 }

@@ -9,10 +9,12 @@ use std::sync::atomic::Ordering;
 use prometheus::core::Collector;
 use prometheus::proto::{self, LabelPair, MetricFamily, MetricType};
 use prometheus::{Encoder, TextEncoder};
+use wirespeed_core::CompositeKind;
 use wirespeed_proto::inference as pb;
 
 use super::Scrape;
 use crate::net::counts::{Connections, ListenerKind};
+use crate::serve::composite::application;
 use crate::serve::metrics::{Histogram, InferProtocol, Refusal, Traffic};
 use crate::serve::statistics::{self, FailureReason};
 use crate::serve::Serving;
@@ -306,8 +308,8 @@ fn model_families(serving: &Serving) -> Vec<MetricFamily> {
     families
 }
 
-/// Every inference graph's routes (`serve/graph.rs`), by node and step;
-/// every application's decisions (`serve/selection.rs`): by candidate,
+/// Every inference graph's routes (`serve/composite/graph.rs`), by node and step;
+/// every application's decisions (`serve/composite/application.rs`): by candidate,
 /// how often it was chosen, its weight now (in the state of queries
 /// without a key), its answers cut at the objective; by application, the
 /// feedback learned from and the users with a state of their own.
@@ -337,7 +339,7 @@ fn selection_families(serving: &Serving) -> Vec<MetricFamily> {
         "Keys whose selection state was dropped for a newer one (max_keys, least recently used)",
     );
     for (name, served) in serving.models.all() {
-        let Some(selector) = served.model.selection() else {
+        let Some(selector) = application::selector_of(&served) else {
             continue;
         };
         let report = selector.report();
@@ -358,7 +360,7 @@ fn selection_families(serving: &Serving) -> Vec<MetricFamily> {
         "Requests an inference graph's node routed to a step (a model or another node)",
     );
     for (name, served) in serving.models.all() {
-        let Some(graph) = served.model.graph() else {
+        let Some(CompositeKind::Graph(graph)) = served.composite.as_ref().map(|c| &c.kind) else {
             continue;
         };
         for (node_name, node) in &graph.nodes {

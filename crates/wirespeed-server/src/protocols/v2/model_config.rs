@@ -99,7 +99,7 @@ pub(crate) fn model_config(name: &str, model: &ServedModel) -> pb::ModelConfig {
         max_batch_size: i32::try_from(max_batch_size).unwrap_or(i32::MAX),
         input,
         output,
-        scheduling_choice: match (model.model.composition(), &model.sequences) {
+        scheduling_choice: match (model.ensemble(), &model.sequences) {
             (Some(composition), _) => Some(pb::model_config::SchedulingChoice::EnsembleScheduling(
                 ensemble_scheduling(composition),
             )),

@@ -1,9 +1,8 @@
 //! Running an application (Clipper's model selection layer,
 //! `backend = "application"`): its selector chooses who answers each
 //! query, and each chosen candidate runs as an ensemble's step does
-//! (`ensemble.rs` `call_model`): through its own scheduler, with the request's
-//! deadline, counted in its own statistics, its answers in the response
-//! cache when it has one.
+//! (`composite::call`): through its own scheduler, with the request's
+//! deadline, counted in its own statistics.
 //!
 //! - **One candidate** (exp3, fixed, weighted): its answer is the
 //!   application's.
@@ -28,66 +27,30 @@
 
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::Arc;
 use std::time::Instant;
 
 use wirespeed_core::{
-    absolute_loss, numbers, Choice, DataType, Draw, Error, ErrorKind, ParameterValue, Parameters,
+    absolute_loss, numbers, Choice, DataType, Draw, Error, ParameterValue, Parameters,
     RequestedOutput, Selector, Tensor, TensorData,
 };
 use wirespeed_scheduler::CallContext;
 
-use crate::serve::ensemble;
-use crate::serve::pipeline::Target;
+use super::{callee, named, onward, Composed, Run};
 use crate::serve::served::{ServedModel, ServedModels};
 
-/// Applications nested deeper than this are refused at run time.
-const MAX_DEPTH: usize = 8;
-
-/// What an application answered.
-pub(crate) struct Selected {
-    /// Its outputs, in the order asked.
-    pub(crate) outputs: Vec<Tensor>,
-    /// Blended candidates cut at the latency objective (or failed).
-    pub(crate) stragglers: usize,
-    /// The outputs are the application's defaults: no candidate answered
-    /// by the objective.
-    pub(crate) default: bool,
-}
-
-impl Selected {
-    /// Outputs that every model called gave: nothing cut, no default.
-    pub(crate) fn all(outputs: Vec<Tensor>) -> Selected {
-        Selected {
-            outputs,
-            stragglers: 0,
-            default: false,
-        }
-    }
-}
-
-type Run<'a, T> = Pin<Box<dyn Future<Output = Result<T, Error>> + Send + 'a>>;
-
-/// Answers `inputs` with the candidates `app`'s selector chooses, giving
-/// `requested` (all of the application's outputs when empty).
+/// Answers `inputs` with the candidates `selector` (`app`'s) chooses,
+/// giving `requested` (all of the application's outputs when empty).
 pub(crate) fn run<'a>(
     models: &'a ServedModels,
     app: &'a ServedModel,
+    selector: &'a dyn Selector,
     inputs: Vec<Tensor>,
     requested: &'a [RequestedOutput],
     mut call: CallContext,
     depth: usize,
-) -> Run<'a, Selected> {
+) -> Run<'a, Composed> {
     Box::pin(async move {
-        let selector = selector_of(app)?;
         let metadata = app.metadata();
-        if depth > MAX_DEPTH {
-            return Err(Error::model_failed(format!(
-                "application '{}' is nested more than {MAX_DEPTH} deep (does a candidate call \
-                 it back?)",
-                metadata.name
-            )));
-        }
         metadata.check_inputs(&inputs)?;
         let wanted = metadata.resolve_outputs(requested.iter().map(|o| o.name.as_str()))?;
         let outputs: Vec<RequestedOutput> = wanted
@@ -101,7 +64,7 @@ pub(crate) fn run<'a>(
         match selector.choose(key.as_deref()) {
             Choice::One(i) => {
                 let outputs = ask(models, app, selector, i, inputs, &outputs, &call, depth).await?;
-                Ok(Selected::all(outputs))
+                Ok(Composed::all(outputs))
             }
             Choice::Blend(weights) => {
                 let rows = inputs
@@ -145,7 +108,8 @@ pub(crate) async fn feedback(
     label: &[f64],
     mut call: CallContext,
 ) -> Result<(), Error> {
-    let selector = selector_of(app)?;
+    let selector = selector_of(app)
+        .ok_or_else(|| Error::internal("feedback to a model that is not an application"))?;
     let metadata = app.metadata();
     metadata.check_inputs(&inputs)?;
     let first = RequestedOutput {
@@ -196,10 +160,12 @@ pub(crate) async fn feedback(
     Ok(())
 }
 
-fn selector_of(app: &ServedModel) -> Result<&dyn Selector, Error> {
-    app.model
-        .selection()
-        .ok_or_else(|| Error::internal("an application run on a model that is not one"))
+/// The selector of `served`, when it is an application.
+pub(crate) fn selector_of(served: &ServedModel) -> Option<&dyn Selector> {
+    match &served.composite.as_ref()?.kind {
+        wirespeed_core::CompositeKind::Application(selector) => Some(selector.as_ref()),
+        _ => None,
+    }
 }
 
 /// Takes the query's key (the parameter `name`) out of `parameters`.
@@ -227,35 +193,20 @@ async fn ask(
 ) -> Result<Vec<Tensor>, Error> {
     let candidate = &selector.candidates()[i];
     let named = |e: Error| {
-        Error::new(
-            e.kind(),
-            format!(
-                "application '{}' candidate '{candidate}': {}",
-                app.metadata().name,
-                e.message()
+        named(
+            &format!(
+                "application '{}' candidate '{candidate}'",
+                app.metadata().name
             ),
+            e,
         )
     };
-    let served = models
-        .target(&Target::new(&candidate.model, candidate.version.as_deref()))
-        .map_err(named)?;
-    if let Err(reason) = served.model.ready() {
-        return Err(named(Error::new(
-            ErrorKind::Unavailable,
-            format!("model '{}' is not ready: {reason}", candidate.model),
-        )));
-    }
+    let served = callee(models, &candidate.model, candidate.version.as_deref()).map_err(named)?;
     let call = CallContext {
-        started: Instant::now(),
-        parameters: call.parameters.clone(),
-        deadline: call.deadline,
-        priority: call.priority,
-        timeout: call.timeout,
-        trace: call.trace.clone(),
-        responses: None,
         input_parameters: call.input_parameters.clone(),
+        ..onward(call)
     };
-    ensemble::call_model(models, &served, inputs, outputs, call, depth + 1)
+    super::call(models, &served, inputs, outputs, call, depth + 1)
         .await
         .map_err(named)
 }
@@ -300,7 +251,7 @@ fn blend(
     answers: Vec<Option<Result<Vec<Tensor>, Error>>>,
     wanted: &[usize],
     rows: usize,
-) -> Result<Selected, Error> {
+) -> Result<Composed, Error> {
     let metadata = app.metadata();
     let mut arrived: Vec<(f64, Vec<Tensor>)> = Vec::with_capacity(answers.len());
     let mut stragglers = 0;
@@ -355,7 +306,7 @@ fn blend(
                     })
             })
             .collect::<Result<Vec<_>, _>>()?;
-        return Ok(Selected {
+        return Ok(Composed {
             outputs,
             stragglers,
             default: true,
@@ -370,7 +321,7 @@ fn blend(
             average(&spec.name, spec.datatype, &arrived, j, total)
         })
         .collect::<Result<Vec<_>, _>>()?;
-    Ok(Selected {
+    Ok(Composed {
         outputs,
         stragglers,
         default: false,
@@ -424,21 +375,5 @@ fn average<'a>(
         name: name.to_owned(),
         shape,
         data,
-    })
-}
-
-/// Whether every candidate of application `name` fits a model served in
-/// `models` (`wirespeed_models::check_candidates`).
-pub(crate) fn check(
-    models: &ServedModels,
-    name: &str,
-    metadata: &wirespeed_core::ModelMetadata,
-    selector: &dyn Selector,
-) -> Result<(), String> {
-    wirespeed_models::check_candidates(name, metadata, selector, |model, version| {
-        models
-            .target(&Target::new(model, version))
-            .map(|served| Arc::clone(&served.model))
-            .map_err(|e| e.message().to_owned())
     })
 }

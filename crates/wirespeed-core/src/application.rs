@@ -1,5 +1,5 @@
 //! Clipper's model selection layer, as the server sees it: an application
-//! is a model that computes nothing itself; its [`Selector`] says which of
+//! is a [`Composite`](crate::Composite) model; its [`Selector`] says which of
 //! its candidate models answer each query (one, or a weighted blend of
 //! all), and learns from feedback which to prefer. The server runs the
 //! candidates, each through its own scheduler; the policies (Exp3, Exp4,

@@ -1,8 +1,8 @@
 //! Running an InferenceGraph (`backend = "graph"`, KServe's YAML) as
 //! KServe's router runs it, in-process: from node `root`, each node routes
 //! its input over its steps, and each step is a served model (called as an
-//! ensemble's step is, `ensemble.rs` `call_model`: through its scheduler,
-//! counted in its statistics) or another node.
+//! ensemble's step is, `composite::call`: through its scheduler, counted
+//! in its statistics) or another node.
 //!
 //! - **Sequence**: each step in turn, on the graph's request (`$request`,
 //!   the default, as KServe's router has it) or the previous step's answer
@@ -27,25 +27,16 @@
 //! makes tensors be written as (v1 `predictions`, or V2 `inputs` and
 //! `outputs`).
 
-use std::future::Future;
-use std::pin::Pin;
-
 use rand::RngExt;
 use wirespeed_core::{
-    Binding, Error, ErrorKind, Graph, InferResponse, ParameterValue, Router, StepData, StepTarget,
-    Tensor, TensorData, JSON_BODY, ROOT_NODE,
+    Binding, Composite, Error, ErrorKind, Graph, InferResponse, ParameterValue, Router, StepData,
+    StepTarget, Tensor, TensorData, JSON_BODY, ROOT_NODE,
 };
 use wirespeed_json::{DecodeOptions, Format, RequestDecoder};
 use wirespeed_scheduler::CallContext;
 
-use crate::serve::ensemble;
-use crate::serve::pipeline::Target;
+use super::{callee, join_all, named, onward, Run};
 use crate::serve::served::{ServedModel, ServedModels};
-
-/// Graphs within graphs deeper than this are refused at run time.
-const MAX_DEPTH: usize = 8;
-
-type Run<'a, T> = Pin<Box<dyn Future<Output = Result<T, Error>> + Send + 'a>>;
 
 /// What flows between a graph's steps.
 #[derive(Debug, Clone)]
@@ -121,26 +112,18 @@ struct Walk<'a> {
     v1: bool,
 }
 
-/// Routes `inputs` through `graph_model`'s graph from its root; its
+/// Routes `inputs` through `graph_model`'s `graph` from its root; its
 /// answer's tensors.
 pub(crate) fn run<'a>(
     models: &'a ServedModels,
-    graph_model: &'a ServedModel,
+    graph_model: &'a Composite,
+    graph: &'a Graph,
     inputs: Vec<Tensor>,
     call: CallContext,
     depth: usize,
 ) -> Run<'a, Vec<Tensor>> {
     Box::pin(async move {
-        let graph = graph_model
-            .model
-            .graph()
-            .ok_or_else(|| Error::internal("a graph run on a model that is not one"))?;
-        let name = graph_model.metadata().name.as_str();
-        if depth > MAX_DEPTH {
-            return Err(Error::model_failed(format!(
-                "inference graph '{name}' is nested more than {MAX_DEPTH} deep"
-            )));
-        }
+        let name = graph_model.metadata.name.as_str();
         let input = Payload::from_tensors(inputs);
         let walk = Walk {
             models,
@@ -207,7 +190,7 @@ impl<'a> Walk<'a> {
                         let given = given.unwrap_or(Payload::Tensors(Vec::new()));
                         running.push(Box::pin(self.step(node_name, step, given, depth)));
                     }
-                    let answers = ensemble::join_all(running).await;
+                    let answers = join_all(running).await;
                     self.merge(node, answers)
                 }
                 Router::Sequence => {
@@ -312,39 +295,23 @@ impl<'a> Walk<'a> {
                 StepTarget::Model(model) => model,
             };
             let named = |e: Error| {
-                Error::new(
-                    e.kind(),
-                    format!(
-                        "graph '{}' node '{node_name}' step '{model}': {}",
-                        self.name,
-                        e.message()
-                    ),
+                named(
+                    &format!("graph '{}' node '{node_name}' step '{model}'", self.name),
+                    e,
                 )
             };
-            let served = self
-                .models
-                .target(&Target::new(model, None))
-                .map_err(named)?;
-            if let Err(reason) = served.model.ready() {
-                return Err(named(Error::new(
-                    ErrorKind::Unavailable,
-                    format!("model '{model}' is not ready: {reason}"),
-                )));
-            }
+            let served = callee(self.models, model, None).map_err(named)?;
             let inputs = fit(&served, input).map_err(named)?;
-            let call = CallContext {
-                started: std::time::Instant::now(),
-                parameters: self.call.parameters.clone(),
-                deadline: self.call.deadline,
-                priority: self.call.priority,
-                timeout: self.call.timeout,
-                trace: self.call.trace.clone(),
-                responses: None,
-                input_parameters: Vec::new(),
-            };
-            let outputs = ensemble::call_model(self.models, &served, inputs, &[], call, depth + 1)
-                .await
-                .map_err(named)?;
+            let outputs = super::call(
+                self.models,
+                &served,
+                inputs,
+                &[],
+                onward(self.call),
+                depth + 1,
+            )
+            .await
+            .map_err(named)?;
             Ok(Payload::from_tensors(outputs))
         })
     }
