@@ -30,6 +30,7 @@ mod fil;
 mod graph;
 mod identity;
 mod kserve;
+mod layout;
 mod mlserver;
 #[cfg(feature = "onnx")]
 mod onnx;

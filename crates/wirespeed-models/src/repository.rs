@@ -9,6 +9,7 @@ use std::sync::Arc;
 use wirespeed_core::{Composite, CpuPool, Model};
 
 use crate::config::ModelConfig;
+use crate::layout::Layout;
 use crate::registry::{Loader, ModelSource, Registry};
 use crate::scheduling::Scheduling;
 use crate::versions::{select_versions, version_folders, VersionPolicy};
@@ -279,107 +280,12 @@ pub fn load_model(
         );
     }
     let config = match config {
-        Some(json) => {
-            let given = |m: String| {
-                error(
-                    folder,
-                    format!("the configuration given to load the model: {m}"),
-                )
-            };
-            match crate::pbtxt::from_triton_json(json, guessed_backend(folder)) {
-                // Triton's ModelConfig JSON, as its clients send it.
-                Some(table) => {
-                    let mut config = table
-                        .and_then(ModelConfig::from_toml_table)
-                        .map_err(given)?;
-                    config.confined = true;
-                    config
-                }
-                None => ModelConfig::from_json(json).map_err(given)?,
-            }
-        }
-        // An ONNX model says all the config would (`onnx.rs`): a folder
-        // with only `model.onnx` (KServe's layout of an ONNX model) needs
-        // none.
-        // Triton's layout of one, `1/model.onnx` with no config, too: its
-        // config is completed from the graph, as Triton's ONNX Runtime
-        // backend completes it.
-        None if !config_path.is_file()
-            && !folder.join("config.pbtxt").is_file()
-            && (folder.join("model.onnx").is_file()
-                || registry.auto_complete()
-                    && crate::versions::version_folders(folder)
-                        .iter()
-                        .any(|(_, v)| v.join("model.onnx").is_file())) =>
-        {
-            let mut config =
-                ModelConfig::parse("backend = \"onnx\"").map_err(|m| error(folder, m))?;
-            // Triton's rules for Triton's layout; KServe's (a bare
-            // `model.onnx`) batches as the graph allows.
-            config.auto_completed = !folder.join("model.onnx").is_file();
-            config
-        }
-        // MLServer's layout: its model-settings.json (`mlserver.rs`).
-        None if !config_path.is_file()
-            && !folder.join("config.pbtxt").is_file()
-            && crate::mlserver::is_model(folder) =>
-        {
-            let path = folder.join(crate::mlserver::MODEL_SETTINGS);
-            crate::mlserver::model_config(name, folder).map_err(|m| error(&path, m))?
-        }
-        // KServe's InferenceGraph: its YAML as applied to a cluster
-        // (`graph.rs`).
-        None if !config_path.is_file()
-            && !folder.join("config.pbtxt").is_file()
-            && crate::graph::is_graph(folder) =>
-        {
-            ModelConfig::parse("backend = \"graph\"").map_err(|m| error(folder, m))?
-        }
-        // KServe's layout: one model file its runtimes load, or a
-        // kserve.Model in model.py (`kserve.rs`).
-        None if !config_path.is_file()
-            && !folder.join("config.pbtxt").is_file()
-            && crate::kserve::is_model(folder) =>
-        {
-            crate::kserve::model_config(folder).map_err(|m| error(folder, m))?
-        }
-        // Triton's layout: its config.pbtxt (`pbtxt.rs`), completed by a
-        // Python model's `auto_complete_config`.
-        None if !config_path.is_file() && folder.join("config.pbtxt").is_file() => {
-            let path = folder.join("config.pbtxt");
-            let text = std::fs::read_to_string(&path)
-                .map_err(|e| error(&path, format!("cannot read it: {e}")))?;
-            crate::pbtxt::parse(&text)
-                .and_then(|parsed| {
-                    let named = if parsed.backend.is_empty() {
-                        &parsed.platform
-                    } else {
-                        &parsed.backend
-                    };
-                    match python_code(folder, &parsed.default_model_filename) {
-                        Some(code) if named == "python" && registry.auto_complete() => {
-                            complete_python(name, &crate::pbtxt::to_json(&parsed), &code)
-                        }
-                        _ => crate::pbtxt::model_config_table(parsed),
-                    }
-                })
-                .and_then(ModelConfig::from_toml_table)
-                .map_err(|m| error(&path, m))?
-        }
-        // Triton's minimal layout of a Python model, `1/model.py` alone:
-        // its configuration is what its auto_complete_config says.
-        None if !config_path.is_file()
-            && registry.auto_complete()
-            && python_code(folder, "").is_some() =>
-        {
-            let code = python_code(folder, "").unwrap_or_default();
-            let base = serde_json::json!({"name": name, "backend": "python"}).to_string();
-            complete_python(name, &base, &code)
-                .and_then(ModelConfig::from_toml_table)
-                .map_err(|m| error(folder, m))?
-        }
-        None => {
-            if !config_path.is_file() {
+        Some(json) => given_config(json, folder)?,
+        None => match Layout::of(folder, registry) {
+            Some(layout) => layout
+                .read(name, folder, registry)
+                .map_err(|m| error(&layout.file(folder), m))?,
+            None => {
                 return Err(error(
                     folder,
                     "has no config.toml; every model folder needs one (an ONNX model's \
@@ -388,10 +294,9 @@ pub fn load_model(
                      model-settings.json, and a KServe model's with one model file of its \
                      runtimes are the exceptions)"
                         .into(),
-                ));
+                ))
             }
-            ModelConfig::load(&config_path).map_err(|m| error(&config_path, m))?
-        }
+        },
     };
     if config.max_concurrency == Some(0) {
         return Err(error(
@@ -447,6 +352,26 @@ pub fn load_model(
             )
         })
         .collect()
+}
+
+/// The configuration given to load model in `folder` instead of its
+/// files (Triton's load with a config override): Triton's `ModelConfig`
+/// JSON, as its clients send it, or JSON with `config.toml`'s keys.
+fn given_config(json: &str, folder: &Path) -> Result<ModelConfig, RepositoryError> {
+    let given = |m: String| RepositoryError {
+        path: folder.to_owned(),
+        message: format!("the configuration given to load the model: {m}"),
+    };
+    match crate::pbtxt::from_triton_json(json, guessed_backend(folder)) {
+        Some(table) => {
+            let mut config = table
+                .and_then(ModelConfig::from_toml_table)
+                .map_err(given)?;
+            config.confined = true;
+            Ok(config)
+        }
+        None => ModelConfig::from_json(json).map_err(given),
+    }
 }
 
 /// Loads one version of model `name`: its config's files are in `files`
@@ -706,47 +631,6 @@ fn reshaped(
         });
     }
     Ok((model_config, reshapes))
-}
-
-/// The Python code of a Triton model folder: `file` (its
-/// `default_model_filename`, `model.py` when empty) in the highest-numbered
-/// version folder, or in the folder itself.
-fn python_code(folder: &Path, file: &str) -> Option<PathBuf> {
-    let file = if file.is_empty() { "model.py" } else { file };
-    let mut places: Vec<PathBuf> = crate::versions::version_folders(folder)
-        .into_iter()
-        .map(|(_, v)| v)
-        .collect();
-    places.reverse();
-    places.push(folder.to_owned());
-    places
-        .into_iter()
-        .map(|p| p.join(file))
-        .find(|p| p.is_file())
-}
-
-/// A Python model's configuration (Triton's JSON, `config`) completed by
-/// its code's `auto_complete_config`, as `config.toml`'s keys. Code that has
-/// none is not run.
-fn complete_python(name: &str, config: &str, code: &Path) -> Result<toml::Table, String> {
-    let has_hook = std::fs::read_to_string(code)
-        .map(|text| text.contains("auto_complete_config"))
-        .unwrap_or(false);
-    #[cfg(feature = "python")]
-    let completed = if has_hook {
-        tracing::info!(model = %name, code = %code.display(), "completing the configuration with auto_complete_config");
-        crate::python::auto_complete(config, code)?
-    } else {
-        config.to_owned()
-    };
-    #[cfg(not(feature = "python"))]
-    let completed = {
-        let _ = (name, has_hook);
-        config.to_owned()
-    };
-    crate::pbtxt::from_triton_json(&completed, Some("python")).unwrap_or_else(|| {
-        Err("auto_complete_config returned something other than a model configuration".into())
-    })
 }
 
 /// The Triton backend a model folder's files say, for a configuration that

@@ -25,9 +25,6 @@
 //! (`uid` unless set); it is taken out before the candidates see the
 //! request, so that their cached answers are shared by every user.
 
-use std::future::Future;
-use std::pin::Pin;
-use std::time::Instant;
 
 use wirespeed_core::{
     absolute_loss, numbers, Choice, DataType, Draw, Error, ParameterValue, Parameters,
@@ -35,7 +32,7 @@ use wirespeed_core::{
 };
 use wirespeed_scheduler::CallContext;
 
-use super::{callee, named, onward, Composed, Run};
+use super::{callee, gather_until, named, onward, Composed, Run};
 use crate::serve::served::{ServedModel, ServedModels};
 
 /// Answers `inputs` with the candidates `selector` (`app`'s) chooses,
@@ -209,37 +206,6 @@ async fn ask(
     super::call(models, &served, inputs, outputs, call, depth + 1)
         .await
         .map_err(named)
-}
-
-/// Every future of `running`, polled together until all are done or
-/// `until` passes: each one's output, or `None` for one cut there.
-async fn gather_until<T>(
-    mut running: Vec<Pin<Box<dyn Future<Output = T> + Send + '_>>>,
-    until: Option<Instant>,
-) -> Vec<Option<T>> {
-    let mut results: Vec<Option<T>> = running.iter().map(|_| None).collect();
-    let mut cut = until.map(|at| Box::pin(tokio::time::sleep_until(at.into())));
-    std::future::poll_fn(|cx| {
-        let mut pending = false;
-        for (future, result) in running.iter_mut().zip(results.iter_mut()) {
-            if result.is_none() {
-                match future.as_mut().poll(cx) {
-                    std::task::Poll::Ready(value) => *result = Some(value),
-                    std::task::Poll::Pending => pending = true,
-                }
-            }
-        }
-        let passed = cut
-            .as_mut()
-            .is_some_and(|sleep| sleep.as_mut().poll(cx).is_ready());
-        if pending && !passed {
-            std::task::Poll::Pending
-        } else {
-            std::task::Poll::Ready(())
-        }
-    })
-    .await;
-    results
 }
 
 /// Exp4's answer: the candidates' outputs that arrived, averaged with

@@ -7,9 +7,9 @@
 //!
 //! What every runner shares is here: the depth they may nest to
 //! ([`enter`]), how a callee is found and asked ([`callee`], [`onward`],
-//! [`call`]), polling callees together ([`join_all`]), and the check of a
-//! composite against the served models at start and at each load
-//! ([`check_model`]).
+//! [`call`]), polling callees together ([`join_all`], and [`gather_until`]
+//! for an application's objective), and the check of a composite against
+//! the served models at start and at each load ([`check_model`]).
 
 pub(crate) mod application;
 pub(crate) mod ensemble;
@@ -194,9 +194,23 @@ pub(crate) fn named(what: &str, error: Error) -> Error {
 
 /// Every future of `running`, polled together; their outputs in order.
 pub(crate) async fn join_all<T>(
-    mut running: Vec<Pin<Box<dyn Future<Output = T> + Send + '_>>>,
+    running: Vec<Pin<Box<dyn Future<Output = T> + Send + '_>>>,
 ) -> Vec<T> {
+    gather_until(running, None)
+        .await
+        .into_iter()
+        .flatten()
+        .collect()
+}
+
+/// Every future of `running`, polled together until all are done or
+/// `until` passes: each one's output, or `None` for one cut there.
+pub(crate) async fn gather_until<T>(
+    mut running: Vec<Pin<Box<dyn Future<Output = T> + Send + '_>>>,
+    until: Option<Instant>,
+) -> Vec<Option<T>> {
     let mut results: Vec<Option<T>> = running.iter().map(|_| None).collect();
+    let mut cut = until.map(|at| Box::pin(tokio::time::sleep_until(at.into())));
     std::future::poll_fn(|cx| {
         let mut pending = false;
         for (future, result) in running.iter_mut().zip(results.iter_mut()) {
@@ -207,14 +221,17 @@ pub(crate) async fn join_all<T>(
                 }
             }
         }
-        if pending {
+        let passed = cut
+            .as_mut()
+            .is_some_and(|sleep| sleep.as_mut().poll(cx).is_ready());
+        if pending && !passed {
             std::task::Poll::Pending
         } else {
             std::task::Poll::Ready(())
         }
     })
     .await;
-    results.into_iter().flatten().collect()
+    results
 }
 
 /// Every served composite checked with [`check_model`]: the first misfit.
