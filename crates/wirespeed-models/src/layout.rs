@@ -77,9 +77,7 @@ impl Layout {
             Layout::Mlserver => crate::mlserver::is_model(folder),
             Layout::InferenceGraph => crate::graph::is_graph(folder),
             Layout::Kserve => crate::kserve::is_model(folder),
-            Layout::TritonPython => {
-                registry.auto_complete() && python_code(folder, "").is_some()
-            }
+            Layout::TritonPython => registry.auto_complete() && python_code(folder, "").is_some(),
         }
     }
 
@@ -105,8 +103,8 @@ impl Layout {
             Layout::Toml => ModelConfig::load(&folder.join("config.toml")),
             Layout::Triton => {
                 let path = folder.join("config.pbtxt");
-                let text = std::fs::read_to_string(&path)
-                    .map_err(|e| format!("cannot read it: {e}"))?;
+                let text =
+                    std::fs::read_to_string(&path).map_err(|e| format!("cannot read it: {e}"))?;
                 let parsed = crate::pbtxt::parse(&text)?;
                 let named = if parsed.backend.is_empty() {
                     &parsed.platform

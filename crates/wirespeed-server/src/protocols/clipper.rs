@@ -13,6 +13,7 @@
 //! `Query processing error`.
 
 use std::sync::atomic::Ordering;
+use std::sync::Arc;
 
 use hyper::body::Incoming;
 use hyper::{Request, Response, StatusCode};
@@ -151,13 +152,48 @@ struct ClipperQuery<'a> {
     format: Format,
 }
 
+impl ClipperQuery<'_> {
+    /// The application's version `version`, when it is served and ready.
+    fn version(&self, version: &str) -> Result<Arc<ServedModel>, Error> {
+        let other = self
+            .request
+            .front
+            .serving
+            .models
+            .get(self.app, Some(version))
+            .map_err(|e| {
+                if e.kind() != ErrorKind::VersionNotFound {
+                    return e;
+                }
+                // Clipper's words.
+                Error::new(
+                    ErrorKind::VersionNotFound,
+                    format!(
+                        "Requested version: {version} does not exist for model: {}",
+                        self.app
+                    ),
+                )
+            })?;
+        if let Err(reason) = other.model.ready() {
+            return Err(Error::new(
+                ErrorKind::Unavailable,
+                format!(
+                    "model '{}' version {version} is not ready: {reason}",
+                    self.app
+                ),
+            ));
+        }
+        Ok(other)
+    }
+}
+
 impl Codec for ClipperQuery<'_> {
     type Answer = Response<Body>;
     const PROTOCOL: InferProtocol = InferProtocol::Clipper;
 
     async fn decode(
         &mut self,
-        model: &ServedModel,
+        model: &mut Arc<ServedModel>,
         stages: &mut Stages,
     ) -> Result<InferRequest, Error> {
         let metadata = model.metadata();
@@ -182,33 +218,14 @@ impl Codec for ClipperQuery<'_> {
         if application::selector_of(model).is_none() {
             take(&mut request, "uid");
         }
+        // Clipper's `version`, which the decoder keeps as a parameter: the
+        // query runs on that version.
+        if let Some(ParameterValue::String(version)) = take(&mut request, "version") {
+            if version != model.version() {
+                *model = self.version(&version)?;
+            }
+        }
         Ok(request)
-    }
-
-    /// Clipper's `version`, which the decoder keeps as a parameter.
-    fn version_in_body(&mut self, request: &mut InferRequest) -> Option<String> {
-        let at = request
-            .parameters
-            .iter()
-            .position(|(k, _)| k == "version")?;
-        match request.parameters.remove(at).1 {
-            ParameterValue::String(version) => Some(version),
-            _ => None,
-        }
-    }
-
-    fn no_such_version(&self, error: Error, version: &str) -> Error {
-        if error.kind() != ErrorKind::VersionNotFound {
-            return error;
-        }
-        // Clipper's words.
-        Error::new(
-            ErrorKind::VersionNotFound,
-            format!(
-                "Requested version: {version} does not exist for model: {}",
-                self.app
-            ),
-        )
     }
 
     async fn refuse(&mut self, error: Error) -> Error {

@@ -147,10 +147,11 @@ pub(crate) trait Codec {
     /// Reads and decodes the request for `model`, recording the read and
     /// decode times in `stages`. Anything the answer needs later (the
     /// format the request came in, which outputs go back as binary) stays
-    /// in the codec.
+    /// in the codec. A protocol whose body names the version (Clipper's
+    /// `version`) puts that version in `model`: the request runs on it.
     async fn decode(
         &mut self,
-        model: &ServedModel,
+        model: &mut Arc<ServedModel>,
         stages: &mut Stages,
     ) -> Result<InferRequest, Error>;
 
@@ -158,19 +159,6 @@ pub(crate) trait Codec {
     /// (a body to read and drop), and return the error as the protocol
     /// words it.
     async fn refuse(&mut self, error: Error) -> Error {
-        error
-    }
-
-    /// The version a decoded request names in its body (Clipper's
-    /// `version`), taken out of `request`; the request then runs on that
-    /// version. `None`, the default, where the path names it.
-    fn version_in_body(&mut self, _request: &mut InferRequest) -> Option<String> {
-        None
-    }
-
-    /// The model has no version `version` that the body asked for: the
-    /// protocol's words for it.
-    fn no_such_version(&self, error: Error, _version: &str) -> Error {
         error
     }
 
@@ -302,24 +290,6 @@ async fn compute<C: Codec>(
     reading.record("decode_us", stages.decode.as_micros() as u64);
     drop(reading);
     let mut request = request?;
-    if let Some(version) = codec.version_in_body(&mut request) {
-        if version != model.version() {
-            let other = serving
-                .models
-                .get(target.name, Some(&version))
-                .map_err(|e| codec.no_such_version(e, &version))?;
-            if let Err(reason) = other.model.ready() {
-                return Err(Error::new(
-                    ErrorKind::Unavailable,
-                    format!(
-                        "model '{}' version {version} is not ready: {reason}",
-                        target.name
-                    ),
-                ));
-            }
-            *model = other;
-        }
-    }
     let served: &ServedModel = model;
     // An application keyed by a header (`key = "header:x-user-id"`) reads
     // the key from it, as a parameter of that name.

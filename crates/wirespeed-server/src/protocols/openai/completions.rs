@@ -421,9 +421,10 @@ impl Codec for Completions {
 
     async fn decode(
         &mut self,
-        model: &ServedModel,
+        model: &mut Arc<ServedModel>,
         _stages: &mut Stages,
     ) -> Result<InferRequest, Error> {
+        let model: &ServedModel = model;
         self.counter = Some(std::sync::Arc::clone(&model.model));
         let text = model.model.text();
         let prompt = if self.ask.chat {

@@ -11,6 +11,8 @@
 //! | `dimensions` | the model's size, or one of the smaller sizes its config allows (the first values, scaled to unit length again) |
 //! | `user` | accepted and ignored |
 
+use std::sync::Arc;
+
 use base64::Engine;
 use hyper::Response;
 use serde_json::{Map, Value};
@@ -132,9 +134,10 @@ impl Codec for Embeddings {
 
     async fn decode(
         &mut self,
-        model: &ServedModel,
+        model: &mut Arc<ServedModel>,
         _stages: &mut Stages,
     ) -> Result<InferRequest, Error> {
+        let model: &ServedModel = model;
         let ask = self
             .ask
             .take()

@@ -13,6 +13,8 @@
 //! upstream, then `data: [DONE]`; a failure before the first is OpenAI's
 //! error answer with the status it means, one after is an `error` event.
 
+use std::sync::Arc;
+
 use hyper::Response;
 use serde_json::{json, Map, Value};
 use wirespeed_core::{
@@ -102,9 +104,10 @@ impl Codec for Relay {
 
     async fn decode(
         &mut self,
-        model: &ServedModel,
+        model: &mut Arc<ServedModel>,
         _stages: &mut Stages,
     ) -> Result<InferRequest, Error> {
+        let model: &ServedModel = model;
         if !model.model.text().is_some_and(|t| t.forwards()) {
             return Err(Error::new(
                 wirespeed_core::ErrorKind::Unavailable,

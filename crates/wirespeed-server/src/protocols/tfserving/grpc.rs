@@ -271,9 +271,10 @@ impl Codec for TfExamples<'_> {
 
     async fn decode(
         &mut self,
-        model: &ServedModel,
+        model: &mut Arc<ServedModel>,
         stages: &mut Stages,
     ) -> Result<InferRequest, Error> {
+        let model: &ServedModel = model;
         let metadata = model.metadata();
         let mut heads = Vec::with_capacity(self.tasks.len());
         for task in &mut self.tasks {
@@ -545,9 +546,10 @@ impl Codec for TfPredict<'_> {
 
     async fn decode(
         &mut self,
-        model: &ServedModel,
+        model: &mut Arc<ServedModel>,
         stages: &mut Stages,
     ) -> Result<InferRequest, Error> {
+        let model: &ServedModel = model;
         self.spec.check_signature(model)?;
         let message = self.message.take().expect("a message is decoded once");
         let content: usize = message

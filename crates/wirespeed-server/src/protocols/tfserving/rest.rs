@@ -4,6 +4,8 @@
 //! incremental decoder as V2 (`RequestDecoder::tf_serving`); the model's
 //! input names and datatypes stand in for TF's signature.
 
+use std::sync::Arc;
+
 use hyper::body::Incoming;
 use hyper::{Request, Response};
 use serde_json::{json, Map, Value};
@@ -55,9 +57,10 @@ impl Codec for TfPredict<'_> {
 
     async fn decode(
         &mut self,
-        model: &ServedModel,
+        model: &mut Arc<ServedModel>,
         stages: &mut Stages,
     ) -> Result<InferRequest, Error> {
+        let model: &ServedModel = model;
         // A model that reads JSON itself and declares no inputs (a KServe
         // predictor): the body, as it came.
         if model.model.binding() == Binding::Open && model.metadata().inputs.is_empty() {
@@ -180,9 +183,10 @@ impl Codec for TfExamples<'_> {
 
     async fn decode(
         &mut self,
-        model: &ServedModel,
+        model: &mut Arc<ServedModel>,
         stages: &mut Stages,
     ) -> Result<InferRequest, Error> {
+        let model: &ServedModel = model;
         let metadata = model.metadata();
         let head = match examples::head(self.verb, metadata, model.model.heads()) {
             Ok(head) => head,

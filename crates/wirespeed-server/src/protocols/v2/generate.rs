@@ -21,6 +21,8 @@
 //! decoupled model answers its one response, or Triton's error when it
 //! sends none or several.
 
+use std::sync::Arc;
+
 use hyper::body::Incoming;
 use hyper::header::{HeaderValue, CONTENT_TYPE};
 use hyper::{Request, Response};
@@ -66,9 +68,10 @@ impl Codec for Generate<'_> {
 
     async fn decode(
         &mut self,
-        model: &ServedModel,
+        model: &mut Arc<ServedModel>,
         stages: &mut Stages,
     ) -> Result<InferRequest, Error> {
+        let model: &ServedModel = model;
         let body = self.request.read_json(stages).await?;
         let options = self.request.front.serving.decode_options.clone();
         timed(&mut stages.decode, || {

@@ -3,6 +3,7 @@
 //! `raw_input_contents` (`convert.rs`); outputs go back as
 //! `raw_output_contents`, as Triton answers.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use tonic::{Code, Response, Status};
@@ -204,9 +205,10 @@ impl Codec for GrpcInfer<'_> {
 
     async fn decode(
         &mut self,
-        model: &ServedModel,
+        model: &mut Arc<ServedModel>,
         stages: &mut Stages,
     ) -> Result<InferRequest, Error> {
+        let model: &ServedModel = model;
         self.convert(&model.metadata().name, stages).await
     }
 
@@ -259,9 +261,10 @@ impl Codec for GrpcStreamInfer<'_> {
 
     async fn decode(
         &mut self,
-        model: &ServedModel,
+        model: &mut Arc<ServedModel>,
         stages: &mut Stages,
     ) -> Result<InferRequest, Error> {
+        let model: &ServedModel = model;
         self.unary.convert(&model.metadata().name, stages).await
     }
 

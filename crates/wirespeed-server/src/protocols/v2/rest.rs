@@ -3,6 +3,8 @@
 //! bytes (Triton's binary tensor data extension), or a raw body, in; JSON or
 //! JSON and raw bytes out. The pipeline does the rest.
 
+use std::sync::Arc;
+
 use hyper::body::Incoming;
 use hyper::{Request, Response};
 use wirespeed_core::{raw, Error, InferRequest, InferResponse, ParameterValue, Parameters};
@@ -42,9 +44,10 @@ impl Codec for V2Rest<'_> {
 
     async fn decode(
         &mut self,
-        model: &ServedModel,
+        model: &mut Arc<ServedModel>,
         stages: &mut Stages,
     ) -> Result<InferRequest, Error> {
+        let model: &ServedModel = model;
         let (front, body) = (self.request.front, self.request.take_body());
         // The body is decoded as it arrives, and read to its end before any
         // error is answered, so the connection stays clean for the next

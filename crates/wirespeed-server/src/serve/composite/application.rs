@@ -25,7 +25,6 @@
 //! (`uid` unless set); it is taken out before the candidates see the
 //! request, so that their cached answers are shared by every user.
 
-
 use wirespeed_core::{
     absolute_loss, numbers, Choice, DataType, Draw, Error, ParameterValue, Parameters,
     RequestedOutput, Selector, Tensor, TensorData,
