@@ -4,8 +4,12 @@
 # `wrk -t1 -c32` Titanic POST throughput, `wrk -t1 -c64` on `GET /v2`, and
 # the p50 of a 42.5 MB request (262144x8 FP32 V2 JSON in json.dumps' form,
 # to identity_fp32, answered as binary so that decoding the JSON is what
-# is measured). For a change to the request path: build the old binary
-# from the old commit (a git worktree) and compare.
+# is measured), `wrk -t1 -c16` on a Titanic row through an ensemble of two
+# steps (identity, then the trees), and, when a Python with numpy is at
+# hand (WIRESPEED_PYTHON, else .venv's), `wrk -t1 -c16` on one 8-float row
+# to a Python model (benchmarks/python_models/sum, 2 workers). For a
+# change to the request path: build the old binary from the old commit (a
+# git worktree) and compare.
 #
 #   benchmarks/scripts/no_regression.sh OLD_BINARY NEW_BINARY [ROUNDS] [SECONDS]
 set -euo pipefail
@@ -23,11 +27,43 @@ probe=target/release/examples/rest_latency
 work=$(mktemp -d)
 pids=()
 trap 'kill "${pids[@]}" 2>/dev/null; rm -rf "$work"' EXIT
-"$old" serve --models models --http 127.0.0.1:18090 --grpc off --log-level warn & pids+=($!)
-"$new" serve --models models --http 127.0.0.1:18091 --grpc off --log-level warn & pids+=($!)
+# The bundled models, an ensemble ahead of the Titanic trees, and the
+# Python model when its Python is at hand.
+repo="$work/models"; mkdir -p "$repo"; cp -r models/. "$repo/"
+mkdir -p "$repo/ens"
+cat >"$repo/ens/config.toml" <<'TOML'
+backend = "ensemble"
+[[inputs]]
+name = "features"
+datatype = "FP32"
+shape = [-1, 12]
+[[outputs]]
+name = "probability"
+datatype = "FP32"
+shape = [-1]
+[[steps]]
+model = "identity_fp32"
+inputs = { INPUT0 = "features" }
+outputs = { OUTPUT0 = "passed" }
+[[steps]]
+model = "titanic"
+inputs = { features = "passed" }
+outputs = { probability = "probability" }
+TOML
+python=${WIRESPEED_PYTHON:-$PWD/.venv/bin/python}
+if [ -x "$python" ] && "$python" -c 'import numpy' 2>/dev/null; then
+    cp -r benchmarks/python_models/sum "$repo/"
+    export WIRESPEED_PYTHON="$python"
+else
+    echo "no Python with numpy (WIRESPEED_PYTHON or .venv): the Python model is left out" >&2
+fi
+"$old" serve --models "$repo" --http 127.0.0.1:18090 --grpc off --log-level warn & pids+=($!)
+"$new" serve --models "$repo" --http 127.0.0.1:18091 --grpc off --log-level warn & pids+=($!)
 for port in 18090 18091; do
-    for _ in $(seq 100); do curl -sf "http://127.0.0.1:$port/v2/health/ready" >/dev/null && break; sleep 0.1; done
+    for _ in $(seq 300); do curl -sf "http://127.0.0.1:$port/v2/health/ready" >/dev/null && break; sleep 0.1; done
 done
+printf '{"inputs": [{"name": "features", "shape": [1, 12], "datatype": "FP32", "data": [3, 1, 0, 0.275, 0.25, 0, -0.4275, 0, 1, 0, 0, 0]}]}' >"$work/row.json"
+printf '{"inputs": [{"name": "x", "shape": [1, 8], "datatype": "FP32", "data": [0.5, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5]}]}' >"$work/sum.json"
 
 # The large body, once: the same floats json.dumps writes.
 python3 - "$work/large.json" <<'PY'
@@ -43,6 +79,10 @@ median() { sort -g | awk '{v[NR]=$1} END {print (NR%2 ? v[(NR+1)/2] : (v[NR/2]+v
 p50() { "$probe" "127.0.0.1:$1" 20000 1 | awk '/p50/ {for (i=1;i<=NF;i++) if ($i=="p50") print $(i+1)}'; }
 rps() { wrk -t1 -c32 -d"${seconds}s" -s benchmarks/wrk/titanic_infer.lua "http://127.0.0.1:$1" | awk '/Requests\/sec/ {print $2}'; }
 meta() { WRK_METHOD=GET WRK_PATH=/v2 wrk -t1 -c64 -d"${seconds}s" -s benchmarks/wrk/post.lua "http://127.0.0.1:$1" | awk '/Requests\/sec/ {print $2}'; }
+post16() {  # PORT MODEL BODY
+    WRK_PATH="/v2/models/$2/infer" WRK_BODY="$3" wrk -t1 -c16 -d"${seconds}s" -s benchmarks/wrk/post.lua \
+        "http://127.0.0.1:$1" | awk '/Requests\/sec/ {print $2}'
+}
 large() {
     for _ in 1 2 3 4 5 6 7; do
         curl -s -o /dev/null -w '%{time_total}\n' -H 'Content-Type: application/json' \
@@ -54,9 +94,12 @@ for round in $(seq "$rounds"); do
     if [ $((round % 2)) -eq 1 ]; then order="18090 18091"; else order="18091 18090"; fi
     for port in $order; do
         l=$(p50 "$port"); r=$(rps "$port"); m=$(meta "$port"); g=$(large "$port")
-        echo "round $round port $port: p50 ${l} us, ${r} req/s, GET /v2 ${m} req/s, 42.5 MB p50 ${g} ms"
+        e=$(post16 "$port" ens "$work/row.json")
+        p=-; [ -d "$repo/sum" ] && p=$(post16 "$port" sum "$work/sum.json")
+        echo "round $round port $port: p50 ${l} us, ${r} req/s, GET /v2 ${m} req/s, 42.5 MB p50 ${g} ms, ensemble ${e} req/s, Python ${p} req/s"
         echo "$l" >> "$work/lat_$port"; echo "$r" >> "$work/rps_$port"
         echo "$m" >> "$work/meta_$port"; echo "$g" >> "$work/large_$port"
+        echo "$e" >> "$work/ens_$port"; echo "$p" >> "$work/py_$port"
     done
 done
 lo=$(median < "$work/lat_18090"); ln=$(median < "$work/lat_18091")
@@ -67,3 +110,9 @@ mo=$(median < "$work/meta_18090"); mn=$(median < "$work/meta_18091")
 go=$(median < "$work/large_18090"); gn=$(median < "$work/large_18091")
 echo "median GET /v2 wrk -t1 -c64: old $mo req/s, new $mn req/s (new/old $(awk -v a="$mn" -v b="$mo" 'BEGIN {printf "%.3f", a/b}'))"
 echo "median 42.5 MB JSON p50: old $go ms, new $gn ms (old/new $(awk -v a="$go" -v b="$gn" 'BEGIN {printf "%.3f", a/b}'))"
+eo=$(median < "$work/ens_18090"); en=$(median < "$work/ens_18091")
+echo "median ensemble wrk -t1 -c16: old $eo req/s, new $en req/s (new/old $(awk -v a="$en" -v b="$eo" 'BEGIN {printf "%.3f", a/b}'))"
+if [ -d "$repo/sum" ]; then
+    po=$(median < "$work/py_18090"); pn=$(median < "$work/py_18091")
+    echo "median Python model wrk -t1 -c16: old $po req/s, new $pn req/s (new/old $(awk -v a="$pn" -v b="$po" 'BEGIN {printf "%.3f", a/b}'))"
+fi
