@@ -22,6 +22,7 @@
 //! ```
 
 mod config;
+mod listeners;
 mod net;
 mod protocols;
 mod serve;
@@ -29,11 +30,8 @@ mod state;
 
 use std::future::Future;
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
-
-use tokio::net::{TcpListener, UnixListener};
 
 pub use config::{Limits, ServerConfig, StartError, TlsFiles, UpstreamServer};
 pub use serve::metrics::{Buckets, MetricsConfig, DEFAULT_BUCKETS};
@@ -46,7 +44,8 @@ pub use wirespeed_proxy::PrintOptions;
 #[cfg(feature = "proxy")]
 pub use wirespeed_proxy::TranscodeConfig;
 
-use net::{listen, tls, uds};
+use listeners::Listeners;
+use net::{listen, tls};
 use protocols::grpc;
 use protocols::metrics::MetricsService;
 use protocols::rest::RestService;
@@ -54,13 +53,7 @@ use state::State;
 
 /// A server with its models loaded and its sockets bound, not yet serving.
 pub struct Server {
-    http_tcp: Option<TcpListener>,
-    http_uds: Option<(UnixListener, PathBuf)>,
-    grpc_tcp: Option<TcpListener>,
-    tf_http_tcp: Option<TcpListener>,
-    tf_grpc_tcp: Option<TcpListener>,
-    grpc_uds: Option<(UnixListener, PathBuf)>,
-    metrics_tcp: Option<TcpListener>,
+    listeners: Listeners,
     tls: Option<tokio_rustls::TlsAcceptor>,
     state: State,
     limits: Limits,
@@ -68,36 +61,10 @@ pub struct Server {
     io_threads: usize,
 }
 
-async fn bind_tcp(flag: &'static str, addr: SocketAddr) -> Result<TcpListener, StartError> {
-    TcpListener::bind(addr)
-        .await
-        .map_err(|error| StartError::Bind {
-            flag,
-            addr: addr.to_string(),
-            error,
-        })
-}
-
-fn bind_unix(flag: &'static str, path: &Path) -> Result<(UnixListener, PathBuf), StartError> {
-    uds::bind(path)
-        .map(|listener| (listener, path.to_owned()))
-        .map_err(|error| StartError::Bind {
-            flag,
-            addr: path.display().to_string(),
-            error,
-        })
-}
-
 impl Server {
     /// Loads every model, then binds every configured listener.
     pub async fn bind(config: &ServerConfig) -> Result<Server, StartError> {
-        if config.http_addr.is_none()
-            && config.http_uds.is_none()
-            && config.grpc_addr.is_none()
-            && config.grpc_uds.is_none()
-            && config.tf_http_addr.is_none()
-            && config.tf_grpc_addr.is_none()
-        {
+        if !Listeners::any(config) {
             return Err(StartError::NoListener);
         }
         let tls = config
@@ -107,45 +74,10 @@ impl Server {
             .transpose()
             .map_err(StartError::Tls)?;
         let mut state = State::start(config).await?;
-        let http_tcp = match config.http_addr {
-            Some(addr) => Some(bind_tcp("--http", addr).await?),
-            None => None,
-        };
-        let grpc_tcp = match config.grpc_addr {
-            Some(addr) => Some(bind_tcp("--grpc", addr).await?),
-            None => None,
-        };
-        let tf_http_tcp = match config.tf_http_addr {
-            Some(addr) => Some(bind_tcp("--tf-http", addr).await?),
-            None => None,
-        };
-        let tf_grpc_tcp = match config.tf_grpc_addr {
-            Some(addr) => Some(bind_tcp("--tf-grpc", addr).await?),
-            None => None,
-        };
-        let http_uds = config
-            .http_uds
-            .as_deref()
-            .map(|p| bind_unix("--http-uds", p))
-            .transpose()?;
-        let grpc_uds = config
-            .grpc_uds
-            .as_deref()
-            .map(|p| bind_unix("--grpc-uds", p))
-            .transpose()?;
-        let metrics_tcp = match config.metrics.as_ref().and_then(|m| m.addr) {
-            Some(addr) => Some(bind_tcp("--metrics", addr).await?),
-            None => None,
-        };
+        let listeners = Listeners::bind(config).await?;
         state.begin()?;
         Ok(Server {
-            http_tcp,
-            http_uds,
-            grpc_tcp,
-            tf_http_tcp,
-            tf_grpc_tcp,
-            grpc_uds,
-            metrics_tcp,
+            listeners,
             tls,
             state,
             limits: config.limits.clone(),
@@ -156,55 +88,27 @@ impl Server {
 
     /// The REST API's TCP address (the real port when bound to port 0).
     pub fn http_addr(&self) -> Option<SocketAddr> {
-        self.http_tcp.as_ref().and_then(|l| l.local_addr().ok())
+        Listeners::addr(&self.listeners.http_tcp)
     }
 
     /// The gRPC API's TCP address (the real port when bound to port 0).
     pub fn grpc_addr(&self) -> Option<SocketAddr> {
-        self.grpc_tcp.as_ref().and_then(|l| l.local_addr().ok())
+        Listeners::addr(&self.listeners.grpc_tcp)
     }
 
     /// The gRPC API's address on TF Serving's port (`--tf-grpc`), if any.
     pub fn tf_grpc_addr(&self) -> Option<SocketAddr> {
-        self.tf_grpc_tcp.as_ref().and_then(|l| l.local_addr().ok())
+        Listeners::addr(&self.listeners.tf_grpc_tcp)
     }
 
     /// The REST API's address on TF Serving's port (`--tf-http`), if any.
     pub fn tf_http_addr(&self) -> Option<SocketAddr> {
-        self.tf_http_tcp.as_ref().and_then(|l| l.local_addr().ok())
+        Listeners::addr(&self.listeners.tf_http_tcp)
     }
 
     /// The metrics listener's TCP address (`--metrics`), if it has one.
     pub fn metrics_addr(&self) -> Option<SocketAddr> {
-        self.metrics_tcp.as_ref().and_then(|l| l.local_addr().ok())
-    }
-
-    /// The "listening on" lines, the metrics listener first (a line for
-    /// the APIs then tells that everything listens already), and the Unix
-    /// socket files to remove at the end.
-    fn listening(&self, scheme: &str) -> (Vec<String>, Vec<PathBuf>) {
-        let mut listening: Vec<String> = self
-            .metrics_addr()
-            .map(|a| format!("metrics http{scheme}://{a}/metrics"))
-            .into_iter()
-            .collect();
-        listening.extend(self.http_addr().map(|a| format!("http{scheme}://{a}")));
-        listening.extend(self.grpc_addr().map(|a| format!("grpc{scheme}://{a}")));
-        // Named, so that a reader of the log (or a test) tells them apart.
-        let tf_http = self.tf_http_addr();
-        listening.extend(tf_http.map(|a| format!("TF Serving's REST port http{scheme}://{a}")));
-        let tf_grpc = self.tf_grpc_addr();
-        listening.extend(tf_grpc.map(|a| format!("TF Serving's gRPC port grpc{scheme}://{a}")));
-        let mut sockets = Vec::new();
-        for (_, path) in self.http_uds.iter() {
-            listening.push(format!("http{scheme}+unix://{}", path.display()));
-            sockets.push(path.clone());
-        }
-        for (_, path) in self.grpc_uds.iter() {
-            listening.push(format!("grpc{scheme}+unix://{}", path.display()));
-            sockets.push(path.clone());
-        }
-        (listening, sockets)
+        Listeners::addr(&self.listeners.metrics_tcp)
     }
 
     /// Serves every listener until `shutdown` resolves. Then readiness turns
@@ -213,7 +117,7 @@ impl Server {
     /// socket files are removed.
     pub async fn serve(self, shutdown: impl Future<Output = ()>) {
         let scheme = if self.tls.is_some() { "s" } else { "" };
-        let (listening, sockets) = self.listening(scheme);
+        let (listening, sockets) = self.listeners.listening(scheme);
         let state = self.state;
         let limits = self.limits;
         let (stop, stopping) = tokio::sync::watch::channel(false);
@@ -235,13 +139,7 @@ impl Server {
         let (grpc_service, health) = grpc::service(Arc::clone(&state.front)).await;
         let rest_service = RestService::new(Arc::clone(&state.front));
         let metrics_service = MetricsService::new(Arc::clone(&state.front));
-        let listeners = match listen::Sockets::new(
-            self.http_tcp.into_iter().chain(self.tf_http_tcp).collect(),
-            self.http_uds.map(|(l, _)| l),
-            self.grpc_tcp.into_iter().chain(self.tf_grpc_tcp).collect(),
-            self.grpc_uds.map(|(l, _)| l),
-            self.metrics_tcp,
-        ) {
+        let listeners = match self.listeners.into_sockets() {
             Ok(listeners) => listeners,
             Err(e) => {
                 tracing::error!(error = %e, "cannot hand the listeners to the I/O threads");

@@ -6,8 +6,8 @@
 //! - `serve/` (what every protocol shares) sees only itself;
 //! - `protocols/` sees itself, `serve/`, and the connection counts of
 //!   `net/` (which a metrics scrape reports);
-//! - only the composition root (`lib.rs`, `config.rs`, `state.rs`) and
-//!   the transcoding proxy it wires in see everything.
+//! - only the composition root (`lib.rs`, `config.rs`, `state.rs`,
+//!   `listeners.rs`) and the transcoding proxy it wires in see everything.
 
 use std::path::{Path, PathBuf};
 
