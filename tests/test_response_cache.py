@@ -160,3 +160,54 @@ def test_a_cache_config_it_cannot_honour_is_refused_by_name(tmp_path):
         out = run_wirespeed("serve", "--models", root, "--http", "127.0.0.1:0", "--grpc", "off", "--check",
                             "--cache-config", value)
         assert out.returncode != 0 and says in out.stderr, (value, out.stderr)
+
+
+ENSEMBLE = """backend = "ensemble"
+[[inputs]]
+name = "x"
+datatype = "FP32"
+shape = [-1]
+[[outputs]]
+name = "calls"
+datatype = "INT64"
+shape = [1]
+[[steps]]
+model = "counting"
+inputs = { x = "x" }
+outputs = { calls = "calls" }
+"""
+
+APPLICATION = """backend = "application"
+policy = "fixed"
+candidates = ["counting"]
+[[inputs]]
+name = "x"
+datatype = "FP32"
+shape = [-1]
+[[outputs]]
+name = "calls"
+datatype = "INT64"
+shape = [1]
+"""
+
+
+def test_the_models_a_composite_calls_answer_from_the_cache_too(tmp_path):
+    # As Triton caches an ensemble's composing models: an ensemble's step
+    # and an application's candidate are asked as a client asks them, so a
+    # repeated step is answered from the cache and the model runs once.
+    root = repository(tmp_path)
+    for name, config in [("ens", ENSEMBLE), ("app", APPLICATION)]:
+        (root / name).mkdir()
+        (root / name / "config.toml").write_text(config)
+    server = RunningServer(root, ["--cache-config", "local,size=1048576"])
+    try:
+        for model in ["ens", "app", "ens"]:
+            body = {"inputs": [{"name": "x", "shape": [2], "datatype": "FP32", "data": [1.0, 2.0]}]}
+            r = requests.post(f"http://{server.address}/v2/models/{model}/infer", json=body, timeout=30)
+            assert r.status_code == 200, r.text
+            assert r.json()["outputs"][0]["data"] == [1], (model, r.text)
+        inference, executions = stats(server, "counting")
+        assert inference["cache_miss"]["count"] == 1 and inference["cache_hit"]["count"] == 2
+        assert inference["success"]["count"] == 3 and executions == 1
+    finally:
+        server.stop()

@@ -433,48 +433,9 @@ async fn compute<C: Codec>(
             default: composed.default,
         }
     } else {
-        // Triton's response cache: the same request to the same model
-        // answers again from it.
-        let lookup = served.cache.as_ref().map(|(cache, load)| {
-            let looking = Instant::now();
-            let key = cache.key(
-                *load,
-                &request.inputs,
-                &request.outputs,
-                &call.parameters,
-                &call.input_parameters,
-            );
-            let kept = cache.get(&key);
-            (cache, key, kept, looking.elapsed())
-        });
-        match lookup {
-            Some((_, _, Some(kept), looked)) => {
-                served.stats.cache_hit(looked);
-                // Not an inference of the model's (Triton does not count it).
-                stages.inferences = 0;
-                wirespeed_scheduler::Answer {
-                    outputs: kept.as_ref().clone(),
-                    default: false,
-                }
-            }
-            lookup => {
-                let mut spent = Spent::default();
-                let answer = served
-                    .scheduler
-                    .run(request.inputs, &request.outputs, call, &mut spent)
-                    .await;
-                stages.scheduled(spent);
-                let answer = answer?;
-                if let Some((cache, key, _, looked)) = lookup {
-                    let inserting = Instant::now();
-                    if !answer.default {
-                        cache.insert(key, answer.outputs.clone());
-                    }
-                    served.stats.cache_miss(looked + inserting.elapsed());
-                }
-                answer
-            }
-        }
+        served
+            .answer(request.inputs, &request.outputs, call, stages)
+            .await?
     };
     let mut outputs = answer.outputs;
     if let Some(turn) = turn {

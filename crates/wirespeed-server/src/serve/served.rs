@@ -12,9 +12,11 @@ use std::collections::BTreeMap;
 
 use crate::serve::pipeline::Target;
 use std::sync::{Arc, RwLock};
+use std::time::Instant;
 
 use wirespeed_core::{
     Composite, CompositeKind, Composition, CpuPool, Error, ErrorKind, Model, ModelMetadata,
+    RequestedOutput, Tensor,
 };
 use wirespeed_models::{is_valid_model_name, LoadedModel, OutputLabels, VersionPolicy};
 
@@ -22,7 +24,8 @@ use super::metrics::Buckets;
 use crate::serve::cache::ResponseCache;
 use crate::serve::sequences::Sequences;
 use crate::serve::statistics::ModelStats;
-use wirespeed_scheduler::{QueueThread, Scheduler};
+use crate::serve::timing::Stages;
+use wirespeed_scheduler::{Answer, CallContext, QueueThread, Scheduler, Spent};
 
 /// One served model.
 pub(crate) struct ServedModel {
@@ -94,6 +97,54 @@ impl ServedModel {
             CompositeKind::Ensemble(composition) => Some(composition),
             _ => None,
         }
+    }
+
+    /// Answers a model that computes: from the response cache when it
+    /// has one and holds the answer (Triton's cache: the same request to
+    /// the same model answers again from it), else through its scheduler,
+    /// whose queue and compute times go to `stages`. Every caller asks
+    /// this way: a client's request, a composite's step or candidate, a
+    /// model's call to another.
+    pub(crate) async fn answer(
+        &self,
+        inputs: Vec<Tensor>,
+        outputs: &[RequestedOutput],
+        call: CallContext,
+        stages: &mut Stages,
+    ) -> Result<Answer, Error> {
+        let lookup = self.cache.as_ref().map(|(cache, load)| {
+            let looking = Instant::now();
+            let key = cache.key(
+                *load,
+                &inputs,
+                outputs,
+                &call.parameters,
+                &call.input_parameters,
+            );
+            let kept = cache.get(&key);
+            (cache, key, kept, looking.elapsed())
+        });
+        if let Some((_, _, Some(kept), looked)) = &lookup {
+            self.stats.cache_hit(*looked);
+            // Not an inference of the model's (Triton does not count it).
+            stages.inferences = 0;
+            return Ok(Answer {
+                outputs: kept.as_ref().clone(),
+                default: false,
+            });
+        }
+        let mut spent = Spent::default();
+        let answer = self.scheduler.run(inputs, outputs, call, &mut spent).await;
+        stages.scheduled(spent);
+        let answer = answer?;
+        if let Some((cache, key, _, looked)) = lookup {
+            let inserting = Instant::now();
+            if !answer.default {
+                cache.insert(key, answer.outputs.clone());
+            }
+            self.stats.cache_miss(looked + inserting.elapsed());
+        }
+        Ok(answer)
     }
 
     /// The version a request answered by this model reports.

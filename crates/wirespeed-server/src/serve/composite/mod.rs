@@ -21,7 +21,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use wirespeed_core::{Composite, CompositeKind, Error, ErrorKind, RequestedOutput, Tensor};
-use wirespeed_scheduler::{CallContext, Spent};
+use wirespeed_scheduler::CallContext;
 
 use crate::serve::pipeline::Target;
 use crate::serve::served::{ServedModel, ServedModels};
@@ -127,8 +127,8 @@ pub(crate) async fn call(
     }
 }
 
-/// A model that computes, through its scheduler, counted in its
-/// statistics.
+/// A model that computes, through its response cache and its scheduler
+/// (`ServedModel::answer`), counted in its statistics.
 pub(crate) async fn step_through(
     served: &ServedModel,
     inputs: Vec<Tensor>,
@@ -143,12 +143,7 @@ pub(crate) async fn step_through(
             .unwrap_or(1) as u64;
     }
     let counting = Counting::new(served, stages.started());
-    let mut spent = Spent::default();
-    let answer = served
-        .scheduler
-        .run(inputs, outputs, call, &mut spent)
-        .await;
-    stages.scheduled(spent);
+    let answer = served.answer(inputs, outputs, call, &mut stages).await;
     counting.finish(answer.as_ref().map(drop), &stages);
     answer.map(|a| a.outputs)
 }
