@@ -35,22 +35,10 @@ impl Listeners {
 
     /// Binds every listener `config` asks for.
     pub(crate) async fn bind(config: &ServerConfig) -> Result<Listeners, StartError> {
-        let http_tcp = match config.http_addr {
-            Some(addr) => Some(bind_tcp("--http", addr).await?),
-            None => None,
-        };
-        let grpc_tcp = match config.grpc_addr {
-            Some(addr) => Some(bind_tcp("--grpc", addr).await?),
-            None => None,
-        };
-        let tf_http_tcp = match config.tf_http_addr {
-            Some(addr) => Some(bind_tcp("--tf-http", addr).await?),
-            None => None,
-        };
-        let tf_grpc_tcp = match config.tf_grpc_addr {
-            Some(addr) => Some(bind_tcp("--tf-grpc", addr).await?),
-            None => None,
-        };
+        let http_tcp = bind_tcp("--http", config.http_addr).await?;
+        let grpc_tcp = bind_tcp("--grpc", config.grpc_addr).await?;
+        let tf_http_tcp = bind_tcp("--tf-http", config.tf_http_addr).await?;
+        let tf_grpc_tcp = bind_tcp("--tf-grpc", config.tf_grpc_addr).await?;
         let http_uds = config
             .http_uds
             .as_deref()
@@ -61,10 +49,8 @@ impl Listeners {
             .as_deref()
             .map(|p| bind_unix("--grpc-uds", p))
             .transpose()?;
-        let metrics_tcp = match config.metrics.as_ref().and_then(|m| m.addr) {
-            Some(addr) => Some(bind_tcp("--metrics", addr).await?),
-            None => None,
-        };
+        let metrics_tcp =
+            bind_tcp("--metrics", config.metrics.as_ref().and_then(|m| m.addr)).await?;
         Ok(Listeners {
             http_tcp,
             http_uds,
@@ -121,9 +107,17 @@ impl Listeners {
     }
 }
 
-async fn bind_tcp(flag: &'static str, addr: SocketAddr) -> Result<TcpListener, StartError> {
+/// The listener of `flag` at `addr`, when the flag gives one.
+async fn bind_tcp(
+    flag: &'static str,
+    addr: Option<SocketAddr>,
+) -> Result<Option<TcpListener>, StartError> {
+    let Some(addr) = addr else {
+        return Ok(None);
+    };
     TcpListener::bind(addr)
         .await
+        .map(Some)
         .map_err(|error| StartError::Bind {
             flag,
             addr: addr.to_string(),
