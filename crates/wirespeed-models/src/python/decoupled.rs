@@ -150,6 +150,15 @@ pub(crate) fn serve(launch: &Arc<Launch>, queue: &Inbox, process: &mut Process) 
     }
 }
 
+/// The worker's next message. An idle worker sends nothing for as long as
+/// no request comes, so the wait for a message is unbounded (the worker's
+/// end is seen as EOF); the socket's read timeout bounds a message once it
+/// has begun.
+fn next_message(socket: &mut UnixStream) -> std::io::Result<Reply> {
+    super::process::wait_readable(socket, None)?;
+    wire::receive(socket)
+}
+
 /// The thread that reads a decoupled worker's messages.
 struct Reader {
     launch: Arc<Launch>,
@@ -190,7 +199,7 @@ impl Reader {
                 self.pid
             )
         };
-        let reply = match wire::receive(&mut self.socket) {
+        let reply = match next_message(&mut self.socket) {
             Ok(reply) => reply,
             Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => {
                 return Err(lost("died".into()))
@@ -304,5 +313,52 @@ impl Reader {
             let mut socket = self.writer.lock().unwrap_or_else(|e| e.into_inner());
             let _ = wire::send(&mut socket, &serde_json::json!({"op": "cancel", "id": id}));
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    /// A decoupled worker is idle between requests for as long as no
+    /// client asks: its reader must not take the socket's read timeout,
+    /// which bounds one message, for a worker gone wrong.
+    #[test]
+    fn an_idle_worker_is_waited_for_past_the_read_timeout() {
+        let (mut ours, mut worker) = UnixStream::pair().unwrap();
+        ours.set_read_timeout(Some(Duration::from_millis(20)))
+            .unwrap();
+        let sender = std::thread::spawn(move || {
+            // Idle for many read timeouts, then one message.
+            std::thread::sleep(Duration::from_millis(300));
+            wire::send(&mut worker, &serde_json::json!({"op": "executed", "id": 7})).unwrap();
+            worker
+        });
+        match next_message(&mut ours).unwrap() {
+            Reply::Executed { id, .. } => assert_eq!(id, 7),
+            other => panic!("expected the executed message, got {other:?}"),
+        }
+        // The worker's end is still seen, as EOF.
+        drop(sender.join().unwrap());
+        let gone = next_message(&mut ours).unwrap_err();
+        assert_eq!(gone.kind(), std::io::ErrorKind::UnexpectedEof);
+    }
+
+    /// A message that stops half-way is still bounded by the read timeout.
+    #[test]
+    fn a_message_that_stops_half_way_times_out() {
+        use std::io::Write;
+        let (mut ours, mut worker) = UnixStream::pair().unwrap();
+        ours.set_read_timeout(Some(Duration::from_millis(20)))
+            .unwrap();
+        worker.write_all(&100u32.to_le_bytes()).unwrap();
+        worker.write_all(b"{\"op\":").unwrap();
+        let stuck = next_message(&mut ours).unwrap_err();
+        assert!(matches!(
+            stuck.kind(),
+            std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+        ));
+        drop(worker);
     }
 }

@@ -510,35 +510,7 @@ impl Process {
     /// Waits until the worker has written something (true), or the
     /// deadline passed (false).
     fn wait_readable(&self, deadline: Option<Instant>) -> io::Result<bool> {
-        loop {
-            let timeout = match deadline {
-                None => -1,
-                Some(at) => {
-                    let left = at.saturating_duration_since(Instant::now());
-                    if left.is_zero() {
-                        return Ok(false);
-                    }
-                    left.as_millis().clamp(1, i32::MAX as u128) as i32
-                }
-            };
-            let mut poll = libc::pollfd {
-                fd: self.socket.as_raw_fd(),
-                events: libc::POLLIN,
-                revents: 0,
-            };
-            // SAFETY: one valid pollfd.
-            let n = unsafe { libc::poll(&mut poll, 1, timeout) };
-            if n < 0 {
-                let e = io::Error::last_os_error();
-                if e.kind() == io::ErrorKind::Interrupted {
-                    continue;
-                }
-                return Err(e);
-            }
-            if n > 0 {
-                return Ok(true);
-            }
-        }
+        wait_readable(&self.socket, deadline)
     }
 
     /// Asks the worker to finalize and exit; kills it if it does not.
@@ -716,5 +688,40 @@ pub(crate) fn ended(status: Option<ExitStatus>) -> String {
             _ => "died".into(),
         },
         None => "died".into(),
+    }
+}
+
+/// Waits until the worker has written something on `socket` (true), or
+/// `deadline` passed (false); forever when there is none. The socket's
+/// read timeout bounds a message once it has begun, not the wait for one.
+pub(crate) fn wait_readable(socket: &UnixStream, deadline: Option<Instant>) -> io::Result<bool> {
+    loop {
+        let timeout = match deadline {
+            None => -1,
+            Some(at) => {
+                let left = at.saturating_duration_since(Instant::now());
+                if left.is_zero() {
+                    return Ok(false);
+                }
+                left.as_millis().clamp(1, i32::MAX as u128) as i32
+            }
+        };
+        let mut poll = libc::pollfd {
+            fd: socket.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: one valid pollfd.
+        let n = unsafe { libc::poll(&mut poll, 1, timeout) };
+        if n < 0 {
+            let e = io::Error::last_os_error();
+            if e.kind() == io::ErrorKind::Interrupted {
+                continue;
+            }
+            return Err(e);
+        }
+        if n > 0 {
+            return Ok(true);
+        }
     }
 }
