@@ -1,6 +1,6 @@
 //! A model that computes nothing itself: it answers through other served
 //! models, as its kind says. The server runs it with that kind's runner
-//! (`serve/composite/` of the server), never through a scheduler and a
+//! (`composite/` of `wirespeed-engine`), never through a scheduler and a
 //! backend's [`Model::infer`]; as Triton's ensemble is a model whose
 //! scheduler is the ensemble scheduler, the request path never asks a
 //! model whether it is one.

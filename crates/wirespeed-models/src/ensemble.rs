@@ -20,7 +20,7 @@
 //! ensemble output is produced by something, and the steps form no cycle;
 //! they are kept in an order in which each step's inputs are ready. The
 //! steps' models are checked against the served models by the server,
-//! which runs the steps (`serve/composite/ensemble.rs`); the loaded
+//! which runs the steps (`wirespeed-engine/src/composite/ensemble.rs`); the loaded
 //! [`Composite`] only describes them.
 
 use std::collections::{BTreeMap, BTreeSet};

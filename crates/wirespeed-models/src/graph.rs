@@ -9,7 +9,7 @@
 //! it, as the InferenceService of that name; `serviceUrl` names it by the
 //! first label of its host (`http://single-1.default.example.com/switch`
 //! is model `single-1`), as the cluster's DNS would; `nodeName` is another
-//! node. The server runs the graph (`serve/composite/graph.rs`).
+//! node. The engine runs the graph (`wirespeed-engine/src/composite/graph.rs`).
 //!
 //! Loading checks what KServe's admission webhook checks, in its words: a
 //! `root` node, one target a step, unique step names in a node, a

@@ -9,9 +9,9 @@ use std::time::Duration;
 use wirespeed_core::RequestLimits;
 use wirespeed_models::{Registry, RepositoryError};
 
-use crate::serve::metrics::MetricsConfig;
-use crate::serve::model_control::ModelControl;
-use crate::serve::traces::TracesConfig;
+use wirespeed_engine::metrics::MetricsConfig;
+use wirespeed_engine::model_control::ModelControl;
+use wirespeed_engine::traces::TracesConfig;
 #[cfg(feature = "proxy")]
 use wirespeed_proxy::TranscodeConfig;
 

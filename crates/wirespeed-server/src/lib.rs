@@ -25,7 +25,6 @@ mod config;
 mod listeners;
 mod net;
 mod protocols;
-mod serve;
 mod state;
 
 use std::future::Future;
@@ -34,10 +33,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 pub use config::{Limits, ServerConfig, StartError, TlsFiles, UpstreamServer};
-pub use serve::metrics::{Buckets, MetricsConfig, DEFAULT_BUCKETS};
-pub use serve::model_control::ModelControl;
-pub use serve::traces::TracesConfig;
 pub use wirespeed_core::RequestLimits;
+pub use wirespeed_engine::metrics::{Buckets, MetricsConfig, DEFAULT_BUCKETS};
+pub use wirespeed_engine::model_control::ModelControl;
+pub use wirespeed_engine::traces::TracesConfig;
 pub use wirespeed_models::{Backend, ModelSource, Registry, RepositoryError};
 #[cfg(feature = "proxy")]
 pub use wirespeed_proxy::PrintOptions;
@@ -175,7 +174,7 @@ impl Server {
         }
         let drain = self.drain_timeout;
         shutdown.await;
-        state.serving.readiness.stop_serving();
+        state.engine.readiness.stop_serving();
         grpc::not_serving(&health).await;
         tracing::info!(
             "shutting down: draining open requests for up to {:?}",
@@ -195,10 +194,10 @@ impl Server {
         }
         // The last requests' spans: the exporter sends on this runtime, so
         // the wait for it is on a blocking thread.
-        if state.serving.traces.is_some() {
-            let serving = Arc::clone(&state.serving);
+        if state.engine.traces.is_some() {
+            let engine = Arc::clone(&state.engine);
             let _ = tokio::task::spawn_blocking(move || {
-                if let Some(traces) = &serving.traces {
+                if let Some(traces) = &engine.traces {
                     traces.flush();
                 }
             })

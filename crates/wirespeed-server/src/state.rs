@@ -1,7 +1,7 @@
 //! The composition root's second half: each layer's handle, built from
 //! the config. [`State::start`] makes the CPU pool, loads the models and
 //! gives them their schedulers, and hands the serving layer's handle
-//! ([`Serving`]) to the protocols' ([`Front`]); nothing below this file
+//! ([`Engine`]) to the protocols' ([`Front`]); nothing below this file
 //! sees more than its handle.
 
 use std::path::Path;
@@ -18,13 +18,13 @@ use crate::protocols::metrics::Scrape;
 use crate::protocols::Fallback;
 use crate::protocols::{Front, MessageLimits};
 #[cfg(feature = "upstream")]
-use crate::serve::fronting;
-use crate::serve::metrics::Traffic;
-use crate::serve::model_control::{self, ModelControl, Repository};
-use crate::serve::readiness::Readiness;
-use crate::serve::served::ServedModels;
-use crate::serve::traces::Traces;
-use crate::serve::Serving;
+use wirespeed_engine::fronting;
+use wirespeed_engine::metrics::Traffic;
+use wirespeed_engine::model_control::{self, ModelControl, Repository};
+use wirespeed_engine::readiness::Readiness;
+use wirespeed_engine::served::ServedModels;
+use wirespeed_engine::traces::Traces;
+use wirespeed_engine::Engine;
 use wirespeed_models::RepositoryError;
 #[cfg(feature = "proxy")]
 use wirespeed_proxy::{ProxyLimits, Transcoder};
@@ -32,7 +32,7 @@ use wirespeed_proxy::{ProxyLimits, Transcoder};
 /// The running server's parts.
 pub(crate) struct State {
     /// The serving layer's handle.
-    pub(crate) serving: Arc<Serving>,
+    pub(crate) engine: Arc<Engine>,
     /// The protocols' handle.
     pub(crate) front: Arc<Front>,
     /// The listeners' connection counts, when metrics are on.
@@ -162,12 +162,12 @@ impl State {
                 buckets,
                 config
                     .response_cache_bytes
-                    .map(|bytes| Arc::new(crate::serve::cache::ResponseCache::new(bytes))),
+                    .map(|bytes| Arc::new(wirespeed_engine::cache::ResponseCache::new(bytes))),
             )
             .map_err(|error| StartError::Threads { threads: 1, error })?,
         );
         // Every ensemble's steps fit the models served.
-        crate::serve::composite::check_all(&models).map_err(|message| {
+        wirespeed_engine::composite::check_all(&models).map_err(|message| {
             StartError::Repository(RepositoryError {
                 path: config.models_dir.clone(),
                 message,
@@ -183,7 +183,7 @@ impl State {
             config.model_control.clone(),
         ));
         repository.loaded_at_start(&names);
-        let serving = Arc::new(Serving::new(
+        let engine = Arc::new(Engine::new(
             models,
             readiness,
             pool.clone(),
@@ -198,14 +198,14 @@ impl State {
         ));
         // Models that call models (BLS) reach the server through their
         // registry, which holds the caller weakly.
-        let calls: Arc<dyn wirespeed_models::ModelCaller> = serving.calls.clone();
+        let calls: Arc<dyn wirespeed_models::ModelCaller> = engine.calls.clone();
         config.backends.set_caller(Arc::downgrade(&calls));
         let connections = config
             .metrics
             .as_ref()
             .map(|_| Arc::new(Connections::default()));
         let front = Arc::new(Front {
-            serving: Arc::clone(&serving),
+            engine: Arc::clone(&engine),
             limits,
             auth: Auth::new(config.auth_token.clone()),
             repository,
@@ -225,7 +225,7 @@ impl State {
             _ => None,
         };
         Ok(State {
-            serving,
+            engine,
             front,
             connections,
             background: Background {
@@ -253,8 +253,8 @@ impl State {
         }
         #[cfg(feature = "upstream")]
         if let Some((upstream, names)) = background.upstream {
-            let serving = &self.serving;
-            fronting::start(&serving.models, &serving.readiness, upstream, &names)
+            let engine = &self.engine;
+            fronting::start(&engine.models, &engine.readiness, upstream, &names)
                 .map_err(StartError::Upstream)?;
         }
         Ok(())

@@ -21,7 +21,7 @@
 //! `weighted` takes a `weight` per candidate (`{ model = "b", weight =
 //! 20 }`): an A/B split or a canary, sticky by the key. `fixed` answers
 //! with the first candidate. The policies are in `policy.rs`; the server
-//! runs the candidates (`serve/composite/application.rs`).
+//! runs the candidates (`wirespeed-engine/src/composite/application.rs`).
 //!
 //! The learned state lives here, not in the candidates, so reloading a
 //! candidate keeps it. With `state_file`, it is written at most once a

@@ -24,11 +24,11 @@ use wirespeed_json::{Format, RequestDecoder};
 use crate::protocols::http::body::RestRequest;
 use crate::protocols::http::response::{self, Body};
 use crate::protocols::Front;
-use crate::serve::composite::application;
-use crate::serve::metrics::InferProtocol;
-use crate::serve::pipeline::{self, Codec, RequestContext, Target};
-use crate::serve::served::ServedModel;
-use crate::serve::timing::Stages;
+use wirespeed_engine::composite::application;
+use wirespeed_engine::metrics::InferProtocol;
+use wirespeed_engine::pipeline::{self, Codec, RequestContext, Target};
+use wirespeed_engine::served::ServedModel;
+use wirespeed_engine::timing::Stages;
 
 /// `POST /{app}/predict`, answering errors in Clipper's own shape.
 pub(crate) async fn predict(
@@ -43,12 +43,12 @@ pub(crate) async fn predict(
         format: Format::ClipperOne,
     };
     let target = Target::new(app, None);
-    pipeline::infer(&front.serving, context, target, codec).await
+    front.engine.infer(context, target, codec).await
 }
 
 /// `POST /{app}/update`: feedback for an application, Clipper's
 /// `{"uid", "input", "label"}`. The policy learns from the loss of its
-/// candidates' predictions on `input` against `label` (`serve/composite/application.rs`
+/// candidates' predictions on `input` against `label` (`wirespeed-engine/src/composite/application.rs`
 /// `feedback`); the answer is Clipper's, `Feedback received? 1`.
 pub(crate) async fn update(
     front: &Front,
@@ -77,7 +77,7 @@ async fn learn(
     request: Request<Incoming>,
 ) -> Result<(), Error> {
     let mut request = RestRequest::new(front, request);
-    let served = match front.serving.models.get(app, None) {
+    let served = match front.engine.models.get(app, None) {
         Ok(served) => served,
         Err(e) => {
             let e = Error::new(e.kind(), format!("no application '{app}': {}", e.message()));
@@ -99,7 +99,7 @@ async fn learn(
         return Err(request.refuse(e).await);
     };
     let decoder = RequestDecoder::clipper(
-        front.serving.decode_options.clone(),
+        front.engine.decode_options.clone(),
         (input.name.clone(), input.datatype),
     );
     let (mut decoded, format) = request.decode_json(decoder, &mut context.stages).await?;
@@ -128,8 +128,8 @@ async fn learn(
         responses: None,
         input_parameters: Vec::new(),
     };
-    crate::serve::composite::application::feedback(
-        &front.serving.models,
+    wirespeed_engine::composite::application::feedback(
+        &front.engine.models,
         &served,
         decoded.inputs,
         &[label],
@@ -158,7 +158,7 @@ impl ClipperQuery<'_> {
         let other = self
             .request
             .front
-            .serving
+            .engine
             .models
             .get(self.app, Some(version))
             .map_err(|e| {
@@ -207,7 +207,7 @@ impl Codec for ClipperQuery<'_> {
             return Err(self.request.refuse(e).await);
         };
         let decoder = RequestDecoder::clipper(
-            self.request.front.serving.decode_options.clone(),
+            self.request.front.engine.decode_options.clone(),
             (input.name.clone(), input.datatype),
         );
         let (mut request, format) = self.request.decode_json(decoder, stages).await?;

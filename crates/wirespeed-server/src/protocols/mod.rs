@@ -2,7 +2,8 @@
 //! faces together: the Open Inference Protocol with Triton's extensions
 //! (`v2/`), TF Serving's REST and gRPC APIs, which KServe v1 shares
 //! (`tfserving/`), and Clipper's REST API (`clipper.rs`). Each infer
-//! endpoint is a `Codec` of the one pipeline (`serve/pipeline.rs`).
+//! endpoint is a `Codec` of the engine's one pipeline
+//! (`wirespeed-engine/src/pipeline.rs`).
 //!
 //! `rest.rs` is the REST listener's service (the router, `router.rs`, and
 //! the bearer-token check, `auth.rs`); `grpc.rs` is the gRPC listener's
@@ -29,16 +30,16 @@ use std::time::Duration;
 
 use hyper::body::Incoming;
 
-use crate::serve::model_control::Repository;
-use crate::serve::Serving;
 use auth::Auth;
 use http::response::Body;
+use wirespeed_engine::model_control::Repository;
+use wirespeed_engine::Engine;
 
 /// What every protocol's endpoints share: the serving layer's handle and
 /// what only the protocols use.
 pub(crate) struct Front {
     /// The pipeline's handle: models, pool, decoding, regions, traces.
-    pub(crate) serving: Arc<Serving>,
+    pub(crate) engine: Arc<Engine>,
     /// What a request's head, body or message may be.
     pub(crate) limits: MessageLimits,
     /// The bearer token, when requests must carry one.
@@ -101,4 +102,13 @@ pub(crate) trait Fallback: Send + Sync {
     /// The answer to `request`, or `None` when no route of its own matches
     /// either (the router's 404 is answered then).
     fn answer(&self, request: hyper::Request<Incoming>) -> Answering<'_>;
+}
+
+/// The trace context of a request's headers (HTTP headers, or gRPC
+/// metadata, which are HTTP/2 headers): `traceparent`, and `tracestate`
+/// with it. One that does not parse is ignored.
+pub(crate) fn trace_context(headers: &hyper::HeaderMap) -> Option<wirespeed_core::TraceContext> {
+    let traceparent = headers.get("traceparent")?.to_str().ok()?;
+    let tracestate = headers.get("tracestate").and_then(|v| v.to_str().ok());
+    wirespeed_core::TraceContext::parse(traceparent, tracestate)
 }

@@ -5,7 +5,7 @@
 //! `net/` accepts connections; [`RestService`] answers each request:
 //! `dispatch` routes it (`router.rs`), checks the bearer token (`auth.rs`),
 //! and hands it to one protocol's endpoint; the infer endpoints are codecs
-//! of the one pipeline (`serve/pipeline.rs`).
+//! of the one pipeline (`wirespeed-engine/src/pipeline.rs`).
 
 use std::future::Future;
 use std::pin::Pin;
@@ -24,7 +24,7 @@ use crate::protocols::tfserving::rest as tfserving;
 use crate::protocols::v2::{health, metadata, repository, rest as infer, shared_memory};
 use crate::protocols::Front;
 use crate::protocols::{clipper, metrics, openai};
-use crate::serve::pipeline::RequestContext;
+use wirespeed_engine::pipeline::RequestContext;
 
 /// The REST listeners' service.
 #[derive(Clone)]
@@ -49,7 +49,7 @@ impl hyper::service::Service<Request<Incoming>> for RestService {
             let coding = wirespeed_http::response_coding(request.headers());
             let mut response = answer(&front, request).await;
             if let Some(coding) = coding {
-                response = wirespeed_http::compress(response, coding, &front.serving.pool).await;
+                response = wirespeed_http::compress(response, coding, &front.engine.pool).await;
             }
             Ok(response)
         })
@@ -58,8 +58,8 @@ impl hyper::service::Service<Request<Incoming>> for RestService {
 
 /// Answers one request, with its id in the log and in server errors.
 async fn answer(front: &Front, request: Request<Incoming>) -> Response<Body> {
-    let trace = crate::serve::traces::incoming(request.headers());
-    let context = RequestContext::new(&front.serving, "rest", trace);
+    let trace = crate::protocols::trace_context(request.headers());
+    let context = RequestContext::new(&front.engine, "rest", trace);
     if !tracing::enabled!(target: "wirespeed_server::access", tracing::Level::INFO) {
         return dispatch(front, request, context).await;
     }
@@ -102,7 +102,7 @@ async fn dispatch(
         .sum::<usize>()
         + uri.path_and_query().map_or(0, |p| p.as_str().len());
     if header_bytes > front.limits.max_header_bytes {
-        if let Some(traffic) = &front.serving.traffic {
+        if let Some(traffic) = &front.engine.traffic {
             traffic.refused(ErrorKind::HeadersTooLarge);
         }
         let e = Error::new(

@@ -7,7 +7,7 @@ use crate::protocols::openai::Endpoint;
 use crate::protocols::tfserving::examples::Verb;
 use crate::protocols::v2::missing::Missing;
 
-use crate::serve::pipeline::Target;
+use wirespeed_engine::pipeline::Target;
 
 /// The endpoints.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

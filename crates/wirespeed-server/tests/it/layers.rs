@@ -3,9 +3,9 @@
 //! drift back into a circle of imports.
 //!
 //! - `net/` (transport) sees nothing of the crate but itself;
-//! - `serve/` (what every protocol shares) sees only itself;
-//! - `protocols/` sees itself, `serve/`, and the connection counts of
-//!   `net/` (which a metrics scrape reports);
+//! - `protocols/` sees itself, the engine (`wirespeed-engine`, a crate of
+//!   its own, so it cannot see the server back), and the connection counts
+//!   of `net/` (which a metrics scrape reports);
 //! - only the composition root (`lib.rs`, `config.rs`, `state.rs`,
 //!   `listeners.rs`) and the transcoding proxy it wires in see everything.
 
@@ -86,30 +86,49 @@ fn net_sees_only_itself() {
 }
 
 #[test]
-fn serve_sees_only_itself() {
-    let found = trespasses("serve", |path| {
-        path.starts_with("serve::") || path == "serve"
-    });
-    assert!(
-        found.is_empty(),
-        "serve/ names other layers:\n{}",
-        found.join("\n")
-    );
-}
-
-#[test]
-fn protocols_see_themselves_serve_and_the_connection_counts() {
+fn protocols_see_themselves_and_the_connection_counts() {
     let found = trespasses("protocols", |path| {
-        path.starts_with("protocols::")
-            || path.starts_with("serve::")
-            || path == "serve"
-            || path == "net::counts"
+        path.starts_with("protocols::") || path == "net::counts"
     });
     assert!(
         found.is_empty(),
         "protocols/ names layers above them:\n{}",
         found.join("\n")
     );
+}
+
+/// The engine knows no protocol and no socket: its manifest names no
+/// transport crate and no front end.
+#[test]
+fn the_engine_depends_on_no_transport_or_front_end() {
+    let manifest = Path::new(env!("CARGO_MANIFEST_DIR")).join("../wirespeed-engine/Cargo.toml");
+    let text = std::fs::read_to_string(manifest).unwrap();
+    let dependencies: Vec<&str> = text
+        .lines()
+        .skip_while(|line| *line != "[dependencies]")
+        .skip(1)
+        .take_while(|line| !line.starts_with('['))
+        .filter_map(|line| line.split(['.', ' ', '=']).next())
+        .filter(|name| !name.is_empty())
+        .collect();
+    assert!(
+        dependencies.contains(&"wirespeed-models"),
+        "{dependencies:?}"
+    );
+    for forbidden in [
+        "hyper",
+        "hyper-util",
+        "tonic",
+        "wirespeed-http",
+        "wirespeed-server",
+        "wirespeed-proxy",
+        "wirespeed-transcode",
+    ] {
+        assert!(
+            !dependencies.contains(&forbidden),
+            "the engine depends on {forbidden}"
+        );
+    }
 }
 
 #[test]

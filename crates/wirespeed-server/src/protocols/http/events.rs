@@ -18,7 +18,7 @@ use hyper::Response;
 use wirespeed_http::BoxError;
 
 use super::response::Body;
-use crate::serve::stream::{Item, ResponseStream};
+use wirespeed_engine::stream::{Item, ResponseStream};
 
 /// Writes one response as an event's payload (what goes between `data: `
 /// and the blank line), into the event's own buffer.

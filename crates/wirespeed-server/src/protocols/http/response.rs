@@ -6,8 +6,8 @@ use hyper::header::{HeaderValue, CONNECTION, CONTENT_TYPE, RETRY_AFTER, WWW_AUTH
 use hyper::{Response, StatusCode};
 use wirespeed_core::{Error, ErrorKind};
 
-use crate::serve::pipeline::public_message;
-use crate::serve::timing::SERVER_TIMING;
+use wirespeed_engine::pipeline::public_message;
+use wirespeed_engine::timing::SERVER_TIMING;
 pub(crate) use wirespeed_http::Body;
 
 /// A 200 response with a JSON body.

@@ -2,7 +2,7 @@
 //! per-model families from the statistics and schedulers, the latency
 //! histograms, the server's own traffic and connections, and `process_*`.
 //! Written with the `prometheus` crate's data model and text encoder
-//! (`serve/metrics/mod.rs` says why).
+//! (`wirespeed-engine/src/metrics/mod.rs` says why).
 
 use std::sync::atomic::Ordering;
 
@@ -14,17 +14,17 @@ use wirespeed_proto::inference as pb;
 
 use super::Scrape;
 use crate::net::counts::{Connections, ListenerKind};
-use crate::serve::composite::application;
-use crate::serve::metrics::{Histogram, InferProtocol, Refusal, Traffic};
-use crate::serve::statistics::{self, FailureReason};
-use crate::serve::Serving;
+use wirespeed_engine::composite::application;
+use wirespeed_engine::metrics::{Histogram, InferProtocol, Refusal, Traffic};
+use wirespeed_engine::statistics::{self, FailureReason};
+use wirespeed_engine::Engine;
 
 /// The content type of the text format.
 pub(crate) const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
 
 /// The scrape: every family, in the text format.
-pub(crate) fn render(serving: &Serving, traffic: &Traffic, scrape: &Scrape) -> String {
-    let mut families = model_families(serving);
+pub(crate) fn render(engine: &Engine, traffic: &Traffic, scrape: &Scrape) -> String {
+    let mut families = model_families(engine);
     #[cfg(feature = "python")]
     families.extend(custom_families());
     families.extend(traffic_families(traffic, &scrape.connections));
@@ -126,7 +126,7 @@ impl Family {
 }
 
 /// Triton's per-model families and wirespeed's per-model additions.
-fn model_families(serving: &Serving) -> Vec<MetricFamily> {
+fn model_families(engine: &Engine) -> Vec<MetricFamily> {
     let mut success = Family::counter(
         "nv_inference_request_success",
         "Number of successful inference requests, all batch sizes",
@@ -223,7 +223,7 @@ fn model_families(serving: &Serving) -> Vec<MetricFamily> {
         "Cumulative time requests spent looking up and inserting responses into the cache on a cache miss (microseconds)",
     );
 
-    for (name, served) in serving.models.all() {
+    for (name, served) in engine.models.all() {
         let version = served.version().to_owned();
         let labels = [("model", name.as_str()), ("version", version.as_str())];
         let stats = statistics::snapshot(&name, &served);
@@ -280,13 +280,13 @@ fn model_families(serving: &Serving) -> Vec<MetricFamily> {
         "wirespeed_response_cache_entries",
         "Answers the response cache holds now",
     );
-    if let Some(cache) = serving.models.cache() {
+    if let Some(cache) = engine.models.cache() {
         let (bytes, entries) = cache.usage();
         cache_bytes.count(&[], bytes as u64);
         cache_entries.count(&[], entries as u64);
     }
     let mut families = vec![success.0, failure.0, count.0, executions.0, pending.0];
-    families.extend(selection_families(serving));
+    families.extend(selection_families(engine));
     families.extend(duration_families.into_iter().map(|f| f.0));
     families.extend([
         request_hist.0,
@@ -308,12 +308,12 @@ fn model_families(serving: &Serving) -> Vec<MetricFamily> {
     families
 }
 
-/// Every inference graph's routes (`serve/composite/graph.rs`), by node and step;
-/// every application's decisions (`serve/composite/application.rs`): by candidate,
+/// Every inference graph's routes (`wirespeed-engine/src/composite/graph.rs`), by node and step;
+/// every application's decisions (`wirespeed-engine/src/composite/application.rs`): by candidate,
 /// how often it was chosen, its weight now (in the state of queries
 /// without a key), its answers cut at the objective; by application, the
 /// feedback learned from and the users with a state of their own.
-fn selection_families(serving: &Serving) -> Vec<MetricFamily> {
+fn selection_families(engine: &Engine) -> Vec<MetricFamily> {
     let mut selections = Family::counter(
         "wirespeed_selection_total",
         "Queries of an application its policy gave to a candidate (every candidate of an exp4 blend)",
@@ -338,7 +338,7 @@ fn selection_families(serving: &Serving) -> Vec<MetricFamily> {
         "wirespeed_selection_keys_evicted_total",
         "Keys whose selection state was dropped for a newer one (max_keys, least recently used)",
     );
-    for (name, served) in serving.models.all() {
+    for (name, served) in engine.models.all() {
         let Some(selector) = application::selector_of(&served) else {
             continue;
         };
@@ -359,7 +359,7 @@ fn selection_families(serving: &Serving) -> Vec<MetricFamily> {
         "wirespeed_graph_steps_total",
         "Requests an inference graph's node routed to a step (a model or another node)",
     );
-    for (name, served) in serving.models.all() {
+    for (name, served) in engine.models.all() {
         let Some(CompositeKind::Graph(graph)) = served.composite.as_ref().map(|c| &c.kind) else {
             continue;
         };

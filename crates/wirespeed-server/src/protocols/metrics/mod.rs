@@ -27,13 +27,13 @@ pub(crate) struct Scrape {
 
 /// The scrape, or a 404 when metrics are off.
 pub(crate) fn scrape(front: &Front) -> Result<Response<Body>, Error> {
-    let (Some(scrape), Some(traffic)) = (&front.scrape, &front.serving.traffic) else {
+    let (Some(scrape), Some(traffic)) = (&front.scrape, &front.engine.traffic) else {
         return Err(Error::new(
             ErrorKind::RouteNotFound,
             "metrics are off (--metrics off)",
         ));
     };
-    let mut answer = Response::new(Body::new(families::render(&front.serving, traffic, scrape)));
+    let mut answer = Response::new(Body::new(families::render(&front.engine, traffic, scrape)));
     answer
         .headers_mut()
         .insert(CONTENT_TYPE, HeaderValue::from_static(TEXT_FORMAT));

@@ -34,11 +34,11 @@ use super::{error_with, known_keys, model_name, now, refused, Endpoint, Refusal}
 use crate::protocols::http::events;
 use crate::protocols::http::response::{self, Body};
 use crate::protocols::Front;
-use crate::serve::metrics::InferProtocol;
-use crate::serve::pipeline::{self, Codec, RequestContext, Target};
-use crate::serve::served::ServedModel;
-use crate::serve::stream::ResponseStream;
-use crate::serve::timing::Stages;
+use wirespeed_engine::metrics::InferProtocol;
+use wirespeed_engine::pipeline::{self, Codec, RequestContext, Target};
+use wirespeed_engine::served::ServedModel;
+use wirespeed_engine::stream::ResponseStream;
+use wirespeed_engine::timing::Stages;
 
 const CHAT_KEYS: &[&str] = &[
     "model",
@@ -127,7 +127,10 @@ pub(crate) async fn answer(
         prompt_tokens: None,
         counter: None,
     };
-    pipeline::infer(&front.serving, context, Target::new(&model, None), codec).await
+    front
+        .engine
+        .infer(context, Target::new(&model, None), codec)
+        .await
 }
 
 fn parse(object: &Map<String, Value>, chat: bool) -> Result<(String, Ask), Refusal> {

@@ -21,10 +21,10 @@ use wirespeed_core::{Error, InferRequest, InferResponse, Tensor, TensorData};
 use super::{error_with, known_keys, model_name, refused, Refusal};
 use crate::protocols::http::response::{self, Body};
 use crate::protocols::Front;
-use crate::serve::metrics::InferProtocol;
-use crate::serve::pipeline::{self, Codec, RequestContext, Target};
-use crate::serve::served::ServedModel;
-use crate::serve::timing::Stages;
+use wirespeed_engine::metrics::InferProtocol;
+use wirespeed_engine::pipeline::{Codec, RequestContext, Target};
+use wirespeed_engine::served::ServedModel;
+use wirespeed_engine::timing::Stages;
 
 const KEYS: &[&str] = &["model", "input", "encoding_format", "dimensions", "user"];
 
@@ -51,7 +51,10 @@ pub(crate) async fn embeddings(
         dimensions: None,
         model: model.clone(),
     };
-    pipeline::infer(&front.serving, context, Target::new(&model, None), codec).await
+    front
+        .engine
+        .infer(context, Target::new(&model, None), codec)
+        .await
 }
 
 fn parse(object: &Map<String, Value>) -> Result<(String, Ask), Refusal> {

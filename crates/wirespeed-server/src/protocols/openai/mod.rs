@@ -10,7 +10,7 @@
 //!
 //! Every request is read whole (they are small: texts and messages) and
 //! parsed with `serde_json`; the model it names then takes the one
-//! pipeline (`serve/pipeline.rs`), so it queues, batches, is counted and
+//! pipeline (`wirespeed-engine/src/pipeline.rs`), so it queues, batches, is counted and
 //! traced like any other. Embeddings are written from the embedder's
 //! output tensor by the V2 encoder's number writer, or as base64 of its
 //! bytes; a chat answer streams as server-sent events as the model sends
@@ -32,7 +32,7 @@ use wirespeed_core::{Error, ErrorKind, Fault};
 use crate::protocols::http::body::RestRequest;
 use crate::protocols::http::response::{self, Body};
 use crate::protocols::Front;
-use crate::serve::pipeline::{self, RequestContext};
+use wirespeed_engine::pipeline::{self, RequestContext};
 
 /// Who owns the models, as `/v1/models` says.
 const OWNED_BY: &str = "wirespeed";
@@ -61,7 +61,7 @@ pub(crate) fn now() -> u64 {
 /// OpenAI's fields of the model list, added to KServe's `{"models": [...]}`.
 pub(crate) fn list_fields(front: &Front, answer: &mut Map<String, Value>) {
     let data: Vec<Value> = front
-        .serving
+        .engine
         .models
         .names()
         .iter()

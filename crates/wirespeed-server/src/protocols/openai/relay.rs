@@ -5,7 +5,7 @@
 //! through wirespeed as it does there, and answered as the upstream
 //! answered, with `model` renamed to ours.
 //!
-//! The request still takes the one pipeline (`serve/pipeline.rs`): it
+//! The request still takes the one pipeline (`wirespeed-engine/src/pipeline.rs`): it
 //! queues within the model's concurrency, is counted, timed (a stream's
 //! events as its tokens: time to the first, between the others) and
 //! traced, and a client that leaves cancels it, which closes the upstream
@@ -26,18 +26,18 @@ use super::{error_with, Endpoint};
 use crate::protocols::http::events;
 use crate::protocols::http::response::{self, Body};
 use crate::protocols::Front;
-use crate::serve::metrics::InferProtocol;
-use crate::serve::pipeline::{self, Codec, RequestContext, Target};
-use crate::serve::served::ServedModel;
-use crate::serve::stream::ResponseStream;
-use crate::serve::timing::Stages;
+use wirespeed_engine::metrics::InferProtocol;
+use wirespeed_engine::pipeline::{self, Codec, RequestContext, Target};
+use wirespeed_engine::served::ServedModel;
+use wirespeed_engine::stream::ResponseStream;
+use wirespeed_engine::timing::Stages;
 
 /// The model `request` names and whether it asks a stream, when that
 /// model forwards OpenAI requests to an upstream; `None` otherwise (a
 /// model of ours, or none: the native endpoints answer in their words).
 pub(super) fn forwarded(front: &Front, request: &Map<String, Value>) -> Option<(String, bool)> {
     let model = request.get("model")?.as_str()?;
-    let served = front.serving.models.get(model, None).ok()?;
+    let served = front.engine.models.get(model, None).ok()?;
     let stream = request.get("stream").and_then(Value::as_bool);
     served
         .model
@@ -60,7 +60,10 @@ pub(super) async fn answer(
         body: Some(body),
         stream,
     };
-    pipeline::infer(&front.serving, context, Target::new(&model, None), codec).await
+    front
+        .engine
+        .infer(context, Target::new(&model, None), codec)
+        .await
 }
 
 /// The codec of one forwarded request.

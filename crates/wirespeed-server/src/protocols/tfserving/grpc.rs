@@ -31,10 +31,10 @@ use wirespeed_proto::tf_tensors;
 use crate::protocols::tfserving::examples::{self, Examples, Head, Verb};
 use crate::protocols::v2::grpc_infer as infer;
 use crate::protocols::Front;
-use crate::serve::metrics::InferProtocol;
-use crate::serve::pipeline::{self, Codec, RequestContext, Target};
-use crate::serve::served::ServedModel;
-use crate::serve::timing::{timed_on, Stages, SERVER_TIMING};
+use wirespeed_engine::metrics::InferProtocol;
+use wirespeed_engine::pipeline::{Codec, RequestContext, Target};
+use wirespeed_engine::served::ServedModel;
+use wirespeed_engine::timing::{timed_on, Stages, SERVER_TIMING};
 
 use tfs::model_spec::VersionChoice;
 
@@ -144,19 +144,15 @@ impl TfServing {
         input: Option<tfs::Input>,
     ) -> Result<Response<ExamplesAnswer>, Status> {
         let timeout = crate::protocols::grpc::deadline(request.metadata());
-        let trace = crate::serve::traces::incoming(request.metadata().as_ref());
+        let trace = crate::protocols::trace_context(request.metadata().as_ref());
         let front = &*self.front;
-        let context = RequestContext::new(&front.serving, "tf-grpc", trace).within(timeout);
+        let context = RequestContext::new(&front.engine, "tf-grpc", trace).within(timeout);
         let codec = TfExamples {
             front,
             tasks,
             input: Some(input.unwrap_or_default()),
         };
-        within(
-            timeout,
-            pipeline::infer(&front.serving, context, spec.target(), codec),
-        )
-        .await
+        within(timeout, front.engine.infer(context, spec.target(), codec)).await
     }
 }
 
@@ -285,12 +281,12 @@ impl Codec for TfExamples<'_> {
             heads.push(head);
         }
         let input = self.input.take();
-        let bytes = match (&input, &self.front.serving.traffic) {
+        let bytes = match (&input, &self.front.engine.traffic) {
             (Some(input), Some(_)) => prost::Message::encoded_len(input) as u64,
             _ => 0,
         };
         let started = std::time::Instant::now();
-        let mut examples = Examples::new(metadata, &self.front.serving.decode_options.limits)?;
+        let mut examples = Examples::new(metadata, &self.front.engine.decode_options.limits)?;
         examples.decode_input(input)?;
         let request = examples.into_request(metadata, &heads)?;
         stages.body_read(started.elapsed(), bytes);
@@ -339,17 +335,17 @@ impl tfs::prediction_service_server::PredictionService for TfServing {
         request: Request<tfs::PredictRequest>,
     ) -> Result<Response<tfs::PredictResponse>, Status> {
         let timeout = crate::protocols::grpc::deadline(request.metadata());
-        let trace = crate::serve::traces::incoming(request.metadata().as_ref());
+        let trace = crate::protocols::trace_context(request.metadata().as_ref());
         let mut message = request.into_inner();
         let spec = Spec::of(message.model_spec.take()).map_err(|e| status(&e))?;
         let front = &*self.front;
-        let context = RequestContext::new(&front.serving, "tf-grpc", trace).within(timeout);
+        let context = RequestContext::new(&front.engine, "tf-grpc", trace).within(timeout);
         let codec = TfPredict {
             front,
             spec: &spec,
             message: Some(message),
         };
-        let answer = pipeline::infer(&front.serving, context, spec.target(), codec);
+        let answer = front.engine.infer(context, spec.target(), codec);
         within(timeout, answer).await
     }
 
@@ -437,7 +433,7 @@ impl tfs::prediction_service_server::PredictionService for TfServing {
         }
         let model = self
             .front
-            .serving
+            .engine
             .models
             .target(&spec.target())
             .map_err(|e| status(&e))?;
@@ -501,7 +497,7 @@ impl tfs::model_service_server::ModelService for TfServing {
         request: Request<tfs::GetModelStatusRequest>,
     ) -> Result<Response<tfs::GetModelStatusResponse>, Status> {
         let spec = Spec::of(request.into_inner().model_spec).map_err(|e| status(&e))?;
-        let models = &self.front.serving.models;
+        let models = &self.front.engine.models;
         let served = models.target(&spec.target()).map_err(|e| status(&e))?;
         let versions = match (&spec.version, &spec.label) {
             (None, None) => models.versions(&spec.name),
@@ -512,7 +508,7 @@ impl tfs::model_service_server::ModelService for TfServing {
             .iter()
             .rev()
             .map(|model| {
-                let ready = self.front.serving.model_ready(model);
+                let ready = self.front.engine.model_ready(model);
                 let (state, code, message) = match ready {
                     Ok(()) => (State::Available, 0, String::new()),
                     Err(reason) => (State::Loading, 14, reason),
@@ -557,15 +553,15 @@ impl Codec for TfPredict<'_> {
             .values()
             .map(|t| t.tensor_content.len())
             .sum();
-        let bytes = if self.front.serving.traffic.is_some() {
+        let bytes = if self.front.engine.traffic.is_some() {
             prost::Message::encoded_len(&message) as u64
         } else {
             0
         };
-        let limits = self.front.serving.decode_options.limits.clone();
+        let limits = self.front.engine.decode_options.limits.clone();
         let mut decode = std::time::Duration::ZERO;
         let request = timed_on(
-            &self.front.serving.pool,
+            &self.front.engine.pool,
             content > OFFLOAD_CONTENT_BYTES,
             &mut decode,
             move || request(message, &limits),

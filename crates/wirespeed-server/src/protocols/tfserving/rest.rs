@@ -20,11 +20,11 @@ use crate::protocols::http::response::{self, Body};
 use crate::protocols::tfserving::examples::{self, Examples, Head, Verb};
 use crate::protocols::tfserving::grpc::SIGNATURE;
 use crate::protocols::Front;
-use crate::serve::metrics::InferProtocol;
-use crate::serve::pipeline::Target;
-use crate::serve::pipeline::{self, Codec, RequestContext};
-use crate::serve::served::ServedModel;
-use crate::serve::timing::{timed, timed_on, Stages};
+use wirespeed_engine::metrics::InferProtocol;
+use wirespeed_engine::pipeline::Target;
+use wirespeed_engine::pipeline::{Codec, RequestContext};
+use wirespeed_engine::served::ServedModel;
+use wirespeed_engine::timing::{timed, timed_on, Stages};
 
 /// `POST /v1/models/{name}[/versions/{v}|/labels/{l}]:predict`
 pub(crate) async fn predict(
@@ -38,7 +38,7 @@ pub(crate) async fn predict(
         format: Format::TfRows,
         passed: false,
     };
-    pipeline::infer(&front.serving, context, target, codec).await
+    front.engine.infer(context, target, codec).await
 }
 
 /// TF Serving's `:predict` codec of one request.
@@ -84,7 +84,7 @@ impl Codec for TfPredict<'_> {
             .iter()
             .map(|s| (s.name.clone(), s.datatype))
             .collect();
-        let options = self.request.front.serving.decode_options.clone();
+        let options = self.request.front.engine.decode_options.clone();
         let decoder = RequestDecoder::tf_serving(options, &specs);
         let (mut request, format) = self.request.decode_json(decoder, stages).await?;
         self.format = format;
@@ -166,7 +166,7 @@ pub(crate) async fn examples(
         verb,
         head: None,
     };
-    pipeline::infer(&front.serving, context, target, codec).await
+    front.engine.infer(context, target, codec).await
 }
 
 /// The codec of one `:classify` or `:regress` request.
@@ -193,7 +193,7 @@ impl Codec for TfExamples<'_> {
             Err(e) => return Err(self.request.refuse(e).await),
         };
         let body = self.request.read_json(stages).await?;
-        let limits = &self.request.front.serving.decode_options.limits;
+        let limits = &self.request.front.engine.decode_options.limits;
         let verb = self.verb;
         let decode = move |metadata: &ModelMetadata, limits: &RequestLimits, body: &[u8]| {
             let mut examples = Examples::new(metadata, limits)?;
@@ -206,7 +206,7 @@ impl Codec for TfExamples<'_> {
         // one in place, with nothing copied for the trip.
         let request = if body.len() as u64 > OFFLOAD_BYTES {
             let (metadata, limits) = (metadata.clone(), limits.clone());
-            let pool = &self.request.front.serving.pool;
+            let pool = &self.request.front.engine.pool;
             timed_on(pool, true, &mut stages.decode, move || {
                 decode(&metadata, &limits, &body)
             })
@@ -266,11 +266,11 @@ pub(crate) fn other_verb(verb: &str) -> Error {
 /// version is AVAILABLE) and KServe v1's (`name`, `ready`) in one object,
 /// so both protocols' clients read it.
 pub(crate) fn status(front: &Front, target: Target<'_>) -> Result<Response<Body>, Error> {
-    let model = front.serving.models.target(&target)?;
+    let model = front.engine.models.target(&target)?;
     // Without a version or label, every served one, as TF Serving lists
     // them.
     let versions = match (target.version, target.label) {
-        (None, None) => front.serving.models.versions(target.name),
+        (None, None) => front.engine.models.versions(target.name),
         _ => vec![model],
     };
     let mut all_ready = true;
@@ -278,7 +278,7 @@ pub(crate) fn status(front: &Front, target: Target<'_>) -> Result<Response<Body>
         .iter()
         .rev()
         .map(|model| {
-            let ready = front.serving.model_ready(model);
+            let ready = front.engine.model_ready(model);
             all_ready &= ready.is_ok();
             // A `ModelVersionStatus.State`, as over gRPC: a version that is
             // not ready yet is LOADING, its reason in the status.
@@ -304,7 +304,7 @@ pub(crate) fn status(front: &Front, target: Target<'_>) -> Result<Response<Body>
 
 /// KServe v1's `GET /v1/models`: the served models' names.
 pub(crate) fn model_list(front: &Front) -> Response<Body> {
-    let names = front.serving.models.names();
+    let names = front.engine.models.names();
     let mut answer = Map::new();
     answer.insert("models".into(), json!(names));
     // OpenAI's `GET /v1/models` is this path too: its fields beside.
@@ -316,7 +316,7 @@ pub(crate) fn model_list(front: &Front) -> Response<Body> {
 /// outputs as a `serving_default` signature, and its heads' `classification`
 /// and `regression` signatures.
 pub(crate) fn metadata(front: &Front, target: Target<'_>) -> Result<Response<Body>, Error> {
-    let model = front.serving.models.target(&target)?;
+    let model = front.engine.models.target(&target)?;
     let m = model.metadata();
     let tensors = |specs: &[TensorSpec]| -> Value {
         let mut map = Map::new();

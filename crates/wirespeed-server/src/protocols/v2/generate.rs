@@ -34,11 +34,11 @@ use crate::protocols::http::body::{decode_error, RestRequest};
 use crate::protocols::http::events;
 use crate::protocols::http::response::{self, Body};
 use crate::protocols::Front;
-use crate::serve::metrics::InferProtocol;
-use crate::serve::pipeline::{self, Codec, RequestContext, Target};
-use crate::serve::served::ServedModel;
-use crate::serve::stream::ResponseStream;
-use crate::serve::timing::{timed, Stages};
+use wirespeed_engine::metrics::InferProtocol;
+use wirespeed_engine::pipeline::{self, Codec, RequestContext, Target};
+use wirespeed_engine::served::ServedModel;
+use wirespeed_engine::stream::ResponseStream;
+use wirespeed_engine::timing::{timed, Stages};
 
 /// Answers one generate request; `stream` for `generate_stream`.
 pub(crate) async fn generate(
@@ -52,7 +52,7 @@ pub(crate) async fn generate(
         request: RestRequest::new(front, request),
         stream,
     };
-    pipeline::infer(&front.serving, context, target, codec).await
+    front.engine.infer(context, target, codec).await
 }
 
 /// The generate codec of one request.
@@ -73,7 +73,7 @@ impl Codec for Generate<'_> {
     ) -> Result<InferRequest, Error> {
         let model: &ServedModel = model;
         let body = self.request.read_json(stages).await?;
-        let options = self.request.front.serving.decode_options.clone();
+        let options = self.request.front.engine.decode_options.clone();
         timed(&mut stages.decode, || {
             let object: Map<String, Value> = serde_json::from_slice(&body).map_err(|e| {
                 Error::malformed(format!("the generate request is not a JSON object: {e}"))

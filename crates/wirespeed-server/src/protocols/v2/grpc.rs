@@ -51,7 +51,7 @@ impl GrpcInferenceService for Inference {
         _: Request<pb::ServerReadyRequest>,
     ) -> Result<Response<pb::ServerReadyResponse>, Status> {
         Ok(Response::new(pb::ServerReadyResponse {
-            ready: self.front.serving.server_ready(),
+            ready: self.front.engine.server_ready(),
         }))
     }
 
@@ -64,11 +64,11 @@ impl GrpcInferenceService for Inference {
         // answers: clients poll this around a load and read `ready`.
         let ready = match self
             .front
-            .serving
+            .engine
             .models
             .get(&request.name, version(&request.version))
         {
-            Ok(served) => self.front.serving.model_ready(&served).is_ok(),
+            Ok(served) => self.front.engine.model_ready(&served).is_ok(),
             Err(e)
                 if matches!(
                     e.kind(),
@@ -103,13 +103,13 @@ impl GrpcInferenceService for Inference {
         let request = request.into_inner();
         let model = self
             .front
-            .serving
+            .engine
             .models
             .get(&request.name, version(&request.version))
             .map_err(|e| status(&e))?;
         let m = model.metadata();
-        let versions = crate::serve::served::versions_named(
-            &self.front.serving.models,
+        let versions = wirespeed_engine::served::versions_named(
+            &self.front.engine.models,
             &request.name,
             version(&request.version),
         );
@@ -138,7 +138,7 @@ impl GrpcInferenceService for Inference {
         request: Request<pb::ModelInferRequest>,
     ) -> Result<Response<pb::ModelInferResponse>, Status> {
         let deadline = deadline(request.metadata());
-        let trace = crate::serve::traces::incoming(request.metadata().as_ref());
+        let trace = crate::protocols::trace_context(request.metadata().as_ref());
         let (metadata, _, message) = request.into_parts();
         let answer = infer::model_infer(&self.front, message, metadata, deadline, trace);
         // A deadline that passes drops the request where it is: a queued
@@ -165,7 +165,7 @@ impl GrpcInferenceService for Inference {
         let request = request.into_inner();
         let model = self
             .front
-            .serving
+            .engine
             .models
             .get(&request.name, version(&request.version))
             .map_err(|e| status(&e))?;
@@ -182,8 +182,8 @@ impl GrpcInferenceService for Inference {
         request: Request<pb::ModelStatisticsRequest>,
     ) -> Result<Response<pb::ModelStatisticsResponse>, Status> {
         let request = request.into_inner();
-        let model_stats = crate::serve::statistics::select(
-            &self.front.serving.models,
+        let model_stats = wirespeed_engine::statistics::select(
+            &self.front.engine.models,
             &request.name,
             version(&request.version),
         )
@@ -201,7 +201,7 @@ impl GrpcInferenceService for Inference {
         let name = request.into_inner().name;
         let regions = self
             .front
-            .serving
+            .engine
             .shared_memory
             .status(&name)
             .map_err(|e| status(&e))?
@@ -228,7 +228,7 @@ impl GrpcInferenceService for Inference {
         let r = request.into_inner();
         let size = |n: u64| usize::try_from(n).unwrap_or(usize::MAX);
         self.front
-            .serving
+            .engine
             .shared_memory
             .register(&r.name, &r.key, size(r.offset), size(r.byte_size))
             .map_err(|e| status(&e))?;
@@ -240,7 +240,7 @@ impl GrpcInferenceService for Inference {
         request: Request<pb::SystemSharedMemoryUnregisterRequest>,
     ) -> Result<Response<pb::SystemSharedMemoryUnregisterResponse>, Status> {
         self.front
-            .serving
+            .engine
             .shared_memory
             .unregister(&request.into_inner().name);
         Ok(Response::new(pb::SystemSharedMemoryUnregisterResponse {}))
@@ -264,7 +264,7 @@ impl GrpcInferenceService for Inference {
         &self,
         _: Request<pb::CudaSharedMemoryRegisterRequest>,
     ) -> Result<Response<pb::CudaSharedMemoryRegisterResponse>, Status> {
-        Err(status(&crate::serve::regions::cuda_refused()))
+        Err(status(&wirespeed_engine::regions::cuda_refused()))
     }
 
     async fn cuda_shared_memory_unregister(
@@ -300,9 +300,9 @@ impl GrpcInferenceService for Inference {
         request: Request<pb::RepositoryModelLoadRequest>,
     ) -> Result<Response<pb::RepositoryModelLoadResponse>, Status> {
         let request = request.into_inner();
-        use crate::serve::model_control::LoadValue;
         use pb::model_repository_parameter::ParameterChoice;
-        let load = crate::serve::model_control::load_request(request.parameters.iter().map(
+        use wirespeed_engine::model_control::LoadValue;
+        let load = wirespeed_engine::model_control::load_request(request.parameters.iter().map(
             |(key, value)| {
                 let value = match &value.parameter_choice {
                     Some(ParameterChoice::StringParam(text)) => LoadValue::Text(text),
@@ -356,7 +356,7 @@ impl GrpcInferenceService for Inference {
         request: Request<Streaming<pb::ModelInferRequest>>,
     ) -> Result<Response<Self::ModelStreamInferStream>, Status> {
         // The stream's trace context is each of its requests'.
-        let trace = crate::serve::traces::incoming(request.metadata().as_ref());
+        let trace = crate::protocols::trace_context(request.metadata().as_ref());
         let mut incoming = request.into_inner();
         let (sender, receiver) = mpsc::channel(STREAM_BACKLOG);
         let front = Arc::clone(&self.front);

@@ -11,12 +11,12 @@ use wirespeed_core::{Error, InferRequest, InferResponse, TraceContext};
 
 use super::convert;
 use crate::protocols::Front;
-use crate::serve::metrics::InferProtocol;
-use crate::serve::pipeline::{self, Codec, RequestContext, Target};
-use crate::serve::served::ServedModel;
-use crate::serve::stream::ResponseStream;
-use crate::serve::timing::{timed_on, Stages, SERVER_TIMING};
 use pb::infer_parameter::ParameterChoice;
+use wirespeed_engine::metrics::InferProtocol;
+use wirespeed_engine::pipeline::{self, Codec, RequestContext, Target};
+use wirespeed_engine::served::ServedModel;
+use wirespeed_engine::stream::ResponseStream;
+use wirespeed_engine::timing::{timed_on, Stages, SERVER_TIMING};
 use wirespeed_proto::inference as pb;
 
 /// Raw input bytes above this are converted on the CPU pool: copying them
@@ -46,7 +46,7 @@ pub(super) async fn model_infer(
     timeout: Option<Duration>,
     trace: Option<TraceContext>,
 ) -> Result<Response<pb::ModelInferResponse>, Status> {
-    let context = RequestContext::new(&front.serving, "grpc", trace).within(timeout);
+    let context = RequestContext::new(&front.engine, "grpc", trace).within(timeout);
     let name = std::mem::take(&mut message.model_name);
     let version = std::mem::take(&mut message.model_version);
     let target = Target::new(&name, (!version.is_empty()).then_some(version.as_str()));
@@ -55,7 +55,7 @@ pub(super) async fn model_infer(
         message: Some(message),
         metadata,
     };
-    pipeline::infer(&front.serving, context, target, codec).await
+    front.engine.infer(context, target, codec).await
 }
 
 /// What one request of a `ModelStreamInfer` stream is answered: one
@@ -143,7 +143,7 @@ pub(super) async fn stream_infer(
     mut message: pb::ModelInferRequest,
     trace: Option<TraceContext>,
 ) -> StreamAnswer {
-    let context = RequestContext::new(&front.serving, "grpc-stream", trace);
+    let context = RequestContext::new(&front.engine, "grpc-stream", trace);
     let name = std::mem::take(&mut message.model_name);
     let version = std::mem::take(&mut message.model_version);
     let target = Target::new(&name, (!version.is_empty()).then_some(version.as_str()));
@@ -163,7 +163,7 @@ pub(super) async fn stream_infer(
         model_name: name.clone(),
         model_version: version.clone(),
     };
-    pipeline::infer(&front.serving, context, target, codec).await
+    front.engine.infer(context, target, codec).await
 }
 
 /// The `ModelInfer` codec of one call.
@@ -181,16 +181,16 @@ impl GrpcInfer<'_> {
     async fn convert(&mut self, model: &str, stages: &mut Stages) -> Result<InferRequest, Error> {
         let message = self.message.take().expect("a message is decoded once");
         let raw_bytes: usize = message.raw_input_contents.iter().map(|b| b.len()).sum();
-        let bytes = if self.front.serving.traffic.is_some() {
+        let bytes = if self.front.engine.traffic.is_some() {
             prost::Message::encoded_len(&message) as u64
         } else {
             0
         };
-        let limits = self.front.serving.decode_options.limits.clone();
+        let limits = self.front.engine.decode_options.limits.clone();
         let mut decode = Duration::ZERO;
         let offload = raw_bytes > OFFLOAD_RAW_BYTES;
         let model = model.to_owned();
-        let request = timed_on(&self.front.serving.pool, offload, &mut decode, move || {
+        let request = timed_on(&self.front.engine.pool, offload, &mut decode, move || {
             convert::request(message, &model, &limits)
         })
         .await?;

@@ -8,7 +8,7 @@ use wirespeed_core::Error;
 
 use crate::protocols::http::response::{self, Body};
 use crate::protocols::Front;
-use crate::serve::pipeline::Target;
+use wirespeed_engine::pipeline::Target;
 
 /// Live while the process answers at all.
 pub(crate) fn live() -> Response<Body> {
@@ -24,7 +24,7 @@ pub(crate) fn alive() -> Response<Body> {
 
 /// Ready while every model is ready, until shutdown begins.
 pub(crate) fn ready(front: &Front) -> Response<Body> {
-    let ready = front.serving.server_ready();
+    let ready = front.engine.server_ready();
     let status = if ready {
         StatusCode::OK
     } else {
@@ -37,8 +37,8 @@ pub(crate) fn ready(front: &Front) -> Response<Body> {
 /// is not while that server does not answer) and the server is not
 /// shutting down. When it is not, `reason` says why.
 pub(crate) fn model_ready(front: &Front, model: Target<'_>) -> Result<Response<Body>, Error> {
-    let served = front.serving.models.get(model.name, model.version)?;
-    Ok(match front.serving.model_ready(&served) {
+    let served = front.engine.models.get(model.name, model.version)?;
+    Ok(match front.engine.model_ready(&served) {
         Ok(()) => response::json_value(&json!({ "name": model.name, "ready": true })),
         Err(reason) => response::json_with_status(
             StatusCode::SERVICE_UNAVAILABLE,

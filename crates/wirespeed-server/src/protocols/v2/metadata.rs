@@ -10,7 +10,7 @@ use wirespeed_core::{Error, TensorSpec};
 
 use crate::protocols::http::response::{self, Body};
 use crate::protocols::Front;
-use crate::serve::pipeline::Target;
+use wirespeed_engine::pipeline::Target;
 
 /// Server metadata: name, version and extensions. The same bytes for
 /// every request, written once.
@@ -29,10 +29,10 @@ pub(crate) fn server() -> Response<Body> {
 
 /// A model's metadata: its versions, platform, inputs and outputs.
 pub(crate) fn model(front: &Front, model: Target<'_>) -> Result<Response<Body>, Error> {
-    let served = front.serving.models.get(model.name, model.version)?;
+    let served = front.engine.models.get(model.name, model.version)?;
     let metadata = served.metadata();
     let versions =
-        crate::serve::served::versions_named(&front.serving.models, model.name, model.version);
+        wirespeed_engine::served::versions_named(&front.engine.models, model.name, model.version);
     let tensors = |specs: &[TensorSpec]| -> Vec<Value> {
         specs
             .iter()
@@ -51,7 +51,7 @@ pub(crate) fn model(front: &Front, model: Target<'_>) -> Result<Response<Body>, 
 
 /// A model's configuration, in Triton's `ModelConfig` JSON.
 pub(crate) fn config(front: &Front, model: Target<'_>) -> Result<Response<Body>, Error> {
-    let served = front.serving.models.get(model.name, model.version)?;
+    let served = front.engine.models.get(model.name, model.version)?;
     let config = crate::protocols::v2::model_config::model_config(model.name, &served);
     Ok(response::json_value(
         &crate::protocols::v2::model_config::to_json(&config),
@@ -60,8 +60,9 @@ pub(crate) fn config(front: &Front, model: Target<'_>) -> Result<Response<Body>,
 
 /// The statistics of one model, or of every model when the name is empty.
 pub(crate) fn stats(front: &Front, model: Target<'_>) -> Result<Response<Body>, Error> {
-    let stats = crate::serve::statistics::select(&front.serving.models, model.name, model.version)?;
-    Ok(response::json_value(&crate::serve::statistics::to_json(
-        &stats,
-    )))
+    let stats =
+        wirespeed_engine::statistics::select(&front.engine.models, model.name, model.version)?;
+    Ok(response::json_value(
+        &wirespeed_engine::statistics::to_json(&stats),
+    ))
 }

@@ -24,7 +24,7 @@ use wirespeed_models::{
 };
 use wirespeed_proto::inference as pb;
 
-use crate::serve::served::ServedModel;
+use wirespeed_engine::served::ServedModel;
 
 /// The configuration of `model`, served as `name`.
 pub(crate) fn model_config(name: &str, model: &ServedModel) -> pb::ModelConfig {

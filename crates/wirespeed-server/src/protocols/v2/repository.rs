@@ -14,7 +14,7 @@ use wirespeed_core::Error;
 use crate::protocols::http::body::read_small;
 use crate::protocols::http::response::{self, Body};
 use crate::protocols::Front;
-use crate::serve::model_control::{index_json, load_request, LoadValue};
+use wirespeed_engine::model_control::{index_json, load_request, LoadValue};
 
 /// The largest body of these calls: a load's configuration is a few KiB.
 const MAX_BODY: usize = 1 << 20;

@@ -12,11 +12,11 @@ use wirespeed_core::{raw, Error, InferRequest, InferResponse, ParameterValue, Pa
 use crate::protocols::http::body::{decode_body, DecodedBody, RestRequest};
 use crate::protocols::http::response::{self, Body};
 use crate::protocols::Front;
-use crate::serve::metrics::InferProtocol;
-use crate::serve::pipeline::Target;
-use crate::serve::pipeline::{self, Codec, RequestContext};
-use crate::serve::served::ServedModel;
-use crate::serve::timing::Stages;
+use wirespeed_engine::metrics::InferProtocol;
+use wirespeed_engine::pipeline::Target;
+use wirespeed_engine::pipeline::{Codec, RequestContext};
+use wirespeed_engine::served::ServedModel;
+use wirespeed_engine::timing::Stages;
 
 /// Answers one V2 REST infer request.
 pub(crate) async fn infer(
@@ -29,7 +29,7 @@ pub(crate) async fn infer(
         request: RestRequest::new(front, request),
         binary: BinaryOutputs::default(),
     };
-    pipeline::infer(&front.serving, context, target, codec).await
+    front.engine.infer(context, target, codec).await
 }
 
 /// The V2 REST codec of one request.
@@ -61,8 +61,8 @@ impl Codec for V2Rest<'_> {
             &self.request.headers,
             body,
             &front.limits,
-            &front.serving.decode_options,
-            &front.serving.pool,
+            &front.engine.decode_options,
+            &front.engine.pool,
             model.metadata(),
         )
         .await?;

@@ -11,7 +11,7 @@ use wirespeed_core::Error;
 use crate::protocols::http::response::{self, Body};
 use crate::protocols::router::{SharedMemoryAction, SharedMemoryRoute};
 use crate::protocols::Front;
-use crate::serve::regions::cuda_refused;
+use wirespeed_engine::regions::cuda_refused;
 
 /// A register request's body is a few fields: more is a mistake.
 const MAX_REGISTER_BODY: u64 = 64 * 1024;
@@ -32,7 +32,7 @@ pub(crate) async fn answer(
     route: SharedMemoryRoute<'_>,
     request: Request<Incoming>,
 ) -> Result<Response<Body>, Error> {
-    let shm = &front.serving.shared_memory;
+    let shm = &front.engine.shared_memory;
     match (route.cuda, route.action) {
         (false, SharedMemoryAction::Status) => {
             let regions: Vec<Value> = shm

@@ -32,9 +32,9 @@ use wirespeed_core::{
 
 use crate::protocols::Front;
 use crate::protocols::MessageLimits as Limits;
-use crate::serve::timing::{timed, Stages};
 use offload::{Decoding, Offloaded};
 use raw::{read_binary, read_raw};
+use wirespeed_engine::timing::{timed, Stages};
 use wirespeed_http::{request_coding, too_large, BodyReader};
 use wirespeed_json::{
     Category, DecodeError, DecodeOptions, Format, RequestDecoder, PARALLEL_MIN_BYTES,
@@ -475,7 +475,7 @@ impl<'a> RestRequest<'a> {
             body,
             &self.front.limits,
             decoder,
-            &self.front.serving.pool,
+            &self.front.engine.pool,
         )
         .await?;
         stages.body_read(decode, bytes);

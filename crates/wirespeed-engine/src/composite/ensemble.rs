@@ -22,11 +22,11 @@ use wirespeed_core::{Composite, Composition, Error, RequestedOutput, Tensor};
 use wirespeed_scheduler::CallContext;
 
 use super::{callee, join_all, named, onward, Run};
-use crate::serve::served::ServedModels;
+use crate::served::ServedModels;
 
 /// Runs `ensemble`'s steps (its `composition`) on `inputs`, answering
 /// `requested` (all of its outputs when empty).
-pub(crate) fn run<'a>(
+pub fn run<'a>(
     models: &'a ServedModels,
     ensemble: &'a Composite,
     composition: &'a Composition,

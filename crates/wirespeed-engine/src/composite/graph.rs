@@ -36,7 +36,7 @@ use wirespeed_json::{DecodeOptions, Format, RequestDecoder};
 use wirespeed_scheduler::CallContext;
 
 use super::{callee, join_all, named, onward, Run};
-use crate::serve::served::{ServedModel, ServedModels};
+use crate::served::{ServedModel, ServedModels};
 
 /// What flows between a graph's steps.
 #[derive(Debug, Clone)]
@@ -114,7 +114,7 @@ struct Walk<'a> {
 
 /// Routes `inputs` through `graph_model`'s `graph` from its root; its
 /// answer's tensors.
-pub(crate) fn run<'a>(
+pub fn run<'a>(
     models: &'a ServedModels,
     graph_model: &'a Composite,
     graph: &'a Graph,

@@ -16,22 +16,24 @@
 use wirespeed_core::TensorData;
 use wirespeed_core::{DataType, Error, ModelMetadata, ParameterValue, RequestedOutput, Tensor};
 
-use crate::serve::served::ServedModel;
+use crate::served::ServedModel;
 
 /// The parameter's name.
 const PARAMETER: &str = "classification";
 
 /// An output to classify, and how many classes to keep.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Classify {
-    pub(crate) output: String,
-    pub(crate) count: usize,
+pub struct Classify {
+    /// The output's name.
+    pub output: String,
+    /// How many classes to keep, highest scores first.
+    pub count: usize,
 }
 
 /// The outputs `requested` asks to classify, checked before the model
 /// runs so a bad request costs no compute: the parameter is a positive
 /// integer, on an output with numbers.
-pub(crate) fn requested(
+pub fn requested(
     requested: &[RequestedOutput],
     metadata: &ModelMetadata,
 ) -> Result<Vec<Classify>, Error> {
@@ -69,7 +71,7 @@ pub(crate) fn requested(
 }
 
 /// Replaces each output in `classify` with its top classes.
-pub(crate) fn apply(
+pub fn apply(
     outputs: &mut [Tensor],
     classify: &[Classify],
     model: &ServedModel,

@@ -31,9 +31,9 @@ mod histogram;
 mod shards;
 mod traffic;
 
-pub(crate) use histogram::Histogram;
+pub use histogram::Histogram;
 pub use histogram::{Buckets, DEFAULT_BUCKETS};
-pub(crate) use traffic::{InferProtocol, Refusal, Traffic};
+pub use traffic::{InferProtocol, Refusal, Traffic};
 
 use std::net::SocketAddr;
 

@@ -32,11 +32,11 @@ use wirespeed_core::{
 use wirespeed_scheduler::CallContext;
 
 use super::{callee, gather_until, named, onward, Composed, Run};
-use crate::serve::served::{ServedModel, ServedModels};
+use crate::served::{ServedModel, ServedModels};
 
 /// Answers `inputs` with the candidates `selector` (`app`'s) chooses,
 /// giving `requested` (all of the application's outputs when empty).
-pub(crate) fn run<'a>(
+pub fn run<'a>(
     models: &'a ServedModels,
     app: &'a ServedModel,
     selector: &'a dyn Selector,
@@ -97,7 +97,7 @@ pub(crate) fn run<'a>(
 /// Learns from feedback on application `app`: `inputs` were answered, and
 /// `label` is the truth (one value, or one per element of the first
 /// output). The key is read from `call`'s parameters.
-pub(crate) async fn feedback(
+pub async fn feedback(
     models: &ServedModels,
     app: &ServedModel,
     inputs: Vec<Tensor>,
@@ -157,7 +157,7 @@ pub(crate) async fn feedback(
 }
 
 /// The selector of `served`, when it is an application.
-pub(crate) fn selector_of(served: &ServedModel) -> Option<&dyn Selector> {
+pub fn selector_of(served: &ServedModel) -> Option<&dyn Selector> {
     match &served.composite.as_ref()?.kind {
         wirespeed_core::CompositeKind::Application(selector) => Some(selector.as_ref()),
         _ => None,

@@ -57,13 +57,15 @@ impl ModelControl {
 
 /// A model of the repository index.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct IndexEntry {
-    pub(crate) name: String,
+pub struct IndexEntry {
+    /// The model's name.
+    pub name: String,
     /// The version served; empty when none is.
-    pub(crate) version: String,
+    pub version: String,
     /// `READY`, `UNAVAILABLE`, or empty for a model never loaded.
-    pub(crate) state: &'static str,
-    pub(crate) reason: String,
+    pub state: &'static str,
+    /// Why the model is not ready; empty when it is.
+    pub reason: String,
 }
 
 /// What the repository knows of a model beyond whether it is served.
@@ -79,7 +81,7 @@ struct Note {
 type Fingerprint = Vec<(PathBuf, u64, Option<SystemTime>)>;
 
 /// The model repository while serving.
-pub(crate) struct Repository {
+pub struct Repository {
     /// The served models, which loads and unloads change.
     models: Arc<ServedModels>,
     /// Whether the server is shutting down, for the index's states.
@@ -99,7 +101,8 @@ pub(crate) struct Repository {
 }
 
 impl Repository {
-    pub(crate) fn new(
+    /// The repository over the served `models`, whose loads and unloads flip `readiness`.
+    pub fn new(
         models: Arc<ServedModels>,
         readiness: Arc<Readiness>,
         dir: &Path,
@@ -126,7 +129,7 @@ impl Repository {
     }
 
     /// Remembers the files of each model loaded at start, for polling.
-    pub(crate) fn loaded_at_start(&self, loaded: &[String]) {
+    pub fn loaded_at_start(&self, loaded: &[String]) {
         if !matches!(self.control, ModelControl::Poll(_)) {
             return;
         }
@@ -146,7 +149,7 @@ impl Repository {
     /// name and version order; only those ready when `ready_only`. A model
     /// with no version served is listed once, with its name alone (never
     /// loaded) or as `UNAVAILABLE` with the reason.
-    pub(crate) fn index(&self, ready_only: bool) -> Vec<IndexEntry> {
+    pub fn index(&self, ready_only: bool) -> Vec<IndexEntry> {
         let unversioned = |name: &str| IndexEntry {
             name: name.to_owned(),
             version: String::new(),
@@ -252,7 +255,7 @@ impl Repository {
     /// serves it in place of the one served, if any. With files, the model
     /// is loaded from them, written to a private folder of its own that
     /// lives as long as that load is served.
-    pub(crate) async fn load(&self, name: &str, request: LoadRequest) -> Result<(), Error> {
+    pub async fn load(&self, name: &str, request: LoadRequest) -> Result<(), Error> {
         self.allow("load")?;
         if request.files.is_empty() {
             let folder = self.folder(name)?;
@@ -386,7 +389,7 @@ impl Repository {
     }
 
     /// Stops serving model `name`; requests in flight finish.
-    pub(crate) async fn unload(&self, name: &str) -> Result<(), Error> {
+    pub async fn unload(&self, name: &str) -> Result<(), Error> {
         self.allow("unload")?;
         let _turn = self.changing.lock().await;
         let in_repository = self.folder(name).is_ok();
@@ -474,7 +477,7 @@ async fn on_pool<T: Send + 'static>(
 }
 
 /// Polls the repository every `period` while the server lives.
-pub(crate) async fn poll(repository: Weak<Repository>, period: Duration) {
+pub async fn poll(repository: Weak<Repository>, period: Duration) {
     let mut ticks = tokio::time::interval(period);
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     ticks.tick().await;
@@ -515,7 +518,7 @@ fn fingerprint(folder: &Path) -> Fingerprint {
 /// The configuration a load request's parameters carry, if any: Triton's
 /// `config`, a string. Each parameter comes as its key and its value when
 /// that is a string.
-pub(crate) fn load_request<'a>(
+pub fn load_request<'a>(
     parameters: impl IntoIterator<Item = (&'a str, LoadValue<'a>)>,
 ) -> Result<LoadRequest, Error> {
     let mut request = LoadRequest::default();
@@ -624,9 +627,12 @@ fn file_path(text: &str) -> Result<PathBuf, Error> {
 }
 
 /// A load's parameter value, as REST's JSON or gRPC gives it.
-pub(crate) enum LoadValue<'a> {
+pub enum LoadValue<'a> {
+    /// A string (REST's JSON string, gRPC's `string_param`).
     Text(&'a str),
+    /// Bytes (REST's base64 file contents, gRPC's `bytes_param`).
     Bytes(&'a [u8]),
+    /// Any other value (a number, a boolean): refused where text is meant.
     Other,
 }
 
@@ -634,13 +640,15 @@ pub(crate) enum LoadValue<'a> {
 /// folder's, and model files (Triton's `file:` parameters), which are
 /// loaded from a private folder of their own instead of the repository's.
 #[derive(Debug, Default)]
-pub(crate) struct LoadRequest {
-    pub(crate) config: Option<String>,
-    pub(crate) files: Vec<(PathBuf, Vec<u8>)>,
+pub struct LoadRequest {
+    /// A model configuration (JSON) to load with, in place of the folder's.
+    pub config: Option<String>,
+    /// Model files by their path in the model's folder, and their contents.
+    pub files: Vec<(PathBuf, Vec<u8>)>,
 }
 
 /// The index as Triton's REST answer: a JSON array.
-pub(crate) fn index_json(entries: &[IndexEntry]) -> serde_json::Value {
+pub fn index_json(entries: &[IndexEntry]) -> serde_json::Value {
     serde_json::Value::Array(
         entries
             .iter()

@@ -10,17 +10,24 @@ use super::shards::Shards;
 
 /// The protocol an infer request came in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum InferProtocol {
+pub enum InferProtocol {
+    /// Open Inference Protocol (V2) over REST.
     V2Rest = 0,
+    /// Open Inference Protocol (V2) over gRPC.
     V2Grpc = 1,
+    /// TF Serving's REST API.
     TfServing = 2,
+    /// Clipper's REST API.
     Clipper = 3,
+    /// TF Serving's gRPC API.
     TfServingGrpc = 4,
+    /// The OpenAI-compatible API.
     OpenAi = 5,
 }
 
 impl InferProtocol {
-    pub(crate) const ALL: [InferProtocol; 6] = [
+    /// Every protocol, in the order of their numbers.
+    pub const ALL: [InferProtocol; 6] = [
         InferProtocol::V2Rest,
         InferProtocol::V2Grpc,
         InferProtocol::TfServing,
@@ -29,7 +36,8 @@ impl InferProtocol {
         InferProtocol::OpenAi,
     ];
 
-    pub(crate) fn label(self) -> &'static str {
+    /// Its name as a metric label.
+    pub fn label(self) -> &'static str {
         match self {
             InferProtocol::V2Rest => "v2_rest",
             InferProtocol::V2Grpc => "v2_grpc",
@@ -43,7 +51,7 @@ impl InferProtocol {
 
 /// A limit a request was refused at.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Refusal {
+pub enum Refusal {
     /// The request line and headers (431).
     Headers = 0,
     /// The body or gRPC message size (413).
@@ -55,7 +63,8 @@ pub(crate) enum Refusal {
 }
 
 impl Refusal {
-    pub(crate) const ALL: [Refusal; 4] = [
+    /// Every refusal, in the order of their numbers.
+    pub const ALL: [Refusal; 4] = [
         Refusal::Headers,
         Refusal::Body,
         Refusal::RequestLimits,
@@ -63,7 +72,7 @@ impl Refusal {
     ];
 
     /// The refusal an error of `kind` is, if it is one.
-    pub(crate) fn of(kind: ErrorKind) -> Option<Refusal> {
+    pub fn of(kind: ErrorKind) -> Option<Refusal> {
         match kind {
             ErrorKind::HeadersTooLarge => Some(Refusal::Headers),
             ErrorKind::PayloadTooLarge => Some(Refusal::Body),
@@ -73,7 +82,8 @@ impl Refusal {
         }
     }
 
-    pub(crate) fn label(self) -> &'static str {
+    /// Its name as a metric label.
+    pub fn label(self) -> &'static str {
         match self {
             Refusal::Headers => "headers",
             Refusal::Body => "body",
@@ -87,7 +97,7 @@ const PROTOCOLS: usize = InferProtocol::ALL.len();
 
 /// The server's own counters.
 #[derive(Default)]
-pub(crate) struct Traffic {
+pub struct Traffic {
     /// Per protocol: requests, then bytes decoded. Counted on every infer
     /// request, so sharded.
     requests: Shards<{ 2 * PROTOCOLS }>,
@@ -98,28 +108,31 @@ impl Traffic {
     /// Counts an infer request of `protocol` whose body or message was
     /// `bytes` long.
     #[inline]
-    pub(crate) fn request(&self, protocol: InferProtocol, bytes: u64) {
+    pub fn request(&self, protocol: InferProtocol, bytes: u64) {
         self.requests.add(protocol as usize, 1);
         self.requests.add(PROTOCOLS + protocol as usize, bytes);
     }
 
     /// Counts a request refused with an error of `kind`, if that is a
     /// limit.
-    pub(crate) fn refused(&self, kind: ErrorKind) {
+    pub fn refused(&self, kind: ErrorKind) {
         if let Some(refusal) = Refusal::of(kind) {
             self.refused[refusal as usize].fetch_add(1, Ordering::Relaxed);
         }
     }
 
-    pub(crate) fn requests(&self, protocol: InferProtocol) -> u64 {
+    /// The infer requests of `protocol` so far.
+    pub fn requests(&self, protocol: InferProtocol) -> u64 {
         self.requests.get(protocol as usize)
     }
 
-    pub(crate) fn decoded_bytes(&self, protocol: InferProtocol) -> u64 {
+    /// The body or message bytes of `protocol`'s infer requests so far.
+    pub fn decoded_bytes(&self, protocol: InferProtocol) -> u64 {
         self.requests.get(PROTOCOLS + protocol as usize)
     }
 
-    pub(crate) fn refusals(&self, refusal: Refusal) -> u64 {
+    /// The requests refused at `refusal` so far.
+    pub fn refusals(&self, refusal: Refusal) -> u64 {
         self.refused[refusal as usize].load(Ordering::Relaxed)
     }
 }

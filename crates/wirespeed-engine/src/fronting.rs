@@ -22,7 +22,7 @@ use super::served::ServedModels;
 const RELIST: Duration = Duration::from_secs(10);
 
 /// The upstream at `urls` (its replicas'), before anything is served.
-pub(crate) fn upstream(urls: &[String]) -> Result<Arc<Upstream>, String> {
+pub fn upstream(urls: &[String]) -> Result<Arc<Upstream>, String> {
     let addresses = urls
         .iter()
         .map(|u| u.parse::<Address>())
@@ -32,7 +32,7 @@ pub(crate) fn upstream(urls: &[String]) -> Result<Arc<Upstream>, String> {
 
 /// Starts serving the upstream's models: the named ones at once, or those
 /// its index lists as soon as it answers.
-pub(crate) fn start(
+pub fn start(
     models: &Arc<ServedModels>,
     readiness: &Arc<Readiness>,
     upstream: Arc<Upstream>,

@@ -23,20 +23,22 @@ use std::time::Instant;
 
 use wirespeed_core::{Error, InferResponse, OneResponse, ResponseReceiver, Streamed};
 
-use crate::serve::served::ServedModel;
+use crate::served::ServedModel;
 
 /// The model's run, owned: it ends once the model has taken the request.
-pub(crate) type Run = Pin<Box<dyn Future<Output = Result<(), Error>> + Send>>;
+pub type Run = Pin<Box<dyn Future<Output = Result<(), Error>> + Send>>;
 
 /// One response of a stream, ready to encode; `last` when the model
 /// flagged it final.
-pub(crate) struct Item {
-    pub(crate) response: Result<InferResponse, Error>,
-    pub(crate) last: bool,
+pub struct Item {
+    /// The model's response, or its error.
+    pub response: Result<InferResponse, Error>,
+    /// The model flagged it final.
+    pub last: bool,
 }
 
 /// A request's stream of responses.
-pub(crate) struct ResponseStream {
+pub struct ResponseStream {
     receiver: ResponseReceiver,
     /// Until it ends.
     run: Option<Run>,
@@ -54,7 +56,7 @@ pub(crate) struct ResponseStream {
 impl ResponseStream {
     /// Counts the stream's response times in `model`'s statistics, from
     /// the request's start `started`.
-    pub(crate) fn timed(mut self, model: Arc<ServedModel>, started: Instant) -> ResponseStream {
+    pub fn timed(mut self, model: Arc<ServedModel>, started: Instant) -> ResponseStream {
         self.timing = Some((model, started, true));
         self
     }
@@ -62,7 +64,7 @@ impl ResponseStream {
     /// Waits for the first event of a stream: the run's failure is
     /// returned as the request's error; a response, or the run's success,
     /// makes the stream.
-    pub(crate) async fn first(
+    pub async fn first(
         mut receiver: ResponseReceiver,
         mut run: Run,
         model_name: String,
@@ -89,7 +91,7 @@ impl ResponseStream {
     }
 
     /// The next response; `None` when the stream has ended.
-    pub(crate) async fn next(&mut self) -> Option<Item> {
+    pub async fn next(&mut self) -> Option<Item> {
         if let Some(streamed) = self.pending.take() {
             return Some(self.item(streamed));
         }
@@ -138,14 +140,14 @@ impl ResponseStream {
     }
 
     /// The request's id, as its responses echo it.
-    pub(crate) fn id(&self) -> Option<&str> {
+    pub fn id(&self) -> Option<&str> {
         self.id.as_deref()
     }
 
     /// The stream's one response, for an endpoint that answers once: an
     /// error when the model sent none or several (Triton's rule for
     /// `generate`). Waits for the stream's end.
-    pub(crate) async fn only(mut self) -> Result<InferResponse, Error> {
+    pub async fn only(mut self) -> Result<InferResponse, Error> {
         let mut one = OneResponse::default();
         while let Some(item) = self.next().await {
             if !one.take(item.response) {

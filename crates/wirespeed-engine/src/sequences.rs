@@ -33,8 +33,10 @@ use wirespeed_models::{ControlKind, Sequencing};
 
 /// A sequence's name: Triton takes an unsigned integer or a string.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub(crate) enum CorrelationId {
+pub enum CorrelationId {
+    /// An unsigned integer id.
     Number(u64),
+    /// A string id.
     Text(String),
 }
 
@@ -49,16 +51,19 @@ impl std::fmt::Display for CorrelationId {
 
 /// What a request says of its sequence.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Flags {
-    pub(crate) id: CorrelationId,
-    pub(crate) start: bool,
-    pub(crate) end: bool,
+pub struct Flags {
+    /// The sequence's id (`sequence_id`).
+    pub id: CorrelationId,
+    /// The request starts the sequence (`sequence_start`).
+    pub start: bool,
+    /// The request ends the sequence (`sequence_end`).
+    pub end: bool,
 }
 
 /// Takes `sequence_id`, `sequence_start` and `sequence_end` out of
 /// `parameters`: `None` when the request names no sequence (no id, or
 /// Triton's 0 or empty string for none).
-pub(crate) fn flags(parameters: &mut Parameters) -> Result<Option<Flags>, Error> {
+pub fn flags(parameters: &mut Parameters) -> Result<Option<Flags>, Error> {
     let mut id = None;
     let mut start = false;
     let mut end = false;
@@ -102,7 +107,7 @@ pub(crate) fn flags(parameters: &mut Parameters) -> Result<Option<Flags>, Error>
 }
 
 /// A stateful model's open sequences.
-pub(crate) struct Sequences {
+pub struct Sequences {
     model: String,
     sequencing: Sequencing,
     /// The model has a batch dimension.
@@ -124,7 +129,7 @@ struct Data {
 /// One request's turn in its sequence: its state is its own until it
 /// ends. A turn that ends with the sequence's end releases it, whether
 /// or not the request was answered.
-pub(crate) struct Turn {
+pub struct Turn {
     sequences: Arc<Sequences>,
     sequence: Arc<Sequence>,
     data: OwnedMutexGuard<Data>,
@@ -153,7 +158,7 @@ impl Drop for Turn {
 impl Sequences {
     /// The open sequences of `model`; their idle ones are swept while the
     /// runtime that made them runs.
-    pub(crate) fn new(model: &str, sequencing: Sequencing, batch: bool) -> Arc<Sequences> {
+    pub fn new(model: &str, sequencing: Sequencing, batch: bool) -> Arc<Sequences> {
         let sequences = Arc::new(Sequences {
             model: model.to_owned(),
             sequencing,
@@ -172,18 +177,18 @@ impl Sequences {
 
     /// Whether `name` is a control or state tensor: the server's, never
     /// a client's.
-    pub(crate) fn hides(&self, name: &str) -> bool {
+    pub fn hides(&self, name: &str) -> bool {
         self.sequencing.hides(name)
     }
 
     /// The model's sequence batching.
-    pub(crate) fn sequencing(&self) -> &Sequencing {
+    pub fn sequencing(&self) -> &Sequencing {
         &self.sequencing
     }
 
     /// Waits for `request`'s turn in its sequence (`flags`), then adds
     /// the control and state inputs, and asks for the state outputs.
-    pub(crate) async fn admit(
+    pub async fn admit(
         self: &Arc<Self>,
         request: &mut InferRequest,
         flags: Option<Flags>,
@@ -308,13 +313,13 @@ impl Sequences {
 
 impl Turn {
     /// The request's sequence.
-    pub(crate) fn flags(&self) -> &Flags {
+    pub fn flags(&self) -> &Flags {
         &self.flags
     }
 
     /// Takes the state outputs out of a computed request's `outputs`: the
     /// sequence's next state.
-    pub(crate) fn finish(mut self, outputs: &mut Vec<Tensor>) -> Result<(), Error> {
+    pub fn finish(mut self, outputs: &mut Vec<Tensor>) -> Result<(), Error> {
         let sequencing = &self.sequences.sequencing;
         for (i, state) in sequencing.states.iter().enumerate() {
             let Some(at) = outputs.iter().position(|t| t.name == state.output) else {

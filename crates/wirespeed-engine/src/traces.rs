@@ -32,7 +32,7 @@ use opentelemetry_sdk::trace::{Sampler, SdkTracer, SdkTracerProvider, Span};
 use opentelemetry_sdk::Resource;
 use wirespeed_core::{Error, TraceContext};
 
-use crate::serve::timing::Stages;
+use crate::timing::Stages;
 
 /// Where and how much to trace.
 #[derive(Debug, Clone, PartialEq)]
@@ -45,7 +45,7 @@ pub struct TracesConfig {
 }
 
 /// The tracer, when `--otlp-endpoint` is given.
-pub(crate) struct Traces {
+pub struct Traces {
     provider: SdkTracerProvider,
     tracer: SdkTracer,
 }
@@ -53,7 +53,7 @@ pub(crate) struct Traces {
 impl Traces {
     /// Starts the exporter; must be called inside the server's runtime
     /// (the gRPC client runs on it).
-    pub(crate) fn start(config: &TracesConfig) -> Result<Traces, String> {
+    pub fn start(config: &TracesConfig) -> Result<Traces, String> {
         if !(0.0..=1.0).contains(&config.sample_ratio) {
             return Err(format!(
                 "--trace-sample-ratio is {}; it is a share of requests, from 0 to 1",
@@ -82,7 +82,7 @@ impl Traces {
     }
 
     /// Sends the spans not yet sent; at shutdown.
-    pub(crate) fn flush(&self) {
+    pub fn flush(&self) {
         if let Err(e) = self.provider.force_flush() {
             tracing::warn!(error = %e, "cannot send the last traces");
         }
@@ -97,7 +97,7 @@ impl Drop for Traces {
 
 /// One request's trace.
 #[derive(Default)]
-pub(crate) enum RequestTrace {
+pub enum RequestTrace {
     /// No trace context came, and none is recorded.
     #[default]
     None,
@@ -111,7 +111,7 @@ pub(crate) enum RequestTrace {
 impl RequestTrace {
     /// The trace of a request that came with `incoming` (the client's
     /// `traceparent` and `tracestate`, if any).
-    pub(crate) fn begin(traces: Option<&Traces>, incoming: Option<TraceContext>) -> RequestTrace {
+    pub fn begin(traces: Option<&Traces>, incoming: Option<TraceContext>) -> RequestTrace {
         let Some(traces) = traces else {
             return incoming.map_or(RequestTrace::None, RequestTrace::Passed);
         };
@@ -141,7 +141,7 @@ impl RequestTrace {
     }
 
     /// The context to pass on to a server the model calls.
-    pub(crate) fn outgoing(&self) -> Option<TraceContext> {
+    pub fn outgoing(&self) -> Option<TraceContext> {
         match self {
             RequestTrace::None => None,
             RequestTrace::Passed(context) => Some(context.clone()),
@@ -164,7 +164,7 @@ impl RequestTrace {
     /// Ends the trace of a request that took `stages`: when it is
     /// recorded, the `infer` span and one span per stage, with the request's
     /// model, protocol and outcome.
-    pub(crate) fn finish(self, traces: Option<&Traces>, stages: &Stages, request: Finished<'_>) {
+    pub fn finish(self, traces: Option<&Traces>, stages: &Stages, request: Finished<'_>) {
         let (RequestTrace::Span(traced), Some(traces)) = (self, traces) else {
             return;
         };
@@ -223,19 +223,15 @@ impl RequestTrace {
 }
 
 /// What the `infer` span says of a request that ended.
-pub(crate) struct Finished<'a> {
-    pub(crate) id: u64,
-    pub(crate) protocol: &'static str,
-    pub(crate) model: &'a str,
-    pub(crate) version: &'a str,
-    pub(crate) outcome: Result<(), &'a Error>,
-}
-
-/// The trace context of a request's headers (HTTP headers, or gRPC
-/// metadata, which are HTTP/2 headers): `traceparent`, and `tracestate`
-/// with it. One that does not parse is ignored.
-pub(crate) fn incoming(headers: &hyper::HeaderMap) -> Option<TraceContext> {
-    let traceparent = headers.get("traceparent")?.to_str().ok()?;
-    let tracestate = headers.get("tracestate").and_then(|v| v.to_str().ok());
-    TraceContext::parse(traceparent, tracestate)
+pub struct Finished<'a> {
+    /// The request's number.
+    pub id: u64,
+    /// The protocol it came in, as metrics label it.
+    pub protocol: &'static str,
+    /// The model it named.
+    pub model: &'a str,
+    /// The version it named; empty for the served one.
+    pub version: &'a str,
+    /// How it ended.
+    pub outcome: Result<(), &'a Error>,
 }

@@ -16,19 +16,19 @@ use wirespeed_core::{Error, ErrorKind, Parameters, RequestedOutput, Tensor};
 use wirespeed_models::{CallerGone, ModelCaller};
 use wirespeed_scheduler::CallContext;
 
-use crate::serve::composite;
-use crate::serve::pipeline::Target;
-use crate::serve::served::ServedModels;
+use crate::composite;
+use crate::pipeline::Target;
+use crate::served::ServedModels;
 
 /// The server's caller: its models, and the runtime calls run on.
-pub(crate) struct Calls {
+pub struct Calls {
     models: Weak<ServedModels>,
     runtime: tokio::runtime::Handle,
 }
 
 impl Calls {
     /// A caller of `models`, running calls on the current runtime.
-    pub(crate) fn new(models: &Arc<ServedModels>) -> Calls {
+    pub fn new(models: &Arc<ServedModels>) -> Calls {
         Calls {
             models: Arc::downgrade(models),
             runtime: tokio::runtime::Handle::current(),
@@ -41,7 +41,7 @@ fn callee(
     models: &Weak<ServedModels>,
     model: &str,
     version: Option<&str>,
-) -> Result<(Arc<ServedModels>, Arc<crate::serve::served::ServedModel>), Error> {
+) -> Result<(Arc<ServedModels>, Arc<crate::served::ServedModel>), Error> {
     let models = models
         .upgrade()
         .ok_or_else(|| Error::new(ErrorKind::Unavailable, "the server is stopping"))?;

@@ -32,7 +32,7 @@ struct Entry {
 }
 
 /// The cache of every model that has one.
-pub(crate) struct ResponseCache {
+pub struct ResponseCache {
     /// At most this many bytes of outputs (and their keys) are kept.
     budget: usize,
     entries: Mutex<Entries>,
@@ -48,7 +48,7 @@ struct Entries {
 static LOADS: AtomicU64 = AtomicU64::new(1);
 
 /// A new load's id.
-pub(crate) fn load_id() -> u64 {
+pub fn load_id() -> u64 {
     LOADS.fetch_add(1, Ordering::Relaxed)
 }
 
@@ -58,7 +58,7 @@ const ENTRY_OVERHEAD: usize = 96;
 
 impl ResponseCache {
     /// A cache of at most `budget` bytes.
-    pub(crate) fn new(budget: usize) -> ResponseCache {
+    pub fn new(budget: usize) -> ResponseCache {
         ResponseCache {
             budget,
             entries: Mutex::new(Entries {
@@ -70,7 +70,7 @@ impl ResponseCache {
     }
 
     /// The key of a request to the model loaded as `load`.
-    pub(crate) fn key(
+    pub fn key(
         &self,
         load: u64,
         inputs: &[Tensor],
@@ -102,7 +102,7 @@ impl ResponseCache {
     }
 
     /// The answer kept under `key`, now the most recently used.
-    pub(crate) fn get(&self, key: &Key) -> Option<Arc<Vec<Tensor>>> {
+    pub fn get(&self, key: &Key) -> Option<Arc<Vec<Tensor>>> {
         let mut entries = self.lock();
         entries.map.get(key).map(|e| Arc::clone(&e.outputs))
     }
@@ -110,7 +110,7 @@ impl ResponseCache {
     /// Keeps `outputs` under `key`, dropping the least recently used
     /// answers until they fit; an answer larger than the whole budget is
     /// not kept.
-    pub(crate) fn insert(&self, key: Key, outputs: Vec<Tensor>) {
+    pub fn insert(&self, key: Key, outputs: Vec<Tensor>) {
         let bytes = outputs.iter().map(tensor_bytes).sum::<usize>() + ENTRY_OVERHEAD;
         if bytes > self.budget {
             return;
@@ -137,7 +137,7 @@ impl ResponseCache {
 
     /// Drops every answer of the model loaded as `load` (it was reloaded
     /// or unloaded).
-    pub(crate) fn drop_load(&self, load: u64) {
+    pub fn drop_load(&self, load: u64) {
         let mut entries = self.lock();
         let gone: Vec<Key> = entries
             .map
@@ -153,7 +153,7 @@ impl ResponseCache {
     }
 
     /// The bytes kept now, and the entries.
-    pub(crate) fn usage(&self) -> (usize, usize) {
+    pub fn usage(&self) -> (usize, usize) {
         let entries = self.lock();
         (entries.bytes, entries.map.len())
     }

@@ -39,14 +39,14 @@ use std::sync::Arc;
 
 use wirespeed_core::{Error, ErrorKind};
 
-use crate::serve::metrics::{Buckets, Histogram};
-use crate::serve::served::{ServedModel, ServedModels};
-use crate::serve::timing::Stages;
+use crate::metrics::{Buckets, Histogram};
+use crate::served::{ServedModel, ServedModels};
+use crate::timing::Stages;
 
 /// Why a request failed, in the words of Triton's
 /// `nv_inference_request_failure{reason}`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum FailureReason {
+pub enum FailureReason {
     /// Refused by the scheduler: the queue was full, a queue timeout
     /// passed, the model was not ready.
     Rejected = 0,
@@ -59,14 +59,16 @@ pub(crate) enum FailureReason {
 }
 
 impl FailureReason {
-    pub(crate) const ALL: [FailureReason; 4] = [
+    /// Every reason, in the order of their numbers.
+    pub const ALL: [FailureReason; 4] = [
         FailureReason::Rejected,
         FailureReason::Canceled,
         FailureReason::Backend,
         FailureReason::Other,
     ];
 
-    pub(crate) fn of(kind: ErrorKind) -> FailureReason {
+    /// The reason a failure with an error of `kind` counts under.
+    pub fn of(kind: ErrorKind) -> FailureReason {
         match kind {
             ErrorKind::Overloaded | ErrorKind::Unavailable => FailureReason::Rejected,
             ErrorKind::GatewayTimeout => FailureReason::Canceled,
@@ -77,7 +79,8 @@ impl FailureReason {
         }
     }
 
-    pub(crate) fn label(self) -> &'static str {
+    /// Its name as Triton's metric label.
+    pub fn label(self) -> &'static str {
         match self {
             FailureReason::Rejected => "REJECTED",
             FailureReason::Canceled => "CANCELED",
@@ -106,24 +109,24 @@ fn nanos(d: Duration) -> u64 {
 }
 
 /// The latency histograms of a model's successful requests.
-pub(crate) struct Latencies {
+pub struct Latencies {
     /// From the request's first byte to its answer.
-    pub(crate) request: Histogram,
+    pub request: Histogram,
     /// Waiting for a compute slot (or a batch).
-    pub(crate) queue: Histogram,
+    pub queue: Histogram,
     /// The model.
-    pub(crate) compute_infer: Histogram,
+    pub compute_infer: Histogram,
     /// A streaming (decoupled) model's first response, from the
     /// request's first byte: an LLM's time to first token.
-    pub(crate) first_response: Histogram,
+    pub first_response: Histogram,
     /// Between a streaming model's responses: an LLM's inter-token
     /// latency.
-    pub(crate) between_responses: Histogram,
+    pub between_responses: Histogram,
 }
 
 /// One model's counters.
 #[derive(Default)]
-pub(crate) struct ModelStats {
+pub struct ModelStats {
     success: Tally,
     /// By [`FailureReason`].
     fail: [Tally; 4],
@@ -147,7 +150,7 @@ pub(crate) struct ModelStats {
 
 impl ModelStats {
     /// Counters, with latency histograms on `buckets` if given.
-    pub(crate) fn new(buckets: Option<&Arc<Buckets>>) -> ModelStats {
+    pub fn new(buckets: Option<&Arc<Buckets>>) -> ModelStats {
         ModelStats {
             latencies: buckets.map(|b| Latencies {
                 request: Histogram::new(Arc::clone(b)),
@@ -161,7 +164,7 @@ impl ModelStats {
     }
 
     /// Counts a request answered with success, with its stage times.
-    pub(crate) fn success(&self, stages: &Stages) {
+    pub fn success(&self, stages: &Stages) {
         let took = stages.elapsed();
         if let Some(latencies) = &self.latencies {
             latencies.request.observe(took);
@@ -189,24 +192,24 @@ impl ModelStats {
 
     /// Counts a request that reached the model and failed after `took`,
     /// for `reason`.
-    pub(crate) fn failure(&self, took: Duration, reason: FailureReason) {
+    pub fn failure(&self, took: Duration, reason: FailureReason) {
         self.fail[reason as usize].add(took);
     }
 
     /// Counts a request the response cache answered, after `took` looking.
-    pub(crate) fn cache_hit(&self, took: Duration) {
+    pub fn cache_hit(&self, took: Duration) {
         self.cache_hit.add(took);
     }
 
     /// Counts a request the response cache did not answer, after `took`
     /// looking and keeping the model's answer.
-    pub(crate) fn cache_miss(&self, took: Duration) {
+    pub fn cache_miss(&self, took: Duration) {
         self.cache_miss.add(took);
     }
 
     /// Counts a streaming model's response that came `after` the request
     /// began (its first) or the response before it.
-    pub(crate) fn streamed(&self, first: bool, after: Duration) {
+    pub fn streamed(&self, first: bool, after: Duration) {
         if let Some(latencies) = &self.latencies {
             if first {
                 latencies.first_response.observe(after);
@@ -217,12 +220,12 @@ impl ModelStats {
     }
 
     /// The latency histograms, when metrics are on.
-    pub(crate) fn latencies(&self) -> Option<&Latencies> {
+    pub fn latencies(&self) -> Option<&Latencies> {
         self.latencies.as_ref()
     }
 
     /// The failures for `reason`.
-    pub(crate) fn failures(&self, reason: FailureReason) -> u64 {
+    pub fn failures(&self, reason: FailureReason) -> u64 {
         self.fail[reason as usize].count.load(Ordering::Relaxed)
     }
 
@@ -281,16 +284,16 @@ impl ModelStats {
 /// its stage times, a failure by its kind, or, when its caller went away
 /// first (the future dropped), a cancellation. The one count of the
 /// pipeline's requests and of the calls composites and models make.
-pub(crate) struct Counting<M: Deref<Target = ServedModel>> {
+pub struct Counting<M: Deref<Target = ServedModel>> {
     /// The model (the version) that answers: the one counted.
-    pub(crate) served: M,
+    pub served: M,
     started: Instant,
     done: bool,
 }
 
 impl<M: Deref<Target = ServedModel>> Counting<M> {
     /// A request to `served` that started at `started`.
-    pub(crate) fn new(served: M, started: Instant) -> Counting<M> {
+    pub fn new(served: M, started: Instant) -> Counting<M> {
         Counting {
             served,
             started,
@@ -299,7 +302,7 @@ impl<M: Deref<Target = ServedModel>> Counting<M> {
     }
 
     /// Counts how the request ended.
-    pub(crate) fn finish(mut self, outcome: Result<(), &Error>, stages: &Stages) {
+    pub fn finish(mut self, outcome: Result<(), &Error>, stages: &Stages) {
         let stats = &self.served.stats;
         match outcome {
             Ok(()) => stats.success(stages),
@@ -320,16 +323,17 @@ impl<M: Deref<Target = ServedModel>> Drop for Counting<M> {
 }
 
 /// One model's statistics: Triton's message, and wirespeed's own counts.
-pub(crate) struct Snapshot {
-    pub(crate) triton: pb::ModelStatistics,
+pub struct Snapshot {
+    /// Triton's statistics message for the model.
+    pub triton: pb::ModelStatistics,
     defaults: u64,
     timeouts: u64,
     /// The batch size now, when the model batches.
-    pub(crate) batch_size: Option<usize>,
+    pub batch_size: Option<usize>,
 }
 
 /// The statistics of `served`, called `name`.
-pub(crate) fn snapshot(name: &str, served: &ServedModel) -> Snapshot {
+pub fn snapshot(name: &str, served: &ServedModel) -> Snapshot {
     let mut triton = served.stats.snapshot(name, served.version());
     let scheduler = &served.scheduler;
     let counters = scheduler.counters();
@@ -358,7 +362,7 @@ pub(crate) fn snapshot(name: &str, served: &ServedModel) -> Snapshot {
 
 /// The statistics of model `name` (every model when empty) in `version`
 /// (every served one when `None`, as Triton's), or why there are none.
-pub(crate) fn select(
+pub fn select(
     models: &ServedModels,
     name: &str,
     version: Option<&str>,
@@ -383,7 +387,7 @@ pub(crate) fn select(
 
 /// The REST answer for `stats`: Triton's JSON, the message's fields by
 /// their proto names, and wirespeed's own counts.
-pub(crate) fn to_json(stats: &[Snapshot]) -> Value {
+pub fn to_json(stats: &[Snapshot]) -> Value {
     let d = |d: &Option<pb::StatisticDuration>| {
         let d = d.unwrap_or_default();
         json!({ "count": d.count, "ns": d.ns })

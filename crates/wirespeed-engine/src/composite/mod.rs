@@ -11,9 +11,9 @@
 //! for an application's objective), and the check of a composite against
 //! the served models at start and at each load ([`check_model`]).
 
-pub(crate) mod application;
-pub(crate) mod ensemble;
-pub(crate) mod graph;
+pub mod application;
+pub mod ensemble;
+pub mod graph;
 
 use std::future::Future;
 use std::pin::Pin;
@@ -23,33 +23,33 @@ use std::time::Instant;
 use wirespeed_core::{Composite, CompositeKind, Error, ErrorKind, RequestedOutput, Tensor};
 use wirespeed_scheduler::CallContext;
 
-use crate::serve::pipeline::Target;
-use crate::serve::served::{ServedModel, ServedModels};
-use crate::serve::statistics::Counting;
-use crate::serve::timing::Stages;
+use crate::pipeline::Target;
+use crate::served::{ServedModel, ServedModels};
+use crate::statistics::Counting;
+use crate::timing::Stages;
 
 /// Composites within composites deeper than this are refused at run time
 /// (a cycle through loads that the load-time check could not see).
 const MAX_DEPTH: usize = 8;
 
 /// What a composite's run yields.
-pub(crate) type Run<'a, T> = Pin<Box<dyn Future<Output = Result<T, Error>> + Send + 'a>>;
+pub type Run<'a, T> = Pin<Box<dyn Future<Output = Result<T, Error>> + Send + 'a>>;
 
 /// What a composite answered.
-pub(crate) struct Composed {
+pub struct Composed {
     /// Its outputs, in the order asked.
-    pub(crate) outputs: Vec<Tensor>,
+    pub outputs: Vec<Tensor>,
     /// An application's blended candidates cut at the latency objective
     /// (or failed).
-    pub(crate) stragglers: usize,
+    pub stragglers: usize,
     /// The outputs are the composite's defaults: no candidate answered by
     /// the objective.
-    pub(crate) default: bool,
+    pub default: bool,
 }
 
 impl Composed {
     /// Outputs that every model called gave: nothing cut, no default.
-    pub(crate) fn all(outputs: Vec<Tensor>) -> Composed {
+    pub fn all(outputs: Vec<Tensor>) -> Composed {
         Composed {
             outputs,
             stragglers: 0,
@@ -61,7 +61,7 @@ impl Composed {
 /// Runs the composite `served` (whose kind is `composite`) on `inputs`,
 /// answering `outputs` (all of its outputs when empty), `depth` composites
 /// deep.
-pub(crate) async fn run(
+pub async fn run(
     models: &ServedModels,
     served: &ServedModel,
     composite: &Composite,
@@ -111,7 +111,7 @@ fn enter(composite: &Composite, depth: usize) -> Result<(), Error> {
 /// an application's candidate, a model's call to another, BLS): a
 /// composite through the models it calls, any other through its own
 /// scheduler, counted in its statistics.
-pub(crate) async fn call(
+pub async fn call(
     models: &ServedModels,
     served: &ServedModel,
     inputs: Vec<Tensor>,
@@ -129,7 +129,7 @@ pub(crate) async fn call(
 
 /// A model that computes, through its response cache and its scheduler
 /// (`ServedModel::answer`), counted in its statistics.
-pub(crate) async fn step_through(
+pub async fn step_through(
     served: &ServedModel,
     inputs: Vec<Tensor>,
     outputs: &[RequestedOutput],
@@ -150,7 +150,7 @@ pub(crate) async fn step_through(
 
 /// The served model `model` (in `version`, the served one when `None`)
 /// that a composite calls, when it can answer now.
-pub(crate) fn callee(
+pub fn callee(
     models: &ServedModels,
     model: &str,
     version: Option<&str>,
@@ -168,7 +168,7 @@ pub(crate) fn callee(
 /// The call a composite makes to one of the models it calls: the
 /// request's parameters, deadline, priority and trace, on a clock of its
 /// own; no stream.
-pub(crate) fn onward(call: &CallContext) -> CallContext {
+pub fn onward(call: &CallContext) -> CallContext {
     CallContext {
         started: Instant::now(),
         parameters: call.parameters.clone(),
@@ -183,14 +183,12 @@ pub(crate) fn onward(call: &CallContext) -> CallContext {
 
 /// `error` of a call, named by who made it (`what`: "ensemble 'e' step 2
 /// (model 'm')").
-pub(crate) fn named(what: &str, error: Error) -> Error {
+pub fn named(what: &str, error: Error) -> Error {
     Error::new(error.kind(), format!("{what}: {}", error.message()))
 }
 
 /// Every future of `running`, polled together; their outputs in order.
-pub(crate) async fn join_all<T>(
-    running: Vec<Pin<Box<dyn Future<Output = T> + Send + '_>>>,
-) -> Vec<T> {
+pub async fn join_all<T>(running: Vec<Pin<Box<dyn Future<Output = T> + Send + '_>>>) -> Vec<T> {
     gather_until(running, None)
         .await
         .into_iter()
@@ -200,7 +198,7 @@ pub(crate) async fn join_all<T>(
 
 /// Every future of `running`, polled together until all are done or
 /// `until` passes: each one's output, or `None` for one cut there.
-pub(crate) async fn gather_until<T>(
+pub async fn gather_until<T>(
     mut running: Vec<Pin<Box<dyn Future<Output = T> + Send + '_>>>,
     until: Option<Instant>,
 ) -> Vec<Option<T>> {
@@ -230,7 +228,7 @@ pub(crate) async fn gather_until<T>(
 }
 
 /// Every served composite checked with [`check_model`]: the first misfit.
-pub(crate) fn check_all(models: &ServedModels) -> Result<(), String> {
+pub fn check_all(models: &ServedModels) -> Result<(), String> {
     for (name, served) in models.all() {
         if let Some(composite) = &served.composite {
             check_model(models, &name, composite)?;
@@ -241,11 +239,7 @@ pub(crate) fn check_all(models: &ServedModels) -> Result<(), String> {
 
 /// Whether `composite` (served as `name`) calls only models served in
 /// `models`, as they take and give (`wirespeed_models::check_composite`).
-pub(crate) fn check_model(
-    models: &ServedModels,
-    name: &str,
-    composite: &Composite,
-) -> Result<(), String> {
+pub fn check_model(models: &ServedModels, name: &str, composite: &Composite) -> Result<(), String> {
     wirespeed_models::check_composite(name, composite, |model, version| {
         models
             .target(&Target::new(model, version))

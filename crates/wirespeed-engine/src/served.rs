@@ -10,7 +10,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::serve::pipeline::Target;
+use crate::pipeline::Target;
 use std::sync::{Arc, RwLock};
 use std::time::Instant;
 
@@ -21,49 +21,49 @@ use wirespeed_core::{
 use wirespeed_models::{is_valid_model_name, LoadedModel, OutputLabels, VersionPolicy};
 
 use super::metrics::Buckets;
-use crate::serve::cache::ResponseCache;
-use crate::serve::sequences::Sequences;
-use crate::serve::statistics::ModelStats;
-use crate::serve::timing::Stages;
+use crate::cache::ResponseCache;
+use crate::sequences::Sequences;
+use crate::statistics::ModelStats;
+use crate::timing::Stages;
 use wirespeed_scheduler::{Answer, CallContext, QueueThread, Scheduler, Spent};
 
 /// One served model.
-pub(crate) struct ServedModel {
+pub struct ServedModel {
     /// What clients see of it; for a model that computes, what its
     /// scheduler calls.
-    pub(crate) model: Arc<dyn Model>,
+    pub model: Arc<dyn Model>,
     /// How a model that answers through others runs (`composite/`): an
     /// ensemble, a graph, an application. `None` for a model that
     /// computes, which answers through its scheduler.
-    pub(crate) composite: Option<Arc<Composite>>,
+    pub composite: Option<Arc<Composite>>,
     /// Its queue and batching. A composite's holds its configuration
     /// (an application's `[slo]`) and is never handed a request.
-    pub(crate) scheduler: Scheduler,
+    pub scheduler: Scheduler,
     /// Its requests' counts and times.
-    pub(crate) stats: ModelStats,
+    pub stats: ModelStats,
     /// The backend that loaded it, by its registry name.
-    pub(crate) backend: String,
+    pub backend: String,
     /// Requests computed at once.
-    pub(crate) max_concurrency: usize,
+    pub max_concurrency: usize,
     /// Requests that may wait for a turn.
-    pub(crate) max_queue: usize,
+    pub max_queue: usize,
     /// The labels of the outputs that have them.
     labels: Vec<OutputLabels>,
     /// The versions of its folder that are served.
-    pub(crate) version_policy: VersionPolicy,
+    pub version_policy: VersionPolicy,
     /// TF Serving's version labels: label to version.
     version_labels: BTreeMap<String, String>,
     /// Triton's `max_batch_size` (0: no batch dimension of Triton's).
-    pub(crate) max_batch_size: usize,
+    pub max_batch_size: usize,
     /// The inputs' image layouts, as Triton names them.
-    pub(crate) input_formats: Vec<(String, String)>,
+    pub input_formats: Vec<(String, String)>,
     /// Triton's string parameters, from its configuration.
-    pub(crate) parameters: Vec<(String, String)>,
+    pub parameters: Vec<(String, String)>,
     /// A stateful model's open sequences (`sequences.rs`).
-    pub(crate) sequences: Option<Arc<Sequences>>,
+    pub sequences: Option<Arc<Sequences>>,
     /// The response cache, and this load's id in it, when the model's
     /// answers may come from it.
-    pub(crate) cache: Option<(Arc<ResponseCache>, u64)>,
+    pub cache: Option<(Arc<ResponseCache>, u64)>,
 }
 
 impl Drop for ServedModel {
@@ -76,23 +76,24 @@ impl Drop for ServedModel {
 }
 
 impl ServedModel {
-    pub(crate) fn metadata(&self) -> &ModelMetadata {
+    /// The model's metadata: its name, platform and tensors.
+    pub fn metadata(&self) -> &ModelMetadata {
         self.model.metadata()
     }
 
     /// The class labels of `output`, if its config names a labels file.
-    pub(crate) fn labels(&self, output: &str) -> Option<&OutputLabels> {
+    pub fn labels(&self, output: &str) -> Option<&OutputLabels> {
         self.labels.iter().find(|l| l.output == output)
     }
 
     /// Whether the tensor `name` is shown to clients: not a stateful
     /// model's control or state, which the server gives and takes.
-    pub(crate) fn shows(&self, name: &str) -> bool {
+    pub fn shows(&self, name: &str) -> bool {
         self.sequences.as_ref().is_none_or(|s| !s.hides(name))
     }
 
     /// Its steps, when it is an ensemble.
-    pub(crate) fn ensemble(&self) -> Option<&Composition> {
+    pub fn ensemble(&self) -> Option<&Composition> {
         match &self.composite.as_ref()?.kind {
             CompositeKind::Ensemble(composition) => Some(composition),
             _ => None,
@@ -105,7 +106,7 @@ impl ServedModel {
     /// whose queue and compute times go to `stages`. Every caller asks
     /// this way: a client's request, a composite's step or candidate, a
     /// model's call to another.
-    pub(crate) async fn answer(
+    pub async fn answer(
         &self,
         inputs: Vec<Tensor>,
         outputs: &[RequestedOutput],
@@ -148,7 +149,7 @@ impl ServedModel {
     }
 
     /// The version a request answered by this model reports.
-    pub(crate) fn version(&self) -> &str {
+    pub fn version(&self) -> &str {
         &self.metadata().versions[0]
     }
 }
@@ -167,11 +168,7 @@ fn in_version_order(versions: &mut Versions) {
 
 /// The versions a model's metadata lists: the one asked for, or every
 /// served one when none is (Triton's `versions`).
-pub(crate) fn versions_named(
-    models: &ServedModels,
-    name: &str,
-    version: Option<&str>,
-) -> Vec<String> {
+pub fn versions_named(models: &ServedModels, name: &str, version: Option<&str>) -> Vec<String> {
     match version {
         Some(v) => vec![v.to_owned()],
         None => models
@@ -183,7 +180,7 @@ pub(crate) fn versions_named(
 }
 
 /// Every served model, by name.
-pub(crate) struct ServedModels {
+pub struct ServedModels {
     models: RwLock<BTreeMap<String, Versions>>,
     pool: CpuPool,
     /// Where every model's queue is kept.
@@ -199,7 +196,7 @@ impl ServedModels {
     /// what the model asks for, else the CPU pool's threads; `max_queue`
     /// to 64 batches per unit of concurrency (a batch is one request when
     /// the model does not batch).
-    pub(crate) fn start(
+    pub fn start(
         loaded: Vec<LoadedModel>,
         pool: &CpuPool,
         buckets: Option<Arc<Buckets>>,
@@ -225,7 +222,7 @@ impl ServedModels {
     /// Serves `loaded` from now on, unless a model of that name is served
     /// already; says whether it was added.
     #[cfg(feature = "upstream")]
-    pub(crate) fn add(&self, loaded: LoadedModel) -> bool {
+    pub fn add(&self, loaded: LoadedModel) -> bool {
         let mut models = self.models.write().unwrap_or_else(|e| e.into_inner());
         if models.contains_key(&loaded.name) {
             return false;
@@ -240,7 +237,7 @@ impl ServedModels {
     /// under the write lock: a request holds the model it found by an
     /// `Arc`, so requests in flight (queued ones too) finish on the old
     /// model and scheduler, and later ones find the new one.
-    pub(crate) fn replace(&self, name: &str, loaded: Vec<LoadedModel>) -> Option<Versions> {
+    pub fn replace(&self, name: &str, loaded: Vec<LoadedModel>) -> Option<Versions> {
         if loaded.is_empty() {
             return self.remove(name);
         }
@@ -252,7 +249,7 @@ impl ServedModels {
 
     /// Stops serving model `name`, returning its versions; requests in
     /// flight finish.
-    pub(crate) fn remove(&self, name: &str) -> Option<Versions> {
+    pub fn remove(&self, name: &str) -> Option<Versions> {
         let mut models = self.models.write().unwrap_or_else(|e| e.into_inner());
         models.remove(name)
     }
@@ -305,7 +302,7 @@ impl ServedModels {
                 );
                 None
             }
-            (Some(cache), true) => Some((Arc::clone(cache), crate::serve::cache::load_id())),
+            (Some(cache), true) => Some((Arc::clone(cache), crate::cache::load_id())),
         };
         Arc::new(ServedModel {
             cache,
@@ -327,13 +324,13 @@ impl ServedModels {
     }
 
     /// The response cache, when the server has one.
-    pub(crate) fn cache(&self) -> Option<&Arc<ResponseCache>> {
+    pub fn cache(&self) -> Option<&Arc<ResponseCache>> {
         self.cache.as_ref()
     }
 
     /// Every served model version, in name and version order, as they
     /// are now.
-    pub(crate) fn all(&self) -> Vec<(String, Arc<ServedModel>)> {
+    pub fn all(&self) -> Vec<(String, Arc<ServedModel>)> {
         let models = self.models.read().unwrap_or_else(|e| e.into_inner());
         models
             .iter()
@@ -342,21 +339,21 @@ impl ServedModels {
     }
 
     /// The names of the served models, in order.
-    pub(crate) fn names(&self) -> Vec<String> {
+    pub fn names(&self) -> Vec<String> {
         let models = self.models.read().unwrap_or_else(|e| e.into_inner());
         models.keys().cloned().collect()
     }
 
     /// Every served version of model `name`, in version order (empty when
     /// it is not served).
-    pub(crate) fn versions(&self, name: &str) -> Vec<Arc<ServedModel>> {
+    pub fn versions(&self, name: &str) -> Vec<Arc<ServedModel>> {
         let models = self.models.read().unwrap_or_else(|e| e.into_inner());
         models.get(name).cloned().unwrap_or_default()
     }
 
     /// The model `name` in `version` (any served version when `None`), or a
     /// not-found error that says which part did not match.
-    pub(crate) fn get(&self, name: &str, version: Option<&str>) -> Result<Arc<ServedModel>, Error> {
+    pub fn get(&self, name: &str, version: Option<&str>) -> Result<Arc<ServedModel>, Error> {
         // Names come from URLs and messages; this is a map, so nothing can
         // reach a file, but a name that could never be a model folder's is
         // refused as such rather than looked up.
@@ -395,7 +392,7 @@ impl ServedModels {
 
     /// The model a request names: by version, by TF Serving's version
     /// label (its `[version_labels]`), or the latest.
-    pub(crate) fn target(&self, target: &Target<'_>) -> Result<Arc<ServedModel>, Error> {
+    pub fn target(&self, target: &Target<'_>) -> Result<Arc<ServedModel>, Error> {
         let Some(label) = target.label else {
             return self.get(target.name, target.version);
         };

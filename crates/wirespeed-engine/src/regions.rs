@@ -41,11 +41,15 @@ const MAX_REGIONS: usize = 4096;
 const COPY_CHUNK: usize = 64 * 1024;
 
 /// One registered region.
-pub(crate) struct Region {
-    pub(crate) name: String,
-    pub(crate) key: String,
-    pub(crate) offset: usize,
-    pub(crate) byte_size: usize,
+pub struct Region {
+    /// The name it was registered under.
+    pub name: String,
+    /// The shared-memory key it maps (`/name` under `/dev/shm`).
+    pub key: String,
+    /// Where in the key's object the region starts.
+    pub offset: usize,
+    /// How many bytes the region spans.
+    pub byte_size: usize,
     map: MmapRaw,
 }
 
@@ -120,7 +124,7 @@ impl Region {
 
 /// The registered regions, by name.
 #[derive(Default)]
-pub(crate) struct SharedMemory {
+pub struct SharedMemory {
     regions: RwLock<BTreeMap<String, Arc<Region>>>,
 }
 
@@ -133,7 +137,7 @@ fn not_found(name: &str) -> Error {
 impl SharedMemory {
     /// Maps `byte_size` bytes at `offset` of the shared-memory object
     /// `key` as region `name`.
-    pub(crate) fn register(
+    pub fn register(
         &self,
         name: &str,
         key: &str,
@@ -223,7 +227,7 @@ impl SharedMemory {
     /// Unregisters region `name`, or every region when `name` is empty.
     /// Requests reading a region keep it mapped until they end. A region
     /// that is not registered is no error, as with Triton.
-    pub(crate) fn unregister(&self, name: &str) {
+    pub fn unregister(&self, name: &str) {
         let mut regions = self.regions.write().unwrap_or_else(PoisonError::into_inner);
         if name.is_empty() {
             regions.clear();
@@ -233,7 +237,7 @@ impl SharedMemory {
     }
 
     /// Region `name`, or every region when `name` is empty.
-    pub(crate) fn status(&self, name: &str) -> Result<Vec<Arc<Region>>, Error> {
+    pub fn status(&self, name: &str) -> Result<Vec<Arc<Region>>, Error> {
         let regions = self.regions.read().unwrap_or_else(PoisonError::into_inner);
         if name.is_empty() {
             return Ok(regions.values().cloned().collect());
@@ -254,7 +258,7 @@ impl SharedMemory {
     /// region, checked: registered, and the bytes inside it. The regions
     /// are held, so unregistering one does not pull it from under a
     /// request that reads it.
-    pub(crate) fn resolve_inputs(&self, request: &mut InferRequest) -> Result<InputCopies, Error> {
+    pub fn resolve_inputs(&self, request: &mut InferRequest) -> Result<InputCopies, Error> {
         let mut copies = Vec::with_capacity(request.shared_inputs.len());
         for shared in std::mem::take(&mut request.shared_inputs) {
             let what = format!("input '{}'", request.inputs[shared.input].name);
@@ -270,7 +274,7 @@ impl SharedMemory {
     /// The requested outputs to write to shared memory, checked before the
     /// model runs: parameters well formed, regions registered, offsets
     /// inside them.
-    pub(crate) fn placements(&self, requested: &[RequestedOutput]) -> Result<Placements, Error> {
+    pub fn placements(&self, requested: &[RequestedOutput]) -> Result<Placements, Error> {
         let mut all = Vec::new();
         for output in requested {
             let Some(at) = SharedRef::from_parameters(&output.parameters)
@@ -288,22 +292,22 @@ impl SharedMemory {
 }
 
 /// A request's inputs to read from shared memory, resolved.
-pub(crate) struct InputCopies(Vec<(usize, Arc<Region>, SharedRef)>);
+pub struct InputCopies(Vec<(usize, Arc<Region>, SharedRef)>);
 
 impl InputCopies {
     /// Whether no input lies in shared memory.
-    pub(crate) fn is_empty(&self) -> bool {
+    pub fn is_empty(&self) -> bool {
         self.0.is_empty()
     }
 
     /// The bytes to copy.
-    pub(crate) fn bytes(&self) -> usize {
+    pub fn bytes(&self) -> usize {
         self.0.iter().map(|(_, _, at)| at.byte_size).sum()
     }
 
     /// Reads each input from its region into its tensor. BYTES elements
     /// may be at most `max_element` bytes.
-    pub(crate) fn copy(self, request: &mut InferRequest, max_element: usize) -> Result<(), Error> {
+    pub fn copy(self, request: &mut InferRequest, max_element: usize) -> Result<(), Error> {
         for (input, region, at) in self.0 {
             let tensor = &mut request.inputs[input];
             let count = element_count(&tensor.shape).expect("the decoder counted the shape");
@@ -321,21 +325,21 @@ impl InputCopies {
 }
 
 /// A request's outputs to write to shared memory, resolved.
-pub(crate) struct Placements(Vec<(String, Arc<Region>, SharedRef)>);
+pub struct Placements(Vec<(String, Arc<Region>, SharedRef)>);
 
 impl Placements {
     /// Whether no output goes to shared memory.
-    pub(crate) fn is_empty(&self) -> bool {
+    pub fn is_empty(&self) -> bool {
         self.0.is_empty()
     }
 
     /// The most bytes the outputs may take.
-    pub(crate) fn bytes(&self) -> usize {
+    pub fn bytes(&self) -> usize {
         self.0.iter().map(|(_, _, at)| at.byte_size).sum()
     }
 
     /// Writes each placed output to its region, and says where it went.
-    pub(crate) fn write(self, outputs: &[Tensor]) -> Result<Vec<SharedOutput>, Error> {
+    pub fn write(self, outputs: &[Tensor]) -> Result<Vec<SharedOutput>, Error> {
         let mut written = Vec::with_capacity(self.0.len());
         for (name, region, at) in self.0 {
             let Some(index) = outputs.iter().position(|t| t.name == name) else {
@@ -372,7 +376,7 @@ impl Placements {
 
 /// Shared-memory copies larger than this run on the CPU pool: a copy of a
 /// few megabytes would hold the connection's I/O thread for a millisecond.
-pub(crate) const OFFLOAD_COPY_BYTES: usize = 1 << 20;
+pub const OFFLOAD_COPY_BYTES: usize = 1 << 20;
 
 /// `error` about a region, said of one tensor.
 fn in_tensor(error: Error, what: &str) -> Error {
@@ -380,7 +384,7 @@ fn in_tensor(error: Error, what: &str) -> Error {
 }
 
 /// The answer for registering CUDA shared memory.
-pub(crate) fn cuda_refused() -> Error {
+pub fn cuda_refused() -> Error {
     Error::new(
         ErrorKind::Unsupported,
         "CUDA shared memory is not supported: wirespeed runs on CPUs and has no GPU; register \

@@ -6,9 +6,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use super::served::{ServedModel, ServedModels};
 
 /// The server's own part of readiness; the models say the rest.
-pub(crate) struct Readiness {
+pub struct Readiness {
     /// False once shutdown begins.
-    serving: AtomicBool,
+    engine: AtomicBool,
     /// False while an upstream's models are still to be listed
     /// (`--upstream` without `--upstream-models`).
     listed: AtomicBool,
@@ -17,7 +17,7 @@ pub(crate) struct Readiness {
 impl Default for Readiness {
     fn default() -> Readiness {
         Readiness {
-            serving: AtomicBool::new(true),
+            engine: AtomicBool::new(true),
             listed: AtomicBool::new(true),
         }
     }
@@ -25,26 +25,26 @@ impl Default for Readiness {
 
 impl Readiness {
     /// Shutdown has begun: nothing is ready any more.
-    pub(crate) fn stop_serving(&self) {
-        self.serving.store(false, Ordering::Release);
+    pub fn stop_serving(&self) {
+        self.engine.store(false, Ordering::Release);
     }
 
     /// Not ready until [`Readiness::listed`]: the upstream's models are to
     /// be listed.
     #[cfg(feature = "upstream")]
-    pub(crate) fn wait_for_listing(&self) {
+    pub fn wait_for_listing(&self) {
         self.listed.store(false, Ordering::Release);
     }
 
     /// The upstream's models are listed; true if they were already.
     #[cfg(feature = "upstream")]
-    pub(crate) fn listed(&self) -> bool {
+    pub fn listed(&self) -> bool {
         self.listed.swap(true, Ordering::AcqRel)
     }
 
     /// Ready while serving with every model ready.
-    pub(crate) fn server_ready(&self, models: &ServedModels) -> bool {
-        self.serving.load(Ordering::Acquire)
+    pub fn server_ready(&self, models: &ServedModels) -> bool {
+        self.engine.load(Ordering::Acquire)
             && self.listed.load(Ordering::Acquire)
             && models
                 .all()
@@ -53,8 +53,8 @@ impl Readiness {
     }
 
     /// Whether `served` can answer now, or why not.
-    pub(crate) fn model_ready(&self, served: &ServedModel) -> Result<(), String> {
-        if !self.serving.load(Ordering::Acquire) {
+    pub fn model_ready(&self, served: &ServedModel) -> Result<(), String> {
+        if !self.engine.load(Ordering::Acquire) {
             return Err("the server is shutting down".to_owned());
         }
         served.model.ready()

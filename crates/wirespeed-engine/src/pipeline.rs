@@ -23,60 +23,62 @@ use wirespeed_core::{
     Error, ErrorKind, InferRequest, InferResponse, ParameterValue, Parameters, TraceContext,
 };
 
-use crate::serve::classification;
-use crate::serve::composite::{self, application};
-use crate::serve::metrics::InferProtocol;
-use crate::serve::regions;
-use crate::serve::reserved;
-use crate::serve::sequences;
-use crate::serve::served::ServedModel;
-use crate::serve::statistics::{Counting, FailureReason};
-use crate::serve::stream::ResponseStream;
-use crate::serve::timing::{timed, timed_on, Stages};
-use crate::serve::traces::{Finished, RequestTrace};
-use crate::serve::Serving;
+use crate::classification;
+use crate::composite::{self, application};
+use crate::metrics::InferProtocol;
+use crate::regions;
+use crate::reserved;
+use crate::sequences;
+use crate::served::ServedModel;
+use crate::statistics::{Counting, FailureReason};
+use crate::stream::ResponseStream;
+use crate::timing::{timed, timed_on, Stages};
+use crate::traces::{Finished, RequestTrace};
+use crate::Engine;
 use wirespeed_scheduler::{CallContext, Spent, DEFAULT_EXPLANATION};
 
 /// One request's number, span and clock, from the moment a front end took
 /// it.
-pub(crate) struct RequestContext {
+pub struct RequestContext {
     /// The number in server errors and in the log.
-    pub(crate) id: u64,
-    pub(crate) span: Span,
-    pub(crate) stages: Stages,
+    pub id: u64,
+    /// The `request` span its stages are recorded under.
+    pub span: Span,
+    /// Its stage timings, started when the front end took it.
+    pub stages: Stages,
     /// When the client stops waiting: `--request-timeout` after the start,
     /// or sooner when a gRPC client's `grpc-timeout` says so. A model that
     /// calls another server passes it on.
-    pub(crate) deadline: Instant,
+    pub deadline: Instant,
     /// The answer is the model's default outputs.
-    pub(crate) default_answer: bool,
+    pub default_answer: bool,
     /// Its distributed trace (`traces.rs`).
-    pub(crate) trace: RequestTrace,
+    pub trace: RequestTrace,
 }
 
 impl RequestContext {
     /// Numbers a new request of `protocol` that came with the trace
     /// context `trace`, and starts its clock.
-    pub(crate) fn new(
-        serving: &Serving,
+    pub fn new(
+        engine: &Engine,
         protocol: &'static str,
         trace: Option<TraceContext>,
     ) -> RequestContext {
-        let id = serving.next_request_id();
+        let id = engine.next_request_id();
         let stages = Stages::start();
         RequestContext {
             id,
             span: tracing::debug_span!("request", id, protocol),
-            deadline: stages.started() + serving.request_timeout,
+            deadline: stages.started() + engine.request_timeout,
             default_answer: false,
-            trace: RequestTrace::begin(serving.traces.as_ref(), trace),
+            trace: RequestTrace::begin(engine.traces.as_ref(), trace),
             stages,
         }
     }
 
     /// Brings the deadline forward to `timeout` from now, if that is
     /// sooner: the client's own deadline.
-    pub(crate) fn within(mut self, timeout: Option<Duration>) -> RequestContext {
+    pub fn within(mut self, timeout: Option<Duration>) -> RequestContext {
         if let Some(deadline) = timeout.and_then(|t| Instant::now().checked_add(t)) {
             self.deadline = self.deadline.min(deadline);
         }
@@ -117,17 +119,18 @@ fn check_batch_size(served: &ServedModel, name: &str, request: &InferRequest) ->
 
 /// The model a request names, as its protocol gives it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Target<'a> {
-    pub(crate) name: &'a str,
+pub struct Target<'a> {
+    /// The model's name.
+    pub name: &'a str,
     /// The version asked for; `None` for the served one.
-    pub(crate) version: Option<&'a str>,
+    pub version: Option<&'a str>,
     /// TF Serving's version label, in place of a version.
-    pub(crate) label: Option<&'a str>,
+    pub label: Option<&'a str>,
 }
 
 impl<'a> Target<'a> {
     /// The model `name`, in `version` (the served one when `None`).
-    pub(crate) fn new(name: &'a str, version: Option<&'a str>) -> Target<'a> {
+    pub fn new(name: &'a str, version: Option<&'a str>) -> Target<'a> {
         Target {
             name,
             version,
@@ -137,7 +140,11 @@ impl<'a> Target<'a> {
 }
 
 /// One protocol's side of an infer request.
-pub(crate) trait Codec {
+///
+/// Its futures are not required to be `Send`: a codec is driven on its
+/// connection's task, inside [`infer`], never spawned.
+#[allow(async_fn_in_trait)]
+pub trait Codec {
     /// What the protocol answers with: an HTTP response, a gRPC message.
     type Answer;
 
@@ -197,25 +204,37 @@ pub(crate) trait Codec {
     fn error(&self, error: &Error, message: &str) -> Self::Answer;
 }
 
-/// Runs one infer request through `codec`'s protocol: look the model up,
-/// decode, queue, compute, encode, stamp; or answer the error.
-pub(crate) async fn infer<C: Codec>(
-    serving: &Serving,
+impl Engine {
+    /// Runs one infer request through `codec`'s protocol: look the model
+    /// up, decode, queue, compute, encode, stamp; or answer the error.
+    /// Every protocol's infer endpoint comes here.
+    pub async fn infer<C: Codec>(
+        &self,
+        context: RequestContext,
+        target: Target<'_>,
+        codec: C,
+    ) -> C::Answer {
+        infer(self, context, target, codec).await
+    }
+}
+
+async fn infer<C: Codec>(
+    engine: &Engine,
     mut context: RequestContext,
     target: Target<'_>,
     mut codec: C,
 ) -> C::Answer {
     let span = context.span.clone();
     async move {
-        let result = run(serving, &mut context, target, &mut codec).await;
-        if let Some(traffic) = &serving.traffic {
+        let result = run(engine, &mut context, target, &mut codec).await;
+        if let Some(traffic) = &engine.traffic {
             traffic.request(C::PROTOCOL, context.stages.body_bytes);
             if let Err(e) = &result {
                 traffic.refused(e.kind());
             }
         }
         std::mem::take(&mut context.trace).finish(
-            serving.traces.as_ref(),
+            engine.traces.as_ref(),
             &context.stages,
             Finished {
                 id: context.id,
@@ -244,12 +263,12 @@ pub(crate) async fn infer<C: Codec>(
 }
 
 async fn run<C: Codec>(
-    serving: &Serving,
+    engine: &Engine,
     context: &mut RequestContext,
     target: Target<'_>,
     codec: &mut C,
 ) -> Result<C::Answer, Error> {
-    let served = match serving.models.target(&target) {
+    let served = match engine.models.target(&target) {
         Ok(served) => served,
         Err(e) => return Err(codec.refuse(e).await),
     };
@@ -267,13 +286,13 @@ async fn run<C: Codec>(
     // against the version that ran it; one whose client left first (the
     // future dropped) as canceled.
     let mut counting = Counting::new(served, context.stages.started());
-    let result = compute(serving, &mut counting.served, context, target, codec).await;
+    let result = compute(engine, &mut counting.served, context, target, codec).await;
     counting.finish(result.as_ref().map(drop), &context.stages);
     result
 }
 
 async fn compute<C: Codec>(
-    serving: &Serving,
+    engine: &Engine,
     model: &mut Arc<ServedModel>,
     context: &mut RequestContext,
     target: Target<'_>,
@@ -305,14 +324,14 @@ async fn compute<C: Codec>(
     let sequence = sequences::flags(&mut request.parameters)?;
     // Inputs in shared memory are read as part of decoding the request;
     // what the outputs ask for is checked before the model runs.
-    let shm = &serving.shared_memory;
+    let shm = &engine.shared_memory;
     let copies = shm.resolve_inputs(&mut request)?;
     let classify = classification::requested(&request.outputs, served.metadata())?;
     let placements = shm.placements(&request.outputs)?;
     if !copies.is_empty() {
-        let max_element = serving.decode_options.limits.max_string_bytes;
+        let max_element = engine.decode_options.limits.max_string_bytes;
         let offload = copies.bytes() > regions::OFFLOAD_COPY_BYTES;
-        request = timed_on(&serving.pool, offload, &mut stages.decode, move || {
+        request = timed_on(&engine.pool, offload, &mut stages.decode, move || {
             copies.copy(&mut request, max_element).map(|()| request)
         })
         .await?;
@@ -416,7 +435,7 @@ async fn compute<C: Codec>(
         // calls, each through its own scheduler.
         let compute = std::time::Instant::now();
         let composed = composite::run(
-            &serving.models,
+            &engine.models,
             served,
             composite,
             request.inputs,
@@ -465,7 +484,7 @@ async fn compute<C: Codec>(
     if !placements.is_empty() {
         let offload = placements.bytes() > regions::OFFLOAD_COPY_BYTES;
         (outputs, shared_outputs) =
-            timed_on(&serving.pool, offload, &mut stages.encode, move || {
+            timed_on(&engine.pool, offload, &mut stages.encode, move || {
                 placements.write(&outputs).map(|written| (outputs, written))
             })
             .await?;
@@ -485,7 +504,7 @@ async fn compute<C: Codec>(
 /// What the client is told of `error`: the message of a client error; for
 /// a server error, only that it happened and the request id, which the log
 /// line (written here) also carries.
-pub(crate) fn public_message(error: &Error, id: u64) -> String {
+pub fn public_message(error: &Error, id: u64) -> String {
     if error.kind().is_client_error() {
         return error.message().to_owned();
     }

@@ -20,29 +20,34 @@ use std::time::{Duration, Instant};
 use wirespeed_core::{CpuPool, Error};
 
 /// The header's name.
-pub(crate) const SERVER_TIMING: &str = "server-timing";
+pub const SERVER_TIMING: &str = "server-timing";
 
 /// One request's stage times.
-pub(crate) struct Stages {
+pub struct Stages {
     start: Instant,
-    pub(crate) read: Duration,
-    pub(crate) decode: Duration,
-    pub(crate) queue: Duration,
-    pub(crate) compute: Duration,
-    pub(crate) encode: Duration,
+    /// Reading the body, decoding as it arrives.
+    pub read: Duration,
+    /// The time inside the decoder, part of `read`.
+    pub decode: Duration,
+    /// Waiting in the model's queue.
+    pub queue: Duration,
+    /// Running the model.
+    pub compute: Duration,
+    /// Writing the answer.
+    pub encode: Duration,
     /// The rows of the batch the request ran in; 0 when the model does not
     /// batch.
-    pub(crate) batch: usize,
+    pub batch: usize,
     /// The bytes of the body (decompressed) or message that were decoded.
-    pub(crate) body_bytes: u64,
+    pub body_bytes: u64,
     /// Triton's inferences in the request: its rows when the model has
     /// Triton's batch dimension (`max_batch_size`), else 1.
-    pub(crate) inferences: u64,
+    pub inferences: u64,
 }
 
 impl Stages {
     /// Starts the clock of a request.
-    pub(crate) fn start() -> Stages {
+    pub fn start() -> Stages {
         Stages {
             start: Instant::now(),
             read: Duration::ZERO,
@@ -58,7 +63,7 @@ impl Stages {
 
     /// Records the wait, the compute and the batch size of the request's
     /// turn in its model's scheduler.
-    pub(crate) fn scheduled(&mut self, spent: wirespeed_scheduler::Spent) {
+    pub fn scheduled(&mut self, spent: wirespeed_scheduler::Spent) {
         self.queue = spent.queue;
         self.compute = spent.compute;
         self.batch = spent.batch;
@@ -66,19 +71,19 @@ impl Stages {
 
     /// Marks the end of reading the body of `bytes`, which took `decode`
     /// in the decoder: `read` is the time since the start.
-    pub(crate) fn body_read(&mut self, decode: Duration, bytes: u64) {
+    pub fn body_read(&mut self, decode: Duration, bytes: u64) {
         self.read = self.start.elapsed();
         self.decode = decode;
         self.body_bytes = bytes;
     }
 
     /// When the request's clock started.
-    pub(crate) fn started(&self) -> Instant {
+    pub fn started(&self) -> Instant {
         self.start
     }
 
     /// The time since the request's clock started.
-    pub(crate) fn elapsed(&self) -> Duration {
+    pub fn elapsed(&self) -> Duration {
         self.start.elapsed()
     }
 
@@ -86,7 +91,7 @@ impl Stages {
     /// answer carries it, so it is written with integer formatting (whole
     /// microseconds as milliseconds with three decimals), not float
     /// formatting.
-    pub(crate) fn text(&self) -> String {
+    pub fn text(&self) -> String {
         let mut text = String::with_capacity(112);
         let mut digits = itoa::Buffer::new();
         let stages = [
@@ -118,7 +123,7 @@ impl Stages {
 }
 
 /// Runs `f` and adds the time it took to `total`.
-pub(crate) fn timed<T>(total: &mut Duration, f: impl FnOnce() -> T) -> T {
+pub fn timed<T>(total: &mut Duration, f: impl FnOnce() -> T) -> T {
     let start = Instant::now();
     let value = f();
     *total += start.elapsed();
@@ -127,7 +132,7 @@ pub(crate) fn timed<T>(total: &mut Duration, f: impl FnOnce() -> T) -> T {
 
 /// Runs `work`, on the CPU pool when `offload` (work that would hold an
 /// async worker too long), and adds the time it took to `spent`.
-pub(crate) async fn timed_on<T: Send + 'static>(
+pub async fn timed_on<T: Send + 'static>(
     pool: &CpuPool,
     offload: bool,
     spent: &mut Duration,

@@ -15,16 +15,16 @@ use wirespeed_core::{Error, ParameterValue, Parameters};
 
 /// What a request asks of its model's queue.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub(crate) struct Queueing {
+pub struct Queueing {
     /// The `priority` parameter; 0 when absent.
-    pub(crate) priority: u64,
+    pub priority: u64,
     /// The `timeout` parameter, if given and not 0.
-    pub(crate) timeout: Option<Duration>,
+    pub timeout: Option<Duration>,
 }
 
 /// Reads `priority` and `timeout`, and refuses the request if it sets a
 /// reserved parameter wirespeed does not implement.
-pub(crate) fn read(parameters: &Parameters) -> Result<Queueing, Error> {
+pub fn read(parameters: &Parameters) -> Result<Queueing, Error> {
     let mut queueing = Queueing::default();
     for (key, value) in parameters {
         match (key.as_str(), value) {

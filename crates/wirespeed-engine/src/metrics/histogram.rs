@@ -82,21 +82,22 @@ impl Buckets {
 }
 
 /// One latency histogram.
-pub(crate) struct Histogram {
+pub struct Histogram {
     buckets: Arc<Buckets>,
     shards: Shards<SLOTS>,
 }
 
 /// A histogram as a scrape reads it.
-pub(crate) struct Snapshot {
+pub struct Snapshot {
     /// Per bound: the observations at or under it.
-    pub(crate) cumulative: Vec<(f64, u64)>,
-    pub(crate) count: u64,
-    pub(crate) sum_seconds: f64,
+    pub cumulative: Vec<(f64, u64)>,
+    pub count: u64,
+    pub sum_seconds: f64,
 }
 
 impl Histogram {
-    pub(crate) fn new(buckets: Arc<Buckets>) -> Histogram {
+    /// An empty histogram over `buckets`.
+    pub fn new(buckets: Arc<Buckets>) -> Histogram {
         Histogram {
             buckets,
             shards: Shards::default(),
@@ -104,7 +105,8 @@ impl Histogram {
     }
 
     #[inline]
-    pub(crate) fn observe(&self, took: Duration) {
+    /// Counts one observation of `took`.
+    pub fn observe(&self, took: Duration) {
         let ns = u64::try_from(took.as_nanos()).unwrap_or(u64::MAX);
         // The first bound at or over `ns`; past the last, the overflow.
         let bucket = self.buckets.nanos.partition_point(|&bound| bound < ns);
@@ -117,7 +119,8 @@ impl Histogram {
         self.shards.add(SUM, ns);
     }
 
-    pub(crate) fn snapshot(&self) -> Snapshot {
+    /// The counts so far, cumulative per bucket as Prometheus reads them.
+    pub fn snapshot(&self) -> Snapshot {
         let mut running = 0;
         let cumulative = self
             .buckets
