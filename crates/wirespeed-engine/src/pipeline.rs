@@ -1,14 +1,19 @@
 //! The one path every infer request takes, whatever protocol it came in.
 //!
 //! A front end is a [`Codec`]: it reads its protocol's request into an
-//! [`InferRequest`], and writes an [`InferResponse`] (or an [`Error`]) as its
-//! protocol's answer. [`infer`] does everything in between, once for all of
-//! them: the request id and tracing span, the model lookup, the scheduler's
-//! queue and compute, the stage timings and their `Server-Timing` text, and
-//! the logging of server errors (whose text never reaches the client). So
-//! the same request gives the same outputs, and the same mistake the same
-//! error, through V2 JSON, V2 binary, raw bodies, TF Serving, Clipper and
-//! gRPC.
+//! [`InferRequest`], and writes an [`InferResponse`] (or an [`Error`]) as
+//! its protocol's answer. [`Engine::infer`] does everything in between,
+//! once for all of them: the request id and tracing span, the model lookup,
+//! `admit` (decode through the codec, and take what is the server's: queue
+//! parameters, sequences, shared memory, classification), then `stream` (a
+//! decoupled model) or `answer` (the response cache and scheduler, or a
+//! composite's runner), the stage timings and their `Server-Timing` text,
+//! and the logging of server errors (whose text never reaches the client).
+//! So the same request gives the same outputs, and the same mistake the
+//! same error, through V2 JSON, V2 binary, raw bodies, TF Serving, Clipper,
+//! OpenAI and gRPC. What only some protocols have stays in their codecs
+//! (Clipper's version in the body, an application's key read from a
+//! header: `composite::application::key_from_header`).
 //!
 //! The spans, enabled with `--log-level debug`: `request` (with its id and
 //! protocol) around `read` (which decodes as the body arrives, and records
@@ -24,7 +29,7 @@ use wirespeed_core::{
 };
 
 use crate::classification;
-use crate::composite::{self, application};
+use crate::composite;
 use crate::metrics::InferProtocol;
 use crate::regions;
 use crate::reserved;
@@ -169,13 +174,6 @@ pub trait Codec {
         error
     }
 
-    /// The value of the request's header (HTTP) or metadata (gRPC)
-    /// `name`, where the protocol has them: an application keyed by a
-    /// header reads its key there. `None` by default.
-    fn header(&self, _name: &str) -> Option<String> {
-        None
-    }
-
     /// The protocol's answer for `response`.
     fn encode(&mut self, response: InferResponse) -> Result<Self::Answer, Error>;
 
@@ -189,15 +187,13 @@ pub trait Codec {
         self.encode(response)
     }
 
-    /// Adds the stage timings (`Server-Timing` text) to a success.
-    fn stamp(answer: &mut Self::Answer, timing: &str);
-
-    /// Flags a success whose outputs are the model's defaults (it would
-    /// have missed its latency objective) where the protocol has room
-    /// outside the body: a header, gRPC trailing metadata. The body says
-    /// it too where its format can (V2's response parameters, Clipper's
-    /// `default`).
-    fn mark_default(_answer: &mut Self::Answer) {}
+    /// Adds the stage timings (`Server-Timing` text) to a success, and
+    /// flags one whose outputs are the model's defaults (`default`: it
+    /// would have missed its latency objective) where the protocol has
+    /// room outside the body: a header, gRPC trailing metadata. The body
+    /// says it too where its format can (V2's response parameters,
+    /// Clipper's `default`).
+    fn stamp(answer: &mut Self::Answer, timing: &str, default: bool);
 
     /// The protocol's answer for `error`, whose client-facing text is
     /// `message`.
@@ -246,10 +242,7 @@ async fn infer<C: Codec>(
         );
         match result {
             Ok(mut answer) => {
-                C::stamp(&mut answer, &context.stages.text());
-                if context.default_answer {
-                    C::mark_default(&mut answer);
-                }
+                C::stamp(&mut answer, &context.stages.text(), context.default_answer);
                 answer
             }
             Err(error) => {
@@ -298,6 +291,43 @@ async fn compute<C: Codec>(
     target: Target<'_>,
     codec: &mut C,
 ) -> Result<C::Answer, Error> {
+    let admitted = admit(engine, model, context, target, codec).await?;
+    if model.model.decoupled() {
+        let stream = stream(model, admitted, target, &mut context.stages).await?;
+        return codec.encode_stream(stream).await;
+    }
+    let response = answer(engine, model, admitted, context, target).await?;
+    let _encoding = tracing::debug_span!("encode").entered();
+    timed(&mut context.stages.encode, || codec.encode(response))
+}
+
+/// A decoded request with what the server took of it, ready to run.
+struct Admitted {
+    /// The inputs, the outputs asked for and the id; its parameters are
+    /// the call's.
+    request: InferRequest,
+    /// What the model's scheduler gets with the inputs.
+    call: CallContext,
+    /// A stateful model's turn in its sequence.
+    turn: Option<sequences::Turn>,
+    /// The outputs to answer as classes.
+    classify: Vec<classification::Classify>,
+    /// The outputs to write to shared memory.
+    placements: regions::Placements,
+}
+
+/// Decodes the request through `codec` and takes what is the server's
+/// of it: its queueing and sequence parameters, its inputs in shared
+/// memory, its classification and output placements, its batch size
+/// checked; a stateful model's request waits here for its sequence's
+/// turn.
+async fn admit<C: Codec>(
+    engine: &Engine,
+    model: &mut Arc<ServedModel>,
+    context: &mut RequestContext,
+    target: Target<'_>,
+    codec: &mut C,
+) -> Result<Admitted, Error> {
     let stages = &mut context.stages;
     // Reading and decoding overlap (the body is decoded as it arrives): one
     // span for the read, with the time inside the decoder as a field.
@@ -310,16 +340,6 @@ async fn compute<C: Codec>(
     drop(reading);
     let mut request = request?;
     let served: &ServedModel = model;
-    // An application keyed by a header (`key = "header:x-user-id"`) reads
-    // the key from it, as a parameter of that name.
-    if let Some(selector) = application::selector_of(served) {
-        let key = selector.key();
-        if let Some(value) = key.strip_prefix("header:").and_then(|h| codec.header(h)) {
-            request
-                .parameters
-                .push((key.to_owned(), ParameterValue::String(value)));
-        }
-    }
     let queueing = reserved::read(&request.parameters)?;
     let sequence = sequences::flags(&mut request.parameters)?;
     // Inputs in shared memory are read as part of decoding the request;
@@ -359,26 +379,10 @@ async fn compute<C: Codec>(
             .unwrap_or(1) as u64;
     }
     let mut parameters = model_parameters(std::mem::take(&mut request.parameters));
-    if let (Some(turn), "python") = (&turn, served.backend.as_str()) {
-        // A Python model sees its sequence as Triton's request does
-        // (`correlation_id()`, `flags()`), and its worker is chosen by it.
-        let flags = turn.flags();
-        parameters.push((
-            "sequence_id".to_owned(),
-            match &flags.id {
-                sequences::CorrelationId::Number(n) => {
-                    ParameterValue::Int(i64::try_from(*n).unwrap_or(i64::MAX))
-                }
-                sequences::CorrelationId::Text(s) => ParameterValue::String(s.clone()),
-            },
-        ));
-        parameters.push((
-            "sequence_start".to_owned(),
-            ParameterValue::Bool(flags.start),
-        ));
-        parameters.push(("sequence_end".to_owned(), ParameterValue::Bool(flags.end)));
+    if let Some(turn) = &turn {
+        turn.add_parameters(&mut parameters);
     }
-    let mut call = CallContext {
+    let call = CallContext {
         started: stages.started(),
         parameters,
         deadline: Some(context.deadline),
@@ -388,47 +392,88 @@ async fn compute<C: Codec>(
         responses: None,
         input_parameters: std::mem::take(&mut request.input_parameters),
     };
-    if served.model.decoupled() {
-        if !classify.is_empty() || !placements.is_empty() {
-            return Err(Error::new(
-                ErrorKind::Unsupported,
-                format!(
-                    "model '{}' is decoupled: its outputs cannot be classified or placed in \
-                     shared memory",
-                    target.name
-                ),
-            ));
-        }
-        // A stream: the model's run and its responses overlap.
-        let (sender, receiver) = wirespeed_core::response_channel();
-        call.responses = Some(sender);
-        let running = Arc::clone(model);
-        let requested = request.outputs;
-        let run = Box::pin(async move {
-            let mut spent = Spent::default();
-            let ran = running
-                .scheduler
-                .run(request.inputs, &requested, call, &mut spent)
-                .await
-                .map(drop);
-            // A sequence's next request waits until the model has taken
-            // this one.
-            drop(turn);
-            ran
-        });
-        let compute = Instant::now();
-        let stream = ResponseStream::first(
-            receiver,
-            run,
-            model.metadata().name.clone(),
-            target.version.unwrap_or(model.version()).to_owned(),
-            request.id,
-        )
-        .await;
-        stages.compute = compute.elapsed();
-        let stream = stream?.timed(Arc::clone(model), stages.started());
-        return codec.encode_stream(stream).await;
+    Ok(Admitted {
+        request,
+        call,
+        turn,
+        classify,
+        placements,
+    })
+}
+
+/// Runs a decoupled model: its run and its responses overlap, and the
+/// stream starts with its first response.
+async fn stream(
+    model: &Arc<ServedModel>,
+    admitted: Admitted,
+    target: Target<'_>,
+    stages: &mut Stages,
+) -> Result<ResponseStream, Error> {
+    let Admitted {
+        request,
+        mut call,
+        turn,
+        classify,
+        placements,
+    } = admitted;
+    if !classify.is_empty() || !placements.is_empty() {
+        return Err(Error::new(
+            ErrorKind::Unsupported,
+            format!(
+                "model '{}' is decoupled: its outputs cannot be classified or placed in \
+                 shared memory",
+                target.name
+            ),
+        ));
     }
+    let (sender, receiver) = wirespeed_core::response_channel();
+    call.responses = Some(sender);
+    let running = Arc::clone(model);
+    let requested = request.outputs;
+    let run = Box::pin(async move {
+        let mut spent = Spent::default();
+        let ran = running
+            .scheduler
+            .run(request.inputs, &requested, call, &mut spent)
+            .await
+            .map(drop);
+        // A sequence's next request waits until the model has taken
+        // this one.
+        drop(turn);
+        ran
+    });
+    let compute = Instant::now();
+    let stream = ResponseStream::first(
+        receiver,
+        run,
+        model.metadata().name.clone(),
+        target.version.unwrap_or(model.version()).to_owned(),
+        request.id,
+    )
+    .await;
+    stages.compute = compute.elapsed();
+    Ok(stream?.timed(Arc::clone(model), stages.started()))
+}
+
+/// Runs the model once (through its response cache and scheduler, or a
+/// composite's runner) and makes its response: the sequence's next state
+/// kept, the default and straggler flags, classes, outputs placed in
+/// shared memory.
+async fn answer(
+    engine: &Engine,
+    served: &ServedModel,
+    admitted: Admitted,
+    context: &mut RequestContext,
+    target: Target<'_>,
+) -> Result<InferResponse, Error> {
+    let Admitted {
+        request,
+        call,
+        turn,
+        classify,
+        placements,
+    } = admitted;
+    let stages = &mut context.stages;
     let mut stragglers = 0;
     let answer = if let Some(composite) = &served.composite {
         // An application, an InferenceGraph or an ensemble: the models it
@@ -489,16 +534,14 @@ async fn compute<C: Codec>(
             })
             .await?;
     }
-    let response = InferResponse {
+    Ok(InferResponse {
         model_name: served.metadata().name.clone(),
         model_version: target.version.unwrap_or(served.version()).to_owned(),
         id: request.id,
         parameters,
         outputs,
         shared_outputs,
-    };
-    let _encoding = tracing::debug_span!("encode").entered();
-    timed(&mut stages.encode, || codec.encode(response))
+    })
 }
 
 /// What the client is told of `error`: the message of a client error; for

@@ -317,6 +317,29 @@ impl Turn {
         &self.flags
     }
 
+    /// Adds the request's sequence to the `parameters` the model gets,
+    /// when the model reads it there (`Sequencing::flags_as_parameters`).
+    pub fn add_parameters(&self, parameters: &mut Parameters) {
+        if !self.sequences.sequencing.flags_as_parameters {
+            return;
+        }
+        let flags = &self.flags;
+        parameters.push((
+            "sequence_id".to_owned(),
+            match &flags.id {
+                CorrelationId::Number(n) => {
+                    ParameterValue::Int(i64::try_from(*n).unwrap_or(i64::MAX))
+                }
+                CorrelationId::Text(s) => ParameterValue::String(s.clone()),
+            },
+        ));
+        parameters.push((
+            "sequence_start".to_owned(),
+            ParameterValue::Bool(flags.start),
+        ));
+        parameters.push(("sequence_end".to_owned(), ParameterValue::Bool(flags.end)));
+    }
+
     /// Takes the state outputs out of a computed request's `outputs`: the
     /// sequence's next state.
     pub fn finish(mut self, outputs: &mut Vec<Tensor>) -> Result<(), Error> {

@@ -31,6 +31,7 @@ mod graph;
 mod identity;
 mod kserve;
 mod layout;
+mod loaded;
 mod mlserver;
 #[cfg(feature = "onnx")]
 mod onnx;
@@ -65,9 +66,10 @@ pub use python::{custom_metrics, CustomFamily, MetricKind, PythonModel, SeriesVa
 pub use registry::{
     Backend, CallerGone, CallerSlot, CompositeBackend, Loader, ModelCaller, ModelSource, Registry,
 };
+pub use loaded::{LoadedModel, OutputLabels};
 pub use repository::{
-    is_model_folder, is_valid_model_name, load_model, load_repository, model_folders, LoadedModel,
-    OutputLabels, RepositoryError,
+    is_model_folder, is_valid_model_name, load_model, load_repository, model_folders,
+    RepositoryError,
 };
 pub use scheduling::{
     Adaptive, Batching, BatchingKeys, DefaultOutput, LevelPolicy, PolicyKeys, QueueKeys,

@@ -150,6 +150,11 @@ pub struct Sequencing {
     pub controls: Vec<Control>,
     /// The implicit states the server carries.
     pub states: Vec<State>,
+    /// The model reads its sequence from each request's parameters
+    /// (`sequence_id`, `sequence_start`, `sequence_end`), as a Triton
+    /// Python model reads `request.correlation_id()` and `request.flags()`;
+    /// its worker is chosen by it. Set for Python models.
+    pub flags_as_parameters: bool,
 }
 
 /// Triton's default `max_sequence_idle_microseconds`: one second.
@@ -284,6 +289,7 @@ impl Sequencing {
             max_sequences,
             controls,
             states,
+            flags_as_parameters: false,
         })
     }
 

@@ -225,6 +225,7 @@ impl Codec for ClipperQuery<'_> {
                 *model = self.version(&version)?;
             }
         }
+        application::key_from_header(model, &mut request, |name| self.request.header(name));
         Ok(request)
     }
 
@@ -234,10 +235,6 @@ impl Codec for ClipperQuery<'_> {
             format!("no application '{}': {}", self.app, error.message()),
         );
         self.request.refuse(error).await
-    }
-
-    fn header(&self, name: &str) -> Option<String> {
-        self.request.header(name)
     }
 
     fn encode(&mut self, mut response: InferResponse) -> Result<Response<Body>, Error> {
@@ -264,12 +261,8 @@ impl Codec for ClipperQuery<'_> {
         Ok(response::json(out))
     }
 
-    fn stamp(answer: &mut Response<Body>, timing: &str) {
-        response::stamp(answer, timing);
-    }
-
-    fn mark_default(answer: &mut Response<Body>) {
-        response::mark_default(answer);
+    fn stamp(answer: &mut Response<Body>, timing: &str, default: bool) {
+        response::stamp(answer, timing, default);
     }
 
     fn error(&self, error: &Error, message: &str) -> Response<Body> {

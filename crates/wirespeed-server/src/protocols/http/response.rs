@@ -75,16 +75,15 @@ pub(crate) fn error_with(error: &Error, message: &str) -> Response<Body> {
 /// The header that flags an answer made of the model's default outputs.
 pub(crate) const DEFAULT_ANSWER: &str = "wirespeed-default";
 
-/// Flags an answer made of the model's default outputs.
-pub(crate) fn mark_default(response: &mut Response<Body>) {
-    response
-        .headers_mut()
-        .insert(DEFAULT_ANSWER, HeaderValue::from_static("true"));
-}
-
-/// Adds the `Server-Timing` header.
-pub(crate) fn stamp(response: &mut Response<Body>, timing: &str) {
+/// Adds the `Server-Timing` header, and flags an answer made of the
+/// model's default outputs (`default`).
+pub(crate) fn stamp(response: &mut Response<Body>, timing: &str, default: bool) {
     if let Ok(value) = HeaderValue::try_from(timing) {
         response.headers_mut().insert(SERVER_TIMING, value);
+    }
+    if default {
+        response
+            .headers_mut()
+            .insert(DEFAULT_ANSWER, HeaderValue::from_static("true"));
     }
 }

@@ -550,8 +550,8 @@ impl Codec for Completions {
         Ok(self.streamed(stream))
     }
 
-    fn stamp(answer: &mut Response<Body>, timing: &str) {
-        response::stamp(answer, timing);
+    fn stamp(answer: &mut Response<Body>, timing: &str, default: bool) {
+        response::stamp(answer, timing, default);
     }
 
     fn error(&self, error: &Error, message: &str) -> Response<Body> {

@@ -266,8 +266,8 @@ impl Codec for Embeddings {
         Ok(response::json(out))
     }
 
-    fn stamp(answer: &mut Response<Body>, timing: &str) {
-        response::stamp(answer, timing);
+    fn stamp(answer: &mut Response<Body>, timing: &str, default: bool) {
+        response::stamp(answer, timing, default);
     }
 
     fn error(&self, error: &Error, message: &str) -> Response<Body> {

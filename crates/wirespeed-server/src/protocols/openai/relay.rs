@@ -168,8 +168,8 @@ impl Codec for Relay {
         Ok(events::answer_with_end(stream, encode, Some(end)))
     }
 
-    fn stamp(answer: &mut Response<Body>, timing: &str) {
-        response::stamp(answer, timing);
+    fn stamp(answer: &mut Response<Body>, timing: &str, default: bool) {
+        response::stamp(answer, timing, default);
     }
 
     fn error(&self, error: &Error, message: &str) -> Response<Body> {

@@ -317,7 +317,7 @@ impl Codec for TfExamples<'_> {
         Ok(Ok(Response::new(ExamplesAnswer { results })))
     }
 
-    fn stamp(answer: &mut Self::Answer, timing: &str) {
+    fn stamp(answer: &mut Self::Answer, timing: &str, _default: bool) {
         if let (Ok(response), Ok(value)) = (answer, timing.parse()) {
             response.metadata_mut().insert(SERVER_TIMING, value);
         }
@@ -589,7 +589,7 @@ impl Codec for TfPredict<'_> {
         })))
     }
 
-    fn stamp(answer: &mut Self::Answer, timing: &str) {
+    fn stamp(answer: &mut Self::Answer, timing: &str, _default: bool) {
         if let (Ok(response), Ok(value)) = (answer, timing.parse()) {
             response.metadata_mut().insert(SERVER_TIMING, value);
         }

@@ -20,6 +20,7 @@ use crate::protocols::http::response::{self, Body};
 use crate::protocols::tfserving::examples::{self, Examples, Head, Verb};
 use crate::protocols::tfserving::grpc::SIGNATURE;
 use crate::protocols::Front;
+use wirespeed_engine::composite::application;
 use wirespeed_engine::metrics::InferProtocol;
 use wirespeed_engine::pipeline::Target;
 use wirespeed_engine::pipeline::{Codec, RequestContext};
@@ -107,15 +108,12 @@ impl Codec for TfPredict<'_> {
                 _ => return Err(Error::invalid_input("'signature_name' must be a string")),
             }
         }
+        application::key_from_header(model, &mut request, |name| self.request.header(name));
         Ok(request)
     }
 
     async fn refuse(&mut self, error: Error) -> Error {
         self.request.refuse(error).await
-    }
-
-    fn header(&self, name: &str) -> Option<String> {
-        self.request.header(name)
     }
 
     fn encode(&mut self, mut response: InferResponse) -> Result<Response<Body>, Error> {
@@ -139,12 +137,8 @@ impl Codec for TfPredict<'_> {
         Ok(response::json(out))
     }
 
-    fn stamp(answer: &mut Response<Body>, timing: &str) {
-        response::stamp(answer, timing);
-    }
-
-    fn mark_default(answer: &mut Response<Body>) {
-        response::mark_default(answer);
+    fn stamp(answer: &mut Response<Body>, timing: &str, default: bool) {
+        response::stamp(answer, timing, default);
     }
 
     fn error(&self, error: &Error, message: &str) -> Response<Body> {
@@ -231,12 +225,8 @@ impl Codec for TfExamples<'_> {
         Ok(response::json(examples::results_json(head, output)?))
     }
 
-    fn stamp(answer: &mut Response<Body>, timing: &str) {
-        response::stamp(answer, timing);
-    }
-
-    fn mark_default(answer: &mut Response<Body>) {
-        response::mark_default(answer);
+    fn stamp(answer: &mut Response<Body>, timing: &str, default: bool) {
+        response::stamp(answer, timing, default);
     }
 
     fn error(&self, error: &Error, message: &str) -> Response<Body> {

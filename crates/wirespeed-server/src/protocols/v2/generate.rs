@@ -120,12 +120,8 @@ impl Codec for Generate<'_> {
         ))
     }
 
-    fn stamp(answer: &mut Response<Body>, timing: &str) {
-        response::stamp(answer, timing);
-    }
-
-    fn mark_default(answer: &mut Response<Body>) {
-        response::mark_default(answer);
+    fn stamp(answer: &mut Response<Body>, timing: &str, default: bool) {
+        response::stamp(answer, timing, default);
     }
 
     async fn refuse(&mut self, error: Error) -> Error {

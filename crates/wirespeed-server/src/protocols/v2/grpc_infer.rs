@@ -12,6 +12,7 @@ use wirespeed_core::{Error, InferRequest, InferResponse, TraceContext};
 use super::convert;
 use crate::protocols::Front;
 use pb::infer_parameter::ParameterChoice;
+use wirespeed_engine::composite::application;
 use wirespeed_engine::metrics::InferProtocol;
 use wirespeed_engine::pipeline::{self, Codec, RequestContext, Target};
 use wirespeed_engine::served::ServedModel;
@@ -209,29 +210,26 @@ impl Codec for GrpcInfer<'_> {
         stages: &mut Stages,
     ) -> Result<InferRequest, Error> {
         let model: &ServedModel = model;
-        self.convert(&model.metadata().name, stages).await
-    }
-
-    fn header(&self, name: &str) -> Option<String> {
-        self.metadata
-            .get(name)
-            .and_then(|v| v.to_str().ok())
-            .map(str::to_owned)
+        let mut request = self.convert(&model.metadata().name, stages).await?;
+        application::key_from_header(model, &mut request, |name| {
+            let value = self.metadata.get(name)?.to_str().ok()?;
+            Some(value.to_owned())
+        });
+        Ok(request)
     }
 
     fn encode(&mut self, response: InferResponse) -> Result<Self::Answer, Error> {
         Ok(Ok(Response::new(convert::response(response))))
     }
 
-    fn stamp(answer: &mut Self::Answer, timing: &str) {
-        if let (Ok(response), Ok(value)) = (answer, timing.parse()) {
-            response.metadata_mut().insert(SERVER_TIMING, value);
-        }
-    }
-
-    fn mark_default(answer: &mut Self::Answer) {
+    fn stamp(answer: &mut Self::Answer, timing: &str, default: bool) {
         if let Ok(response) = answer {
-            response.extensions_mut().insert(DefaultAnswer);
+            if let Ok(value) = timing.parse() {
+                response.metadata_mut().insert(SERVER_TIMING, value);
+            }
+            if default {
+                response.extensions_mut().insert(DefaultAnswer);
+            }
         }
     }
 
@@ -290,7 +288,7 @@ impl Codec for GrpcStreamInfer<'_> {
     }
 
     /// Stream messages carry no metadata of their own.
-    fn stamp(_: &mut Self::Answer, _: &str) {}
+    fn stamp(_: &mut Self::Answer, _: &str, _: bool) {}
 
     fn error(&self, _: &Error, message: &str) -> Self::Answer {
         StreamAnswer::One(pb::ModelStreamInferResponse {

@@ -12,6 +12,7 @@ use wirespeed_core::{raw, Error, InferRequest, InferResponse, ParameterValue, Pa
 use crate::protocols::http::body::{decode_body, DecodedBody, RestRequest};
 use crate::protocols::http::response::{self, Body};
 use crate::protocols::Front;
+use wirespeed_engine::composite::application;
 use wirespeed_engine::metrics::InferProtocol;
 use wirespeed_engine::pipeline::Target;
 use wirespeed_engine::pipeline::{Codec, RequestContext};
@@ -68,15 +69,13 @@ impl Codec for V2Rest<'_> {
         .await?;
         stages.body_read(decode, bytes);
         self.binary = BinaryOutputs::of(&request, raw)?;
+        let mut request = request;
+        application::key_from_header(model, &mut request, |name| self.request.header(name));
         Ok(request)
     }
 
     async fn refuse(&mut self, error: Error) -> Error {
         self.request.refuse(error).await
-    }
-
-    fn header(&self, name: &str) -> Option<String> {
-        self.request.header(name)
     }
 
     fn encode(&mut self, response: InferResponse) -> Result<Response<Body>, Error> {
@@ -107,12 +106,8 @@ impl Codec for V2Rest<'_> {
         Ok(encode(&response, &binary))
     }
 
-    fn stamp(answer: &mut Response<Body>, timing: &str) {
-        response::stamp(answer, timing);
-    }
-
-    fn mark_default(answer: &mut Response<Body>) {
-        response::mark_default(answer);
+    fn stamp(answer: &mut Response<Body>, timing: &str, default: bool) {
+        response::stamp(answer, timing, default);
     }
 
     fn error(&self, error: &Error, message: &str) -> Response<Body> {

@@ -446,7 +446,6 @@ impl<'a> RestRequest<'a> {
         self.body.take().expect("a body is decoded once")
     }
 
-    /// Reads and drops the body, if it is still here, and returns `error`.
     /// The value of header `name`, when it is text.
     pub(crate) fn header(&self, name: &str) -> Option<String> {
         self.headers
@@ -455,6 +454,7 @@ impl<'a> RestRequest<'a> {
             .map(str::to_owned)
     }
 
+    /// Reads and drops the body, if it is still here, and returns `error`.
     pub(crate) async fn refuse(&mut self, error: Error) -> Error {
         match self.body.take() {
             Some(body) => refuse(body, &self.front.limits, error).await,
