@@ -57,6 +57,7 @@ pub use application::check_candidates;
 pub use config::{ModelConfig, TensorConfig};
 pub use ensemble::{check_composite, check_ensembles, check_steps};
 pub use identity::IdentityModel;
+pub use loaded::{LoadedModel, OutputLabels};
 pub use mlserver::listen_addresses as mlserver_listen_addresses;
 #[cfg(feature = "onnx")]
 pub use onnx::{supported_operators, OnnxModel};
@@ -66,7 +67,6 @@ pub use python::{custom_metrics, CustomFamily, MetricKind, PythonModel, SeriesVa
 pub use registry::{
     Backend, CallerGone, CallerSlot, CompositeBackend, Loader, ModelCaller, ModelSource, Registry,
 };
-pub use loaded::{LoadedModel, OutputLabels};
 pub use repository::{
     is_model_folder, is_valid_model_name, load_model, load_repository, model_folders,
     RepositoryError,

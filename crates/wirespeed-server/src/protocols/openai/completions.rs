@@ -21,6 +21,10 @@
 //! stream. A client that leaves cancels the model's request. Usage counts
 //! tokens with the model's tokenizer when it has one, else the pieces
 //! streamed.
+//!
+//! The request is read and checked in `ask.rs` (a chat's conversation or
+//! a completion's prompt, typed as `Prompt`); a stream's chunks are
+//! written by `chunks.rs`.
 
 use std::sync::{Arc, Mutex};
 
@@ -30,7 +34,9 @@ use wirespeed_core::{
     DataType, Error, InferRequest, InferResponse, ParameterValue, Tensor, TensorData,
 };
 
-use super::{error_with, known_keys, model_name, now, refused, Endpoint, Refusal};
+use super::ask::{parse, Ask, Prompt};
+use super::chunks::{Chunks, Delta, Tally};
+use super::{error_with, now, refused, Endpoint};
 use crate::protocols::http::events;
 use crate::protocols::http::response::{self, Body};
 use crate::protocols::Front;
@@ -39,66 +45,6 @@ use wirespeed_engine::pipeline::{self, Codec, RequestContext, Target};
 use wirespeed_engine::served::ServedModel;
 use wirespeed_engine::stream::ResponseStream;
 use wirespeed_engine::timing::Stages;
-
-const CHAT_KEYS: &[&str] = &[
-    "model",
-    "messages",
-    "stream",
-    "stream_options",
-    "n",
-    "max_tokens",
-    "max_completion_tokens",
-    "stop",
-    "temperature",
-    "top_p",
-    "seed",
-    "logprobs",
-    "top_logprobs",
-    "tools",
-    "tool_choice",
-    "parallel_tool_calls",
-    "response_format",
-    "frequency_penalty",
-    "presence_penalty",
-    "logit_bias",
-    "user",
-    "metadata",
-    "store",
-];
-
-const COMPLETION_KEYS: &[&str] = &[
-    "model",
-    "prompt",
-    "stream",
-    "stream_options",
-    "n",
-    "max_tokens",
-    "stop",
-    "temperature",
-    "top_p",
-    "seed",
-    "logprobs",
-    "echo",
-    "suffix",
-    "best_of",
-    "frequency_penalty",
-    "presence_penalty",
-    "logit_bias",
-    "user",
-];
-
-/// One chat or completion request, as parsed.
-struct Ask {
-    chat: bool,
-    /// The messages and tools, for the template (chat).
-    conversation: Value,
-    /// The prompt as given (completions).
-    prompt: String,
-    stream: bool,
-    include_usage: bool,
-    /// The sampling fields, as the model gets them.
-    sampling: Map<String, Value>,
-}
 
 /// Answers one chat or completion request.
 pub(crate) async fn answer(
@@ -133,202 +79,6 @@ pub(crate) async fn answer(
         .await
 }
 
-fn parse(object: &Map<String, Value>, chat: bool) -> Result<(String, Ask), Refusal> {
-    known_keys(object, if chat { CHAT_KEYS } else { COMPLETION_KEYS }).map_err(|e| (e, None))?;
-    let model = model_name(object).map_err(|e| (e, Some("model")))?;
-    let invalid = |param: &'static str, what: String| (Error::invalid_input(what), Some(param));
-    let flag = |key: &'static str| match object.get(key) {
-        None | Some(Value::Null) => Ok(false),
-        Some(Value::Bool(b)) => Ok(*b),
-        Some(other) => Err(invalid(
-            key,
-            format!("'{key}' is {other}; it is true or false"),
-        )),
-    };
-    let stream = flag("stream")?;
-    let include_usage = match object.get("stream_options") {
-        None | Some(Value::Null) => false,
-        Some(Value::Object(o)) => match o.get("include_usage") {
-            None | Some(Value::Null) => false,
-            Some(Value::Bool(b)) => *b,
-            Some(other) => {
-                return Err(invalid(
-                    "stream_options",
-                    format!("'stream_options.include_usage' is {other}; it is true or false"),
-                ))
-            }
-        },
-        Some(other) => {
-            return Err(invalid(
-                "stream_options",
-                format!("'stream_options' is {other}; it is an object"),
-            ))
-        }
-    };
-    if include_usage && !stream {
-        return Err(invalid(
-            "stream_options",
-            "The 'stream_options' parameter is only allowed when 'stream' is enabled.".into(),
-        ));
-    }
-    match object.get("n") {
-        None | Some(Value::Null) => {}
-        Some(Value::Number(n)) if n.as_u64() == Some(1) => {}
-        Some(Value::Number(n)) if n.as_u64().is_some_and(|n| n > 1) => {
-            return Err(invalid(
-                "n",
-                "'n' above 1 is not served: one choice a request (send the request n times)".into(),
-            ))
-        }
-        Some(other) => return Err(invalid("n", format!("'n' is {other}; it is 1"))),
-    }
-    let (conversation, prompt) = if chat {
-        let messages = match object.get("messages") {
-            Some(Value::Array(m)) if !m.is_empty() => m,
-            Some(Value::Array(_)) => return Err(invalid("messages", "'messages' is empty".into())),
-            Some(_) => {
-                return Err(invalid(
-                    "messages",
-                    "'messages' must be a list of messages".into(),
-                ))
-            }
-            None => {
-                return Err(invalid(
-                    "messages",
-                    "you must provide 'messages': the conversation so far".into(),
-                ))
-            }
-        };
-        for (i, m) in messages.iter().enumerate() {
-            let role = m.get("role").and_then(Value::as_str);
-            if !matches!(
-                role,
-                Some("system" | "developer" | "user" | "assistant" | "tool" | "function")
-            ) {
-                return Err(invalid(
-                    "messages",
-                    format!(
-                        "messages[{i}] has role {}; it is system, developer, user, assistant or \
-                         tool",
-                        m.get("role").map_or("none".into(), Value::to_string)
-                    ),
-                ));
-            }
-        }
-        let mut conversation = Map::new();
-        conversation.insert("messages".into(), Value::Array(messages.clone()));
-        if let Some(tools) = object.get("tools").filter(|t| !t.is_null()) {
-            conversation.insert("tools".into(), tools.clone());
-        }
-        (Value::Object(conversation), String::new())
-    } else {
-        let prompt = match object.get("prompt") {
-            Some(Value::String(p)) => p.clone(),
-            Some(Value::Array(items)) if items.len() == 1 && items[0].is_string() => {
-                items[0].as_str().unwrap_or_default().to_owned()
-            }
-            Some(Value::Array(_)) => {
-                return Err(invalid(
-                    "prompt",
-                    "'prompt' as a list is served with one string: one choice a request".into(),
-                ))
-            }
-            Some(_) => return Err(invalid("prompt", "'prompt' must be a string".into())),
-            None => return Err(invalid("prompt", "you must provide a 'prompt'".into())),
-        };
-        (Value::Null, prompt)
-    };
-    // The sampling fields, checked for their types, as the model gets them.
-    let mut sampling = Map::new();
-    let number = |key: &'static str, low: f64, high: f64| -> Result<Option<Value>, Refusal> {
-        match object.get(key) {
-            None | Some(Value::Null) => Ok(None),
-            Some(Value::Number(n)) if n.as_f64().is_some_and(|x| (low..=high).contains(&x)) => {
-                Ok(Some(Value::Number(n.clone())))
-            }
-            Some(other) => Err(invalid(
-                key,
-                format!("'{key}' is {other}; it is a number from {low} to {high}"),
-            )),
-        }
-    };
-    let whole = |key: &'static str| -> Result<Option<Value>, Refusal> {
-        match object.get(key) {
-            None | Some(Value::Null) => Ok(None),
-            Some(Value::Number(n)) if n.as_u64().is_some() || n.as_i64().is_some() => {
-                Ok(Some(Value::Number(n.clone())))
-            }
-            Some(other) => Err(invalid(
-                key,
-                format!("'{key}' is {other}; it is a whole number"),
-            )),
-        }
-    };
-    let max_tokens = match (whole("max_completion_tokens")?, whole("max_tokens")?) {
-        (Some(m), _) | (None, Some(m)) => Some(m),
-        (None, None) => None,
-    };
-    if let Some(m) = &max_tokens {
-        if m.as_u64().is_none_or(|m| m == 0) {
-            return Err(invalid(
-                "max_tokens",
-                format!("'max_tokens' is {m}; it is 1 or more"),
-            ));
-        }
-        sampling.insert("max_tokens".into(), m.clone());
-    }
-    for (key, low, high) in [
-        ("temperature", 0.0, 2.0),
-        ("top_p", 0.0, 1.0),
-        ("frequency_penalty", -2.0, 2.0),
-        ("presence_penalty", -2.0, 2.0),
-    ] {
-        if let Some(v) = number(key, low, high)? {
-            sampling.insert(key.into(), v);
-        }
-    }
-    if let Some(seed) = whole("seed")? {
-        sampling.insert("seed".into(), seed);
-    }
-    match object.get("stop") {
-        None | Some(Value::Null) => {}
-        Some(Value::String(s)) => {
-            sampling.insert("stop".into(), json!([s]));
-        }
-        Some(Value::Array(items)) if items.len() <= 4 && items.iter().all(Value::is_string) => {
-            sampling.insert("stop".into(), Value::Array(items.clone()));
-        }
-        Some(_) => {
-            return Err(invalid(
-                "stop",
-                "'stop' is a string or a list of up to 4 strings".into(),
-            ))
-        }
-    }
-    for key in [
-        "logprobs",
-        "top_logprobs",
-        "tool_choice",
-        "response_format",
-        "tools",
-    ] {
-        if let Some(v) = object.get(key).filter(|v| !v.is_null()) {
-            sampling.insert(key.into(), v.clone());
-        }
-    }
-    Ok((
-        model,
-        Ask {
-            chat,
-            conversation,
-            prompt,
-            stream,
-            include_usage,
-            sampling,
-        },
-    ))
-}
-
 /// The codec of one chat or completion request.
 struct Completions {
     ask: Ask,
@@ -346,7 +96,7 @@ type Counter = std::sync::Arc<dyn wirespeed_core::Model>;
 
 impl Completions {
     fn object(&self, chunk: bool) -> &'static str {
-        match (self.ask.chat, chunk) {
+        match (self.ask.chat(), chunk) {
             (true, false) => "chat.completion",
             (true, true) => "chat.completion.chunk",
             (false, _) => "text_completion",
@@ -430,20 +180,21 @@ impl Codec for Completions {
         let model: &ServedModel = model;
         self.counter = Some(std::sync::Arc::clone(&model.model));
         let text = model.model.text();
-        let prompt = if self.ask.chat {
-            let rendered = text
-                .and_then(|t| t.chat_prompt(&self.ask.conversation.to_string()))
-                .ok_or_else(|| {
-                    Error::invalid_input(format!(
-                        "model '{}' has no chat template (a [chat] table, or a \
+        let prompt = match &mut self.ask.prompt {
+            Prompt::Chat(conversation) => {
+                let rendered = text
+                    .and_then(|t| t.chat_prompt(&conversation.to_string()))
+                    .ok_or_else(|| {
+                        Error::invalid_input(format!(
+                            "model '{}' has no chat template (a [chat] table, or a \
                          tokenizer_config.json with a chat_template in its folder); ask \
                          /v1/completions with a prompt",
-                        self.model
-                    ))
-                })?;
-            rendered.map_err(|e| Error::invalid_input(format!("messages: {e}")))?
-        } else {
-            std::mem::take(&mut self.ask.prompt)
+                            self.model
+                        ))
+                    })?;
+                rendered.map_err(|e| Error::invalid_input(format!("messages: {e}")))?
+            }
+            Prompt::Text(prompt) => std::mem::take(prompt),
         };
         self.prompt_tokens = text.and_then(|t| t.count_tokens(&prompt));
         let metadata = model.metadata();
@@ -572,7 +323,7 @@ impl Completions {
             }
             .into()
         });
-        let choice = if self.ask.chat {
+        let choice = if self.ask.chat() {
             let mut message = json!({ "role": "assistant", "content": said.text });
             if let Some(calls) = said.tool_calls {
                 message["tool_calls"] = calls;
@@ -616,7 +367,7 @@ impl Completions {
             out.extend_from_slice(b"\n\n");
         };
         let finish = said.finish_reason.clone().unwrap_or_else(|| "stop".into());
-        if self.ask.chat {
+        if self.ask.chat() {
             let mut delta = json!({ "role": "assistant", "content": said.text });
             if let Some(calls) = &said.tool_calls {
                 delta["tool_calls"] = calls.clone();
@@ -658,9 +409,9 @@ impl Completions {
 
     /// The answer as server-sent events, one a piece as the model sends it.
     fn streamed(&mut self, stream: ResponseStream) -> Response<Body> {
-        let chunks = Chunks::new(&self.id, self.object(true), &self.model, self.ask.chat);
+        let chunks = Chunks::new(&self.id, self.object(true), &self.model, self.ask.chat());
         let end_chunks = chunks.clone();
-        let chat = self.ask.chat;
+        let chat = self.ask.chat();
         let include_usage = self.ask.include_usage;
         let prompt_tokens = self.prompt_tokens.unwrap_or(0);
         let counter = self.counter.take();
@@ -722,98 +473,5 @@ impl Completions {
             out.extend_from_slice(b"data: [DONE]\n\n");
         });
         events::answer_with_end(stream, encode, Some(end))
-    }
-}
-
-/// What a stream has said so far.
-#[derive(Default)]
-struct Tally {
-    /// The answer, kept only to count its tokens for `include_usage`.
-    text: String,
-    pieces: usize,
-    finished: bool,
-}
-
-/// What one chunk of a stream says.
-enum Delta<'a> {
-    /// The first chunk of a chat: the assistant's role.
-    Role,
-    Content(&'a str),
-    ToolCalls(&'a Value),
-    Empty,
-}
-
-/// Writes a stream's chunks: the part every chunk shares made once
-/// (`id`, `object`, `created`, `model`), each piece's text as a JSON
-/// string after it.
-#[derive(Clone)]
-struct Chunks {
-    /// `data: {"id":...,"model":...,"choices":[{"index":0,`
-    head: Arc<Vec<u8>>,
-    chat: bool,
-}
-
-impl Chunks {
-    fn new(id: &str, object: &str, model: &str, chat: bool) -> Chunks {
-        let mut head = Vec::with_capacity(128);
-        head.extend_from_slice(b"data: {\"id\":");
-        wirespeed_json::encode_string(id, &mut head);
-        head.extend_from_slice(b",\"object\":");
-        wirespeed_json::encode_string(object, &mut head);
-        head.extend_from_slice(b",\"created\":");
-        head.extend_from_slice(itoa::Buffer::new().format(now()).as_bytes());
-        head.extend_from_slice(b",\"model\":");
-        wirespeed_json::encode_string(model, &mut head);
-        head.extend_from_slice(b",\"choices\":[");
-        Chunks {
-            head: Arc::new(head),
-            chat,
-        }
-    }
-
-    fn write(&self, delta: Delta<'_>, finish: Option<&str>, out: &mut Vec<u8>) {
-        out.extend_from_slice(&self.head);
-        out.extend_from_slice(b"{\"index\":0,");
-        if self.chat {
-            out.extend_from_slice(b"\"delta\":");
-            match delta {
-                Delta::Role => out.extend_from_slice(b"{\"role\":\"assistant\",\"content\":\"\"}"),
-                Delta::Content(text) => {
-                    out.extend_from_slice(b"{\"content\":");
-                    wirespeed_json::encode_string(text, out);
-                    out.push(b'}');
-                }
-                Delta::ToolCalls(calls) => {
-                    out.extend_from_slice(b"{\"tool_calls\":");
-                    out.extend_from_slice(calls.to_string().as_bytes());
-                    out.push(b'}');
-                }
-                Delta::Empty => out.extend_from_slice(b"{}"),
-            }
-        } else {
-            out.extend_from_slice(b"\"text\":");
-            match delta {
-                Delta::Content(text) => wirespeed_json::encode_string(text, out),
-                _ => out.extend_from_slice(b"\"\""),
-            }
-        }
-        out.extend_from_slice(b",\"logprobs\":null,\"finish_reason\":");
-        match finish {
-            Some(reason) => wirespeed_json::encode_string(reason, out),
-            None => out.extend_from_slice(b"null"),
-        }
-        out.extend_from_slice(b"}]}\n\n");
-    }
-
-    /// The usage chunk: no choices.
-    fn usage(&self, prompt: usize, completion: usize, out: &mut Vec<u8>) {
-        out.extend_from_slice(&self.head);
-        out.extend_from_slice(b"],\"usage\":{\"prompt_tokens\":");
-        out.extend_from_slice(itoa::Buffer::new().format(prompt).as_bytes());
-        out.extend_from_slice(b",\"completion_tokens\":");
-        out.extend_from_slice(itoa::Buffer::new().format(completion).as_bytes());
-        out.extend_from_slice(b",\"total_tokens\":");
-        out.extend_from_slice(itoa::Buffer::new().format(prompt + completion).as_bytes());
-        out.extend_from_slice(b"}}\n\n");
     }
 }

@@ -19,6 +19,8 @@
 //! back as written (`relay.rs`). Errors are OpenAI's
 //! `{"error": {"message", "type", "param", "code"}}` ([`error`]).
 
+mod ask;
+mod chunks;
 pub(crate) mod completions;
 pub(crate) mod embeddings;
 mod relay;
