@@ -20,7 +20,8 @@ use ort::session::{Session, SessionInputValue};
 use ort::value::{DynValue, TensorElementType, TensorRef, ValueType};
 use wirespeed_core::{DataType, Error, ModelMetadata, Tensor, TensorData, TensorSpec};
 
-use super::{agree, text, undeclared};
+use super::plan::{agree, undeclared};
+use super::text;
 use crate::config::TensorConfig;
 
 /// The process's one ONNX Runtime environment, made at the first load.
