@@ -236,3 +236,117 @@ fn crashed(name: &str) -> Error {
         "model '{name}' failed while computing (it panicked; see the message above)"
     ))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Job;
+    use tracing::Span;
+    use wirespeed_core::{ParameterValue, TensorData};
+
+    fn member(
+        rows: &[f32],
+        deadline: Option<Instant>,
+        id: i64,
+    ) -> (Member, oneshot::Receiver<Outcome>) {
+        let (outcome, answer) = oneshot::channel();
+        let job = Job {
+            inputs: vec![Tensor {
+                name: "x".into(),
+                shape: vec![rows.len(), 1],
+                data: TensorData::Fp32(rows.to_vec()),
+            }],
+            outputs: vec![0],
+            parameters: vec![("id".into(), ParameterValue::Int(id))],
+            deadline,
+            trace: None,
+            responses: None,
+            input_parameters: Vec::new(),
+        };
+        let member = Member {
+            job,
+            rows: rows.len(),
+            outcome,
+            queued: Duration::from_millis(id as u64),
+            span: Span::none(),
+        };
+        (member, answer)
+    }
+
+    #[test]
+    fn a_batch_passes_on_its_first_requests_parameters_and_its_latest_deadline() {
+        let now = Instant::now();
+        let (a, _a) = member(&[1.0], Some(now + Duration::from_millis(5)), 1);
+        let (b, _b) = member(&[2.0, 3.0], Some(now + Duration::from_millis(50)), 2);
+        let (c, _c) = member(&[4.0], None, 3);
+        let gathered = gather(vec![a, b, c], "m", 4);
+        assert_eq!(
+            gathered.parameters,
+            vec![("id".into(), ParameterValue::Int(1))]
+        );
+        assert_eq!(gathered.deadline, Some(now + Duration::from_millis(50)));
+        assert_eq!(gathered.outputs, [0]);
+        // Each member keeps its inputs and its time in the queue, in order.
+        assert_eq!(gathered.parts.len(), 3);
+        let queued: Vec<u128> = gathered
+            .answers
+            .iter()
+            .map(|(_, q)| q.as_millis())
+            .collect();
+        assert_eq!(queued, [1, 2, 3]);
+    }
+
+    #[tokio::test]
+    async fn members_inputs_join_along_the_first_dimension_inline_and_on_the_pool() {
+        let pool = CpuPool::new(1).unwrap();
+        let small = vec![
+            vec![Tensor {
+                name: "x".into(),
+                shape: vec![1, 2],
+                data: TensorData::Fp32(vec![1.0, 2.0]),
+            }],
+            vec![Tensor {
+                name: "x".into(),
+                shape: vec![2, 2],
+                data: TensorData::Fp32(vec![3.0, 4.0, 5.0, 6.0]),
+            }],
+        ];
+        let joined = join(small, &pool).await.unwrap();
+        assert_eq!(joined[0].shape, [3, 2]);
+        assert_eq!(
+            joined[0].data,
+            TensorData::Fp32(vec![1.0, 2.0, 3.0, 4.0, 5.0, 6.0])
+        );
+        // Past OFFLOAD_JOIN_BYTES the join runs on the pool, same result.
+        let rows = OFFLOAD_JOIN_BYTES / 4;
+        let large: Vec<Vec<Tensor>> = (0..2)
+            .map(|i| {
+                vec![Tensor {
+                    name: "x".into(),
+                    shape: vec![rows, 1],
+                    data: TensorData::Fp32(vec![i as f32; rows]),
+                }]
+            })
+            .collect();
+        let joined = join(large, &pool).await.unwrap();
+        assert_eq!(joined[0].shape, [2 * rows, 1]);
+        let TensorData::Fp32(values) = &joined[0].data else {
+            panic!("FP32 in, FP32 out");
+        };
+        assert_eq!((values[rows - 1], values[rows]), (0.0, 1.0));
+    }
+
+    #[test]
+    fn a_failure_answers_every_member_with_the_error() {
+        let (a, mut a_answer) = member(&[1.0], None, 1);
+        let (b, mut b_answer) = member(&[2.0], None, 2);
+        let gathered = gather(vec![a, b], "m", 2);
+        fail(gathered.answers, &Error::model_failed("boom"));
+        for answer in [&mut a_answer, &mut b_answer] {
+            match answer.try_recv() {
+                Ok(Outcome::Failed(e)) => assert_eq!(e.message(), "boom"),
+                _ => panic!("each member gets the batch's error"),
+            }
+        }
+    }
+}

@@ -355,3 +355,257 @@ impl Queue {
         all
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A queued request of `rows` rows at priority `level`, arrived at
+    /// `arrived`, batching with others of key `key` (`None`: alone). The
+    /// receivers are its caller's: dropping `outcome` makes it gone.
+    struct Queued {
+        entry: Entry,
+        caller: Caller,
+    }
+
+    /// A caller's ends of its request: its turn to lead, its answer.
+    type Caller = (oneshot::Receiver<Lead>, oneshot::Receiver<Outcome>);
+
+    fn queued(id: i64, rows: usize, level: usize, arrived: Instant, key: Option<u8>) -> Queued {
+        let (lead, lead_rx) = oneshot::channel();
+        let (outcome, outcome_rx) = oneshot::channel();
+        let key = key.map(|k| {
+            BatchKey::new(
+                vec![(DataType::Fp32, vec![usize::from(k)])],
+                vec![0],
+                Parameters::new(),
+            )
+        });
+        Queued {
+            entry: Entry {
+                job: Job {
+                    inputs: Vec::new(),
+                    outputs: Vec::new(),
+                    // The request's number, to tell entries apart.
+                    parameters: vec![("id".into(), wirespeed_core::ParameterValue::Int(id))],
+                    deadline: None,
+                    trace: None,
+                    responses: None,
+                    input_parameters: Vec::new(),
+                },
+                rows,
+                key,
+                arrived,
+                level,
+                timeout_at: None,
+                slo_at: None,
+                lead,
+                outcome,
+                expired: None,
+                span: Span::none(),
+            },
+            caller: (lead_rx, outcome_rx),
+        }
+    }
+
+    fn id(entry: &Entry) -> i64 {
+        match entry.job.parameters[0].1 {
+            wirespeed_core::ParameterValue::Int(i) => i,
+            _ => unreachable!(),
+        }
+    }
+
+    fn ids(formed: Formed) -> Vec<i64> {
+        match formed {
+            Formed::Batch(entries) => entries.iter().map(id).collect(),
+            Formed::Wait(_) => panic!("expected a batch, got a wait"),
+            Formed::Empty => panic!("expected a batch, got nothing"),
+        }
+    }
+
+    fn batching(max: usize, preferred: &[usize], delay_ms: u64) -> Batching {
+        Batching {
+            max_batch_size: max,
+            preferred_batch_sizes: preferred.to_vec(),
+            max_queue_delay: Duration::from_millis(delay_ms),
+            adaptive: None,
+        }
+    }
+
+    /// Queues `requests`; their callers stay while what this returns does.
+    fn fill(queue: &mut Queue, requests: Vec<Queued>) -> Vec<Caller> {
+        requests
+            .into_iter()
+            .map(|q| {
+                assert!(queue.push(q.entry).is_none(), "the level is not full");
+                q.caller
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_higher_priority_level_is_served_first_and_each_level_in_order() {
+        let now = Instant::now();
+        let mut queue = Queue::new(&[LevelPolicy::default(), LevelPolicy::default()]);
+        let _callers = fill(
+            &mut queue,
+            vec![
+                queued(1, 1, 1, now, None),
+                queued(2, 1, 0, now, None),
+                queued(3, 1, 1, now, None),
+                queued(4, 1, 0, now, None),
+            ],
+        );
+        let served: Vec<i64> = (0..4).flat_map(|_| ids(queue.form(None, 8, now))).collect();
+        assert_eq!(served, [2, 4, 1, 3]);
+        assert!(matches!(queue.form(None, 8, now), Formed::Empty));
+        assert_eq!(queue.len(), 0);
+    }
+
+    #[test]
+    fn a_full_level_gives_the_request_back() {
+        let now = Instant::now();
+        let level = LevelPolicy {
+            max_queue_size: 1,
+            ..LevelPolicy::default()
+        };
+        let mut queue = Queue::new(&[level]);
+        let _first = fill(&mut queue, vec![queued(1, 1, 0, now, None)]);
+        let second = queued(2, 1, 0, now, None);
+        let refused = queue.push(second.entry).expect("the level holds one");
+        assert_eq!(id(&refused), 2);
+        assert_eq!(queue.len(), 1);
+    }
+
+    #[test]
+    fn compatible_requests_join_and_others_keep_their_place() {
+        let now = Instant::now();
+        let mut queue = Queue::new(&[LevelPolicy::default()]);
+        let _callers = fill(
+            &mut queue,
+            vec![
+                queued(1, 2, 0, now, Some(4)),
+                queued(2, 1, 0, now, Some(8)),
+                queued(3, 3, 0, now, Some(4)),
+                queued(4, 1, 0, now, Some(4)),
+            ],
+        );
+        let batching = batching(8, &[], 0);
+        // 2 + 3 + 1 rows of key 4 join; key 8 waits for its own batch.
+        assert_eq!(ids(queue.form(Some(&batching), 8, now)), [1, 3, 4]);
+        assert_eq!(ids(queue.form(Some(&batching), 8, now)), [2]);
+    }
+
+    #[test]
+    fn a_batch_stops_at_the_size_and_the_rest_waits_its_turn() {
+        let now = Instant::now();
+        let mut queue = Queue::new(&[LevelPolicy::default()]);
+        let _callers = fill(
+            &mut queue,
+            (1..=5).map(|i| queued(i, 2, 0, now, Some(1))).collect(),
+        );
+        let batching = batching(4, &[], 0);
+        assert_eq!(ids(queue.form(Some(&batching), 4, now)), [1, 2]);
+        assert_eq!(ids(queue.form(Some(&batching), 4, now)), [3, 4]);
+        assert_eq!(ids(queue.form(Some(&batching), 4, now)), [5]);
+    }
+
+    #[test]
+    fn a_preferred_size_goes_at_once_and_a_short_batch_waits_for_the_delay() {
+        let now = Instant::now();
+        let mut queue = Queue::new(&[LevelPolicy::default()]);
+        let _callers = fill(
+            &mut queue,
+            (1..=3).map(|i| queued(i, 1, 0, now, Some(1))).collect(),
+        );
+        let batching = batching(8, &[2, 4], 100);
+        // Three rows: the largest preferred prefix (2) goes now.
+        assert_eq!(ids(queue.form(Some(&batching), 8, now)), [1, 2]);
+        // One row, under every preferred size: it waits for the delay...
+        match queue.form(Some(&batching), 8, now) {
+            Formed::Wait(until) => assert_eq!(until, now + Duration::from_millis(100)),
+            _ => panic!("a short batch waits for max_queue_delay"),
+        }
+        // ...and goes once its oldest request has waited that long.
+        let later = now + Duration::from_millis(100);
+        assert_eq!(ids(queue.form(Some(&batching), 8, later)), [3]);
+    }
+
+    #[test]
+    fn timed_out_requests_are_rejected_or_delayed_behind_the_others() {
+        let now = Instant::now();
+        let reject = LevelPolicy::default();
+        let delay = LevelPolicy {
+            timeout_action: TimeoutAction::Delay,
+            ..LevelPolicy::default()
+        };
+        for (policy, rejected) in [(reject, true), (delay, false)] {
+            let mut queue = Queue::new(&[policy]);
+            let mut first = queued(1, 1, 0, now, None);
+            first.entry.timeout_at = Some(now + Duration::from_millis(5));
+            let _callers = fill(&mut queue, vec![first, queued(2, 1, 0, now, None)]);
+            let mut left = Vec::new();
+            let later = now + Duration::from_millis(10);
+            queue.expire(
+                later,
+                later,
+                Duration::ZERO,
+                Duration::ZERO,
+                |entry, why| {
+                    left.push((id(&entry), matches!(why, Leaving::TimedOut(_))));
+                },
+            );
+            if rejected {
+                assert_eq!(left, [(1, true)]);
+                assert_eq!(ids(queue.form(None, 8, later)), [2]);
+            } else {
+                // Delayed: served after the level's request that did not
+                // time out.
+                assert!(left.is_empty());
+                assert_eq!(ids(queue.form(None, 8, later)), [2]);
+                assert_eq!(ids(queue.form(None, 8, later)), [1]);
+            }
+        }
+    }
+
+    #[test]
+    fn a_request_whose_caller_left_is_taken_out() {
+        let now = Instant::now();
+        let mut queue = Queue::new(&[LevelPolicy::default()]);
+        let mut callers = fill(
+            &mut queue,
+            vec![queued(1, 1, 0, now, None), queued(2, 1, 0, now, None)],
+        );
+        drop(callers.remove(0));
+        let mut gone = Vec::new();
+        queue.expire(now, now, Duration::ZERO, Duration::ZERO, |entry, why| {
+            gone.push((id(&entry), matches!(why, Leaving::Gone)));
+        });
+        assert_eq!(gone, [(1, true)]);
+        assert_eq!(queue.len(), 1);
+        assert_eq!(ids(queue.form(None, 8, now)), [2]);
+    }
+
+    #[test]
+    fn a_request_that_can_no_longer_meet_its_objective_leaves_late() {
+        let now = Instant::now();
+        let mut queue = Queue::new(&[LevelPolicy::default()]);
+        let mut late = queued(1, 1, 0, now, None);
+        late.entry.slo_at = Some(now + Duration::from_millis(10));
+        let mut on_time = queued(2, 1, 0, now, None);
+        on_time.entry.slo_at = Some(now + Duration::from_millis(100));
+        let _callers = fill(&mut queue, vec![late, on_time]);
+        let mut left = Vec::new();
+        // A compute of 20 ms would end past the first's objective.
+        let next = queue.expire(
+            now,
+            now,
+            Duration::from_millis(20),
+            Duration::from_millis(20),
+            |entry, why| left.push((id(&entry), matches!(why, Leaving::Late))),
+        );
+        assert_eq!(left, [(1, true)]);
+        // The other falls due when its objective minus the estimate comes.
+        assert_eq!(next, Some(now + Duration::from_millis(80)));
+    }
+}
