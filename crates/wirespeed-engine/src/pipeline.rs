@@ -432,11 +432,16 @@ async fn stream(
     let requested = request.outputs;
     let run = Box::pin(async move {
         let mut spent = Spent::default();
-        let ran = running
-            .scheduler
-            .run(request.inputs, &requested, call, &mut spent)
-            .await
-            .map(drop);
+        let ran = match running.scheduler() {
+            Some(scheduler) => scheduler
+                .run(request.inputs, &requested, call, &mut spent)
+                .await
+                .map(drop),
+            None => Err(Error::internal(format!(
+                "decoupled model '{}' has no scheduler",
+                running.metadata().name
+            ))),
+        };
         // A sequence's next request waits until the model has taken
         // this one.
         drop(turn);
@@ -475,7 +480,7 @@ async fn answer(
     } = admitted;
     let stages = &mut context.stages;
     let mut stragglers = 0;
-    let answer = if let Some(composite) = &served.composite {
+    let answer = if let Some(composite) = served.composite() {
         // An application, an InferenceGraph or an ensemble: the models it
         // calls, each through its own scheduler.
         let compute = std::time::Instant::now();

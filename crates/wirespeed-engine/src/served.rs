@@ -18,7 +18,7 @@ use wirespeed_core::{
     Composite, CompositeKind, Composition, CpuPool, Error, ErrorKind, Model, ModelMetadata,
     RequestedOutput, Tensor,
 };
-use wirespeed_models::{is_valid_model_name, LoadedModel, OutputLabels, VersionPolicy};
+use wirespeed_models::{is_valid_model_name, LoadedModel, OutputLabels, Scheduling, VersionPolicy};
 
 use super::metrics::Buckets;
 use crate::cache::ResponseCache;
@@ -27,18 +27,25 @@ use crate::statistics::ModelStats;
 use crate::timing::Stages;
 use wirespeed_scheduler::{Answer, CallContext, QueueThread, Scheduler, Spent};
 
+/// How a served model answers.
+pub enum Runner {
+    /// A model that computes: its scheduler queues, batches and runs it.
+    Scheduled(Scheduler),
+    /// A model that answers through other served models (`composite/`): an
+    /// ensemble, a graph, an application. It has no queue of its own.
+    Composite(Arc<Composite>),
+}
+
 /// One served model.
 pub struct ServedModel {
     /// What clients see of it; for a model that computes, what its
     /// scheduler calls.
     pub model: Arc<dyn Model>,
-    /// How a model that answers through others runs (`composite/`): an
-    /// ensemble, a graph, an application. `None` for a model that
-    /// computes, which answers through its scheduler.
-    pub composite: Option<Arc<Composite>>,
-    /// Its queue and batching. A composite's holds its configuration
-    /// (an application's `[slo]`) and is never handed a request.
-    pub scheduler: Scheduler,
+    /// How it answers: through its scheduler, or its composite's runner.
+    pub runner: Runner,
+    /// Its batching, latency objective and queue policy, as configured
+    /// (a composite's: an application's `[slo]`).
+    pub scheduling: Scheduling,
     /// Its requests' counts and times.
     pub stats: ModelStats,
     /// The backend that loaded it, by its registry name.
@@ -92,9 +99,25 @@ impl ServedModel {
         self.sequences.as_ref().is_none_or(|s| !s.hides(name))
     }
 
+    /// Its scheduler, when it is a model that computes.
+    pub fn scheduler(&self) -> Option<&Scheduler> {
+        match &self.runner {
+            Runner::Scheduled(scheduler) => Some(scheduler),
+            Runner::Composite(_) => None,
+        }
+    }
+
+    /// How it answers through others, when it is a composite.
+    pub fn composite(&self) -> Option<&Arc<Composite>> {
+        match &self.runner {
+            Runner::Composite(composite) => Some(composite),
+            Runner::Scheduled(_) => None,
+        }
+    }
+
     /// Its steps, when it is an ensemble.
     pub fn ensemble(&self) -> Option<&Composition> {
-        match &self.composite.as_ref()?.kind {
+        match &self.composite()?.kind {
             CompositeKind::Ensemble(composition) => Some(composition),
             _ => None,
         }
@@ -134,8 +157,14 @@ impl ServedModel {
                 default: false,
             });
         }
+        let Some(scheduler) = self.scheduler() else {
+            return Err(Error::internal(format!(
+                "model '{}' answers through the models it calls, not a scheduler",
+                self.metadata().name
+            )));
+        };
         let mut spent = Spent::default();
-        let answer = self.scheduler.run(inputs, outputs, call, &mut spent).await;
+        let answer = scheduler.run(inputs, outputs, call, &mut spent).await;
         stages.scheduled(spent);
         let answer = answer?;
         if let Some((cache, key, _, looked)) = lookup {
@@ -271,14 +300,18 @@ impl ServedModels {
         let queue = loaded
             .max_queue
             .unwrap_or(64usize.saturating_mul(concurrency).saturating_mul(per_turn));
-        let scheduler = Scheduler::start(
-            Arc::clone(&loaded.model),
-            concurrency,
-            queue,
-            loaded.scheduling,
-            pool.clone(),
-            &self.queues,
-        );
+        let scheduling = loaded.scheduling.clone();
+        let runner = match loaded.composite {
+            Some(composite) => Runner::Composite(composite),
+            None => Runner::Scheduled(Scheduler::start(
+                Arc::clone(&loaded.model),
+                concurrency,
+                queue,
+                loaded.scheduling,
+                pool.clone(),
+                &self.queues,
+            )),
+        };
         let sequences = loaded
             .sequencing
             .map(|sequencing| Sequences::new(&loaded.name, sequencing, loaded.max_batch_size > 0));
@@ -308,8 +341,8 @@ impl ServedModels {
             cache,
             sequences,
             model: loaded.model,
-            composite: loaded.composite,
-            scheduler,
+            runner,
+            scheduling,
             stats: ModelStats::new(self.buckets.as_ref()),
             backend: loaded.backend,
             max_concurrency: concurrency,

@@ -335,9 +335,17 @@ pub struct Snapshot {
 /// The statistics of `served`, called `name`.
 pub fn snapshot(name: &str, served: &ServedModel) -> Snapshot {
     let mut triton = served.stats.snapshot(name, served.version());
-    let scheduler = &served.scheduler;
-    let counters = scheduler.counters();
-    let batching = scheduler.scheduling().batching.is_some();
+    // A composite has no scheduler of its own: it counts no executions,
+    // defaults or timeouts.
+    let Some(counters) = served.scheduler().map(|s| s.counters()) else {
+        return Snapshot {
+            triton,
+            defaults: 0,
+            timeouts: 0,
+            batch_size: None,
+        };
+    };
+    let batching = served.scheduling.batching.is_some();
     if batching {
         triton.execution_count = counters.executions.load(Ordering::Relaxed);
         let batches = counters.batches.lock().unwrap_or_else(|e| e.into_inner());

@@ -68,8 +68,7 @@ pub fn run<'a>(
                     .find_map(|t| t.shape.first().copied())
                     .unwrap_or(1);
                 let objective = app
-                    .scheduler
-                    .scheduling()
+                    .scheduling
                     .slo
                     .as_ref()
                     .map(|slo| call.started + slo.latency);
@@ -178,7 +177,7 @@ pub fn key_from_header(
 
 /// The selector of `served`, when it is an application.
 pub fn selector_of(served: &ServedModel) -> Option<&dyn Selector> {
-    match &served.composite.as_ref()?.kind {
+    match &served.composite()?.kind {
         wirespeed_core::CompositeKind::Application(selector) => Some(selector.as_ref()),
         _ => None,
     }
@@ -266,7 +265,7 @@ fn blend(
     if arrived.is_empty() {
         // Nobody answered by the objective: the default, as the scheduler
         // answers a model that would miss it. Only failures: the first.
-        let slo = app.scheduler.scheduling().slo.as_ref();
+        let slo = app.scheduling.slo.as_ref();
         let (Some(slo), true) = (slo, cut > 0) else {
             return Err(first_error.unwrap_or_else(|| {
                 Error::internal(format!(

@@ -119,7 +119,7 @@ pub async fn call(
     call: CallContext,
     depth: usize,
 ) -> Result<Vec<Tensor>, Error> {
-    match &served.composite {
+    match served.composite() {
         Some(composite) => run(models, served, composite, inputs, outputs, call, depth)
             .await
             .map(|composed| composed.outputs),
@@ -230,7 +230,7 @@ pub async fn gather_until<T>(
 /// Every served composite checked with [`check_model`]: the first misfit.
 pub fn check_all(models: &ServedModels) -> Result<(), String> {
     for (name, served) in models.all() {
-        if let Some(composite) = &served.composite {
+        if let Some(composite) = served.composite() {
             check_model(models, &name, composite)?;
         }
     }

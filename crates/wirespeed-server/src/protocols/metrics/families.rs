@@ -237,7 +237,8 @@ fn model_families(engine: &Engine) -> Vec<MetricFamily> {
         }
         count.count(&labels, triton.inference_count);
         executions.count(&labels, triton.execution_count);
-        pending.count(&labels, served.scheduler.waiting() as u64);
+        let scheduler = served.scheduler();
+        pending.count(&labels, scheduler.map_or(0, |s| s.waiting()) as u64);
         for (family, d) in duration_families.iter_mut().zip([
             inference.success,
             inference.queue,
@@ -256,10 +257,16 @@ fn model_families(engine: &Engine) -> Vec<MetricFamily> {
                 between_hist.observed(&labels, &latencies.between_responses);
             }
         }
-        running.count(&labels, served.scheduler.running() as u64);
-        let counters = served.scheduler.counters();
-        defaults.count(&labels, counters.defaults.load(Ordering::Relaxed));
-        timeouts.count(&labels, counters.timeouts.load(Ordering::Relaxed));
+        running.count(&labels, scheduler.map_or(0, |s| s.running()) as u64);
+        let (defaulted, timed_out) = scheduler.map_or((0, 0), |s| {
+            let counters = s.counters();
+            (
+                counters.defaults.load(Ordering::Relaxed),
+                counters.timeouts.load(Ordering::Relaxed),
+            )
+        });
+        defaults.count(&labels, defaulted);
+        timeouts.count(&labels, timed_out);
         if let Some(size) = stats.batch_size {
             batch_size.count(&labels, size as u64);
         }
@@ -360,7 +367,7 @@ fn selection_families(engine: &Engine) -> Vec<MetricFamily> {
         "Requests an inference graph's node routed to a step (a model or another node)",
     );
     for (name, served) in engine.models.all() {
-        let Some(CompositeKind::Graph(graph)) = served.composite.as_ref().map(|c| &c.kind) else {
+        let Some(CompositeKind::Graph(graph)) = served.composite().map(|c| &c.kind) else {
             continue;
         };
         for (node_name, node) in &graph.nodes {

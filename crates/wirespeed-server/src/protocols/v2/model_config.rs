@@ -29,7 +29,7 @@ use wirespeed_engine::served::ServedModel;
 /// The configuration of `model`, served as `name`.
 pub(crate) fn model_config(name: &str, model: &ServedModel) -> pb::ModelConfig {
     let metadata = model.metadata();
-    let scheduling = model.scheduler.scheduling();
+    let scheduling = &model.scheduling;
     let batching = scheduling.batching.as_ref();
     // Triton's max_batch_size: the model's own (a config.pbtxt's, or
     // config.toml's `max_batch_size`), else its batcher's.
