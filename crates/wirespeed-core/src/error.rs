@@ -68,6 +68,15 @@ pub enum ErrorKind {
     /// worker process died. 500, INTERNAL, with the model's message, which
     /// is the model's to give (it names the model and what it raised).
     ModelFailed,
+    /// A model's error of Triton's code UNKNOWN (`pb_utils.TritonError(...,
+    /// TritonError.UNKNOWN)`): 400, UNKNOWN, as Triton answers it.
+    Unknown,
+    /// A model's error of Triton's code ALREADY_EXISTS: 400,
+    /// ALREADY_EXISTS.
+    AlreadyExists,
+    /// A model's error of Triton's code CANCELLED (it gave up on the
+    /// request): 400, CANCELLED.
+    Cancelled,
     /// Our fault: a bug or a failed resource. Its message is never shown to
     /// the client.
     Internal,
@@ -100,7 +109,10 @@ impl ErrorKind {
             ErrorKind::MalformedRequest
             | ErrorKind::InvalidInput
             | ErrorKind::Unsupported
-            | ErrorKind::LimitExceeded => 400,
+            | ErrorKind::LimitExceeded
+            | ErrorKind::Unknown
+            | ErrorKind::AlreadyExists
+            | ErrorKind::Cancelled => 400,
             ErrorKind::ModelNotFound | ErrorKind::VersionNotFound | ErrorKind::RouteNotFound => 404,
             ErrorKind::MethodNotAllowed => 405,
             ErrorKind::PayloadTooLarge => 413,
@@ -128,6 +140,9 @@ impl ErrorKind {
             ErrorKind::Timeout | ErrorKind::GatewayTimeout => 4,
             ErrorKind::Unavailable => 14,
             ErrorKind::Internal | ErrorKind::ModelFailed | ErrorKind::BadGateway => 13,
+            ErrorKind::Cancelled => 1,
+            ErrorKind::Unknown => 2,
+            ErrorKind::AlreadyExists => 6,
         }
     }
 }

@@ -100,18 +100,31 @@ impl ResponseStream {
                 let streamed = self.receiver.next().await?;
                 return Some(self.item(streamed));
             };
-            tokio::select! {
+            let received = tokio::select! {
                 biased;
-                streamed = self.receiver.next() => {
-                    return streamed.map(|s| self.item(s));
-                }
+                streamed = self.receiver.next() => streamed,
                 ended = run => {
                     self.run = None;
                     if let Err(error) = ended {
                         return Some(Item { response: Err(error), last: true });
                     }
+                    continue;
                 }
+            };
+            if let Some(streamed) = received {
+                return Some(self.item(streamed));
             }
+            // The model's senders are gone (its worker ended the request,
+            // an `execute` that raised among them): the run's outcome is
+            // the stream's last word.
+            let ended = match self.run.take() {
+                Some(run) => run.await,
+                None => Ok(()),
+            };
+            return ended.err().map(|error| Item {
+                response: Err(error),
+                last: true,
+            });
         }
     }
 

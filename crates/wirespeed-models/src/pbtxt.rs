@@ -646,7 +646,15 @@ pub(crate) fn model_config_table(config: pb::ModelConfig) -> Result<toml::Table,
     if !parameters.is_empty() {
         table.insert("parameters".into(), toml::Value::Table(parameters));
     }
-    table.insert("triton_model_config".into(), to_json(&config).into());
+    // The configuration as a Triton model's `initialize` reads it, with
+    // Triton's names for instance groups the file leaves unnamed.
+    let mut completed = config.clone();
+    for (i, group) in completed.instance_group.iter_mut().enumerate() {
+        if group.name.is_empty() {
+            group.name = format!("{}_{i}", completed.name);
+        }
+    }
+    table.insert("triton_model_config".into(), to_json(&completed).into());
     Ok(table)
 }
 

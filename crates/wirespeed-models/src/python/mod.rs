@@ -232,7 +232,6 @@ impl PythonModel {
             triton_args: BTreeMap::from([
                 ("model_config".into(), triton_config),
                 ("model_instance_kind".into(), "CPU".into()),
-                ("model_instance_name".into(), format!("{name}_0")),
                 ("model_instance_device_id".into(), "0".into()),
                 (
                     "model_repository".into(),
@@ -367,7 +366,8 @@ fn triton_config(
             })
             .collect(),
         instance_group: vec![pb::ModelInstanceGroup {
-            name: name.into(),
+            // Triton's name for a group the configuration leaves unnamed.
+            name: format!("{name}_0"),
             count: instances as i32,
             kind: pb::model_instance_group::Kind::Cpu as i32,
             ..Default::default()

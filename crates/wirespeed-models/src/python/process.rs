@@ -69,6 +69,21 @@ pub(crate) struct Launch {
     pub(crate) caller: crate::registry::CallerSlot,
 }
 
+impl Launch {
+    /// The `load` message of worker `instance`. Triton names a model's
+    /// instances `<model>_<group>_<instance>`, its one instance group
+    /// being `<model>_0`: a model's `initialize` reads it in
+    /// `args["model_instance_name"]`, and its errors carry it.
+    fn load_for(&self, instance: usize) -> serde_json::Value {
+        let mut load = self.load.clone();
+        if let Some(args) = load.get_mut("triton_args").and_then(|a| a.as_object_mut()) {
+            let name = format!("{}_0_{instance}", self.model);
+            args.insert("model_instance_name".into(), name.into());
+        }
+        load
+    }
+}
+
 /// Why a worker did not start.
 #[derive(Debug)]
 pub(crate) enum StartError {
@@ -194,7 +209,7 @@ impl Process {
             let program = u32::try_from(WORKER.len()).map_err(io::Error::other)?;
             ours.write_all(&program.to_le_bytes())?;
             ours.write_all(WORKER.as_bytes())?;
-            wire::send(&mut ours, &launch.load)?;
+            wire::send(&mut ours, &launch.load_for(instance))?;
             ours.set_read_timeout(Some(launch.load_timeout))?;
             let reply = wire::receive(&mut ours);
             // From now on `poll` waits for an answer to begin; these bound
@@ -665,6 +680,21 @@ pub(crate) fn outputs_from(
 /// A request's error as the worker reported it: `kind` is the model's
 /// code (`pb_utils.TritonError`'s), with Triton's statuses.
 pub(crate) fn model_error(model: &str, kind: &str, error: String) -> Error {
+    // A Triton model's error, worded by the worker as Triton words it (it
+    // names the model's instance where Triton does), with its code's status.
+    if let Some(code) = kind.strip_prefix("triton:") {
+        let kind = match code {
+            "UNKNOWN" => ErrorKind::Unknown,
+            "NOT_FOUND" => ErrorKind::ModelNotFound,
+            "INVALID_ARG" => ErrorKind::InvalidInput,
+            "UNAVAILABLE" => ErrorKind::Unavailable,
+            "UNSUPPORTED" => ErrorKind::NotImplemented,
+            "ALREADY_EXISTS" => ErrorKind::AlreadyExists,
+            "CANCELLED" => ErrorKind::Cancelled,
+            _ => ErrorKind::ModelFailed,
+        };
+        return Error::new(kind, error);
+    }
     match kind {
         "invalid" => Error::invalid_input(error),
         "not_found" => Error::new(ErrorKind::ModelNotFound, error),

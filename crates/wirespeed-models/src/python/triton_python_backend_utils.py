@@ -199,9 +199,9 @@ def get_output_tensor_by_name(inference_response, name):
 
 class TritonError(Exception):
     """An error a model returns in a response (`InferenceResponse(error=...)`)
-    or raises, answered with Triton's status for its code: INVALID_ARG,
-    ALREADY_EXISTS and CANCELLED 400 (INVALID_ARGUMENT), NOT_FOUND 404,
-    UNAVAILABLE 503, UNSUPPORTED 501 (UNIMPLEMENTED), the others 500."""
+    or raises: its message alone, with Triton's status for its code
+    (INTERNAL, the default, 500; UNKNOWN, INVALID_ARG, ALREADY_EXISTS and
+    CANCELLED 400; NOT_FOUND 404; UNAVAILABLE 503; UNSUPPORTED 501)."""
 
     UNKNOWN = 0
     INTERNAL = 1
@@ -325,14 +325,14 @@ class InferenceRequest:
         return self._stream is not None and _is_cancelled(self._stream)
 
     def get_response_sender(self):
-        """The sender of this request's responses (a decoupled model's)."""
-        if self._stream is None:
-            raise TritonModelException(
-                "get_response_sender() needs a decoupled model: set "
-                "model_transaction_policy { decoupled: true } in its config.pbtxt"
-            )
+        """The sender of this request's responses: a decoupled model's
+        stream, or, for a model that is not decoupled, the one response
+        (`execute` then returns None for this request)."""
         if self._sender is None:
-            self._sender = InferenceResponseSender(self._stream)
+            if self._stream is None:
+                self._sender = _OneResponseSender()
+            else:
+                self._sender = InferenceResponseSender(self._stream)
         return self._sender
 
     def exec(self, decoupled=False):
@@ -433,6 +433,21 @@ def _bls_response(reply):
     ])
 
 
+def _check_send(response, flags):
+    """The arguments of a `send`, checked as Triton's response sender
+    checks them."""
+    if flags != TRITONSERVER_RESPONSE_COMPLETE_FINAL and flags != 0:
+        raise TritonModelException("Unable to send response. Unsupported flag provided.")
+    if flags == 0 and response is None:
+        raise TritonModelException(
+            "Inference Response object must be provided when the response flags is set to zero."
+        )
+    if response is not None and not isinstance(response, InferenceResponse):
+        raise TritonModelException(
+            "send() takes a pb_utils.InferenceResponse, not %s" % type(response).__name__
+        )
+
+
 class InferenceResponseSender:
     """Sends a decoupled model's responses to one request, from `execute`
     or from any thread; `send(flags=TRITONSERVER_RESPONSE_COMPLETE_FINAL)`
@@ -444,26 +459,53 @@ class InferenceResponseSender:
         self._closed = False
 
     def send(self, response=None, flags=0):
+        _check_send(response, flags)
         if self._closed:
             raise TritonModelException(
                 "Unable to send response. Response sender has been closed."
             )
-        final = bool(flags & TRITONSERVER_RESPONSE_COMPLETE_FINAL)
-        if response is None and not final:
-            raise TritonModelException(
-                "Inference Response object must be provided when the response flags "
-                "is not TRITONSERVER_RESPONSE_COMPLETE_FINAL."
-            )
-        if response is not None and not isinstance(response, InferenceResponse):
-            raise TritonModelException(
-                "send() takes a pb_utils.InferenceResponse, not %s" % type(response).__name__
-            )
+        final = flags == TRITONSERVER_RESPONSE_COMPLETE_FINAL
         if final:
             self._closed = True
         _send_response(self._stream, response, final)
 
     def is_cancelled(self):
         return _is_cancelled(self._stream)
+
+
+class _OneResponseSender:
+    """The response sender of a model that is not decoupled: its one
+    response, kept for the worker to answer when `execute` returns, with
+    Triton's rules (one response, and the final flag only after it)."""
+
+    def __init__(self):
+        self.response = None
+        self._sent = 0
+        self._closed = False
+
+    def send(self, response=None, flags=0):
+        _check_send(response, flags)
+        if response is not None and self._sent > 0:
+            raise TritonModelException(
+                "Unable to send response. Non-decoupled model cannot send more than one response."
+            )
+        if response is None and flags == TRITONSERVER_RESPONSE_COMPLETE_FINAL and self._sent == 0:
+            raise TritonModelException(
+                "Unable to send response. Non-decoupled model cannot send complete final "
+                "before sending a response."
+            )
+        if self._closed:
+            raise TritonModelException(
+                "Unable to send response. Response sender has been closed."
+            )
+        if flags == TRITONSERVER_RESPONSE_COMPLETE_FINAL:
+            self._closed = True
+        if response is not None:
+            self.response = response
+        self._sent += 1
+
+    def is_cancelled(self):
+        return False
 
 
 class InferenceResponse:
@@ -751,3 +793,12 @@ def _take_metric_changes():
     changes = list(_pending_changes.values()) + _pending_observations
     _pending_changes, _pending_observations = {}, []
     return changes
+
+
+# In Triton these classes are the stub's C extension's, and their names
+# say so where a model (or Triton's own error text) prints a type.
+for _class in (TritonError, TritonModelException, Tensor, InferenceRequest, PreferredMemory,
+               InferenceResponseSender, _OneResponseSender, InferenceResponse, Logger, LogLevel,
+               MetricFamily, Metric):
+    _class.__module__ = "c_python_backend_utils"
+del _class

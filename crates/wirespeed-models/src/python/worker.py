@@ -55,6 +55,8 @@ class Worker:
         self.dtypes = dtypes()
         self.outputs = {}
         self.decoupled = False
+        # A Triton model's instance, as Triton names it (`<model>_0_<n>`).
+        self.instance_name = ""
         # Whose API the model is written to: "" (ours or Triton's),
         # "mlserver", "kserve" or "sklearn" (our scikit-learn runtime).
         self.api = ""
@@ -99,6 +101,7 @@ class Worker:
         module = model_module(path)
         if hasattr(module, "TritonPythonModel"):
             self.triton = True
+            self.instance_name = message["triton_args"].get("model_instance_name", "")
             self.model = module.TritonPythonModel()
             if hasattr(self.model, "initialize"):
                 self.call(self.model.initialize, message["triton_args"])
@@ -194,14 +197,41 @@ class Worker:
 
         request = triton_request(pb_utils, inputs, message["outputs"], message)
         # `async def execute` (Triton's coroutine models) is awaited.
-        responses = self.call(self.model.execute, [request])
-        if not isinstance(responses, (list, tuple)) or len(responses) != 1:
-            raise pb_utils.TritonModelException(
-                "execute must return one InferenceResponse per request: 1 request, %s"
-                % ("%d responses" % len(responses) if isinstance(responses, (list, tuple))
-                   else type(responses).__name__)
+        returned = self.call(self.model.execute, [request])
+        # What execute returns is checked as Triton checks it: None (the
+        # request answered through its response sender), or a list of one
+        # response (or None) per request.
+        if returned is not None:
+            if not isinstance(returned, list):
+                raise StubError(
+                    "Expected a list in the execute return, found type '%s'." % type(returned)
+                )
+            if len(returned) != 1:
+                raise StubError(
+                    "Number of InferenceResponse objects do not match the number of "
+                    "InferenceRequest objects. InferenceRequest(s) size is:1, and "
+                    "InferenceResponse(s) size is:%d\n" % len(returned)
+                )
+            if returned[0] is not None:
+                if not isinstance(returned[0], pb_utils.InferenceResponse):
+                    raise StubError(
+                        "Expected an 'InferenceResponse' object in the execute function "
+                        "return list, found type '%s'." % type(returned[0])
+                    )
+                # Sent as Triton sends it: through the request's sender,
+                # which refuses a second response.
+                try:
+                    request.get_response_sender().send(
+                        returned[0], pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
+                    )
+                except pb_utils.TritonModelException as e:
+                    raise StubError(str(e)) from None
+        response = request._sender.response if request._sender is not None else None
+        if response is None:
+            raise StubError(
+                "execute sent no response for the request: return [InferenceResponse(...)], "
+                "or send one through request.get_response_sender()"
             )
-        response = responses[0]
         if response.has_error():
             raise response.error()
         return {t.name(): t.as_numpy() for t in response.output_tensors()}
@@ -515,9 +545,9 @@ class Worker:
             request._stream = request_id
             result = self.call(self.model.execute, [request])
             if result is not None:
-                raise pb_utils.TritonModelException(
+                raise StubError(
                     "Python model '%s' is using the decoupled mode and the execute "
-                    "function must return None" % os.environ.get("WIRESPEED_MODEL", "")
+                    "function must return None." % self.instance_name
                 )
             return
         # Our API: predict yields each answer (a generator, or an async one).
@@ -608,30 +638,23 @@ class Worker:
         self.finalize()
 
     def failure(self, e, log=True):
-        kind = "model"
+        """The `error` message of exception `e`: a Triton model's in
+        Triton's words and statuses (`triton_failure`), another's with its
+        type, and the status its error carries (MLServer's, KServe's)."""
+        if log:
+            traceback.print_exc(file=sys.stderr)
         utils = sys.modules.get("triton_python_backend_utils")
-        if utils is not None and isinstance(e, utils.TritonError):
-            # TritonError's codes, as Triton maps them to statuses.
-            kind = {
-                utils.TritonError.NOT_FOUND: "not_found",
-                utils.TritonError.INVALID_ARG: "invalid",
-                utils.TritonError.UNAVAILABLE: "unavailable",
-                utils.TritonError.UNSUPPORTED: "unsupported",
-                utils.TritonError.ALREADY_EXISTS: "invalid",
-                utils.TritonError.CANCELLED: "invalid",
-            }.get(e.code(), kind)
+        if self.triton and utils is not None:
+            kind, message = triton_failure(utils, e, self.instance_name)
+            return {"op": "error", "kind": kind, "error": message}
+        kind = "model"
         status = getattr(e, "status_code", None)
-        if isinstance(status, int) and kind == "model":
+        if isinstance(status, int):
             # MLServer's and KServe's errors carry their HTTP status.
             kind = {400: "invalid", 404: "not_found", 422: "invalid", 501: "unsupported",
                     503: "unavailable"}.get(status, kind)
         message = e.message() if callable(getattr(e, "message", None)) else str(e)
-        if not message:
-            message = type(e).__name__
-        elif not self.triton:
-            message = "%s: %s" % (type(e).__name__, message)
-        if log:
-            traceback.print_exc(file=sys.stderr)
+        message = "%s: %s" % (type(e).__name__, message) if message else type(e).__name__
         return {"op": "error", "kind": kind, "error": message}
 
     def finalize(self):
@@ -705,6 +728,43 @@ def as_text(value):
         return value.decode("utf-8")
     except UnicodeDecodeError:
         return value
+
+
+class StubError(Exception):
+    """A Triton model's mistake that Triton's stub finds outside the model's
+    code (what `execute` returned): its message alone, with no type."""
+
+
+# TritonError's codes by number, as the server names the statuses.
+TRITON_CODES = ("UNKNOWN", "INTERNAL", "NOT_FOUND", "INVALID_ARG", "UNAVAILABLE",
+                "UNSUPPORTED", "ALREADY_EXISTS", "CANCELLED")
+
+
+def triton_failure(pb_utils, e, instance):
+    """A Triton model's error as Triton answers it: a `TritonError` (one
+    the model returned in a response, or raised) is its message alone,
+    with its code's status; any other exception `execute` raised is
+    INTERNAL, "Failed to process the request(s) for model '<instance>',
+    message: <type>: <text>", then the model's own frames, innermost first,
+    as Triton's stub writes a Python exception."""
+    if isinstance(e, pb_utils.TritonError):
+        code = e.code()
+        name = TRITON_CODES[code] if 0 <= code < len(TRITON_CODES) else "INTERNAL"
+        return "triton:" + name, e.message()
+    prefix = "Failed to process the request(s) for model '%s', message: " % instance
+    if isinstance(e, StubError):
+        return "triton:INTERNAL", prefix + str(e)
+    frames = [
+        frame for frame in traceback.extract_tb(e.__traceback__)
+        # The worker's and the utilities' frames are the server's, which
+        # Triton's stub (C++) has none of.
+        if frame.filename != "wirespeed_worker.py" and not frame.filename.startswith("<wirespeed:")
+    ]
+    text = "%s: %s" % (type(e).__qualname__, e)
+    if frames:
+        text += "\n\nAt:\n" + "".join(
+            "  %s(%d): %s\n" % (f.filename, f.lineno, f.name) for f in reversed(frames))
+    return "triton:INTERNAL", prefix + text
 
 
 def triton_request(pb_utils, inputs, wanted, message):

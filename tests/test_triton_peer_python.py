@@ -1,0 +1,271 @@
+"""Python models against the real Triton: the same repository served by
+Triton 2.51 (tests/triton_peer.py) and by wirespeed, the same requests
+through tritonclient, the answers compared field by field.
+
+What a model's code sees (`initialize`'s args), a model that is not
+decoupled answering through its response sender, and every error a model
+makes: the text, the HTTP status and the gRPC code of an exception in
+`execute`, of a misused response sender, of the wrong number of
+responses, of each `TritonError` code, and a decoupled model's errors on
+the gRPC stream, which Triton answers with one error per request.
+
+Where Triton 2.51 is wrong we do not follow it, and say so in
+docs/triton.md ("Where wirespeed differs from Triton"): a model that is
+not decoupled and sends two responses gets Triton a body of a response
+followed by an error object.
+"""
+
+import json
+import os
+import queue
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+import requests
+import tritonclient.grpc as grpcclient
+from tritonclient.utils import InferenceServerException
+
+from conftest import RunningServer
+from triton_peer import TritonServer
+
+# wirespeed's workers run the models on the tests' Python (numpy's).
+os.environ.setdefault("WIRESPEED_PYTHON", sys.executable)
+
+DECOUPLED = "model_transaction_policy { decoupled: true }"
+
+# name: (extra config.pbtxt lines, model.py)
+MODELS = {
+    "init_args": ("", '''
+        import json
+        import numpy as np
+        import triton_python_backend_utils as pb_utils
+
+        class TritonPythonModel:
+            def initialize(self, args):
+                self.args = dict(args)
+
+            def execute(self, requests):
+                out = np.array([json.dumps(self.args).encode()], dtype=np.object_)
+                return [pb_utils.InferenceResponse([pb_utils.Tensor("OUT", out)]) for _ in requests]
+    '''),
+    "one_sender": ("", '''
+        import triton_python_backend_utils as pb_utils
+
+        class TritonPythonModel:
+            def execute(self, requests):
+                for request in requests:
+                    x = pb_utils.get_input_tensor_by_name(request, "IN").as_numpy()
+                    request.get_response_sender().send(
+                        pb_utils.InferenceResponse([pb_utils.Tensor("OUT", x * 2)]),
+                        flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+                return None
+    '''),
+    "final_first": ("", '''
+        import triton_python_backend_utils as pb_utils
+
+        class TritonPythonModel:
+            def execute(self, requests):
+                for request in requests:
+                    request.get_response_sender().send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+                return None
+    '''),
+    "wrong_count": ("", '''
+        import triton_python_backend_utils as pb_utils
+
+        class TritonPythonModel:
+            def execute(self, requests):
+                x = pb_utils.get_input_tensor_by_name(requests[0], "IN").as_numpy()
+                return [pb_utils.InferenceResponse([pb_utils.Tensor("OUT", x)])] * (len(requests) + 1)
+    '''),
+    "not_a_list": ("", '''
+        import triton_python_backend_utils as pb_utils
+
+        class TritonPythonModel:
+            def execute(self, requests):
+                x = pb_utils.get_input_tensor_by_name(requests[0], "IN").as_numpy()
+                return pb_utils.InferenceResponse([pb_utils.Tensor("OUT", x)])
+    '''),
+    "raises": ("", '''
+        def check(x):
+            raise ValueError("no good: %d" % x)
+
+        class TritonPythonModel:
+            def execute(self, requests):
+                check(3)
+    '''),
+    "error_codes": ("", '''
+        import triton_python_backend_utils as pb_utils
+
+        CODES = [None, "UNKNOWN", "INTERNAL", "NOT_FOUND", "INVALID_ARG", "UNAVAILABLE",
+                 "UNSUPPORTED", "ALREADY_EXISTS", "CANCELLED"]
+
+        class TritonPythonModel:
+            def execute(self, requests):
+                answers = []
+                for request in requests:
+                    code = CODES[int(pb_utils.get_input_tensor_by_name(request, "IN").as_numpy()[0])]
+                    error = (pb_utils.TritonError("bad thing") if code is None
+                             else pb_utils.TritonError("bad thing", getattr(pb_utils.TritonError, code)))
+                    answers.append(pb_utils.InferenceResponse(error=error))
+                return answers
+    '''),
+    "decoupled_raises": (DECOUPLED, '''
+        class TritonPythonModel:
+            def execute(self, requests):
+                raise ValueError("no good")
+    '''),
+    "decoupled_returns": (DECOUPLED, '''
+        import triton_python_backend_utils as pb_utils
+
+        class TritonPythonModel:
+            def execute(self, requests):
+                x = pb_utils.get_input_tensor_by_name(requests[0], "IN").as_numpy()
+                return [pb_utils.InferenceResponse([pb_utils.Tensor("OUT", x)])]
+    '''),
+    "decoupled_sends_then_raises": (DECOUPLED, '''
+        import triton_python_backend_utils as pb_utils
+
+        class TritonPythonModel:
+            def execute(self, requests):
+                for request in requests:
+                    x = pb_utils.get_input_tensor_by_name(request, "IN").as_numpy()
+                    request.get_response_sender().send(pb_utils.InferenceResponse([pb_utils.Tensor("OUT", x)]))
+                raise ValueError("after one")
+    '''),
+}
+
+
+@pytest.fixture(scope="module")
+def servers(tmp_path_factory):
+    """Triton and wirespeed on one repository of the models above."""
+    repo = tmp_path_factory.mktemp("triton_python_repo")
+    for name, (extra, code) in MODELS.items():
+        (repo / name / "1").mkdir(parents=True)
+        out = ("TYPE_STRING", 1) if name == "init_args" else ("TYPE_FP32", 2)
+        (repo / name / "config.pbtxt").write_text(textwrap.dedent(f"""\
+            name: "{name}"
+            backend: "python"
+            input [ {{ name: "IN" data_type: TYPE_FP32 dims: [ 2 ] }} ]
+            output [ {{ name: "OUT" data_type: {out[0]} dims: [ {out[1]} ] }} ]
+            instance_group [ {{ kind: KIND_CPU count: 1 }} ]
+            {extra}
+            """))
+        (repo / name / "1" / "model.py").write_text(textwrap.dedent(code))
+    triton = TritonServer(repo, tmp_path_factory.mktemp("triton_log") / "triton.log")
+    wirespeed = RunningServer(repo)
+    yield {"triton": triton, "wirespeed": wirespeed}
+    wirespeed.stop()
+    triton.stop()
+
+
+def body(values):
+    return {"inputs": [{"name": "IN", "shape": [2], "datatype": "FP32", "data": list(values)}]}
+
+
+def rest(server, model, values=(1.0, 2.0)):
+    """The answer to a V2 REST request: status and JSON."""
+    answer = requests.post(f"http://{server.address}/v2/models/{model}/infer", json=body(values), timeout=30)
+    return answer.status_code, answer.json()
+
+
+def grpc(server, model, values=(1.0, 2.0)):
+    """The answer to a gRPC ModelInfer: ("ok", outputs) or (code, message)."""
+    client = grpcclient.InferenceServerClient(server.grpc_address)
+    x = grpcclient.InferInput("IN", [2], "FP32")
+    x.set_data_from_numpy(np.array(values, dtype=np.float32))
+    try:
+        result = client.infer(model, [x])
+    except InferenceServerException as e:
+        return e.status(), e.message()
+    finally:
+        client.close()
+    return "ok", result.as_numpy("OUT").tolist()
+
+
+def both(servers, ask, *args):
+    return {name: ask(server, *args) for name, server in servers.items()}
+
+
+def test_initialize_gets_the_args_triton_gives(servers):
+    got = {}
+    for name, server in servers.items():
+        status, answer = rest(server, "init_args")
+        assert status == 200, (name, answer)
+        got[name] = json.loads(answer["outputs"][0]["data"][0])
+    triton, ours = got["triton"], got["wirespeed"]
+    assert sorted(ours) == sorted(triton)
+    for key in ("model_instance_kind", "model_instance_name", "model_instance_device_id",
+                "model_repository", "model_version", "model_name"):
+        assert ours[key] == triton[key], key
+    # The configuration as JSON: what a model reads of it.
+    config = {name: json.loads(args["model_config"]) for name, args in got.items()}
+    for key in ("name", "backend", "max_batch_size"):
+        assert config["wirespeed"][key] == config["triton"][key], key
+    for side in ("input", "output"):
+        tensors = {name: [(t["name"], t["data_type"], [int(d) for d in t["dims"]]) for t in c[side]]
+                   for name, c in config.items()}
+        assert tensors["wirespeed"] == tensors["triton"], side
+    groups = {name: [(g["name"], g["kind"], g["count"]) for g in c["instance_group"]] for name, c in config.items()}
+    assert groups["wirespeed"] == groups["triton"]
+
+
+@pytest.mark.parametrize("ask", [rest, grpc])
+def test_a_model_that_is_not_decoupled_answers_through_its_response_sender(servers, ask):
+    answers = both(servers, ask, "one_sender")
+    assert answers["wirespeed"] == answers["triton"]
+    if ask is rest:
+        assert answers["triton"][0] == 200 and answers["triton"][1]["outputs"][0]["data"] == [2.0, 4.0]
+    else:
+        assert answers["triton"] == ("ok", [2.0, 4.0])
+
+
+@pytest.mark.parametrize("model", ["final_first", "wrong_count", "not_a_list", "raises"])
+@pytest.mark.parametrize("ask", [rest, grpc])
+def test_a_model_that_fails_is_answered_in_tritons_words(servers, model, ask):
+    answers = both(servers, ask, model)
+    assert answers["wirespeed"] == answers["triton"]
+    assert "Failed to process the request(s) for model" in str(answers["triton"])
+
+
+@pytest.mark.parametrize("code", range(9))
+def test_each_triton_error_code_has_tritons_status_and_text(servers, code):
+    for ask in (rest, grpc):
+        answers = both(servers, ask, "error_codes", (float(code), 0.0))
+        assert answers["wirespeed"] == answers["triton"], ask.__name__
+
+
+def stream(server, model):
+    """What a gRPC stream client sees of one request: each response
+    (outputs and final flag) until the final flag or an error; and that
+    closing the stream then returns."""
+    events = queue.Queue()
+    client = grpcclient.InferenceServerClient(server.grpc_address)
+    client.start_stream(callback=lambda result, error: events.put((result, error)))
+    x = grpcclient.InferInput("IN", [2], "FP32")
+    x.set_data_from_numpy(np.array([1.0, 2.0], dtype=np.float32))
+    client.async_stream_infer(model, [x], request_id="7", enable_empty_final_response=True)
+    seen = []
+    while True:
+        # The wait only bounds a stream that would hang.
+        result, error = events.get(timeout=60)
+        if error is not None:
+            # An error ends the request: Triton sends nothing after it.
+            seen.append(("error", error.message()))
+            break
+        response = result.get_response()
+        final = response.parameters["triton_final_response"].bool_param
+        seen.append(("response", [o.name for o in response.outputs], final))
+        if final:
+            break
+    client.stop_stream()
+    client.close()
+    return seen
+
+
+@pytest.mark.parametrize("model", ["decoupled_raises", "decoupled_returns", "decoupled_sends_then_raises"])
+def test_a_decoupled_model_that_fails_ends_its_stream_with_tritons_error(servers, model):
+    answers = both(servers, stream, model)
+    assert answers["wirespeed"] == answers["triton"]
+    assert answers["triton"][-1][0] == "error"
