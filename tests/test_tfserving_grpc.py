@@ -104,7 +104,7 @@ def test_metadata_and_status_describe_the_model(server):
     ({"dtype": "DT_FLOAT", "tensor_shape": {"dim": [{"size": 1000000}, {"size": 1000000}]}, "float_val": [1]},
      "over the limits"),
     ({"dtype": "DT_INT64", "tensor_shape": {"dim": [{"size": 1}, {"size": 12}]}, "int64_val": [1]},
-     "has datatype INT64, but model 'titanic' expects FP32"),
+     "inference input 'features' data-type is 'INT64', but model 'titanic' expects 'FP32'"),
     ({"dtype": "DT_FLOAT", "tensor_shape": {"dim": [{"size": 1}, {"size": 12}]}, "int64_val": [1]},
      "input 'features' is DT_FLOAT, whose values go in float_val, but int64_val holds values"),
 ])

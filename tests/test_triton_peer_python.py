@@ -18,6 +18,7 @@ followed by an error object.
 import json
 import os
 import queue
+import re
 import sys
 import textwrap
 
@@ -134,6 +135,60 @@ MODELS = {
                     request.get_response_sender().send(pb_utils.InferenceResponse([pb_utils.Tensor("OUT", x)]))
                 raise ValueError("after one")
     '''),
+    # Each request waits until `IN[0]` requests have started, then answers
+    # how many had: requests that run one at a time would each wait out
+    # the bound, and answer -1.
+    "decoupled_async": (DECOUPLED, '''
+        import asyncio
+        import numpy as np
+        import triton_python_backend_utils as pb_utils
+
+        class TritonPythonModel:
+            def initialize(self, args):
+                self.started = 0
+                self.everyone = None
+
+            async def execute(self, requests):
+                if self.everyone is None:
+                    self.everyone = asyncio.Event()
+                self.started += len(requests)
+                wanted = int(pb_utils.get_input_tensor_by_name(requests[0], "IN").as_numpy()[0])
+                if self.started >= wanted:
+                    self.everyone.set()
+                try:
+                    await asyncio.wait_for(self.everyone.wait(), 10)
+                    seen = float(self.started)
+                except asyncio.TimeoutError:
+                    seen = -1.0
+                for request in requests:
+                    request.get_response_sender().send(
+                        pb_utils.InferenceResponse([pb_utils.Tensor("OUT", np.array([seen, 0], np.float32))]),
+                        flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+    '''),
+}
+
+ECHO_A = '''
+    import triton_python_backend_utils as pb_utils
+
+    class TritonPythonModel:
+        def execute(self, requests):
+            return [pb_utils.InferenceResponse([pb_utils.Tensor(
+                "OUT", pb_utils.get_input_tensor_by_name(r, "A").as_numpy())]) for r in requests]
+'''
+
+# Models with configurations of their own, for input validation: a
+# variable dimension and an optional input; a batch dimension.
+OWN_CONFIGS = {
+    "shape2": ("""
+        input [ { name: "A" data_type: TYPE_FP32 dims: [ -1, 3 ] },
+                { name: "B" data_type: TYPE_INT64 dims: [ 1 ] optional: true } ]
+        output [ { name: "OUT" data_type: TYPE_FP32 dims: [ -1, 3 ] } ]
+        """, ECHO_A),
+    "batched": ("""
+        max_batch_size: 4
+        input [ { name: "A" data_type: TYPE_FP32 dims: [ 3 ] } ]
+        output [ { name: "OUT" data_type: TYPE_FP32 dims: [ 3 ] } ]
+        """, ECHO_A),
 }
 
 
@@ -141,6 +196,11 @@ MODELS = {
 def servers(tmp_path_factory):
     """Triton and wirespeed on one repository of the models above."""
     repo = tmp_path_factory.mktemp("triton_python_repo")
+    for name, (tensors, code) in OWN_CONFIGS.items():
+        (repo / name / "1").mkdir(parents=True)
+        (repo / name / "config.pbtxt").write_text(
+            f'name: "{name}"\nbackend: "python"\n' + textwrap.dedent(tensors))
+        (repo / name / "1" / "model.py").write_text(textwrap.dedent(code))
     for name, (extra, code) in MODELS.items():
         (repo / name / "1").mkdir(parents=True)
         out = ("TYPE_STRING", 1) if name == "init_args" else ("TYPE_FP32", 2)
@@ -269,3 +329,102 @@ def test_a_decoupled_model_that_fails_ends_its_stream_with_tritons_error(servers
     answers = both(servers, stream, model)
     assert answers["wirespeed"] == answers["triton"]
     assert answers["triton"][-1][0] == "error"
+
+
+def concurrent_stream(server, model, count):
+    """`count` requests on one gRPC stream at once: each one's first output
+    value, in the order the answers came."""
+    events = queue.Queue()
+    client = grpcclient.InferenceServerClient(server.grpc_address)
+    client.start_stream(callback=lambda result, error: events.put((result, error)))
+    for i in range(count):
+        x = grpcclient.InferInput("IN", [2], "FP32")
+        x.set_data_from_numpy(np.array([count, i], dtype=np.float32))
+        client.async_stream_infer(model, [x], request_id=str(i))
+    values = []
+    while len(values) < count:
+        result, error = events.get(timeout=60)
+        assert error is None, error
+        values.append(float(result.as_numpy("OUT")[0]))
+    client.stop_stream()
+    client.close()
+    return values
+
+
+def test_a_decoupled_models_coroutine_execute_runs_its_requests_at_once(servers):
+    """Triton runs a decoupled model's `async def execute` in the
+    background, so one instance holds several requests at once."""
+    answers = both(servers, concurrent_stream, "decoupled_async", 3)
+    assert answers["triton"] == [3.0, 3.0, 3.0]
+    assert answers["wirespeed"] == answers["triton"]
+
+
+def tensor(name, datatype, shape, data):
+    return {"name": name, "datatype": datatype, "shape": shape, "data": data}
+
+
+IN = tensor("IN", "FP32", [2], [1, 2])
+A = tensor("A", "FP32", [1, 3], [1, 2, 3])
+
+# What a client may get wrong, model by model: the inputs sent (and the
+# outputs asked for).
+MISTAKES = {
+    "no inputs": ("one_sender", [], None),
+    "an extra input": ("one_sender", [IN, tensor("X", "FP32", [2], [1, 2])], None),
+    "an unknown input": ("one_sender", [tensor("X", "FP32", [2], [1, 2])], None),
+    "a datatype": ("one_sender", [tensor("IN", "INT32", [2], [1, 2])], None),
+    "a shape": ("one_sender", [tensor("IN", "FP32", [3], [1, 2, 3])], None),
+    "a fixed dimension": ("shape2", [tensor("A", "FP32", [2, 4], list(range(8)))], None),
+    "a rank": ("shape2", [tensor("A", "FP32", [6], list(range(6)))], None),
+    "more inputs than optional ones allow": (
+        "shape2", [A, tensor("B", "INT64", [1], [1]), tensor("C", "INT64", [1], [1])], None),
+    "none of required and optional": ("shape2", [], None),
+    "an input twice": ("shape2", [A, A], None),
+    "an unknown output": ("shape2", [A], [{"name": "Z"}]),
+    "a batch over max_batch_size": ("batched", [tensor("A", "FP32", [5, 3], [1, 2, 3] * 5)], None),
+    "a version not served": ("one_sender/versions/9", [IN], None),
+    "a model not served": ("nope", [IN], None),
+}
+
+# Triton prefixes request-level errors with "[request id: <id>] ";
+# wirespeed does not (its errors name the request in the log instead).
+REQUEST_ID = re.compile(r"^\[request id: [^\]]*\] ")
+GOT_INPUTS = re.compile(r"Got input\(s\) \[([^\]]*)\]")
+
+
+def as_compared(message):
+    """An error's text as the two servers are held to it: Triton lists the
+    inputs a request gave in no fixed order (wirespeed in the request's),
+    and writes an empty list of missing inputs as `]` (wirespeed `[]`)."""
+    message = REQUEST_ID.sub("", message)
+    message = GOT_INPUTS.sub(lambda m: "Got input(s) [%s]" % ",".join(sorted(m.group(1).split(","))), message)
+    return message.replace("missing required input(s) ].", "missing required input(s) [].")
+
+
+@pytest.mark.parametrize("mistake", MISTAKES)
+def test_a_request_the_model_cannot_take_is_refused_in_tritons_words(servers, mistake):
+    model, inputs, outputs = MISTAKES[mistake]
+    request = {"inputs": inputs, **({"outputs": outputs} if outputs else {})}
+    answers = {}
+    for name, server in servers.items():
+        answer = requests.post(f"http://{server.address}/v2/models/{model}/infer", json=request, timeout=30)
+        answers[name] = (answer.status_code, as_compared(answer.json()["error"]))
+    assert answers["triton"][0] in (400, 404)
+    assert answers["wirespeed"] == answers["triton"]
+
+
+@pytest.mark.parametrize("version", ["abc", "-1", "01", "9"])
+def test_a_version_is_read_as_triton_reads_it(servers, version):
+    """An integer above 0, `01` being version 1; over gRPC, since Triton's
+    REST routes take only digits (its answer to `abc` is a bare 404)."""
+    answers = {}
+    for name, server in servers.items():
+        client = grpcclient.InferenceServerClient(server.grpc_address)
+        x = grpcclient.InferInput("IN", [2], "FP32")
+        x.set_data_from_numpy(np.array([1.0, 2.0], dtype=np.float32))
+        try:
+            answers[name] = ("ok", client.infer("one_sender", [x], model_version=version).as_numpy("OUT").tolist())
+        except InferenceServerException as e:
+            answers[name] = (e.status(), e.message())
+        client.close()
+    assert answers["wirespeed"] == answers["triton"]

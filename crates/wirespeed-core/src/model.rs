@@ -38,6 +38,12 @@ impl TensorSpec {
     }
 }
 
+/// Formats a shape as Triton's errors write it: `[-1,3]`.
+fn compact_shape<T: std::fmt::Display>(shape: &[T]) -> String {
+    let dims: Vec<String> = shape.iter().map(|d| d.to_string()).collect();
+    format!("[{}]", dims.join(","))
+}
+
 /// Formats a shape the way the protocol writes it: `[2, 3]`.
 pub fn format_shape<T: std::fmt::Display>(shape: &[T]) -> String {
     let dims: Vec<String> = shape.iter().map(|d| d.to_string()).collect();
@@ -99,26 +105,47 @@ pub struct ModelMetadata {
 impl ModelMetadata {
     /// Checks request inputs against the declared ones: every declared input
     /// present once, no unknown name, the right datatype, a fitting shape.
+    /// The errors are the real Triton's, word for word (what Triton's own
+    /// tests and its users' clients match), checked in its order: the
+    /// number of inputs, each name, the required ones, then each datatype
+    /// and shape.
     pub fn check_inputs(&self, inputs: &[Tensor]) -> Result<(), Error> {
+        let required = self.inputs.iter().filter(|s| !s.optional).count();
+        let missing = || -> Vec<&str> {
+            self.inputs
+                .iter()
+                .filter(|s| !s.optional && !inputs.iter().any(|t| t.name == s.name))
+                .map(|s| s.name.as_str())
+                .collect()
+        };
+        if inputs.len() < required || inputs.len() > self.inputs.len() {
+            return Err(self.wrong_inputs(inputs, required, &missing()));
+        }
         for (i, input) in inputs.iter().enumerate() {
-            let Some(spec) = self.inputs.iter().find(|s| s.name == input.name) else {
-                let expected: Vec<&str> = self.inputs.iter().map(|s| s.name.as_str()).collect();
+            if !self.inputs.iter().any(|s| s.name == input.name) {
                 return Err(Error::invalid_input(format!(
-                    "unexpected input '{}' for model '{}'; it takes {}",
-                    input.name,
-                    self.name,
-                    quoted_list(&expected)
+                    "unexpected inference input '{}' for model '{}'",
+                    input.name, self.name
                 )));
-            };
+            }
             if inputs[..i].iter().any(|earlier| earlier.name == input.name) {
                 return Err(Error::invalid_input(format!(
-                    "input '{}' is given more than once",
+                    "input '{}' already exists in request",
                     input.name
                 )));
             }
+        }
+        let missing = missing();
+        if !missing.is_empty() {
+            return Err(self.wrong_inputs(inputs, required, &missing));
+        }
+        for input in inputs {
+            let Some(spec) = self.inputs.iter().find(|s| s.name == input.name) else {
+                continue;
+            };
             if input.datatype() != spec.datatype {
                 return Err(Error::invalid_input(format!(
-                    "input '{}' has datatype {}, but model '{}' expects {}",
+                    "inference input '{}' data-type is '{}', but model '{}' expects '{}'",
                     input.name,
                     input.datatype(),
                     self.name,
@@ -127,28 +154,39 @@ impl ModelMetadata {
             }
             if !spec.accepts_shape(&input.shape) {
                 return Err(Error::invalid_input(format!(
-                    "input '{}' has shape {}, but model '{}' expects {}",
+                    "unexpected shape for input '{}' for model '{}'. Expected {}, got {}. ",
                     input.name,
-                    format_shape(&input.shape),
                     self.name,
-                    spec.shape_display()
+                    compact_shape(&spec.shape),
+                    compact_shape(&input.shape)
                 )));
             }
         }
-        if let Some(missing) = self
-            .inputs
-            .iter()
-            .find(|s| !s.optional && !inputs.iter().any(|t| t.name == s.name))
-        {
-            return Err(Error::invalid_input(format!(
-                "model '{}' needs input '{}' ({} {}), which the request does not give",
-                self.name,
-                missing.name,
-                missing.datatype,
-                missing.shape_display()
-            )));
-        }
         Ok(())
+    }
+
+    /// Triton's error for a request without the inputs the model needs.
+    fn wrong_inputs(&self, inputs: &[Tensor], required: usize, missing: &[&str]) -> Error {
+        let expected = if required == self.inputs.len() {
+            format!("expected {required} inputs")
+        } else {
+            format!(
+                "expected number of inputs between {required} and {}",
+                self.inputs.len()
+            )
+        };
+        let names = |names: &mut dyn Iterator<Item = &str>| -> String {
+            let quoted: Vec<String> = names.map(|n| format!("'{n}'")).collect();
+            format!("[{}]", quoted.join(","))
+        };
+        Error::invalid_input(format!(
+            "{expected} but got {} inputs for model '{}'. Got input(s) {}, but missing required \
+             input(s) {}. Please provide all required input(s).",
+            inputs.len(),
+            self.name,
+            names(&mut inputs.iter().map(|t| t.name.as_str())),
+            names(&mut missing.iter().copied()),
+        ))
     }
 
     /// Resolves requested output names to indices into `outputs`; no names
@@ -160,12 +198,9 @@ impl ModelMetadata {
         let mut indices = Vec::new();
         for name in names {
             let Some(index) = self.outputs.iter().position(|s| s.name == name) else {
-                let known: Vec<&str> = self.outputs.iter().map(|s| s.name.as_str()).collect();
                 return Err(Error::invalid_input(format!(
-                    "unknown output '{}' requested from model '{}'; it produces {}",
-                    name,
-                    self.name,
-                    quoted_list(&known)
+                    "unexpected inference output '{}' for model '{}'",
+                    name, self.name
                 )));
             };
             if indices.contains(&index) {
@@ -244,7 +279,7 @@ impl ModelMetadata {
                 for (i, input) in inputs.iter().enumerate() {
                     if inputs[..i].iter().any(|earlier| earlier.name == input.name) {
                         return Err(Error::invalid_input(format!(
-                            "input '{}' is given more than once",
+                            "input '{}' already exists in request",
                             input.name
                         )));
                     }
@@ -611,30 +646,41 @@ mod tests {
         assert_eq!(titanic().check_inputs(&[t]), Ok(()));
     }
 
+    /// Triton 2.51's own texts for the same mistakes (read from the real
+    /// server: tests/test_triton_peer_python.py compares them live).
     #[test]
-    fn mismatches_are_named_precisely() {
+    fn mismatches_are_named_in_tritons_words() {
         let m = titanic();
+        let error = |inputs: &[Tensor]| m.check_inputs(inputs).unwrap_err().to_string();
         let wrong_dt = features(vec![1, 12], TensorData::Fp64(vec![0.0; 12]));
-        let msg = m.check_inputs(&[wrong_dt]).unwrap_err().to_string();
-        assert!(
-            msg.contains("FP64") && msg.contains("expects FP32"),
-            "{msg}"
+        assert_eq!(
+            error(&[wrong_dt]),
+            "inference input 'features' data-type is 'FP64', but model 'titanic' expects 'FP32'"
         );
-
         let wrong_shape = features(vec![1, 11], TensorData::Fp32(vec![0.0; 11]));
-        let msg = m.check_inputs(&[wrong_shape]).unwrap_err().to_string();
-        assert!(msg.contains("[1, 11]") && msg.contains("[-1, 12]"), "{msg}");
-
+        assert_eq!(
+            error(&[wrong_shape]),
+            "unexpected shape for input 'features' for model 'titanic'. Expected [-1,12], got \
+             [1,11]. "
+        );
         let mut wrong_name = features(vec![1, 12], TensorData::Fp32(vec![0.0; 12]));
         wrong_name.name = "x".into();
-        let msg = m.check_inputs(&[wrong_name]).unwrap_err().to_string();
-        assert!(
-            msg.contains("unexpected input 'x'") && msg.contains("'features'"),
-            "{msg}"
+        assert_eq!(
+            error(&[wrong_name.clone()]),
+            "unexpected inference input 'x' for model 'titanic'"
         );
-
-        let msg = m.check_inputs(&[]).unwrap_err().to_string();
-        assert!(msg.contains("needs input 'features'"), "{msg}");
+        let good = features(vec![1, 12], TensorData::Fp32(vec![0.0; 12]));
+        assert_eq!(
+            error(&[good.clone(), good.clone()]),
+            "expected 1 inputs but got 2 inputs for model 'titanic'. Got input(s) \
+             ['features','features'], but missing required input(s) []. Please provide all \
+             required input(s)."
+        );
+        assert_eq!(
+            error(&[]),
+            "expected 1 inputs but got 0 inputs for model 'titanic'. Got input(s) [], but \
+             missing required input(s) ['features']. Please provide all required input(s)."
+        );
     }
 
     #[test]

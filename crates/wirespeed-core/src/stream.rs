@@ -153,6 +153,11 @@ impl ResponseReceiver {
         self.receiver.recv().await
     }
 
+    /// The next response if one is waiting now, without waiting.
+    pub fn try_next(&mut self) -> Option<Streamed> {
+        self.receiver.try_recv().ok()
+    }
+
     /// [`next`](Self::next), for a poll-based stream.
     pub fn poll_next(
         &mut self,

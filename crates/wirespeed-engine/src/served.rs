@@ -208,6 +208,33 @@ pub fn versions_named(models: &ServedModels, name: &str, version: Option<&str>) 
     }
 }
 
+/// The version `asked` names among numbered versions, as Triton reads
+/// a version: an integer (`01` is version 1), above 0, or Triton's error.
+/// Versions that are not numbers (MLServer's `v0.1.0`) match only as
+/// written.
+fn numbered<'a>(
+    versions: &'a [Arc<ServedModel>],
+    asked: &str,
+) -> Result<Option<&'a Arc<ServedModel>>, Error> {
+    if !versions.iter().all(|m| m.version().parse::<i64>().is_ok()) {
+        return Ok(None);
+    }
+    let Ok(number) = asked.parse::<i64>() else {
+        return Err(Error::invalid_input(format!(
+            "failed to get model version from specified version string '{asked}' (details: \
+             stol), version should be an integral value > 0"
+        )));
+    };
+    if number <= 0 {
+        return Err(Error::invalid_input(format!(
+            "invalid model version specified '{asked}' , version should be an integral value > 0"
+        )));
+    }
+    Ok(versions
+        .iter()
+        .find(|m| m.version().parse::<i64>() == Ok(number)))
+}
+
 /// Every served model, by name.
 pub struct ServedModels {
     models: RwLock<BTreeMap<String, Versions>>,
@@ -408,16 +435,18 @@ impl ServedModels {
         let found = match version {
             // The latest: versions are never empty.
             None => versions.last(),
-            Some(v) => versions.iter().find(|m| m.version() == v),
+            Some(v) => match versions.iter().find(|m| m.version() == v) {
+                Some(found) => Some(found),
+                None => numbered(versions, v)?,
+            },
         };
         found.cloned().ok_or_else(|| {
-            let served: Vec<&str> = versions.iter().map(|m| m.version()).collect();
+            // Triton's words again.
             Error::new(
                 ErrorKind::VersionNotFound,
                 format!(
-                    "model '{name}' has no version '{}'; it serves {}",
-                    version.unwrap_or_default(),
-                    served.join(", ")
+                    "Request for unknown model: '{name}' version {} is not found",
+                    version.unwrap_or_default()
                 ),
             )
         })

@@ -44,6 +44,9 @@ pub struct ResponseStream {
     run: Option<Run>,
     /// A response that came while the pipeline waited for the first event.
     pending: Option<Streamed>,
+    /// The run's failure, when it came with responses already sent: the
+    /// stream's last word, after them.
+    failed: Option<Error>,
     model_name: String,
     model_version: String,
     id: Option<String>,
@@ -71,18 +74,24 @@ impl ResponseStream {
         model_version: String,
         id: Option<String>,
     ) -> Result<ResponseStream, Error> {
-        let (run, pending) = tokio::select! {
+        let (run, pending, failed) = tokio::select! {
             biased;
-            ended = &mut run => {
-                ended?;
-                (None, None)
-            }
-            streamed = receiver.next() => (Some(run), streamed),
+            ended = &mut run => match ended {
+                Ok(()) => (None, None, None),
+                // The model may have sent responses before it failed (an
+                // `execute` that raised after them): those first.
+                Err(error) => match receiver.try_next() {
+                    Some(streamed) => (None, Some(streamed), Some(error)),
+                    None => return Err(error),
+                },
+            },
+            streamed = receiver.next() => (Some(run), streamed, None),
         };
         Ok(ResponseStream {
             receiver,
             run,
             pending,
+            failed,
             model_name,
             model_version,
             id,
@@ -97,8 +106,13 @@ impl ResponseStream {
         }
         loop {
             let Some(run) = self.run.as_mut() else {
-                let streamed = self.receiver.next().await?;
-                return Some(self.item(streamed));
+                if let Some(streamed) = self.receiver.next().await {
+                    return Some(self.item(streamed));
+                }
+                return self.failed.take().map(|error| Item {
+                    response: Err(error),
+                    last: true,
+                });
             };
             let received = tokio::select! {
                 biased;

@@ -646,8 +646,7 @@ pub(crate) fn model_config_table(config: pb::ModelConfig) -> Result<toml::Table,
     if !parameters.is_empty() {
         table.insert("parameters".into(), toml::Value::Table(parameters));
     }
-    // The configuration as a Triton model's `initialize` reads it, with
-    // Triton's names for instance groups the file leaves unnamed.
+    // As `initialize` reads it, groups named as Triton names them.
     let mut completed = config.clone();
     for (i, group) in completed.instance_group.iter_mut().enumerate() {
         if group.name.is_empty() {

@@ -67,7 +67,11 @@ use process::Launch;
 pub(crate) use sklearn::Sklearn;
 
 /// `triton_python_backend_utils`, as the worker installs it.
-const TRITON_UTILS: &str = include_str!("triton_python_backend_utils.py");
+const TRITON_UTILS: &str = concat!(
+    include_str!("triton_python_backend_utils.py"),
+    "\n",
+    include_str!("triton_metrics.py")
+);
 
 /// `backend = "python"`.
 pub(crate) struct Python;

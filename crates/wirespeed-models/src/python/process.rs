@@ -19,7 +19,13 @@ use super::segment::{aligned, InputSegment, OutputSegment};
 use super::wire::{self, Infer, Reply};
 
 /// The worker's program, sent on its socket before anything else.
-const WORKER: &str = concat!(include_str!("channel.py"), "\n", include_str!("worker.py"));
+const WORKER: &str = concat!(
+    include_str!("channel.py"),
+    "\n",
+    include_str!("stub.py"),
+    "\n",
+    include_str!("worker.py")
+);
 
 /// What `python -c` runs: reads the worker's program from the socket and
 /// runs it (so that `ps` shows a short command line, not the program).

@@ -31,8 +31,9 @@ from the server meanwhile: requests, `cancel` (the client left:
 SIGINT interrupts a request past its deadline (KeyboardInterrupt inside the
 model's code, answered as an error); outside a request it is ignored.
 
-The socket's messages and the segments are `channel.py`'s, which the server
-sends before this file, as one program.
+The socket's messages and the segments are `channel.py`'s, and what Triton's
+stub does around a Triton model's code is `stub.py`'s: the server sends
+both before this file, as one program.
 """
 
 import inspect
@@ -40,6 +41,7 @@ import json
 import os
 import signal
 import sys
+import threading
 import time
 import traceback
 import types
@@ -50,6 +52,8 @@ class Worker:
         self.segments = Segments()
         self.busy = False
         self.loop = None
+        # The event loop thread of a decoupled model's coroutine `execute`.
+        self.background = None
         self.model = None
         self.triton = False
         self.dtypes = dtypes()
@@ -67,7 +71,8 @@ class Worker:
         # server's answers to BLS calls (the reader thread fills both).
         self.cancelled = set()
         self.bls_replies = None
-        self.bls_lock = None
+        # One BLS call on the socket at a time.
+        self.bls_lock = threading.Lock()
 
     # -- loading -------------------------------------------------------
     def load(self, message):
@@ -123,15 +128,15 @@ class Worker:
 
     def bls_call(self, message):
         """One BLS call: sent on the socket, answered by the server."""
-        if self.bls_replies is not None:
-            # Decoupled: the reader thread takes the answer; one call at a
-            # time, whichever thread makes it.
-            with self.bls_lock:
-                self.channel.send(message)
-                reply = self.bls_replies.get()
-        else:
+        # One call at a time, whichever thread makes it (a coroutine's
+        # `async_exec` waits in a thread of its own).
+        with self.bls_lock:
             self.channel.send(message)
-            reply = self.channel.recv()
+            if self.bls_replies is not None:
+                # Decoupled: the reader thread takes the answer.
+                reply = self.bls_replies.get()
+            else:
+                reply = self.channel.recv()
         if reply is None or reply.get("op") != "bls_result":
             raise RuntimeError("the server did not answer the BLS call")
         return reply
@@ -182,7 +187,7 @@ class Worker:
         if self.api == "kserve":
             return self.place(self.infer_kserve(inputs, message))
         if self.triton:
-            produced = self.execute_triton(inputs, message)
+            produced = execute_triton(self, inputs, message)
         else:
             produced = self.call(self.model.predict, inputs, message.get("parameters") or {})
             if not isinstance(produced, dict):
@@ -191,50 +196,6 @@ class Worker:
                     % type(produced).__name__
                 )
         return self.write_outputs(produced, wanted)
-
-    def execute_triton(self, inputs, message):
-        import triton_python_backend_utils as pb_utils
-
-        request = triton_request(pb_utils, inputs, message["outputs"], message)
-        # `async def execute` (Triton's coroutine models) is awaited.
-        returned = self.call(self.model.execute, [request])
-        # What execute returns is checked as Triton checks it: None (the
-        # request answered through its response sender), or a list of one
-        # response (or None) per request.
-        if returned is not None:
-            if not isinstance(returned, list):
-                raise StubError(
-                    "Expected a list in the execute return, found type '%s'." % type(returned)
-                )
-            if len(returned) != 1:
-                raise StubError(
-                    "Number of InferenceResponse objects do not match the number of "
-                    "InferenceRequest objects. InferenceRequest(s) size is:1, and "
-                    "InferenceResponse(s) size is:%d\n" % len(returned)
-                )
-            if returned[0] is not None:
-                if not isinstance(returned[0], pb_utils.InferenceResponse):
-                    raise StubError(
-                        "Expected an 'InferenceResponse' object in the execute function "
-                        "return list, found type '%s'." % type(returned[0])
-                    )
-                # Sent as Triton sends it: through the request's sender,
-                # which refuses a second response.
-                try:
-                    request.get_response_sender().send(
-                        returned[0], pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
-                    )
-                except pb_utils.TritonModelException as e:
-                    raise StubError(str(e)) from None
-        response = request._sender.response if request._sender is not None else None
-        if response is None:
-            raise StubError(
-                "execute sent no response for the request: return [InferenceResponse(...)], "
-                "or send one through request.get_response_sender()"
-            )
-        if response.has_error():
-            raise response.error()
-        return {t.name(): t.as_numpy() for t in response.output_tensors()}
 
     def write_outputs(self, produced, wanted):
         prepared = []
@@ -513,7 +474,6 @@ class Worker:
 
         inbox = queue.Queue()
         self.bls_replies = queue.Queue()
-        self.bls_lock = threading.Lock()
         threading.Thread(target=self.read_loop, args=(inbox,), daemon=True).start()
         while True:
             message = inbox.get()
@@ -543,12 +503,16 @@ class Worker:
 
             request = triton_request(pb_utils, inputs, wanted, message)
             request._stream = request_id
-            result = self.call(self.model.execute, [request])
+            result = self.model.execute([request])
+            if inspect.iscoroutine(result):
+                # Triton runs a decoupled model's `async def execute` in the
+                # background: the next request's starts while it awaits.
+                in_background(self, result, request)
+                return
+            if inspect.isawaitable(result):
+                result = self.call(lambda: result)
             if result is not None:
-                raise StubError(
-                    "Python model '%s' is using the decoupled mode and the execute "
-                    "function must return None." % self.instance_name
-                )
+                raise StubError(must_return_none(self.instance_name))
             return
         # Our API: predict yields each answer (a generator, or an async one).
         produced = self.model.predict(inputs, message.get("parameters") or {})
@@ -728,64 +692,6 @@ def as_text(value):
         return value.decode("utf-8")
     except UnicodeDecodeError:
         return value
-
-
-class StubError(Exception):
-    """A Triton model's mistake that Triton's stub finds outside the model's
-    code (what `execute` returned): its message alone, with no type."""
-
-
-# TritonError's codes by number, as the server names the statuses.
-TRITON_CODES = ("UNKNOWN", "INTERNAL", "NOT_FOUND", "INVALID_ARG", "UNAVAILABLE",
-                "UNSUPPORTED", "ALREADY_EXISTS", "CANCELLED")
-
-
-def triton_failure(pb_utils, e, instance):
-    """A Triton model's error as Triton answers it: a `TritonError` (one
-    the model returned in a response, or raised) is its message alone,
-    with its code's status; any other exception `execute` raised is
-    INTERNAL, "Failed to process the request(s) for model '<instance>',
-    message: <type>: <text>", then the model's own frames, innermost first,
-    as Triton's stub writes a Python exception."""
-    if isinstance(e, pb_utils.TritonError):
-        code = e.code()
-        name = TRITON_CODES[code] if 0 <= code < len(TRITON_CODES) else "INTERNAL"
-        return "triton:" + name, e.message()
-    prefix = "Failed to process the request(s) for model '%s', message: " % instance
-    if isinstance(e, StubError):
-        return "triton:INTERNAL", prefix + str(e)
-    frames = [
-        frame for frame in traceback.extract_tb(e.__traceback__)
-        # The worker's and the utilities' frames are the server's, which
-        # Triton's stub (C++) has none of.
-        if frame.filename != "wirespeed_worker.py" and not frame.filename.startswith("<wirespeed:")
-    ]
-    text = "%s: %s" % (type(e).__qualname__, e)
-    if frames:
-        text += "\n\nAt:\n" + "".join(
-            "  %s(%d): %s\n" % (f.filename, f.lineno, f.name) for f in reversed(frames))
-    return "triton:INTERNAL", prefix + text
-
-
-def triton_request(pb_utils, inputs, wanted, message):
-    """A request as Triton's `execute` gets it: a sequence's id and flags
-    (which the server passes as parameters) as `correlation_id()` and
-    `flags()`, not parameters."""
-    parameters = dict(message.get("parameters") or {})
-    correlation_id = parameters.pop("sequence_id", 0)
-    flags = 0
-    if parameters.pop("sequence_start", False):
-        flags |= pb_utils.TRITONSERVER_REQUEST_FLAG_SEQUENCE_START
-    if parameters.pop("sequence_end", False):
-        flags |= pb_utils.TRITONSERVER_REQUEST_FLAG_SEQUENCE_END
-    return pb_utils.InferenceRequest(
-        inputs=[pb_utils.Tensor(name, array) for name, array in inputs.items()],
-        requested_output_names=wanted,
-        request_id=message.get("request_id", ""),
-        correlation_id=correlation_id,
-        flags=flags,
-        parameters=parameters,
-    )
 
 
 def with_metrics(message):

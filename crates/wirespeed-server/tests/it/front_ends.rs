@@ -251,7 +251,7 @@ async fn every_front_end_gives_the_same_answer_and_the_same_errors() {
         &server,
         "titanic",
         &PASSENGER[..11],
-        error(400, "but model 'titanic' expects [-1, 12]"),
+        error(400, "for model 'titanic'. Expected [-1,12], got [1,11]"),
     )
     .await;
     every_front_end(

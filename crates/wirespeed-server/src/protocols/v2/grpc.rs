@@ -360,9 +360,13 @@ impl GrpcInferenceService for Inference {
         let mut incoming = request.into_inner();
         let (sender, receiver) = mpsc::channel(STREAM_BACKLOG);
         let front = Arc::clone(&self.front);
-        // Requests are answered one at a time, in order (a decoupled
-        // model's responses to one before the next is read). A broken stream
-        // (bad framing, too large a message) ends with that status.
+        // Each request runs as it is read, as Triton's streams do: a
+        // decoupled model's responses to several requests interleave
+        // (their ids tell them apart). A request of a sequence
+        // (`sequence_id`) is answered before the next is read, so the
+        // sequence's requests reach the model in the stream's order. A
+        // broken stream (bad framing, too large a message) ends with that
+        // status.
         tokio::spawn(async move {
             while let Some(next) = incoming.next().await {
                 let message = match next {
@@ -372,28 +376,45 @@ impl GrpcInferenceService for Inference {
                         break;
                     }
                 };
-                match infer::stream_infer(&front, message, trace.clone()).await {
-                    infer::StreamAnswer::One(reply) => {
-                        if sender.send(Ok(reply)).await.is_err() {
-                            break;
-                        }
-                    }
-                    // A decoupled model's responses, each as it comes; a
-                    // client that leaves drops them, which cancels the
-                    // model's request.
-                    infer::StreamAnswer::Many(mut responses) => loop {
-                        let reply = tokio::select! {
-                            reply = responses.next() => reply,
-                            () = sender.closed() => return,
-                        };
-                        let Some(reply) = reply else { break };
-                        if sender.send(Ok(reply)).await.is_err() {
-                            return;
-                        }
-                    },
+                let sequenced = message.parameters.contains_key("sequence_id");
+                let answering =
+                    answer_in_stream(Arc::clone(&front), message, trace.clone(), sender.clone());
+                if sequenced {
+                    answering.await;
+                } else {
+                    tokio::spawn(answering);
+                }
+                if sender.is_closed() {
+                    break;
                 }
             }
         });
         Ok(Response::new(Box::pin(ReceiverStream::new(receiver))))
+    }
+}
+
+/// Answers one request of a `ModelStreamInfer` stream into `sender`: one
+/// message, or a decoupled model's responses each as it comes. A client
+/// that leaves drops them, which cancels the model's request.
+async fn answer_in_stream(
+    front: Arc<Front>,
+    message: pb::ModelInferRequest,
+    trace: Option<wirespeed_core::TraceContext>,
+    sender: mpsc::Sender<Result<pb::ModelStreamInferResponse, Status>>,
+) {
+    match infer::stream_infer(&front, message, trace).await {
+        infer::StreamAnswer::One(reply) => {
+            let _ = sender.send(Ok(reply)).await;
+        }
+        infer::StreamAnswer::Many(mut responses) => loop {
+            let reply = tokio::select! {
+                reply = responses.next() => reply,
+                () = sender.closed() => return,
+            };
+            let Some(reply) = reply else { break };
+            if sender.send(Ok(reply)).await.is_err() {
+                return;
+            }
+        },
     }
 }

@@ -1,0 +1,156 @@
+"""What Triton's Python backend stub does around a Triton model's code, for
+wirespeed's worker (`worker.py`, sent after this file as one program):
+`execute` called and what it returns checked as the stub checks it, a
+decoupled model's coroutine `execute` run in the background, a request
+made for the model, and its errors worded and given the statuses the real
+Triton gives them.
+"""
+
+import inspect
+import sys
+import traceback
+
+class StubError(Exception):
+    """A Triton model's mistake that Triton's stub finds outside the model's
+    code (what `execute` returned): its message alone, with no type."""
+
+
+# TritonError's codes by number, as the server names the statuses.
+TRITON_CODES = ("UNKNOWN", "INTERNAL", "NOT_FOUND", "INVALID_ARG", "UNAVAILABLE",
+                "UNSUPPORTED", "ALREADY_EXISTS", "CANCELLED")
+
+
+def triton_failure(pb_utils, e, instance):
+    """A Triton model's error as Triton answers it: a `TritonError` (one
+    the model returned in a response, or raised) is its message alone,
+    with its code's status; any other exception `execute` raised is
+    INTERNAL, "Failed to process the request(s) for model '<instance>',
+    message: <type>: <text>", then the model's own frames, innermost first,
+    as Triton's stub writes a Python exception."""
+    if isinstance(e, pb_utils.TritonError):
+        code = e.code()
+        name = TRITON_CODES[code] if 0 <= code < len(TRITON_CODES) else "INTERNAL"
+        return "triton:" + name, e.message()
+    prefix = "Failed to process the request(s) for model '%s', message: " % instance
+    if isinstance(e, StubError):
+        return "triton:INTERNAL", prefix + str(e)
+    frames = [
+        frame for frame in traceback.extract_tb(e.__traceback__)
+        # The worker's and the utilities' frames are the server's, which
+        # Triton's stub (C++) has none of.
+        if frame.filename != "wirespeed_worker.py" and not frame.filename.startswith("<wirespeed:")
+    ]
+    text = "%s: %s" % (type(e).__qualname__, e)
+    if frames:
+        text += "\n\nAt:\n" + "".join(
+            "  %s(%d): %s\n" % (f.filename, f.lineno, f.name) for f in reversed(frames))
+    return "triton:INTERNAL", prefix + text
+
+
+def triton_request(pb_utils, inputs, wanted, message):
+    """A request as Triton's `execute` gets it: a sequence's id and flags
+    (which the server passes as parameters) as `correlation_id()` and
+    `flags()`, not parameters."""
+    parameters = dict(message.get("parameters") or {})
+    correlation_id = parameters.pop("sequence_id", 0)
+    flags = 0
+    if parameters.pop("sequence_start", False):
+        flags |= pb_utils.TRITONSERVER_REQUEST_FLAG_SEQUENCE_START
+    if parameters.pop("sequence_end", False):
+        flags |= pb_utils.TRITONSERVER_REQUEST_FLAG_SEQUENCE_END
+    return pb_utils.InferenceRequest(
+        inputs=[pb_utils.Tensor(name, array) for name, array in inputs.items()],
+        requested_output_names=wanted,
+        request_id=message.get("request_id", ""),
+        correlation_id=correlation_id,
+        flags=flags,
+        parameters=parameters,
+    )
+
+
+def execute_triton(worker, inputs, message):
+    """One request to a Triton model that is not decoupled: `execute`
+    called, and what it returned (or sent) checked as Triton's stub checks
+    it; the outputs by name."""
+    import triton_python_backend_utils as pb_utils
+
+    request = triton_request(pb_utils, inputs, message["outputs"], message)
+    # `async def execute` (Triton's coroutine models) is awaited.
+    returned = worker.call(worker.model.execute, [request])
+    # What execute returns is checked as Triton checks it: None (the
+    # request answered through its response sender), or a list of one
+    # response (or None) per request.
+    if returned is not None:
+        if not isinstance(returned, list):
+            raise StubError(
+                "Expected a list in the execute return, found type '%s'." % type(returned)
+            )
+        if len(returned) != 1:
+            raise StubError(
+                "Number of InferenceResponse objects do not match the number of "
+                "InferenceRequest objects. InferenceRequest(s) size is:1, and "
+                "InferenceResponse(s) size is:%d\n" % len(returned)
+            )
+        if returned[0] is not None:
+            if not isinstance(returned[0], pb_utils.InferenceResponse):
+                raise StubError(
+                    "Expected an 'InferenceResponse' object in the execute function "
+                    "return list, found type '%s'." % type(returned[0])
+                )
+            # Sent as Triton sends it: through the request's sender,
+            # which refuses a second response.
+            try:
+                request.get_response_sender().send(
+                    returned[0], pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
+                )
+            except pb_utils.TritonModelException as e:
+                raise StubError(str(e)) from None
+    response = request._sender.response if request._sender is not None else None
+    if response is None:
+        raise StubError(
+            "execute sent no response for the request: return [InferenceResponse(...)], "
+            "or send one through request.get_response_sender()"
+        )
+    if response.has_error():
+        raise response.error()
+    return {t.name(): t.as_numpy() for t in response.output_tensors()}
+
+
+def must_return_none(instance):
+    return ("Python model '%s' is using the decoupled mode and the execute "
+            "function must return None." % instance)
+
+
+def in_background(worker, coroutine, request):
+    """A decoupled model's coroutine `execute`, run as Triton runs it:
+    on an event loop of its own thread, while the worker goes on to the
+    next request. Triton only logs its exception, and the request's
+    client would wait for ever: its stream ends with the error instead,
+    unless the model had ended it."""
+    import asyncio
+    import threading
+
+    if worker.background is None:
+        worker.background = asyncio.new_event_loop()
+        threading.Thread(target=worker.background.run_forever, name="execute-loop",
+                         daemon=True).start()
+    future = asyncio.run_coroutine_threadsafe(coroutine, worker.background)
+
+    def done(future):
+        error = future.exception()
+        if error is None and future.result() is not None:
+            error = StubError(must_return_none(worker.instance_name))
+        if error is None:
+            return
+        traceback.print_exception(type(error), error, error.__traceback__, file=sys.stderr)
+        sender = request.get_response_sender()
+        if sender._closed:
+            return
+        sender._closed = True
+        failure = worker.failure(error, log=False)
+        worker.channel.send(with_metrics({
+            "op": "response", "id": request._stream, "final": True,
+            "error": failure["error"], "kind": failure["kind"],
+        }))
+
+    future.add_done_callback(done)
