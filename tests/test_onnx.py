@@ -152,7 +152,7 @@ def test_inputs_and_outputs_come_from_the_graph(onnx_server):
 
 @pytest.mark.parametrize("tensor, says", [
     ({"name": "x", "datatype": "FP64", "shape": [1, 8], "data": [0.0] * 8}, "FP64"),
-    ({"name": "x", "datatype": "FP32", "shape": [1, 5], "data": [0.0] * 5}, "[1, 5]"),
+    ({"name": "x", "datatype": "FP32", "shape": [1, 5], "data": [0.0] * 5}, "got [1,5]"),
     ({"name": "y", "datatype": "FP32", "shape": [1, 8], "data": [0.0] * 8}, "'y'"),
 ])
 def test_wrong_inputs_get_a_400_naming_them(onnx_server, tensor, says):
@@ -282,7 +282,7 @@ def test_the_onnxruntime_engine_reports_its_platform_and_bad_inputs(ort_server):
     assert metadata["inputs"] == [{"name": "x", "datatype": "FP32", "shape": [-1, 8]}]
     answer = requests.post(f"http://{server.address}/v2/models/mlp/infer", json={
         "inputs": [{"name": "x", "datatype": "FP32", "shape": [1, 5], "data": [0.0] * 5}]})
-    assert answer.status_code == 400 and "[1, 5]" in answer.json()["error"], answer.text
+    assert answer.status_code == 400 and "Expected [-1,8], got [1,5]" in answer.json()["error"], answer.text
 
 
 def test_the_onnxruntime_engine_without_its_library_is_a_load_error(tmp_path, monkeypatch):

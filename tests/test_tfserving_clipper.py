@@ -133,7 +133,7 @@ def test_tf_status_and_metadata(server):
     [
         ("POST", "/v1/models/nope:predict", {"instances": [[1]]}, 404, "nope"),
         ("POST", "/v1/models/titanic:predict", {"instances": [[1] * 12, [1] * 11]}, 400, "rectangular"),
-        ("POST", "/v1/models/titanic:predict", {"instances": [[1] * 11]}, 400, "[1, 11]"),
+        ("POST", "/v1/models/titanic:predict", {"instances": [[1] * 11]}, 400, "Expected [-1,12], got [1,11]"),
         ("POST", "/v1/models/titanic:predict", {"instances": [["a"] * 12]}, 400, "expected a number"),
         ("POST", "/v1/models/titanic:predict", {"instance": [[1] * 12]}, 400, "neither 'instances' nor 'inputs'"),
         ("POST", "/v1/models/titanic:classify", {"examples": []}, 400, "'examples' is an empty list"),
