@@ -193,6 +193,14 @@ def repository(tmp_path_factory):
     train_tokenizer(llm / "1" / "tokenizer.json")
     (llm / "1" / "tokenizer_config.json").write_text(json.dumps(
         {"chat_template": CHAT_TEMPLATE, "eos_token": "<|im_end|>", "bos_token": None}))
+    # The same model with its tokenizer's files beside config.pbtxt, as
+    # Triton's LLM repositories keep them, not in the version folder.
+    beside = root / "echo-beside"
+    (beside / "1").mkdir(parents=True)
+    (beside / "config.pbtxt").write_text(LLM_CONFIG.replace('"echo-llm"', '"echo-beside"'))
+    (beside / "1" / "model.py").write_text(LLM)
+    (beside / "tokenizer.json").write_bytes((llm / "1" / "tokenizer.json").read_bytes())
+    (beside / "tokenizer_config.json").write_text((llm / "1" / "tokenizer_config.json").read_text())
     return root
 
 
@@ -294,6 +302,17 @@ def test_chat_renders_the_template_as_transformers_does(server, repository):
             c.chat.completions.create(model="echo-llm", messages=[
                 {"role": "system", "content": "s"}, {"role": "tool", "content": "t", "tool_call_id": "1"}])
         assert "Only user and assistant roles" in str(refused.value)
+
+
+def test_a_chat_template_beside_config_pbtxt_is_found(server, repository):
+    """`tokenizer_config.json` and `tokenizer.json` in the model's folder,
+    beside `config.pbtxt`, with the code in `1/`: the chat renders as
+    transformers renders it, and usage counts with that tokenizer."""
+    prompt = hf_render(MESSAGES)
+    with client(server) as c:
+        answer = c.chat.completions.create(model="echo-beside", messages=MESSAGES)
+    assert answer.choices[0].message.content == prompt
+    assert answer.usage.prompt_tokens == usage_tokens(repository, prompt)
 
 
 def test_chat_streams_each_piece_as_it_comes(server, repository):

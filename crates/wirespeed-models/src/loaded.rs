@@ -183,7 +183,7 @@ pub(crate) fn load_version(
         model = crate::reshape::Reshaped::wrap(model, &reshapes, batch);
     }
     // A text face for the OpenAI API: an embedder, a chat template.
-    model = text(model, files, config).map_err(|m| error(&config_path, m))?;
+    model = text(model, files, folder, config).map_err(|m| error(&config_path, m))?;
     let mut labels = labels;
     for (output, given) in model.class_labels() {
         if !given.is_empty() && labels.iter().all(|l| l.output != output) {
@@ -392,9 +392,10 @@ fn read_labels(folder: &Path, config: &ModelConfig) -> Result<Vec<OutputLabels>,
 fn text(
     model: Arc<dyn Model>,
     files: &Path,
+    folder: &Path,
     config: &ModelConfig,
 ) -> Result<Arc<dyn Model>, String> {
-    crate::text::wrap(model, files, config)
+    crate::text::wrap(model, files, folder, config)
 }
 
 /// Without the `text` feature: refused when asked for.
@@ -402,6 +403,7 @@ fn text(
 fn text(
     model: Arc<dyn Model>,
     _files: &Path,
+    _folder: &Path,
     config: &ModelConfig,
 ) -> Result<Arc<dyn Model>, String> {
     if config.embedding.is_some() || config.chat.is_some() {

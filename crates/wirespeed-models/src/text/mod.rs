@@ -34,15 +34,25 @@ use crate::config::ModelConfig;
 use chat::ChatKeys;
 use embedding::EmbeddingKeys;
 
-/// Wraps `model` (loaded from `folder`) with the text face its config
-/// asks for: `[embedding]`, `[chat]`, or a chat template found in the
-/// folder of a model that streams.
+/// Wraps `model` (loaded from `files`, its version folder or its folder)
+/// with the text face its config asks for: `[embedding]`, `[chat]`, or a
+/// chat template found with a model that streams. A tokenizer's or
+/// template's file is looked for in the version folder, then beside the
+/// configuration in `folder`, where Triton's LLM repositories keep them.
 pub(crate) fn wrap(
     model: Arc<dyn Model>,
+    files: &Path,
     folder: &Path,
     config: &ModelConfig,
 ) -> Result<Arc<dyn Model>, String> {
-    let files = |key: &str, name: &str| config.file(folder, key, name);
+    let files = |key: &str, name: &str| -> Result<std::path::PathBuf, String> {
+        let in_version = config.file(files, key, name)?;
+        if in_version.exists() || files == folder {
+            return Ok(in_version);
+        }
+        let beside = config.file(folder, key, name)?;
+        Ok(if beside.exists() { beside } else { in_version })
+    };
     if let Some(table) = &config.embedding {
         if config.chat.is_some() {
             return Err(
@@ -61,11 +71,13 @@ pub(crate) fn wrap(
                 .map_err(|e| format!("[chat]: {e}"))?;
             Ok(Arc::new(chat::Chat::wrap(model, &keys, files)?))
         }
-        None if model.decoupled() && folder.join(chat::TOKENIZER_CONFIG).is_file() => {
+        None if model.decoupled()
+            && files("template", chat::TOKENIZER_CONFIG).is_ok_and(|p| p.is_file()) =>
+        {
             match chat::Chat::wrap(model.clone(), &ChatKeys::default(), files) {
                 Ok(chat) => Ok(Arc::new(chat)),
                 Err(e) => {
-                    tracing::warn!(folder = %folder.display(), error = %e, "the folder's tokenizer_config.json gives no chat template; /v1/chat/completions will refuse this model");
+                    tracing::warn!(folder = %folder.display(), error = %e, "the model's tokenizer_config.json gives no chat template; /v1/chat/completions will refuse this model");
                     Ok(model)
                 }
             }
