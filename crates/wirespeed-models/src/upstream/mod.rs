@@ -31,7 +31,8 @@ use std::time::{Duration, Instant};
 
 use serde::Deserialize;
 use wirespeed_core::{
-    DataType, Error, Execution, InferCall, InferFuture, Model, ModelMetadata, Tensor, TensorSpec,
+    Binding, DataType, Error, Execution, InferCall, InferFuture, Model, ModelMetadata, Tensor,
+    TensorSpec,
 };
 use wirespeed_proto::inference::model_metadata_response::TensorMetadata;
 use wirespeed_upstream::http::{HeaderMap, HeaderName, HeaderValue};
@@ -358,11 +359,9 @@ fn merge(
         });
     }
     if pinned.is_empty() {
-        if theirs.is_empty() {
-            return Err(format!(
-                "the upstream's metadata of model '{remote}' lists no {what}s; declare them as [[{what}s]] in the model's config.toml (backend = \"upstream\"), or in the upstream's own model settings"
-            ));
-        }
+        // Neither side declares any (KServe's custom models, MLServer's
+        // runtimes without settings): none, and the model binds openly,
+        // each request's tensors forwarded as they come.
         return Ok(theirs);
     }
     for spec in pinned {
@@ -500,6 +499,16 @@ impl Model for UpstreamModel {
         ))
     }
 
+    /// A model whose inputs neither the upstream nor its config declares
+    /// takes a request's tensors as they come, and answers what the
+    /// upstream answers: the upstream checks them.
+    fn binding(&self) -> Binding {
+        match self.learned.get() {
+            Some(learned) if learned.inputs.is_empty() => Binding::Open,
+            _ => Binding::Declared,
+        }
+    }
+
     fn infer_async(self: Arc<Self>, call: InferCall) -> InferFuture {
         Box::pin(async move {
             let metadata = self.metadata();
@@ -559,11 +568,8 @@ mod tests {
         assert!(e.contains("FP64") && e.contains("has FP32"), "{e}");
         let e = merge("input", &[spec("y", DataType::Fp32, vec![1])], &there, "m").unwrap_err();
         assert!(e.contains("does not have (it has x)"), "{e}");
-        let e = merge("output", &[], &[], "m").unwrap_err();
-        assert!(
-            e.contains("lists no outputs; declare them as [[outputs]]"),
-            "{e}"
-        );
+        // Declared by neither side: none (the model binds openly).
+        assert_eq!(merge("output", &[], &[], "m").unwrap(), vec![]);
         let pinned = [spec("y", DataType::Int64, vec![-1])];
         assert_eq!(merge("output", &pinned, &[], "m").unwrap(), pinned);
     }
