@@ -2,6 +2,9 @@
 wirespeed (tract), asked through tritonclient HTTP and gRPC, and checked
 against onnxruntime's outputs for the same file and inputs."""
 
+import sys
+from pathlib import Path
+
 import numpy as np
 import onnx
 import onnxruntime
@@ -287,9 +290,40 @@ def test_the_onnxruntime_engine_reports_its_platform_and_bad_inputs(ort_server):
 
 def test_the_onnxruntime_engine_without_its_library_is_a_load_error(tmp_path, monkeypatch):
     write_model(tmp_path, "mlp", mlp(), 'backend = "onnx"\nengine = "onnxruntime"\n')
-    monkeypatch.delenv("ORT_DYLIB_PATH", raising=False)
+    # No Python environment with the onnxruntime package at hand either.
+    for name in ("ORT_DYLIB_PATH", "VIRTUAL_ENV", "WIRESPEED_PYTHON"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("PATH", str(tmp_path / "no-python"))
+    monkeypatch.setenv("HOME", str(tmp_path))
     out = run_wirespeed("serve", "--models", tmp_path, "--check")
     assert out.returncode != 0 and "set ORT_DYLIB_PATH" in out.stderr, out.stderr
     monkeypatch.setenv("ORT_DYLIB_PATH", str(tmp_path / "nowhere.so"))
     out = run_wirespeed("serve", "--models", tmp_path, "--check")
     assert out.returncode != 0 and "nowhere.so" in out.stderr, out.stderr
+
+
+def test_onnx_runtime_is_found_in_the_python_environment_at_hand(tmp_path, monkeypatch):
+    """No ORT_DYLIB_PATH: the onnxruntime package of the active venv (the
+    tests' own, VIRTUAL_ENV) is found, the log says where, and it serves:
+    the same floats as that package's own session."""
+    write_model(tmp_path, "mlp", mlp(), 'backend = "onnx"\nengine = "onnxruntime"\n')
+    monkeypatch.delenv("ORT_DYLIB_PATH", raising=False)
+    monkeypatch.setenv("VIRTUAL_ENV", str(Path(sys.executable).parent.parent))
+    checked = run_wirespeed("serve", "--models", tmp_path, "--check")
+    assert checked.returncode == 0, checked.stderr
+    assert "ONNX Runtime found" in checked.stderr and onnxruntime_library() in checked.stderr, checked.stderr
+    server = RunningServer(tmp_path)
+    try:
+        client = httpclient.InferenceServerClient(server.address)
+        assert client.get_model_metadata("mlp")["platform"] == "onnxruntime_onnx"
+        x = RNG.standard_normal((5, 8)).astype(np.float32)
+        inp = httpclient.InferInput("x", list(x.shape), "FP32")
+        inp.set_data_from_numpy(x)
+        got = client.infer("mlp", [inp]).as_numpy("probabilities")
+        options = onnxruntime.SessionOptions()
+        options.intra_op_num_threads = 1
+        session = onnxruntime.InferenceSession(str(tmp_path / "mlp" / "model.onnx"), options,
+                                               providers=["CPUExecutionProvider"])
+        np.testing.assert_array_equal(got, session.run(None, {"x": x})[0])
+    finally:
+        server.stop()

@@ -1,8 +1,12 @@
 //! `engine = "onnxruntime"`: ONNX Runtime through the `ort` crate, behind
-//! the `onnxruntime` cargo feature, loaded at run time from the library
-//! `ORT_DYLIB_PATH` names (the `libonnxruntime.so` the `onnxruntime`
-//! Python wheel ships, in `onnxruntime/capi/`, will do), so building needs
-//! no library and the default build stays pure Rust.
+//! the `onnxruntime` cargo feature, loaded at run time, so building needs
+//! no library and the default build stays pure Rust. The library is found
+//! where users have it (`locate`): the one `ORT_DYLIB_PATH` names; else
+//! the `libonnxruntime.so` the `onnxruntime` Python wheel ships (in
+//! `onnxruntime/capi/`) in the Python environments at hand: the active
+//! venv (`VIRTUAL_ENV`), the Python models' interpreter
+//! (`WIRESPEED_PYTHON`), each `python3` on `PATH`, the user's site
+//! (`~/.local`); else wherever the dynamic loader looks.
 //!
 //! `Session::run` takes `&mut self`, so a model holds one session an
 //! instance (`instances`, by default the CPU pool's threads) and each
@@ -11,7 +15,8 @@
 //! intra-op thread: requests, not ONNX Runtime's own threads, share the
 //! cores, as every other backend's do.
 
-use std::path::Path;
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Mutex, OnceLock};
 
@@ -32,27 +37,112 @@ static ENVIRONMENT: OnceLock<Result<Environment, String>> = OnceLock::new();
 /// the system's library folders).
 const LIBRARY: &str = "libonnxruntime.so";
 
-/// The process's ONNX Runtime, loaded at the first call.
+/// Where ONNX Runtime's library was found.
+enum Found {
+    /// `ORT_DYLIB_PATH` names it.
+    Named,
+    /// The `onnxruntime` package of a Python environment (its prefix).
+    Python(PathBuf),
+    /// Nowhere of ours: the dynamic loader's own search.
+    Loader,
+}
+
+/// ONNX Runtime's library, and where it was found (see the module's doc).
+fn locate() -> (OsString, Found) {
+    if let Some(path) = std::env::var_os("ORT_DYLIB_PATH") {
+        return (path, Found::Named);
+    }
+    for prefix in python_prefixes() {
+        if let Some(library) = wheel_library(&prefix) {
+            return (library.into_os_string(), Found::Python(prefix));
+        }
+    }
+    (LIBRARY.into(), Found::Loader)
+}
+
+/// The Python environments a user has at hand, most specific first: the
+/// active venv, the Python models' interpreter, each `python3` (or
+/// `python`) on `PATH`, the user's own site.
+fn python_prefixes() -> Vec<PathBuf> {
+    let mut prefixes = Vec::new();
+    if let Some(venv) = std::env::var_os("VIRTUAL_ENV") {
+        prefixes.push(PathBuf::from(venv));
+    }
+    if let Some(python) = std::env::var_os("WIRESPEED_PYTHON").map(PathBuf::from) {
+        if let Some(prefix) = python.parent().and_then(Path::parent) {
+            prefixes.push(prefix.to_owned());
+        }
+    }
+    for dir in std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default()) {
+        if dir.join("python3").is_file() || dir.join("python").is_file() {
+            if let Some(prefix) = dir.parent() {
+                prefixes.push(prefix.to_owned());
+            }
+        }
+    }
+    if let Some(home) = std::env::var_os("HOME") {
+        prefixes.push(Path::new(&home).join(".local"));
+    }
+    let mut seen = std::collections::HashSet::new();
+    prefixes.retain(|p| seen.insert(p.clone()));
+    prefixes
+}
+
+/// The onnxruntime wheel's library under the Python `prefix`:
+/// `lib/python3.*/site-packages/onnxruntime/capi/libonnxruntime.so*`.
+fn wheel_library(prefix: &Path) -> Option<PathBuf> {
+    let mut found = Vec::new();
+    for python in std::fs::read_dir(prefix.join("lib")).ok()?.flatten() {
+        if !python.file_name().to_string_lossy().starts_with("python3") {
+            continue;
+        }
+        let capi = python.path().join("site-packages/onnxruntime/capi");
+        for file in std::fs::read_dir(capi).into_iter().flatten().flatten() {
+            if file.file_name().to_string_lossy().starts_with(LIBRARY) {
+                found.push(file.path());
+            }
+        }
+    }
+    found.sort();
+    found.pop()
+}
+
+/// The process's ONNX Runtime, loaded at the first call; the log says
+/// where it was found, or why it was not.
 pub(super) fn environment() -> Result<&'static Environment, String> {
     ENVIRONMENT
         .get_or_init(|| {
-            let (library, named) = match std::env::var_os("ORT_DYLIB_PATH") {
-                Some(path) => (path, true),
-                None => (LIBRARY.into(), false),
-            };
+            let (library, found) = locate();
             // ort's loader panics on some failures rather than erring.
             let loaded = std::panic::catch_unwind(|| ort::init_from(&library))
                 .map_err(|_| "its loader failed".to_owned())
                 .and_then(|r| r.map_err(|e| e.to_string()));
-            let loaded = match (loaded, named) {
-                (Ok(loaded), _) => loaded,
-                (Err(e), true) => return Err(format!("ORT_DYLIB_PATH: {e}")),
-                (Err(_), false) => {
-                    return Err(format!(
-                        "ONNX Runtime's library ({LIBRARY}) is not where the loader looks: set \
-                         ORT_DYLIB_PATH to it (e.g. the libonnxruntime.so.* in the onnxruntime \
-                         wheel's capi folder)"
-                    ))
+            let shown = Path::new(&library).display().to_string();
+            let loaded = match (loaded, found) {
+                (Ok(loaded), found) => {
+                    let how = match found {
+                        Found::Named => "named by ORT_DYLIB_PATH".to_owned(),
+                        Found::Python(prefix) => format!(
+                            "the onnxruntime package of the Python at {}",
+                            prefix.display()
+                        ),
+                        Found::Loader => "on the dynamic loader's path".to_owned(),
+                    };
+                    tracing::info!(library = %shown, found = %how, "ONNX Runtime found");
+                    loaded
+                }
+                (Err(e), Found::Named) => return Err(format!("ORT_DYLIB_PATH: {e}")),
+                (Err(e), Found::Python(_)) => return Err(format!("ONNX Runtime at {shown}: {e}")),
+                (Err(_), Found::Loader) => {
+                    let error = format!(
+                        "ONNX Runtime's library is not found: no onnxruntime package in the \
+                         Python environments at hand (VIRTUAL_ENV, WIRESPEED_PYTHON, python3 on \
+                         PATH, ~/.local), and {LIBRARY} is not where the loader looks: pip \
+                         install onnxruntime there, or set ORT_DYLIB_PATH to the library (e.g. \
+                         the libonnxruntime.so.* in the onnxruntime wheel's capi folder)"
+                    );
+                    tracing::info!(reason = %error, "ONNX Runtime not found; ONNX models run on tract alone");
+                    return Err(error);
                 }
             };
             loaded
