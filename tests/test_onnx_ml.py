@@ -360,8 +360,12 @@ def test_too_few_features_get_a_400(ml_server):
 
 def test_double_inputs_without_onnx_runtime_are_a_load_error_that_says_what_to_do(tmp_path, monkeypatch):
     # tract's tree ensembles take float inputs; ONNX Runtime, which would
-    # serve it, is not found (no ORT_DYLIB_PATH, not on the loader's path).
-    monkeypatch.delenv("ORT_DYLIB_PATH", raising=False)
+    # serve it, is not found (no ORT_DYLIB_PATH, no Python environment with
+    # the onnxruntime package at hand, not on the loader's path).
+    for name in ("ORT_DYLIB_PATH", "VIRTUAL_ENV", "WIRESPEED_PYTHON"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("PATH", str(tmp_path / "no-python"))
+    monkeypatch.setenv("HOME", str(tmp_path))
     forest = RandomForestClassifier(n_estimators=3, max_depth=3, random_state=0).fit(X, Y)
     for name, model, says in [
         ("doubles", to_onnx(forest, X[:1].astype(np.float64), options=NO_ZIPMAP), "float inputs"),

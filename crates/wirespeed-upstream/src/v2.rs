@@ -417,7 +417,9 @@ fn infer_body(
 
 /// The answer's outputs as tensors, in the order of `wanted`: each must be
 /// there once, of its spec's datatype, with a shape that fits it and data
-/// (raw or typed contents) of exactly that size.
+/// (raw or typed contents) of exactly that size. With nothing `wanted` (a
+/// model that declares no outputs), every output the upstream gives, in
+/// its order, each with data of exactly its shape's size.
 fn answer_outputs(
     answer: pb::ModelInferResponse,
     wanted: &[&TensorSpec],
@@ -438,25 +440,21 @@ fn answer_outputs(
         ));
     }
     let mut raw = raw.into_iter();
+    let open = wanted.is_empty();
+    let mut given = Vec::new();
     let mut found: Vec<Option<Tensor>> = vec![None; wanted.len()];
     for output in answer.outputs {
         let name = output.name;
-        let Some(slot) = wanted.iter().position(|spec| spec.name == name) else {
-            return Err(format!("an output '{name}', which was not asked for"));
-        };
-        let spec = wanted[slot];
-        if found[slot].is_some() {
-            return Err(format!("output '{name}' twice"));
-        }
         let datatype: DataType = output
             .datatype
             .parse()
             .map_err(|e| format!("output '{name}': {e}"))?;
-        if datatype != spec.datatype {
-            return Err(format!(
-                "output '{name}' as {datatype}, where the model's metadata says {}",
-                spec.datatype
-            ));
+        let slot = wanted.iter().position(|spec| spec.name == name);
+        if slot.is_none() && !open {
+            return Err(format!("an output '{name}', which was not asked for"));
+        }
+        if given.iter().any(|t: &Tensor| t.name == name) {
+            return Err(format!("output '{name}' twice"));
         }
         let shape = output
             .shape
@@ -464,6 +462,29 @@ fn answer_outputs(
             .map(|&d| usize::try_from(d))
             .collect::<Result<Vec<usize>, _>>()
             .map_err(|_| format!("output '{name}' with shape {:?}", output.shape))?;
+        let Some(slot) = slot else {
+            let data = output_data(
+                &name,
+                datatype,
+                &shape,
+                raw.next(),
+                output.contents,
+                max_bytes,
+                &limits,
+            )?;
+            given.push(Tensor { name, shape, data });
+            continue;
+        };
+        let spec = wanted[slot];
+        if found[slot].is_some() {
+            return Err(format!("output '{name}' twice"));
+        }
+        if datatype != spec.datatype {
+            return Err(format!(
+                "output '{name}' as {datatype}, where the model's metadata says {}",
+                spec.datatype
+            ));
+        }
         if !spec.accepts_shape(&shape) {
             return Err(format!(
                 "output '{name}' with shape {}, where the model's metadata says {}",
@@ -471,21 +492,19 @@ fn answer_outputs(
                 spec.shape_display()
             ));
         }
-        let count = element_count(&shape)
-            .ok_or_else(|| format!("output '{name}' with a shape too large to count"))?;
-        // MLServer sends an empty `contents` beside the raw ones.
-        let contents = output.contents.filter(holds_values);
-        let data = match (raw.next(), contents) {
-            (Some(bytes), None) => from_raw(datatype, count, &bytes, max_bytes)
-                .map_err(|e| format!("output '{name}': {e}"))?,
-            (Some(_), Some(_)) => {
-                return Err(format!("output '{name}' with both raw and typed contents"))
-            }
-            (None, Some(contents)) => typed_contents(datatype, count, contents, &limits)
-                .map_err(|e| format!("output '{name}' {e}"))?,
-            (None, None) => return Err(format!("output '{name}' with no data")),
-        };
+        let data = output_data(
+            &name,
+            datatype,
+            &shape,
+            raw.next(),
+            output.contents,
+            max_bytes,
+            &limits,
+        )?;
         found[slot] = Some(Tensor { name, shape, data });
+    }
+    if open {
+        return Ok(given);
     }
     found
         .into_iter()
@@ -494,6 +513,30 @@ fn answer_outputs(
             tensor.ok_or_else(|| format!("no output '{}', which was asked for", spec.name))
         })
         .collect()
+}
+
+/// One output's data, from its raw bytes or its typed contents, of exactly
+/// `shape`'s size.
+fn output_data(
+    name: &str,
+    datatype: DataType,
+    shape: &[usize],
+    raw: Option<Bytes>,
+    contents: Option<pb::InferTensorContents>,
+    max_bytes: usize,
+    limits: &RequestLimits,
+) -> Result<wirespeed_core::TensorData, String> {
+    let count = element_count(shape)
+        .ok_or_else(|| format!("output '{name}' with a shape too large to count"))?;
+    // MLServer sends an empty `contents` beside the raw ones.
+    match (raw, contents.filter(holds_values)) {
+        (Some(bytes), None) => from_raw(datatype, count, &bytes, max_bytes)
+            .map_err(|e| format!("output '{name}': {e}")),
+        (Some(_), Some(_)) => Err(format!("output '{name}' with both raw and typed contents")),
+        (None, Some(contents)) => typed_contents(datatype, count, contents, limits)
+            .map_err(|e| format!("output '{name}' {e}")),
+        (None, None) => Err(format!("output '{name}' with no data")),
+    }
 }
 
 /// Whether typed contents hold any value.
@@ -624,5 +667,34 @@ mod tests {
             let e = answer_outputs(answer(outputs, raw), &[&a], 1 << 20).unwrap_err();
             assert!(e.contains(says), "{says}: {e}");
         }
+    }
+
+    /// A model that declares no outputs takes every output the upstream
+    /// gives, in its order, each still held to its shape's size.
+    #[test]
+    fn with_nothing_wanted_every_output_is_taken() {
+        let got = answer_outputs(
+            answer(
+                vec![("y", "FP32", vec![2]), ("n", "INT64", vec![1])],
+                vec![
+                    [1.5f32, 2.5].iter().flat_map(|v| v.to_le_bytes()).collect(),
+                    7i64.to_le_bytes().to_vec(),
+                ],
+            ),
+            &[],
+            1 << 20,
+        )
+        .unwrap();
+        assert_eq!(got.len(), 2);
+        assert_eq!(
+            (got[0].name.as_str(), &got[0].data),
+            ("y", &TensorData::Fp32(vec![1.5, 2.5]))
+        );
+        assert_eq!(
+            (got[1].name.as_str(), &got[1].data),
+            ("n", &TensorData::Int64(vec![7]))
+        );
+        let short = answer(vec![("y", "FP32", vec![3])], vec![vec![0; 8]]);
+        assert!(answer_outputs(short, &[], 1 << 20).is_err());
     }
 }
