@@ -221,7 +221,8 @@ def test_a_steps_error_names_the_step(repository, tmp_path):
         inp.set_data_from_numpy(np.zeros((1, RAW), np.float32))
         with pytest.raises(InferenceServerException) as raised:
             client.infer("pipeline", [inp])
-        assert "step 2 (model 'linear')" in str(raised.value), raised.value
+        message = str(raised.value)
+        assert "in ensemble 'pipeline'," in message and "'linear'" in message, message
         assert not client.is_model_ready("linear")
         client.load_model("pipeline")
         assert client.is_model_ready("linear") and client.is_model_ready("pipeline")

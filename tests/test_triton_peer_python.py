@@ -191,11 +191,66 @@ OWN_CONFIGS = {
         """, ECHO_A),
 }
 
+ADD_SUB = """
+    name: "add_sub"
+    backend: "python"
+    input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ 4 ] }, { name: "INPUT1" data_type: TYPE_FP32 dims: [ 4 ] } ]
+    output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 4 ] }, { name: "OUTPUT1" data_type: TYPE_FP32 dims: [ 4 ] } ]
+    """
+
+
+def ensemble(name, first):
+    """Triton's ensemble of two add_sub-like steps, `first` then add_sub."""
+    return f"""
+    name: "{name}"
+    platform: "ensemble"
+    input [ {{ name: "A" data_type: TYPE_FP32 dims: [ 4 ] }}, {{ name: "B" data_type: TYPE_FP32 dims: [ 4 ] }} ]
+    output [ {{ name: "S" data_type: TYPE_FP32 dims: [ 4 ] }}, {{ name: "D" data_type: TYPE_FP32 dims: [ 4 ] }} ]
+    ensemble_scheduling {{ step [
+      {{ model_name: "{first}" model_version: -1
+         input_map {{ key: "INPUT0" value: "A" }} input_map {{ key: "INPUT1" value: "B" }}
+         output_map {{ key: "OUTPUT0" value: "s1" }} output_map {{ key: "OUTPUT1" value: "d1" }} }},
+      {{ model_name: "add_sub" model_version: -1
+         input_map {{ key: "INPUT0" value: "s1" }} input_map {{ key: "INPUT1" value: "d1" }}
+         output_map {{ key: "OUTPUT0" value: "S" }} output_map {{ key: "OUTPUT1" value: "D" }} }} ] }}
+    """
+
+
+# Models whose whole config.pbtxt is given: Triton's add_sub, one that
+# fails the same way, and ensembles of them.
+WHOLE_CONFIGS = {
+    "add_sub": (ADD_SUB, '''
+        import triton_python_backend_utils as pb_utils
+
+        class TritonPythonModel:
+            def execute(self, requests):
+                out = []
+                for r in requests:
+                    a = pb_utils.get_input_tensor_by_name(r, "INPUT0").as_numpy()
+                    b = pb_utils.get_input_tensor_by_name(r, "INPUT1").as_numpy()
+                    out.append(pb_utils.InferenceResponse(
+                        [pb_utils.Tensor("OUTPUT0", a + b), pb_utils.Tensor("OUTPUT1", a - b)]))
+                return out
+    '''),
+    "broken_step": (ADD_SUB.replace('"add_sub"', '"broken_step"'), '''
+        class TritonPythonModel:
+            def execute(self, requests):
+                raise ValueError("step broke")
+    '''),
+    "ens": (ensemble("ens", "add_sub"), None),
+    "ens_broken": (ensemble("ens_broken", "broken_step"), None),
+}
+
 
 @pytest.fixture(scope="module")
 def servers(tmp_path_factory):
     """Triton and wirespeed on one repository of the models above."""
     repo = tmp_path_factory.mktemp("triton_python_repo")
+    for name, (config, code) in WHOLE_CONFIGS.items():
+        (repo / name / "1").mkdir(parents=True)
+        (repo / name / "config.pbtxt").write_text(textwrap.dedent(config))
+        if code:
+            (repo / name / "1" / "model.py").write_text(textwrap.dedent(code))
     for name, (tensors, code) in OWN_CONFIGS.items():
         (repo / name / "1").mkdir(parents=True)
         (repo / name / "config.pbtxt").write_text(
@@ -427,4 +482,41 @@ def test_a_version_is_read_as_triton_reads_it(servers, version):
         except InferenceServerException as e:
             answers[name] = (e.status(), e.message())
         client.close()
+    assert answers["wirespeed"] == answers["triton"]
+
+
+A4 = tensor("A", "FP32", [4], [1, 2, 3, 4])
+B4 = tensor("B", "FP32", [4], [1, 1, 1, 1])
+
+
+def outputs_by_name(answer):
+    """An answer's outputs by name (Triton's order of an ensemble's
+    outputs is its own), with their datatypes, shapes and data."""
+    return {o["name"]: (o["datatype"], o["shape"], o["data"]) for o in answer.get("outputs", [])}
+
+
+@pytest.mark.parametrize("request_body", [
+    {"inputs": [A4, B4]},
+    {"inputs": [A4, B4], "outputs": [{"name": "D"}]},
+], ids=["all outputs", "one output"])
+def test_an_ensemble_answers_as_triton_does(servers, request_body):
+    answers = {}
+    for name, server in servers.items():
+        answer = requests.post(f"http://{server.address}/v2/models/ens/infer", json=request_body, timeout=30)
+        assert answer.status_code == 200, answer.text
+        answers[name] = outputs_by_name(answer.json())
+    assert answers["triton"]["D"] == ("FP32", [4], [2.0, 2.0, 2.0, 2.0])
+    assert answers["wirespeed"] == answers["triton"]
+
+
+@pytest.mark.parametrize("model, inputs", [
+    ("ens_broken", [A4, B4]),
+    ("ens", [A4]),
+    ("ens", [A4, tensor("B", "INT32", [4], [1, 1, 1, 1])]),
+], ids=["a step that raises", "an input missing", "a datatype"])
+def test_an_ensembles_errors_are_tritons(servers, model, inputs):
+    answers = {}
+    for name, server in servers.items():
+        answer = requests.post(f"http://{server.address}/v2/models/{model}/infer", json={"inputs": inputs}, timeout=30)
+        answers[name] = (answer.status_code, as_compared(answer.json()["error"]))
     assert answers["wirespeed"] == answers["triton"]

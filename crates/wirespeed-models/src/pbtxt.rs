@@ -646,8 +646,17 @@ pub(crate) fn model_config_table(config: pb::ModelConfig) -> Result<toml::Table,
     if !parameters.is_empty() {
         table.insert("parameters".into(), toml::Value::Table(parameters));
     }
-    // As `initialize` reads it, groups named as Triton names them.
+    // As `initialize` reads it, groups named as Triton names them (one
+    // group named as the model when the file has none).
     let mut completed = config.clone();
+    if completed.instance_group.is_empty() {
+        completed.instance_group.push(pb::ModelInstanceGroup {
+            name: completed.name.clone(),
+            count: 1,
+            kind: pb::model_instance_group::Kind::Cpu as i32,
+            ..Default::default()
+        });
+    }
     for (i, group) in completed.instance_group.iter_mut().enumerate() {
         if group.name.is_empty() {
             group.name = format!("{}_{i}", completed.name);

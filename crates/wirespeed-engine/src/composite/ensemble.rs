@@ -21,7 +21,7 @@ use std::collections::HashMap;
 use wirespeed_core::{Composite, Composition, Error, RequestedOutput, Tensor};
 use wirespeed_scheduler::CallContext;
 
-use super::{callee, join_all, named, onward, Run};
+use super::{callee, join_all, onward, Run};
 use crate::served::ServedModels;
 
 /// Runs `ensemble`'s steps (its `composition`) on `inputs`, answering
@@ -63,15 +63,11 @@ pub fn run<'a>(
             for &n in &wave {
                 done[n] = true;
                 let step = &steps[n];
+                // Triton's words: the step's own error names its model.
                 let named = move |e: Error| {
-                    named(
-                        &format!(
-                            "ensemble '{}' step {} (model '{}')",
-                            metadata.name,
-                            n + 1,
-                            step.model
-                        ),
-                        e,
+                    Error::new(
+                        e.kind(),
+                        format!("in ensemble '{}', {}", metadata.name, e.message()),
                     )
                 };
                 let served = callee(models, &step.model, step.version.as_deref()).map_err(named)?;

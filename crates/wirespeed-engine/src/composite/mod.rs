@@ -181,8 +181,8 @@ pub fn onward(call: &CallContext) -> CallContext {
     }
 }
 
-/// `error` of a call, named by who made it (`what`: "ensemble 'e' step 2
-/// (model 'm')").
+/// `error` of a call, named by who made it (`what`: "graph 'g' node 'n'
+/// step 'm'").
 pub fn named(what: &str, error: Error) -> Error {
     Error::new(error.kind(), format!("{what}: {}", error.message()))
 }

@@ -76,17 +76,62 @@ pub(crate) struct Launch {
 }
 
 impl Launch {
-    /// The `load` message of worker `instance`. Triton names a model's
-    /// instances `<model>_<group>_<instance>`, its one instance group
-    /// being `<model>_0`: a model's `initialize` reads it in
+    /// The `load` message of worker `instance`, with its name as Triton
+    /// names a model's instances: `<group>_<n>`, the `n`th of its instance
+    /// group (`<model>_<g>` when the configuration leaves the group
+    /// unnamed, `<model>` for the group Triton adds to a configuration
+    /// without one). A model's `initialize` reads it in
     /// `args["model_instance_name"]`, and its errors carry it.
     fn load_for(&self, instance: usize) -> serde_json::Value {
         let mut load = self.load.clone();
         if let Some(args) = load.get_mut("triton_args").and_then(|a| a.as_object_mut()) {
-            let name = format!("{}_0_{instance}", self.model);
+            let groups = args
+                .get("model_config")
+                .and_then(|c| c.as_str())
+                .and_then(|c| serde_json::from_str::<serde_json::Value>(c).ok())
+                .and_then(|c| c.get("instance_group").cloned());
+            let name = instance_name(groups.as_ref(), &self.model, instance);
             args.insert("model_instance_name".into(), name.into());
         }
         load
+    }
+}
+
+/// Worker `instance`'s name among the instance groups `groups` (Triton's
+/// JSON), as Triton numbers them: the groups' instances in order.
+fn instance_name(groups: Option<&serde_json::Value>, model: &str, instance: usize) -> String {
+    let mut left = instance;
+    for group in groups.and_then(|g| g.as_array()).into_iter().flatten() {
+        let count = group
+            .get("count")
+            .and_then(|c| c.as_u64())
+            .map_or(1, |c| c.max(1)) as usize;
+        if left < count {
+            let name = group.get("name").and_then(|n| n.as_str()).unwrap_or(model);
+            return format!("{name}_{left}");
+        }
+        left -= count;
+    }
+    format!("{model}_0_{instance}")
+}
+
+#[cfg(test)]
+mod instance_names {
+    use super::instance_name;
+
+    /// Triton 2.51's names, read from the real server: no instance group
+    /// (it adds one named as the model), two unnamed instances and a named
+    /// group (`tests/test_triton_peer_python.py` compares them live).
+    #[test]
+    fn instances_are_named_as_triton_names_them() {
+        let one = serde_json::json!([{"name": "ia", "count": 1}]);
+        assert_eq!(instance_name(Some(&one), "ia", 0), "ia_0");
+        let groups =
+            serde_json::json!([{"name": "ia2_0", "count": 2}, {"name": "named", "count": 1}]);
+        let names: Vec<String> = (0..3)
+            .map(|i| instance_name(Some(&groups), "ia2", i))
+            .collect();
+        assert_eq!(names, ["ia2_0_0", "ia2_0_1", "named_0"]);
     }
 }
 
