@@ -10,6 +10,7 @@ import inspect
 import sys
 import traceback
 
+
 class StubError(Exception):
     """A Triton model's mistake that Triton's stub finds outside the model's
     code (what `execute` returned): its message alone, with no type."""

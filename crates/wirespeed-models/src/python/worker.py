@@ -46,6 +46,7 @@ import time
 import traceback
 import types
 
+
 class Worker:
     def __init__(self, channel):
         self.channel = channel
