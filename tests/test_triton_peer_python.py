@@ -269,7 +269,12 @@ def servers(tmp_path_factory):
             """))
         (repo / name / "1" / "model.py").write_text(textwrap.dedent(code))
     triton = TritonServer(repo, tmp_path_factory.mktemp("triton_log") / "triton.log")
-    wirespeed = RunningServer(repo)
+    try:
+        wirespeed = RunningServer(repo)
+    except BaseException:
+        # Triton is not left running when wirespeed does not start.
+        triton.stop()
+        raise
     yield {"triton": triton, "wirespeed": wirespeed}
     wirespeed.stop()
     triton.stop()
