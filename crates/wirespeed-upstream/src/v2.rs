@@ -453,44 +453,33 @@ fn answer_outputs(
         if slot.is_none() && !open {
             return Err(format!("an output '{name}', which was not asked for"));
         }
-        if given.iter().any(|t: &Tensor| t.name == name) {
-            return Err(format!("output '{name}' twice"));
-        }
         let shape = output
             .shape
             .iter()
             .map(|&d| usize::try_from(d))
             .collect::<Result<Vec<usize>, _>>()
             .map_err(|_| format!("output '{name}' with shape {:?}", output.shape))?;
-        let Some(slot) = slot else {
-            let data = output_data(
-                &name,
-                datatype,
-                &shape,
-                raw.next(),
-                output.contents,
-                max_bytes,
-                &limits,
-            )?;
-            given.push(Tensor { name, shape, data });
-            continue;
+        if let Some(spec) = slot.map(|i| wanted[i]) {
+            if datatype != spec.datatype {
+                return Err(format!(
+                    "output '{name}' as {datatype}, where the model's metadata says {}",
+                    spec.datatype
+                ));
+            }
+            if !spec.accepts_shape(&shape) {
+                return Err(format!(
+                    "output '{name}' with shape {}, where the model's metadata says {}",
+                    wirespeed_core::format_shape(&shape),
+                    spec.shape_display()
+                ));
+            }
+        }
+        let twice = match slot {
+            Some(i) => found[i].is_some(),
+            None => given.iter().any(|t: &Tensor| t.name == name),
         };
-        let spec = wanted[slot];
-        if found[slot].is_some() {
+        if twice {
             return Err(format!("output '{name}' twice"));
-        }
-        if datatype != spec.datatype {
-            return Err(format!(
-                "output '{name}' as {datatype}, where the model's metadata says {}",
-                spec.datatype
-            ));
-        }
-        if !spec.accepts_shape(&shape) {
-            return Err(format!(
-                "output '{name}' with shape {}, where the model's metadata says {}",
-                wirespeed_core::format_shape(&shape),
-                spec.shape_display()
-            ));
         }
         let data = output_data(
             &name,
@@ -501,7 +490,11 @@ fn answer_outputs(
             max_bytes,
             &limits,
         )?;
-        found[slot] = Some(Tensor { name, shape, data });
+        let tensor = Tensor { name, shape, data };
+        match slot {
+            Some(i) => found[i] = Some(tensor),
+            None => given.push(tensor),
+        }
     }
     if open {
         return Ok(given);
