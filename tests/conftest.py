@@ -64,6 +64,17 @@ shape = [-1, 4]
 """
 
 
+def stop_process(process, grace):
+    """Ends `process`: asked to (SIGTERM), then killed past `grace` seconds."""
+    if process.poll() is None:
+        process.terminate()
+        try:
+            process.wait(timeout=grace)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
 def run_wirespeed(*args, timeout=60):
     return subprocess.run([str(wirespeed_binary()), *map(str, args)], capture_output=True, text=True, timeout=timeout)
 
@@ -130,13 +141,7 @@ class RunningServer:
         return f"127.0.0.1:{self.grpc_port}"
 
     def stop(self):
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
+        stop_process(self.process, grace=15)
 
 
 @pytest.fixture(scope="session")

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, free_port, http_ok, wait_until
+from conftest import ROOT, free_port, http_ok, stop_process, wait_until
 
 VENV = ROOT / ".venv-triton"
 
@@ -77,10 +77,4 @@ class TritonServer:
         return f"127.0.0.1:{self.grpc_port}"
 
     def stop(self):
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
+        stop_process(self.process, grace=30)
