@@ -9,7 +9,7 @@
 //! runtime) runs the call itself, blocking on it: no hand-over to another
 //! thread and back on the way.
 
-use std::sync::{Arc, Weak};
+use std::sync::{Arc, OnceLock, Weak};
 use std::time::Instant;
 
 use wirespeed_core::{Error, ErrorKind, Parameters, RequestedOutput, Tensor};
@@ -17,12 +17,15 @@ use wirespeed_models::{CallerGone, ModelCaller};
 use wirespeed_scheduler::CallContext;
 
 use crate::composite;
+use crate::model_control::{load_request, LoadValue, Repository};
 use crate::pipeline::Target;
 use crate::served::ServedModels;
 
-/// The server's caller: its models, and the runtime calls run on.
+/// The server's caller: its models, the repository that loads them, and
+/// the runtime calls run on.
 pub struct Calls {
     models: Weak<ServedModels>,
+    repository: OnceLock<Weak<Repository>>,
     runtime: tokio::runtime::Handle,
 }
 
@@ -31,8 +34,22 @@ impl Calls {
     pub fn new(models: &Arc<ServedModels>) -> Calls {
         Calls {
             models: Arc::downgrade(models),
+            repository: OnceLock::new(),
             runtime: tokio::runtime::Handle::current(),
         }
+    }
+
+    /// The repository models load and unload models through
+    /// (`pb_utils.load_model`), once the server has one.
+    pub fn set_repository(&self, repository: &Arc<Repository>) {
+        let _ = self.repository.set(Arc::downgrade(repository));
+    }
+
+    fn repository(&self) -> Result<Arc<Repository>, Error> {
+        self.repository
+            .get()
+            .and_then(Weak::upgrade)
+            .ok_or_else(|| Error::new(ErrorKind::Unavailable, "the server is stopping"))
     }
 }
 
@@ -92,6 +109,28 @@ fn past_deadline(model: &str) -> Error {
 impl ModelCaller for Calls {
     fn ready(&self, model: &str, version: Option<&str>) -> bool {
         callee(&self.models, model, version).is_ok()
+    }
+
+    fn load_model(
+        &self,
+        model: &str,
+        config: Option<String>,
+        files: Vec<(String, Vec<u8>)>,
+    ) -> Result<(), Error> {
+        let repository = self.repository()?;
+        // Checked as the repository API checks a load's parameters.
+        let config = config.map(|c| ("config".to_owned(), c));
+        let parameters = config
+            .iter()
+            .map(|(key, text)| (key.as_str(), LoadValue::Text(text)))
+            .chain(files.iter().map(|(key, bytes)| (key.as_str(), LoadValue::Bytes(bytes))));
+        let request = load_request(parameters)?;
+        self.runtime.block_on(repository.load(model, request))
+    }
+
+    fn unload_model(&self, model: &str) -> Result<(), Error> {
+        let repository = self.repository()?;
+        self.runtime.block_on(repository.unload(model))
     }
 
     fn call_stream(

@@ -360,6 +360,8 @@ async fn admit<C: Codec>(
     // A stateful model's request waits for its sequence's turn, and gets
     // the sequence's controls and state.
     let turn = match (&served.sequences, sequence) {
+        // An iterative sequence is its one request: nothing to wait for.
+        (Some(sequences), None) if sequences.sequencing().iterative => None,
         (Some(sequences), flags) => Some(sequences.admit(&mut request, flags).await?),
         (None, Some(flags)) => {
             return Err(Error::invalid_input(format!(

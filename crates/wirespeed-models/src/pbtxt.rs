@@ -231,6 +231,9 @@ fn sequence_value(sequence: &pb::ModelSequenceBatching) -> Result<toml::Table, S
         }
     };
     table.insert("strategy".into(), strategy.into());
+    if sequence.iterative_sequence {
+        table.insert("iterative".into(), true.into());
+    }
     if sequence.max_sequence_idle_microseconds > 0 {
         let idle = i64::try_from(sequence.max_sequence_idle_microseconds).unwrap_or(i64::MAX);
         table.insert("max_sequence_idle_us".into(), idle.into());

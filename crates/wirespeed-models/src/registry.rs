@@ -76,6 +76,31 @@ pub trait ModelCaller: Send + Sync {
     /// served and ready.
     fn ready(&self, model: &str, version: Option<&str>) -> bool;
 
+    /// Loads (or loads again) `model` as the repository API does, from
+    /// `config` (JSON) and `files` (`file:PATH` in the model's folder,
+    /// and the bytes) when given: Triton's `pb_utils.load_model`.
+    fn load_model(
+        &self,
+        model: &str,
+        config: Option<String>,
+        files: Vec<(String, Vec<u8>)>,
+    ) -> Result<(), Error> {
+        let _ = (config, files);
+        Err(Error::new(
+            wirespeed_core::ErrorKind::Unsupported,
+            format!("loading model '{model}' needs the server's repository"),
+        ))
+    }
+
+    /// Stops serving `model`, as the repository API does: Triton's
+    /// `pb_utils.unload_model`.
+    fn unload_model(&self, model: &str) -> Result<(), Error> {
+        Err(Error::new(
+            wirespeed_core::ErrorKind::Unsupported,
+            format!("unloading model '{model}' needs the server's repository"),
+        ))
+    }
+
     /// Runs `model` as [`call`](ModelCaller::call) does, and gives each of
     /// its responses: a decoupled model's stream (Triton's
     /// `exec(decoupled=True)`), or a model's one answer. An error before

@@ -61,6 +61,11 @@ pub struct SequenceKeys {
     controls: Vec<ControlKeys>,
     #[serde(default)]
     states: Vec<StateKeys>,
+    /// Triton's `iterative_sequence`: one request is a whole sequence,
+    /// which the model runs over several executions (it reschedules the
+    /// request); a client gives no correlation id.
+    #[serde(default)]
+    iterative: bool,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -155,6 +160,10 @@ pub struct Sequencing {
     /// Python model reads `request.correlation_id()` and `request.flags()`;
     /// its worker is chosen by it. Set for Python models.
     pub flags_as_parameters: bool,
+    /// Triton's iterative sequences: a request without a correlation id
+    /// is a sequence of its own, which its model carries over its
+    /// executions (`[sequence] iterative`).
+    pub iterative: bool,
 }
 
 /// Triton's default `max_sequence_idle_microseconds`: one second.
@@ -290,6 +299,7 @@ impl Sequencing {
             controls,
             states,
             flags_as_parameters: false,
+            iterative: keys.iterative,
         })
     }
 

@@ -198,6 +198,7 @@ impl State {
         ));
         // Models that call models (BLS) reach the server through their
         // registry, which holds the caller weakly.
+        engine.calls.set_repository(&repository);
         let calls: Arc<dyn wirespeed_models::ModelCaller> = engine.calls.clone();
         config.backends.set_caller(Arc::downgrade(&calls));
         let connections = config

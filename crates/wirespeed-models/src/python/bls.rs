@@ -36,8 +36,15 @@ pub(crate) fn call(
         decoupled,
         timeout_us,
         ready_only,
+        control,
+        config,
+        files,
     } = call;
     let (model, version) = (model.as_str(), version.as_deref());
+    if let Some(control) = control {
+        let result = model_control(launch, model, &control, config, files);
+        return answer(launch, model, result.map(|()| Vec::new()));
+    }
     if ready_only {
         let ready = launch
             .caller
@@ -109,6 +116,41 @@ pub(crate) fn call(
         answer.responses = Some(responses);
     }
     answer
+}
+
+/// `pb_utils.load_model` and `unload_model`: the repository changed as
+/// its API changes it.
+fn model_control(
+    launch: &Launch,
+    model: &str,
+    control: &str,
+    config: Option<String>,
+    files: std::collections::BTreeMap<String, String>,
+) -> Result<(), Error> {
+    let caller = launch.caller.get().ok_or_else(|| {
+        Error::new(
+            ErrorKind::Unavailable,
+            "loading and unloading models needs the server",
+        )
+    })?;
+    match control {
+        "load" => {
+            let files = files
+                .into_iter()
+                .map(|(path, data)| {
+                    let bytes = base64::engine::general_purpose::STANDARD
+                        .decode(data)
+                        .map_err(|e| Error::invalid_input(format!("load file '{path}': {e}")))?;
+                    Ok((path, bytes))
+                })
+                .collect::<Result<Vec<_>, Error>>()?;
+            caller.load_model(model, config.filter(|c| !c.is_empty()), files)
+        }
+        "unload" => caller.unload_model(model),
+        other => Err(Error::invalid_input(format!(
+            "unknown model control '{other}': load or unload"
+        ))),
+    }
 }
 
 /// One answer of a call: its outputs, or its error.

@@ -170,8 +170,12 @@ impl PythonModel {
         let (inputs, outputs, settings) = match runtime {
             Some(runtime) => (runtime.inputs, runtime.outputs, runtime.settings),
             None => {
+                // A model may take no inputs (Triton serves one that
+                // only answers); one that declares nothing at all is a
+                // configuration left out.
                 if binding == Binding::Declared
-                    && (config.inputs.is_empty() || config.outputs.is_empty())
+                    && config.inputs.is_empty()
+                    && config.outputs.is_empty()
                 {
                     return Err(
                         "a Python model declares its inputs and outputs in config.toml \
@@ -254,6 +258,12 @@ impl PythonModel {
             runtime: settings,
             linger_us: linger_us(instances),
         };
+        // Triton's API fails the load when initialize raises, as Triton
+        // does; ours leaves the model not ready, saying why.
+        let triton_api = api.is_empty()
+            && std::fs::read_to_string(&file)
+                .map(|code| code.contains("class TritonPythonModel"))
+                .unwrap_or(false);
         let launch = Launch {
             model: name.clone(),
             python,
@@ -262,14 +272,9 @@ impl PythonModel {
             load_timeout,
             outputs: outputs.clone(),
             open: binding == Binding::Open,
+            shapes_as_produced: triton_api,
             caller: source.caller().clone(),
         };
-        // Triton's API fails the load when initialize raises, as Triton
-        // does; ours leaves the model not ready, saying why.
-        let triton_api = api.is_empty()
-            && std::fs::read_to_string(&file)
-                .map(|code| code.contains("class TritonPythonModel"))
-                .unwrap_or(false);
         let workers = Workers::start(launch, instances, triton_api)?;
         Ok(PythonModel {
             metadata: ModelMetadata {

@@ -71,6 +71,10 @@ pub(crate) struct Launch {
     /// APIs): a request that asks for none gets them all, as the worker
     /// placed them.
     pub(crate) open: bool,
+    /// An output's shape is the one the model produced, not checked
+    /// against the declared one: Triton's Python backend checks none
+    /// (a batched model may answer `[n]` for a declared `[-1, 1]`).
+    pub(crate) shapes_as_produced: bool,
     /// The server's caller, for the model's BLS calls.
     pub(crate) caller: crate::registry::CallerSlot,
 }
@@ -698,7 +702,7 @@ pub(crate) fn outputs_from(
                     spec.name, spec.datatype
                 )));
             }
-            if !spec.accepts_shape(shape) {
+            if !launch.shapes_as_produced && !spec.accepts_shape(shape) {
                 return Err(bad(format!(
                     "output '{}' is declared with shape {}, and the model returned shape {}",
                     spec.name,

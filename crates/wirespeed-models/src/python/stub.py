@@ -61,8 +61,9 @@ def triton_request(pb_utils, inputs, wanted, message):
         flags |= pb_utils.TRITONSERVER_REQUEST_FLAG_SEQUENCE_END
     return pb_utils.InferenceRequest(
         inputs=[pb_utils.Tensor(name, array) for name, array in inputs.items()],
-        requested_output_names=wanted,
-        request_id=message.get("request_id", ""),
+        requested_output_names=list(wanted),
+        model_name="",
+        request_id=message.get("request_id") or "",
         correlation_id=correlation_id,
         flags=flags,
         parameters=parameters,
@@ -76,8 +77,18 @@ def execute_triton(worker, inputs, message):
     import triton_python_backend_utils as pb_utils
 
     request = triton_request(pb_utils, inputs, message["outputs"], message)
-    # `async def execute` (Triton's coroutine models) is awaited.
+    # `async def execute` (Triton's coroutine models) is awaited; a
+    # request the model reschedules is executed again, its answer the
+    # last execution's.
     returned = worker.call(worker.model.execute, [request])
+    while request._rescheduled():
+        if isinstance(returned, list) and len(returned) == 1 and returned[0] is not None:
+            # Triton's words, its spelling too.
+            raise StubError(
+                "Expected a None object in the execute function return list for "
+                "reschduled request, found type '%s'." % type(returned[0])
+            )
+        returned = worker.call(worker.model.execute, [request])
     # What execute returns is checked as Triton checks it: None (the
     # request answered through its response sender), or a list of one
     # response (or None) per request.

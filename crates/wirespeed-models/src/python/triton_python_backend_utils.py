@@ -8,6 +8,7 @@ change it). Not provided, with a clear error when called: DLPack.
 """
 
 import base64
+import enum
 import json
 import struct
 import sys
@@ -231,12 +232,24 @@ class TritonModelException(Exception):
         return str(self)
 
 
+def _typed(argument, value, kinds):
+    """Triton's typed arguments: a TypeError names the argument."""
+    if isinstance(value, bool) and kinds in (int, (int, str)):
+        return
+    if not isinstance(value, kinds):
+        raise TypeError("incompatible argument '%s': %s" % (argument, type(value).__name__))
+
+
 class Tensor:
     """A named tensor: `Tensor(name, numpy_array)`."""
 
     def __init__(self, name, data, *args):
+        # Triton's arguments are typed (pybind11): a wrong type is a
+        # TypeError, as there.
+        if not isinstance(name, str):
+            raise TypeError("Tensor(): the name must be a str, not %s" % type(name).__name__)
         if not isinstance(data, np.ndarray):
-            raise TritonModelException(
+            raise TypeError(
                 "Tensor '%s': the data must be a numpy array, not %s" % (name, type(data).__name__)
             )
         self._name = name
@@ -268,12 +281,29 @@ class Tensor:
 class InferenceRequest:
     """One request, as `execute` receives it."""
 
-    def __init__(self, inputs=None, requested_output_names=None, request_id="",
-                 correlation_id=0, flags=0, parameters=None, model_name=None,
-                 model_version=-1, timeout=0, preferred_memory=None, trace=None,
-                 **kwargs):
-        self._inputs = list(inputs or [])
-        self._requested = list(requested_output_names or [])
+    def __init__(self, inputs, requested_output_names, model_name, request_id="",
+                 correlation_id=0, flags=0, parameters=None, model_version=-1,
+                 timeout=0, preferred_memory=None, trace=None, **kwargs):
+        # Triton's arguments are typed (pybind11): a wrong type is a
+        # TypeError; a list holding None, Triton's own error.
+        _typed("inputs", inputs, list)
+        _typed("requested_output_names", requested_output_names, list)
+        for name in requested_output_names:
+            _typed("requested_output_names", name, str)
+        _typed("model_name", model_name, (str, bytes, np.bytes_))
+        _typed("request_id", request_id, str)
+        _typed("correlation_id", correlation_id, (int, str))
+        _typed("flags", flags, int)
+        _typed("model_version", model_version, int)
+        _typed("timeout", timeout, int)
+        for tensor in inputs:
+            if not isinstance(tensor, Tensor):
+                raise TritonModelException(
+                    "Input tensor for request with id '%s' and model name '%s' should not be "
+                    "empty." % (request_id, model_name if isinstance(model_name, str) else "")
+                )
+        self._inputs = list(inputs)
+        self._requested = list(requested_output_names)
         self._request_id = request_id
         self._correlation_id = correlation_id
         self._flags = flags
@@ -287,6 +317,7 @@ class InferenceRequest:
         # The server's number of a decoupled model's request: its stream.
         self._stream = None
         self._sender = None
+        self._release_flags = TRITONSERVER_REQUEST_RELEASE_ALL
 
     def inputs(self):
         return self._inputs
@@ -308,13 +339,19 @@ class InferenceRequest:
         return self._timeout
 
     def set_release_flags(self, flags):
-        """Triton's request rescheduling, which wirespeed does not do: a
-        request is answered, or its stream ended, where it is."""
-        if flags & TRITONSERVER_REQUEST_RELEASE_RESCHEDULE:
-            raise TritonModelException(
-                "request rescheduling (TRITONSERVER_REQUEST_RELEASE_RESCHEDULE) is not supported "
-                "by wirespeed: answer the request, or keep sending its responses"
-            )
+        """Triton's request rescheduling: with
+        TRITONSERVER_REQUEST_RELEASE_RESCHEDULE the request comes back to
+        `execute` once this call of it returns (an iterative sequence's
+        next step, or a request the model is not done with)."""
+        _typed("flags", flags, int)
+        self._release_flags = flags
+
+    def _rescheduled(self):
+        """Whether the model asked for this request again (and the ask,
+        taken)."""
+        again = bool(self._release_flags & TRITONSERVER_REQUEST_RELEASE_RESCHEDULE)
+        self._release_flags = TRITONSERVER_REQUEST_RELEASE_ALL
+        return again
 
     def parameters(self):
         return json.dumps(self._parameters)
@@ -409,21 +446,35 @@ def is_model_ready(model_name, model_version=""):
 
 
 def load_model(model_name, config="", files=None):
-    """Triton's model loading from a model's code: not in wirespeed, whose
-    repository is the server's to change (its repository API, with
-    --model-control-mode explicit), not a model's."""
-    raise TritonModelException(
-        "pb_utils.load_model is not supported by wirespeed: load models through the repository "
-        "API (POST /v2/repository/models/%s/load) with --model-control-mode explicit" % model_name
-    )
+    """Loads (or loads again) a model from a model's code, as the
+    repository API does: its configuration as JSON (`config`) and its
+    files (`{"file:1/model.py": bytes}`) when given. Raises on failure."""
+    _typed("model_name", model_name, str)
+    _typed("config", config, str)
+    if files is not None:
+        _typed("files", files, dict)
+    encoded = {}
+    for path, content in (files or {}).items():
+        _typed("files", path, str)
+        _typed("files", content, (bytes, bytearray))
+        encoded[path] = base64.b64encode(bytes(content)).decode()
+    _model_control({"control": "load", "model": model_name, "config": config, "files": encoded})
 
 
-def unload_model(model_name):
-    """See `load_model`."""
-    raise TritonModelException(
-        "pb_utils.unload_model is not supported by wirespeed: unload models through the "
-        "repository API (POST /v2/repository/models/%s/unload)" % model_name
-    )
+def unload_model(model_name, unload_dependents=False):
+    """Stops serving a model, from a model's code (the repository API's
+    unload). Raises on failure."""
+    _typed("model_name", model_name, str)
+    _typed("unload_dependents", unload_dependents, bool)
+    _model_control({"control": "unload", "model": model_name})
+
+
+def _model_control(message):
+    if _bls_call is None:
+        raise TritonModelException("model control (%s) needs the server" % message["model"])
+    reply = _bls_call(dict(message, op="bls"))
+    if reply.get("error") is not None:
+        raise TritonModelException(reply["error"])
 
 
 def _bls_response(reply):
@@ -514,8 +565,12 @@ class _OneResponseSender:
 class InferenceResponse:
     """The answer to one request: output tensors, or an error."""
 
-    def __init__(self, output_tensors=None, error=None, parameters=None):
-        self._outputs = list(output_tensors or [])
+    def __init__(self, output_tensors=(), error=None, parameters=None):
+        _typed("output_tensors", output_tensors, (list, tuple))
+        for tensor in output_tensors:
+            if not isinstance(tensor, Tensor):
+                raise TritonModelException("Output tensor of an InferenceResponse should not be empty.")
+        self._outputs = list(output_tensors)
         if isinstance(error, str):
             error = TritonError(error)
         self._error = error
@@ -530,36 +585,46 @@ class InferenceResponse:
         return self._error
 
 
+class LogLevel(enum.Enum):
+    """Triton's log levels: `Logger.log(message, LogLevel.WARNING)`."""
+
+    INFO = 0
+    WARNING = 1
+    ERROR = 2
+    VERBOSE = 3
+
+
 class Logger:
     """Triton's logger: lines go to the worker's stderr, the server's log."""
 
     @staticmethod
-    def log(message, level=None):
+    def log(message, level=LogLevel.INFO):
+        # Typed as Triton's (pybind11): a level is a LogLevel, not an int.
+        _typed("message", message, str)
+        if not isinstance(level, LogLevel):
+            raise TypeError("incompatible argument 'level': %s" % type(level).__name__)
         sys.stderr.write("%s\n" % message)
         sys.stderr.flush()
 
     @staticmethod
     def log_info(message):
+        _typed("message", message, str)
         Logger.log("INFO: %s" % message)
 
     @staticmethod
     def log_warn(message):
+        _typed("message", message, str)
         Logger.log("WARNING: %s" % message)
 
     @staticmethod
     def log_error(message):
+        _typed("message", message, str)
         Logger.log("ERROR: %s" % message)
 
     @staticmethod
     def log_verbose(message):
+        _typed("message", message, str)
         Logger.log("VERBOSE: %s" % message)
-
-
-class LogLevel:
-    INFO = 0
-    WARNING = 1
-    ERROR = 2
-    VERBOSE = 3
 
 
 class ModelConfig:

@@ -162,6 +162,16 @@ pub(crate) struct BlsCall {
     /// `is_model_ready`: only whether the model is ready.
     #[serde(default)]
     pub(crate) ready_only: bool,
+    /// `load_model` (`"load"`) or `unload_model` (`"unload"`): the model
+    /// loaded or unloaded, not called.
+    #[serde(default)]
+    pub(crate) control: Option<String>,
+    /// `load_model`'s configuration (JSON), when given.
+    #[serde(default)]
+    pub(crate) config: Option<String>,
+    /// `load_model`'s files: path in the model's folder, bytes in base64.
+    #[serde(default)]
+    pub(crate) files: BTreeMap<String, String>,
 }
 
 /// The answer to a [`Reply::Bls`]: the callee's outputs (name, datatype,

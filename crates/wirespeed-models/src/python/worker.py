@@ -514,6 +514,12 @@ class Worker:
                 result = self.call(lambda: result)
             if result is not None:
                 raise StubError(must_return_none(self.instance_name))
+            # A request the model reschedules (an iterative sequence's
+            # next step) comes back to execute.
+            while request._rescheduled():
+                result = self.call(self.model.execute, [request])
+                if result is not None:
+                    raise StubError(must_return_none(self.instance_name))
             return
         # Our API: predict yields each answer (a generator, or an async one).
         produced = self.model.predict(inputs, message.get("parameters") or {})
@@ -723,6 +729,9 @@ def main():
             }
         )
         return
+    # The model's code sees no arguments of the worker's, as under
+    # Triton's stub (a model that runs `unittest.main` reads them).
+    del sys.argv[1:]
     worker = Worker(channel)
     try:
         worker.load(message)

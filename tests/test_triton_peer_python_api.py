@@ -1,0 +1,296 @@
+"""The Python backend's API against the real Triton: the same models
+served by Triton 2.51 (tests/triton_peer.py) and by wirespeed, asked the
+same through tritonclient, the answers compared.
+
+What `triton_python_backend_utils` refuses (a wrong argument type is a
+TypeError, as Triton's typed bindings make it; a list holding None,
+Triton's own exception), a model that takes no inputs, request
+rescheduling (a model that is not decoupled executing a request again, an
+iterative sequence streaming over its executions, and Triton's error for
+a rescheduled request the model also answered), and a batched model's
+output returned in a shape other than its configuration's, which Triton
+passes on as produced.
+"""
+
+import json
+import os
+import queue
+import sys
+import textwrap
+from functools import partial
+
+import numpy as np
+import pytest
+import tritonclient.grpc as grpcclient
+from tritonclient.utils import InferenceServerException
+
+from conftest import RunningServer
+from triton_peer import TritonServer
+
+# wirespeed's workers run the models on the tests' Python (numpy's).
+os.environ.setdefault("WIRESPEED_PYTHON", sys.executable)
+
+# Each call the model makes, and what it raised: the exception's class.
+ARGUMENTS = '''
+import json
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+CALLS = {
+    "Tensor(None, array)": lambda: pb_utils.Tensor(None, np.zeros(2, np.int32)),
+    "Tensor(name, None)": lambda: pb_utils.Tensor("OUT", None),
+    "Tensor.from_dlpack(name, None)": lambda: pb_utils.Tensor.from_dlpack("OUT", None),
+    "InferenceRequest(inputs=[None])": lambda: pb_utils.InferenceRequest(
+        inputs=[None], model_name="m", requested_output_names=["o"]),
+    "InferenceRequest(inputs=None)": lambda: pb_utils.InferenceRequest(
+        inputs=None, model_name="m", requested_output_names=["o"]),
+    "InferenceRequest(model_name=None)": lambda: pb_utils.InferenceRequest(
+        inputs=[], model_name=None, requested_output_names=["o"]),
+    "InferenceRequest(requested_output_names=[None])": lambda: pb_utils.InferenceRequest(
+        inputs=[], model_name="m", requested_output_names=[None]),
+    "InferenceRequest(correlation_id=None)": lambda: pb_utils.InferenceRequest(
+        inputs=[], model_name="m", requested_output_names=[], correlation_id=None),
+    "InferenceRequest(flags=None)": lambda: pb_utils.InferenceRequest(
+        inputs=[], model_name="m", requested_output_names=[], flags=None),
+    "InferenceRequest(correlation_id='id-5')": lambda: pb_utils.InferenceRequest(
+        inputs=[], model_name="m", requested_output_names=[], correlation_id="id-5").correlation_id(),
+    "InferenceResponse(output_tensors=[None])": lambda: pb_utils.InferenceResponse(output_tensors=[None]),
+    "InferenceResponse(output_tensors=None)": lambda: pb_utils.InferenceResponse(output_tensors=None),
+    "InferenceResponse()": lambda: len(pb_utils.InferenceResponse().output_tensors()),
+    "Logger.log(message, None)": lambda: pb_utils.Logger.log("message", None),
+    "Logger.log(message, 1)": lambda: pb_utils.Logger.log("message", 1),
+    "Logger.log_info(None)": lambda: pb_utils.Logger.log_info(None),
+}
+
+
+def outcome(call):
+    try:
+        return "returned %r" % (call(),)
+    except Exception as e:
+        return "raised " + type(e).__name__
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        found = json.dumps({name: outcome(call) for name, call in CALLS.items()})
+        out = np.array([found.encode()], dtype=np.object_)
+        return [pb_utils.InferenceResponse([pb_utils.Tensor("OUT", out)]) for _ in requests]
+'''
+
+RESCHEDULED = '''
+import triton_python_backend_utils as pb_utils
+
+class TritonPythonModel:
+    def initialize(self, args):
+        self.executions = 0
+
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            self.executions += 1
+            x = pb_utils.get_input_tensor_by_name(request, "IN").as_numpy()
+            if self.executions % 2 == 1:
+                # Not done yet: the request comes back.
+                request.set_release_flags(pb_utils.TRITONSERVER_REQUEST_RELEASE_RESCHEDULE)
+                responses.append(None)
+            else:
+                responses.append(pb_utils.InferenceResponse([pb_utils.Tensor("OUT", x + self.executions)]))
+        return responses
+'''
+
+ANSWERED_AND_RESCHEDULED = '''
+import triton_python_backend_utils as pb_utils
+
+class TritonPythonModel:
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            x = pb_utils.get_input_tensor_by_name(request, "IN").as_numpy()
+            request.set_release_flags(pb_utils.TRITONSERVER_REQUEST_RELEASE_RESCHEDULE)
+            responses.append(pb_utils.InferenceResponse([pb_utils.Tensor("OUT", x)]))
+        return responses
+'''
+
+COUNTDOWN = '''
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+class TritonPythonModel:
+    # One sequence at a time, as Triton's own example keeps it: a request
+    # is a new object at each execution.
+    left = None
+
+    def execute(self, requests):
+        for request in requests:
+            if self.left is None:
+                self.left = int(pb_utils.get_input_tensor_by_name(request, "N").as_numpy()[0])
+            self.left -= 1
+            out = pb_utils.InferenceResponse([pb_utils.Tensor("LEFT", np.array([self.left], np.int32))])
+            sender = request.get_response_sender()
+            if self.left > 0:
+                request.set_release_flags(pb_utils.TRITONSERVER_REQUEST_RELEASE_RESCHEDULE)
+                sender.send(out)
+            else:
+                self.left = None
+                sender.send(out, flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+        return None
+'''
+
+NO_INPUTS = '''
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+class TritonPythonModel:
+    def execute(self, requests):
+        return [pb_utils.InferenceResponse([pb_utils.Tensor("OUT", np.array([7.0], np.float32))])
+                for _ in requests]
+'''
+
+FLAT = '''
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+class TritonPythonModel:
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            x = pb_utils.get_input_tensor_by_name(request, "IN").as_numpy()
+            # One value per row: [n], where the configuration says [n, 1].
+            responses.append(pb_utils.InferenceResponse([pb_utils.Tensor("OUT", x.reshape(-1) * 2)]))
+        return responses
+'''
+
+ONE_FLOAT = 'output [ { name: "OUT" data_type: TYPE_FP32 dims: [ 1 ] } ]'
+IN_FLOAT = 'input [ { name: "IN" data_type: TYPE_FP32 dims: [ 2 ] } ]'
+OUT_FLOAT = 'output [ { name: "OUT" data_type: TYPE_FP32 dims: [ 2 ] } ]'
+ITERATIVE = "sequence_batching { iterative_sequence: true }"
+
+# name: (config.pbtxt after name and backend, model.py)
+MODELS = {
+    "arguments": ('output [ { name: "OUT" data_type: TYPE_STRING dims: [ 1 ] } ]', ARGUMENTS),
+    "no_inputs": (ONE_FLOAT, NO_INPUTS),
+    "rescheduled": (f"{IN_FLOAT}\n{OUT_FLOAT}\n{ITERATIVE}", RESCHEDULED),
+    "answered_and_rescheduled": (f"{IN_FLOAT}\n{OUT_FLOAT}\n{ITERATIVE}", ANSWERED_AND_RESCHEDULED),
+    "countdown": (
+        'input [ { name: "N" data_type: TYPE_INT32 dims: [ 1 ] } ]\n'
+        'output [ { name: "LEFT" data_type: TYPE_INT32 dims: [ 1 ] } ]\n'
+        f"{ITERATIVE}\nmodel_transaction_policy {{ decoupled: true }}",
+        COUNTDOWN,
+    ),
+    "flat": (
+        'max_batch_size: 8\ninput [ { name: "IN" data_type: TYPE_FP32 dims: [ 1 ] } ]\n' + ONE_FLOAT,
+        FLAT,
+    ),
+}
+
+
+@pytest.fixture(scope="module")
+def servers(tmp_path_factory):
+    """Triton and wirespeed on one repository of the models above."""
+    repo = tmp_path_factory.mktemp("triton_python_api_repo")
+    for name, (config, code) in MODELS.items():
+        (repo / name / "1").mkdir(parents=True)
+        (repo / name / "config.pbtxt").write_text(
+            f'name: "{name}"\nbackend: "python"\n{config}\ninstance_group [ {{ kind: KIND_CPU }} ]\n')
+        (repo / name / "1" / "model.py").write_text(textwrap.dedent(code))
+    triton = TritonServer(repo, tmp_path_factory.mktemp("triton_log") / "triton.log")
+    try:
+        wirespeed = RunningServer(repo)
+    except BaseException:
+        triton.stop()
+        raise
+    yield {"triton": triton, "wirespeed": wirespeed}
+    wirespeed.stop()
+    triton.stop()
+
+
+def infer(server, model, inputs, output):
+    """("ok", the output) or (the gRPC code, the message)."""
+    client = grpcclient.InferenceServerClient(server.grpc_address)
+    tensors = []
+    for name, array in inputs.items():
+        tensor = grpcclient.InferInput(name, list(array.shape), "FP32" if array.dtype == np.float32 else "INT32")
+        tensor.set_data_from_numpy(array)
+        tensors.append(tensor)
+    try:
+        result = client.infer(model, tensors)
+    except InferenceServerException as e:
+        return e.status(), e.message()
+    finally:
+        client.close()
+    return "ok", result.as_numpy(output).tolist()
+
+
+def both(servers, ask, *args):
+    return {name: ask(server, *args) for name, server in servers.items()}
+
+
+def test_the_python_api_refuses_wrong_arguments_as_triton_does(servers):
+    answers = both(servers, infer, "arguments", {}, "OUT")
+    assert answers["triton"][0] == "ok", answers["triton"]
+    triton = json.loads(answers["triton"][1][0])
+    ours = json.loads(answers["wirespeed"][1][0])
+    assert triton["InferenceRequest(inputs=None)"] == "raised TypeError"
+    assert ours == triton
+
+
+def test_a_model_without_inputs_answers_as_in_triton(servers):
+    answers = both(servers, infer, "no_inputs", {}, "OUT")
+    assert answers["triton"] == ("ok", [7.0])
+    assert answers["wirespeed"] == answers["triton"]
+
+
+def test_a_rescheduled_request_is_executed_again_as_in_triton(servers):
+    x = {"IN": np.array([1.0, 2.0], np.float32)}
+    first = both(servers, infer, "rescheduled", x, "OUT")
+    assert first["triton"] == ("ok", [3.0, 4.0])  # answered at the second execution
+    assert first["wirespeed"] == first["triton"]
+    again = both(servers, infer, "rescheduled", x, "OUT")
+    assert again["wirespeed"] == again["triton"] == ("ok", [5.0, 6.0])
+
+
+def test_an_answer_to_a_rescheduled_request_is_tritons_error(servers):
+    answers = both(servers, infer, "answered_and_rescheduled", {"IN": np.array([1.0, 2.0], np.float32)}, "OUT")
+    code, message = answers["triton"]
+    assert "Expected a None object in the execute function return list for reschduled request" in message
+    assert answers["wirespeed"][0] == code
+    assert answers["wirespeed"][1].split(", found type")[0] == message.split(", found type")[0]
+
+
+def stream(server, model, inputs):
+    """Every response of one request on the gRPC stream, to its final one."""
+    got = queue.Queue()
+    client = grpcclient.InferenceServerClient(server.grpc_address)
+    client.start_stream(callback=partial(lambda q, result, error: q.put((result, error)), got))
+    tensors = []
+    for name, array in inputs.items():
+        tensor = grpcclient.InferInput(name, list(array.shape), "INT32")
+        tensor.set_data_from_numpy(array)
+        tensors.append(tensor)
+    client.async_stream_infer(model, tensors, enable_empty_final_response=True)
+    answers = []
+    while True:
+        result, error = got.get(timeout=30)
+        if error is not None:
+            answers.append(("error", error.message()))
+            break
+        response = result.get_response()
+        if response.outputs:
+            answers.append(result.as_numpy("LEFT").tolist())
+        if response.parameters["triton_final_response"].bool_param:
+            break
+    client.stop_stream()
+    client.close()
+    return answers
+
+
+def test_an_iterative_sequence_streams_over_its_executions_as_in_triton(servers):
+    answers = both(servers, stream, "countdown", {"N": np.array([3], np.int32)})
+    assert answers["triton"] == [[2], [1], [0]]
+    assert answers["wirespeed"] == answers["triton"]
+
+
+def test_an_output_is_answered_in_the_shape_the_model_gave_as_in_triton(servers):
+    answers = both(servers, infer, "flat", {"IN": np.array([[1.0], [2.0], [3.0]], np.float32)}, "OUT")
+    assert answers["triton"] == ("ok", [2.0, 4.0, 6.0])
+    assert answers["wirespeed"] == answers["triton"]
