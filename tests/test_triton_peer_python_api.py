@@ -160,6 +160,82 @@ class TritonPythonModel:
         return responses
 '''
 
+SENT_LATER = '''
+import threading
+import time
+import triton_python_backend_utils as pb_utils
+
+class TritonPythonModel:
+    def execute(self, requests):
+        for request in requests:
+            x = pb_utils.get_input_tensor_by_name(request, "IN").as_numpy()
+            sender = request.get_response_sender()
+
+            def later(sender=sender, x=x):
+                time.sleep(0.2)
+                sender.send(pb_utils.InferenceResponse([pb_utils.Tensor("OUT", x * 3)]),
+                            flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+
+            threading.Thread(target=later, daemon=True).start()
+        return [None for _ in requests]
+'''
+
+SENT_TWICE = '''
+import triton_python_backend_utils as pb_utils
+
+class TritonPythonModel:
+    def execute(self, requests):
+        for request in requests:
+            x = pb_utils.get_input_tensor_by_name(request, "IN").as_numpy()
+            sender = request.get_response_sender()
+            sender.send(pb_utils.InferenceResponse([pb_utils.Tensor("OUT", x)]))
+            # Refused (one response), raising out of execute.
+            sender.send(pb_utils.InferenceResponse([pb_utils.Tensor("OUT", x * 2)]))
+        return None
+'''
+
+SENT_AND_RETURNED = '''
+import triton_python_backend_utils as pb_utils
+
+class TritonPythonModel:
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            x = pb_utils.get_input_tensor_by_name(request, "IN").as_numpy()
+            request.get_response_sender().send(
+                pb_utils.InferenceResponse([pb_utils.Tensor("OUT", x)]),
+                flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+            responses.append(pb_utils.InferenceResponse([pb_utils.Tensor("OUT", x * 2)]))
+        return responses
+'''
+
+# Marks its folder when a request starts and when it sees the client
+# gone; answers CANCELLED then.
+CANCELLABLE = '''
+import os
+import time
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+class TritonPythonModel:
+    def initialize(self, args):
+        self.folder = os.path.join(args["model_repository"], "marks")
+        os.makedirs(self.folder, exist_ok=True)
+
+    def mark(self, name):
+        open(os.path.join(self.folder, name), "w").close()
+
+    def execute(self, requests):
+        self.mark("started")
+        for _ in range(300):
+            time.sleep(0.1)
+            if requests[0].is_cancelled():
+                self.mark("cancelled")
+                error = pb_utils.TritonError("cancelled", pb_utils.TritonError.CANCELLED)
+                return [pb_utils.InferenceResponse(error=error)]
+        return [pb_utils.InferenceResponse([pb_utils.Tensor("OUT", np.zeros(2, np.float32))])]
+'''
+
 ONE_FLOAT = 'output [ { name: "OUT" data_type: TYPE_FP32 dims: [ 1 ] } ]'
 IN_FLOAT = 'input [ { name: "IN" data_type: TYPE_FP32 dims: [ 2 ] } ]'
 OUT_FLOAT = 'output [ { name: "OUT" data_type: TYPE_FP32 dims: [ 2 ] } ]'
@@ -177,6 +253,10 @@ MODELS = {
         f"{ITERATIVE}\nmodel_transaction_policy {{ decoupled: true }}",
         COUNTDOWN,
     ),
+    "sent_later": (f"{IN_FLOAT}\n{OUT_FLOAT}", SENT_LATER),
+    "sent_twice": (f"{IN_FLOAT}\n{OUT_FLOAT}", SENT_TWICE),
+    "sent_and_returned": (f"{IN_FLOAT}\n{OUT_FLOAT}", SENT_AND_RETURNED),
+    "cancellable": (f"{IN_FLOAT}\n{OUT_FLOAT}", CANCELLABLE),
     "flat": (
         'max_batch_size: 8\ninput [ { name: "IN" data_type: TYPE_FP32 dims: [ 1 ] } ]\n' + ONE_FLOAT,
         FLAT,
@@ -199,7 +279,7 @@ def servers(tmp_path_factory):
     except BaseException:
         triton.stop()
         raise
-    yield {"triton": triton, "wirespeed": wirespeed}
+    yield {"triton": triton, "wirespeed": wirespeed, "repo": repo}
     wirespeed.stop()
     triton.stop()
 
@@ -222,7 +302,7 @@ def infer(server, model, inputs, output):
 
 
 def both(servers, ask, *args):
-    return {name: ask(server, *args) for name, server in servers.items()}
+    return {name: ask(servers[name], *args) for name in ("triton", "wirespeed")}
 
 
 def test_the_python_api_refuses_wrong_arguments_as_triton_does(servers):
@@ -294,3 +374,67 @@ def test_an_output_is_answered_in_the_shape_the_model_gave_as_in_triton(servers)
     answers = both(servers, infer, "flat", {"IN": np.array([[1.0], [2.0], [3.0]], np.float32)}, "OUT")
     assert answers["triton"] == ("ok", [2.0, 4.0, 6.0])
     assert answers["wirespeed"] == answers["triton"]
+
+
+def on_stream(server, model, inputs, output, times=2):
+    """What the gRPC stream gives `times` requests sent one after the
+    other: ("ok", output) or ("error", message) each, in order."""
+    got = queue.Queue()
+    client = grpcclient.InferenceServerClient(server.grpc_address)
+    client.start_stream(callback=partial(lambda q, result, error: q.put((result, error)), got))
+    answers = []
+    for _ in range(times):
+        tensors = []
+        for name, array in inputs.items():
+            tensor = grpcclient.InferInput(name, list(array.shape), "FP32")
+            tensor.set_data_from_numpy(array)
+            tensors.append(tensor)
+        client.async_stream_infer(model, tensors)
+        result, error = got.get(timeout=30)
+        answers.append(("error", error.message()) if error else ("ok", result.as_numpy(output).tolist()))
+    client.stop_stream()
+    client.close()
+    return answers
+
+
+@pytest.mark.parametrize("model", ["sent_later", "sent_twice", "sent_and_returned"])
+def test_a_models_first_response_is_its_answer_as_in_triton(servers, model):
+    """A model that is not decoupled answers with the first response it
+    sends, before `execute` returns or after (from a thread); what fails
+    after it (a second response, one returned as well) is dropped: the
+    next answer on the stream is the next request's. (Triton's unary
+    gRPC answers `expected a single response, got 2` to the model that
+    sends twice; wirespeed the first response there too, docs/python-models.md.)"""
+    answers = both(servers, on_stream, model, {"IN": np.array([1.0, 2.0], np.float32)}, "OUT")
+    expected = [3.0, 6.0] if model == "sent_later" else [1.0, 2.0]
+    assert answers["triton"] == [("ok", expected)] * 2
+    assert answers["wirespeed"] == answers["triton"]
+
+
+def wait_for(path, timeout=30):
+    import time
+
+    end = time.monotonic() + timeout
+    while not path.exists():
+        assert time.monotonic() < end, f"{path} never came"
+        time.sleep(0.02)
+
+
+def test_a_model_sees_its_client_leave_as_in_triton(servers, tmp_path):
+    """A client that cancels a request it is waiting for: the model's
+    `request.is_cancelled()` turns true while it computes."""
+    marks = servers["repo"] / "cancellable" / "marks"
+    for name in ("triton", "wirespeed"):
+        for mark in ("started", "cancelled"):
+            (marks / mark).unlink(missing_ok=True)
+        client = grpcclient.InferenceServerClient(servers[name].grpc_address)
+        x = grpcclient.InferInput("IN", [2], "FP32")
+        x.set_data_from_numpy(np.array([1.0, 2.0], np.float32))
+        got = queue.Queue()
+        future = client.async_infer("cancellable", [x], partial(lambda q, result, error: q.put(error), got))
+        wait_for(marks / "started")
+        future.cancel()
+        error = got.get(timeout=30)
+        assert error is not None and error.status() == "StatusCode.CANCELLED", (name, error)
+        wait_for(marks / "cancelled")
+        client.close()

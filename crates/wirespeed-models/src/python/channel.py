@@ -72,6 +72,14 @@ class Channel:
             if poll.poll(0):
                 return
 
+    def readable(self):
+        """Whether a message has come (a read would not wait)."""
+        import select
+
+        poll = select.poll()
+        poll.register(self.sock, select.POLLIN)
+        return bool(poll.poll(0))
+
     def recv(self):
         if not self._fill(self.head):
             return None

@@ -45,6 +45,10 @@ exec(compile(read(struct.unpack('<I', read(4))[0]), 'wirespeed_worker.py', 'exec
 /// before it is killed and replaced.
 const INTERRUPT_GRACE: Duration = Duration::from_secs(2);
 
+/// How often a computing request's caller is looked at, to tell the model
+/// it left.
+const CANCEL_CHECK: Duration = Duration::from_millis(100);
+
 /// How long a message may take to cross the socket once begun (or to be
 /// taken by the worker, when the server sends).
 const MESSAGE_TIMEOUT: Duration = Duration::from_secs(10);
@@ -347,8 +351,9 @@ impl Process {
                 "before it took this request (it did not read it), and was killed".into(),
             ));
         }
+        let mut told = false;
         let reply = loop {
-            self.await_answer(launch, deadline)?;
+            self.await_answer(launch, deadline, &mut gone, &mut told)?;
             let reply = match wire::receive(&mut self.socket) {
                 Ok(reply) => reply,
                 Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => {
@@ -366,7 +371,13 @@ impl Process {
             let Reply::Bls(call) = reply else {
                 break reply;
             };
-            let answer = super::bls::call(launch, call, deadline, gone.as_mut());
+            let answer = if told {
+                // The caller left (its future is spent): the call is too.
+                let mut left = std::pin::pin!(std::future::poll_fn(|_| std::task::Poll::Ready(())));
+                super::bls::call(launch, call, deadline, left.as_mut())
+            } else {
+                super::bls::call(launch, call, deadline, gone.as_mut())
+            };
             if wire::send(&mut self.socket, &answer).is_err() {
                 self.kill();
                 return Err(lost(
@@ -412,15 +423,37 @@ impl Process {
         }
     }
 
-    /// Waits for the worker's answer to be readable. Past `deadline` the
-    /// model's code is interrupted (SIGINT, a KeyboardInterrupt), and the
-    /// worker killed if it does not answer within [`INTERRUPT_GRACE`].
+    /// Waits for the worker's answer to be readable. When the request's
+    /// caller goes, the worker is told once (`cancel`; the model's
+    /// `request.is_cancelled()` turns true, as in Triton). Past
+    /// `deadline` the model's code is interrupted (SIGINT, a
+    /// KeyboardInterrupt), and the worker killed if it does not answer
+    /// within [`INTERRUPT_GRACE`].
     fn await_answer(
         &mut self,
         launch: &Launch,
         deadline: Option<Instant>,
+        gone: &mut crate::CallerGone<'_>,
+        told: &mut bool,
     ) -> Result<(), CallError> {
-        match self.wait_readable(deadline) {
+        let readable = loop {
+            let look = Instant::now() + CANCEL_CHECK;
+            let until = if *told { deadline } else { Some(deadline.map_or(look, |d| d.min(look))) };
+            match self.wait_readable(until) {
+                Ok(false) if until != deadline => {
+                    let mut context = std::task::Context::from_waker(std::task::Waker::noop());
+                    if gone.as_mut().poll(&mut context).is_ready() {
+                        *told = true;
+                        let cancel = serde_json::json!({"op": "cancel"});
+                        if wire::send(&mut self.socket, &cancel).is_err() {
+                            return Err(self.lost(launch, "failed: it did not read a cancel".into()));
+                        }
+                    }
+                }
+                other => break other,
+            }
+        };
+        match readable {
             Ok(true) => {}
             Ok(false) => {
                 // Past the deadline: interrupt the model's code.

@@ -73,50 +73,37 @@ def triton_request(pb_utils, inputs, wanted, message):
 def execute_triton(worker, inputs, message):
     """One request to a Triton model that is not decoupled: `execute`
     called, and what it returned (or sent) checked as Triton's stub checks
-    it; the outputs by name."""
+    it; the outputs by name. The first response the request gets is its
+    answer, as Triton's front ends keep it: an error after it (a second
+    response, a response returned as well, an exception) is dropped."""
     import triton_python_backend_utils as pb_utils
 
     request = triton_request(pb_utils, inputs, message["outputs"], message)
-    # `async def execute` (Triton's coroutine models) is awaited; a
-    # request the model reschedules is executed again, its answer the
-    # last execution's.
-    returned = worker.call(worker.model.execute, [request])
-    while request._rescheduled():
-        if isinstance(returned, list) and len(returned) == 1 and returned[0] is not None:
-            # Triton's words, its spelling too.
-            raise StubError(
-                "Expected a None object in the execute function return list for "
-                "reschduled request, found type '%s'." % type(returned[0])
-            )
-        returned = worker.call(worker.model.execute, [request])
-    # What execute returns is checked as Triton checks it: None (the
-    # request answered through its response sender), or a list of one
-    # response (or None) per request.
+    try:
+        returned = run_triton(worker, pb_utils, request)
+    except Exception:
+        if answered(request) is None:
+            raise
+        returned = None
     if returned is not None:
-        if not isinstance(returned, list):
-            raise StubError(
-                "Expected a list in the execute return, found type '%s'." % type(returned)
-            )
-        if len(returned) != 1:
-            raise StubError(
-                "Number of InferenceResponse objects do not match the number of "
-                "InferenceRequest objects. InferenceRequest(s) size is:1, and "
-                "InferenceResponse(s) size is:%d\n" % len(returned)
-            )
-        if returned[0] is not None:
-            if not isinstance(returned[0], pb_utils.InferenceResponse):
-                raise StubError(
-                    "Expected an 'InferenceResponse' object in the execute function "
-                    "return list, found type '%s'." % type(returned[0])
-                )
-            # Sent as Triton sends it: through the request's sender,
-            # which refuses a second response.
-            try:
-                request.get_response_sender().send(
-                    returned[0], pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
-                )
-            except pb_utils.TritonModelException as e:
+        # Sent as Triton sends it: through the request's sender, which
+        # refuses a second response.
+        try:
+            request.get_response_sender().send(returned, pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+        except pb_utils.TritonModelException as e:
+            if answered(request) is None:
                 raise StubError(str(e)) from None
+    sender = request._sender
+    if sender is not None and sender.response is None and not sender._closed:
+        # Its response comes after `execute` returned: from a thread, or
+        # a task on the model's event loop, which runs meanwhile.
+        while not sender._closed:
+            if worker.loop is not None:
+                import asyncio
+
+                worker.loop.run_until_complete(asyncio.sleep(0.001))
+            else:
+                sender._wait(0.05)
     response = request._sender.response if request._sender is not None else None
     if response is None:
         raise StubError(
@@ -126,6 +113,43 @@ def execute_triton(worker, inputs, message):
     if response.has_error():
         raise response.error()
     return {t.name(): t.as_numpy() for t in response.output_tensors()}
+
+
+def run_triton(worker, pb_utils, request):
+    """`execute` on one request, again while the model reschedules it;
+    the response it returned for it, checked as Triton checks it (None
+    when the request is answered through its response sender)."""
+    # `async def execute` (Triton's coroutine models) is awaited.
+    returned = worker.call(worker.model.execute, [request])
+    while request._rescheduled():
+        if isinstance(returned, list) and len(returned) == 1 and returned[0] is not None:
+            # Triton's words, its spelling too.
+            raise StubError(
+                "Expected a None object in the execute function return list for "
+                "reschduled request, found type '%s'." % type(returned[0])
+            )
+        returned = worker.call(worker.model.execute, [request])
+    if returned is None:
+        return None
+    if not isinstance(returned, list):
+        raise StubError("Expected a list in the execute return, found type '%s'." % type(returned))
+    if len(returned) != 1:
+        raise StubError(
+            "Number of InferenceResponse objects do not match the number of "
+            "InferenceRequest objects. InferenceRequest(s) size is:1, and "
+            "InferenceResponse(s) size is:%d\n" % len(returned)
+        )
+    if returned[0] is not None and not isinstance(returned[0], pb_utils.InferenceResponse):
+        raise StubError(
+            "Expected an 'InferenceResponse' object in the execute function "
+            "return list, found type '%s'." % type(returned[0])
+        )
+    return returned[0]
+
+
+def answered(request):
+    """The response a request was sent already, if any."""
+    return request._sender.response if request._sender is not None else None
 
 
 def must_return_none(instance):

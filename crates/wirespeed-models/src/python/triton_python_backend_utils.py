@@ -357,9 +357,9 @@ class InferenceRequest:
         return json.dumps(self._parameters)
 
     def is_cancelled(self):
-        """Whether the client has left (a decoupled model's request): the
-        model may stop sending."""
-        return self._stream is not None and _is_cancelled(self._stream)
+        """Whether the client has left: the model may stop (and answer
+        with `TritonError.CANCELLED`, or stop sending)."""
+        return _is_cancelled is not None and _is_cancelled(self._stream)
 
     def get_response_sender(self):
         """The sender of this request's responses: a decoupled model's
@@ -529,13 +529,18 @@ class InferenceResponseSender:
 
 class _OneResponseSender:
     """The response sender of a model that is not decoupled: its one
-    response, kept for the worker to answer when `execute` returns, with
-    Triton's rules (one response, and the final flag only after it)."""
+    response, kept for the worker to answer once the final flag comes
+    (before `execute` returns, or after, from a thread or a task of the
+    model's), with Triton's rules (one response, and the final flag only
+    after it)."""
 
     def __init__(self):
+        import threading
+
         self.response = None
         self._sent = 0
         self._closed = False
+        self._done = threading.Condition()
 
     def send(self, response=None, flags=0):
         _check_send(response, flags)
@@ -552,14 +557,23 @@ class _OneResponseSender:
             raise TritonModelException(
                 "Unable to send response. Response sender has been closed."
             )
-        if flags == TRITONSERVER_RESPONSE_COMPLETE_FINAL:
-            self._closed = True
-        if response is not None:
-            self.response = response
-        self._sent += 1
+        with self._done:
+            if flags == TRITONSERVER_RESPONSE_COMPLETE_FINAL:
+                self._closed = True
+            if response is not None:
+                self.response = response
+            self._sent += 1
+            self._done.notify_all()
+
+    def _wait(self, seconds):
+        """Waits up to `seconds` for the final flag; whether it came."""
+        with self._done:
+            if not self._closed:
+                self._done.wait(seconds)
+            return self._closed
 
     def is_cancelled(self):
-        return False
+        return _is_cancelled is not None and _is_cancelled(None)
 
 
 class InferenceResponse:

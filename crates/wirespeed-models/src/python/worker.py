@@ -72,6 +72,10 @@ class Worker:
         # server's answers to BLS calls (the reader thread fills both).
         self.cancelled = set()
         self.bls_replies = None
+        # A model that answers once: its request's client left, and the
+        # messages read while looking for that (`is_cancelled`).
+        self.current_cancelled = False
+        self.pending = []
         # One BLS call on the socket at a time.
         self.bls_lock = threading.Lock()
 
@@ -138,6 +142,9 @@ class Worker:
                 reply = self.bls_replies.get()
             else:
                 reply = self.channel.recv()
+                while reply is not None and reply.get("op") == "cancel":
+                    self.current_cancelled = True
+                    reply = self.channel.recv()
         if reply is None or reply.get("op") != "bls_result":
             raise RuntimeError("the server did not answer the BLS call")
         return reply
@@ -417,7 +424,22 @@ class Worker:
 
     # -- decoupled models ------------------------------------------------
     def is_cancelled(self, request_id):
-        return request_id in self.cancelled
+        """Whether the client of decoupled request `request_id` left, or,
+        with None, the client of the request being computed (the server
+        sends `cancel` then, which is read here, between its messages)."""
+        if request_id is not None:
+            return request_id in self.cancelled
+        if not self.current_cancelled and self.channel.readable():
+            self.take(self.channel.recv())
+        return self.current_cancelled
+
+    def take(self, message):
+        """A message that came while a request computes: a `cancel` of it
+        is noted, anything else kept for the loop."""
+        if message is not None and message.get("op") == "cancel":
+            self.current_cancelled = True
+        else:
+            self.pending.append(message)
 
     def send_response(self, request_id, response, final):
         """One response of request `request_id` (None: the final flag
@@ -513,7 +535,13 @@ class Worker:
             if inspect.isawaitable(result):
                 result = self.call(lambda: result)
             if result is not None:
-                raise StubError(must_return_none(self.instance_name))
+                error = StubError(must_return_none(self.instance_name))
+                if request._sender is None or not request._sender._closed:
+                    raise error
+                # Its stream has ended: the error reaches no one, as in
+                # Triton; the log has it.
+                traceback.print_exception(type(error), error, None, file=sys.stderr)
+                return
             # A request the model reschedules (an iterative sequence's
             # next step) comes back to execute.
             while request._rescheduled():
@@ -582,11 +610,17 @@ class Worker:
         signal.signal(signal.SIGINT, self.on_interrupt)
         linger = self.linger
         while True:
-            if linger:
-                self.channel.linger(linger)
-            message = self.channel.recv()
+            if self.pending:
+                message = self.pending.pop(0)
+            else:
+                if linger:
+                    self.channel.linger(linger)
+                message = self.channel.recv()
+            if message is not None and message["op"] == "cancel":
+                continue  # for a request already answered
             if message is None or message["op"] == "stop":
                 break
+            self.current_cancelled = False
             started = time.perf_counter()
             try:
                 self.busy = True

@@ -61,9 +61,14 @@ impl Family {
         Family::new(name, help, MetricType::HISTOGRAM)
     }
 
-    /// Adds a sample with `labels`, whose value `set` puts in place.
+    /// Adds a sample with `labels`, whose value `set` puts in place. The
+    /// labels are written in the order of their names, as Triton's
+    /// (prometheus-cpp's) are: scrapers that match a sample's text
+    /// (`{model="m",reason="BACKEND",version="1"}`) find it.
     fn add(&mut self, labels: &[(&str, &str)], set: impl FnOnce(&mut proto::Metric)) {
         let mut metric = proto::Metric::default();
+        let mut labels = labels.to_vec();
+        labels.sort_by_key(|(name, _)| *name);
         metric.set_label(
             labels
                 .iter()
