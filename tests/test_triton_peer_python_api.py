@@ -236,10 +236,76 @@ class TritonPythonModel:
         return [pb_utils.InferenceResponse([pb_utils.Tensor("OUT", np.zeros(2, np.float32))])]
 '''
 
+# Two of its instances wait for each other: "together" only when both
+# calls run at once.
+RENDEZVOUS = '''
+import os
+import time
+import uuid
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+class TritonPythonModel:
+    def initialize(self, args):
+        self.folder = os.path.join(args["model_repository"], "arrived")
+        os.makedirs(self.folder, exist_ok=True)
+
+    def execute(self, requests):
+        open(os.path.join(self.folder, uuid.uuid4().hex), "w").close()
+        end = time.monotonic() + 20
+        while len(os.listdir(self.folder)) < 2 and time.monotonic() < end:
+            time.sleep(0.01)
+        together = float(len(os.listdir(self.folder)) >= 2)
+        return [pb_utils.InferenceResponse([pb_utils.Tensor("OUT", np.array([together], np.float32))])
+                for _ in requests]
+'''
+
+def streamer(final_alone):
+    last = ('sender.send(out)\n            sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)'
+            if final_alone else 'sender.send(out, flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)')
+    return f'''
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+class TritonPythonModel:
+    def execute(self, requests):
+        for request in requests:
+            sender = request.get_response_sender()
+            out = pb_utils.InferenceResponse([pb_utils.Tensor("OUT", np.array([1.0], np.float32))])
+            {last}
+        return None
+'''
+
+# Its coroutine calls two models at once (their streams counted) and the
+# rendezvous twice at once.
+FAN_OUT = '''
+import asyncio
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+def ask(model):
+    return pb_utils.InferenceRequest(model_name=model, inputs=[], requested_output_names=["OUT"])
+
+class TritonPythonModel:
+    async def execute(self, requests):
+        for request in requests:
+            streams = await asyncio.gather(
+                ask("final_with_data").async_exec(decoupled=True),
+                ask("final_alone").async_exec(decoupled=True))
+            counts = [float(len(list(s))) for s in streams]
+            met = await asyncio.gather(ask("rendezvous").async_exec(), ask("rendezvous").async_exec())
+            together = [float(pb_utils.get_output_tensor_by_name(r, "OUT").as_numpy()[0]) for r in met]
+            out = pb_utils.Tensor("OUT", np.array(counts + together, np.float32))
+            request.get_response_sender().send(
+                pb_utils.InferenceResponse([out]), flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+        return None
+'''
+
 ONE_FLOAT = 'output [ { name: "OUT" data_type: TYPE_FP32 dims: [ 1 ] } ]'
 IN_FLOAT = 'input [ { name: "IN" data_type: TYPE_FP32 dims: [ 2 ] } ]'
 OUT_FLOAT = 'output [ { name: "OUT" data_type: TYPE_FP32 dims: [ 2 ] } ]'
 ITERATIVE = "sequence_batching { iterative_sequence: true }"
+DECOUPLED = "model_transaction_policy { decoupled: true }"
 
 # name: (config.pbtxt after name and backend, model.py)
 MODELS = {
@@ -257,6 +323,10 @@ MODELS = {
     "sent_twice": (f"{IN_FLOAT}\n{OUT_FLOAT}", SENT_TWICE),
     "sent_and_returned": (f"{IN_FLOAT}\n{OUT_FLOAT}", SENT_AND_RETURNED),
     "cancellable": (f"{IN_FLOAT}\n{OUT_FLOAT}", CANCELLABLE),
+    "rendezvous": (f"{ONE_FLOAT}\ninstance_group [ {{ kind: KIND_CPU count: 2 }} ]", RENDEZVOUS),
+    "final_with_data": (f"{ONE_FLOAT}\n{DECOUPLED}", streamer(final_alone=False)),
+    "final_alone": (f"{ONE_FLOAT}\n{DECOUPLED}", streamer(final_alone=True)),
+    "fan_out": ('output [ { name: "OUT" data_type: TYPE_FP32 dims: [ 4 ] } ]\n' + DECOUPLED, FAN_OUT),
     "flat": (
         'max_batch_size: 8\ninput [ { name: "IN" data_type: TYPE_FP32 dims: [ 1 ] } ]\n' + ONE_FLOAT,
         FLAT,
@@ -270,8 +340,8 @@ def servers(tmp_path_factory):
     repo = tmp_path_factory.mktemp("triton_python_api_repo")
     for name, (config, code) in MODELS.items():
         (repo / name / "1").mkdir(parents=True)
-        (repo / name / "config.pbtxt").write_text(
-            f'name: "{name}"\nbackend: "python"\n{config}\ninstance_group [ {{ kind: KIND_CPU }} ]\n')
+        group = "" if "instance_group" in config else "instance_group [ { kind: KIND_CPU } ]\n"
+        (repo / name / "config.pbtxt").write_text(f'name: "{name}"\nbackend: "python"\n{config}\n{group}')
         (repo / name / "1" / "model.py").write_text(textwrap.dedent(code))
     triton = TritonServer(repo, tmp_path_factory.mktemp("triton_log") / "triton.log")
     try:
@@ -438,3 +508,27 @@ def test_a_model_sees_its_client_leave_as_in_triton(servers, tmp_path):
         assert error is not None and error.status() == "StatusCode.CANCELLED", (name, error)
         wait_for(marks / "cancelled")
         client.close()
+
+
+def test_a_coroutines_calls_run_at_once_and_streams_end_as_in_triton(servers):
+    """A decoupled model's coroutine awaiting two BLS calls at once: both
+    run at the same time (two instances of the callee meet), and a
+    decoupled callee's stream gives one response when its last carried
+    the final flag, two when the flag came alone (an empty last one)."""
+    for name in ("triton", "wirespeed"):
+        arrived = servers["repo"] / "rendezvous" / "arrived"
+        for mark in arrived.glob("*"):
+            mark.unlink()
+        assert stream_one(servers[name], "fan_out") == [1.0, 2.0, 1.0, 1.0], name
+
+
+def stream_one(server, model):
+    got = queue.Queue()
+    client = grpcclient.InferenceServerClient(server.grpc_address)
+    client.start_stream(callback=partial(lambda q, result, error: q.put((result, error)), got))
+    client.async_stream_infer(model, [])
+    result, error = got.get(timeout=60)
+    client.stop_stream()
+    client.close()
+    assert error is None, error
+    return result.as_numpy("OUT").tolist()

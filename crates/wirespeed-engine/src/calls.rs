@@ -142,11 +142,14 @@ impl ModelCaller for Calls {
         parameters: Parameters,
         deadline: Option<Instant>,
         mut gone: CallerGone<'_>,
-        each: &mut dyn FnMut(Result<Vec<Tensor>, Error>),
+        each: &mut dyn FnMut(Result<Vec<Tensor>, Error>, bool),
     ) -> Result<(), Error> {
         let (_, served) = callee(&self.models, model, version)?;
         if !served.model.decoupled() {
-            each(self.call(model, version, inputs, outputs, parameters, deadline, gone));
+            each(
+                self.call(model, version, inputs, outputs, parameters, deadline, gone),
+                true,
+            );
             return Ok(());
         }
         let requested = requested(outputs);
@@ -167,7 +170,7 @@ impl ModelCaller for Calls {
                         ran?;
                     }
                     item = receiver.next() => match item {
-                        Some(streamed) => each(streamed.result),
+                        Some(streamed) => each(streamed.result, streamed.last),
                         None => break,
                     },
                 }

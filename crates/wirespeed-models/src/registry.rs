@@ -103,8 +103,10 @@ pub trait ModelCaller: Send + Sync {
 
     /// Runs `model` as [`call`](ModelCaller::call) does, and gives each of
     /// its responses: a decoupled model's stream (Triton's
-    /// `exec(decoupled=True)`), or a model's one answer. An error before
-    /// any response is the call's.
+    /// `exec(decoupled=True)`), or a model's one answer, each with whether
+    /// the model flagged it final (a stream may end with the final flag
+    /// alone, which is no response). An error before any response is the
+    /// call's.
     #[allow(clippy::too_many_arguments)]
     fn call_stream(
         &self,
@@ -115,9 +117,12 @@ pub trait ModelCaller: Send + Sync {
         parameters: Parameters,
         deadline: Option<Instant>,
         gone: CallerGone<'_>,
-        each: &mut dyn FnMut(Result<Vec<Tensor>, Error>),
+        each: &mut dyn FnMut(Result<Vec<Tensor>, Error>, bool),
     ) -> Result<(), Error> {
-        each(self.call(model, version, inputs, outputs, parameters, deadline, gone));
+        each(
+            self.call(model, version, inputs, outputs, parameters, deadline, gone),
+            true,
+        );
         Ok(())
     }
 }

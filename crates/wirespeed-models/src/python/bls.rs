@@ -39,6 +39,7 @@ pub(crate) fn call(
         control,
         config,
         files,
+        call: _,
     } = call;
     let (model, version) = (model.as_str(), version.as_deref());
     if let Some(control) = control {
@@ -97,7 +98,11 @@ pub(crate) fn call(
                 parameters,
                 deadline,
                 gone.as_mut(),
-                &mut |response| responses.push(answer(launch, model, response)),
+                &mut |response, last| {
+                    let mut one = answer(launch, model, response);
+                    one.last = Some(last);
+                    responses.push(one);
+                },
             )?;
             return Ok(Vec::new());
         }
@@ -171,6 +176,8 @@ fn answer(launch: &Launch, model: &str, result: Result<Vec<Tensor>, Error>) -> B
             code: 0,
             responses: None,
             ready: None,
+            call: None,
+            last: None,
         },
         Err(e) => {
             tracing::debug!(model = %launch.model, callee = model, error = %e.message(), "a BLS call failed");
@@ -181,6 +188,8 @@ fn answer(launch: &Launch, model: &str, result: Result<Vec<Tensor>, Error>) -> B
                 code: triton_code(e.kind()),
                 responses: None,
                 ready: None,
+                call: None,
+                last: None,
             }
         }
     }

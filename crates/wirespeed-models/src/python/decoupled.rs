@@ -246,17 +246,26 @@ impl Reader {
                 let _ = self.events.send(Event::Executed(id, Err(error)));
             }
             Reply::Bls(call) => {
-                // Which request's code calls is not known here: the call
-                // ends at its own timeout, or with the callee.
-                let answer = super::bls::call(
-                    &self.launch,
-                    call,
-                    None,
-                    std::pin::pin!(std::future::pending()),
-                );
-                let mut socket = self.writer.lock().unwrap_or_else(|e| e.into_inner());
-                wire::send(&mut socket, &answer)
-                    .map_err(|e| lost(format!("did not take a BLS answer ({e})")))?;
+                // On a thread of its own, so this reader goes on with the
+                // streams' responses and the model's other calls run at
+                // once (a coroutine `execute` awaiting several). Which
+                // request's code calls is not known here: the call ends
+                // at its own timeout, or with the callee.
+                let (launch, writer) = (Arc::clone(&self.launch), Arc::clone(&self.writer));
+                let run = move || {
+                    let number = call.call;
+                    let mut answer =
+                        super::bls::call(&launch, call, None, std::pin::pin!(std::future::pending()));
+                    answer.call = number;
+                    let mut socket = writer.lock().unwrap_or_else(|e| e.into_inner());
+                    // A worker that does not read it is seen as lost by
+                    // this reader.
+                    let _ = wire::send(&mut socket, &answer);
+                };
+                std::thread::Builder::new()
+                    .name(format!("python-{model}-bls"))
+                    .spawn(run)
+                    .map_err(|e| lost(format!("could not be given a BLS thread ({e})")))?;
             }
             other => return Err(lost(format!("sent {other:?}"))),
         }

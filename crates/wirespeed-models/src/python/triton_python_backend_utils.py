@@ -405,13 +405,15 @@ class InferenceRequest:
         })
         if not decoupled:
             return _bls_response(reply)
-        # Every response of the callee's stream, then the empty one that
-        # carries the final flag, as Triton's iterator gives them.
+        # Every response of the callee's stream, the last the one that
+        # carried the final flag (an empty one when the callee sent the
+        # flag alone), as Triton's iterator gives them.
         if reply.get("error") is not None:
-            responses = [_bls_response(reply)]
-        else:
-            responses = [_bls_response(r) for r in reply.get("responses") or []]
-        responses.append(InferenceResponse())
+            return iter([_bls_response(reply)])
+        answers = reply.get("responses") or []
+        responses = [_bls_response(r) for r in answers]
+        if not answers or not answers[-1].get("final"):
+            responses.append(InferenceResponse())
         return iter(responses)
 
     async def async_exec(self, decoupled=False):

@@ -172,6 +172,10 @@ pub(crate) struct BlsCall {
     /// `load_model`'s files: path in the model's folder, bytes in base64.
     #[serde(default)]
     pub(crate) files: BTreeMap<String, String>,
+    /// A decoupled model's call number: its answer carries it back (the
+    /// model's calls run at once).
+    #[serde(default)]
+    pub(crate) call: Option<u64>,
 }
 
 /// The answer to a [`Reply::Bls`]: the callee's outputs (name, datatype,
@@ -191,6 +195,12 @@ pub(crate) struct BlsAnswer {
     /// `is_model_ready`'s answer.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) ready: Option<bool>,
+    /// The call's number, when it came with one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) call: Option<u64>,
+    /// One response of a decoupled call: the callee flagged it final.
+    #[serde(rename = "final", skip_serializing_if = "Option::is_none")]
+    pub(crate) last: Option<bool>,
 }
 
 /// Writes one message.

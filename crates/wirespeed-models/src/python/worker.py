@@ -71,7 +71,10 @@ class Worker:
         # Decoupled mode: ids of requests whose client left, and the
         # server's answers to BLS calls (the reader thread fills both).
         self.cancelled = set()
-        self.bls_replies = None
+        # Decoupled: the BLS calls waiting for their answers, by number
+        # (several run at once); the reader thread hands each its own.
+        self.bls_waiting = None
+        self.bls_numbers = None
         # A model that answers once: its request's client left, and the
         # messages read while looking for that (`is_cancelled`).
         self.current_cancelled = False
@@ -133,14 +136,22 @@ class Worker:
 
     def bls_call(self, message):
         """One BLS call: sent on the socket, answered by the server."""
-        # One call at a time, whichever thread makes it (a coroutine's
-        # `async_exec` waits in a thread of its own).
-        with self.bls_lock:
-            self.channel.send(message)
-            if self.bls_replies is not None:
-                # Decoupled: the reader thread takes the answer.
-                reply = self.bls_replies.get()
-            else:
+        if self.bls_waiting is not None:
+            # Decoupled: calls run at once (a coroutine `execute` awaiting
+            # several), each answer found by the call's number.
+            import queue
+
+            mine = queue.Queue(maxsize=1)
+            with self.bls_lock:
+                number = next(self.bls_numbers)
+                self.bls_waiting[number] = mine
+            self.channel.send(dict(message, call=number))
+            reply = mine.get()
+        else:
+            # One call at a time on the socket, whichever thread makes it
+            # (`async_exec` waits in a thread of its own).
+            with self.bls_lock:
+                self.channel.send(message)
                 reply = self.channel.recv()
                 while reply is not None and reply.get("op") == "cancel":
                     self.current_cancelled = True
@@ -487,7 +498,10 @@ class Worker:
             if op == "cancel":
                 self.cancelled.add(message["id"])
             elif op == "bls_result":
-                self.bls_replies.put(message)
+                with self.bls_lock:
+                    waiting = self.bls_waiting.pop(message.get("call"), None)
+                if waiting is not None:
+                    waiting.put(message)
             else:
                 inbox.put(message)
 
@@ -496,7 +510,10 @@ class Worker:
         import threading
 
         inbox = queue.Queue()
-        self.bls_replies = queue.Queue()
+        import itertools
+
+        self.bls_waiting = {}
+        self.bls_numbers = itertools.count(1)
         threading.Thread(target=self.read_loop, args=(inbox,), daemon=True).start()
         while True:
             message = inbox.get()
