@@ -77,6 +77,7 @@ pub(crate) fn serve(launch: &Arc<Launch>, queue: &Inbox, process: &mut Process) 
                 if let Ok(Event::Lost(reason)) = heard.try_recv() {
                     return Some(reason);
                 }
+                tell_cancelled(&streams, &writer);
                 if let Some(status) = process.exited() {
                     return Some(format!(
                         "model '{}': its Python worker (pid {}) {} while idle; it is being restarted",
@@ -141,12 +142,29 @@ pub(crate) fn serve(launch: &Arc<Launch>, queue: &Inbox, process: &mut Process) 
                     let _ = job.reply.send(Err(Error::model_failed(reason.clone())));
                     return Some(reason);
                 }
-                Err(mpsc::RecvTimeoutError::Timeout) => {}
+                Err(mpsc::RecvTimeoutError::Timeout) => tell_cancelled(&streams, &writer),
                 Err(mpsc::RecvTimeoutError::Disconnected) => {
                     return Some(format!("model '{}': its reader thread ended", launch.model))
                 }
             }
         }
+    }
+}
+
+/// Tells the worker of each stream whose client has left (a cancelled
+/// call, a closed connection) before a send failed on it: the model's
+/// `is_cancelled()` turns true while it computes, as in Triton.
+fn tell_cancelled(streams: &Streams, writer: &Mutex<UnixStream>) {
+    let mut left = Vec::new();
+    for (id, open) in streams.lock().unwrap_or_else(|e| e.into_inner()).iter_mut() {
+        if !open.cancelled && open.sender.is_closed() {
+            open.cancelled = true;
+            left.push(*id);
+        }
+    }
+    for id in left {
+        let mut socket = writer.lock().unwrap_or_else(|e| e.into_inner());
+        let _ = wire::send(&mut socket, &serde_json::json!({"op": "cancel", "id": id}));
     }
 }
 

@@ -79,6 +79,8 @@ class Worker:
         # messages read while looking for that (`is_cancelled`).
         self.current_cancelled = False
         self.pending = []
+        # Decoupled: the request whose `execute` runs.
+        self.executing = None
         # One BLS call on the socket at a time.
         self.bls_lock = threading.Lock()
 
@@ -509,9 +511,9 @@ class Worker:
         import queue
         import threading
 
-        inbox = queue.Queue()
         import itertools
 
+        inbox = queue.Queue()
         self.bls_waiting = {}
         self.bls_numbers = itertools.count(1)
         threading.Thread(target=self.read_loop, args=(inbox,), daemon=True).start()
@@ -520,14 +522,22 @@ class Worker:
             if message is None or message["op"] == "stop":
                 break
             request_id = message["id"]
+            self.executing = None
             try:
                 self.execute_decoupled(message)
                 reply = {"op": "executed", "id": request_id}
             except Exception as e:
-                reply = self.failure(e)
-                reply["id"] = request_id
-                # Its stream ends with the error: it is done with.
-                self.cancelled.discard(request_id)
+                sender = getattr(self.executing, "_sender", None)
+                if sender is not None and sender._closed:
+                    # Its stream has ended: the error reaches no one, as
+                    # in Triton; the log has it.
+                    traceback.print_exc(file=sys.stderr)
+                    reply = {"op": "executed", "id": request_id}
+                else:
+                    reply = self.failure(e)
+                    reply["id"] = request_id
+                    # Its stream ends with the error: it is done with.
+                    self.cancelled.discard(request_id)
             self.channel.send(with_metrics(reply))
         self.finalize()
 
@@ -543,6 +553,7 @@ class Worker:
 
             request = triton_request(pb_utils, inputs, wanted, message)
             request._stream = request_id
+            self.executing = request
             result = self.model.execute([request])
             if inspect.iscoroutine(result):
                 # Triton runs a decoupled model's `async def execute` in the
