@@ -301,6 +301,23 @@ class TritonPythonModel:
         return None
 '''
 
+# Answers each request of a batch with the batch's size and its place in
+# it; fails the second.
+LISTED = '''
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+class TritonPythonModel:
+    def execute(self, requests):
+        responses = []
+        for i, request in enumerate(requests):
+            rows = pb_utils.get_input_tensor_by_name(request, "IN").as_numpy().shape[0]
+            out = pb_utils.Tensor("OUT", np.array([[len(requests), i]] * rows, np.float32))
+            error = pb_utils.TritonError("the second fails") if i == 1 else None
+            responses.append(pb_utils.InferenceResponse([out], error=error))
+        return responses
+'''
+
 ONE_FLOAT = 'output [ { name: "OUT" data_type: TYPE_FP32 dims: [ 1 ] } ]'
 IN_FLOAT = 'input [ { name: "IN" data_type: TYPE_FP32 dims: [ 2 ] } ]'
 OUT_FLOAT = 'output [ { name: "OUT" data_type: TYPE_FP32 dims: [ 2 ] } ]'
@@ -327,6 +344,12 @@ MODELS = {
     "final_with_data": (f"{ONE_FLOAT}\n{DECOUPLED}", streamer(final_alone=False)),
     "final_alone": (f"{ONE_FLOAT}\n{DECOUPLED}", streamer(final_alone=True)),
     "fan_out": ('output [ { name: "OUT" data_type: TYPE_FP32 dims: [ 4 ] } ]\n' + DECOUPLED, FAN_OUT),
+    "listed": (
+        'max_batch_size: 8\ninput [ { name: "IN" data_type: TYPE_FP32 dims: [ 1 ] } ]\n'
+        'output [ { name: "OUT" data_type: TYPE_FP32 dims: [ 2 ] } ]\n'
+        "dynamic_batching { preferred_batch_size: [ 4 ] max_queue_delay_microseconds: 30000000 }",
+        LISTED,
+    ),
     "flat": (
         'max_batch_size: 8\ninput [ { name: "IN" data_type: TYPE_FP32 dims: [ 1 ] } ]\n' + ONE_FLOAT,
         FLAT,
@@ -532,3 +555,20 @@ def stream_one(server, model):
     client.close()
     assert error is None, error
     return result.as_numpy("OUT").tolist()
+
+
+def test_a_batch_is_a_list_of_requests_as_in_triton(servers):
+    """Triton's dynamic batcher gives a Python model's `execute` the
+    batch's requests, each answered (or failed) on its own: four requests
+    of one row reach the preferred size together."""
+    import concurrent.futures
+
+    for name in ("triton", "wirespeed"):
+        with concurrent.futures.ThreadPoolExecutor(4) as pool:
+            asks = [pool.submit(infer, servers[name], "listed", {"IN": np.array([[1.0]], np.float32)}, "OUT")
+                    for _ in range(4)]
+            answers = [ask.result() for ask in asks]
+        ok = sorted(tuple(a[1][0]) for a in answers if a[0] == "ok")
+        failed = [a for a in answers if a[0] != "ok"]
+        assert ok == [(4.0, 0.0), (4.0, 2.0), (4.0, 3.0)], (name, answers)
+        assert len(failed) == 1 and "the second fails" in failed[0][1], (name, answers)

@@ -538,6 +538,14 @@ pub trait Model: Send + Sync {
         Ok(())
     }
 
+    /// The model gathers a batch's requests itself and takes them apart
+    /// (Triton's Python backend: `execute` gets a list of requests, not
+    /// one joined request): the scheduler hands them over one by one, and
+    /// does not join them.
+    fn batches_itself(&self) -> bool {
+        false
+    }
+
     /// Requests computed at once when the config sets no
     /// `max_concurrency`. `None`, the default, means the CPU pool's
     /// threads: right for a model that computes. A model that waits on

@@ -60,6 +60,19 @@ impl BatchingKeys {
     pub fn max_batch_size(&self) -> usize {
         self.max_batch_size
     }
+
+    /// Triton's dynamic batcher's window, for a model that gathers its
+    /// batches itself: rows at most, the preferred sizes, the longest
+    /// wait. None in adaptive mode.
+    pub fn dynamic_window(&self) -> Option<(usize, Vec<usize>, Duration)> {
+        (self.mode == Mode::Dynamic).then(|| {
+            (
+                self.max_batch_size,
+                self.preferred_batch_sizes.clone(),
+                Duration::from_micros(self.max_queue_delay_us),
+            )
+        })
+    }
 }
 
 #[derive(Debug, Clone, Copy, Default, Deserialize, PartialEq, Eq)]

@@ -48,6 +48,11 @@ impl Scheduler {
         pool: CpuPool,
         queues: &QueueThread,
     ) -> Scheduler {
+        let mut scheduling = scheduling;
+        if model.batches_itself() {
+            // Its requests go to it one by one; it gathers its batches.
+            scheduling.batching = None;
+        }
         let slots = Arc::new(Semaphore::new(concurrency));
         let waiting = Arc::new(AtomicUsize::new(0));
         let counters = Arc::new(Counters {

@@ -105,6 +105,15 @@ impl Inbox {
     }
 }
 
+/// A request's rows: its first input's first dimension (1 without inputs).
+fn rows(job: &Job) -> usize {
+    job.inputs
+        .first()
+        .and_then(|t| t.shape.first().copied())
+        .unwrap_or(1)
+        .max(1)
+}
+
 /// A model's workers: the queue to them, and their states.
 pub(crate) struct Workers {
     jobs: Sender<Job>,
@@ -115,6 +124,8 @@ pub(crate) struct Workers {
     /// The model answers with streams, as its workers said when they
     /// loaded it.
     decoupled: bool,
+    /// A batch's rows at most, when the keepers gather batches.
+    batch_rows: Option<usize>,
 }
 
 impl Workers {
@@ -137,6 +148,7 @@ impl Workers {
             states: Mutex::new(vec![State::Starting; instances]),
             changed: Condvar::new(),
         });
+        let batch_rows = launch.batch.as_ref().map(|w| w.max_rows);
         let launch = Arc::new(launch);
         let (first_tx, first_rx) = std::sync::mpsc::channel();
         let mut pinned = Vec::with_capacity(instances);
@@ -165,6 +177,7 @@ impl Workers {
             shared,
             instances,
             decoupled: false,
+            batch_rows,
         };
         // Each keeper reports its first start; a spawn failure is the
         // config's fault (no such Python) and fails the load, and so does
@@ -186,6 +199,12 @@ impl Workers {
 
     pub(crate) fn instances(&self) -> usize {
         self.instances
+    }
+
+    /// A batch's rows at most, when the keepers gather the requests of a
+    /// batch for one call of the model (Triton's dynamic batcher).
+    pub(crate) fn batch_rows(&self) -> Option<usize> {
+        self.batch_rows
     }
 
     pub(crate) fn decoupled(&self) -> bool {
@@ -318,8 +337,15 @@ impl Keeper {
     /// Serves requests until the worker is lost (why) or the model is
     /// dropped (`None`).
     fn serve(&self, process: &mut Process) -> Option<String> {
+        // A job taken while gathering a batch it would overflow: the next
+        // batch's first.
+        let mut carried: Option<Job> = None;
         loop {
-            match self.queue.next(HEALTH_CHECK) {
+            let next = match carried.take() {
+                Some(job) => Ok(job),
+                None => self.queue.next(HEALTH_CHECK),
+            };
+            match next {
                 Ok(job) => {
                     if job.reply.is_closed() {
                         continue; // the caller left while it waited
@@ -330,32 +356,23 @@ impl Keeper {
                         )));
                         continue;
                     }
-                    let mut job = job;
-                    let result = {
-                        // A BLS call the model makes is cancelled when
-                        // this request's caller goes.
-                        let gone = std::pin::pin!(job.reply.closed());
-                        process.infer(
-                            &self.launch,
-                            &job.inputs,
-                            &job.outputs,
-                            std::mem::take(&mut job.parameters),
-                            job.deadline,
-                            gone,
-                        )
+                    let lost = match &self.launch.batch {
+                        Some(window) => {
+                            let (batch, over) = self.gather(job, window);
+                            carried = over;
+                            self.run_batch(process, batch)
+                        }
+                        None => self.run_one(process, job),
                     };
-                    match result {
-                        Ok(outputs) => {
-                            let _ = job.reply.send(Ok(outputs));
+                    if lost.is_some() {
+                        if let Some(job) = carried.take() {
+                            let _ = job.reply.send(Err(Error::model_failed(format!(
+                                "model '{}': its Python worker was lost before this request ran; \
+                                 it is being restarted",
+                                self.launch.model
+                            ))));
                         }
-                        Err(CallError::Model(error)) => {
-                            let _ = job.reply.send(Err(error));
-                        }
-                        Err(CallError::Lost(error)) => {
-                            let reason = error.message().to_owned();
-                            let _ = job.reply.send(Err(error));
-                            return Some(reason);
-                        }
+                        return lost;
                     }
                 }
                 Err(RecvTimeoutError::Timeout) => {
@@ -369,6 +386,105 @@ impl Keeper {
                     }
                 }
                 Err(RecvTimeoutError::Disconnected) => return None,
+            }
+        }
+    }
+
+    /// One request, answered; why the worker was lost, if it was.
+    fn run_one(&self, process: &mut Process, mut job: Job) -> Option<String> {
+        let result = {
+            // A BLS call the model makes is cancelled when this request's
+            // caller goes.
+            let gone = std::pin::pin!(job.reply.closed());
+            process.infer(
+                &self.launch,
+                &job.inputs,
+                &job.outputs,
+                std::mem::take(&mut job.parameters),
+                job.deadline,
+                gone,
+            )
+        };
+        match result {
+            Ok(outputs) => {
+                let _ = job.reply.send(Ok(outputs));
+                None
+            }
+            Err(CallError::Model(error)) => {
+                let _ = job.reply.send(Err(error));
+                None
+            }
+            Err(CallError::Lost(error)) => {
+                let reason = error.message().to_owned();
+                let _ = job.reply.send(Err(error));
+                Some(reason)
+            }
+        }
+    }
+
+    /// Triton's dynamic batcher: `first` and the requests that come while
+    /// the batch is short of `window`'s rows, until a preferred size is
+    /// reached or the window's delay has passed. A request that would
+    /// take the batch past its rows is given back for the next.
+    fn gather(&self, first: Job, window: &super::process::BatchWindow) -> (Vec<Job>, Option<Job>) {
+        let until = Instant::now() + window.delay;
+        let mut rows = rows(&first);
+        let mut batch = vec![first];
+        while rows < window.max_rows && !window.preferred.contains(&rows) {
+            let wait = until.saturating_duration_since(Instant::now());
+            let Ok(job) = self.queue.next(wait) else {
+                break;
+            };
+            if job.reply.is_closed() || job.responses.is_some() {
+                // Left while it waited, or not for this model: as alone.
+                if job.responses.is_some() {
+                    let _ = job.reply.send(Err(Error::internal(
+                        "a stream was asked of a model that is not decoupled",
+                    )));
+                }
+                continue;
+            }
+            if rows + self::rows(&job) > window.max_rows {
+                return (batch, Some(job));
+            }
+            rows += self::rows(&job);
+            batch.push(job);
+        }
+        (batch, None)
+    }
+
+    /// A batch's requests, in one call of the model; each answered. Why
+    /// the worker was lost, if it was.
+    fn run_batch(&self, process: &mut Process, mut batch: Vec<Job>) -> Option<String> {
+        if batch.len() == 1 {
+            return self.run_one(process, batch.pop().expect("one"));
+        }
+        let deadline = batch.iter().map(|j| j.deadline).try_fold(None, |latest: Option<Instant>, d| {
+            d.map(|d| Some(latest.map_or(d, |l| l.max(d))))
+        });
+        let requests = batch
+            .iter_mut()
+            .map(|job| (&job.inputs[..], &job.outputs[..], std::mem::take(&mut job.parameters)))
+            .collect();
+        match process.infer_batch(&self.launch, requests, deadline.flatten()) {
+            Ok(answers) => {
+                for (job, answer) in batch.into_iter().zip(answers) {
+                    let _ = job.reply.send(answer);
+                }
+                None
+            }
+            Err(CallError::Model(error)) => {
+                for job in batch {
+                    let _ = job.reply.send(Err(error.clone()));
+                }
+                None
+            }
+            Err(CallError::Lost(error)) => {
+                let reason = error.message().to_owned();
+                for job in batch {
+                    let _ = job.reply.send(Err(error.clone()));
+                }
+                Some(reason)
             }
         }
     }

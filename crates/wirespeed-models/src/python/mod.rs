@@ -273,6 +273,16 @@ impl PythonModel {
             outputs: outputs.clone(),
             open: binding == Binding::Open,
             shapes_as_produced: triton_api,
+            batch: match (&config.batching, triton_api && !keys.decoupled) {
+                (Some(batching), true) => batching.dynamic_window().map(
+                    |(max_rows, preferred, delay)| process::BatchWindow {
+                        max_rows: max_rows.max(1),
+                        preferred,
+                        delay,
+                    },
+                ),
+                _ => None,
+            },
             caller: source.caller().clone(),
         };
         let workers = Workers::start(launch, instances, triton_api)?;
@@ -423,7 +433,14 @@ impl Model for PythonModel {
     /// MLServer runtime answered 6,753 requests a second on one worker,
     /// and 11,655 with two in hand (`benchmarks/scripts/folders.py`).
     fn default_concurrency(&self) -> Option<usize> {
-        Some(self.workers.instances() * 2)
+        // A model that gathers its batches holds a batch's requests and
+        // the next's.
+        let rows = self.workers.batch_rows().unwrap_or(1);
+        Some(self.workers.instances() * 2 * rows)
+    }
+
+    fn batches_itself(&self) -> bool {
+        self.workers.batch_rows().is_some()
     }
 
     fn decoupled(&self) -> bool {

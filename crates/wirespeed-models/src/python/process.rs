@@ -45,6 +45,15 @@ exec(compile(read(struct.unpack('<I', read(4))[0]), 'wirespeed_worker.py', 'exec
 /// before it is killed and replaced.
 const INTERRUPT_GRACE: Duration = Duration::from_secs(2);
 
+/// Triton's dynamic batcher, as a keeper runs it: rows at most, the sizes
+/// sent at once, and how long the first request waits for more.
+#[derive(Debug, Clone)]
+pub(crate) struct BatchWindow {
+    pub(crate) max_rows: usize,
+    pub(crate) preferred: Vec<usize>,
+    pub(crate) delay: Duration,
+}
+
 /// How often a computing request's caller is looked at, to tell the model
 /// it left.
 const CANCEL_CHECK: Duration = Duration::from_millis(100);
@@ -79,6 +88,9 @@ pub(crate) struct Launch {
     /// against the declared one: Triton's Python backend checks none
     /// (a batched model may answer `[n]` for a declared `[-1, 1]`).
     pub(crate) shapes_as_produced: bool,
+    /// A Triton model with dynamic batching: its keepers gather a batch's
+    /// requests for one call of `execute`.
+    pub(crate) batch: Option<BatchWindow>,
     /// The server's caller, for the model's BLS calls.
     pub(crate) caller: crate::registry::CallerSlot,
 }
@@ -337,56 +349,14 @@ impl Process {
         outputs: &[usize],
         parameters: serde_json::Map<String, serde_json::Value>,
         deadline: Option<Instant>,
-        mut gone: crate::CallerGone<'_>,
+        gone: crate::CallerGone<'_>,
     ) -> Result<Vec<Tensor>, CallError> {
         let lost = |process: &mut Process, what: String| process.lost(launch, what);
         let placed = self
             .write_inputs(inputs)
             .map_err(|e| CallError::Model(Error::internal(format!("shared memory: {e}"))))?;
         let message = self.message(launch, inputs, &placed, outputs, parameters, None);
-        if wire::send(&mut self.socket, &message).is_err() {
-            self.kill();
-            return Err(lost(
-                self,
-                "before it took this request (it did not read it), and was killed".into(),
-            ));
-        }
-        let mut told = false;
-        let reply = loop {
-            self.await_answer(launch, deadline, &mut gone, &mut told)?;
-            let reply = match wire::receive(&mut self.socket) {
-                Ok(reply) => reply,
-                Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => {
-                    return Err(lost(self, "while computing this request".into()))
-                }
-                Err(e) => {
-                    self.kill();
-                    return Err(lost(
-                        self,
-                        format!("sent a bad answer ({e}), and was killed"),
-                    ));
-                }
-            };
-            // The model calls another (BLS): answer it, and wait again.
-            let Reply::Bls(call) = reply else {
-                break reply;
-            };
-            let answer = if told {
-                // The caller left (its future is spent): the call is too.
-                let mut left = std::pin::pin!(std::future::poll_fn(|_| std::task::Poll::Ready(())));
-                super::bls::call(launch, call, deadline, left.as_mut())
-            } else {
-                super::bls::call(launch, call, deadline, gone.as_mut())
-            };
-            if wire::send(&mut self.socket, &answer).is_err() {
-                self.kill();
-                return Err(lost(
-                    self,
-                    "while it called another model (it did not read the answer), and was killed"
-                        .into(),
-                ));
-            }
-        };
+        let reply = self.exchange(launch, &message, deadline, gone)?;
         let used = placed.last().map_or(0, |&(offset, len)| offset + len);
         self.inputs.settle(used);
         match reply {
@@ -418,6 +388,140 @@ impl Process {
                 Err(lost(
                     self,
                     format!("answered {other:?} to a request, and was killed"),
+                ))
+            }
+        }
+    }
+
+    /// Sends `message` and waits for the worker's answer to it, answering
+    /// the BLS calls the model makes meanwhile.
+    fn exchange(
+        &mut self,
+        launch: &Launch,
+        message: &impl serde::Serialize,
+        deadline: Option<Instant>,
+        mut gone: crate::CallerGone<'_>,
+    ) -> Result<Reply, CallError> {
+        let lost = |process: &mut Process, what: String| process.lost(launch, what);
+        if wire::send(&mut self.socket, message).is_err() {
+            self.kill();
+            return Err(lost(
+                self,
+                "before it took this request (it did not read it), and was killed".into(),
+            ));
+        }
+        let mut told = false;
+        loop {
+            self.await_answer(launch, deadline, &mut gone, &mut told)?;
+            let reply = match wire::receive(&mut self.socket) {
+                Ok(reply) => reply,
+                Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => {
+                    return Err(lost(self, "while computing this request".into()))
+                }
+                Err(e) => {
+                    self.kill();
+                    return Err(lost(
+                        self,
+                        format!("sent a bad answer ({e}), and was killed"),
+                    ));
+                }
+            };
+            // The model calls another (BLS): answer it, and wait again.
+            let Reply::Bls(call) = reply else {
+                return Ok(reply);
+            };
+            let answer = if told {
+                // The caller left (its future is spent): the call is too.
+                let mut left = std::pin::pin!(std::future::poll_fn(|_| std::task::Poll::Ready(())));
+                super::bls::call(launch, call, deadline, left.as_mut())
+            } else {
+                super::bls::call(launch, call, deadline, gone.as_mut())
+            };
+            if wire::send(&mut self.socket, &answer).is_err() {
+                self.kill();
+                return Err(lost(
+                    self,
+                    "while it called another model (it did not read the answer), and was killed"
+                        .into(),
+                ));
+            }
+        }
+    }
+
+    /// Runs a batch of requests to a Triton model in one call of its
+    /// `execute`, as Triton's dynamic batcher does: each request's answer,
+    /// in order, or the worker lost. Past `deadline` (the batch's latest)
+    /// the worker is interrupted, as for one request.
+    pub(crate) fn infer_batch(
+        &mut self,
+        launch: &Launch,
+        batch: Vec<(&[Tensor], &[usize], serde_json::Map<String, serde_json::Value>)>,
+        deadline: Option<Instant>,
+    ) -> Result<Vec<Result<Vec<Tensor>, Error>>, CallError> {
+        let groups: Vec<&[Tensor]> = batch.iter().map(|(inputs, ..)| *inputs).collect();
+        let placed = self
+            .write_groups(&groups)
+            .map_err(|e| CallError::Model(Error::internal(format!("shared memory: {e}"))))?;
+        let used = placed
+            .iter()
+            .flatten()
+            .map(|&(offset, len)| offset + len)
+            .max()
+            .unwrap_or(0);
+        let wanted: Vec<&[usize]> = batch.iter().map(|(_, outputs, _)| *outputs).collect();
+        let message = wire::InferBatch {
+            op: "infer_batch",
+            size: self.inputs.len(),
+            requests: batch
+                .into_iter()
+                .zip(&placed)
+                .map(|((inputs, outputs, parameters), placed)| {
+                    self.message(launch, inputs, placed, outputs, parameters, None)
+                })
+                .collect(),
+        };
+        // Each request's caller may leave; the batch goes on for the others.
+        let reply = self.exchange(launch, &message, deadline, std::pin::pin!(std::future::pending()))?;
+        self.inputs.settle(used);
+        match reply {
+            Reply::Answers { answers, metrics } if answers.len() == wanted.len() => {
+                super::metrics::apply(&launch.model, metrics);
+                let mut used = 0usize;
+                let each = answers
+                    .into_iter()
+                    .zip(wanted)
+                    .map(|(answer, outputs)| match answer {
+                        wire::BatchAnswer { outputs: Some(placed), .. } => {
+                            for p in &placed {
+                                used = used.max(p.3.saturating_add(p.4));
+                            }
+                            self.read_outputs(launch, outputs, &placed)
+                        }
+                        wire::BatchAnswer { kind, error, .. } => Err(model_error(
+                            &launch.model,
+                            kind.as_deref().unwrap_or("model"),
+                            error.unwrap_or_default(),
+                        )),
+                    })
+                    .collect();
+                self.outputs.settle(used);
+                Ok(each)
+            }
+            Reply::Error {
+                kind,
+                error,
+                metrics,
+                ..
+            } => {
+                super::metrics::apply(&launch.model, metrics);
+                let error = model_error(&launch.model, &kind, error);
+                Ok(wanted.iter().map(|_| Err(error.clone())).collect())
+            }
+            other => {
+                self.kill();
+                Err(self.lost(
+                    launch,
+                    format!("answered {other:?} to a batch, and was killed"),
                 ))
             }
         }
@@ -570,25 +674,37 @@ impl Process {
     /// Copies the inputs into the segment, each at an aligned offset;
     /// returns each one's offset and length.
     fn write_inputs(&mut self, inputs: &[Tensor]) -> io::Result<Vec<(usize, usize)>> {
-        let mut placed = Vec::with_capacity(inputs.len());
+        Ok(self.write_groups(&[inputs])?.pop().unwrap_or_default())
+    }
+
+    /// Writes the tensors of several requests one after the other into
+    /// the input segment; where each of each request's lies.
+    fn write_groups(&mut self, groups: &[&[Tensor]]) -> io::Result<Vec<Vec<(usize, usize)>>> {
+        let mut placed = Vec::with_capacity(groups.len());
         let mut end = 0usize;
-        for tensor in inputs {
-            let len = wirespeed_core::raw::raw_len(&tensor.data);
-            placed.push((end, len));
-            end = end
-                .checked_add(aligned(len))
-                .ok_or_else(|| io::Error::other("inputs too large"))?;
+        for inputs in groups {
+            let mut mine = Vec::with_capacity(inputs.len());
+            for tensor in *inputs {
+                let len = wirespeed_core::raw::raw_len(&tensor.data);
+                mine.push((end, len));
+                end = end
+                    .checked_add(aligned(len))
+                    .ok_or_else(|| io::Error::other("inputs too large"))?;
+            }
+            placed.push(mine);
         }
         let segment = self.inputs.reserve(end)?;
         let mut scratch = Vec::new();
-        for (tensor, &(offset, len)) in inputs.iter().zip(&placed) {
-            let target = &mut segment[offset..offset + len];
-            match raw_bytes(&tensor.data) {
-                Some(bytes) => target.copy_from_slice(bytes),
-                None => {
-                    scratch.clear();
-                    write_raw(&tensor.data, &mut scratch);
-                    target.copy_from_slice(&scratch);
+        for (inputs, mine) in groups.iter().zip(&placed) {
+            for (tensor, &(offset, len)) in inputs.iter().zip(mine) {
+                let target = &mut segment[offset..offset + len];
+                match raw_bytes(&tensor.data) {
+                    Some(bytes) => target.copy_from_slice(bytes),
+                    None => {
+                        scratch.clear();
+                        write_raw(&tensor.data, &mut scratch);
+                        target.copy_from_slice(&scratch);
+                    }
                 }
             }
         }

@@ -70,20 +70,32 @@ def triton_request(pb_utils, inputs, wanted, message):
     )
 
 
-def execute_triton(worker, inputs, message):
-    """One request to a Triton model that is not decoupled: `execute`
-    called, and what it returned (or sent) checked as Triton's stub checks
-    it; the outputs by name. The first response the request gets is its
-    answer, as Triton's front ends keep it: an error after it (a second
-    response, a response returned as well, an exception) is dropped."""
+def execute_triton(worker, batch):
+    """Requests to a Triton model that is not decoupled, given to one call
+    of `execute` as Triton's dynamic batcher gives them (or one alone):
+    `batch` holds each one's inputs and message. What `execute` returned
+    (or sent) is checked as Triton's stub checks it. Gives, per request,
+    its outputs by name or the exception that fails it. A request's first
+    response is its answer, as Triton's front ends keep it: an error after
+    it (a second response, a response returned as well, an exception) is
+    dropped."""
     import triton_python_backend_utils as pb_utils
 
-    request = triton_request(pb_utils, inputs, message["outputs"], message)
+    requests = [triton_request(pb_utils, inputs, message["outputs"], message) for inputs, message in batch]
     try:
-        returned = run_triton(worker, pb_utils, request)
-    except Exception:
+        returned = run_triton(worker, pb_utils, requests)
+    except Exception as e:
+        # The call failed: every request not answered yet, with its error.
+        returned = [e] * len(requests)
+    return [outcome(worker, pb_utils, request, one) for request, one in zip(requests, returned)]
+
+
+def outcome(worker, pb_utils, request, returned):
+    """One request's answer: what `execute` returned for it (a response,
+    None, or the exception it raised), or what it sent."""
+    if isinstance(returned, Exception):
         if answered(request) is None:
-            raise
+            return returned
         returned = None
     if returned is not None:
         # Sent as Triton sends it: through the request's sender, which
@@ -92,7 +104,7 @@ def execute_triton(worker, inputs, message):
             request.get_response_sender().send(returned, pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
         except pb_utils.TritonModelException as e:
             if answered(request) is None:
-                raise StubError(str(e)) from None
+                return StubError(str(e))
     sender = request._sender
     if sender is not None and sender.response is None and not sender._closed:
         # Its response comes after `execute` returned: from a thread, or
@@ -104,47 +116,59 @@ def execute_triton(worker, inputs, message):
                 worker.loop.run_until_complete(asyncio.sleep(0.001))
             else:
                 sender._wait(0.05)
-    response = request._sender.response if request._sender is not None else None
+    response = answered(request)
     if response is None:
-        raise StubError(
+        return StubError(
             "execute sent no response for the request: return [InferenceResponse(...)], "
             "or send one through request.get_response_sender()"
         )
     if response.has_error():
-        raise response.error()
+        return response.error()
     return {t.name(): t.as_numpy() for t in response.output_tensors()}
 
 
-def run_triton(worker, pb_utils, request):
-    """`execute` on one request, again while the model reschedules it;
-    the response it returned for it, checked as Triton checks it (None
-    when the request is answered through its response sender)."""
+def run_triton(worker, pb_utils, requests):
+    """`execute` on the requests, and again on those the model reschedules
+    until none is; the response returned for each, checked as Triton
+    checks it (None where a request is answered through its sender)."""
     # `async def execute` (Triton's coroutine models) is awaited.
-    returned = worker.call(worker.model.execute, [request])
-    while request._rescheduled():
-        if isinstance(returned, list) and len(returned) == 1 and returned[0] is not None:
-            # Triton's words, its spelling too.
-            raise StubError(
-                "Expected a None object in the execute function return list for "
-                "reschduled request, found type '%s'." % type(returned[0])
-            )
-        returned = worker.call(worker.model.execute, [request])
+    returned = checked(pb_utils, requests, worker.call(worker.model.execute, requests))
+    again = [i for i, request in enumerate(requests) if request._rescheduled()]
+    while again:
+        for i in again:
+            if returned[i] is not None:
+                # Triton's words, its spelling too.
+                raise StubError(
+                    "Expected a None object in the execute function return list for "
+                    "reschduled request, found type '%s'." % type(returned[i])
+                )
+        batch = [requests[i] for i in again]
+        for i, one in zip(again, checked(pb_utils, batch, worker.call(worker.model.execute, batch))):
+            returned[i] = one
+        again = [i for i in again if requests[i]._rescheduled()]
+    return returned
+
+
+def checked(pb_utils, requests, returned):
+    """What one call of `execute` returned, as a response (or None) per
+    request, or Triton's error for what it should not have returned."""
     if returned is None:
-        return None
+        return [None] * len(requests)
     if not isinstance(returned, list):
         raise StubError("Expected a list in the execute return, found type '%s'." % type(returned))
-    if len(returned) != 1:
+    if len(returned) != len(requests):
         raise StubError(
             "Number of InferenceResponse objects do not match the number of "
-            "InferenceRequest objects. InferenceRequest(s) size is:1, and "
-            "InferenceResponse(s) size is:%d\n" % len(returned)
+            "InferenceRequest objects. InferenceRequest(s) size is:%d, and "
+            "InferenceResponse(s) size is:%d\n" % (len(requests), len(returned))
         )
-    if returned[0] is not None and not isinstance(returned[0], pb_utils.InferenceResponse):
-        raise StubError(
-            "Expected an 'InferenceResponse' object in the execute function "
-            "return list, found type '%s'." % type(returned[0])
-        )
-    return returned[0]
+    for one in returned:
+        if one is not None and not isinstance(one, pb_utils.InferenceResponse):
+            raise StubError(
+                "Expected an 'InferenceResponse' object in the execute function "
+                "return list, found type '%s'." % type(one)
+            )
+    return list(returned)
 
 
 def answered(request):

@@ -71,6 +71,28 @@ pub(crate) struct Infer<'a> {
     pub(crate) id: Option<u64>,
 }
 
+/// A batch of requests to a Triton model, for one call of its `execute`
+/// (Triton's dynamic batcher hands a model the requests, not a join of
+/// them): each request as [`Infer`] has it, their inputs in the one
+/// segment.
+#[derive(Debug, Serialize)]
+pub(crate) struct InferBatch<'a> {
+    pub(crate) op: &'static str,
+    pub(crate) size: usize,
+    pub(crate) requests: Vec<Infer<'a>>,
+}
+
+/// One request's answer in a batch: its outputs, or its error.
+#[derive(Debug, Deserialize)]
+pub(crate) struct BatchAnswer {
+    #[serde(default)]
+    pub(crate) outputs: Option<Vec<Placed>>,
+    #[serde(default)]
+    pub(crate) kind: Option<String>,
+    #[serde(default)]
+    pub(crate) error: Option<String>,
+}
+
 /// What a worker answers.
 #[derive(Debug, Deserialize)]
 #[serde(tag = "op", rename_all = "lowercase")]
@@ -90,6 +112,12 @@ pub(crate) enum Reply {
     /// A request's outputs, in the output segment.
     Done {
         outputs: Vec<Placed>,
+        #[serde(default)]
+        metrics: Vec<super::metrics::Update>,
+    },
+    /// A batch's answers (`infer_batch`), one per request in its order.
+    Answers {
+        answers: Vec<BatchAnswer>,
         #[serde(default)]
         metrics: Vec<super::metrics::Update>,
     },

@@ -208,7 +208,9 @@ class Worker:
         if self.api == "kserve":
             return self.place(self.infer_kserve(inputs, message))
         if self.triton:
-            produced = execute_triton(self, inputs, message)
+            (produced,) = execute_triton(self, [(inputs, message)])
+            if isinstance(produced, Exception):
+                raise produced
         else:
             produced = self.call(self.model.predict, inputs, message.get("parameters") or {})
             if not isinstance(produced, dict):
@@ -217,6 +219,38 @@ class Worker:
                     % type(produced).__name__
                 )
         return self.write_outputs(produced, wanted)
+
+    def infer_batch(self, message):
+        """A batch of requests to a Triton model, in one call of `execute`
+        (Triton's dynamic batcher): each request's outputs placed in the
+        one output segment, or its error."""
+        batch = []
+        for request in message["requests"]:
+            request["size"] = message["size"]
+            (request.get("parameters") or {}).pop(INPUT_PARAMETERS, None)
+            batch.append((self.inputs(request), request))
+        outcomes = execute_triton(self, batch)
+        prepared, answers = [], []
+        for (_, request), produced in zip(batch, outcomes):
+            if isinstance(produced, Exception):
+                answers.append(self.failure(produced))
+                continue
+            try:
+                mine = []
+                for name in request["outputs"]:
+                    if name not in produced:
+                        raise KeyError("the model did not return output '%s'" % name)
+                    mine.append((name, self.prepare(name, produced[name])))
+            except Exception as e:
+                answers.append(self.failure(e))
+                continue
+            answers.append({"outputs": len(mine)})
+            prepared.extend(mine)
+        layout = iter(self.place(prepared))
+        for answer in answers:
+            if "outputs" in answer:
+                answer["outputs"] = [next(layout) for _ in range(answer["outputs"])]
+        return answers
 
     def write_outputs(self, produced, wanted):
         prepared = []
@@ -653,10 +687,13 @@ class Worker:
             try:
                 self.busy = True
                 try:
-                    layout = self.infer(message)
+                    if message["op"] == "infer_batch":
+                        answer = {"op": "answers", "answers": self.infer_batch(message)}
+                    else:
+                        answer = {"op": "done", "outputs": self.infer(message)}
                 finally:
                     self.busy = False
-                self.channel.send(with_metrics({"op": "done", "outputs": layout}))
+                self.channel.send(with_metrics(answer))
             except KeyboardInterrupt:
                 self.channel.send(
                     with_metrics({
