@@ -123,7 +123,11 @@ impl ModelCaller for Calls {
         let parameters = config
             .iter()
             .map(|(key, text)| (key.as_str(), LoadValue::Text(text)))
-            .chain(files.iter().map(|(key, bytes)| (key.as_str(), LoadValue::Bytes(bytes))));
+            .chain(
+                files
+                    .iter()
+                    .map(|(key, bytes)| (key.as_str(), LoadValue::Bytes(bytes))),
+            );
         let request = load_request(parameters)?;
         self.runtime.block_on(repository.load(model, request))
     }

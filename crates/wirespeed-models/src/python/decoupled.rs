@@ -272,8 +272,12 @@ impl Reader {
                 let (launch, writer) = (Arc::clone(&self.launch), Arc::clone(&self.writer));
                 let run = move || {
                     let number = call.call;
-                    let mut answer =
-                        super::bls::call(&launch, call, None, std::pin::pin!(std::future::pending()));
+                    let mut answer = super::bls::call(
+                        &launch,
+                        call,
+                        None,
+                        std::pin::pin!(std::future::pending()),
+                    );
                     answer.call = number;
                     let mut socket = writer.lock().unwrap_or_else(|e| e.into_inner());
                     // A worker that does not read it is seen as lost by

@@ -459,12 +459,21 @@ impl Keeper {
         if batch.len() == 1 {
             return self.run_one(process, batch.pop().expect("one"));
         }
-        let deadline = batch.iter().map(|j| j.deadline).try_fold(None, |latest: Option<Instant>, d| {
-            d.map(|d| Some(latest.map_or(d, |l| l.max(d))))
-        });
+        let deadline = batch
+            .iter()
+            .map(|j| j.deadline)
+            .try_fold(None, |latest: Option<Instant>, d| {
+                d.map(|d| Some(latest.map_or(d, |l| l.max(d))))
+            });
         let requests = batch
             .iter_mut()
-            .map(|job| (&job.inputs[..], &job.outputs[..], std::mem::take(&mut job.parameters)))
+            .map(|job| {
+                (
+                    &job.inputs[..],
+                    &job.outputs[..],
+                    std::mem::take(&mut job.parameters),
+                )
+            })
             .collect();
         match process.infer_batch(&self.launch, requests, deadline.flatten()) {
             Ok(answers) => {

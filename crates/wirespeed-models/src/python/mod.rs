@@ -274,13 +274,15 @@ impl PythonModel {
             open: binding == Binding::Open,
             shapes_as_produced: triton_api,
             batch: match (&config.batching, triton_api && !keys.decoupled) {
-                (Some(batching), true) => batching.dynamic_window().map(
-                    |(max_rows, preferred, delay)| process::BatchWindow {
-                        max_rows: max_rows.max(1),
-                        preferred,
-                        delay,
-                    },
-                ),
+                (Some(batching), true) => {
+                    batching
+                        .dynamic_window()
+                        .map(|(max_rows, preferred, delay)| process::BatchWindow {
+                            max_rows: max_rows.max(1),
+                            preferred,
+                            delay,
+                        })
+                }
                 _ => None,
             },
             caller: source.caller().clone(),

@@ -45,6 +45,14 @@ exec(compile(read(struct.unpack('<I', read(4))[0]), 'wirespeed_worker.py', 'exec
 /// before it is killed and replaced.
 const INTERRUPT_GRACE: Duration = Duration::from_secs(2);
 
+/// One request of a batch: its inputs, the outputs it asks for (by
+/// index), its parameters.
+pub(crate) type Queued<'a> = (
+    &'a [Tensor],
+    &'a [usize],
+    serde_json::Map<String, serde_json::Value>,
+);
+
 /// Triton's dynamic batcher, as a keeper runs it: rows at most, the sizes
 /// sent at once, and how long the first request waits for more.
 #[derive(Debug, Clone)]
@@ -455,7 +463,7 @@ impl Process {
     pub(crate) fn infer_batch(
         &mut self,
         launch: &Launch,
-        batch: Vec<(&[Tensor], &[usize], serde_json::Map<String, serde_json::Value>)>,
+        batch: Vec<Queued<'_>>,
         deadline: Option<Instant>,
     ) -> Result<Vec<Result<Vec<Tensor>, Error>>, CallError> {
         let groups: Vec<&[Tensor]> = batch.iter().map(|(inputs, ..)| *inputs).collect();
@@ -481,7 +489,12 @@ impl Process {
                 .collect(),
         };
         // Each request's caller may leave; the batch goes on for the others.
-        let reply = self.exchange(launch, &message, deadline, std::pin::pin!(std::future::pending()))?;
+        let reply = self.exchange(
+            launch,
+            &message,
+            deadline,
+            std::pin::pin!(std::future::pending()),
+        )?;
         self.inputs.settle(used);
         match reply {
             Reply::Answers { answers, metrics } if answers.len() == wanted.len() => {
@@ -491,7 +504,10 @@ impl Process {
                     .into_iter()
                     .zip(wanted)
                     .map(|(answer, outputs)| match answer {
-                        wire::BatchAnswer { outputs: Some(placed), .. } => {
+                        wire::BatchAnswer {
+                            outputs: Some(placed),
+                            ..
+                        } => {
                             for p in &placed {
                                 used = used.max(p.3.saturating_add(p.4));
                             }
@@ -542,7 +558,11 @@ impl Process {
     ) -> Result<(), CallError> {
         let readable = loop {
             let look = Instant::now() + CANCEL_CHECK;
-            let until = if *told { deadline } else { Some(deadline.map_or(look, |d| d.min(look))) };
+            let until = if *told {
+                deadline
+            } else {
+                Some(deadline.map_or(look, |d| d.min(look)))
+            };
             match self.wait_readable(until) {
                 Ok(false) if until != deadline => {
                     let mut context = std::task::Context::from_waker(std::task::Waker::noop());
@@ -550,7 +570,9 @@ impl Process {
                         *told = true;
                         let cancel = serde_json::json!({"op": "cancel"});
                         if wire::send(&mut self.socket, &cancel).is_err() {
-                            return Err(self.lost(launch, "failed: it did not read a cancel".into()));
+                            return Err(
+                                self.lost(launch, "failed: it did not read a cancel".into())
+                            );
                         }
                     }
                 }
