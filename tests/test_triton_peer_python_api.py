@@ -318,6 +318,21 @@ class TritonPythonModel:
         return responses
 '''
 
+LISTED_STREAM = '''
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+class TritonPythonModel:
+    def execute(self, requests):
+        for i, request in enumerate(requests):
+            out = pb_utils.Tensor("OUT", np.array([[len(requests), i]], np.float32))
+            error = pb_utils.TritonError("the second fails") if i == 1 else None
+            request.get_response_sender().send(
+                pb_utils.InferenceResponse([out], error=error),
+                flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+        return None
+'''
+
 ONE_FLOAT = 'output [ { name: "OUT" data_type: TYPE_FP32 dims: [ 1 ] } ]'
 IN_FLOAT = 'input [ { name: "IN" data_type: TYPE_FP32 dims: [ 2 ] } ]'
 OUT_FLOAT = 'output [ { name: "OUT" data_type: TYPE_FP32 dims: [ 2 ] } ]'
@@ -349,6 +364,13 @@ MODELS = {
         'output [ { name: "OUT" data_type: TYPE_FP32 dims: [ 2 ] } ]\n'
         "dynamic_batching { preferred_batch_size: [ 4 ] max_queue_delay_microseconds: 30000000 }",
         LISTED,
+    ),
+    "listed_stream": (
+        'max_batch_size: 8\ninput [ { name: "IN" data_type: TYPE_FP32 dims: [ 1 ] } ]\n'
+        'output [ { name: "OUT" data_type: TYPE_FP32 dims: [ 2 ] } ]\n'
+        "dynamic_batching { preferred_batch_size: [ 3 ] max_queue_delay_microseconds: 30000000 }\n"
+        + DECOUPLED,
+        LISTED_STREAM,
     ),
     "flat": (
         'max_batch_size: 8\ninput [ { name: "IN" data_type: TYPE_FP32 dims: [ 1 ] } ]\n' + ONE_FLOAT,
@@ -572,3 +594,24 @@ def test_a_batch_is_a_list_of_requests_as_in_triton(servers):
         failed = [a for a in answers if a[0] != "ok"]
         assert ok == [(4.0, 0.0), (4.0, 2.0), (4.0, 3.0)], (name, answers)
         assert len(failed) == 1 and "the second fails" in failed[0][1], (name, answers)
+
+
+def test_a_decoupled_models_batch_is_a_list_of_requests_as_in_triton(servers):
+    """A decoupled model's dynamic batch: three requests of one stream
+    given to `execute` at once, each answered (or failed) through its own
+    sender."""
+    for name in ("triton", "wirespeed"):
+        got = queue.Queue()
+        client = grpcclient.InferenceServerClient(servers[name].grpc_address)
+        client.start_stream(callback=partial(lambda q, result, error: q.put((result, error)), got))
+        for _ in range(3):
+            x = grpcclient.InferInput("IN", [1, 1], "FP32")
+            x.set_data_from_numpy(np.array([[1.0]], np.float32))
+            client.async_stream_infer("listed_stream", [x])
+        answers = [got.get(timeout=60) for _ in range(3)]
+        client.stop_stream()
+        client.close()
+        ok = sorted(tuple(result.as_numpy("OUT")[0]) for result, error in answers if error is None)
+        failed = [error.message() for result, error in answers if error is not None]
+        assert ok == [(3.0, 0.0), (3.0, 2.0)], (name, answers)
+        assert len(failed) == 1 and "the second fails" in failed[0], (name, failed)

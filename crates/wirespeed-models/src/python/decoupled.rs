@@ -21,7 +21,7 @@ use std::sync::{Arc, Mutex};
 
 use wirespeed_core::{Error, ResponseSender};
 
-use super::keeper::{Inbox, HEALTH_CHECK};
+use super::keeper::{gather, Inbox, Job, HEALTH_CHECK};
 use super::process::{ended, model_error, outputs_from, Launch, Process};
 use super::wire::{self, Reply};
 
@@ -70,8 +70,15 @@ pub(crate) fn serve(launch: &Arc<Launch>, queue: &Inbox, process: &mut Process) 
         return Some(format!("model '{}': a reader thread: {e}", launch.model));
     }
     let mut next_id = 0u64;
+    // A job taken while gathering a batch it would overflow: the next
+    // batch's first.
+    let mut carried: Option<Job> = None;
     loop {
-        let job = match queue.next(HEALTH_CHECK) {
+        let next = match carried.take() {
+            Some(job) => Ok(job),
+            None => queue.next(HEALTH_CHECK),
+        };
+        let job = match next {
             Ok(job) => job,
             Err(RecvTimeoutError::Timeout) => {
                 if let Ok(Event::Lost(reason)) = heard.try_recv() {
@@ -90,56 +97,69 @@ pub(crate) fn serve(launch: &Arc<Launch>, queue: &Inbox, process: &mut Process) 
             }
             Err(RecvTimeoutError::Disconnected) => return None,
         };
-        let Some(sender) = job.responses else {
-            let _ = job.reply.send(Err(Error::internal(
-                "a decoupled model's request came without its stream",
-            )));
-            continue;
+        // Triton's dynamic batcher: the requests of a batch, for one call
+        // of `execute`.
+        let jobs = match &launch.batch {
+            Some(window) => {
+                let (batch, over) = gather(queue, job, window, true);
+                carried = over;
+                batch
+            }
+            None => vec![job],
         };
-        if job.reply.is_closed() || sender.is_closed() {
-            continue; // the caller left while it waited
+        let mut batch = Vec::with_capacity(jobs.len());
+        for job in jobs {
+            let Some(sender) = job.responses.clone() else {
+                let _ = job.reply.send(Err(Error::internal(
+                    "a decoupled model's request came without its stream",
+                )));
+                continue;
+            };
+            if job.reply.is_closed() || sender.is_closed() {
+                continue; // the caller left while it waited
+            }
+            next_id += 1;
+            streams.lock().unwrap_or_else(|e| e.into_inner()).insert(
+                next_id,
+                Open {
+                    sender,
+                    wanted: job.outputs.clone(),
+                    cancelled: false,
+                },
+            );
+            batch.push((next_id, job));
         }
-        next_id += 1;
-        let id = next_id;
-        streams.lock().unwrap_or_else(|e| e.into_inner()).insert(
-            id,
-            Open {
-                sender,
-                wanted: job.outputs.clone(),
-                cancelled: false,
-            },
-        );
-        let sent = process.send_request(
-            launch,
-            id,
-            &job.inputs,
-            &job.outputs,
-            job.parameters,
-            &writer,
-        );
+        if batch.is_empty() {
+            continue;
+        }
+        let sent = process.send_requests(launch, &mut batch, &writer);
         let used = match sent {
             Ok(used) => used,
             Err(error) => {
-                streams
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .remove(&id);
                 let reason = error.message().to_owned();
-                let _ = job.reply.send(Err(error));
+                for (id, job) in batch {
+                    streams
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .remove(&id);
+                    let _ = job.reply.send(Err(error.clone()));
+                }
                 return Some(reason);
             }
         };
-        // Until `execute` returns for it (its responses flow meanwhile).
-        loop {
+        // Until `execute` returns for each (their responses flow meanwhile).
+        while !batch.is_empty() {
             match heard.recv_timeout(HEALTH_CHECK) {
-                Ok(Event::Executed(done, result)) if done == id => {
-                    process.settle_inputs(used);
-                    let _ = job.reply.send(result.map(|()| Vec::new()));
-                    break;
+                Ok(Event::Executed(done, result)) => {
+                    if let Some(at) = batch.iter().position(|(id, _)| *id == done) {
+                        let (_, job) = batch.swap_remove(at);
+                        let _ = job.reply.send(result.map(|()| Vec::new()));
+                    }
                 }
-                Ok(Event::Executed(..)) => {}
                 Ok(Event::Lost(reason)) => {
-                    let _ = job.reply.send(Err(Error::model_failed(reason.clone())));
+                    for (_, job) in batch {
+                        let _ = job.reply.send(Err(Error::model_failed(reason.clone())));
+                    }
                     return Some(reason);
                 }
                 Err(mpsc::RecvTimeoutError::Timeout) => tell_cancelled(&streams, &writer),
@@ -148,6 +168,7 @@ pub(crate) fn serve(launch: &Arc<Launch>, queue: &Inbox, process: &mut Process) 
                 }
             }
         }
+        process.settle_inputs(used);
     }
 }
 

@@ -105,6 +105,46 @@ impl Inbox {
     }
 }
 
+/// Triton's dynamic batcher: `first` and the requests that come while the
+/// batch is short of `window`'s rows, until a preferred size is reached or
+/// the window's delay has passed. A request that would take the batch past
+/// its rows is given back for the next. `streams`: the model is decoupled,
+/// and each request comes with its stream (one without is refused, as one
+/// with a stream is from a model that is not).
+pub(crate) fn gather(
+    queue: &Inbox,
+    first: Job,
+    window: &super::process::BatchWindow,
+    streams: bool,
+) -> (Vec<Job>, Option<Job>) {
+    let until = Instant::now() + window.delay;
+    let mut rows = self::rows(&first);
+    let mut batch = vec![first];
+    while rows < window.max_rows && !window.preferred.contains(&rows) {
+        let wait = until.saturating_duration_since(Instant::now());
+        let Ok(job) = queue.next(wait) else {
+            break;
+        };
+        if job.responses.is_some() != streams {
+            let _ = job.reply.send(Err(Error::internal(if streams {
+                "a decoupled model's request came without its stream"
+            } else {
+                "a stream was asked of a model that is not decoupled"
+            })));
+            continue;
+        }
+        if job.reply.is_closed() {
+            continue; // the caller left while it waited
+        }
+        if rows + self::rows(&job) > window.max_rows {
+            return (batch, Some(job));
+        }
+        rows += self::rows(&job);
+        batch.push(job);
+    }
+    (batch, None)
+}
+
 /// A request's rows: its first input's first dimension (1 without inputs).
 fn rows(job: &Job) -> usize {
     job.inputs
@@ -358,7 +398,7 @@ impl Keeper {
                     }
                     let lost = match &self.launch.batch {
                         Some(window) => {
-                            let (batch, over) = self.gather(job, window);
+                            let (batch, over) = gather(&self.queue, job, window, false);
                             carried = over;
                             self.run_batch(process, batch)
                         }
@@ -420,37 +460,6 @@ impl Keeper {
                 Some(reason)
             }
         }
-    }
-
-    /// Triton's dynamic batcher: `first` and the requests that come while
-    /// the batch is short of `window`'s rows, until a preferred size is
-    /// reached or the window's delay has passed. A request that would
-    /// take the batch past its rows is given back for the next.
-    fn gather(&self, first: Job, window: &super::process::BatchWindow) -> (Vec<Job>, Option<Job>) {
-        let until = Instant::now() + window.delay;
-        let mut rows = rows(&first);
-        let mut batch = vec![first];
-        while rows < window.max_rows && !window.preferred.contains(&rows) {
-            let wait = until.saturating_duration_since(Instant::now());
-            let Ok(job) = self.queue.next(wait) else {
-                break;
-            };
-            if job.reply.is_closed() || job.responses.is_some() {
-                // Left while it waited, or not for this model: as alone.
-                if job.responses.is_some() {
-                    let _ = job.reply.send(Err(Error::internal(
-                        "a stream was asked of a model that is not decoupled",
-                    )));
-                }
-                continue;
-            }
-            if rows + self::rows(&job) > window.max_rows {
-                return (batch, Some(job));
-            }
-            rows += self::rows(&job);
-            batch.push(job);
-        }
-        (batch, None)
     }
 
     /// A batch's requests, in one call of the model; each answered. Why

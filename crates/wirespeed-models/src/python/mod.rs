@@ -273,7 +273,7 @@ impl PythonModel {
             outputs: outputs.clone(),
             open: binding == Binding::Open,
             shapes_as_produced: triton_api,
-            batch: match (&config.batching, triton_api && !keys.decoupled) {
+            batch: match (&config.batching, triton_api) {
                 (Some(batching), true) => {
                     batching
                         .dynamic_window()

@@ -647,6 +647,59 @@ impl Process {
         Ok(placed.last().map_or(0, |&(offset, len)| offset + len))
     }
 
+    /// Sends a decoupled model's requests, each with its number, through
+    /// `writer`: one `infer`, or a batch's `infer_batch` (Triton's dynamic
+    /// batcher, one call of `execute`). The input segment's bytes used,
+    /// free again once `execute` has returned for each.
+    pub(crate) fn send_requests(
+        &mut self,
+        launch: &Launch,
+        batch: &mut [(u64, super::keeper::Job)],
+        writer: &std::sync::Mutex<UnixStream>,
+    ) -> Result<usize, Error> {
+        if let [(id, job)] = batch {
+            let parameters = std::mem::take(&mut job.parameters);
+            return self.send_request(launch, *id, &job.inputs, &job.outputs, parameters, writer);
+        }
+        let groups: Vec<&[Tensor]> = batch.iter().map(|(_, job)| &job.inputs[..]).collect();
+        let placed = self
+            .write_groups(&groups)
+            .map_err(|e| Error::internal(format!("shared memory: {e}")))?;
+        let used = placed
+            .iter()
+            .flatten()
+            .map(|&(offset, len)| offset + len)
+            .max()
+            .unwrap_or(0);
+        let message = wire::InferBatch {
+            op: "infer_batch",
+            size: self.inputs.len(),
+            requests: batch
+                .iter_mut()
+                .zip(&placed)
+                .map(|((id, job), placed)| {
+                    let parameters = std::mem::take(&mut job.parameters);
+                    self.message(
+                        launch,
+                        &job.inputs,
+                        placed,
+                        &job.outputs,
+                        parameters,
+                        Some(*id),
+                    )
+                })
+                .collect(),
+        };
+        let mut socket = writer.lock().unwrap_or_else(|e| e.into_inner());
+        wire::send(&mut socket, &message).map_err(|e| {
+            Error::model_failed(format!(
+                "model '{}': its Python worker (pid {}) did not take the requests ({e})",
+                launch.model, self.pid
+            ))
+        })?;
+        Ok(used)
+    }
+
     /// The `infer` message for `inputs`, placed in the input segment at
     /// `placed`; `id` numbers a decoupled model's request.
     fn message<'a>(

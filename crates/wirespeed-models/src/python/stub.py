@@ -181,12 +181,12 @@ def must_return_none(instance):
             "function must return None." % instance)
 
 
-def in_background(worker, coroutine, request):
+def in_background(worker, coroutine, requests):
     """A decoupled model's coroutine `execute`, run as Triton runs it:
     on an event loop of its own thread, while the worker goes on to the
-    next request. Triton only logs its exception, and the request's
-    client would wait for ever: its stream ends with the error instead,
-    unless the model had ended it."""
+    next request. Triton only logs its exception, and the requests'
+    clients would wait for ever: their streams end with the error
+    instead, unless the model had ended them."""
     import asyncio
     import threading
 
@@ -203,14 +203,15 @@ def in_background(worker, coroutine, request):
         if error is None:
             return
         traceback.print_exception(type(error), error, error.__traceback__, file=sys.stderr)
-        sender = request.get_response_sender()
-        if sender._closed:
-            return
-        sender._closed = True
         failure = worker.failure(error, log=False)
-        worker.channel.send(with_metrics({
-            "op": "response", "id": request._stream, "final": True,
-            "error": failure["error"], "kind": failure["kind"],
-        }))
+        for request in requests:
+            sender = request.get_response_sender()
+            if sender._closed:
+                continue
+            sender._closed = True
+            worker.channel.send(with_metrics({
+                "op": "response", "id": request._stream, "final": True,
+                "error": failure["error"], "kind": failure["kind"],
+            }))
 
     future.add_done_callback(done)

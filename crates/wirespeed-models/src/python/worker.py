@@ -555,62 +555,82 @@ class Worker:
             message = inbox.get()
             if message is None or message["op"] == "stop":
                 break
-            request_id = message["id"]
-            self.executing = None
+            # A batch of Triton's dynamic batcher, or one request.
+            batch = message["requests"] if message["op"] == "infer_batch" else [message]
+            for one in batch:
+                one.setdefault("size", message.get("size"))
+            self.executing = []
             try:
-                self.execute_decoupled(message)
-                reply = {"op": "executed", "id": request_id}
+                self.execute_decoupled(batch)
+                failed = None
             except Exception as e:
-                sender = getattr(self.executing, "_sender", None)
-                if sender is not None and sender._closed:
-                    # Its stream has ended: the error reaches no one, as
-                    # in Triton; the log has it.
-                    traceback.print_exc(file=sys.stderr)
-                    reply = {"op": "executed", "id": request_id}
-                else:
-                    reply = self.failure(e)
-                    reply["id"] = request_id
-                    # Its stream ends with the error: it is done with.
-                    self.cancelled.discard(request_id)
-            self.channel.send(with_metrics(reply))
+                failed = e
+            logged = False
+            for one in batch:
+                request_id = one["id"]
+                reply = {"op": "executed", "id": request_id}
+                if failed is not None:
+                    request = next((r for r in self.executing if r._stream == request_id), None)
+                    sender = getattr(request, "_sender", None)
+                    if sender is not None and sender._closed:
+                        # Its stream has ended: the error reaches no one,
+                        # as in Triton; the log has it.
+                        if not logged:
+                            traceback.print_exception(type(failed), failed, failed.__traceback__,
+                                                      file=sys.stderr)
+                    else:
+                        reply = self.failure(failed, log=not logged)
+                        reply["id"] = request_id
+                        # Its stream ends with the error: it is done with.
+                        self.cancelled.discard(request_id)
+                    logged = True
+                self.channel.send(with_metrics(reply))
         self.finalize()
 
-    def execute_decoupled(self, message):
-        request_id = message["id"]
-        self.input_parameters = (message.get("parameters") or {}).pop(INPUT_PARAMETERS, {})
-        # Copies: the input segment is the next request's once `execute`
-        # returns, and the model's threads may still read these.
-        inputs = {name: np.array(array) for name, array in self.inputs(message).items()}
-        wanted = message["outputs"]
+    def execute_decoupled(self, batch):
         if self.triton:
             import triton_python_backend_utils as pb_utils
 
-            request = triton_request(pb_utils, inputs, wanted, message)
-            request._stream = request_id
-            self.executing = request
-            result = self.model.execute([request])
+            requests = []
+            for message in batch:
+                (message.get("parameters") or {}).pop(INPUT_PARAMETERS, None)
+                # Copies: the input segment is the next request's once
+                # `execute` returns, and the model's threads may still
+                # read these.
+                inputs = {name: np.array(array) for name, array in self.inputs(message).items()}
+                request = triton_request(pb_utils, inputs, message["outputs"], message)
+                request._stream = message["id"]
+                requests.append(request)
+            self.executing = requests
+            result = self.model.execute(requests)
             if inspect.iscoroutine(result):
                 # Triton runs a decoupled model's `async def execute` in the
                 # background: the next request's starts while it awaits.
-                in_background(self, result, request)
+                in_background(self, result, requests)
                 return
             if inspect.isawaitable(result):
                 result = self.call(lambda: result)
             if result is not None:
                 error = StubError(must_return_none(self.instance_name))
-                if request._sender is None or not request._sender._closed:
+                if any(r._sender is None or not r._sender._closed for r in requests):
                     raise error
-                # Its stream has ended: the error reaches no one, as in
+                # Their streams have ended: the error reaches no one, as in
                 # Triton; the log has it.
                 traceback.print_exception(type(error), error, None, file=sys.stderr)
                 return
             # A request the model reschedules (an iterative sequence's
             # next step) comes back to execute.
-            while request._rescheduled():
-                result = self.call(self.model.execute, [request])
-                if result is not None:
+            again = [r for r in requests if r._rescheduled()]
+            while again:
+                if self.call(self.model.execute, again) is not None:
                     raise StubError(must_return_none(self.instance_name))
+                again = [r for r in again if r._rescheduled()]
             return
+        (message,) = batch
+        request_id = message["id"]
+        self.input_parameters = (message.get("parameters") or {}).pop(INPUT_PARAMETERS, {})
+        inputs = {name: np.array(array) for name, array in self.inputs(message).items()}
+        wanted = message["outputs"]
         # Our API: predict yields each answer (a generator, or an async one).
         produced = self.model.predict(inputs, message.get("parameters") or {})
         if inspect.isasyncgen(produced):
