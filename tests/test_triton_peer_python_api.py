@@ -594,6 +594,17 @@ def test_a_batch_is_a_list_of_requests_as_in_triton(servers):
         failed = [a for a in answers if a[0] != "ok"]
         assert ok == [(4.0, 0.0), (4.0, 2.0), (4.0, 3.0)], (name, answers)
         assert len(failed) == 1 and "the second fails" in failed[0][1], (name, answers)
+    # One execution of four rows, in each server's statistics. (Triton's
+    # inference_count for it is 3 or 4 from run to run: not compared.)
+    counts = {}
+    for name in ("triton", "wirespeed"):
+        client = grpcclient.InferenceServerClient(servers[name].grpc_address)
+        stats = client.get_inference_statistics("listed", as_json=True)["model_stats"][0]
+        client.close()
+        counts[name] = (stats.get("execution_count"),
+                        [(b["batch_size"], b["compute_infer"]["count"]) for b in stats.get("batch_stats", [])])
+    assert counts["triton"] == ("1", [("4", "1")])
+    assert counts["wirespeed"] == counts["triton"]
 
 
 def test_a_decoupled_models_batch_is_a_list_of_requests_as_in_triton(servers):

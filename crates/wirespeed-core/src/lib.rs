@@ -51,8 +51,8 @@ pub use infer::{
 };
 pub use limits::{LimitError, RequestLimits, TensorBudget};
 pub use model::{
-    format_shape, Binding, ClassScores, ClassificationHead, Execution, Heads, InferCall,
-    InferFuture, Model, ModelMetadata, TensorSpec, TraceContext,
+    format_shape, Binding, ClassScores, ClassificationHead, Execution, Executions, Heads,
+    InferCall, InferFuture, Model, ModelMetadata, TensorSpec, TraceContext,
 };
 pub use pool::CpuPool;
 pub use stream::{

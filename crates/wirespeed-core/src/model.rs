@@ -3,7 +3,7 @@
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use crate::{DataType, Error, Parameters, Tensor};
 
@@ -538,6 +538,12 @@ pub trait Model: Send + Sync {
         Ok(())
     }
 
+    /// The executions of a model that gathers its batches itself, which
+    /// only it sees (the statistics' `execution_count` and `batch_stats`).
+    fn executions(&self) -> Option<&Executions> {
+        None
+    }
+
     /// The model gathers a batch's requests itself and takes them apart
     /// (Triton's Python backend: `execute` gets a list of requests, not
     /// one joined request): the scheduler hands them over one by one, and
@@ -727,5 +733,29 @@ mod trace_context_tests {
         ] {
             assert_eq!(TraceContext::parse(bad, None), None, "{bad}");
         }
+    }
+}
+
+/// The executions a model that batches itself counts: per batch size
+/// (rows), how many, and their compute time in nanoseconds.
+#[derive(Debug, Default)]
+pub struct Executions(std::sync::Mutex<std::collections::BTreeMap<usize, (u64, u64)>>);
+
+impl Executions {
+    /// Counts one execution of `rows` rows that took `compute`.
+    pub fn count(&self, rows: usize, compute: Duration) {
+        let mut tallies = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        let tally = tallies.entry(rows).or_default();
+        tally.0 += 1;
+        tally.1 += u64::try_from(compute.as_nanos()).unwrap_or(u64::MAX);
+    }
+
+    /// Each batch size (rows), its executions and their compute time (ns).
+    pub fn tallies(&self) -> Vec<(usize, u64, u64)> {
+        let tallies = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        tallies
+            .iter()
+            .map(|(&rows, &(count, ns))| (rows, count, ns))
+            .collect()
     }
 }

@@ -346,7 +346,21 @@ pub fn snapshot(name: &str, served: &ServedModel) -> Snapshot {
         };
     };
     let batching = served.scheduling.batching.is_some();
-    if batching {
+    if let (true, Some(executions)) = (batching, served.model.executions()) {
+        // A model that gathers its batches itself counted them.
+        let tallies = executions.tallies();
+        triton.execution_count = tallies.iter().map(|t| t.1).sum();
+        let d = |count: u64, ns: u64| Some(pb::StatisticDuration { count, ns });
+        triton.batch_stats = tallies
+            .into_iter()
+            .map(|(rows, count, ns)| pb::InferBatchStatistics {
+                batch_size: rows as u64,
+                compute_input: d(count, 0),
+                compute_infer: d(count, ns),
+                compute_output: d(count, 0),
+            })
+            .collect();
+    } else if batching {
         triton.execution_count = counters.executions.load(Ordering::Relaxed);
         let batches = counters.batches.lock().unwrap_or_else(|e| e.into_inner());
         let d = |count: u64, ns: u64| Some(pb::StatisticDuration { count, ns });

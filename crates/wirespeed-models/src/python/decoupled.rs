@@ -132,6 +132,8 @@ pub(crate) fn serve(launch: &Arc<Launch>, queue: &Inbox, process: &mut Process) 
         if batch.is_empty() {
             continue;
         }
+        let started = std::time::Instant::now();
+        let rows: usize = batch.iter().map(|(_, job)| super::keeper::rows(job)).sum();
         let sent = process.send_requests(launch, &mut batch, &writer);
         let used = match sent {
             Ok(used) => used,
@@ -169,6 +171,9 @@ pub(crate) fn serve(launch: &Arc<Launch>, queue: &Inbox, process: &mut Process) 
             }
         }
         process.settle_inputs(used);
+        if launch.batch.is_some() {
+            launch.executions.count(rows, started.elapsed());
+        }
     }
 }
 

@@ -146,7 +146,7 @@ pub(crate) fn gather(
 }
 
 /// A request's rows: its first input's first dimension (1 without inputs).
-fn rows(job: &Job) -> usize {
+pub(crate) fn rows(job: &Job) -> usize {
     job.inputs
         .first()
         .and_then(|t| t.shape.first().copied())
@@ -465,6 +465,14 @@ impl Keeper {
     /// A batch's requests, in one call of the model; each answered. Why
     /// the worker was lost, if it was.
     fn run_batch(&self, process: &mut Process, mut batch: Vec<Job>) -> Option<String> {
+        let started = Instant::now();
+        let rows: usize = batch.iter().map(rows).sum();
+        let lost = self.run_gathered(process, &mut batch);
+        self.launch.executions.count(rows, started.elapsed());
+        lost
+    }
+
+    fn run_gathered(&self, process: &mut Process, batch: &mut Vec<Job>) -> Option<String> {
         if batch.len() == 1 {
             return self.run_one(process, batch.pop().expect("one"));
         }
@@ -486,20 +494,20 @@ impl Keeper {
             .collect();
         match process.infer_batch(&self.launch, requests, deadline.flatten()) {
             Ok(answers) => {
-                for (job, answer) in batch.into_iter().zip(answers) {
+                for (job, answer) in batch.drain(..).zip(answers) {
                     let _ = job.reply.send(answer);
                 }
                 None
             }
             Err(CallError::Model(error)) => {
-                for job in batch {
+                for job in batch.drain(..) {
                     let _ = job.reply.send(Err(error.clone()));
                 }
                 None
             }
             Err(CallError::Lost(error)) => {
                 let reason = error.message().to_owned();
-                for job in batch {
+                for job in batch.drain(..) {
                     let _ = job.reply.send(Err(error.clone()));
                 }
                 Some(reason)

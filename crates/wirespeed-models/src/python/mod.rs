@@ -136,6 +136,8 @@ pub struct PythonModel {
     metadata: ModelMetadata,
     workers: Workers,
     binding: Binding,
+    /// The batches its keepers ran, when they gather them.
+    executions: Arc<wirespeed_core::Executions>,
 }
 
 impl PythonModel {
@@ -264,6 +266,7 @@ impl PythonModel {
             && std::fs::read_to_string(&file)
                 .map(|code| code.contains("class TritonPythonModel"))
                 .unwrap_or(false);
+        let executions = Arc::new(wirespeed_core::Executions::default());
         let launch = Launch {
             model: name.clone(),
             python,
@@ -273,6 +276,7 @@ impl PythonModel {
             outputs: outputs.clone(),
             open: binding == Binding::Open,
             shapes_as_produced: triton_api,
+            executions: Arc::clone(&executions),
             batch: match (&config.batching, triton_api) {
                 (Some(batching), true) => {
                     batching
@@ -298,6 +302,7 @@ impl PythonModel {
             },
             workers,
             binding,
+            executions,
         })
     }
 }
@@ -443,6 +448,10 @@ impl Model for PythonModel {
 
     fn batches_itself(&self) -> bool {
         self.workers.batch_rows().is_some()
+    }
+
+    fn executions(&self) -> Option<&wirespeed_core::Executions> {
+        self.batches_itself().then_some(&*self.executions)
     }
 
     fn decoupled(&self) -> bool {

@@ -99,6 +99,8 @@ pub(crate) struct Launch {
     /// A Triton model with dynamic batching: its keepers gather a batch's
     /// requests for one call of `execute`.
     pub(crate) batch: Option<BatchWindow>,
+    /// The batches its keepers ran, when they gather them.
+    pub(crate) executions: std::sync::Arc<wirespeed_core::Executions>,
     /// The server's caller, for the model's BLS calls.
     pub(crate) caller: crate::registry::CallerSlot,
 }
