@@ -606,11 +606,12 @@ fn write_files(name: &str, files: &[(PathBuf, Vec<u8>)]) -> std::io::Result<Path
 /// A `file:` parameter's path: relative, inside the model's folder, each
 /// component a name a file system takes (at most 255 bytes).
 fn file_path(text: &str) -> Result<PathBuf, Error> {
-    let path = Path::new(text);
+    // `file:/1/model.py` is in the model's folder too, as Triton joins it.
+    let path = Path::new(text.trim_start_matches('/'));
     let normal = path
         .components()
         .all(|c| matches!(c, std::path::Component::Normal(_)));
-    if text.is_empty() || !normal {
+    if path.as_os_str().is_empty() || !normal {
         return Err(Error::invalid_input(format!(
             "failed to poll from model repository: file '{text}' must be a relative path \
              inside the model's folder"
@@ -672,6 +673,16 @@ pub fn index_json(entries: &[IndexEntry]) -> serde_json::Value {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_loaded_file_lies_in_the_models_folder() {
+        // Triton's clients write `file:1/model.py`, and `file:/1/model.py`.
+        assert_eq!(file_path("1/model.py").unwrap(), Path::new("1/model.py"));
+        assert_eq!(file_path("/1/model.py").unwrap(), Path::new("1/model.py"));
+        for outside in ["", "/", "../model.py", "1/../../model.py", "./1/model.py"] {
+            assert!(file_path(outside).is_err(), "{outside}");
+        }
+    }
 
     #[test]
     fn a_fingerprint_changes_with_a_file() {
