@@ -60,6 +60,12 @@ CALLS = {
     "Logger.log(message, None)": lambda: pb_utils.Logger.log("message", None),
     "Logger.log(message, 1)": lambda: pb_utils.Logger.log("message", 1),
     "Logger.log_info(None)": lambda: pb_utils.Logger.log_info(None),
+    "a counter's Metric.increment(-1)": lambda: pb_utils.MetricFamily(
+        name="arguments_counter", description="d", kind=pb_utils.MetricFamily.COUNTER).Metric().increment(-1),
+    "a gauge's Metric.observe(1)": lambda: pb_utils.MetricFamily(
+        name="arguments_gauge", description="d", kind=pb_utils.MetricFamily.GAUGE).Metric().observe(1),
+    "a histogram's Metric() without buckets": lambda: pb_utils.MetricFamily(
+        name="arguments_histogram", description="d", kind=pb_utils.MetricFamily.HISTOGRAM).Metric(),
 }
 
 

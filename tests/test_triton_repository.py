@@ -790,7 +790,7 @@ class TritonPythonModel:
                       lambda: self.sizes.increment(1)):
             try:
                 wrong()
-            except ValueError:
+            except pb_utils.TritonModelException:  # as Triton raises it
                 pass
             else:
                 raise AssertionError("a wrong metric call was taken")

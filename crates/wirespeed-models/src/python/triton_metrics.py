@@ -34,12 +34,12 @@ class MetricFamily:
 
     def __init__(self, name, description, kind):
         if kind not in self._KINDS:
-            raise ValueError("MetricFamily kind must be COUNTER, GAUGE or HISTOGRAM, not %r" % (kind,))
+            raise TritonModelException("MetricFamily kind must be COUNTER, GAUGE or HISTOGRAM, not %r" % (kind,))
         if not _valid_metric_name(name):
-            raise ValueError("'%s' is not a valid metric family name" % name)
+            raise TritonModelException("'%s' is not a valid metric family name" % name)
         existing = _metric_families.get(name)
         if existing is not None and existing._kind != kind:
-            raise ValueError(
+            raise TritonModelException(
                 "metric family '%s' exists with another kind (%s)" % (name, self._KINDS[existing._kind])
             )
         self._name = name
@@ -60,14 +60,14 @@ class Metric:
         labels = dict(labels or {})
         for key, value in labels.items():
             if not _valid_metric_name(key, label=True) or key.startswith("__"):
-                raise ValueError("'%s' is not a valid metric label name" % key)
+                raise TritonModelException("'%s' is not a valid metric label name" % key)
             if not isinstance(value, str):
-                raise ValueError("metric label '%s' must be a string" % key)
+                raise TritonModelException("metric label '%s' must be a string" % key)
         histogram = family._kind == MetricFamily.HISTOGRAM
         if histogram and buckets is None:
-            raise ValueError("a histogram metric needs buckets")
+            raise TritonModelException("a histogram metric needs buckets")
         if not histogram and buckets is not None:
-            raise ValueError("buckets are for histogram metrics")
+            raise TritonModelException("buckets are for histogram metrics")
         self._family = family
         self._labels = labels
         self._buckets = [float(b) for b in buckets] if buckets is not None else []
@@ -100,15 +100,15 @@ class Metric:
     def increment(self, value):
         kind = self._family._kind
         if kind == MetricFamily.HISTOGRAM:
-            raise ValueError("a histogram metric is observed, not incremented")
+            raise TritonModelException("a histogram metric is observed, not incremented")
         if kind == MetricFamily.COUNTER and value < 0:
-            raise ValueError("a counter cannot be incremented by a negative value")
+            raise TritonModelException("a counter cannot be incremented by a negative value")
         self._value += value
         self._change("increment", value)
 
     def set(self, value):
         if self._family._kind != MetricFamily.GAUGE:
-            raise ValueError("only a gauge metric can be set")
+            raise TritonModelException("only a gauge metric can be set")
         self._value = float(value)
         # A set replaces the increments before it.
         _pending_changes.pop(self._key("increment"), None)
@@ -116,14 +116,14 @@ class Metric:
 
     def observe(self, value):
         if self._family._kind != MetricFamily.HISTOGRAM:
-            raise ValueError("only a histogram metric observes")
+            raise TritonModelException("only a histogram metric observes")
         self._change("observe", value)
 
     def value(self):
         """This instance's value (each instance of a model counts its own;
         /metrics shows their sum)."""
         if self._family._kind == MetricFamily.HISTOGRAM:
-            raise ValueError("a histogram metric has no single value")
+            raise TritonModelException("a histogram metric has no single value")
         return self._value
 
 
