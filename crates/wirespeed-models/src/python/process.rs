@@ -12,8 +12,12 @@ use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
-use wirespeed_core::raw::{from_raw, raw_bytes, write_raw};
-use wirespeed_core::{element_count, DataType, Error, ErrorKind, Tensor, TensorSpec};
+mod answer;
+mod batch;
+pub(crate) use answer::{model_error, outputs_from};
+pub(crate) use batch::BatchWindow;
+
+use wirespeed_core::{Error, Tensor, TensorSpec};
 
 use super::segment::{aligned, InputSegment, OutputSegment};
 use super::wire::{self, Infer, Reply};
@@ -44,23 +48,6 @@ exec(compile(read(struct.unpack('<I', read(4))[0]), 'wirespeed_worker.py', 'exec
 /// How long a worker interrupted at a request's deadline has to answer
 /// before it is killed and replaced.
 const INTERRUPT_GRACE: Duration = Duration::from_secs(2);
-
-/// One request of a batch: its inputs, the outputs it asks for (by
-/// index), its parameters.
-pub(crate) type Queued<'a> = (
-    &'a [Tensor],
-    &'a [usize],
-    serde_json::Map<String, serde_json::Value>,
-);
-
-/// Triton's dynamic batcher, as a keeper runs it: rows at most, the sizes
-/// sent at once, and how long the first request waits for more.
-#[derive(Debug, Clone)]
-pub(crate) struct BatchWindow {
-    pub(crate) max_rows: usize,
-    pub(crate) preferred: Vec<usize>,
-    pub(crate) delay: Duration,
-}
 
 /// How often a computing request's caller is looked at, to tell the model
 /// it left.
@@ -458,93 +445,6 @@ impl Process {
         }
     }
 
-    /// Runs a batch of requests to a Triton model in one call of its
-    /// `execute`, as Triton's dynamic batcher does: each request's answer,
-    /// in order, or the worker lost. Past `deadline` (the batch's latest)
-    /// the worker is interrupted, as for one request.
-    pub(crate) fn infer_batch(
-        &mut self,
-        launch: &Launch,
-        batch: Vec<Queued<'_>>,
-        deadline: Option<Instant>,
-    ) -> Result<Vec<Result<Vec<Tensor>, Error>>, CallError> {
-        let groups: Vec<&[Tensor]> = batch.iter().map(|(inputs, ..)| *inputs).collect();
-        let placed = self
-            .write_groups(&groups)
-            .map_err(|e| CallError::Model(Error::internal(format!("shared memory: {e}"))))?;
-        let used = placed
-            .iter()
-            .flatten()
-            .map(|&(offset, len)| offset + len)
-            .max()
-            .unwrap_or(0);
-        let wanted: Vec<&[usize]> = batch.iter().map(|(_, outputs, _)| *outputs).collect();
-        let message = wire::InferBatch {
-            op: "infer_batch",
-            size: self.inputs.len(),
-            requests: batch
-                .into_iter()
-                .zip(&placed)
-                .map(|((inputs, outputs, parameters), placed)| {
-                    self.message(launch, inputs, placed, outputs, parameters, None)
-                })
-                .collect(),
-        };
-        // Each request's caller may leave; the batch goes on for the others.
-        let reply = self.exchange(
-            launch,
-            &message,
-            deadline,
-            std::pin::pin!(std::future::pending()),
-        )?;
-        self.inputs.settle(used);
-        match reply {
-            Reply::Answers { answers, metrics } if answers.len() == wanted.len() => {
-                super::metrics::apply(&launch.model, metrics);
-                let mut used = 0usize;
-                let each = answers
-                    .into_iter()
-                    .zip(wanted)
-                    .map(|(answer, outputs)| match answer {
-                        wire::BatchAnswer {
-                            outputs: Some(placed),
-                            ..
-                        } => {
-                            for p in &placed {
-                                used = used.max(p.3.saturating_add(p.4));
-                            }
-                            self.read_outputs(launch, outputs, &placed)
-                        }
-                        wire::BatchAnswer { kind, error, .. } => Err(model_error(
-                            &launch.model,
-                            kind.as_deref().unwrap_or("model"),
-                            error.unwrap_or_default(),
-                        )),
-                    })
-                    .collect();
-                self.outputs.settle(used);
-                Ok(each)
-            }
-            Reply::Error {
-                kind,
-                error,
-                metrics,
-                ..
-            } => {
-                super::metrics::apply(&launch.model, metrics);
-                let error = model_error(&launch.model, &kind, error);
-                Ok(wanted.iter().map(|_| Err(error.clone())).collect())
-            }
-            other => {
-                self.kill();
-                Err(self.lost(
-                    launch,
-                    format!("answered {other:?} to a batch, and was killed"),
-                ))
-            }
-        }
-    }
-
     /// Waits for the worker's answer to be readable. When the request's
     /// caller goes, the worker is told once (`cancel`; the model's
     /// `request.is_cancelled()` turns true, as in Triton). Past
@@ -649,59 +549,6 @@ impl Process {
         Ok(placed.last().map_or(0, |&(offset, len)| offset + len))
     }
 
-    /// Sends a decoupled model's requests, each with its number, through
-    /// `writer`: one `infer`, or a batch's `infer_batch` (Triton's dynamic
-    /// batcher, one call of `execute`). The input segment's bytes used,
-    /// free again once `execute` has returned for each.
-    pub(crate) fn send_requests(
-        &mut self,
-        launch: &Launch,
-        batch: &mut [(u64, super::keeper::Job)],
-        writer: &std::sync::Mutex<UnixStream>,
-    ) -> Result<usize, Error> {
-        if let [(id, job)] = batch {
-            let parameters = std::mem::take(&mut job.parameters);
-            return self.send_request(launch, *id, &job.inputs, &job.outputs, parameters, writer);
-        }
-        let groups: Vec<&[Tensor]> = batch.iter().map(|(_, job)| &job.inputs[..]).collect();
-        let placed = self
-            .write_groups(&groups)
-            .map_err(|e| Error::internal(format!("shared memory: {e}")))?;
-        let used = placed
-            .iter()
-            .flatten()
-            .map(|&(offset, len)| offset + len)
-            .max()
-            .unwrap_or(0);
-        let message = wire::InferBatch {
-            op: "infer_batch",
-            size: self.inputs.len(),
-            requests: batch
-                .iter_mut()
-                .zip(&placed)
-                .map(|((id, job), placed)| {
-                    let parameters = std::mem::take(&mut job.parameters);
-                    self.message(
-                        launch,
-                        &job.inputs,
-                        placed,
-                        &job.outputs,
-                        parameters,
-                        Some(*id),
-                    )
-                })
-                .collect(),
-        };
-        let mut socket = writer.lock().unwrap_or_else(|e| e.into_inner());
-        wire::send(&mut socket, &message).map_err(|e| {
-            Error::model_failed(format!(
-                "model '{}': its Python worker (pid {}) did not take the requests ({e})",
-                launch.model, self.pid
-            ))
-        })?;
-        Ok(used)
-    }
-
     /// The `infer` message for `inputs`, placed in the input segment at
     /// `placed`; `id` numbers a decoupled model's request.
     fn message<'a>(
@@ -752,40 +599,6 @@ impl Process {
     /// returns each one's offset and length.
     fn write_inputs(&mut self, inputs: &[Tensor]) -> io::Result<Vec<(usize, usize)>> {
         Ok(self.write_groups(&[inputs])?.pop().unwrap_or_default())
-    }
-
-    /// Writes the tensors of several requests one after the other into
-    /// the input segment; where each of each request's lies.
-    fn write_groups(&mut self, groups: &[&[Tensor]]) -> io::Result<Vec<Vec<(usize, usize)>>> {
-        let mut placed = Vec::with_capacity(groups.len());
-        let mut end = 0usize;
-        for inputs in groups {
-            let mut mine = Vec::with_capacity(inputs.len());
-            for tensor in *inputs {
-                let len = wirespeed_core::raw::raw_len(&tensor.data);
-                mine.push((end, len));
-                end = end
-                    .checked_add(aligned(len))
-                    .ok_or_else(|| io::Error::other("inputs too large"))?;
-            }
-            placed.push(mine);
-        }
-        let segment = self.inputs.reserve(end)?;
-        let mut scratch = Vec::new();
-        for (inputs, mine) in groups.iter().zip(&placed) {
-            for (tensor, &(offset, len)) in inputs.iter().zip(mine) {
-                let target = &mut segment[offset..offset + len];
-                match raw_bytes(&tensor.data) {
-                    Some(bytes) => target.copy_from_slice(bytes),
-                    None => {
-                        scratch.clear();
-                        write_raw(&tensor.data, &mut scratch);
-                        target.copy_from_slice(&scratch);
-                    }
-                }
-            }
-        }
-        Ok(placed)
     }
 
     /// The outputs the worker placed, checked against the declared ones,
@@ -874,118 +687,6 @@ fn relay(output: io::PipeReader, model: &str, instance: usize) {
                 );
             }
         }
-    }
-}
-
-/// Outputs placed in `contents` (the output segment, or the bytes after a
-/// streamed response), checked against the declared ones, in the order
-/// `wanted` asks. One of a decoupled model's `streamed` responses may
-/// leave some out, as Triton's may (an LLM's `finish_reason` in its last
-/// response only); a whole answer may not.
-pub(crate) fn outputs_from(
-    launch: &Launch,
-    wanted: &[usize],
-    placed: &[wire::Placed],
-    contents: &[u8],
-    streamed: bool,
-) -> Result<Vec<Tensor>, Error> {
-    let model = &launch.model;
-    let bad = |message: String| Error::model_failed(format!("model '{model}': {message}"));
-    if launch.open && wanted.is_empty() {
-        return placed
-            .iter()
-            .map(|(name, datatype, shape, offset, len)| {
-                let datatype: DataType = datatype.parse().map_err(|e| bad(format!("{e}")))?;
-                let count = element_count(shape)
-                    .ok_or_else(|| bad(format!("output '{name}' has too many elements")))?;
-                let bytes = offset
-                    .checked_add(*len)
-                    .and_then(|end| contents.get(*offset..end))
-                    .ok_or_else(|| bad(format!("output '{name}' lies outside its segment")))?;
-                let data = from_raw(datatype, count, bytes, usize::MAX)
-                    .map_err(|e| bad(e.for_input(name).message().to_owned()))?;
-                Ok(Tensor {
-                    name: name.clone(),
-                    shape: shape.clone(),
-                    data,
-                })
-            })
-            .collect();
-    }
-    wanted
-        .iter()
-        .filter(|&&index| !streamed || placed.iter().any(|p| p.0 == launch.outputs[index].name))
-        .map(|&index| {
-            let spec = &launch.outputs[index];
-            let Some((_, datatype, shape, offset, len)) = placed.iter().find(|p| p.0 == spec.name)
-            else {
-                return Err(bad(format!("it did not return output '{}'", spec.name)));
-            };
-            let datatype: DataType = datatype.parse().map_err(|e| bad(format!("{e}")))?;
-            if datatype != spec.datatype {
-                return Err(bad(format!(
-                    "output '{}' is declared {}, and the model returned {datatype}",
-                    spec.name, spec.datatype
-                )));
-            }
-            if !launch.shapes_as_produced && !spec.accepts_shape(shape) {
-                return Err(bad(format!(
-                    "output '{}' is declared with shape {}, and the model returned shape {}",
-                    spec.name,
-                    spec.shape_display(),
-                    wirespeed_core::format_shape(shape)
-                )));
-            }
-            let count = element_count(shape)
-                .ok_or_else(|| bad(format!("output '{}' has too many elements", spec.name)))?;
-            let bytes = offset
-                .checked_add(*len)
-                .and_then(|end| contents.get(*offset..end))
-                .ok_or_else(|| {
-                    bad(format!(
-                        "output '{}' lies outside the output segment",
-                        spec.name
-                    ))
-                })?;
-            let data = from_raw(datatype, count, bytes, usize::MAX)
-                .map_err(|e| bad(e.for_input(&spec.name).message().to_owned()))?;
-            Ok(Tensor {
-                name: spec.name.clone(),
-                shape: shape.clone(),
-                data,
-            })
-        })
-        .collect()
-}
-
-/// A request's error as the worker reported it: `kind` is the model's
-/// code (`pb_utils.TritonError`'s), with Triton's statuses.
-pub(crate) fn model_error(model: &str, kind: &str, error: String) -> Error {
-    // A Triton model's error, worded by the worker as Triton words it (it
-    // names the model's instance where Triton does), with its code's status.
-    if let Some(code) = kind.strip_prefix("triton:") {
-        let kind = match code {
-            "UNKNOWN" => ErrorKind::Unknown,
-            "NOT_FOUND" => ErrorKind::ModelNotFound,
-            "INVALID_ARG" => ErrorKind::InvalidInput,
-            "UNAVAILABLE" => ErrorKind::Unavailable,
-            "UNSUPPORTED" => ErrorKind::NotImplemented,
-            "ALREADY_EXISTS" => ErrorKind::AlreadyExists,
-            "CANCELLED" => ErrorKind::Cancelled,
-            _ => ErrorKind::ModelFailed,
-        };
-        return Error::new(kind, error);
-    }
-    match kind {
-        "invalid" => Error::invalid_input(error),
-        "not_found" => Error::new(ErrorKind::ModelNotFound, error),
-        "unavailable" => Error::new(ErrorKind::Unavailable, format!("model '{model}': {error}")),
-        "unsupported" => Error::new(ErrorKind::NotImplemented, error),
-        "interrupted" => Error::new(
-            ErrorKind::GatewayTimeout,
-            format!("model '{model}': {error}"),
-        ),
-        _ => Error::model_failed(format!("model '{model}': {error}")),
     }
 }
 

@@ -1,0 +1,211 @@
+//! Batches of requests on a worker's wire, as Triton's dynamic batcher
+//! gives a Python model's `execute` a list of requests: the requests'
+//! inputs written one after the other into the input segment, one
+//! `infer_batch` message, and each request's answer (or, for a decoupled
+//! model, each request's number, its responses flowing as for one).
+
+use std::io;
+use std::os::unix::net::UnixStream;
+use std::time::{Duration, Instant};
+
+use wirespeed_core::raw::{raw_bytes, write_raw};
+use wirespeed_core::{Error, Tensor};
+
+use super::super::wire::{self, Reply};
+use super::{aligned, model_error, CallError, Launch, Process};
+
+/// One request of a batch: its inputs, the outputs it asks for (by
+/// index), its parameters.
+pub(crate) type Queued<'a> = (
+    &'a [Tensor],
+    &'a [usize],
+    serde_json::Map<String, serde_json::Value>,
+);
+
+/// Triton's dynamic batcher, as a keeper runs it: rows at most, the sizes
+/// sent at once, and how long the first request waits for more.
+#[derive(Debug, Clone)]
+pub(crate) struct BatchWindow {
+    pub(crate) max_rows: usize,
+    pub(crate) preferred: Vec<usize>,
+    pub(crate) delay: Duration,
+}
+
+impl Process {
+    /// Runs a batch of requests to a Triton model in one call of its
+    /// `execute`, as Triton's dynamic batcher does: each request's answer,
+    /// in order, or the worker lost. Past `deadline` (the batch's latest)
+    /// the worker is interrupted, as for one request.
+    pub(crate) fn infer_batch(
+        &mut self,
+        launch: &Launch,
+        batch: Vec<Queued<'_>>,
+        deadline: Option<Instant>,
+    ) -> Result<Vec<Result<Vec<Tensor>, Error>>, CallError> {
+        let groups: Vec<&[Tensor]> = batch.iter().map(|(inputs, ..)| *inputs).collect();
+        let placed = self
+            .write_groups(&groups)
+            .map_err(|e| CallError::Model(Error::internal(format!("shared memory: {e}"))))?;
+        let used = placed
+            .iter()
+            .flatten()
+            .map(|&(offset, len)| offset + len)
+            .max()
+            .unwrap_or(0);
+        let wanted: Vec<&[usize]> = batch.iter().map(|(_, outputs, _)| *outputs).collect();
+        let message = wire::InferBatch {
+            op: "infer_batch",
+            size: self.inputs.len(),
+            requests: batch
+                .into_iter()
+                .zip(&placed)
+                .map(|((inputs, outputs, parameters), placed)| {
+                    self.message(launch, inputs, placed, outputs, parameters, None)
+                })
+                .collect(),
+        };
+        // Each request's caller may leave; the batch goes on for the others.
+        let reply = self.exchange(
+            launch,
+            &message,
+            deadline,
+            std::pin::pin!(std::future::pending()),
+        )?;
+        self.inputs.settle(used);
+        match reply {
+            Reply::Answers { answers, metrics } if answers.len() == wanted.len() => {
+                super::super::metrics::apply(&launch.model, metrics);
+                let mut used = 0usize;
+                let each = answers
+                    .into_iter()
+                    .zip(wanted)
+                    .map(|(answer, outputs)| match answer {
+                        wire::BatchAnswer {
+                            outputs: Some(placed),
+                            ..
+                        } => {
+                            for p in &placed {
+                                used = used.max(p.3.saturating_add(p.4));
+                            }
+                            self.read_outputs(launch, outputs, &placed)
+                        }
+                        wire::BatchAnswer { kind, error, .. } => Err(model_error(
+                            &launch.model,
+                            kind.as_deref().unwrap_or("model"),
+                            error.unwrap_or_default(),
+                        )),
+                    })
+                    .collect();
+                self.outputs.settle(used);
+                Ok(each)
+            }
+            Reply::Error {
+                kind,
+                error,
+                metrics,
+                ..
+            } => {
+                super::super::metrics::apply(&launch.model, metrics);
+                let error = model_error(&launch.model, &kind, error);
+                Ok(wanted.iter().map(|_| Err(error.clone())).collect())
+            }
+            other => {
+                self.kill();
+                Err(self.lost(
+                    launch,
+                    format!("answered {other:?} to a batch, and was killed"),
+                ))
+            }
+        }
+    }
+
+    /// Sends a decoupled model's requests, each with its number, through
+    /// `writer`: one `infer`, or a batch's `infer_batch` (Triton's dynamic
+    /// batcher, one call of `execute`). The input segment's bytes used,
+    /// free again once `execute` has returned for each.
+    pub(crate) fn send_requests(
+        &mut self,
+        launch: &Launch,
+        batch: &mut [(u64, super::super::keeper::Job)],
+        writer: &std::sync::Mutex<UnixStream>,
+    ) -> Result<usize, Error> {
+        if let [(id, job)] = batch {
+            let parameters = std::mem::take(&mut job.parameters);
+            return self.send_request(launch, *id, &job.inputs, &job.outputs, parameters, writer);
+        }
+        let groups: Vec<&[Tensor]> = batch.iter().map(|(_, job)| &job.inputs[..]).collect();
+        let placed = self
+            .write_groups(&groups)
+            .map_err(|e| Error::internal(format!("shared memory: {e}")))?;
+        let used = placed
+            .iter()
+            .flatten()
+            .map(|&(offset, len)| offset + len)
+            .max()
+            .unwrap_or(0);
+        let message = wire::InferBatch {
+            op: "infer_batch",
+            size: self.inputs.len(),
+            requests: batch
+                .iter_mut()
+                .zip(&placed)
+                .map(|((id, job), placed)| {
+                    let parameters = std::mem::take(&mut job.parameters);
+                    self.message(
+                        launch,
+                        &job.inputs,
+                        placed,
+                        &job.outputs,
+                        parameters,
+                        Some(*id),
+                    )
+                })
+                .collect(),
+        };
+        let mut socket = writer.lock().unwrap_or_else(|e| e.into_inner());
+        wire::send(&mut socket, &message).map_err(|e| {
+            Error::model_failed(format!(
+                "model '{}': its Python worker (pid {}) did not take the requests ({e})",
+                launch.model, self.pid
+            ))
+        })?;
+        Ok(used)
+    }
+
+    /// Writes the tensors of several requests one after the other into
+    /// the input segment; where each of each request's lies.
+    pub(super) fn write_groups(
+        &mut self,
+        groups: &[&[Tensor]],
+    ) -> io::Result<Vec<Vec<(usize, usize)>>> {
+        let mut placed = Vec::with_capacity(groups.len());
+        let mut end = 0usize;
+        for inputs in groups {
+            let mut mine = Vec::with_capacity(inputs.len());
+            for tensor in *inputs {
+                let len = wirespeed_core::raw::raw_len(&tensor.data);
+                mine.push((end, len));
+                end = end
+                    .checked_add(aligned(len))
+                    .ok_or_else(|| io::Error::other("inputs too large"))?;
+            }
+            placed.push(mine);
+        }
+        let segment = self.inputs.reserve(end)?;
+        let mut scratch = Vec::new();
+        for (inputs, mine) in groups.iter().zip(&placed) {
+            for (tensor, &(offset, len)) in inputs.iter().zip(mine) {
+                let target = &mut segment[offset..offset + len];
+                match raw_bytes(&tensor.data) {
+                    Some(bytes) => target.copy_from_slice(bytes),
+                    None => {
+                        scratch.clear();
+                        write_raw(&tensor.data, &mut scratch);
+                        target.copy_from_slice(&scratch);
+                    }
+                }
+            }
+        }
+        Ok(placed)
+    }
+}
