@@ -539,14 +539,25 @@ impl Process {
             .write_inputs(inputs)
             .map_err(|e| Error::internal(format!("shared memory: {e}")))?;
         let message = self.message(launch, inputs, &placed, outputs, parameters, Some(id));
+        self.hand_over(launch, &message, writer)?;
+        Ok(placed.last().map_or(0, |&(offset, len)| offset + len))
+    }
+
+    /// Sends a decoupled model's `message` through `writer` (the socket,
+    /// shared with the thread that reads the worker's answers).
+    fn hand_over(
+        &self,
+        launch: &Launch,
+        message: &impl serde::Serialize,
+        writer: &std::sync::Mutex<UnixStream>,
+    ) -> Result<(), Error> {
         let mut socket = writer.lock().unwrap_or_else(|e| e.into_inner());
-        wire::send(&mut socket, &message).map_err(|e| {
+        wire::send(&mut socket, message).map_err(|e| {
             Error::model_failed(format!(
                 "model '{}': its Python worker (pid {}) did not take the request ({e})",
                 launch.model, self.pid
             ))
-        })?;
-        Ok(placed.last().map_or(0, |&(offset, len)| offset + len))
+        })
     }
 
     /// The `infer` message for `inputs`, placed in the input segment at
@@ -598,7 +609,7 @@ impl Process {
     /// Copies the inputs into the segment, each at an aligned offset;
     /// returns each one's offset and length.
     fn write_inputs(&mut self, inputs: &[Tensor]) -> io::Result<Vec<(usize, usize)>> {
-        Ok(self.write_groups(&[inputs])?.pop().unwrap_or_default())
+        Ok(self.write_groups(&[inputs])?.0.pop().unwrap_or_default())
     }
 
     /// The outputs the worker placed, checked against the declared ones,

@@ -43,15 +43,9 @@ impl Process {
         deadline: Option<Instant>,
     ) -> Result<Vec<Result<Vec<Tensor>, Error>>, CallError> {
         let groups: Vec<&[Tensor]> = batch.iter().map(|(inputs, ..)| *inputs).collect();
-        let placed = self
+        let (placed, used) = self
             .write_groups(&groups)
             .map_err(|e| CallError::Model(Error::internal(format!("shared memory: {e}"))))?;
-        let used = placed
-            .iter()
-            .flatten()
-            .map(|&(offset, len)| offset + len)
-            .max()
-            .unwrap_or(0);
         let wanted: Vec<&[usize]> = batch.iter().map(|(_, outputs, _)| *outputs).collect();
         let message = wire::InferBatch {
             op: "infer_batch",
@@ -134,15 +128,9 @@ impl Process {
             return self.send_request(launch, *id, &job.inputs, &job.outputs, parameters, writer);
         }
         let groups: Vec<&[Tensor]> = batch.iter().map(|(_, job)| &job.inputs[..]).collect();
-        let placed = self
+        let (placed, used) = self
             .write_groups(&groups)
             .map_err(|e| Error::internal(format!("shared memory: {e}")))?;
-        let used = placed
-            .iter()
-            .flatten()
-            .map(|&(offset, len)| offset + len)
-            .max()
-            .unwrap_or(0);
         let message = wire::InferBatch {
             op: "infer_batch",
             size: self.inputs.len(),
@@ -162,22 +150,17 @@ impl Process {
                 })
                 .collect(),
         };
-        let mut socket = writer.lock().unwrap_or_else(|e| e.into_inner());
-        wire::send(&mut socket, &message).map_err(|e| {
-            Error::model_failed(format!(
-                "model '{}': its Python worker (pid {}) did not take the requests ({e})",
-                launch.model, self.pid
-            ))
-        })?;
+        self.hand_over(launch, &message, writer)?;
         Ok(used)
     }
 
     /// Writes the tensors of several requests one after the other into
-    /// the input segment; where each of each request's lies.
+    /// the input segment: where each of each request's lies, and the
+    /// segment's bytes used.
     pub(super) fn write_groups(
         &mut self,
         groups: &[&[Tensor]],
-    ) -> io::Result<Vec<Vec<(usize, usize)>>> {
+    ) -> io::Result<(Vec<Vec<(usize, usize)>>, usize)> {
         let mut placed = Vec::with_capacity(groups.len());
         let mut end = 0usize;
         for inputs in groups {
@@ -206,6 +189,6 @@ impl Process {
                 }
             }
         }
-        Ok(placed)
+        Ok((placed, end))
     }
 }
