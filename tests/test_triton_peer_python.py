@@ -28,8 +28,7 @@ import requests
 import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException
 
-from conftest import RunningServer
-from triton_peer import TritonServer
+from triton_peer import side_by_side
 
 # wirespeed's workers run the models on the tests' Python (numpy's).
 os.environ.setdefault("WIRESPEED_PYTHON", sys.executable)
@@ -268,16 +267,8 @@ def servers(tmp_path_factory):
             {extra}
             """))
         (repo / name / "1" / "model.py").write_text(textwrap.dedent(code))
-    triton = TritonServer(repo, tmp_path_factory.mktemp("triton_log") / "triton.log")
-    try:
-        wirespeed = RunningServer(repo)
-    except BaseException:
-        # Triton is not left running when wirespeed does not start.
-        triton.stop()
-        raise
-    yield {"triton": triton, "wirespeed": wirespeed}
-    wirespeed.stop()
-    triton.stop()
+    with side_by_side(repo, tmp_path_factory.mktemp("triton_log") / "triton.log") as servers:
+        yield servers
 
 
 def body(values):

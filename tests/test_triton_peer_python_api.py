@@ -22,10 +22,9 @@ from functools import partial
 import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
-from tritonclient.utils import InferenceServerException
+from tritonclient.utils import InferenceServerException, np_to_triton_dtype
 
-from conftest import RunningServer
-from triton_peer import TritonServer
+from triton_peer import side_by_side
 
 # wirespeed's workers run the models on the tests' Python (numpy's).
 os.environ.setdefault("WIRESPEED_PYTHON", sys.executable)
@@ -394,27 +393,25 @@ def servers(tmp_path_factory):
         group = "" if "instance_group" in config else "instance_group [ { kind: KIND_CPU } ]\n"
         (repo / name / "config.pbtxt").write_text(f'name: "{name}"\nbackend: "python"\n{config}\n{group}')
         (repo / name / "1" / "model.py").write_text(textwrap.dedent(code))
-    triton = TritonServer(repo, tmp_path_factory.mktemp("triton_log") / "triton.log")
-    try:
-        wirespeed = RunningServer(repo)
-    except BaseException:
-        triton.stop()
-        raise
-    yield {"triton": triton, "wirespeed": wirespeed, "repo": repo}
-    wirespeed.stop()
-    triton.stop()
+    with side_by_side(repo, tmp_path_factory.mktemp("triton_log") / "triton.log") as servers:
+        yield {**servers, "repo": repo}
+
+
+def tensors(inputs):
+    """The request's inputs, from arrays by name."""
+    made = []
+    for name, array in inputs.items():
+        tensor = grpcclient.InferInput(name, list(array.shape), np_to_triton_dtype(array.dtype))
+        tensor.set_data_from_numpy(array)
+        made.append(tensor)
+    return made
 
 
 def infer(server, model, inputs, output):
     """("ok", the output) or (the gRPC code, the message)."""
     client = grpcclient.InferenceServerClient(server.grpc_address)
-    tensors = []
-    for name, array in inputs.items():
-        tensor = grpcclient.InferInput(name, list(array.shape), "FP32" if array.dtype == np.float32 else "INT32")
-        tensor.set_data_from_numpy(array)
-        tensors.append(tensor)
     try:
-        result = client.infer(model, tensors)
+        result = client.infer(model, tensors(inputs))
     except InferenceServerException as e:
         return e.status(), e.message()
     finally:
@@ -463,12 +460,7 @@ def stream(server, model, inputs):
     got = queue.Queue()
     client = grpcclient.InferenceServerClient(server.grpc_address)
     client.start_stream(callback=partial(lambda q, result, error: q.put((result, error)), got))
-    tensors = []
-    for name, array in inputs.items():
-        tensor = grpcclient.InferInput(name, list(array.shape), "INT32")
-        tensor.set_data_from_numpy(array)
-        tensors.append(tensor)
-    client.async_stream_infer(model, tensors, enable_empty_final_response=True)
+    client.async_stream_infer(model, tensors(inputs), enable_empty_final_response=True)
     answers = []
     while True:
         result, error = got.get(timeout=30)
@@ -505,12 +497,7 @@ def on_stream(server, model, inputs, output, times=2):
     client.start_stream(callback=partial(lambda q, result, error: q.put((result, error)), got))
     answers = []
     for _ in range(times):
-        tensors = []
-        for name, array in inputs.items():
-            tensor = grpcclient.InferInput(name, list(array.shape), "FP32")
-            tensor.set_data_from_numpy(array)
-            tensors.append(tensor)
-        client.async_stream_infer(model, tensors)
+        client.async_stream_infer(model, tensors(inputs))
         result, error = got.get(timeout=30)
         answers.append(("error", error.message()) if error else ("ok", result.as_numpy(output).tolist()))
     client.stop_stream()
@@ -549,10 +536,9 @@ def test_a_model_sees_its_client_leave_as_in_triton(servers, tmp_path):
         for mark in ("started", "cancelled"):
             (marks / mark).unlink(missing_ok=True)
         client = grpcclient.InferenceServerClient(servers[name].grpc_address)
-        x = grpcclient.InferInput("IN", [2], "FP32")
-        x.set_data_from_numpy(np.array([1.0, 2.0], np.float32))
+        x = tensors({"IN": np.array([1.0, 2.0], np.float32)})
         got = queue.Queue()
-        future = client.async_infer("cancellable", [x], partial(lambda q, result, error: q.put(error), got))
+        future = client.async_infer("cancellable", x, partial(lambda q, result, error: q.put(error), got))
         wait_for(marks / "started")
         future.cancel()
         error = got.get(timeout=30)
@@ -570,19 +556,7 @@ def test_a_coroutines_calls_run_at_once_and_streams_end_as_in_triton(servers):
         arrived = servers["repo"] / "rendezvous" / "arrived"
         for mark in arrived.glob("*"):
             mark.unlink()
-        assert stream_one(servers[name], "fan_out") == [1.0, 2.0, 1.0, 1.0], name
-
-
-def stream_one(server, model):
-    got = queue.Queue()
-    client = grpcclient.InferenceServerClient(server.grpc_address)
-    client.start_stream(callback=partial(lambda q, result, error: q.put((result, error)), got))
-    client.async_stream_infer(model, [])
-    result, error = got.get(timeout=60)
-    client.stop_stream()
-    client.close()
-    assert error is None, error
-    return result.as_numpy("OUT").tolist()
+        assert on_stream(servers[name], "fan_out", {}, "OUT", times=1) == [("ok", [1.0, 2.0, 1.0, 1.0])], name
 
 
 def test_a_batch_is_a_list_of_requests_as_in_triton(servers):
@@ -622,9 +596,7 @@ def test_a_decoupled_models_batch_is_a_list_of_requests_as_in_triton(servers):
         client = grpcclient.InferenceServerClient(servers[name].grpc_address)
         client.start_stream(callback=partial(lambda q, result, error: q.put((result, error)), got))
         for _ in range(3):
-            x = grpcclient.InferInput("IN", [1, 1], "FP32")
-            x.set_data_from_numpy(np.array([[1.0]], np.float32))
-            client.async_stream_infer("listed_stream", [x])
+            client.async_stream_infer("listed_stream", tensors({"IN": np.array([[1.0]], np.float32)}))
         answers = [got.get(timeout=60) for _ in range(3)]
         client.stop_stream()
         client.close()

@@ -7,13 +7,14 @@ model folder a `RunningServer` (conftest.py) serves, so a test sends the
 same request to both through the same client and compares the answers.
 """
 
+import contextlib
 import os
 import subprocess
 from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, free_port, http_ok, stop_process, wait_until
+from conftest import ROOT, RunningServer, free_port, http_ok, stop_process, wait_until
 
 VENV = ROOT / ".venv-triton"
 
@@ -78,3 +79,20 @@ class TritonServer:
 
     def stop(self):
         stop_process(self.process, grace=30)
+
+
+@contextlib.contextmanager
+def side_by_side(repo: Path, log: Path):
+    """Triton and wirespeed both serving `repo`, by name; Triton is not
+    left running when wirespeed does not start."""
+    triton = TritonServer(repo, log)
+    try:
+        wirespeed = RunningServer(repo)
+    except BaseException:
+        triton.stop()
+        raise
+    try:
+        yield {"triton": triton, "wirespeed": wirespeed}
+    finally:
+        wirespeed.stop()
+        triton.stop()
