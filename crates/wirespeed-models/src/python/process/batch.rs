@@ -22,6 +22,10 @@ pub(crate) type Queued<'a> = (
     serde_json::Map<String, serde_json::Value>,
 );
 
+/// Where each tensor of each request of a batch lies in the input
+/// segment: offset and length.
+type Placements = Vec<Vec<(usize, usize)>>;
+
 /// Triton's dynamic batcher, as a keeper runs it: rows at most, the sizes
 /// sent at once, and how long the first request waits for more.
 #[derive(Debug, Clone)]
@@ -157,10 +161,7 @@ impl Process {
     /// Writes the tensors of several requests one after the other into
     /// the input segment: where each of each request's lies, and the
     /// segment's bytes used.
-    pub(super) fn write_groups(
-        &mut self,
-        groups: &[&[Tensor]],
-    ) -> io::Result<(Vec<Vec<(usize, usize)>>, usize)> {
+    pub(super) fn write_groups(&mut self, groups: &[&[Tensor]]) -> io::Result<(Placements, usize)> {
         let mut placed = Vec::with_capacity(groups.len());
         let mut end = 0usize;
         for inputs in groups {
