@@ -286,6 +286,7 @@ pub(crate) fn encode_response(
             name: name.extract()?,
             shape,
             data,
+            parameters: Vec::new(),
         });
     }
     let response = InferResponse {

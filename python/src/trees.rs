@@ -152,6 +152,7 @@ impl Model {
                 name: name.extract()?,
                 shape,
                 data,
+                parameters: Vec::new(),
             });
         }
         let (n, rows) = model

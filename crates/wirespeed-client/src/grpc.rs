@@ -363,6 +363,7 @@ fn answer_tensors(answer: &pb::ModelInferResponse) -> Result<Answer, ClientError
             name: output.name.clone(),
             shape,
             data,
+            parameters: Vec::new(),
         });
     }
     let response = InferResponse {

@@ -154,6 +154,7 @@ mod tests {
             name: "y".into(),
             shape: vec![v.len()],
             data: TensorData::Fp32(v),
+            parameters: Vec::new(),
         };
         assert_eq!(absolute_loss(&[1.0], &t(vec![1.0])), Some(0.0));
         assert_eq!(absolute_loss(&[1.0], &t(vec![0.0])), Some(1.0));
@@ -164,6 +165,7 @@ mod tests {
             name: "y".into(),
             shape: vec![1],
             data: TensorData::Bytes(vec![b"a".to_vec()]),
+            parameters: Vec::new(),
         };
         assert_eq!(absolute_loss(&[0.0], &words), None);
     }

@@ -9,7 +9,7 @@
 //! ```
 //! use wirespeed_core::{batch, Tensor, TensorData};
 //!
-//! let row = |v: f32| vec![Tensor { name: "x".into(), shape: vec![1, 2], data: TensorData::Fp32(vec![v, v]) }];
+//! let row = |v: f32| vec![Tensor::new("x", vec![1, 2], TensorData::Fp32(vec![v, v]))];
 //! let joined = batch::concat(vec![row(1.0), row(2.0)]).unwrap();
 //! assert_eq!(joined[0].shape, vec![2, 2]);
 //! let back = batch::split(joined, &[1, 1]).unwrap();
@@ -64,6 +64,7 @@ pub fn concat(parts: Vec<Vec<Tensor>>) -> Result<Vec<Tensor>, String> {
             name: head.name,
             shape,
             data,
+            parameters: Vec::new(),
         });
     }
     for part in rest {
@@ -133,6 +134,7 @@ pub fn split(outputs: Vec<Tensor>, rows: &[usize]) -> Result<Vec<Vec<Tensor>>, S
                 name: output.name.clone(),
                 shape,
                 data: pieces.next().expect("one piece per request"),
+                parameters: output.parameters.clone(),
             });
         }
     }
@@ -182,6 +184,7 @@ mod tests {
             name: name.into(),
             shape,
             data,
+            parameters: Vec::new(),
         }
     }
 

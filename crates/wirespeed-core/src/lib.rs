@@ -18,7 +18,7 @@
 //!     inputs: vec![TensorSpec { name: "features".into(), datatype: DataType::Fp32, shape: vec![-1, 12], optional: false }],
 //!     outputs: vec![],
 //! };
-//! let row = Tensor { name: "features".into(), shape: vec![1, 12], data: TensorData::Fp32(vec![0.0; 12]) };
+//! let row = Tensor::new("features", vec![1, 12], TensorData::Fp32(vec![0.0; 12]));
 //! assert!(metadata.check_inputs(&[row]).is_ok());
 //! ```
 

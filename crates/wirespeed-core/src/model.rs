@@ -600,6 +600,7 @@ mod tests {
             name: "predict".into(),
             shape: vec![1, 12],
             data: TensorData::Int64(vec![1; 12]),
+            parameters: Vec::new(),
         }];
         let outputs = m.bind(Binding::FirstInput, &mut inputs, &[]).unwrap();
         assert_eq!(outputs, vec![0]);
@@ -621,6 +622,7 @@ mod tests {
             name: name.into(),
             shape: vec![1],
             data: TensorData::Fp32(vec![1.0]),
+            parameters: Vec::new(),
         };
         let mut inputs = vec![t("a"), t("b")];
         assert_eq!(
@@ -651,6 +653,7 @@ mod tests {
             name: "features".into(),
             shape,
             data,
+            parameters: Vec::new(),
         }
     }
 

@@ -154,9 +154,22 @@ pub struct Tensor {
     pub shape: Vec<usize>,
     /// The elements.
     pub data: TensorData,
+    /// Its own `parameters`, as an output answers them (MLServer's
+    /// `content_type`); empty for most.
+    pub parameters: crate::Parameters,
 }
 
 impl Tensor {
+    /// A tensor without parameters.
+    pub fn new(name: impl Into<String>, shape: Vec<usize>, data: TensorData) -> Tensor {
+        Tensor {
+            name: name.into(),
+            shape,
+            data,
+            parameters: Vec::new(),
+        }
+    }
+
     /// The datatype of the elements.
     pub fn datatype(&self) -> DataType {
         self.data.datatype()

@@ -215,6 +215,7 @@ mod tests {
             name: "x".into(),
             shape: vec![1, values.len()],
             data: TensorData::Fp32(values.to_vec()),
+            parameters: Vec::new(),
         }
     }
 

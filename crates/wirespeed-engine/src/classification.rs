@@ -178,6 +178,7 @@ fn classified(
         name: tensor.name.clone(),
         shape,
         data: TensorData::Bytes(strings),
+        parameters: Vec::new(),
     })
 }
 
@@ -190,6 +191,7 @@ mod tests {
             name: "p".into(),
             shape,
             data: TensorData::Fp32(v),
+            parameters: Vec::new(),
         }
     }
 
@@ -228,6 +230,7 @@ mod tests {
             name: "y".into(),
             shape: vec![2, 3],
             data: TensorData::Int64(vec![1, 3, 2, 9, -4, i64::MAX]),
+            parameters: Vec::new(),
         };
         assert_eq!(
             strings(&classified(&t, 1, None, true).unwrap()),

@@ -82,6 +82,7 @@ fn serve(models: &ServedModels, name: &str, upstream: &Arc<Upstream>) {
         parameters: Vec::new(),
         sequencing: None,
         response_cache: false,
+        output_parameters: Vec::new(),
     });
     if added {
         tracing::info!(model = name, upstream = %upstream.describe(), "serving the upstream's model");

@@ -512,6 +512,11 @@ async fn answer(
     if let Some(turn) = turn {
         turn.finish(&mut outputs)?;
     }
+    if !served.output_parameters.is_empty() {
+        for output in outputs.iter_mut().filter(|o| o.parameters.is_empty()) {
+            output.parameters = served.output_parameters.clone();
+        }
+    }
     context.default_answer = answer.default;
     let mut parameters = if answer.default {
         vec![

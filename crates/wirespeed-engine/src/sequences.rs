@@ -287,6 +287,7 @@ impl Sequences {
                 name: control.name.clone(),
                 shape: shape(&[1]),
                 data,
+                parameters: Vec::new(),
             });
         }
         for (state, value) in self.sequencing.states.iter().zip(&data.states) {
@@ -294,6 +295,7 @@ impl Sequences {
                 name: state.input.clone(),
                 shape: shape(&state.shape),
                 data: value.clone(),
+                parameters: Vec::new(),
             });
             if !request.outputs.is_empty() {
                 request.outputs.push(RequestedOutput {

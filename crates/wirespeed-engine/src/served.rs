@@ -66,6 +66,9 @@ pub struct ServedModel {
     pub input_formats: Vec<(String, String)>,
     /// Triton's string parameters, from its configuration.
     pub parameters: Vec<(String, String)>,
+    /// The parameters every output answers with, unless the model gave
+    /// it its own (MLServer's runtimes' `content_type`).
+    pub output_parameters: wirespeed_core::Parameters,
     /// A stateful model's open sequences (`sequences.rs`).
     pub sequences: Option<Arc<Sequences>>,
     /// The response cache, and this load's id in it, when the model's
@@ -204,6 +207,8 @@ pub fn versions_named(models: &ServedModels, name: &str, version: Option<&str>) 
             .versions(name)
             .iter()
             .map(|m| m.version().to_owned())
+            // A model without versions (MLServer's unversioned) lists none.
+            .filter(|v| !v.is_empty())
             .collect(),
     }
 }
@@ -380,6 +385,7 @@ impl ServedModels {
             max_batch_size: loaded.max_batch_size,
             input_formats: loaded.input_formats,
             parameters: loaded.parameters,
+            output_parameters: loaded.output_parameters,
         })
     }
 

@@ -40,8 +40,12 @@ fn encode(response: &InferResponse, binary: &[bool], out: &mut Vec<u8>) {
     out.reserve(96 + response.model_name.len() + estimate);
     out.extend_from_slice(b"{\"model_name\":");
     write_string(out, response.model_name.as_bytes());
-    out.extend_from_slice(b",\"model_version\":");
-    write_string(out, response.model_version.as_bytes());
+    // A model without versions (MLServer's, whose settings name none)
+    // answers none.
+    if !response.model_version.is_empty() {
+        out.extend_from_slice(b",\"model_version\":");
+        write_string(out, response.model_version.as_bytes());
+    }
     if let Some(id) = &response.id {
         out.extend_from_slice(b",\"id\":");
         write_string(out, id.as_bytes());
@@ -58,9 +62,25 @@ fn encode(response: &InferResponse, binary: &[bool], out: &mut Vec<u8>) {
         out.extend_from_slice(tensor.datatype().as_str().as_bytes());
         out.extend_from_slice(b"\",\"shape\":[");
         write_shape(out, &tensor.shape);
+        out.push(b']');
         let mut ints = itoa::Buffer::new();
-        if let Some(shared) = response.shared_output(i) {
-            out.extend_from_slice(b"],\"parameters\":{\"shared_memory_region\":");
+        // The output's own parameters (a content type), then where its
+        // data went when not in `data`.
+        let shared = response.shared_output(i);
+        let binary = binary.get(i).copied().unwrap_or(false);
+        if tensor.parameters.is_empty() && shared.is_none() && !binary {
+            out.extend_from_slice(b",\"data\":[");
+            write_data(out, &tensor.data);
+            out.extend_from_slice(b"]}");
+            continue;
+        }
+        out.extend_from_slice(b",\"parameters\":{");
+        let own = write_entries(out, &tensor.parameters);
+        if let Some(shared) = shared {
+            if own {
+                out.push(b',');
+            }
+            out.extend_from_slice(b"\"shared_memory_region\":");
             write_string(out, shared.at.region.as_bytes());
             out.extend_from_slice(b",\"shared_memory_byte_size\":");
             out.extend_from_slice(ints.format(shared.written).as_bytes());
@@ -71,14 +91,18 @@ fn encode(response: &InferResponse, binary: &[bool], out: &mut Vec<u8>) {
             out.extend_from_slice(b"}}");
             continue;
         }
-        if binary.get(i).copied().unwrap_or(false) {
+        if binary {
+            if own {
+                out.push(b',');
+            }
             let size = wirespeed_core::raw::raw_len(&tensor.data);
-            out.extend_from_slice(b"],\"parameters\":{\"binary_data_size\":");
+            out.extend_from_slice(b"\"binary_data_size\":");
             out.extend_from_slice(ints.format(size).as_bytes());
             out.extend_from_slice(b"}}");
             continue;
         }
-        out.extend_from_slice(b"],\"data\":[");
+        out.push(b'}');
+        out.extend_from_slice(b",\"data\":[");
         write_data(out, &tensor.data);
         out.extend_from_slice(b"]}");
     }
@@ -175,8 +199,14 @@ fn write_parameters(out: &mut Vec<u8>, parameters: &Parameters) {
     if parameters.is_empty() {
         return;
     }
-    let mut ints = itoa::Buffer::new();
     out.extend_from_slice(b",\"parameters\":{");
+    write_entries(out, parameters);
+    out.push(b'}');
+}
+
+/// Writes `parameters`' entries, comma-separated; whether there were any.
+fn write_entries(out: &mut Vec<u8>, parameters: &Parameters) -> bool {
+    let mut ints = itoa::Buffer::new();
     for (i, (key, value)) in parameters.iter().enumerate() {
         if i > 0 {
             out.push(b',');
@@ -193,7 +223,7 @@ fn write_parameters(out: &mut Vec<u8>, parameters: &Parameters) {
             ParameterValue::String(text) => write_string(out, text.as_bytes()),
         }
     }
-    out.push(b'}');
+    !parameters.is_empty()
 }
 
 /// Writes a shape's dimensions, comma-separated.
@@ -557,11 +587,13 @@ mod tests {
                 name: "text".into(),
                 shape: vec![2],
                 data: words.clone(),
+                parameters: Vec::new(),
             },
             Tensor {
                 name: "image_bytes".into(),
                 shape: vec![2],
                 data: words,
+                parameters: Vec::new(),
             },
         ];
         let mut out = Vec::new();
@@ -601,6 +633,7 @@ mod tests {
             name: "p".into(),
             shape: vec![2],
             data: TensorData::Fp32(vec![0.5, 0.5]),
+            parameters: Vec::new(),
         };
         let mut out = Vec::new();
         encode_clipper_response(
@@ -626,6 +659,7 @@ mod tests {
             name: name.into(),
             shape: vec![data.len()],
             data,
+            parameters: Vec::new(),
         }
     }
 

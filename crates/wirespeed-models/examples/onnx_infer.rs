@@ -42,6 +42,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         name,
         shape,
         data: TensorData::Fp32(values),
+        parameters: Vec::new(),
     };
     let inputs = [tensor];
     let every: Vec<usize> = (0..model.metadata().outputs.len()).collect();

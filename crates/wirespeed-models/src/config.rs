@@ -90,6 +90,11 @@ pub struct ModelConfig {
     /// (`text/chat.rs`).
     #[serde(default)]
     pub chat: Option<toml::Table>,
+    /// `[output_parameters]`: parameters every output answers with
+    /// (MLServer's runtimes answer `content_type = "np"`), unless the
+    /// model gives an output its own.
+    #[serde(default)]
+    pub output_parameters: toml::Table,
     /// The backend's own top-level keys (`model_file`, ...).
     #[serde(flatten)]
     pub backend_keys: toml::Table,

@@ -425,6 +425,7 @@ impl Model for FilModel {
                 vec![n]
             },
             data: TensorData::Fp32(values),
+            parameters: Vec::new(),
         }])
     }
 }

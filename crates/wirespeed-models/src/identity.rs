@@ -137,6 +137,7 @@ impl Model for IdentityModel {
                     name: self.metadata.outputs[index].name.clone(),
                     shape: input.shape.clone(),
                     data: input.data.clone(),
+                    parameters: Vec::new(),
                 })
             })
             .collect()

@@ -53,6 +53,9 @@ pub struct LoadedModel {
     pub sequencing: Option<crate::sequence::Sequencing>,
     /// Its answers may come from the server's response cache.
     pub response_cache: bool,
+    /// The parameters every output answers with, unless the model gave
+    /// the output its own (`[output_parameters]`).
+    pub output_parameters: wirespeed_core::Parameters,
 }
 
 /// An output's class labels, read from its labels file at load.
@@ -252,9 +255,34 @@ pub(crate) fn load_version(
         max_batch_size,
         input_formats: input_formats(config).map_err(|m| error(&config_path, m))?,
         parameters: string_parameters(config),
+        output_parameters: output_parameters(config).map_err(|m| error(&config_path, m))?,
         response_cache: config.response_cache,
         sequencing,
     })
+}
+
+/// `[output_parameters]`, as the protocol's parameters: strings, numbers
+/// and bools.
+fn output_parameters(config: &ModelConfig) -> Result<wirespeed_core::Parameters, String> {
+    use wirespeed_core::ParameterValue;
+    config
+        .output_parameters
+        .iter()
+        .map(|(key, value)| {
+            let value = match value {
+                toml::Value::String(s) => ParameterValue::String(s.clone()),
+                toml::Value::Integer(i) => ParameterValue::Int(*i),
+                toml::Value::Float(x) => ParameterValue::Float(*x),
+                toml::Value::Boolean(b) => ParameterValue::Bool(*b),
+                other => {
+                    return Err(format!(
+                        "output_parameters.{key} must be a string, number or bool, not {other}"
+                    ))
+                }
+            };
+            Ok((key.clone(), value))
+        })
+        .collect()
 }
 
 /// The model's `[parameters]`, as Triton's strings.

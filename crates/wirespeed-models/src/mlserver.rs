@@ -275,15 +275,13 @@ pub(crate) fn model_config(name: &str, folder: &Path) -> Result<ModelConfig, Str
         if MODEL_KEYS_IGNORED.contains(&key.as_str()) {
             tracing::info!(model = %name, key = %key, "{MODEL_SETTINGS}: MLServer's key has no meaning here; ignored");
         } else if !MODEL_KEYS.contains(&key.as_str()) {
-            return Err(format!(
-                "'{key}' is not a key of MLServer's model settings (it has {})",
-                MODEL_KEYS
-                    .iter()
-                    .chain(MODEL_KEYS_IGNORED)
-                    .map(|k| format!("'{k}'"))
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            ));
+            // MLServer's ModelSettings ignores keys it does not know
+            // (pydantic's extra="ignore"); so does wirespeed, saying so.
+            tracing::warn!(
+                model = %name, key = %key,
+                "{MODEL_SETTINGS}: not a key of MLServer's model settings (it has {}); ignored, as MLServer ignores it",
+                MODEL_KEYS.iter().chain(MODEL_KEYS_IGNORED).map(|k| format!("'{k}'")).collect::<Vec<_>>().join(", ")
+            );
         }
     }
     let empty = Map::new();
@@ -332,9 +330,10 @@ pub(crate) fn model_config(name: &str, folder: &Path) -> Result<ModelConfig, Str
     };
 
     let mut table = toml::Table::new();
-    if let Some(version) = string(parameters, "version")? {
-        table.insert("version".into(), version.into());
-    }
+    // A model whose settings name no version has none: its answers carry
+    // no model_version and the index lists it without one, as MLServer's.
+    let version = string(parameters, "version")?.unwrap_or_default();
+    table.insert("version".into(), version.into());
     let batch = settings
         .get("max_batch_size")
         .and_then(Value::as_u64)
@@ -353,6 +352,19 @@ pub(crate) fn model_config(name: &str, folder: &Path) -> Result<ModelConfig, Str
         table.insert("batching".into(), batching.into());
     }
     let file = |wellknown: &[&str]| model_file(folder, uri.as_deref(), wellknown);
+    // MLServer's runtimes for these frameworks answer each output encoded
+    // by its NumPy codec, which says so in the output's parameters. (Those
+    // that run in a worker, MLServer's own code, say it themselves.)
+    if matches!(
+        implementation.as_str(),
+        "mlserver_xgboost.XGBoostModel"
+            | "mlserver_lightgbm.LightGBMModel"
+            | "mlserver_sklearn.SKLearnModel"
+    ) {
+        let mut numpy = toml::Table::new();
+        numpy.insert("content_type".into(), "np".into());
+        table.insert("output_parameters".into(), numpy.into());
+    }
     match implementation.as_str() {
         "mlserver_xgboost.XGBoostModel" => {
             let model = file(&["model.bst", "model.json", "model.ubj"])?;
@@ -590,11 +602,11 @@ fn server_settings(folder: &Path) -> Result<ServerSettings, String> {
         .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
     let map: Map<String, Value> = serde_json::from_str(&text)
         .map_err(|e| format!("{} is not a JSON object: {e}", path.display()))?;
-    if let Some(key) = map.keys().find(|k| !SERVER_KEYS.contains(&k.as_str())) {
-        return Err(format!(
-            "{}: '{key}' is not a key of MLServer's settings",
+    for key in map.keys().filter(|k| !SERVER_KEYS.contains(&k.as_str())) {
+        tracing::warn!(
+            "{}: '{key}' is not a key of MLServer's settings; ignored, as MLServer ignores it",
             path.display()
-        ));
+        );
     }
     Ok(ServerSettings {
         parallel_workers: map.get("parallel_workers").and_then(Value::as_u64),
@@ -648,10 +660,13 @@ mod tests {
     }
 
     #[test]
-    fn unknown_keys_and_missing_files_are_named() {
-        let dir = folder(r#"{"implementation": "models.M", "nmae": "x"}"#, &[]);
-        let err = model_config("m", dir.path()).unwrap_err();
-        assert!(err.contains("'nmae'"), "{err}");
+    fn unknown_keys_are_ignored_and_missing_files_named() {
+        // MLServer ignores keys its settings do not have; so does wirespeed.
+        let dir = folder(
+            r#"{"implementation": "models.M", "version": "x"}"#,
+            &["models.py"],
+        );
+        assert!(model_config("m", dir.path()).is_ok());
         let dir = folder(
             r#"{"implementation": "mlserver_xgboost.XGBoostModel", "parameters": {"uri": "./nope.json"}}"#,
             &[],

@@ -496,6 +496,7 @@ impl Model for TreeModel {
                     vec![n_rows, width]
                 },
                 data,
+                parameters: Vec::new(),
             });
         }
         Ok(result)

@@ -167,6 +167,7 @@ fn run_samples(
                 name: name.clone(),
                 shape,
                 data,
+                parameters: Vec::new(),
             });
         }
         // In the model's order, as a request's are given to it.

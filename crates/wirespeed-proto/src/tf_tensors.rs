@@ -403,36 +403,43 @@ mod tests {
                 name: "a".into(),
                 shape: vec![2, 3],
                 data: TensorData::Fp32(vec![0.5, 1.0, -2.0, 3.25, f32::MAX, 0.0]),
+                parameters: Vec::new(),
             },
             Tensor {
                 name: "b".into(),
                 shape: vec![3],
                 data: TensorData::Bool(vec![true, false, true]),
+                parameters: Vec::new(),
             },
             Tensor {
                 name: "c".into(),
                 shape: vec![2],
                 data: TensorData::Uint64(vec![u64::MAX, 1]),
+                parameters: Vec::new(),
             },
             Tensor {
                 name: "d".into(),
                 shape: vec![2],
                 data: TensorData::Bytes(vec![b"x".to_vec(), Vec::new()]),
+                parameters: Vec::new(),
             },
             Tensor {
                 name: "e".into(),
                 shape: vec![2],
                 data: TensorData::Int8(vec![-128, 127]),
+                parameters: Vec::new(),
             },
             Tensor {
                 name: "f".into(),
                 shape: vec![1],
                 data: TensorData::Fp16(vec![f16::from_f32(-0.5)]),
+                parameters: Vec::new(),
             },
             Tensor {
                 name: "g".into(),
                 shape: vec![1],
                 data: TensorData::Bf16(vec![bf16::from_f32(3.0)]),
+                parameters: Vec::new(),
             },
         ] {
             let expected = (tensor.datatype(), tensor.shape.clone(), tensor.data.clone());

@@ -255,6 +255,7 @@ mod tests {
                 name: "x".into(),
                 shape: vec![rows.len(), 1],
                 data: TensorData::Fp32(rows.to_vec()),
+                parameters: Vec::new(),
             }],
             outputs: vec![0],
             parameters: vec![("id".into(), ParameterValue::Int(id))],
@@ -304,11 +305,13 @@ mod tests {
                 name: "x".into(),
                 shape: vec![1, 2],
                 data: TensorData::Fp32(vec![1.0, 2.0]),
+                parameters: Vec::new(),
             }],
             vec![Tensor {
                 name: "x".into(),
                 shape: vec![2, 2],
                 data: TensorData::Fp32(vec![3.0, 4.0, 5.0, 6.0]),
+                parameters: Vec::new(),
             }],
         ];
         let joined = join(small, &pool).await.unwrap();
@@ -325,6 +328,7 @@ mod tests {
                     name: "x".into(),
                     shape: vec![rows, 1],
                     data: TensorData::Fp32(vec![i as f32; rows]),
+                    parameters: Vec::new(),
                 }]
             })
             .collect();

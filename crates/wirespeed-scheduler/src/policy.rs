@@ -109,6 +109,7 @@ impl DefaultOutput {
             name: self.name.clone(),
             shape,
             data,
+            parameters: Vec::new(),
         }
     }
 }

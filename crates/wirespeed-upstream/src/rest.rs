@@ -625,6 +625,7 @@ mod tests {
             name: "x".into(),
             shape: vec![2],
             data: TensorData::Fp32(vec![1.0, 2.0]),
+            parameters: Vec::new(),
         };
         let (body, header_len) = infer_body(vec![x], &["y"], &Vec::new(), true);
         let header_len = header_len.unwrap();

@@ -490,7 +490,12 @@ fn answer_outputs(
             max_bytes,
             &limits,
         )?;
-        let tensor = Tensor { name, shape, data };
+        let tensor = Tensor {
+            name,
+            shape,
+            data,
+            parameters: Vec::new(),
+        };
         match slot {
             Some(i) => found[i] = Some(tensor),
             None => given.push(tensor),
@@ -566,11 +571,13 @@ mod tests {
                 name: "x".into(),
                 shape: vec![2, 2],
                 data: TensorData::Fp32(vec![1.0, 2.0, 3.0, 4.0]),
+                parameters: Vec::new(),
             },
             Tensor {
                 name: "s".into(),
                 shape: vec![1],
                 data: TensorData::Bytes(vec![b"hi".to_vec()]),
+                parameters: Vec::new(),
             },
         ];
         let y = spec("y", DataType::Fp32, vec![-1]);

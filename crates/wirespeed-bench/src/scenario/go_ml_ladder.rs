@@ -79,6 +79,7 @@ fn in_process(context: &Context) -> anyhow::Result<Vec<(String, f64)>> {
             name: "features".into(),
             shape: vec![1, 12],
             data: TensorData::Fp32(row.to_vec()),
+            parameters: Vec::new(),
         };
         if let Err(e) = model.infer(std::slice::from_ref(&input), &outputs) {
             failed = Some(e);

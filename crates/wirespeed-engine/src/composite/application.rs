@@ -359,5 +359,6 @@ fn average<'a>(
         name: name.to_owned(),
         shape,
         data,
+        parameters: Vec::new(),
     })
 }

@@ -99,6 +99,7 @@ fn json_tensor(body: Vec<u8>) -> Tensor {
         name: JSON_BODY.to_owned(),
         shape: vec![1],
         data: TensorData::Bytes(vec![body]),
+        parameters: Vec::new(),
     }
 }
 
@@ -264,6 +265,7 @@ impl<'a> Walk<'a> {
                     name: key,
                     shape: vec![1],
                     data: TensorData::Bytes(vec![body]),
+                    parameters: Vec::new(),
                 }),
                 Ok(Payload::Tensors(outputs)) => {
                     tensors.extend(outputs.into_iter().map(|mut t| {

@@ -386,6 +386,16 @@ impl RequestDecoder {
             // KServe writes `"parameters": null` too.
             (Slot::Id | Slot::ModelName | Slot::ModelVersion | Slot::Params(_), Scalar::Null)
                 if self.response.is_some() => {}
+            // An optional field written as `null` is absent, as MLServer's
+            // schema reads it (pydantic's `.dict()` of a request writes
+            // `"id": null`, `"parameters": null`, `"outputs": null`).
+            (Slot::Id | Slot::Params(_) | Slot::Outputs, Scalar::Null) => {}
+            // `"data": "hello world"`: one element, as MLServer takes it.
+            (Slot::Data, scalar) if !matches!(scalar, Scalar::Null) => {
+                if let Some(input) = self.request.inputs.last_mut() {
+                    input.raw = Some((at, one_element(scalar)));
+                }
+            }
             (Slot::ModelName, Scalar::String(s)) => {
                 if let Some(head) = self.response.as_mut() {
                     head.model_name = Some(text(s));
@@ -449,7 +459,12 @@ impl RequestDecoder {
                         }
                     },
                     Scalar::NonFinite(x) => ParameterValue::Float(x),
-                    Scalar::Null => return Err(self.wrong_kind(slot, at, "null")),
+                    // A parameter set to `null` is not set.
+                    Scalar::Null => {
+                        self.param_name.clear();
+                        self.value_done();
+                        return Ok(());
+                    }
                 };
                 let entry = (std::mem::take(&mut self.param_name), value);
                 match owner {
@@ -553,6 +568,7 @@ impl RequestDecoder {
                         name,
                         shape,
                         data: TensorData::with_capacity(datatype, 0),
+                        parameters: Vec::new(),
                     });
                     return Ok(());
                 }
@@ -578,9 +594,12 @@ impl RequestDecoder {
                 self.request
                     .binary_inputs
                     .push(BinaryInput { input: index, size });
-                self.request
-                    .finished_inputs
-                    .push(Tensor { name, shape, data });
+                self.request.finished_inputs.push(Tensor {
+                    name,
+                    shape,
+                    data,
+                    parameters: Vec::new(),
+                });
                 return Ok(());
             }
         };
@@ -605,11 +624,42 @@ impl RequestDecoder {
         let (shape, data) = builder
             .finish()
             .map_err(|(c, m)| DecodeError::new(c, at, m).with_input(Some(&name)))?;
-        self.request
-            .finished_inputs
-            .push(Tensor { name, shape, data });
+        self.request.finished_inputs.push(Tensor {
+            name,
+            shape,
+            data,
+            parameters: Vec::new(),
+        });
         Ok(())
     }
+}
+
+/// A scalar given as an input's whole `data`, as the JSON text of a list
+/// of that one element, decoded like captured `data` once the input is
+/// complete.
+fn one_element(scalar: Scalar<'_>) -> Vec<u8> {
+    let mut text = vec![b'['];
+    match scalar {
+        Scalar::Number(token) => text.extend_from_slice(token),
+        Scalar::Bool(b) => text.extend_from_slice(if b { b"true" } else { b"false" }),
+        Scalar::NonFinite(x) if x.is_nan() => text.extend_from_slice(b"NaN"),
+        Scalar::NonFinite(x) if x > 0.0 => text.extend_from_slice(b"Infinity"),
+        Scalar::NonFinite(_) => text.extend_from_slice(b"-Infinity"),
+        Scalar::String(s) => {
+            text.push(b'"');
+            for &byte in s {
+                match byte {
+                    b'"' | b'\\' => text.extend_from_slice(&[b'\\', byte]),
+                    0..=0x1f => text.extend_from_slice(format!("\\u{byte:04x}").as_bytes()),
+                    _ => text.push(byte),
+                }
+            }
+            text.push(b'"');
+        }
+        Scalar::Null => {}
+    }
+    text.push(b']');
+    text
 }
 
 /// The input's `binary_data_size` parameter, if it has one.

@@ -570,6 +570,7 @@ impl RequestDecoder {
                 name: input.name,
                 shape,
                 data,
+                parameters: Vec::new(),
             });
         }
         Ok((

@@ -234,9 +234,9 @@ fn trailing_garbage_and_wrong_kinds_are_refused() {
         "'inputs' must be an array",
     );
     expect(
-        br#"{"inputs":[{"name":"x","shape":[1],"datatype":"FP32","data":1}]}"#,
+        br#"{"inputs":[{"name":"x","shape":[1],"datatype":"FP32","data":{}}]}"#,
         Category::Schema,
-        "1}",
+        "{}",
         "'data' must be an array",
     );
     expect(
@@ -320,4 +320,48 @@ fn null_is_a_missing_float_and_nothing_else() {
     )
     .unwrap_err();
     assert_eq!(e.category(), Category::Type, "{e}");
+}
+
+/// What MLServer's schema takes and a strict reading refused: `null` for
+/// an optional field, a parameter set to `null`, one value as the whole
+/// `data` (before or after its shape and datatype).
+#[test]
+fn optional_nulls_are_absent_and_one_value_is_a_one_element_list() {
+    let body = br#"{"id":null,"parameters":null,"outputs":null,"inputs":[{"name":"s","shape":[1],"datatype":"BYTES","data":"he said \"hi\"\n","parameters":null},{"data":2.5,"name":"x","shape":[1],"datatype":"FP32","parameters":{"content_type":null,"k":1}},{"name":"b","datatype":"BOOL","shape":[1],"data":true}]}"#;
+    let r = decode(body).unwrap();
+    assert_eq!(r.id, None);
+    assert!(r.parameters.is_empty() && r.outputs.is_empty());
+    assert_eq!(
+        r.inputs[0].data,
+        wirespeed_core::TensorData::Bytes(vec![b"he said \"hi\"\n".to_vec()])
+    );
+    assert_eq!(
+        r.inputs[1].data,
+        wirespeed_core::TensorData::Fp32(vec![2.5])
+    );
+    assert_eq!(
+        r.inputs[2].data,
+        wirespeed_core::TensorData::Bool(vec![true])
+    );
+    assert_eq!(
+        r.input_parameters,
+        vec![(
+            "x".to_owned(),
+            vec![("k".to_owned(), wirespeed_core::ParameterValue::Int(1))]
+        )]
+    );
+    // One value is one element: the shape must say so.
+    expect(
+        br#"{"inputs":[{"name":"x","shape":[2],"datatype":"INT32","data":7}]}"#,
+        Category::Shape,
+        "{\"name",
+        "holds 2 elements, but 'data' has 1",
+    );
+    // Inputs themselves are not optional, nor is a value of data null.
+    expect(
+        br#"{"inputs":null}"#,
+        Category::Schema,
+        "null",
+        "'inputs' must be an array",
+    );
 }

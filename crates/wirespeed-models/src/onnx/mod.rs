@@ -284,6 +284,7 @@ impl OnnxModel {
                     name: spec.name.clone(),
                     shape,
                     data,
+                    parameters: Vec::new(),
                 })
             })
             .collect::<Result<Vec<_>, String>>()?;
@@ -368,6 +369,7 @@ macro_rules! datatypes {
                 name: name.to_owned(),
                 shape: value.shape().to_vec(),
                 data,
+                parameters: Vec::new(),
             })
         }
     };

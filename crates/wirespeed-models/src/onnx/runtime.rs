@@ -331,6 +331,7 @@ macro_rules! datatypes {
                 name: name.to_owned(),
                 shape: shape.iter().map(|&d| d.max(0) as usize).collect(),
                 data,
+                parameters: Vec::new(),
             })
         }
     };

@@ -207,7 +207,12 @@ fn tensor(name: String, datatype: &str, shape: Vec<usize>, data: &str) -> Result
         .ok_or_else(|| Error::invalid_input(format!("BLS input '{name}': its shape overflows")))?;
     let data = from_raw(datatype, count, &bytes, MAX_ELEMENT)
         .map_err(|e| Error::invalid_input(format!("BLS input '{name}': {e}")))?;
-    Ok(Tensor { name, shape, data })
+    Ok(Tensor {
+        name,
+        shape,
+        data,
+        parameters: Vec::new(),
+    })
 }
 
 /// Triton's `TritonError` code for an error of `kind`.

@@ -14,9 +14,18 @@ use serde::{Deserialize, Serialize};
 /// bytes, a load failure's traceback a few kilobytes.
 const MAX_MESSAGE: usize = 16 << 20;
 
-/// Where one tensor lies in a segment: name, datatype, shape, offset,
-/// length in bytes.
-pub(crate) type Placed = (String, String, Vec<usize>, usize, usize);
+/// Where one output lies in a segment: name, datatype, shape, offset,
+/// length in bytes, and the output's own parameters when it has any (an
+/// MLServer runtime's content type), written as a list of five or six.
+#[derive(Debug, Deserialize)]
+pub(crate) struct Placed(
+    pub(crate) String,
+    pub(crate) String,
+    pub(crate) Vec<usize>,
+    pub(crate) usize,
+    pub(crate) usize,
+    #[serde(default)] pub(crate) serde_json::Map<String, serde_json::Value>,
+);
 
 /// The key of an `infer` message's `parameters` under which the inputs'
 /// own parameters go, by input name (`$` starts no parameter a protocol
@@ -281,12 +290,17 @@ mod tests {
         let (mut a, mut b) = UnixStream::pair().unwrap();
         send(
             &mut a,
-            &serde_json::json!({"op": "done", "outputs": [["y", "FP32", [2], 0, 8]]}),
+            &serde_json::json!({"op": "done", "outputs": [["y", "FP32", [2], 0, 8],
+                ["z", "BYTES", [1], 8, 9, {"content_type": "str"}]]}),
         )
         .unwrap();
         match receive(&mut b).unwrap() {
             Reply::Done { outputs, .. } => {
-                assert_eq!(outputs, vec![("y".into(), "FP32".into(), vec![2], 0, 8)])
+                let Placed(name, datatype, shape, offset, len, own) = &outputs[0];
+                assert_eq!((name.as_str(), datatype.as_str()), ("y", "FP32"));
+                assert_eq!((shape, *offset, *len, own.len()), (&vec![2], 0, 8, 0));
+                // An output's own parameters, when the worker gives some.
+                assert_eq!(outputs[1].5["content_type"], "str");
             }
             other => panic!("{other:?}"),
         }

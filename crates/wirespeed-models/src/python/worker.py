@@ -261,17 +261,21 @@ class Worker:
         return self.place(prepared)
 
     def place(self, prepared):
-        """Writes (name, (datatype, array, raw)) outputs into the output
-        segment; returns where each lies."""
+        """Writes (name, (datatype, array, raw)[, parameters]) outputs into
+        the output segment; returns where each lies (and its parameters)."""
         size = 0
         layout = []
-        for name, (datatype, array, raw) in prepared:
+        for name, (datatype, array, raw), *own in prepared:
             length = len(raw) if raw is not None else array.nbytes
-            layout.append((name, datatype, list(array.shape), size, length))
+            placed = [name, datatype, list(array.shape), size, length]
+            if own and own[0]:
+                # The output's own parameters, when it has some.
+                placed.append(own[0])
+            layout.append(placed)
             size += (length + ALIGN - 1) // ALIGN * ALIGN
         buffer = self.segments.output_map(size)
         view = memoryview(buffer)
-        for (name, (datatype, array, raw)), (_, _, _, offset, length) in zip(prepared, layout):
+        for (_, (datatype, array, raw), *_), (_, _, _, offset, length, *_) in zip(prepared, layout):
             if raw is not None:
                 view[offset : offset + length] = raw
             elif length:
@@ -330,10 +334,14 @@ class Worker:
             raise InvalidRequest("an MLServer runtime answers the V2 protocol: "
                                  "POST /v2/models/<name>/infer")
         types = self.mlserver_types
+        # Each input's data as MLServer's front hands it to a runtime: a
+        # TensorData of the values as a list (a runtime may answer it back
+        # as an output's data).
         request_inputs = [
-            types.RequestInput(name=name, shape=shape, datatype=datatype, data=data,
+            types.RequestInput(name=name, shape=shape, datatype=datatype,
+                               data=types.TensorData(root=data),
                                parameters=types.Parameters(**own) if own else None)
-            for name, datatype, shape, data, own in self.request_tensors(inputs, message, lists=False)
+            for name, datatype, shape, data, own in self.request_tensors(inputs, message)
         ]
         parameters = message.get("parameters") or {}
         request = types.InferenceRequest(
@@ -348,23 +356,23 @@ class Worker:
         prepared = []
         for output in response.outputs:
             data = getattr(output.data, "root", output.data)
-            prepared.append((output.name, self.typed(output.name, output.datatype, output.shape, data)))
+            # The output's own parameters (its codec's content type), as
+            # MLServer writes them: those set.
+            own = output.parameters.model_dump(exclude_none=True) if output.parameters else {}
+            prepared.append((output.name, self.typed(output.name, output.datatype, output.shape, data), own))
         return prepared
 
-    def request_tensors(self, inputs, message, lists):
-        """Each input as another server's request carries it: name,
-        datatype, shape, data (strings as str, as a REST front parses
-        them; numbers as the numpy array, or as a flat list when `lists`)
-        and its own parameters."""
+    def request_tensors(self, inputs, message):
+        """Each input as another server's REST front hands it over: name,
+        datatype, shape, data (a flat list; strings as str) and its own
+        parameters."""
         datatypes = {name: datatype for name, datatype, *_ in message["inputs"]}
         for name, array in inputs.items():
             datatype = datatypes[name]
             if datatype == "BYTES":
                 data = [as_text(v) for v in array.reshape(-1)]
-            elif lists:
-                data = array.reshape(-1).tolist()
             else:
-                data = array
+                data = array.reshape(-1).tolist()
             yield name, datatype, list(array.shape), data, self.input_parameters.get(name)
 
     def typed(self, name, datatype, shape, data):
@@ -447,7 +455,7 @@ class Worker:
             return [(JSON_BODY, ("BYTES", answer, bytes_raw(answer)))]
         infer_inputs = [
             InferInput(name, shape, datatype, data=data, parameters=own)
-            for name, datatype, shape, data, own in self.request_tensors(inputs, message, lists=True)
+            for name, datatype, shape, data, own in self.request_tensors(inputs, message)
         ]
         parameters = message.get("parameters") or {}
         request = InferRequest(

@@ -238,6 +238,7 @@ impl Embedder {
             name: "text".into(),
             shape: vec![1],
             data: TensorData::Bytes(vec![b"a short text to time the encoder".to_vec()]),
+            parameters: Vec::new(),
         };
         let mut took = std::time::Duration::MAX;
         for _ in 0..3 {
@@ -319,6 +320,7 @@ impl Embedder {
                     name: spec.name.clone(),
                     shape: vec![rows, width],
                     data,
+                    parameters: Vec::new(),
                 }
             })
             .collect();
@@ -438,11 +440,13 @@ impl Model for Embedder {
                     name: "embedding".into(),
                     shape: vec![rows, size],
                     data: TensorData::Fp32(vectors.take().unwrap_or_default()),
+                    parameters: Vec::new(),
                 },
                 _ => Tensor {
                     name: "tokens".into(),
                     shape: vec![rows],
                     data: TensorData::Int64(counts.take().unwrap_or_default()),
+                    parameters: Vec::new(),
                 },
             })
             .collect())

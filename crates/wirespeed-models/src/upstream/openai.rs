@@ -164,6 +164,7 @@ impl OpenAiModel {
             name: OPENAI_ANSWER.to_owned(),
             shape: vec![1],
             data: TensorData::Bytes(vec![data]),
+            parameters: Vec::new(),
         };
         match answer {
             OpenAiAnswer::Whole(body) => {
@@ -248,6 +249,7 @@ impl OpenAiModel {
             name: name.to_owned(),
             shape: vec![1],
             data: TensorData::Bytes(vec![text.as_bytes().to_vec()]),
+            parameters: Vec::new(),
         };
         // A piece's outputs; none for an event with neither text nor a
         // finish (a usage event, a role chunk).

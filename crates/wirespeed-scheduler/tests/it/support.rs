@@ -240,6 +240,7 @@ pub(crate) fn input(shape: &[usize], values: &[f32]) -> Tensor {
         name: "x".into(),
         shape: shape.to_vec(),
         data: TensorData::Fp32(values.to_vec()),
+        parameters: Vec::new(),
     }
 }
 

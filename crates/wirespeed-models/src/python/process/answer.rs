@@ -2,7 +2,9 @@
 //! the declared ones, and its errors with Triton's statuses.
 
 use wirespeed_core::raw::from_raw;
-use wirespeed_core::{element_count, DataType, Error, ErrorKind, Tensor};
+use wirespeed_core::{
+    element_count, DataType, Error, ErrorKind, ParameterValue, Parameters, Tensor,
+};
 
 use super::super::wire;
 use super::Launch;
@@ -24,7 +26,7 @@ pub(crate) fn outputs_from(
     if launch.open && wanted.is_empty() {
         return placed
             .iter()
-            .map(|(name, datatype, shape, offset, len)| {
+            .map(|wire::Placed(name, datatype, shape, offset, len, own)| {
                 let datatype: DataType = datatype.parse().map_err(|e| bad(format!("{e}")))?;
                 let count = element_count(shape)
                     .ok_or_else(|| bad(format!("output '{name}' has too many elements")))?;
@@ -38,6 +40,7 @@ pub(crate) fn outputs_from(
                     name: name.clone(),
                     shape: shape.clone(),
                     data,
+                    parameters: parameters_of(own),
                 })
             })
             .collect();
@@ -47,7 +50,8 @@ pub(crate) fn outputs_from(
         .filter(|&&index| !streamed || placed.iter().any(|p| p.0 == launch.outputs[index].name))
         .map(|&index| {
             let spec = &launch.outputs[index];
-            let Some((_, datatype, shape, offset, len)) = placed.iter().find(|p| p.0 == spec.name)
+            let Some(wire::Placed(_, datatype, shape, offset, len, own)) =
+                placed.iter().find(|p| p.0 == spec.name)
             else {
                 return Err(bad(format!("it did not return output '{}'", spec.name)));
             };
@@ -83,7 +87,29 @@ pub(crate) fn outputs_from(
                 name: spec.name.clone(),
                 shape: shape.clone(),
                 data,
+                parameters: parameters_of(own),
             })
+        })
+        .collect()
+}
+
+/// An output's own parameters as the worker wrote them: strings, numbers
+/// and bools (what the protocol's parameters hold); anything else, and
+/// `null`, left out.
+fn parameters_of(own: &serde_json::Map<String, serde_json::Value>) -> Parameters {
+    use serde_json::Value;
+    own.iter()
+        .filter_map(|(key, value)| {
+            let value = match value {
+                Value::Bool(b) => ParameterValue::Bool(*b),
+                Value::String(s) => ParameterValue::String(s.clone()),
+                Value::Number(n) => match n.as_i64() {
+                    Some(i) => ParameterValue::Int(i),
+                    None => ParameterValue::Float(n.as_f64()?),
+                },
+                _ => return None,
+            };
+            Some((key.clone(), value))
         })
         .collect()
 }

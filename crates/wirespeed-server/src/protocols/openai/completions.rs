@@ -215,6 +215,7 @@ impl Codec for Completions {
             name: "text_input".into(),
             shape: ones(&spec.shape),
             data: TensorData::Bytes(vec![prompt.into_bytes()]),
+            parameters: Vec::new(),
         }];
         for spec in metadata.inputs.iter().filter(|s| s.name != "text_input") {
             let shape = ones(&spec.shape);
@@ -237,6 +238,7 @@ impl Codec for Completions {
                     name: spec.name.clone(),
                     shape,
                     data,
+                    parameters: Vec::new(),
                 }),
                 None if spec.optional => {}
                 None => {

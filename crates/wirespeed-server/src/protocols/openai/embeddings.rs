@@ -182,6 +182,7 @@ impl Codec for Embeddings {
                 name: "text".into(),
                 shape: vec![rows],
                 data: TensorData::Bytes(ask.texts.into_iter().map(String::into_bytes).collect()),
+                parameters: Vec::new(),
             }],
             ..InferRequest::default()
         })

@@ -130,6 +130,7 @@ impl Codec for Relay {
                 name: OPENAI_REQUEST.to_owned(),
                 shape: vec![1],
                 data: TensorData::Bytes(vec![self.body.take().unwrap_or_default()]),
+                parameters: Vec::new(),
             }],
             parameters: vec![(
                 OPENAI_ENDPOINT.to_owned(),

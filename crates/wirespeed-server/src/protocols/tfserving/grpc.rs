@@ -621,7 +621,12 @@ fn request(
                     Error::invalid_input(format!("input '{name}' {m}"))
                 }
             })?;
-        inputs.push(Tensor { name, shape, data });
+        inputs.push(Tensor {
+            name,
+            shape,
+            data,
+            parameters: Vec::new(),
+        });
     }
     let mut outputs: Vec<RequestedOutput> = Vec::with_capacity(message.output_filter.len());
     for name in message.output_filter {

@@ -75,6 +75,7 @@ impl Codec for TfPredict<'_> {
                     name: JSON_BODY.to_owned(),
                     shape: vec![1],
                     data: TensorData::Bytes(vec![body]),
+                    parameters: Vec::new(),
                 }],
                 ..InferRequest::default()
             });

@@ -121,7 +121,12 @@ pub(crate) fn request(
                 at,
             });
             let data = TensorData::with_capacity(datatype, 0);
-            inputs.push(Tensor { name, shape, data });
+            inputs.push(Tensor {
+                name,
+                shape,
+                data,
+                parameters: Vec::new(),
+            });
             continue;
         }
         let data = match (raw_contents.next(), input.contents) {
@@ -142,7 +147,12 @@ pub(crate) fn request(
                 ))
             }
         };
-        inputs.push(Tensor { name, shape, data });
+        inputs.push(Tensor {
+            name,
+            shape,
+            data,
+            parameters: Vec::new(),
+        });
     }
     let outputs = message
         .outputs
@@ -198,7 +208,9 @@ pub(crate) fn response(response: InferResponse) -> pb::ModelInferResponse {
         .map(|i| response.shared_output(i).cloned())
         .collect();
     for (tensor, shared) in response.outputs.into_iter().zip(shared) {
-        let mut parameters = std::collections::HashMap::new();
+        // The output's own parameters (a content type), and where its data
+        // went when in shared memory.
+        let mut parameters = wirespeed_proto::tensors::parameters_to_map(&tensor.parameters);
         match shared {
             Some(shared) => {
                 raw.push(Bytes::new());

@@ -154,8 +154,10 @@ fn write_object(response: &InferResponse, out: &mut Vec<u8>) -> Result<(), Error
     }
     out.extend_from_slice(b"\"model_name\":");
     wirespeed_json::encode_string(&response.model_name, out);
-    out.extend_from_slice(b",\"model_version\":");
-    wirespeed_json::encode_string(&response.model_version, out);
+    if !response.model_version.is_empty() {
+        out.extend_from_slice(b",\"model_version\":");
+        wirespeed_json::encode_string(&response.model_version, out);
+    }
     for output in &response.outputs {
         if let Some(at) = wirespeed_json::non_utf8_element(&output.data) {
             return Err(Error::model_failed(format!(

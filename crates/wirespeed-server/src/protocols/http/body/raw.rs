@@ -125,6 +125,7 @@ pub(super) async fn read_raw(
             name: spec.name.clone(),
             shape,
             data,
+            parameters: Vec::new(),
         }],
         ..InferRequest::default()
     })
@@ -168,6 +169,7 @@ async fn read_raw_string(
             name: spec.name.clone(),
             shape,
             data: wirespeed_core::TensorData::Bytes(vec![all]),
+            parameters: Vec::new(),
         }],
         ..InferRequest::default()
     })

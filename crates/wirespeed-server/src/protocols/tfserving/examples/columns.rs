@@ -285,6 +285,7 @@ impl<'a> Examples<'a> {
                 name: column.spec.name,
                 shape,
                 data,
+                parameters: Vec::new(),
             });
         }
         let mut outputs: Vec<RequestedOutput> = Vec::new();

@@ -308,6 +308,7 @@ mod tests {
             name: "p".into(),
             shape,
             data: TensorData::Fp32(v),
+            parameters: Vec::new(),
         };
         let json = |head, t| String::from_utf8(results_json(head, &t).unwrap()).unwrap();
         let classes = |scores| Head::Classes { output: 0, scores };
