@@ -204,6 +204,23 @@ class Summer(MLModel):
 '''
 
 
+# A runtime that answers its input back as MLServer hands it over: the
+# input's TensorData as the output's data.
+ECHO = '''
+from mlserver import MLModel
+from mlserver.types import InferenceRequest, InferenceResponse, ResponseOutput
+
+
+class Echo(MLModel):
+    async def predict(self, payload: InferenceRequest) -> InferenceResponse:
+        first = payload.inputs[0]
+        return InferenceResponse(id=payload.id, model_name=self.name, outputs=[
+            ResponseOutput(name="echo", shape=first.shape, datatype=first.datatype, data=first.data,
+                           parameters=first.parameters),
+        ])
+'''
+
+
 @pytest.fixture(scope="module")
 def folders(tmp_path_factory):
     """The example folders, trained by the models' own Python."""
@@ -234,12 +251,18 @@ def folders(tmp_path_factory):
     (batched / "model-settings.json").write_text(json.dumps({
         "name": "batched", "implementation": "models.Summer", "max_batch_size": 4, "max_batch_time": 5,
         "inputs": [{"name": "x", "datatype": "FP64", "shape": [-1, 3]}]}))
+    echo = root / "echo"
+    echo.mkdir()
+    (echo / "runtime.py").write_text(ECHO)
+    # A key MLServer's settings do not have: ignored by both.
+    (echo / "model-settings.json").write_text(
+        json.dumps({"name": "echo", "implementation": "runtime.Echo", "version": "not a settings key"}))
     (root / "settings.json").write_text(json.dumps({"debug": "true", "parallel_workers": 0}))
     return root
 
 
 NAMES = ["mnist-svm", "iris-pipeline", "mushroom-xgboost", "iris-lgb", "linear", "columns", "content-types",
-         "versioned", "batched", "wine-classifier"]
+         "versioned", "batched", "wine-classifier", "echo"]
 
 
 @pytest.fixture(scope="module")
@@ -277,12 +300,19 @@ def post(base, path, body):
 
 
 def same_outputs(ours, theirs):
-    """The outputs agree: names, datatypes and shapes exactly, values to
-    FP32's precision (numbers) or exactly (integers and strings)."""
+    """The answers agree field by field: model name and version (absent in
+    both when the settings name none), the request's id when it had one;
+    each output's name, datatype, shape and parameters (its content type)
+    exactly, values to FP32's precision (numbers) or exactly (integers and
+    strings). MLServer invents an id when the request has none, and
+    writes empty response parameters; wirespeed does neither."""
+    assert ours["model_name"] == theirs["model_name"], (ours, theirs)
+    assert ours.get("model_version") == theirs.get("model_version"), (ours, theirs)
     assert [o["name"] for o in ours["outputs"]] == [o["name"] for o in theirs["outputs"]], (ours, theirs)
     for mine, other in zip(ours["outputs"], theirs["outputs"]):
         assert mine["datatype"] == other["datatype"], (mine, other)
         assert mine["shape"] == other["shape"], (mine, other)
+        assert mine.get("parameters") == other.get("parameters"), (mine, other)
         a, b = np.array(mine["data"]).reshape(-1), np.array(other["data"]).reshape(-1)
         if a.dtype.kind in "fc" or b.dtype.kind in "fc":
             np.testing.assert_allclose(a.astype(float), b.astype(float), rtol=1e-5, atol=1e-6)
@@ -491,3 +521,70 @@ def test_asked_it_listens_where_mlserver_would(folders, tmp_path):
     out = subprocess.run([str(wirespeed_binary()), "serve", "--models", str(root), "--ports-from-settings",
                           "--http", "127.0.0.1:0"], capture_output=True, text=True, timeout=30)
     assert out.returncode != 0 and "--ports-from-settings" in out.stderr and "--http" in out.stderr, out.stderr
+
+
+def test_a_runtime_gets_mlservers_own_types_and_answers_them_back(ours, theirs):
+    for body in (
+        {"id": "r-1", "inputs": [{"name": "x", "shape": [2, 2], "datatype": "FP32", "data": [1.5, 2, 3, 4]}]},
+        {"inputs": [{"name": "s", "shape": [2], "datatype": "BYTES", "data": ["a", "b"],
+                     "parameters": {"content_type": "str"}}]},
+    ):
+        status, mine = post(f"http://{ours.address}", "/v2/models/echo/infer", body)
+        assert status == 200, mine
+        _, other = post(theirs, "/v2/models/echo/infer", body)
+        same_outputs(mine, other)
+        if "id" in body:
+            assert mine["id"] == other["id"] == body["id"], (mine, other)
+
+
+def test_what_mlservers_schema_takes_is_taken(ours, theirs):
+    # pydantic's .dict() of a request writes its unset fields as null; one
+    # value may stand for the whole data.
+    nulls = {"id": None, "parameters": None, "outputs": None, "inputs": [
+        {"name": "marriage", "shape": [1], "datatype": "FP64", "data": [1.0], "parameters": None},
+        {"name": "age", "shape": [1], "datatype": "FP64", "data": 30.0, "parameters": {"content_type": None}},
+    ]}
+    status, mine = post(f"http://{ours.address}", "/v2/models/linear/infer", nulls)
+    their_status, other = post(theirs, "/v2/models/linear/infer", nulls)
+    assert status == their_status == 200, (mine, other)
+    same_outputs(mine, other)
+    one = {"inputs": [{"name": "s", "shape": [1], "datatype": "BYTES", "data": "hello world"}]}
+    status, mine = post(f"http://{ours.address}", "/v2/models/echo/infer", one)
+    their_status, other = post(theirs, "/v2/models/echo/infer", one)
+    assert status == their_status == 200, (mine, other)
+    same_outputs(mine, other)
+
+
+def test_outputs_carry_their_content_type_over_grpc_as_mlserver(ours, theirs, mlserver, folders):
+    import tritonclient.grpc as grpcclient
+
+    x = np.load(folders / "iris.npy")[:2]
+    answers = []
+    for address in (f"127.0.0.1:{ours.grpc_port}", f"127.0.0.1:{mlserver['grpc']}"):
+        client = grpcclient.InferenceServerClient(address)
+        inp = grpcclient.InferInput("predict-prob", list(x.shape), "FP32")
+        inp.set_data_from_numpy(x)
+        answer = client.infer("iris-lgb", [inp], model_version="v0.1.0")
+        outputs = answer.get_response(as_json=True)["outputs"]
+        # MLServer sets an empty `contents` beside the raw bytes; an unset
+        # message reads the same.
+        outputs = [{k: v for k, v in o.items() if (k, v) != ("contents", {})} for o in outputs]
+        answers.append((outputs, answer.as_numpy("predict")))
+    (mine, mine_values), (other, other_values) = answers
+    assert mine == other, (mine, other)
+    assert mine[0]["parameters"] == {"content_type": {"string_param": "np"}}, mine
+    np.testing.assert_allclose(mine_values, other_values, rtol=1e-6)
+
+
+def test_models_unload_and_load_through_the_repository_api_as_mlservers_do(ours, theirs):
+    """MLServer always allows its repository API; so does wirespeed on its
+    models when no --model-control-mode is given. An unloaded model keeps
+    its version in the index."""
+    for base in (f"http://{ours.address}", theirs):
+        assert requests.post(f"{base}/v2/repository/models/iris-lgb/unload", timeout=60).status_code == 200
+        index = requests.post(f"{base}/v2/repository/index", json={}, timeout=60).json()
+        entry = [e for e in index if e["name"] == "iris-lgb"]
+        assert [(e["version"], e["state"]) for e in entry] == [("v0.1.0", "UNAVAILABLE")], (base, index)
+        assert requests.get(f"{base}/v2/models/iris-lgb/ready", timeout=60).status_code != 200
+        assert requests.post(f"{base}/v2/repository/models/iris-lgb/load", timeout=120).status_code == 200
+        assert requests.get(f"{base}/v2/models/iris-lgb/ready", timeout=60).status_code == 200

@@ -75,6 +75,9 @@ struct Note {
     reason: String,
     /// Poll mode: the folder's files when last loaded (or tried).
     seen: Option<Fingerprint>,
+    /// The versions it served before it was unloaded, which the index
+    /// still lists (as Triton and MLServer do).
+    versions: Vec<String>,
 }
 
 /// A model folder's files: path, length and modification time of each.
@@ -140,6 +143,7 @@ impl Repository {
                 Note {
                     reason: String::new(),
                     seen: self.folder(name).ok().map(|folder| fingerprint(&folder)),
+                    versions: Vec::new(),
                 },
             );
         }
@@ -161,6 +165,7 @@ impl Repository {
         for (name, _) in model_folders(&self.dir).unwrap_or_default() {
             models.insert(name.clone(), unversioned(&name));
         }
+        let mut unloaded = Vec::new();
         for (name, note) in self.notes().iter() {
             let entry = models
                 .entry(name.clone())
@@ -169,6 +174,7 @@ impl Repository {
                 entry.state = "UNAVAILABLE";
                 entry.reason = note.reason.clone();
             }
+            unloaded.push((name.clone(), note.versions.clone()));
         }
         for name in self.models.names() {
             models
@@ -179,7 +185,22 @@ impl Repository {
         for (name, model) in models {
             let versions = self.models.versions(&name);
             if versions.is_empty() {
-                entries.push(model);
+                // Unloaded: each version it served, unavailable.
+                let before = unloaded
+                    .iter()
+                    .find(|(n, _)| *n == name)
+                    .map(|(_, v)| v.as_slice())
+                    .unwrap_or_default();
+                if before.is_empty() {
+                    entries.push(model);
+                    continue;
+                }
+                for version in before {
+                    entries.push(IndexEntry {
+                        version: version.clone(),
+                        ..model.clone()
+                    });
+                }
                 continue;
             }
             for served in versions {
@@ -336,6 +357,7 @@ impl Repository {
                     Note {
                         reason: String::new(),
                         seen: Some(seen),
+                        versions: Vec::new(),
                     },
                 );
                 Ok(())
@@ -348,6 +370,7 @@ impl Repository {
                     Note {
                         reason: reason.clone(),
                         seen: Some(seen),
+                        versions: Vec::new(),
                     },
                 );
                 Err(Error::new(
@@ -393,6 +416,12 @@ impl Repository {
         self.allow("unload")?;
         let _turn = self.changing.lock().await;
         let in_repository = self.folder(name).is_ok();
+        let versions: Vec<String> = self
+            .models
+            .versions(name)
+            .iter()
+            .map(|m| m.version().to_owned())
+            .collect();
         let removed = self.models.remove(name).is_some();
         if let Some(folder) = self.uploaded().remove(name) {
             let _ = std::fs::remove_dir_all(folder);
@@ -409,6 +438,7 @@ impl Repository {
             Note {
                 reason: "unloaded".to_owned(),
                 seen: None,
+                versions,
             },
         );
         Ok(())

@@ -58,6 +58,7 @@ pub use config::{ModelConfig, TensorConfig};
 pub use ensemble::{check_composite, check_ensembles, check_steps};
 pub use identity::IdentityModel;
 pub use loaded::{LoadedModel, OutputLabels};
+pub use mlserver::is_repository as is_mlserver_repository;
 pub use mlserver::listen_addresses as mlserver_listen_addresses;
 #[cfg(feature = "onnx")]
 pub use onnx::{supported_operators, OnnxModel};

@@ -156,6 +156,14 @@ pub fn listen_addresses(dir: &Path) -> Result<(String, String), String> {
     ))
 }
 
+/// Whether `dir` holds MLServer's models (a `model-settings.json` at any
+/// depth below where MLServer would look): such a repository's models may
+/// be loaded and unloaded through the repository API, as MLServer always
+/// allows.
+pub fn is_repository(dir: &Path) -> bool {
+    !models_under(&repository_root(dir)).is_empty()
+}
+
 /// Whether `folder` is an MLServer model's.
 pub(crate) fn is_model(folder: &Path) -> bool {
     folder.join(MODEL_SETTINGS).is_file()

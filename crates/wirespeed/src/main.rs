@@ -266,8 +266,10 @@ struct ServeArgs {
     /// the repository API: POST /v2/repository/models/M/load and /unload,
     /// and gRPC), or `poll` (all at start, then the repository is scanned
     /// every --repository-poll-secs: new, changed and removed models).
-    #[arg(long, env = "WIRESPEED_MODEL_CONTROL_MODE", default_value = "none", value_parser = ["none", "explicit", "poll"])]
-    model_control_mode: String,
+    /// Unset: `none`, or, for a repository of MLServer's models, all at
+    /// start and then through the repository API, as MLServer allows.
+    #[arg(long, env = "WIRESPEED_MODEL_CONTROL_MODE", value_parser = ["none", "explicit", "poll"])]
+    model_control_mode: Option<String>,
 
     /// Seconds between two scans of the repository in poll mode.
     #[arg(long, env = "WIRESPEED_REPOSITORY_POLL_SECS", default_value = "15", value_parser = seconds)]
@@ -465,11 +467,16 @@ fn serve(mut args: ServeArgs) -> anyhow::Result<()> {
     // While this is still the only thread: an arena per core.
     malloc::limit_arenas(std::thread::available_parallelism().map_or(1, |n| n.get()));
 
-    if !args.load_model.is_empty() && args.model_control_mode != "explicit" {
+    let model_control_mode = args.model_control_mode.clone().unwrap_or_default();
+    if !args.load_model.is_empty() && model_control_mode != "explicit" {
         anyhow::bail!(
             "--load-model names the models to load at start in explicit model control: add \
              --model-control-mode explicit (in mode {} every model loads at start)",
-            args.model_control_mode
+            if model_control_mode.is_empty() {
+                "none"
+            } else {
+                &model_control_mode
+            }
         );
     }
     let response_cache_bytes = cache_size(&args.cache_config)?;
@@ -538,6 +545,8 @@ fn serve(mut args: ServeArgs) -> anyhow::Result<()> {
         }
         None => None,
     };
+    let mlserver_models =
+        model_control_mode.is_empty() && wirespeed_models::is_mlserver_repository(&args.models);
     let config = ServerConfig {
         response_cache_bytes,
         models_dir: args.models,
@@ -570,11 +579,21 @@ fn serve(mut args: ServeArgs) -> anyhow::Result<()> {
         compute_threads,
         io_threads: args.io_threads.map_or(defaults.io_threads, usize::from),
         auth_token,
-        model_control: match args.model_control_mode.as_str() {
+        model_control: match model_control_mode.as_str() {
             "explicit" => ModelControl::Explicit {
                 startup: args.load_model,
             },
             "poll" => ModelControl::Poll(args.repository_poll_secs),
+            "" if mlserver_models => {
+                tracing::info!(
+                    "MLServer's models: every model loads at start, and the repository API loads \
+                     and unloads them (explicit model control with all at start), as MLServer \
+                     allows; --model-control-mode none forbids it"
+                );
+                ModelControl::Explicit {
+                    startup: vec!["*".to_owned()],
+                }
+            }
             _ => ModelControl::None,
         },
         metrics: match args.metrics {
