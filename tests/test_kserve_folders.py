@@ -132,6 +132,10 @@ def folders(tmp_path_factory):
     (root / "custom" / "model.py").write_text(CUSTOM)
     (root / "custom-v1").mkdir()
     (root / "custom-v1" / "model.py").write_text(CUSTOM_V1)
+    # KServe's samples keep a request's example beside the model; its
+    # runtimes look only at their model files, and so must wirespeed.
+    for name in ("sklearn", "lightgbm"):
+        (root / name / "iris-input.json").write_text('{"instances": [[6.8, 2.8, 4.8, 1.4], [6.0, 3.4, 4.5, 1.6]]}')
     return root
 
 

@@ -14,7 +14,9 @@
 //! As KServe's runtimes, a request's one input is the model's whatever its
 //! name ([`Binding::FirstInput`](wirespeed_core::Binding)), and a
 //! one-column answer is `[n]`. More than one model file is an error, as it
-//! is in KServe's runtimes.
+//! is in KServe's runtimes; other files beside the model (a request's
+//! example, `iris-input.json`, a `.json` that is not a booster) are left
+//! alone, as KServe's runtimes leave them.
 
 use std::path::{Path, PathBuf};
 
@@ -47,14 +49,29 @@ fn model_files(folder: &Path) -> Vec<PathBuf> {
         .filter_map(Result::ok)
         .map(|e| e.path())
         .filter(|p| {
+            let extension = p.extension().and_then(|e| e.to_str()).unwrap_or("");
             p.is_file()
-                && p.extension()
-                    .and_then(|e| e.to_str())
-                    .is_some_and(|e| SKLEARN.contains(&e) || XGBOOST.contains(&e))
+                && (SKLEARN.contains(&extension)
+                    || (XGBOOST.contains(&extension) && is_booster(p, extension)))
         })
         .collect();
     files.sort();
     files
+}
+
+/// Whether a file of XGBoost's extensions holds a booster: any `.bst`
+/// (XGBoost's binary or LightGBM's text), a `.json` or `.ubj` that names
+/// its `learner` near its start, as XGBoost writes them. A request's
+/// example beside the model (`iris-input.json`, as KServe's samples keep
+/// one) is not a model.
+fn is_booster(path: &Path, extension: &str) -> bool {
+    use std::io::Read;
+    if extension == "bst" {
+        return true;
+    }
+    let mut head = Vec::with_capacity(4096);
+    let read = std::fs::File::open(path).and_then(|f| f.take(4096).read_to_end(&mut head));
+    read.is_ok() && head.windows(7).any(|w| w == b"learner")
 }
 
 /// `model.py`, when it defines a subclass of `kserve.Model`.
@@ -179,6 +196,26 @@ mod tests {
         std::fs::write(dir.path().join("model.pkl"), b"x").unwrap();
         let e = model_config(dir.path()).unwrap_err();
         assert!(e.contains("model.joblib, model.pkl"), "{e}");
+    }
+
+    #[test]
+    fn a_requests_example_beside_the_model_is_not_a_model() {
+        let dir = crate::testdir::Dir::new();
+        std::fs::write(dir.path().join("model.joblib"), b"x").unwrap();
+        std::fs::write(
+            dir.path().join("iris-input.json"),
+            br#"{"instances": [[6.8, 2.8, 4.8, 1.4]]}"#,
+        )
+        .unwrap();
+        assert_eq!(model_config(dir.path()).unwrap().backend, "sklearn");
+        // A booster saved as JSON is one, and two models are still two.
+        std::fs::write(
+            dir.path().join("model.json"),
+            br#"{"learner":{"attributes":{}},"version":[2,1,0]}"#,
+        )
+        .unwrap();
+        let e = model_config(dir.path()).unwrap_err();
+        assert!(e.contains("model.joblib, model.json"), "{e}");
     }
 
     #[test]

@@ -281,7 +281,7 @@ mod tests {
         // KServe's model.py beside a Triton version folder's: KServe's
         // files are read first, Triton's Python code last.
         assert_eq!(
-            layout_of(&[("model.json", ""), ("1/model.py", "")]),
+            layout_of(&[("model.json", r#"{"learner":{}}"#), ("1/model.py", "")]),
             Some(Layout::Kserve)
         );
     }
