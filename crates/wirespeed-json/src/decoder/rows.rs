@@ -301,11 +301,18 @@ impl RequestDecoder {
     /// A `{"b64": ...}` object opens where a value of `data` goes.
     pub(super) fn b64_open(&mut self, depth: usize, at: u64) -> Result<Ctx, DecodeError> {
         let datatype = self.named_mut().builder().map(|b| b.datatype());
-        if datatype != Some(DataType::Bytes) {
+        if let Some(datatype) = datatype.filter(|&d| d != DataType::Bytes) {
+            // Most often a column written as an object of rows, as pandas'
+            // `to_dict()` writes one ({"0": 3.5}).
             return Err(DecodeError::new(
                 Category::Type,
                 at,
-                "only BYTES inputs take {\"b64\": ...} objects",
+                format!(
+                    "the input is {datatype}, whose values are numbers or lists of them, and this \
+                     value is an object; a column written as an object of rows ({{\"0\": 3.5}}, \
+                     as pandas' to_dict writes one) is sent as a list ([3.5]); only BYTES values \
+                     may be objects, {{\"b64\": \"...\"}}"
+                ),
             )
             .with_input(self.input_name()));
         }

@@ -178,6 +178,13 @@ fn bad_bodies_say_what_is_wrong() {
             Category::Type,
             "BYTES",
         ),
+        // KServe's lightgbm sample: columns as pandas' to_dict writes them.
+        (
+            ab,
+            r#"{"instances": [{"a": {"0": 3.5}, "b": {"0": 1.4}}]}"#,
+            Category::Type,
+            "is sent as a list ([3.5])",
+        ),
         (
             &[("s", DataType::Bytes)],
             r#"{"instances": [{"b64": "!!"}]}"#,
