@@ -204,6 +204,28 @@ class Summer(MLModel):
 '''
 
 
+# docs/examples/custom-json: JSON text in, JSON text out, each one BYTES
+# element whose shape is its length in bytes, as the example writes it.
+JSON_HELLO = '''
+import json
+
+from mlserver import MLModel, types
+from mlserver.codecs import StringCodec
+
+
+class JsonHelloWorldModel(MLModel):
+    async def predict(self, payload: types.InferenceRequest) -> types.InferenceResponse:
+        request = {inp.name: json.loads("".join(self.decode(inp, default_codec=StringCodec)))
+                   for inp in payload.inputs}
+        shapes = {inp.name: inp.shape for inp in payload.inputs}
+        body = json.dumps({"request": request, "shapes": shapes, "server_response": "Hello"}).encode("UTF-8")
+        return types.InferenceResponse(id=payload.id, model_name=self.name, model_version=self.version, outputs=[
+            types.ResponseOutput(name="echo_response", shape=[len(body)], datatype="BYTES", data=[body],
+                                 parameters=types.Parameters(content_type="str")),
+        ])
+'''
+
+
 # A runtime that answers its input back as MLServer hands it over: the
 # input's TensorData as the output's data.
 ECHO = '''
@@ -251,6 +273,11 @@ def folders(tmp_path_factory):
     (batched / "model-settings.json").write_text(json.dumps({
         "name": "batched", "implementation": "models.Summer", "max_batch_size": 4, "max_batch_time": 5,
         "inputs": [{"name": "x", "datatype": "FP64", "shape": [-1, 3]}]}))
+    hello = root / "json-hello-world"
+    hello.mkdir()
+    (hello / "jsonmodels.py").write_text(JSON_HELLO)
+    (hello / "model-settings.json").write_text(
+        json.dumps({"name": "json-hello-world", "implementation": "jsonmodels.JsonHelloWorldModel"}))
     echo = root / "echo"
     echo.mkdir()
     (echo / "runtime.py").write_text(ECHO)
@@ -262,7 +289,7 @@ def folders(tmp_path_factory):
 
 
 NAMES = ["mnist-svm", "iris-pipeline", "mushroom-xgboost", "iris-lgb", "linear", "columns", "content-types",
-         "versioned", "batched", "wine-classifier", "echo"]
+         "versioned", "batched", "wine-classifier", "echo", "json-hello-world"]
 
 
 @pytest.fixture(scope="module")
@@ -308,6 +335,7 @@ def same_outputs(ours, theirs):
     writes empty response parameters; wirespeed does neither."""
     assert ours["model_name"] == theirs["model_name"], (ours, theirs)
     assert ours.get("model_version") == theirs.get("model_version"), (ours, theirs)
+    assert (ours.get("parameters") or {}) == (theirs.get("parameters") or {}), (ours, theirs)
     assert [o["name"] for o in ours["outputs"]] == [o["name"] for o in theirs["outputs"]], (ours, theirs)
     for mine, other in zip(ours["outputs"], theirs["outputs"]):
         assert mine["datatype"] == other["datatype"], (mine, other)
@@ -588,3 +616,48 @@ def test_models_unload_and_load_through_the_repository_api_as_mlservers_do(ours,
         assert requests.get(f"{base}/v2/models/iris-lgb/ready", timeout=60).status_code != 200
         assert requests.post(f"{base}/v2/repository/models/iris-lgb/load", timeout=120).status_code == 200
         assert requests.get(f"{base}/v2/models/iris-lgb/ready", timeout=60).status_code == 200
+
+
+def test_the_custom_json_example_answers_as_mlserver(ours, theirs, mlserver):
+    """MLServer's custom-json example: a string whose shape is its length
+    in bytes, over REST as its notebook sends it and over gRPC as
+    MLServer's own converter builds the message (bytes_contents)."""
+    import grpc
+    from google.protobuf.json_format import MessageToDict
+    from tritonclient.grpc import service_pb2, service_pb2_grpc
+
+    text = json.dumps({"name": "Foo Bar", "message": "Hello from Client (REST)!"})
+    body = {"inputs": [{"name": "echo_request", "shape": [len(text)], "datatype": "BYTES", "data": [text]}]}
+    status, mine = post(f"http://{ours.address}", "/v2/models/json-hello-world/infer", body)
+    assert status == 200, mine
+    _, other = post(theirs, "/v2/models/json-hello-world/infer", body)
+    same_outputs(mine, other)
+    answer = json.loads(mine["outputs"][0]["data"][0])
+    # The runtime saw the shape as the client wrote it.
+    assert answer["shapes"] == {"echo_request": [len(text)]} and answer["request"]["echo_request"]["name"] == "Foo Bar"
+    assert mine["outputs"][0]["shape"] == [len(mine["outputs"][0]["data"][0])]
+
+    # Two strings of 11 bytes as [2, 11], as MLServer's pandas requests write them.
+    two = {"inputs": [{"name": "echo_request", "shape": [2, 2], "datatype": "BYTES", "data": ["{}", "{}"]}]}
+    status, mine = post(f"http://{ours.address}", "/v2/models/echo/infer", two)
+    their_status, other = post(theirs, "/v2/models/echo/infer", two)
+    assert status == their_status == 200, (mine, other)
+    same_outputs(mine, other)
+
+    raw = json.dumps({"name": "Foo Bar", "message": "Hello from Client (gRPC)!"}).encode()
+    message = service_pb2.ModelInferRequest(model_name="json-hello-world", inputs=[
+        service_pb2.ModelInferRequest.InferInputTensor(
+            name="echo_request", datatype="BYTES", shape=[len(raw)],
+            parameters={"content_type": service_pb2.InferParameter(string_param="str")},
+            contents=service_pb2.InferTensorContents(bytes_contents=[raw]))])
+    answers = []
+    for address in (f"127.0.0.1:{ours.grpc_port}", f"127.0.0.1:{mlserver['grpc']}"):
+        with grpc.insecure_channel(address) as channel:
+            response = service_pb2_grpc.GRPCInferenceServiceStub(channel).ModelInfer(message, timeout=60)
+        output = MessageToDict(response.outputs[0])
+        output.pop("contents", None)
+        contents = list(response.outputs[0].contents.bytes_contents) or [
+            bytes(response.raw_output_contents[0][4:])]
+        answers.append((output, json.loads(contents[0])))
+    assert answers[0] == answers[1], answers
+    assert answers[0][1]["shapes"] == {"echo_request": [len(raw)]}

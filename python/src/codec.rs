@@ -114,6 +114,7 @@ pub(crate) fn decode_request(
         limits,
         strict,
         pool,
+        bytes_length_dimension: false,
     };
     let decoded = py.detach(|| decode(bytes, header_length, options));
     let request = decoded.map_err(|e| decode_error(py, e.0, e.1, e.2.as_deref(), e.3))?;

@@ -64,6 +64,7 @@ impl AnswerReader {
             },
             strict: false,
             pool: None,
+            bytes_length_dimension: false,
         };
         let mut decoder = ResponseDecoder::new(options);
         if let Some(len) = json_len {

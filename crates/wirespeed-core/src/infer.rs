@@ -58,6 +58,62 @@ pub struct InferRequest {
     pub input_parameters: Vec<(String, Parameters)>,
 }
 
+/// The parameter under which a BYTES tensor carries its shape as written,
+/// when MLServer's convention made its last dimension its elements'
+/// length in bytes (a string of 59 bytes sent as `shape: [59]`, two of
+/// 11 as `[2, 11]`): the tensor itself holds the elements, shaped without
+/// that dimension; an MLServer runtime is handed the shape as the client
+/// wrote it, and the shape a runtime writes for an output is the one
+/// answered. `$` starts no parameter a protocol decodes, and the
+/// encoders write none that starts with it.
+pub const WRITTEN_SHAPE: &str = "$shape";
+
+/// The start of an output's parameter that is its response's: a model that
+/// answers tensors alone gives its response-level parameters this way (an
+/// MLServer runtime's response `content_type`, `pd` from its pandas codec),
+/// and the engine moves them to the response, without the prefix.
+pub const RESPONSE_PARAMETER: &str = "$response.";
+
+/// Moves the response-level parameters the outputs carry
+/// ([`RESPONSE_PARAMETER`]) into `response`, once each.
+pub fn lift_response_parameters(outputs: &mut [crate::Tensor], response: &mut Parameters) {
+    for output in outputs {
+        if output.parameters.is_empty() {
+            continue;
+        }
+        output.parameters.retain(|(key, value)| {
+            let Some(key) = key.strip_prefix(RESPONSE_PARAMETER) else {
+                return true;
+            };
+            if !response.iter().any(|(k, _)| k == key) {
+                response.push((key.to_owned(), value.clone()));
+            }
+            false
+        });
+    }
+}
+
+/// The shape `parameters` carry under [`WRITTEN_SHAPE`], if they do.
+pub fn written_shape(parameters: &Parameters) -> Option<Vec<usize>> {
+    let (_, ParameterValue::String(dims)) = parameters.iter().find(|(k, _)| k == WRITTEN_SHAPE)?
+    else {
+        return None;
+    };
+    if dims.is_empty() {
+        return Some(Vec::new());
+    }
+    dims.split(',').map(|d| d.parse().ok()).collect()
+}
+
+/// The [`WRITTEN_SHAPE`] parameter for `shape`.
+pub fn written_shape_parameter(shape: &[usize]) -> (String, ParameterValue) {
+    let dims: Vec<String> = shape.iter().map(ToString::to_string).collect();
+    (
+        WRITTEN_SHAPE.to_owned(),
+        ParameterValue::String(dims.join(",")),
+    )
+}
+
 /// Whether an input's parameter says where its data lies (the binary data
 /// and shared memory extensions'), which the server acts on and a model
 /// never sees.

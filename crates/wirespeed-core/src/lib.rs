@@ -49,6 +49,10 @@ pub use infer::{
     is_transport_parameter, BinaryInput, InferRequest, InferResponse, ParameterValue, Parameters,
     RequestedOutput, SharedInput, SharedOutput, SharedRef, JSON_BODY,
 };
+pub use infer::{
+    lift_response_parameters, written_shape, written_shape_parameter, RESPONSE_PARAMETER,
+    WRITTEN_SHAPE,
+};
 pub use limits::{LimitError, RequestLimits, TensorBudget};
 pub use model::{
     format_shape, Binding, ClassScores, ClassificationHead, Execution, Executions, Heads,

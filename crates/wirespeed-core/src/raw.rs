@@ -247,6 +247,20 @@ impl RawFiller {
     }
 }
 
+/// How many elements raw BYTES data holds (each a 4-byte little-endian
+/// length, then its bytes), or `None` when it does not end on an element.
+pub fn bytes_elements(bytes: &[u8]) -> Option<usize> {
+    let mut rest = bytes;
+    let mut count = 0;
+    while !rest.is_empty() {
+        let (len, tail) = rest.split_first_chunk::<4>()?;
+        let len = usize::try_from(u32::from_le_bytes(*len)).ok()?;
+        rest = tail.get(len..)?;
+        count += 1;
+    }
+    Some(count)
+}
+
 /// Builds a tensor from all of its raw bytes at once.
 pub fn from_raw(
     datatype: DataType,

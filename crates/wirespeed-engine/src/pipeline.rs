@@ -536,6 +536,7 @@ async fn answer(
             ParameterValue::Int(stragglers as i64),
         ));
     }
+    wirespeed_core::lift_response_parameters(&mut outputs, &mut parameters);
     classification::apply(&mut outputs, &classify, served)?;
     let mut shared_outputs = Vec::new();
     if !placements.is_empty() {

@@ -45,6 +45,9 @@ pub(crate) struct TensorBuilder {
     inferred: Option<Inferred>,
     /// `null` in float data is a missing value, NaN (outside strict mode).
     null_as_nan: bool,
+    /// A BYTES tensor's last dimension may be its elements' length
+    /// (MLServer's convention, [`wirespeed_core::WRITTEN_SHAPE`]).
+    length_dimension: bool,
 }
 
 struct Inferred {
@@ -70,6 +73,7 @@ impl TensorBuilder {
             lens: vec![0; rank.max(1)],
             inferred: None,
             null_as_nan: false,
+            length_dimension: false,
         }
     }
 
@@ -78,6 +82,19 @@ impl TensorBuilder {
     /// (kserve's among them) write NaN. Other datatypes refuse it still.
     pub(crate) fn with_null_as_nan(mut self, yes: bool) -> TensorBuilder {
         self.null_as_nan = yes;
+        self
+    }
+
+    /// The shape the builder was made for.
+    pub(crate) fn shape(&self) -> &[usize] {
+        &self.shape
+    }
+
+    /// Takes a BYTES tensor whose shape's last dimension is its elements'
+    /// length in bytes, as MLServer's clients write one: `finish` then
+    /// gives the shape without it.
+    pub(crate) fn with_length_dimension(mut self, yes: bool) -> TensorBuilder {
+        self.length_dimension = yes;
         self
     }
 
@@ -95,6 +112,7 @@ impl TensorBuilder {
                 dims: Vec::new(),
             }),
             null_as_nan: false,
+            length_dimension: false,
         }
     }
 
@@ -371,6 +389,15 @@ impl TensorBuilder {
                 ));
             }
             return Ok((shape, self.data));
+        }
+        if self.data.len() != self.count && self.length_dimension {
+            if let (TensorData::Bytes(_), Some((_, outer))) = (&self.data, self.shape.split_last())
+            {
+                if outer.iter().product::<usize>() == self.data.len() {
+                    let shape = outer.to_vec();
+                    return Ok((shape, self.data));
+                }
+            }
         }
         if self.data.len() != self.count {
             return Err((

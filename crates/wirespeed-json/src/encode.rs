@@ -61,14 +61,22 @@ fn encode(response: &InferResponse, binary: &[bool], out: &mut Vec<u8>) {
         out.extend_from_slice(b",\"datatype\":\"");
         out.extend_from_slice(tensor.datatype().as_str().as_bytes());
         out.extend_from_slice(b"\",\"shape\":[");
-        write_shape(out, &tensor.shape);
+        // The shape as an MLServer runtime wrote it, when it counts bytes.
+        match (!tensor.parameters.is_empty())
+            .then(|| wirespeed_core::written_shape(&tensor.parameters))
+            .flatten()
+        {
+            Some(written) => write_shape(out, &written),
+            None => write_shape(out, &tensor.shape),
+        }
         out.push(b']');
         let mut ints = itoa::Buffer::new();
         // The output's own parameters (a content type), then where its
         // data went when not in `data`.
         let shared = response.shared_output(i);
         let binary = binary.get(i).copied().unwrap_or(false);
-        if tensor.parameters.is_empty() && shared.is_none() && !binary {
+        let visible = tensor.parameters.iter().any(|(k, _)| !k.starts_with('$'));
+        if !visible && shared.is_none() && !binary {
             out.extend_from_slice(b",\"data\":[");
             write_data(out, &tensor.data);
             out.extend_from_slice(b"]}");
@@ -204,13 +212,16 @@ fn write_parameters(out: &mut Vec<u8>, parameters: &Parameters) {
     out.push(b'}');
 }
 
-/// Writes `parameters`' entries, comma-separated; whether there were any.
+/// Writes `parameters`' entries, comma-separated, but for the server's
+/// own (`$` keys); whether it wrote any.
 fn write_entries(out: &mut Vec<u8>, parameters: &Parameters) -> bool {
     let mut ints = itoa::Buffer::new();
-    for (i, (key, value)) in parameters.iter().enumerate() {
-        if i > 0 {
+    let mut any = false;
+    for (key, value) in parameters.iter().filter(|(k, _)| !k.starts_with('$')) {
+        if any {
             out.push(b',');
         }
+        any = true;
         write_string(out, key.as_bytes());
         out.push(b':');
         match value {
@@ -223,7 +234,7 @@ fn write_entries(out: &mut Vec<u8>, parameters: &Parameters) -> bool {
             ParameterValue::String(text) => write_string(out, text.as_bytes()),
         }
     }
-    !parameters.is_empty()
+    any
 }
 
 /// Writes a shape's dimensions, comma-separated.

@@ -16,4 +16,10 @@ pub struct DecodeOptions {
     /// in one chunk), together with the calling thread. Without one, every
     /// run is decoded on the calling thread.
     pub pool: Option<CpuPool>,
+    /// A V2 BYTES input's last dimension may be its elements' length in
+    /// bytes, as MLServer's clients write it (`[59]` for one string of 59
+    /// bytes): the tensor is shaped without it, and the shape as written
+    /// goes to the model in the input's parameters
+    /// ([`wirespeed_core::WRITTEN_SHAPE`]). For MLServer's runtimes.
+    pub bytes_length_dimension: bool,
 }

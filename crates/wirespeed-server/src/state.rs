@@ -191,6 +191,7 @@ impl State {
                 limits: config.request_limits.clone(),
                 strict: config.strict_json,
                 pool: Some(pool),
+                bytes_length_dimension: false,
             },
             config.limits.request_timeout,
             traces,

@@ -548,6 +548,7 @@ fn json_output_raw(
         },
         strict: false,
         pool: None,
+        bytes_length_dimension: false,
     };
     let mut decoder = wirespeed_json::RequestDecoder::new(options);
     let decoded = decoder

@@ -219,7 +219,9 @@ impl RequestDecoder {
             Some(len) => (len.saturating_sub(at) / 2 + 1) as usize,
             None => DEFAULT_RESERVE,
         };
-        Ok(TensorBuilder::new(datatype, shape, count, room).with_null_as_nan(!self.options.strict))
+        Ok(TensorBuilder::new(datatype, shape, count, room)
+            .with_null_as_nan(!self.options.strict)
+            .with_length_dimension(self.options.bytes_length_dimension))
     }
 
     /// Counts `shape`'s elements against the request's limits.
@@ -517,7 +519,10 @@ impl RequestDecoder {
         let own: Parameters = input
             .parameters
             .iter()
-            .filter(|(key, _)| !wirespeed_core::is_transport_parameter(key))
+            // `$` keys are the server's own (WRITTEN_SHAPE), never a client's.
+            .filter(|(key, _)| {
+                !wirespeed_core::is_transport_parameter(key) && !key.starts_with('$')
+            })
             .cloned()
             .collect();
         if !own.is_empty() {
@@ -621,9 +626,27 @@ impl RequestDecoder {
             )
             .with_input(Some(&name)));
         }
+        let written = builder.shape().to_vec();
         let (shape, data) = builder
             .finish()
             .map_err(|(c, m)| DecodeError::new(c, at, m).with_input(Some(&name)))?;
+        if self.options.bytes_length_dimension && shape != written {
+            // MLServer's BYTES shape, its last dimension the elements'
+            // length: the model is told the shape as written.
+            let entry = wirespeed_core::written_shape_parameter(&written);
+            match self
+                .request
+                .input_parameters
+                .iter_mut()
+                .find(|(n, _)| *n == name)
+            {
+                Some((_, own)) => own.push(entry),
+                None => self
+                    .request
+                    .input_parameters
+                    .push((name.clone(), vec![entry])),
+            }
+        }
         self.request.finished_inputs.push(Tensor {
             name,
             shape,

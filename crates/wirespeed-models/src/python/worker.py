@@ -354,12 +354,23 @@ class Worker:
             raise TypeError("predict returned %s; MLServer's API returns an InferenceResponse"
                             % type(response).__name__)
         prepared = []
+        # The response's own parameters (its request codec's content
+        # type) travel with the first output (wirespeed_core::RESPONSE_PARAMETER).
+        answered = response.parameters.model_dump(exclude_none=True) if response.parameters else {}
         for output in response.outputs:
             data = getattr(output.data, "root", output.data)
             # The output's own parameters (its codec's content type), as
             # MLServer writes them: those set.
             own = output.parameters.model_dump(exclude_none=True) if output.parameters else {}
-            prepared.append((output.name, self.typed(output.name, output.datatype, output.shape, data), own))
+            typed = self.typed(output.name, output.datatype, output.shape, data)
+            if list(typed[1].shape) != list(output.shape):
+                # A BYTES shape that counts bytes (MLServer's [len(text)]
+                # for one text): answered as the runtime wrote it.
+                own[WRITTEN_SHAPE] = ",".join(str(d) for d in output.shape)
+            for key, value in answered.items():
+                own[RESPONSE_PARAMETER + key] = value
+            answered = {}
+            prepared.append((output.name, typed, own))
         return prepared
 
     def request_tensors(self, inputs, message):
@@ -373,7 +384,13 @@ class Worker:
                 data = [as_text(v) for v in array.reshape(-1)]
             else:
                 data = array.reshape(-1).tolist()
-            yield name, datatype, list(array.shape), data, self.input_parameters.get(name)
+            own = self.input_parameters.get(name)
+            shape = list(array.shape)
+            if own and WRITTEN_SHAPE in own:
+                # A BYTES shape as MLServer's clients write it, its last
+                # dimension the elements' length (wirespeed_core::WRITTEN_SHAPE).
+                shape = [int(d) for d in own.pop(WRITTEN_SHAPE).split(",") if d]
+            yield name, datatype, shape, data, own or None
 
     def typed(self, name, datatype, shape, data):
         """An output given as the protocol's datatype, shape and data (a
@@ -771,6 +788,14 @@ class Worker:
 # The key of a request's parameters under which the server sends the
 # inputs' own parameters (wire.rs INPUT_PARAMETERS).
 INPUT_PARAMETERS = "$inputs"
+
+# The parameter under which a BYTES tensor carries its shape as MLServer's
+# clients and runtimes write it (wirespeed_core::WRITTEN_SHAPE).
+WRITTEN_SHAPE = "$shape"
+
+# The start of an output's parameter that is its response's
+# (wirespeed_core::RESPONSE_PARAMETER).
+RESPONSE_PARAMETER = "$response."
 
 # The input and output of a request whose JSON the model reads itself
 # (wirespeed_core::JSON_BODY).

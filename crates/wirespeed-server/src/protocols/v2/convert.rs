@@ -22,11 +22,14 @@ fn input_error(name: &str, message: impl std::fmt::Display) -> Error {
     Error::invalid_input(format!("input '{name}': {message}"))
 }
 
-/// Converts a gRPC infer request, enforcing the request limits.
+/// Converts a gRPC infer request, enforcing the request limits. With
+/// `length_dimension`, a BYTES input's last dimension may be its elements'
+/// length, as MLServer's clients write it (`WRITTEN_SHAPE`).
 pub(crate) fn request(
     message: pb::ModelInferRequest,
     model: &str,
     limits: &RequestLimits,
+    length_dimension: bool,
 ) -> Result<InferRequest, Error> {
     limits.check_inputs(message.inputs.len())?;
     // Inputs in shared memory carry no data here; raw_input_contents has
@@ -34,16 +37,17 @@ pub(crate) fn request(
     // Most inputs have no parameters: only those that name shared memory
     // are converted and read.
     let mut shared_refs = Vec::with_capacity(message.inputs.len());
-    let mut input_parameters = Vec::new();
+    let mut input_parameters: Vec<(String, Parameters)> = Vec::new();
     for input in &message.inputs {
         if input
             .parameters
             .keys()
             .any(|k| !wirespeed_core::is_transport_parameter(k))
         {
+            // `$` keys are the server's own (WRITTEN_SHAPE), never a client's.
             let own = parameters(input.parameters.clone())?
                 .into_iter()
-                .filter(|(k, _)| !wirespeed_core::is_transport_parameter(k))
+                .filter(|(k, _)| !wirespeed_core::is_transport_parameter(k) && !k.starts_with('$'))
                 .collect();
             input_parameters.push((input.name.clone(), own));
         }
@@ -106,9 +110,31 @@ pub(crate) fn request(
                     format!("shape {:?} has a negative dimension", input.shape),
                 )
             })?;
-        let count = budget
+        let mut count = budget
             .take_shape(limits, datatype, &shape)
             .map_err(|e| e.in_input(&name))?;
+        let mut shape = shape;
+        if let (true, DataType::Bytes, None, Some((_, outer))) =
+            (length_dimension, datatype, &shared, shape.split_last())
+        {
+            // MLServer's BYTES shape: its last dimension the elements'
+            // length, when the elements given count the rest.
+            let outer_count: usize = outer.iter().product();
+            let given = match (&input.contents, raw_contents.as_slice().first()) {
+                (Some(contents), _) => Some(contents.bytes_contents.len()),
+                (None, Some(bytes)) => wirespeed_core::raw::bytes_elements(bytes),
+                (None, None) => None,
+            };
+            if given == Some(outer_count) && outer_count != count {
+                let written = wirespeed_core::written_shape_parameter(&shape);
+                match input_parameters.iter_mut().find(|(n, _)| *n == name) {
+                    Some((_, own)) => own.push(written),
+                    None => input_parameters.push((name.clone(), vec![written])),
+                }
+                shape = outer.to_vec();
+                count = outer_count;
+            }
+        }
         if let Some(at) = shared {
             if input.contents.is_some() {
                 return Err(input_error(
@@ -211,6 +237,12 @@ pub(crate) fn response(response: InferResponse) -> pb::ModelInferResponse {
         // The output's own parameters (a content type), and where its data
         // went when in shared memory.
         let mut parameters = wirespeed_proto::tensors::parameters_to_map(&tensor.parameters);
+        // The shape as an MLServer runtime wrote it, when it counts bytes.
+        let shape = match parameters.remove(wirespeed_core::WRITTEN_SHAPE) {
+            Some(_) => wirespeed_core::written_shape(&tensor.parameters),
+            None => None,
+        }
+        .unwrap_or_else(|| tensor.shape.clone());
         match shared {
             Some(shared) => {
                 raw.push(Bytes::new());
@@ -245,7 +277,7 @@ pub(crate) fn response(response: InferResponse) -> pb::ModelInferResponse {
         }
         metadata.push(pb::model_infer_response::InferOutputTensor {
             datatype: tensor.datatype().as_str().to_owned(),
-            shape: tensor.shape.iter().map(|&d| d as i64).collect(),
+            shape: shape.iter().map(|&d| d as i64).collect(),
             name: tensor.name,
             parameters,
             contents: None,
@@ -289,6 +321,7 @@ mod tests {
             },
             "m",
             &RequestLimits::default(),
+            false,
         )
     }
 

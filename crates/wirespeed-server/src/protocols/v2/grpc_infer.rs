@@ -179,7 +179,11 @@ struct GrpcInfer<'a> {
 impl GrpcInfer<'_> {
     /// Converts the message to the core request, on the CPU pool when it
     /// carries many raw bytes.
-    async fn convert(&mut self, model: &str, stages: &mut Stages) -> Result<InferRequest, Error> {
+    async fn convert(
+        &mut self,
+        model: &ServedModel,
+        stages: &mut Stages,
+    ) -> Result<InferRequest, Error> {
         let message = self.message.take().expect("a message is decoded once");
         let raw_bytes: usize = message.raw_input_contents.iter().map(|b| b.len()).sum();
         let bytes = if self.front.engine.traffic.is_some() {
@@ -190,9 +194,10 @@ impl GrpcInfer<'_> {
         let limits = self.front.engine.decode_options.limits.clone();
         let mut decode = Duration::ZERO;
         let offload = raw_bytes > OFFLOAD_RAW_BYTES;
-        let model = model.to_owned();
+        let name = model.metadata().name.clone();
+        let length_dimension = model.bytes_length_dimension;
         let request = timed_on(&self.front.engine.pool, offload, &mut decode, move || {
-            convert::request(message, &model, &limits)
+            convert::request(message, &name, &limits, length_dimension)
         })
         .await?;
         stages.body_read(decode, bytes);
@@ -210,7 +215,7 @@ impl Codec for GrpcInfer<'_> {
         stages: &mut Stages,
     ) -> Result<InferRequest, Error> {
         let model: &ServedModel = model;
-        let mut request = self.convert(&model.metadata().name, stages).await?;
+        let mut request = self.convert(model, stages).await?;
         application::key_from_header(model, &mut request, |name| {
             let value = self.metadata.get(name)?.to_str().ok()?;
             Some(value.to_owned())
@@ -263,7 +268,7 @@ impl Codec for GrpcStreamInfer<'_> {
         stages: &mut Stages,
     ) -> Result<InferRequest, Error> {
         let model: &ServedModel = model;
-        self.unary.convert(&model.metadata().name, stages).await
+        self.unary.convert(model, stages).await
     }
 
     fn encode(&mut self, response: InferResponse) -> Result<Self::Answer, Error> {

@@ -50,6 +50,15 @@ impl Codec for V2Rest<'_> {
     ) -> Result<InferRequest, Error> {
         let model: &ServedModel = model;
         let (front, body) = (self.request.front, self.request.take_body());
+        // MLServer's runtimes take its clients' BYTES shapes.
+        let options = if model.bytes_length_dimension {
+            std::borrow::Cow::Owned(wirespeed_json::DecodeOptions {
+                bytes_length_dimension: true,
+                ..front.engine.decode_options.clone()
+            })
+        } else {
+            std::borrow::Cow::Borrowed(&front.engine.decode_options)
+        };
         // The body is decoded as it arrives, and read to its end before any
         // error is answered, so the connection stays clean for the next
         // request.
@@ -62,7 +71,7 @@ impl Codec for V2Rest<'_> {
             &self.request.headers,
             body,
             &front.limits,
-            &front.engine.decode_options,
+            &options,
             &front.engine.pool,
             model.metadata(),
         )
