@@ -226,6 +226,28 @@ class JsonHelloWorldModel(MLModel):
 '''
 
 
+# docs/examples/streaming: predict_stream yields the text word by word
+# (the example's half-second wait between words is left out).
+TEXT_MODEL = '''
+from typing import AsyncIterator
+
+from mlserver import MLModel
+from mlserver.codecs import StringCodec
+from mlserver.types import InferenceRequest, InferenceResponse
+
+
+class TextModel(MLModel):
+    async def predict_stream(self, payloads: AsyncIterator[InferenceRequest]) -> AsyncIterator[InferenceResponse]:
+        payload = [_ async for _ in payloads][0]
+        text = StringCodec.decode_input(payload.inputs[0])[0]
+        words = text.split(" ")
+        for i, word in enumerate(words):
+            yield InferenceResponse(model_name=self._settings.name, outputs=[
+                StringCodec.encode_output(name="output", payload=[word if i == 0 else " " + word], use_bytes=True),
+            ])
+'''
+
+
 # A runtime that answers its input back as MLServer hands it over: the
 # input's TensorData as the output's data.
 ECHO = '''
@@ -278,6 +300,14 @@ def folders(tmp_path_factory):
     (hello / "jsonmodels.py").write_text(JSON_HELLO)
     (hello / "model-settings.json").write_text(
         json.dumps({"name": "json-hello-world", "implementation": "jsonmodels.JsonHelloWorldModel"}))
+    text = root / "text-model"
+    text.mkdir()
+    (text / "text_model.py").write_text(TEXT_MODEL)
+    (text / "model-settings.json").write_text(json.dumps({
+        "name": "text-model", "implementation": "text_model.TextModel",
+        "versions": ["text-model/v1.2.3"], "platform": "mlserver",
+        "inputs": [{"datatype": "BYTES", "name": "prompt", "shape": [1]}],
+        "outputs": [{"datatype": "BYTES", "name": "output", "shape": [1]}]}))
     echo = root / "echo"
     echo.mkdir()
     (echo / "runtime.py").write_text(ECHO)
@@ -289,7 +319,7 @@ def folders(tmp_path_factory):
 
 
 NAMES = ["mnist-svm", "iris-pipeline", "mushroom-xgboost", "iris-lgb", "linear", "columns", "content-types",
-         "versioned", "batched", "wine-classifier", "echo", "json-hello-world"]
+         "versioned", "batched", "wine-classifier", "echo", "json-hello-world", "text-model"]
 
 
 @pytest.fixture(scope="module")
@@ -661,3 +691,37 @@ def test_the_custom_json_example_answers_as_mlserver(ours, theirs, mlserver):
         answers.append((output, json.loads(contents[0])))
     assert answers[0] == answers[1], answers
     assert answers[0][1]["shapes"] == {"echo_request": [len(raw)]}
+
+
+def test_the_streaming_example_streams_as_mlserver(ours, theirs):
+    """MLServer's streaming example, its REST client as the example writes
+    it (httpx-sse on generate_stream, the request's .dict()), and the same
+    request to infer_stream: each event an InferenceResponse, the same
+    words in the same order."""
+    import httpx
+    from httpx_sse import connect_sse
+
+    request = {"inputs": [{"name": "prompt", "shape": [1], "datatype": "BYTES",
+                           "data": ["What is the capital of France?"], "parameters": {"content_type": "str"}}],
+               "outputs": [{"name": "output"}]}
+    # What pydantic's .dict() of the request writes: its unset fields null.
+    as_dict = {"id": None, "parameters": None, **request,
+               "inputs": [{**request["inputs"][0]}], "outputs": [{"name": "output", "parameters": None}]}
+    streams = {}
+    for base in (f"http://{ours.address}", theirs):
+        for endpoint, body in (("generate_stream", as_dict), ("infer_stream", request)):
+            with httpx.Client(timeout=60) as client:
+                with connect_sse(client, "POST", f"{base}/v2/models/text-model/{endpoint}", json=body) as events:
+                    assert events.response.status_code == 200, events.response.read()
+                    streams[base, endpoint] = [json.loads(sse.data) for sse in events.iter_sse()]
+    words = ["What", " is", " the", " capital", " of", " France?"]
+    for endpoint in ("generate_stream", "infer_stream"):
+        mine, other = streams[f"http://{ours.address}", endpoint], streams[theirs, endpoint]
+        assert len(mine) == len(other) == len(words), (mine, other)
+        for m, o in zip(mine, other):
+            # MLServer's stream events keep the CloudEvents headers its
+            # middleware sets (HTTP headers of a unary answer) in the
+            # response's parameters.
+            o["parameters"].pop("headers", None)
+            same_outputs(m, o)
+        assert [m["outputs"][0]["data"] for m in mine] == [[w] for w in words], mine

@@ -83,7 +83,7 @@ fn serve(models: &ServedModels, name: &str, upstream: &Arc<Upstream>) {
         sequencing: None,
         response_cache: false,
         output_parameters: Vec::new(),
-        bytes_length_dimension: false,
+        mlserver: false,
     });
     if added {
         tracing::info!(model = name, upstream = %upstream.describe(), "serving the upstream's model");

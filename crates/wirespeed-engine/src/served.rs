@@ -69,9 +69,9 @@ pub struct ServedModel {
     /// The parameters every output answers with, unless the model gave
     /// it its own (MLServer's runtimes' `content_type`).
     pub output_parameters: wirespeed_core::Parameters,
-    /// Its BYTES inputs' shapes may end with the elements' length
-    /// (MLServer's convention).
-    pub bytes_length_dimension: bool,
+    /// It is MLServer's: BYTES shapes may end with the elements' length,
+    /// and `generate_stream` speaks V2 infer JSON.
+    pub mlserver: bool,
     /// A stateful model's open sequences (`sequences.rs`).
     pub sequences: Option<Arc<Sequences>>,
     /// The response cache, and this load's id in it, when the model's
@@ -389,7 +389,7 @@ impl ServedModels {
             input_formats: loaded.input_formats,
             parameters: loaded.parameters,
             output_parameters: loaded.output_parameters,
-            bytes_length_dimension: loaded.bytes_length_dimension,
+            mlserver: loaded.mlserver,
         })
     }
 

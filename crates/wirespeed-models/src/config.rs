@@ -95,11 +95,13 @@ pub struct ModelConfig {
     /// model gives an output its own.
     #[serde(default)]
     pub output_parameters: toml::Table,
-    /// A BYTES input's last dimension may be its elements' length in
-    /// bytes, as MLServer's clients write it (`shape: [59]` for one string
-    /// of 59 bytes); the model is handed the shape as written.
+    /// The model is MLServer's (its layout sets it): its clients'
+    /// conventions hold. A BYTES input's last dimension may be its
+    /// elements' length in bytes (`shape: [59]` for one string of 59
+    /// bytes; the model is handed the shape as written), and
+    /// `generate_stream` takes and answers V2 infer JSON.
     #[serde(default)]
-    pub bytes_length_dimension: bool,
+    pub mlserver: bool,
     /// The backend's own top-level keys (`model_file`, ...).
     #[serde(flatten)]
     pub backend_keys: toml::Table,

@@ -56,9 +56,9 @@ pub struct LoadedModel {
     /// The parameters every output answers with, unless the model gave
     /// the output its own (`[output_parameters]`).
     pub output_parameters: wirespeed_core::Parameters,
-    /// Its BYTES inputs' shapes may end with the elements' length
-    /// (MLServer's convention).
-    pub bytes_length_dimension: bool,
+    /// It is MLServer's: BYTES shapes may end with the elements' length,
+    /// and `generate_stream` speaks V2 infer JSON.
+    pub mlserver: bool,
 }
 
 /// An output's class labels, read from its labels file at load.
@@ -260,7 +260,7 @@ pub(crate) fn load_version(
         parameters: string_parameters(config),
         output_parameters: output_parameters(config).map_err(|m| error(&config_path, m))?,
         response_cache: config.response_cache,
-        bytes_length_dimension: config.bytes_length_dimension,
+        mlserver: config.mlserver,
         sequencing,
     })
 }

@@ -338,9 +338,9 @@ pub(crate) fn model_config(name: &str, folder: &Path) -> Result<ModelConfig, Str
     };
 
     let mut table = toml::Table::new();
-    // MLServer's clients write a BYTES input's byte length as its last
-    // dimension; its runtimes are handed the shape as written.
-    table.insert("bytes_length_dimension".into(), true.into());
+    // MLServer's clients' conventions (a BYTES input's byte length as its
+    // last dimension, V2 JSON on generate_stream).
+    table.insert("mlserver".into(), true.into());
     // A model whose settings name no version has none: its answers carry
     // no model_version and the index lists it without one, as MLServer's.
     let version = string(parameters, "version")?.unwrap_or_default();

@@ -124,7 +124,10 @@ impl Scheduler {
         let names: Vec<&str> = requested.iter().map(|o| o.name.as_str()).collect();
         let outputs = metadata.bind(binding, &mut inputs, &names)?;
         let mut answer = self.admit(inputs, outputs, context, spent).await?;
-        answer.outputs = binding.pick(&metadata.name, answer.outputs, &names)?;
+        // A model that streams answers on its stream, not here.
+        if !self.model.decoupled() {
+            answer.outputs = binding.pick(&metadata.name, answer.outputs, &names)?;
+        }
         Ok(answer)
     }
 

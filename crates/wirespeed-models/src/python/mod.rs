@@ -275,7 +275,9 @@ impl PythonModel {
             load_timeout,
             outputs: outputs.clone(),
             open: binding == Binding::Open,
-            shapes_as_produced: triton_api,
+            // Neither Triton's Python backend nor MLServer checks an
+            // output's shape against the declared one.
+            shapes_as_produced: triton_api || api == "mlserver",
             executions: Arc::clone(&executions),
             batch: match (&config.batching, triton_api) {
                 (Some(batching), true) => {

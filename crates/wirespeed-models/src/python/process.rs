@@ -81,7 +81,8 @@ pub(crate) struct Launch {
     pub(crate) open: bool,
     /// An output's shape is the one the model produced, not checked
     /// against the declared one: Triton's Python backend checks none
-    /// (a batched model may answer `[n]` for a declared `[-1, 1]`).
+    /// (a batched model may answer `[n]` for a declared `[-1, 1]`), nor
+    /// does MLServer (its codecs answer `[1, 1]` for a declared `[1]`).
     pub(crate) shapes_as_produced: bool,
     /// A Triton model with dynamic batching: its keepers gather a batch's
     /// requests for one call of `execute`.

@@ -325,11 +325,24 @@ class Worker:
         model.ready = True
         self.model = model
         self.mlserver_types = types
+        # A runtime that streams (predict_stream, and no predict of its
+        # own) answers each request with the responses it yields.
+        from mlserver import MLModel
+
+        cls = type(model)
+        self.decoupled = (cls.predict_stream is not MLModel.predict_stream
+                          and cls.predict is MLModel.predict)
 
     def infer_mlserver(self, inputs, message):
-        """One request as MLServer's `predict` gets it: an InferenceRequest
-        of the request's tensors (numbers as numpy arrays, strings as
-        str), its parameters and the outputs it asks for."""
+        """One request as MLServer's `predict` gets it; its answer's
+        outputs."""
+        response = self.call(self.model.predict, self.mlserver_request(inputs, message))
+        return self.mlserver_outputs(response, "predict returned")
+
+    def mlserver_request(self, inputs, message):
+        """A request as MLServer's front hands it to a runtime: an
+        InferenceRequest of the request's tensors, its parameters and the
+        outputs it asks for."""
         if list(inputs) == [JSON_BODY]:
             raise InvalidRequest("an MLServer runtime answers the V2 protocol: "
                                  "POST /v2/models/<name>/infer")
@@ -344,15 +357,18 @@ class Worker:
             for name, datatype, shape, data, own in self.request_tensors(inputs, message)
         ]
         parameters = message.get("parameters") or {}
-        request = types.InferenceRequest(
+        return types.InferenceRequest(
             inputs=request_inputs,
             parameters=types.Parameters(**parameters) if parameters else None,
             outputs=[types.RequestOutput(name=n) for n in message["outputs"]] or None,
         )
-        response = self.call(self.model.predict, request)
-        if not isinstance(response, types.InferenceResponse):
-            raise TypeError("predict returned %s; MLServer's API returns an InferenceResponse"
-                            % type(response).__name__)
+
+    def mlserver_outputs(self, response, what):
+        """The outputs of an InferenceResponse a runtime gave, prepared for
+        the segment, each with its parameters."""
+        if not isinstance(response, self.mlserver_types.InferenceResponse):
+            raise TypeError("%s %s; MLServer's API answers an InferenceResponse"
+                            % (what, type(response).__name__))
         prepared = []
         # The response's own parameters (its request codec's content
         # type) travel with the first output (wirespeed_core::RESPONSE_PARAMETER).
@@ -537,13 +553,20 @@ class Worker:
 
     def pack(self, produced):
         """Tensors by name, as one blob of bytes and each one's place."""
+        return self.pack_prepared([(name, self.prepare(name, value)) for name, value in produced.items()])
+
+    def pack_prepared(self, prepared):
+        """(name, (datatype, array, raw)[, parameters]) outputs as one blob
+        of bytes and each one's place (and parameters)."""
         parts = []
         layout = []
         at = 0
-        for name, value in produced.items():
-            datatype, array, raw = self.prepare(name, value)
+        for name, (datatype, array, raw), *own in prepared:
             data = raw if raw is not None else array.tobytes()
-            layout.append((name, datatype, list(array.shape), at, len(data)))
+            placed = [name, datatype, list(array.shape), at, len(data)]
+            if own and own[0]:
+                placed.append(own[0])
+            layout.append(placed)
             parts.append(data)
             at += len(data)
         return b"".join(parts), layout
@@ -656,6 +679,8 @@ class Worker:
         self.input_parameters = (message.get("parameters") or {}).pop(INPUT_PARAMETERS, {})
         inputs = {name: np.array(array) for name, array in self.inputs(message).items()}
         wanted = message["outputs"]
+        if self.api == "mlserver":
+            return self.stream_mlserver(request_id, inputs, message)
         # Our API: predict yields each answer (a generator, or an async one).
         produced = self.model.predict(inputs, message.get("parameters") or {})
         if inspect.isasyncgen(produced):
@@ -686,6 +711,36 @@ class Worker:
                 close = getattr(produced, "close", None)
                 if close is not None:
                     close()
+        self.send_response(request_id, None, True)
+
+    def stream_mlserver(self, request_id, inputs, message):
+        """An MLServer runtime's predict_stream on one request (as MLServer's
+        REST front calls it: an iterator of that one request); each
+        InferenceResponse it yields is a response of the stream."""
+        import asyncio
+
+        request = self.mlserver_request(inputs, message)
+
+        async def payloads():
+            yield request
+
+        if self.loop is None:
+            self.loop = asyncio.new_event_loop()
+        produced = self.model.predict_stream(payloads())
+        try:
+            while request_id not in self.cancelled:
+                try:
+                    item = self.loop.run_until_complete(produced.__anext__())
+                except StopAsyncIteration:
+                    break
+                raw, layout = self.pack_prepared(self.mlserver_outputs(item, "predict_stream yielded"))
+                self.channel.send(
+                    with_metrics({"op": "response", "id": request_id, "final": False,
+                                  "outputs": layout, "raw": len(raw)}),
+                    raw,
+                )
+        finally:
+            self.loop.run_until_complete(produced.aclose())
         self.send_response(request_id, None, True)
 
     def send_answer(self, request_id, item, wanted):

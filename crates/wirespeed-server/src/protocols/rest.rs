@@ -186,9 +186,11 @@ async fn dispatch(
         Ok(Route::ModelConfig(model)) => metadata::config(front, model),
         Ok(Route::ModelStats(model)) => metadata::stats(front, model),
         Ok(Route::Infer(model)) => return infer::infer(front, context, model, request).await,
-        Ok(Route::Generate(model, stream)) => {
-            return crate::protocols::v2::generate::generate(front, context, model, request, stream)
-                .await
+        Ok(Route::Generate(model, streaming)) => {
+            return crate::protocols::v2::generate::generate(
+                front, context, model, request, streaming,
+            )
+            .await
         }
         Ok(Route::TfStatus(model)) => tfserving::status(front, model),
         Ok(Route::TfMetadata(model)) => tfserving::metadata(front, model),

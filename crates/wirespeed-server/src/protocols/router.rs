@@ -28,9 +28,9 @@ pub(crate) enum Route<'a> {
     ModelReady(Target<'a>),
     /// `POST /v2/models/{name}[/versions/{v}]/infer`
     Infer(Target<'a>),
-    /// `POST /v2/models/{name}[/versions/{v}]/generate` (`false`) and
-    /// `.../generate_stream` (`true`)
-    Generate(Target<'a>, bool),
+    /// `POST /v2/models/{name}[/versions/{v}]/generate`,
+    /// `.../generate_stream` and MLServer's `.../infer_stream`
+    Generate(Target<'a>, Streaming),
     /// `GET /v2/models/{name}[/versions/{v}]/config`
     ModelConfig(Target<'a>),
     /// `GET /v2/models/stats` (every model, `name` empty) and
@@ -194,6 +194,19 @@ fn match_route<'a>(path: &'a str, segments: &[&'a str]) -> Option<Route<'a>> {
     }
 }
 
+/// Which of the streaming endpoints a request came to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Streaming {
+    /// Triton's `generate`: one answer.
+    Generate,
+    /// Triton's `generate_stream`: an event per response (MLServer's for
+    /// MLServer's models).
+    GenerateStream,
+    /// MLServer's `infer_stream`: a V2 infer request, an event per
+    /// response, each a V2 infer response, for any model.
+    InferStream,
+}
+
 fn model_route<'a>(name: &'a str, rest: &[&'a str]) -> Option<Route<'a>> {
     let (version, rest) = match rest {
         ["versions", v, rest @ ..] if !v.is_empty() => (Some(*v), rest),
@@ -204,8 +217,9 @@ fn model_route<'a>(name: &'a str, rest: &[&'a str]) -> Option<Route<'a>> {
         [] => Some(Route::ModelMetadata(model)),
         ["ready"] => Some(Route::ModelReady(model)),
         ["infer"] => Some(Route::Infer(model)),
-        ["generate"] => Some(Route::Generate(model, false)),
-        ["generate_stream"] => Some(Route::Generate(model, true)),
+        ["generate"] => Some(Route::Generate(model, Streaming::Generate)),
+        ["generate_stream"] => Some(Route::Generate(model, Streaming::GenerateStream)),
+        ["infer_stream"] => Some(Route::Generate(model, Streaming::InferStream)),
         ["config"] => Some(Route::ModelConfig(model)),
         ["stats"] => Some(Route::ModelStats(model)),
         _ => None,
@@ -428,11 +442,15 @@ mod tests {
         assert_eq!(post("/v2/logging"), Route::Missing(Missing::Logging));
         assert_eq!(
             post("/v2/models/t/versions/1/generate_stream"),
-            Route::Generate(Target::new("t", Some("1")), true)
+            Route::Generate(Target::new("t", Some("1")), Streaming::GenerateStream)
         );
         assert_eq!(
             post("/v2/models/t/generate"),
-            Route::Generate(Target::new("t", None), false)
+            Route::Generate(Target::new("t", None), Streaming::Generate)
+        );
+        assert_eq!(
+            post("/v2/models/t/infer_stream"),
+            Route::Generate(Target::new("t", None), Streaming::InferStream)
         );
     }
 

@@ -20,6 +20,12 @@
 //! `{"error": ...}` with its status, as for `/generate`. `/generate` on a
 //! decoupled model answers its one response, or Triton's error when it
 //! sends none or several.
+//!
+//! MLServer's streams speak V2 infer JSON instead: `.../infer_stream` (any
+//! model) and `.../generate_stream` on MLServer's models take a V2 infer
+//! request (read by the same decoder as `/infer`, with MLServer's
+//! conventions) and send each response as a V2 infer response in its
+//! event, as MLServer's `predict_stream` answers are sent.
 
 use std::sync::Arc;
 
@@ -33,6 +39,7 @@ use wirespeed_json::RequestDecoder;
 use crate::protocols::http::body::{decode_error, RestRequest};
 use crate::protocols::http::events;
 use crate::protocols::http::response::{self, Body};
+use crate::protocols::router::Streaming;
 use crate::protocols::Front;
 use wirespeed_engine::metrics::InferProtocol;
 use wirespeed_engine::pipeline::{self, Codec, RequestContext, Target};
@@ -40,17 +47,18 @@ use wirespeed_engine::served::ServedModel;
 use wirespeed_engine::stream::ResponseStream;
 use wirespeed_engine::timing::{timed, Stages};
 
-/// Answers one generate request; `stream` for `generate_stream`.
+/// Answers one request to a streaming endpoint.
 pub(crate) async fn generate(
     front: &Front,
     context: RequestContext,
     target: Target<'_>,
     request: Request<Incoming>,
-    stream: bool,
+    streaming: Streaming,
 ) -> Response<Body> {
     let codec = Generate {
         request: RestRequest::new(front, request),
-        stream,
+        stream: streaming != Streaming::Generate,
+        v2: streaming == Streaming::InferStream,
     };
     front.engine.infer(context, target, codec).await
 }
@@ -60,6 +68,9 @@ struct Generate<'a> {
     request: RestRequest<'a>,
     /// `generate_stream`: the answer is a server-sent event.
     stream: bool,
+    /// The request and each response are V2 infer JSON (MLServer's
+    /// streams), not generate's flat objects.
+    v2: bool,
 }
 
 impl Codec for Generate<'_> {
@@ -73,7 +84,17 @@ impl Codec for Generate<'_> {
     ) -> Result<InferRequest, Error> {
         let model: &ServedModel = model;
         let body = self.request.read_json(stages).await?;
-        let options = self.request.front.engine.decode_options.clone();
+        let mut options = self.request.front.engine.decode_options.clone();
+        // MLServer's generate_stream takes what its infer takes.
+        self.v2 |= model.mlserver && self.stream;
+        if self.v2 {
+            options.bytes_length_dimension = model.mlserver;
+            return timed(&mut stages.decode, || {
+                let mut decoder = RequestDecoder::new(options);
+                decoder.feed(&body).map_err(decode_error)?;
+                decoder.finish().map_err(decode_error)
+            });
+        }
         timed(&mut stages.decode, || {
             let object: Map<String, Value> = serde_json::from_slice(&body).map_err(|e| {
                 Error::malformed(format!("the generate request is not a JSON object: {e}"))
@@ -87,7 +108,11 @@ impl Codec for Generate<'_> {
 
     fn encode(&mut self, response: InferResponse) -> Result<Response<Body>, Error> {
         let mut out = Vec::with_capacity(128);
-        object(&response, &mut out)?;
+        if self.v2 {
+            infer_object(&response, &mut out)?;
+        } else {
+            object(&response, &mut out)?;
+        }
         if !self.stream {
             return Ok(response::json(out));
         }
@@ -106,10 +131,14 @@ impl Codec for Generate<'_> {
             let response = stream.only().await?;
             return self.encode(response);
         }
+        let v2 = self.v2;
         Ok(events::answer(
             stream,
-            Box::new(|item, out| {
-                let written = item.response.and_then(|response| object(&response, out));
+            Box::new(move |item, out| {
+                let written = item.response.and_then(|response| match v2 {
+                    true => infer_object(&response, out),
+                    false => object(&response, out),
+                });
                 if let Err(error) = written {
                     let message = pipeline::public_message(&error, 0);
                     out.extend_from_slice(b"{\"error\":");
@@ -143,6 +172,23 @@ fn object(response: &InferResponse, out: &mut Vec<u8>) -> Result<(), Error> {
         out.truncate(start);
     }
     written
+}
+
+/// Writes a response as a V2 infer response (MLServer's stream events)
+/// after what `out` holds, unless an output is not text a JSON string can
+/// carry.
+fn infer_object(response: &InferResponse, out: &mut Vec<u8>) -> Result<(), Error> {
+    for output in &response.outputs {
+        if let Some(at) = wirespeed_json::non_utf8_element(&output.data) {
+            return Err(Error::model_failed(format!(
+                "output '{}' element {at} is not UTF-8 text, which a JSON answer cannot \
+                 carry; ask /infer with binary outputs",
+                output.name
+            )));
+        }
+    }
+    wirespeed_json::encode_infer_response(response, out);
+    Ok(())
 }
 
 fn write_object(response: &InferResponse, out: &mut Vec<u8>) -> Result<(), Error> {

@@ -195,7 +195,7 @@ impl GrpcInfer<'_> {
         let mut decode = Duration::ZERO;
         let offload = raw_bytes > OFFLOAD_RAW_BYTES;
         let name = model.metadata().name.clone();
-        let length_dimension = model.bytes_length_dimension;
+        let length_dimension = model.mlserver;
         let request = timed_on(&self.front.engine.pool, offload, &mut decode, move || {
             convert::request(message, &name, &limits, length_dimension)
         })

@@ -51,7 +51,7 @@ impl Codec for V2Rest<'_> {
         let model: &ServedModel = model;
         let (front, body) = (self.request.front, self.request.take_body());
         // MLServer's runtimes take its clients' BYTES shapes.
-        let options = if model.bytes_length_dimension {
+        let options = if model.mlserver {
             std::borrow::Cow::Owned(wirespeed_json::DecodeOptions {
                 bytes_length_dimension: true,
                 ..front.engine.decode_options.clone()
