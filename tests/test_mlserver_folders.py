@@ -725,3 +725,55 @@ def test_the_streaming_example_streams_as_mlserver(ours, theirs):
             o["parameters"].pop("headers", None)
             same_outputs(m, o)
         assert [m["outputs"][0]["data"] for m in mine] == [[w] for w in words], mine
+
+
+# The streaming example's gRPC client, as its notebook writes it, run by
+# the Python MLServer is installed in (its own stub and converters).
+GRPC_STREAM_CLIENT = r'''
+import asyncio, json, sys
+
+import grpc
+import mlserver.grpc.converters as converters
+import mlserver.grpc.dataplane_pb2_grpc as dataplane
+import mlserver.types as types
+from mlserver.codecs import StringCodec
+
+inference_request = types.InferenceRequest.model_validate_json(sys.argv[2])
+inference_request.inputs[0] = StringCodec.encode_input("prompt", inference_request.inputs[0].data.root)
+inference_request_g = converters.ModelInferRequestConverter.from_types(
+    inference_request, model_name="text-model", model_version=None)
+
+
+async def get_inference_request_stream(inference_request):
+    yield inference_request
+
+
+async def main():
+    answers = []
+    async with grpc.aio.insecure_channel(sys.argv[1]) as grpc_channel:
+        grpc_stub = dataplane.GRPCInferenceServiceStub(grpc_channel)
+        async for response in grpc_stub.ModelStreamInfer(get_inference_request_stream(inference_request_g)):
+            response = converters.ModelInferResponseConverter.to_types(response)
+            answers.append({"model_name": response.model_name,
+                            "words": StringCodec.decode_output(response.outputs[0]),
+                            "shape": response.outputs[0].shape,
+                            "parameters": response.outputs[0].parameters.model_dump(exclude_none=True)})
+    print(json.dumps(answers))
+
+asyncio.run(main())
+'''
+
+
+def test_the_streaming_examples_grpc_client_reads_our_stream_as_mlservers(ours, mlserver):
+    request = json.dumps({"inputs": [{"name": "prompt", "shape": [1], "datatype": "BYTES",
+                                      "data": ["What is the capital of France?"],
+                                      "parameters": {"content_type": "str"}}],
+                          "outputs": [{"name": "output"}]})
+    answers = []
+    for address in (f"127.0.0.1:{ours.grpc_port}", f"127.0.0.1:{mlserver['grpc']}"):
+        out = subprocess.run([str(MODELS_PYTHON), "-c", GRPC_STREAM_CLIENT, address, request],
+                             capture_output=True, text=True, timeout=120)
+        assert out.returncode == 0, out.stderr
+        answers.append(json.loads(out.stdout))
+    assert answers[0] == answers[1], answers
+    assert [a["words"] for a in answers[0]] == [["What"], [" is"], [" the"], [" capital"], [" of"], [" France?"]]

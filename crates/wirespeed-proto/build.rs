@@ -20,6 +20,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .build_server(true)
         .build_client(true)
         .bytes(".")
+        // One message is written by hand (`src/stream_frame.rs`): a stream
+        // answer that may go out as MLServer's stream sends its answers.
+        .extern_path(
+            ".inference.ModelStreamInferResponse",
+            "crate::stream_frame::ModelStreamInferResponse",
+        )
         .compile_fds(descriptors)?;
     // TF Serving's protos: a set of their own, so that reflection lists
     // their services only once the server answers them.

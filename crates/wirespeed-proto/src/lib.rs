@@ -28,6 +28,8 @@
 pub mod inference {
     #![allow(missing_docs, unreachable_pub, clippy::all, rust_2018_idioms)]
     tonic::include_proto!("inference");
+
+    pub use crate::stream_frame::ModelStreamInferResponse;
 }
 
 /// TensorFlow's tensor, shape and signature messages, as TF Serving's
@@ -45,6 +47,7 @@ pub mod tensorflow {
     }
 }
 
+mod stream_frame;
 pub mod tensors;
 pub mod tf_tensors;
 

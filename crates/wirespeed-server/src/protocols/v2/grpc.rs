@@ -406,13 +406,16 @@ async fn answer_in_stream(
         infer::StreamAnswer::One(reply) => {
             let _ = sender.send(Ok(reply)).await;
         }
+        infer::StreamAnswer::Failed(status) => {
+            let _ = sender.send(Err(status)).await;
+        }
         infer::StreamAnswer::Many(mut responses) => loop {
             let reply = tokio::select! {
                 reply = responses.next() => reply,
                 () = sender.closed() => return,
             };
             let Some(reply) = reply else { break };
-            if sender.send(Ok(reply)).await.is_err() {
+            if sender.send(reply).await.is_err() {
                 return;
             }
         },

@@ -60,10 +60,12 @@ pub(super) async fn model_infer(
 }
 
 /// What one request of a `ModelStreamInfer` stream is answered: one
-/// message, or a decoupled model's responses, each a message.
+/// message, or a decoupled model's responses, each a message; or, for an
+/// MLServer model, an error that ends the stream, as MLServer's do.
 pub(super) enum StreamAnswer {
     One(pb::ModelStreamInferResponse),
     Many(Responses),
+    Failed(Status),
 }
 
 /// A decoupled model's responses to one request of a stream, as messages.
@@ -75,6 +77,9 @@ pub(super) struct Responses {
     /// The request's id and model, for the empty final response.
     model_name: String,
     model_version: String,
+    /// The model is MLServer's: each response goes out unwrapped, and an
+    /// error ends the stream.
+    plain: bool,
 }
 
 impl Responses {
@@ -82,13 +87,13 @@ impl Responses {
     /// `triton_enable_empty_final_response`, each response says whether it
     /// is the last, and a stream that ended without a response flagged
     /// final ends with an empty one that is, as Triton's do.
-    pub(super) async fn next(&mut self) -> Option<pb::ModelStreamInferResponse> {
+    pub(super) async fn next(&mut self) -> Option<Result<pb::ModelStreamInferResponse, Status>> {
         if self.ended {
             return None;
         }
         let Some(item) = self.stream.next().await else {
             self.ended = true;
-            if !self.flag_final {
+            if !self.flag_final || self.plain {
                 return None;
             }
             let mut response = pb::ModelInferResponse {
@@ -98,31 +103,39 @@ impl Responses {
                 ..Default::default()
             };
             flag(&mut response, true);
-            return Some(pb::ModelStreamInferResponse {
-                error_message: String::new(),
-                infer_response: Some(response),
-            });
+            return Some(Ok(answered(response, false)));
         };
         self.ended = item.last && self.flag_final;
         Some(match item.response {
             Ok(response) => {
                 let mut response = convert::response(response);
-                if self.flag_final {
+                if self.flag_final && !self.plain {
                     flag(&mut response, item.last);
                 }
-                pb::ModelStreamInferResponse {
-                    error_message: String::new(),
-                    infer_response: Some(response),
-                }
+                Ok(answered(response, self.plain))
             }
-            Err(error) => pb::ModelStreamInferResponse {
+            Err(error) if self.plain => {
+                self.ended = true;
+                Err(status(&error, &pipeline::public_message(&error, 0)))
+            }
+            Err(error) => Ok(pb::ModelStreamInferResponse {
                 error_message: pipeline::public_message(&error, 0),
                 infer_response: Some(pb::ModelInferResponse {
                     id: self.stream.id().unwrap_or_default().to_owned(),
                     ..Default::default()
                 }),
-            },
+                plain: false,
+            }),
         })
+    }
+}
+
+/// A stream's answer: wrapped as Triton's, or `plain` as MLServer's.
+fn answered(response: pb::ModelInferResponse, plain: bool) -> pb::ModelStreamInferResponse {
+    pb::ModelStreamInferResponse {
+        error_message: String::new(),
+        infer_response: Some(response),
+        plain,
     }
 }
 
@@ -163,6 +176,7 @@ pub(super) async fn stream_infer(
         flag_final,
         model_name: name.clone(),
         model_version: version.clone(),
+        plain: false,
     };
     front.engine.infer(context, target, codec).await
 }
@@ -256,6 +270,9 @@ struct GrpcStreamInfer<'a> {
     /// response.
     model_name: String,
     model_version: String,
+    /// The model is MLServer's: its answers go out as MLServer's stream
+    /// sends them (unwrapped; an error ends the stream).
+    plain: bool,
 }
 
 impl Codec for GrpcStreamInfer<'_> {
@@ -268,18 +285,16 @@ impl Codec for GrpcStreamInfer<'_> {
         stages: &mut Stages,
     ) -> Result<InferRequest, Error> {
         let model: &ServedModel = model;
+        self.plain = model.mlserver;
         self.unary.convert(model, stages).await
     }
 
     fn encode(&mut self, response: InferResponse) -> Result<Self::Answer, Error> {
         let mut response = convert::response(response);
-        if self.flag_final {
+        if self.flag_final && !self.plain {
             flag(&mut response, true);
         }
-        Ok(StreamAnswer::One(pb::ModelStreamInferResponse {
-            error_message: String::new(),
-            infer_response: Some(response),
-        }))
+        Ok(StreamAnswer::One(answered(response, self.plain)))
     }
 
     async fn encode_stream(&mut self, stream: ResponseStream) -> Result<Self::Answer, Error> {
@@ -289,19 +304,24 @@ impl Codec for GrpcStreamInfer<'_> {
             stream,
             flag_final: self.flag_final,
             ended: false,
+            plain: self.plain,
         }))
     }
 
     /// Stream messages carry no metadata of their own.
     fn stamp(_: &mut Self::Answer, _: &str, _: bool) {}
 
-    fn error(&self, _: &Error, message: &str) -> Self::Answer {
+    fn error(&self, error: &Error, message: &str) -> Self::Answer {
+        if self.plain {
+            return StreamAnswer::Failed(status(error, message));
+        }
         StreamAnswer::One(pb::ModelStreamInferResponse {
             error_message: message.to_owned(),
             infer_response: Some(pb::ModelInferResponse {
                 id: self.id.clone(),
                 ..Default::default()
             }),
+            plain: false,
         })
     }
 }
