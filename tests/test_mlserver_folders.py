@@ -361,11 +361,12 @@ def same_outputs(ours, theirs):
     both when the settings name none), the request's id when it had one;
     each output's name, datatype, shape and parameters (its content type)
     exactly, values to FP32's precision (numbers) or exactly (integers and
-    strings). MLServer invents an id when the request has none, and
-    writes empty response parameters; wirespeed does neither."""
+    strings); the response's parameters exactly, and an id in both (a
+    UUID each invents when the request has none)."""
     assert ours["model_name"] == theirs["model_name"], (ours, theirs)
     assert ours.get("model_version") == theirs.get("model_version"), (ours, theirs)
-    assert (ours.get("parameters") or {}) == (theirs.get("parameters") or {}), (ours, theirs)
+    assert ours.get("parameters") == theirs.get("parameters"), (ours, theirs)
+    assert ("id" in ours) == ("id" in theirs), (ours, theirs)
     assert [o["name"] for o in ours["outputs"]] == [o["name"] for o in theirs["outputs"]], (ours, theirs)
     for mine, other in zip(ours["outputs"], theirs["outputs"]):
         assert mine["datatype"] == other["datatype"], (mine, other)

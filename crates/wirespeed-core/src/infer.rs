@@ -93,6 +93,10 @@ pub fn lift_response_parameters(outputs: &mut [crate::Tensor], response: &mut Pa
     }
 }
 
+/// A response parameter that has the V2 JSON answer show its parameters
+/// even when it has none (`"parameters": {}`), as MLServer's answers do.
+pub const PARAMETERS_SHOWN: &str = "$shown";
+
 /// The shape `parameters` carry under [`WRITTEN_SHAPE`], if they do.
 pub fn written_shape(parameters: &Parameters) -> Option<Vec<usize>> {
     let (_, ParameterValue::String(dims)) = parameters.iter().find(|(k, _)| k == WRITTEN_SHAPE)?

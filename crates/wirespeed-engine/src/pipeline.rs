@@ -450,12 +450,16 @@ async fn stream(
         ran
     });
     let compute = Instant::now();
+    let mut id = request.id;
+    let mut parameters = Vec::new();
+    as_mlserver_answers(model, &mut id, &mut parameters);
     let stream = ResponseStream::first(
         receiver,
         run,
         model.metadata().name.clone(),
         target.version.unwrap_or(model.version()).to_owned(),
-        request.id,
+        id,
+        parameters,
     )
     .await;
     stages.compute = compute.elapsed();
@@ -537,6 +541,8 @@ async fn answer(
         ));
     }
     wirespeed_core::lift_response_parameters(&mut outputs, &mut parameters);
+    let mut id = request.id;
+    as_mlserver_answers(served, &mut id, &mut parameters);
     classification::apply(&mut outputs, &classify, served)?;
     let mut shared_outputs = Vec::new();
     if !placements.is_empty() {
@@ -550,11 +556,25 @@ async fn answer(
     Ok(InferResponse {
         model_name: served.metadata().name.clone(),
         model_version: target.version.unwrap_or(served.version()).to_owned(),
-        id: request.id,
+        id,
         parameters,
         outputs,
         shared_outputs,
     })
+}
+
+/// An MLServer model's answer has what MLServer's have: an id (a UUID
+/// when the request gave none, as MLServer makes one), and its
+/// `parameters` shown even when empty.
+fn as_mlserver_answers(served: &ServedModel, id: &mut Option<String>, parameters: &mut Parameters) {
+    if !served.mlserver {
+        return;
+    }
+    id.get_or_insert_with(|| uuid::Uuid::new_v4().to_string());
+    parameters.push((
+        wirespeed_core::PARAMETERS_SHOWN.to_owned(),
+        ParameterValue::Bool(true),
+    ));
 }
 
 /// What the client is told of `error`: the message of a client error; for

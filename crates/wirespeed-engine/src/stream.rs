@@ -50,6 +50,9 @@ pub struct ResponseStream {
     model_name: String,
     model_version: String,
     id: Option<String>,
+    /// Each response's own parameters, before those its outputs carry
+    /// for it.
+    parameters: wirespeed_core::Parameters,
     /// Where its responses' times are counted (time to the first, between
     /// the others), and when the last one came: the request's start
     /// before the first.
@@ -73,6 +76,7 @@ impl ResponseStream {
         model_name: String,
         model_version: String,
         id: Option<String>,
+        parameters: wirespeed_core::Parameters,
     ) -> Result<ResponseStream, Error> {
         let (run, pending, failed) = tokio::select! {
             biased;
@@ -95,6 +99,7 @@ impl ResponseStream {
             model_name,
             model_version,
             id,
+            parameters,
             timing: None,
         })
     }
@@ -155,12 +160,14 @@ impl ResponseStream {
         }
     }
 
-    fn response(&self, outputs: Vec<wirespeed_core::Tensor>) -> InferResponse {
+    fn response(&self, mut outputs: Vec<wirespeed_core::Tensor>) -> InferResponse {
+        let mut parameters = self.parameters.clone();
+        wirespeed_core::lift_response_parameters(&mut outputs, &mut parameters);
         InferResponse {
             model_name: self.model_name.clone(),
             model_version: self.model_version.clone(),
             id: self.id.clone(),
-            parameters: Vec::new(),
+            parameters,
             outputs,
             shared_outputs: Vec::new(),
         }

@@ -145,10 +145,12 @@ pub fn parameters_from_map(map: HashMap<String, InferParameter>) -> Result<Param
     Ok(out)
 }
 
-/// [`Parameters`] as a message's `parameters` map.
+/// [`Parameters`] as a message's `parameters` map, but for the server's own
+/// (`$` keys: [`wirespeed_core::WRITTEN_SHAPE`], ...).
 pub fn parameters_to_map(parameters: &Parameters) -> HashMap<String, InferParameter> {
     parameters
         .iter()
+        .filter(|(key, _)| !key.starts_with('$'))
         .map(|(key, value)| {
             let choice = match value {
                 ParameterValue::Bool(b) => ParameterChoice::BoolParam(*b),

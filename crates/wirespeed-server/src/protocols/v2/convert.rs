@@ -238,9 +238,9 @@ pub(crate) fn response(response: InferResponse) -> pb::ModelInferResponse {
         // went when in shared memory.
         let mut parameters = wirespeed_proto::tensors::parameters_to_map(&tensor.parameters);
         // The shape as an MLServer runtime wrote it, when it counts bytes.
-        let shape = match parameters.remove(wirespeed_core::WRITTEN_SHAPE) {
-            Some(_) => wirespeed_core::written_shape(&tensor.parameters),
-            None => None,
+        let shape = match tensor.parameters.is_empty() {
+            true => None,
+            false => wirespeed_core::written_shape(&tensor.parameters),
         }
         .unwrap_or_else(|| tensor.shape.clone());
         match shared {
