@@ -778,3 +778,19 @@ def test_the_streaming_examples_grpc_client_reads_our_stream_as_mlservers(ours, 
         answers.append(json.loads(out.stdout))
     assert answers[0] == answers[1], answers
     assert [a["words"] for a in answers[0]] == [["What"], [" is"], [" the"], [" capital"], [" of"], [" France?"]]
+
+
+def test_model_metadata_is_mlservers(ours, theirs, mlserver):
+    """What MLServer answers of a model is what its settings say (declared
+    tensors, versions and platform), over REST and gRPC."""
+    import tritonclient.grpc as grpcclient
+
+    for name in NAMES:
+        mine = requests.get(f"http://{ours.address}/v2/models/{name}", timeout=60)
+        other = requests.get(f"{theirs}/v2/models/{name}", timeout=60)
+        assert mine.status_code == other.status_code == 200, (name, mine.text, other.text)
+        assert mine.json() == other.json(), name
+    for name in ("text-model", "mnist-svm", "batched"):
+        answers = [grpcclient.InferenceServerClient(address).get_model_metadata(name, as_json=True)
+                   for address in (f"127.0.0.1:{ours.grpc_port}", f"127.0.0.1:{mlserver['grpc']}")]
+        assert answers[0] == answers[1], answers

@@ -495,6 +495,14 @@ pub trait Model: Send + Sync {
         Box::pin(std::future::ready(self.infer(&call.inputs, &call.outputs)))
     }
 
+    /// The metadata the model's own server answers for it, as JSON, when
+    /// a client of that server reads something else than wirespeed's
+    /// (an MLServer runtime's `metadata()`, from its settings and what
+    /// its `load` put there). None by default: wirespeed's metadata.
+    fn metadata_answer(&self) -> Option<&str> {
+        None
+    }
+
     /// What the model's outputs mean, for TF Serving's `:classify` and
     /// `:regress`. None by default: such a model answers `:predict` only.
     fn heads(&self) -> Heads {

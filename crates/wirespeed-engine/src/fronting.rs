@@ -84,6 +84,7 @@ fn serve(models: &ServedModels, name: &str, upstream: &Arc<Upstream>) {
         response_cache: false,
         output_parameters: Vec::new(),
         mlserver: false,
+        metadata_answer: None,
     });
     if added {
         tracing::info!(model = name, upstream = %upstream.describe(), "serving the upstream's model");

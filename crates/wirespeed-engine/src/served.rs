@@ -72,6 +72,9 @@ pub struct ServedModel {
     /// It is MLServer's: BYTES shapes may end with the elements' length,
     /// and `generate_stream` speaks V2 infer JSON.
     pub mlserver: bool,
+    /// The metadata its own server answers (MLServer's, from its settings),
+    /// in place of the model's.
+    pub metadata_answer: Option<serde_json::Value>,
     /// A stateful model's open sequences (`sequences.rs`).
     pub sequences: Option<Arc<Sequences>>,
     /// The response cache, and this load's id in it, when the model's
@@ -390,6 +393,7 @@ impl ServedModels {
             parameters: loaded.parameters,
             output_parameters: loaded.output_parameters,
             mlserver: loaded.mlserver,
+            metadata_answer: loaded.metadata_answer,
         })
     }
 

@@ -102,6 +102,10 @@ pub struct ModelConfig {
     /// `generate_stream` takes and answers V2 infer JSON.
     #[serde(default)]
     pub mlserver: bool,
+    /// The metadata the model's own server answers, in place of what
+    /// wirespeed reads from its file (MLServer's, from its settings).
+    #[serde(default)]
+    pub metadata_answer: Option<serde_json::Value>,
     /// The backend's own top-level keys (`model_file`, ...).
     #[serde(flatten)]
     pub backend_keys: toml::Table,

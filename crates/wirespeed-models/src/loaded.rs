@@ -59,6 +59,9 @@ pub struct LoadedModel {
     /// It is MLServer's: BYTES shapes may end with the elements' length,
     /// and `generate_stream` speaks V2 infer JSON.
     pub mlserver: bool,
+    /// The metadata its own server answers (MLServer's, from its settings),
+    /// in place of the model's.
+    pub metadata_answer: Option<serde_json::Value>,
 }
 
 /// An output's class labels, read from its labels file at load.
@@ -244,6 +247,12 @@ pub(crate) fn load_version(
         platform = %metadata.platform,
         "loaded model"
     );
+    // A runtime's own (MLServer's metadata() once loaded), else the one
+    // its settings give.
+    let metadata_answer = model
+        .metadata_answer()
+        .and_then(|text| serde_json::from_str(text).ok())
+        .or_else(|| config.metadata_answer.clone());
     Ok(LoadedModel {
         name: name.to_owned(),
         model,
@@ -261,6 +270,7 @@ pub(crate) fn load_version(
         output_parameters: output_parameters(config).map_err(|m| error(&config_path, m))?,
         response_cache: config.response_cache,
         mlserver: config.mlserver,
+        metadata_answer,
         sequencing,
     })
 }

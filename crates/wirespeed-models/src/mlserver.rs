@@ -339,8 +339,11 @@ pub(crate) fn model_config(name: &str, folder: &Path) -> Result<ModelConfig, Str
 
     let mut table = toml::Table::new();
     // MLServer's clients' conventions (a BYTES input's byte length as its
-    // last dimension, V2 JSON on generate_stream).
+    // last dimension, V2 JSON on generate_stream), and its metadata.
     table.insert("mlserver".into(), true.into());
+    let metadata = toml::Value::try_from(metadata_answer(name, &settings, parameters))
+        .map_err(|e| format!("{MODEL_SETTINGS}: {e}"))?;
+    table.insert("metadata_answer".into(), metadata);
     // A model whose settings name no version has none: its answers carry
     // no model_version and the index lists it without one, as MLServer's.
     let version = string(parameters, "version")?.unwrap_or_default();
@@ -511,6 +514,46 @@ fn tensor(name: &str, datatype: &str, shape: [i64; 2], kind: Option<&str>) -> to
         t.insert("kind".into(), kind.into());
     }
     t.into()
+}
+
+/// The metadata MLServer answers for a model (`GET /v2/models/m`): what
+/// its settings say, not what its file holds: `versions` and `platform`
+/// as set (empty unless), the declared `inputs` and `outputs` (none
+/// unless), and `parameters` with the settings' `content_type` when set.
+fn metadata_answer(
+    name: &str,
+    settings: &Map<String, Value>,
+    parameters: &Map<String, Value>,
+) -> Value {
+    let tensors = |key: &str| -> Vec<Value> {
+        let Some(Value::Array(list)) = settings.get(key) else {
+            return Vec::new();
+        };
+        list.iter()
+            .filter_map(Value::as_object)
+            .map(|t| {
+                let mut kept = Map::new();
+                for field in ["name", "datatype", "shape", "parameters"] {
+                    if let Some(value) = t.get(field).filter(|v| !v.is_null()) {
+                        kept.insert(field.to_owned(), value.clone());
+                    }
+                }
+                Value::Object(kept)
+            })
+            .collect()
+    };
+    let mut own = Map::new();
+    if let Some(content_type) = parameters.get("content_type").filter(|v| v.is_string()) {
+        own.insert("content_type".to_owned(), content_type.clone());
+    }
+    serde_json::json!({
+        "name": name,
+        "versions": settings.get("versions").filter(|v| v.is_array()).cloned().unwrap_or_else(|| serde_json::json!([])),
+        "platform": settings.get("platform").and_then(Value::as_str).unwrap_or(""),
+        "inputs": tensors("inputs"),
+        "outputs": tensors("outputs"),
+        "parameters": own,
+    })
 }
 
 /// A tensor MLServer's settings declare (`name`, `datatype`, `shape`,

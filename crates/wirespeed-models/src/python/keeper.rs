@@ -164,8 +164,17 @@ pub(crate) struct Workers {
     /// The model answers with streams, as its workers said when they
     /// loaded it.
     decoupled: bool,
+    /// The metadata the model's own server answers, as the first worker
+    /// said when it loaded it (an MLServer runtime's).
+    metadata: Option<String>,
     /// A batch's rows at most, when the keepers gather batches.
     batch_rows: Option<usize>,
+}
+
+/// What a keeper's first worker said when it loaded the model.
+struct Started {
+    decoupled: bool,
+    metadata: Option<String>,
 }
 
 impl Workers {
@@ -217,6 +226,7 @@ impl Workers {
             shared,
             instances,
             decoupled: false,
+            metadata: None,
             batch_rows,
         };
         // Each keeper reports its first start; a spawn failure is the
@@ -229,7 +239,10 @@ impl Workers {
                 Ok(Err(StartError::Load(traceback))) if load_fails => {
                     return Err(format!("its initialize raised:\n{}", traceback.trim_end()))
                 }
-                Ok(Ok(decoupled)) => workers.decoupled |= decoupled,
+                Ok(Ok(started)) => {
+                    workers.decoupled |= started.decoupled;
+                    workers.metadata = workers.metadata.take().or(started.metadata);
+                }
                 Ok(_) => {}
                 Err(_) => return Err("a keeper thread ended while starting".into()),
             }
@@ -249,6 +262,12 @@ impl Workers {
 
     pub(crate) fn decoupled(&self) -> bool {
         self.decoupled
+    }
+
+    /// The metadata the model's own server answers (an MLServer
+    /// runtime's), as JSON.
+    pub(crate) fn metadata(&self) -> Option<&str> {
+        self.metadata.as_deref()
     }
 
     /// Ready while one worker is.
@@ -304,7 +323,7 @@ struct Keeper {
 }
 
 impl Keeper {
-    fn run(self, first: std::sync::mpsc::Sender<Result<bool, StartError>>) {
+    fn run(self, first: std::sync::mpsc::Sender<Result<Started, StartError>>) {
         let mut first = Some(first);
         let mut backoff = FIRST_BACKOFF;
         loop {
@@ -347,7 +366,10 @@ impl Keeper {
             };
             self.shared.set(self.instance, State::Ready);
             if let Some(first) = first.take() {
-                let _ = first.send(Ok(process.decoupled));
+                let _ = first.send(Ok(Started {
+                    decoupled: process.decoupled,
+                    metadata: process.metadata.clone(),
+                }));
             }
             let served = if process.decoupled {
                 super::decoupled::serve(&self.launch, &self.queue, &mut process)

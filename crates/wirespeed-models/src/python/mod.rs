@@ -460,6 +460,10 @@ impl Model for PythonModel {
         self.workers.decoupled()
     }
 
+    fn metadata_answer(&self) -> Option<&str> {
+        self.workers.metadata()
+    }
+
     fn ready(&self) -> Result<(), String> {
         self.workers.ready()
     }

@@ -185,6 +185,9 @@ pub(crate) struct Process {
     pub(crate) pid: u32,
     /// The model answers with streams (`decoupled.rs` serves it).
     pub(crate) decoupled: bool,
+    /// The metadata the model's own server answers, as JSON (an MLServer
+    /// runtime's `metadata()`), as the worker said when it loaded.
+    pub(crate) metadata: Option<String>,
 }
 
 fn place_fd(from: RawFd, to: RawFd) -> io::Result<()> {
@@ -273,6 +276,7 @@ impl Process {
             outputs,
             pid,
             decoupled: false,
+            metadata: None,
         };
         let handshake = (|| -> io::Result<Reply> {
             let program = u32::try_from(WORKER.len()).map_err(io::Error::other)?;
@@ -294,9 +298,11 @@ impl Process {
                 python,
                 metrics,
                 decoupled,
+                metadata,
             }) => {
                 super::metrics::apply(&launch.model, metrics);
                 process.decoupled = decoupled;
+                process.metadata = metadata.filter(|m| !m.is_null()).map(|m| m.to_string());
                 tracing::info!(model = %launch.model, instance, pid, python = %python, "python worker ready");
                 Ok(process)
             }

@@ -115,6 +115,10 @@ pub(crate) enum Reply {
         /// The model streams its answers (decoupled).
         #[serde(default)]
         decoupled: bool,
+        /// The metadata the model's own server answers (an MLServer
+        /// runtime's `metadata()`).
+        #[serde(default)]
+        metadata: Option<serde_json::Value>,
     },
     /// The model did not load: the traceback.
     Failed { error: String },

@@ -60,6 +60,8 @@ class Worker:
         self.dtypes = dtypes()
         self.outputs = {}
         self.decoupled = False
+        # The metadata the model's own server would answer (MLServer's).
+        self.metadata = None
         # A Triton model's instance, as Triton names it (`<model>_0_<n>`).
         self.instance_name = ""
         # Whose API the model is written to: "" (ours or Triton's),
@@ -332,6 +334,8 @@ class Worker:
         cls = type(model)
         self.decoupled = (cls.predict_stream is not MLModel.predict_stream
                           and cls.predict is MLModel.predict)
+        # What MLServer answers of the model: its metadata() once loaded.
+        self.metadata = json.loads(self.call(model.metadata).model_dump_json(exclude_none=True))
 
     def infer_mlserver(self, inputs, message):
         """One request as MLServer's `predict` gets it; its answer's
@@ -946,7 +950,7 @@ def main():
         channel.send({"op": "failed", "error": traceback.format_exc()})
         return
     channel.send(with_metrics({"op": "ready", "pid": os.getpid(), "python": sys.version.split()[0],
-                               "decoupled": worker.decoupled}))
+                               "decoupled": worker.decoupled, "metadata": worker.metadata}))
     worker.serve()
 
 

@@ -228,6 +228,10 @@ impl Model for Chat {
         self.model.decoupled()
     }
 
+    fn metadata_answer(&self) -> Option<&str> {
+        self.model.metadata_answer()
+    }
+
     fn ready(&self) -> Result<(), String> {
         self.model.ready()
     }

@@ -107,6 +107,10 @@ impl GrpcInferenceService for Inference {
             .models
             .get(&request.name, version(&request.version))
             .map_err(|e| status(&e))?;
+        if let Some(answer) = &model.metadata_answer {
+            // MLServer's model: the metadata MLServer answers for it.
+            return Ok(Response::new(metadata_from_json(answer)));
+        }
         let m = model.metadata();
         let versions = wirespeed_engine::served::versions_named(
             &self.front.engine.models,
@@ -419,5 +423,48 @@ async fn answer_in_stream(
                 return;
             }
         },
+    }
+}
+
+/// A model's metadata given as JSON (MLServer's answer, from its settings)
+/// as the gRPC message; the protocol's message has no `parameters`.
+fn metadata_from_json(answer: &serde_json::Value) -> pb::ModelMetadataResponse {
+    let text = |v: &serde_json::Value, key: &str| {
+        v.get(key)
+            .and_then(serde_json::Value::as_str)
+            .unwrap_or_default()
+            .to_owned()
+    };
+    let tensors = |key: &str| {
+        answer
+            .get(key)
+            .and_then(serde_json::Value::as_array)
+            .into_iter()
+            .flatten()
+            .map(|t| pb::model_metadata_response::TensorMetadata {
+                name: text(t, "name"),
+                datatype: text(t, "datatype"),
+                shape: t
+                    .get("shape")
+                    .and_then(serde_json::Value::as_array)
+                    .into_iter()
+                    .flatten()
+                    .filter_map(serde_json::Value::as_i64)
+                    .collect(),
+            })
+            .collect()
+    };
+    pb::ModelMetadataResponse {
+        name: text(answer, "name"),
+        versions: answer
+            .get("versions")
+            .and_then(serde_json::Value::as_array)
+            .into_iter()
+            .flatten()
+            .filter_map(|v| v.as_str().map(str::to_owned))
+            .collect(),
+        platform: text(answer, "platform"),
+        inputs: tensors("inputs"),
+        outputs: tensors("outputs"),
     }
 }

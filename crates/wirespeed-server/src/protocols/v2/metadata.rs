@@ -30,6 +30,10 @@ pub(crate) fn server() -> Response<Body> {
 /// A model's metadata: its versions, platform, inputs and outputs.
 pub(crate) fn model(front: &Front, model: Target<'_>) -> Result<Response<Body>, Error> {
     let served = front.engine.models.get(model.name, model.version)?;
+    if let Some(answer) = &served.metadata_answer {
+        // MLServer's model: the metadata MLServer answers for it.
+        return Ok(response::json_value(answer));
+    }
     let metadata = served.metadata();
     let versions =
         wirespeed_engine::served::versions_named(&front.engine.models, model.name, model.version);
