@@ -253,3 +253,28 @@ def test_a_v1_custom_predictor_gets_the_body_and_answers_its_dict(servers, kserv
 
     r = requests.post(f"http://{server.address}/v1/models/custom-v1-iris:predict", data=b"{nope", timeout=10)
     assert r.status_code == 400 and "not JSON" in r.json()["error"], r.text
+
+
+def test_kserves_answers_field_by_field(servers, kserve_custom):
+    """What a client of KServe reads, field by field, from KServe's own
+    ModelServer and from wirespeed on the same predictor: the V2 answer
+    (a null model_version and null empty parameters, an id), the model's
+    V2 metadata and its v1 status."""
+    import requests
+
+    ours, theirs = f"http://{servers['custom'].address}", f"http://127.0.0.1:{kserve_custom['custom']['http']}"
+    body = {"inputs": [{"name": "rows", "datatype": "FP32", "shape": [1, 4], "data": ROWS[0]}]}
+    answers = [requests.post(f"{base}/v2/models/custom-iris/infer", json=body, timeout=60).json()
+               for base in (ours, theirs)]
+    for answer in answers:
+        # The id: the request's, or one made; a predictor's own id (this
+        # one's "r") is KServe's alone.
+        assert answer.pop("id"), answer
+        for output in answer["outputs"]:
+            output["data"] = np.array(output["data"], dtype=np.float32).tolist()
+    assert answers[0] == answers[1], answers
+    assert answers[0]["model_version"] is None and answers[0]["parameters"] is None
+    for path in ("/v2/models/custom-iris", "/v1/models/custom-iris"):
+        mine, other = (requests.get(base + path, timeout=60) for base in (ours, theirs))
+        assert mine.status_code == other.status_code == 200, (path, mine.text, other.text)
+        assert mine.json() == other.json(), path

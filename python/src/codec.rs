@@ -297,6 +297,7 @@ pub(crate) fn encode_response(
         parameters: parameters_from(parameters)?,
         outputs: tensors,
         shared_outputs: Vec::new(),
+        dialect: Default::default(),
     };
     let (body, header) = py.detach(|| {
         let mut body = Vec::new();

@@ -373,6 +373,7 @@ fn answer_tensors(answer: &pb::ModelInferResponse) -> Result<Answer, ClientError
         parameters: parameters_from_map(answer.parameters.clone()).map_err(bad)?,
         outputs,
         shared_outputs: Vec::new(),
+        dialect: Default::default(),
     };
     Ok(Answer {
         binary_outputs: (0..response.outputs.len()).collect(),

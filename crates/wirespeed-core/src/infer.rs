@@ -93,10 +93,6 @@ pub fn lift_response_parameters(outputs: &mut [crate::Tensor], response: &mut Pa
     }
 }
 
-/// A response parameter that has the V2 JSON answer show its parameters
-/// even when it has none (`"parameters": {}`), as MLServer's answers do.
-pub const PARAMETERS_SHOWN: &str = "$shown";
-
 /// The shape `parameters` carry under [`WRITTEN_SHAPE`], if they do.
 pub fn written_shape(parameters: &Parameters) -> Option<Vec<usize>> {
     let (_, ParameterValue::String(dims)) = parameters.iter().find(|(k, _)| k == WRITTEN_SHAPE)?
@@ -206,6 +202,24 @@ pub struct BinaryInput {
     pub size: usize,
 }
 
+/// Whose server a model's clients know: where the V2 servers answer the
+/// same protocol differently (empty fields, ids, stream framing, BYTES
+/// shapes), a model is answered as its own server answers.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Dialect {
+    /// Triton's (and wirespeed's own folders'): absent fields are left
+    /// out.
+    #[default]
+    Triton,
+    /// MLServer's: `parameters` always written (`{}` when empty), an id
+    /// made when the request has none, BYTES shapes whose last dimension
+    /// is the elements' length, streams of plain infer responses.
+    Mlserver,
+    /// KServe's: an absent `model_version` and empty `parameters` (the
+    /// response's and each output's) written as `null`.
+    Kserve,
+}
+
 /// An infer response, ready to encode.
 #[derive(Debug, Clone, PartialEq)]
 pub struct InferResponse {
@@ -224,6 +238,8 @@ pub struct InferResponse {
     /// Outputs written to shared memory: the answer carries their
     /// `shared_memory_*` parameters instead of their data.
     pub shared_outputs: Vec<SharedOutput>,
+    /// Whose server's conventions the answer follows.
+    pub dialect: Dialect,
 }
 
 impl InferResponse {

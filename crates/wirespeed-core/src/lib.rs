@@ -50,8 +50,8 @@ pub use infer::{
     RequestedOutput, SharedInput, SharedOutput, SharedRef, JSON_BODY,
 };
 pub use infer::{
-    lift_response_parameters, written_shape, written_shape_parameter, PARAMETERS_SHOWN,
-    RESPONSE_PARAMETER, WRITTEN_SHAPE,
+    lift_response_parameters, written_shape, written_shape_parameter, Dialect, RESPONSE_PARAMETER,
+    WRITTEN_SHAPE,
 };
 pub use limits::{LimitError, RequestLimits, TensorBudget};
 pub use model::{

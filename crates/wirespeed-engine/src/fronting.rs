@@ -83,7 +83,7 @@ fn serve(models: &ServedModels, name: &str, upstream: &Arc<Upstream>) {
         sequencing: None,
         response_cache: false,
         output_parameters: Vec::new(),
-        mlserver: false,
+        dialect: wirespeed_core::Dialect::Triton,
         metadata_answer: None,
     });
     if added {

@@ -450,16 +450,13 @@ async fn stream(
         ran
     });
     let compute = Instant::now();
-    let mut id = request.id;
-    let mut parameters = Vec::new();
-    as_mlserver_answers(model, &mut id, &mut parameters);
     let stream = ResponseStream::first(
         receiver,
         run,
         model.metadata().name.clone(),
         target.version.unwrap_or(model.version()).to_owned(),
-        id,
-        parameters,
+        answer_id(model, request.id),
+        model.dialect,
     )
     .await;
     stages.compute = compute.elapsed();
@@ -541,8 +538,7 @@ async fn answer(
         ));
     }
     wirespeed_core::lift_response_parameters(&mut outputs, &mut parameters);
-    let mut id = request.id;
-    as_mlserver_answers(served, &mut id, &mut parameters);
+    let id = answer_id(served, request.id);
     classification::apply(&mut outputs, &classify, served)?;
     let mut shared_outputs = Vec::new();
     if !placements.is_empty() {
@@ -560,21 +556,18 @@ async fn answer(
         parameters,
         outputs,
         shared_outputs,
+        dialect: served.dialect,
     })
 }
 
-/// An MLServer model's answer has what MLServer's have: an id (a UUID
-/// when the request gave none, as MLServer makes one), and its
-/// `parameters` shown even when empty.
-fn as_mlserver_answers(served: &ServedModel, id: &mut Option<String>, parameters: &mut Parameters) {
-    if !served.mlserver {
-        return;
+/// An MLServer or KServe model's answer has an id, a UUID when the
+/// request gave none, as those servers make one.
+fn answer_id(served: &ServedModel, id: Option<String>) -> Option<String> {
+    use wirespeed_core::Dialect;
+    match (served.dialect, id) {
+        (Dialect::Mlserver | Dialect::Kserve, None) => Some(uuid::Uuid::new_v4().to_string()),
+        (_, id) => id,
     }
-    id.get_or_insert_with(|| uuid::Uuid::new_v4().to_string());
-    parameters.push((
-        wirespeed_core::PARAMETERS_SHOWN.to_owned(),
-        ParameterValue::Bool(true),
-    ));
 }
 
 /// What the client is told of `error`: the message of a client error; for

@@ -69,9 +69,8 @@ pub struct ServedModel {
     /// The parameters every output answers with, unless the model gave
     /// it its own (MLServer's runtimes' `content_type`).
     pub output_parameters: wirespeed_core::Parameters,
-    /// It is MLServer's: BYTES shapes may end with the elements' length,
-    /// and `generate_stream` speaks V2 infer JSON.
-    pub mlserver: bool,
+    /// Whose server its clients know (MLServer's, KServe's, Triton's).
+    pub dialect: wirespeed_core::Dialect,
     /// The metadata its own server answers (MLServer's, from its settings),
     /// in place of the model's.
     pub metadata_answer: Option<serde_json::Value>,
@@ -392,7 +391,7 @@ impl ServedModels {
             input_formats: loaded.input_formats,
             parameters: loaded.parameters,
             output_parameters: loaded.output_parameters,
-            mlserver: loaded.mlserver,
+            dialect: loaded.dialect,
             metadata_answer: loaded.metadata_answer,
         })
     }

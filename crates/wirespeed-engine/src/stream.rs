@@ -50,9 +50,8 @@ pub struct ResponseStream {
     model_name: String,
     model_version: String,
     id: Option<String>,
-    /// Each response's own parameters, before those its outputs carry
-    /// for it.
-    parameters: wirespeed_core::Parameters,
+    /// Whose server's conventions its responses follow.
+    dialect: wirespeed_core::Dialect,
     /// Where its responses' times are counted (time to the first, between
     /// the others), and when the last one came: the request's start
     /// before the first.
@@ -76,7 +75,7 @@ impl ResponseStream {
         model_name: String,
         model_version: String,
         id: Option<String>,
-        parameters: wirespeed_core::Parameters,
+        dialect: wirespeed_core::Dialect,
     ) -> Result<ResponseStream, Error> {
         let (run, pending, failed) = tokio::select! {
             biased;
@@ -99,7 +98,7 @@ impl ResponseStream {
             model_name,
             model_version,
             id,
-            parameters,
+            dialect,
             timing: None,
         })
     }
@@ -161,7 +160,7 @@ impl ResponseStream {
     }
 
     fn response(&self, mut outputs: Vec<wirespeed_core::Tensor>) -> InferResponse {
-        let mut parameters = self.parameters.clone();
+        let mut parameters = Vec::new();
         wirespeed_core::lift_response_parameters(&mut outputs, &mut parameters);
         InferResponse {
             model_name: self.model_name.clone(),
@@ -170,6 +169,7 @@ impl ResponseStream {
             parameters,
             outputs,
             shared_outputs: Vec::new(),
+            dialect: self.dialect,
         }
     }
 

@@ -9,7 +9,7 @@
 //! `Infinity` and `-Infinity` tokens TF Serving documents and writes.
 
 use base64::Engine;
-use wirespeed_core::{InferResponse, ParameterValue, Parameters, Tensor, TensorData};
+use wirespeed_core::{Dialect, InferResponse, ParameterValue, Parameters, Tensor, TensorData};
 
 use crate::Format;
 
@@ -41,16 +41,26 @@ fn encode(response: &InferResponse, binary: &[bool], out: &mut Vec<u8>) {
     out.extend_from_slice(b"{\"model_name\":");
     write_string(out, response.model_name.as_bytes());
     // A model without versions (MLServer's, whose settings name none)
-    // answers none.
+    // answers none; KServe writes null.
+    let dialect = response.dialect;
     if !response.model_version.is_empty() {
         out.extend_from_slice(b",\"model_version\":");
         write_string(out, response.model_version.as_bytes());
+    } else if dialect == Dialect::Kserve {
+        out.extend_from_slice(b",\"model_version\":null");
     }
     if let Some(id) = &response.id {
         out.extend_from_slice(b",\"id\":");
         write_string(out, id.as_bytes());
     }
-    write_parameters(out, &response.parameters);
+    // Empty parameters: left out (Triton), `{}` (MLServer) or null (KServe).
+    let visible = |p: &Parameters| p.iter().any(|(k, _)| !k.starts_with('$'));
+    match (visible(&response.parameters), dialect) {
+        (true, _) => write_parameters(out, &response.parameters),
+        (false, Dialect::Mlserver) => out.extend_from_slice(b",\"parameters\":{}"),
+        (false, Dialect::Kserve) => out.extend_from_slice(b",\"parameters\":null"),
+        (false, Dialect::Triton) => {}
+    }
     out.extend_from_slice(b",\"outputs\":[");
     for (i, tensor) in response.outputs.iter().enumerate() {
         if i > 0 {
@@ -75,8 +85,11 @@ fn encode(response: &InferResponse, binary: &[bool], out: &mut Vec<u8>) {
         // data went when not in `data`.
         let shared = response.shared_output(i);
         let binary = binary.get(i).copied().unwrap_or(false);
-        let visible = tensor.parameters.iter().any(|(k, _)| !k.starts_with('$'));
+        let visible = visible(&tensor.parameters);
         if !visible && shared.is_none() && !binary {
+            if dialect == Dialect::Kserve {
+                out.extend_from_slice(b",\"parameters\":null");
+            }
             out.extend_from_slice(b",\"data\":[");
             write_data(out, &tensor.data);
             out.extend_from_slice(b"]}");
@@ -587,6 +600,7 @@ mod tests {
             parameters: Vec::new(),
             outputs,
             shared_outputs: Vec::new(),
+            dialect: Default::default(),
         }
     }
 

@@ -95,17 +95,16 @@ pub struct ModelConfig {
     /// model gives an output its own.
     #[serde(default)]
     pub output_parameters: toml::Table,
-    /// The model is MLServer's (its layout sets it): its clients'
-    /// conventions hold. A BYTES input's last dimension may be its
-    /// elements' length in bytes (`shape: [59]` for one string of 59
-    /// bytes; the model is handed the shape as written), and
-    /// `generate_stream` takes and answers V2 infer JSON.
+    /// Whose server the model's clients know, where V2 servers differ
+    /// (`wirespeed_core::Dialect`): `"mlserver"` or `"kserve"`, which
+    /// their layouts set; Triton's unless.
     #[serde(default)]
-    pub mlserver: bool,
-    /// The metadata the model's own server answers, in place of what
-    /// wirespeed reads from its file (MLServer's, from its settings).
+    pub dialect: Option<String>,
+    /// The metadata the model's own server answers, as JSON, in place of
+    /// what wirespeed reads from its file (MLServer's, from its settings;
+    /// KServe's); its `name` is the served model's.
     #[serde(default)]
-    pub metadata_answer: Option<serde_json::Value>,
+    pub metadata_answer: Option<String>,
     /// The backend's own top-level keys (`model_file`, ...).
     #[serde(flatten)]
     pub backend_keys: toml::Table,

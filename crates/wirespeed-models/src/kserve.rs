@@ -122,6 +122,15 @@ pub(crate) fn model_config(folder: &Path) -> Result<ModelConfig, String> {
     };
     let format = format(folder)?;
     let lightgbm = matches!(format, Format::Lightgbm(_));
+    // KServe's answers: no version (null), null for empty parameters, an
+    // id made when the request has none, and its metadata (no tensors
+    // unless the model says; a custom predictor's, from its worker).
+    table.insert("dialect".into(), "kserve".into());
+    table.insert("version".into(), "".into());
+    table.insert(
+        "metadata_answer".into(),
+        r#"{"name":"","versions":null,"platform":"","inputs":[],"outputs":[]}"#.into(),
+    );
     match format {
         Format::Sklearn(file) => {
             table.insert("backend".into(), "sklearn".into());

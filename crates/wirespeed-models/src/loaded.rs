@@ -56,9 +56,8 @@ pub struct LoadedModel {
     /// The parameters every output answers with, unless the model gave
     /// the output its own (`[output_parameters]`).
     pub output_parameters: wirespeed_core::Parameters,
-    /// It is MLServer's: BYTES shapes may end with the elements' length,
-    /// and `generate_stream` speaks V2 infer JSON.
-    pub mlserver: bool,
+    /// Whose server its clients know (MLServer's, KServe's, Triton's).
+    pub dialect: wirespeed_core::Dialect,
     /// The metadata its own server answers (MLServer's, from its settings),
     /// in place of the model's.
     pub metadata_answer: Option<serde_json::Value>,
@@ -252,7 +251,10 @@ pub(crate) fn load_version(
     let metadata_answer = model
         .metadata_answer()
         .and_then(|text| serde_json::from_str(text).ok())
-        .or_else(|| config.metadata_answer.clone());
+        .or_else(|| {
+            let text = config.metadata_answer.as_deref()?;
+            serde_json::from_str(text).ok()
+        });
     Ok(LoadedModel {
         name: name.to_owned(),
         model,
@@ -269,10 +271,23 @@ pub(crate) fn load_version(
         parameters: string_parameters(config),
         output_parameters: output_parameters(config).map_err(|m| error(&config_path, m))?,
         response_cache: config.response_cache,
-        mlserver: config.mlserver,
+        dialect: dialect(config).map_err(|m| error(&config_path, m))?,
         metadata_answer,
         sequencing,
     })
+}
+
+/// The `dialect` key: whose server the model's clients know.
+fn dialect(config: &ModelConfig) -> Result<wirespeed_core::Dialect, String> {
+    use wirespeed_core::Dialect;
+    match config.dialect.as_deref() {
+        None | Some("triton") => Ok(Dialect::Triton),
+        Some("mlserver") => Ok(Dialect::Mlserver),
+        Some("kserve") => Ok(Dialect::Kserve),
+        Some(other) => Err(format!(
+            "dialect '{other}' is none of 'triton', 'mlserver', 'kserve'"
+        )),
+    }
 }
 
 /// `[output_parameters]`, as the protocol's parameters: strings, numbers

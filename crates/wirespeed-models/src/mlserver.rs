@@ -340,10 +340,9 @@ pub(crate) fn model_config(name: &str, folder: &Path) -> Result<ModelConfig, Str
     let mut table = toml::Table::new();
     // MLServer's clients' conventions (a BYTES input's byte length as its
     // last dimension, V2 JSON on generate_stream), and its metadata.
-    table.insert("mlserver".into(), true.into());
-    let metadata = toml::Value::try_from(metadata_answer(name, &settings, parameters))
-        .map_err(|e| format!("{MODEL_SETTINGS}: {e}"))?;
-    table.insert("metadata_answer".into(), metadata);
+    table.insert("dialect".into(), "mlserver".into());
+    let metadata = metadata_answer(name, &settings, parameters);
+    table.insert("metadata_answer".into(), metadata.to_string().into());
     // A model whose settings name no version has none: its answers carry
     // no model_version and the index lists it without one, as MLServer's.
     let version = string(parameters, "version")?.unwrap_or_default();

@@ -85,6 +85,7 @@ impl Payload {
                         parameters: Vec::new(),
                         outputs: tensors.clone(),
                         shared_outputs: Vec::new(),
+                        dialect: Default::default(),
                     };
                     wirespeed_json::encode_infer_response(&response, &mut out);
                 }

@@ -466,6 +466,7 @@ impl RequestDecoder {
             parameters: request.parameters,
             outputs: request.finished_inputs,
             shared_outputs: Vec::new(),
+            dialect: Default::default(),
         };
         Ok((response, request.binary_inputs))
     }

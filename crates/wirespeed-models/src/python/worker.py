@@ -466,6 +466,11 @@ class Worker:
                 raise RuntimeError("%s.load() returned False" % cls.__name__)
             model.ready = True
         self.model = model
+        # What KServe answers of the model: its input and output types.
+        types_of = [getattr(model, f, None) for f in ("get_input_types", "get_output_types")]
+        inputs, outputs = [self.call(f) if f is not None else [] for f in types_of]
+        self.metadata = {"name": name, "versions": None, "platform": "",
+                         "inputs": list(inputs or []), "outputs": list(outputs or [])}
 
     def infer_kserve(self, inputs, message):
         """One request as KServe's V2 data plane gives it to the model: an

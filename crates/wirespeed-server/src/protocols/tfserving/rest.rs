@@ -258,6 +258,7 @@ pub(crate) fn other_verb(verb: &str) -> Error {
 /// so both protocols' clients read it.
 pub(crate) fn status(front: &Front, target: Target<'_>) -> Result<Response<Body>, Error> {
     let model = front.engine.models.target(&target)?;
+    let kserve = model.dialect == wirespeed_core::Dialect::Kserve;
     // Without a version or label, every served one, as TF Serving lists
     // them.
     let versions = match (target.version, target.label) {
@@ -287,6 +288,10 @@ pub(crate) fn status(front: &Front, target: Target<'_>) -> Result<Response<Body>
     let mut answer = Map::new();
     answer.insert("name".into(), json!(target.name));
     answer.insert("ready".into(), json!(all_ready));
+    if kserve {
+        // KServe's v1 status of its model: its name and readiness.
+        return Ok(response::json_value(&Value::Object(answer)));
+    }
     answer.insert("model_version_status".into(), json!(statuses));
     // OpenAI's `GET /v1/models/{model}` is this path too.
     crate::protocols::openai::model_fields(target.name, &mut answer);

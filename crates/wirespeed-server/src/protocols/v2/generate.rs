@@ -86,9 +86,9 @@ impl Codec for Generate<'_> {
         let body = self.request.read_json(stages).await?;
         let mut options = self.request.front.engine.decode_options.clone();
         // MLServer's generate_stream takes what its infer takes.
-        self.v2 |= model.mlserver && self.stream;
+        self.v2 |= model.dialect == wirespeed_core::Dialect::Mlserver && self.stream;
         if self.v2 {
-            options.bytes_length_dimension = model.mlserver;
+            options.bytes_length_dimension = model.dialect == wirespeed_core::Dialect::Mlserver;
             return timed(&mut stages.decode, || {
                 let mut decoder = RequestDecoder::new(options);
                 decoder.feed(&body).map_err(decode_error)?;

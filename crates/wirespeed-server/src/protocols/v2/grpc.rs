@@ -108,8 +108,10 @@ impl GrpcInferenceService for Inference {
             .get(&request.name, version(&request.version))
             .map_err(|e| status(&e))?;
         if let Some(answer) = &model.metadata_answer {
-            // MLServer's model: the metadata MLServer answers for it.
-            return Ok(Response::new(metadata_from_json(answer)));
+            // MLServer's or KServe's model: the metadata its server answers.
+            let mut answer = metadata_from_json(answer);
+            answer.name = model.metadata().name.clone();
+            return Ok(Response::new(answer));
         }
         let m = model.metadata();
         let versions = wirespeed_engine::served::versions_named(

@@ -209,7 +209,7 @@ impl GrpcInfer<'_> {
         let mut decode = Duration::ZERO;
         let offload = raw_bytes > OFFLOAD_RAW_BYTES;
         let name = model.metadata().name.clone();
-        let length_dimension = model.mlserver;
+        let length_dimension = model.dialect == wirespeed_core::Dialect::Mlserver;
         let request = timed_on(&self.front.engine.pool, offload, &mut decode, move || {
             convert::request(message, &name, &limits, length_dimension)
         })
@@ -285,7 +285,7 @@ impl Codec for GrpcStreamInfer<'_> {
         stages: &mut Stages,
     ) -> Result<InferRequest, Error> {
         let model: &ServedModel = model;
-        self.plain = model.mlserver;
+        self.plain = model.dialect == wirespeed_core::Dialect::Mlserver;
         self.unary.convert(model, stages).await
     }
 

@@ -31,8 +31,10 @@ pub(crate) fn server() -> Response<Body> {
 pub(crate) fn model(front: &Front, model: Target<'_>) -> Result<Response<Body>, Error> {
     let served = front.engine.models.get(model.name, model.version)?;
     if let Some(answer) = &served.metadata_answer {
-        // MLServer's model: the metadata MLServer answers for it.
-        return Ok(response::json_value(answer));
+        // MLServer's or KServe's model: the metadata its server answers.
+        let mut answer = answer.clone();
+        answer["name"] = json!(served.metadata().name);
+        return Ok(response::json_value(&answer));
     }
     let metadata = served.metadata();
     let versions =

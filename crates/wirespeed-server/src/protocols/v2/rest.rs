@@ -51,7 +51,7 @@ impl Codec for V2Rest<'_> {
         let model: &ServedModel = model;
         let (front, body) = (self.request.front, self.request.take_body());
         // MLServer's runtimes take its clients' BYTES shapes.
-        let options = if model.mlserver {
+        let options = if model.dialect == wirespeed_core::Dialect::Mlserver {
             std::borrow::Cow::Owned(wirespeed_json::DecodeOptions {
                 bytes_length_dimension: true,
                 ..front.engine.decode_options.clone()
