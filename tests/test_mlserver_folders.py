@@ -655,14 +655,18 @@ def test_models_unload_and_load_through_the_repository_api_as_mlservers_do(ours,
     """MLServer always allows its repository API; so does wirespeed on its
     models when no --model-control-mode is given. An unloaded model keeps
     its version in the index."""
+    indexes = {}
     for base in (f"http://{ours.address}", theirs):
         assert requests.post(f"{base}/v2/repository/models/iris-lgb/unload", timeout=60).status_code == 200
         index = requests.post(f"{base}/v2/repository/index", json={}, timeout=60).json()
         entry = [e for e in index if e["name"] == "iris-lgb"]
         assert [(e["version"], e["state"]) for e in entry] == [("v0.1.0", "UNAVAILABLE")], (base, index)
+        # The index entry by entry (MLServer lists them in its own order).
+        indexes[base] = sorted(json.dumps(e, sort_keys=True) for e in index if e["name"] in NAMES)
         assert requests.get(f"{base}/v2/models/iris-lgb/ready", timeout=60).status_code != 200
         assert requests.post(f"{base}/v2/repository/models/iris-lgb/load", timeout=120).status_code == 200
         assert requests.get(f"{base}/v2/models/iris-lgb/ready", timeout=60).status_code == 200
+    assert indexes[f"http://{ours.address}"] == indexes[theirs], indexes
 
 
 def test_the_custom_json_example_answers_as_mlserver(ours, theirs, mlserver):

@@ -66,6 +66,9 @@ pub struct IndexEntry {
     pub state: &'static str,
     /// Why the model is not ready; empty when it is.
     pub reason: String,
+    /// Whose server its clients know: MLServer's index writes every
+    /// entry's `reason`, empty ones too.
+    pub dialect: wirespeed_core::Dialect,
 }
 
 /// What the repository knows of a model beyond whether it is served.
@@ -78,6 +81,8 @@ struct Note {
     /// The versions it served before it was unloaded, which the index
     /// still lists (as Triton and MLServer do).
     versions: Vec<String>,
+    /// Whose server its clients know, when it was served.
+    dialect: wirespeed_core::Dialect,
 }
 
 /// A model folder's files: path, length and modification time of each.
@@ -144,6 +149,7 @@ impl Repository {
                     reason: String::new(),
                     seen: self.folder(name).ok().map(|folder| fingerprint(&folder)),
                     versions: Vec::new(),
+                    dialect: Default::default(),
                 },
             );
         }
@@ -159,6 +165,7 @@ impl Repository {
             version: String::new(),
             state: "",
             reason: String::new(),
+            dialect: Default::default(),
         };
         let mut models: BTreeMap<String, IndexEntry> = BTreeMap::new();
         // A repository that cannot be read lists what is served.
@@ -174,6 +181,7 @@ impl Repository {
                 entry.state = "UNAVAILABLE";
                 entry.reason = note.reason.clone();
             }
+            entry.dialect = note.dialect;
             unloaded.push((name.clone(), note.versions.clone()));
         }
         for name in self.models.names() {
@@ -196,10 +204,15 @@ impl Repository {
                     continue;
                 }
                 for version in before {
-                    entries.push(IndexEntry {
+                    let mut entry = IndexEntry {
                         version: version.clone(),
                         ..model.clone()
-                    });
+                    };
+                    if entry.dialect == wirespeed_core::Dialect::Mlserver {
+                        // MLServer gives an unloaded model no reason.
+                        entry.reason.clear();
+                    }
+                    entries.push(entry);
                 }
                 continue;
             }
@@ -221,6 +234,7 @@ impl Repository {
                     version: served.version().to_owned(),
                     state,
                     reason,
+                    dialect: served.dialect,
                 });
             }
         }
@@ -358,6 +372,7 @@ impl Repository {
                         reason: String::new(),
                         seen: Some(seen),
                         versions: Vec::new(),
+                        dialect: Default::default(),
                     },
                 );
                 Ok(())
@@ -371,6 +386,7 @@ impl Repository {
                         reason: reason.clone(),
                         seen: Some(seen),
                         versions: Vec::new(),
+                        dialect: Default::default(),
                     },
                 );
                 Err(Error::new(
@@ -416,12 +432,9 @@ impl Repository {
         self.allow("unload")?;
         let _turn = self.changing.lock().await;
         let in_repository = self.folder(name).is_ok();
-        let versions: Vec<String> = self
-            .models
-            .versions(name)
-            .iter()
-            .map(|m| m.version().to_owned())
-            .collect();
+        let served = self.models.versions(name);
+        let versions: Vec<String> = served.iter().map(|m| m.version().to_owned()).collect();
+        let dialect = served.first().map(|m| m.dialect).unwrap_or_default();
         let removed = self.models.remove(name).is_some();
         if let Some(folder) = self.uploaded().remove(name) {
             let _ = std::fs::remove_dir_all(folder);
@@ -439,6 +452,7 @@ impl Repository {
                 reason: "unloaded".to_owned(),
                 seen: None,
                 versions,
+                dialect,
             },
         );
         Ok(())
@@ -691,7 +705,7 @@ pub fn index_json(entries: &[IndexEntry]) -> serde_json::Value {
                 if !e.state.is_empty() {
                     entry["state"] = e.state.into();
                 }
-                if !e.reason.is_empty() {
+                if !e.reason.is_empty() || e.dialect == wirespeed_core::Dialect::Mlserver {
                     entry["reason"] = e.reason.clone().into();
                 }
                 entry
