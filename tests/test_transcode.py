@@ -814,7 +814,9 @@ def test_http_body_is_raw_bytes_both_ways(tmp_path):
 
         def Download(self, request, context):
             for i in range(3):
-                yield httpbody_pb2.HttpBody(content_type="text/csv", data=f"{request.name},{i}\n".encode())
+                yield httpbody_pb2.HttpBody(content_type="text/csv", data=f"{request.name},{i}".encode())
+            if request.name == "broken":
+                context.abort(grpc.StatusCode.DATA_LOSS, "the disk failed")
 
     with proxied(files_pb2_grpc.add_FilesServicer_to_server, Files(), tmp_path / "files.pb") as address:
         got = requests.get(address + "/files/logo")
@@ -827,7 +829,13 @@ def test_http_body_is_raw_bytes_both_ways(tmp_path):
         echo = requests.post(address + "/echo", data="<p>hi</p>", headers={"Content-Type": "text/html"})
         assert echo.status_code == 200 and echo.headers["Content-Type"] == "text/html"
         assert echo.content == b"<p>hi</p>"
-        # A server stream of HttpBody: the data of each, back to back.
+        # A server stream of HttpBody: the data of each and a newline, as
+        # grpc-gateway writes them; a failure after them, its status as an
+        # {"error": ...} line.
         download = requests.get(address + "/files/t:download")
         assert download.status_code == 200 and download.headers["Content-Type"] == "text/csv", download.headers
         assert download.content == b"t,0\nt,1\nt,2\n"
+        broken = requests.get(address + "/files/broken:download")
+        lines = broken.content.split(b"\n")
+        assert lines[:3] == [b"broken,0", b"broken,1", b"broken,2"] and lines[4:] == [b""], broken.content
+        assert json.loads(lines[3])["error"]["code"] == 15, broken.content

@@ -175,6 +175,13 @@ CASES = [
     ("GET", "/responsestrings/foo", None, None),
     # stream.proto: a server stream and a client stream
     ("GET", "/v1/example/a_bit_of_everything", None, None),
+    # A server stream of google.api.HttpBody, whole and failing after its
+    # messages.
+    ("GET", "/v1/example/download", None, None),
+    ("GET", "/v1/example/download?error=true", None, None),
+    ("POST", "/v1/example/a_bit_of_everything/echo_duration", '"1.5s"', None),
+    ("POST", "/v1/example/a_bit_of_everything/echo_duration", '"not a duration"', None),
+    ("GET", "/nowhere", None, None),
     ("POST", "/v1/example/a_bit_of_everything/bulk", '{"stringValue": "a"}\n{"stringValue": "b"}\n', None),
 ]
 
@@ -189,6 +196,11 @@ DIFFERENT = {
     ("GET", "/v1/example/a_bit_of_everything"):
         "a server stream: grpc-gateway writes {\"result\": message} lines, the proxy a JSON array "
         "(NDJSON or server-sent events when the client's Accept asks; docs/transcoding.md)",
+    ("POST", "/v1/example/a_bit_of_everything/echo_duration"):
+        "a bidirectional stream's answers: grpc-gateway writes {\"result\": message} lines, the proxy a "
+        "JSON array, as for every stream (above); and a message that is not a Duration: grpc-gateway "
+        "logs the decoding error and answers 200 with an empty body, the proxy 400, INVALID_ARGUMENT, "
+        "naming the value",
 }
 
 

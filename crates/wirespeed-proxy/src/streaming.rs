@@ -175,6 +175,7 @@ impl AnswerBody {
         if a.format == StreamFormat::Raw {
             let (_, data) = crate::http_body::parts(&a.output, message)?;
             out.extend_from_slice(&data);
+            a.format.after_message(out);
             self.printed += 1;
             return Ok(());
         }

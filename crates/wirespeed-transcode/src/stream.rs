@@ -248,9 +248,10 @@ pub enum StreamFormat {
     Ndjson,
     /// `data: m1\n\n`, `text/event-stream`.
     Sse,
-    /// The messages' own bytes back to back, unframed: a stream of
-    /// `google.api.HttpBody`, whose data is the answer (its content type
-    /// the first message's). Never chosen by `Accept`.
+    /// Each message's own bytes and a newline, as grpc-gateway writes a
+    /// stream of `google.api.HttpBody` (its data, then its marshaler's
+    /// delimiter; the content type the first message's); a failure is an
+    /// `{"error": status}` line after them. Never chosen by `Accept`.
     Raw,
 }
 
@@ -309,8 +310,8 @@ impl StreamFormat {
     /// What goes after a message.
     pub fn after_message(self, out: &mut Vec<u8>) {
         match self {
-            StreamFormat::JsonArray | StreamFormat::Raw => {}
-            StreamFormat::Ndjson => out.push(b'\n'),
+            StreamFormat::JsonArray => {}
+            StreamFormat::Ndjson | StreamFormat::Raw => out.push(b'\n'),
             StreamFormat::Sse => out.extend_from_slice(b"\n\n"),
         }
     }
@@ -323,13 +324,15 @@ impl StreamFormat {
     }
 
     /// Writes a stream's failure, `status` being its `google.rpc.Status`
-    /// JSON (one line): an `{"error": status}` line, or an `error` event.
+    /// JSON (one line): an `{"error": status}` line (after newline-framed
+    /// messages and HttpBody data alike, as grpc-gateway writes it), or an
+    /// `error` event.
     /// An array cannot carry it after its messages: returns `false`, and
     /// the stream is cut instead, so that no client takes it for whole.
     pub fn error(self, status: &[u8], out: &mut Vec<u8>) -> bool {
         match self {
-            StreamFormat::JsonArray | StreamFormat::Raw => false,
-            StreamFormat::Ndjson => {
+            StreamFormat::JsonArray => false,
+            StreamFormat::Ndjson | StreamFormat::Raw => {
                 out.extend_from_slice(b"{\"error\":");
                 out.extend_from_slice(status);
                 out.extend_from_slice(b"}\n");
