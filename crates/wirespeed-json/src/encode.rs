@@ -689,6 +689,53 @@ mod tests {
     }
 
     #[test]
+    fn outputs_answer_their_parameters_and_each_dialect_its_empty_fields() {
+        use wirespeed_core::{Dialect, ParameterValue};
+        let content_type = |t: &str| ("content_type".to_owned(), ParameterValue::String(t.into()));
+        let mut text = tensor("text", TensorData::Bytes(vec![b"{}".to_vec()]));
+        // An MLServer runtime's output: its content type, and its shape as
+        // written (one element of 2 bytes, `[2]`), which is not a parameter.
+        text.parameters = vec![
+            content_type("str"),
+            wirespeed_core::written_shape_parameter(&[2]),
+        ];
+        let mut numbers = tensor("numbers", TensorData::Fp32(vec![1.5]));
+        numbers.parameters = vec![content_type("np")];
+        let plain = tensor("plain", TensorData::Int32(vec![7]));
+        let mut r = response(vec![text, numbers, plain]);
+        let read = |r: &InferResponse, binary: &[bool]| {
+            let mut out = Vec::new();
+            encode_infer_response_header(r, binary, &mut out);
+            serde_json::from_slice::<serde_json::Value>(&out).unwrap()
+        };
+        let v = read(&r, &[]);
+        assert_eq!(
+            v["outputs"][0]["parameters"],
+            serde_json::json!({"content_type": "str"})
+        );
+        assert_eq!(v["outputs"][0]["shape"], serde_json::json!([2]));
+        assert_eq!(v["outputs"][0]["data"], serde_json::json!(["{}"]));
+        assert!(v["outputs"][2].get("parameters").is_none() && v.get("parameters").is_none());
+        // Beside where the data went, binary or in shared memory.
+        let v = read(&r, &[false, true, false]);
+        assert_eq!(
+            v["outputs"][1]["parameters"],
+            serde_json::json!({"content_type": "np", "binary_data_size": 4})
+        );
+        // MLServer writes empty parameters as {}, KServe as null, and a
+        // model without version as null.
+        r.dialect = Dialect::Mlserver;
+        assert_eq!(read(&r, &[])["parameters"], serde_json::json!({}));
+        r.dialect = Dialect::Kserve;
+        r.model_version.clear();
+        let v = read(&r, &[]);
+        assert!(v["parameters"].is_null() && v["outputs"][2]["parameters"].is_null());
+        assert!(v
+            .get("model_version")
+            .is_some_and(serde_json::Value::is_null));
+    }
+
+    #[test]
     fn finite_outputs_are_json_that_serde_json_reads_back_exactly() {
         let f32s = vec![0.1f32, -1e-7, 3.4028235e38, 1.0, -0.0, 16777216.0];
         let f64s = vec![0.1f64, 1e300, -2.5e-300];
