@@ -604,3 +604,46 @@ def test_a_decoupled_models_batch_is_a_list_of_requests_as_in_triton(servers):
         failed = [error.message() for result, error in answers if error is not None]
         assert ok == [(3.0, 0.0), (3.0, 2.0)], (name, answers)
         assert len(failed) == 1 and "the second fails" in failed[0], (name, failed)
+
+
+def test_an_unloaded_model_is_indexed_as_in_triton(tmp_path):
+    """Explicit model control: after an unload, the index keeps the
+    model's version, UNAVAILABLE with the reason "unloaded", as Triton's."""
+    import tritonclient.http as httpclient
+
+    from conftest import RunningServer, wait_until
+    from triton_peer import TritonServer
+
+    (tmp_path / "repo" / "echo" / "1").mkdir(parents=True)
+    (tmp_path / "repo" / "echo" / "config.pbtxt").write_text(
+        'backend: "python"\n'
+        'input [ { name: "IN" data_type: TYPE_FP32 dims: [ 2 ] } ]\n'
+        'output [ { name: "OUT" data_type: TYPE_FP32 dims: [ 2 ] } ]\n')
+    (tmp_path / "repo" / "echo" / "1" / "model.py").write_text(textwrap.dedent("""
+        import triton_python_backend_utils as pb_utils
+
+        class TritonPythonModel:
+            def execute(self, requests):
+                return [pb_utils.InferenceResponse([pb_utils.Tensor(
+                    "OUT", pb_utils.get_input_tensor_by_name(r, "IN").as_numpy())]) for r in requests]
+        """))
+    triton = TritonServer(tmp_path / "repo", tmp_path / "triton.log",
+                          ["--model-control-mode=explicit", "--load-model=*"])
+    try:
+        ours = RunningServer(tmp_path / "repo", extra_args=["--model-control-mode", "explicit", "--load-model", "*"])
+        try:
+            indexes = []
+            for address in (triton.address, ours.address):
+                client = httpclient.InferenceServerClient(address)
+                loaded = client.get_model_repository_index()
+                client.unload_model("echo")
+                # Triton's unload returns while the model is UNLOADING.
+                wait_until("the model unloaded", lambda: client.get_model_repository_index()[0]["state"]
+                           != "UNLOADING")
+                indexes.append((loaded, client.get_model_repository_index()))
+        finally:
+            ours.stop()
+    finally:
+        triton.stop()
+    assert indexes[0] == indexes[1], indexes
+    assert indexes[0][1] == [{"name": "echo", "version": "1", "state": "UNAVAILABLE", "reason": "unloaded"}]

@@ -37,9 +37,10 @@ def triton_home() -> Path:
 
 
 class TritonServer:
-    """`tritonserver` on `repo`, its log in `log` (a file)."""
+    """`tritonserver` on `repo`, its log in `log` (a file), with `args`
+    (Triton's own flags) besides."""
 
-    def __init__(self, repo: Path, log: Path):
+    def __init__(self, repo: Path, log: Path, args=()):
         home = triton_home()
         self.http_port, self.grpc_port = free_port(), free_port()
         env = {
@@ -56,7 +57,7 @@ class TritonServer:
                 [str(home / "bin" / "tritonserver"), f"--model-repository={repo}",
                  f"--backend-directory={home / 'backends'}", "--http-address=127.0.0.1",
                  "--grpc-address=127.0.0.1", f"--http-port={self.http_port}", f"--grpc-port={self.grpc_port}",
-                 "--allow-metrics=false", "--log-verbose=0"],
+                 "--allow-metrics=false", "--log-verbose=0", *args],
                 stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True,
             )
         try:
