@@ -124,7 +124,8 @@ np.save(os.path.join(root, "iris.npy"), X_test.astype(np.float32))
 from catboost import CatBoostClassifier
 train_data = rng.integers(0, 100, size=(100, 10))
 train_labels = rng.integers(0, 2, size=100)
-model = CatBoostClassifier(iterations=2, depth=2, learning_rate=1, loss_function="Logloss", verbose=False)
+model = CatBoostClassifier(iterations=2, depth=2, learning_rate=1, loss_function="Logloss", verbose=False,
+                           allow_writing_files=False)
 model.fit(train_data, train_labels)
 d = folder("catboost", {"name": "catboost", "implementation": "mlserver_catboost.CatboostModel",
                         "parameters": {"uri": "./model.cbm", "version": "v0.1.0"}})
