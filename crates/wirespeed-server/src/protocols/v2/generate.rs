@@ -163,21 +163,26 @@ impl Codec for Generate<'_> {
 }
 
 /// Writes a response as generate's JSON object (`id`, `model_name`,
-/// `model_version`, and each output by name) after what `out` holds; on an
-/// error, `out` is as it was.
+/// `model_version`, and each output by name) after what `out` holds,
+/// unless an output is not text a JSON string can carry.
 fn object(response: &InferResponse, out: &mut Vec<u8>) -> Result<(), Error> {
-    let start = out.len();
-    let written = write_object(response, out);
-    if written.is_err() {
-        out.truncate(start);
-    }
-    written
+    all_text(response)?;
+    write_object(response, out);
+    Ok(())
 }
 
 /// Writes a response as a V2 infer response (MLServer's stream events)
 /// after what `out` holds, unless an output is not text a JSON string can
 /// carry.
 fn infer_object(response: &InferResponse, out: &mut Vec<u8>) -> Result<(), Error> {
+    all_text(response)?;
+    wirespeed_json::encode_infer_response(response, out);
+    Ok(())
+}
+
+/// Refuses an answer with an output whose bytes are not UTF-8 text, which
+/// a JSON string cannot carry.
+fn all_text(response: &InferResponse) -> Result<(), Error> {
     for output in &response.outputs {
         if let Some(at) = wirespeed_json::non_utf8_element(&output.data) {
             return Err(Error::model_failed(format!(
@@ -187,11 +192,10 @@ fn infer_object(response: &InferResponse, out: &mut Vec<u8>) -> Result<(), Error
             )));
         }
     }
-    wirespeed_json::encode_infer_response(response, out);
     Ok(())
 }
 
-fn write_object(response: &InferResponse, out: &mut Vec<u8>) -> Result<(), Error> {
+fn write_object(response: &InferResponse, out: &mut Vec<u8>) {
     out.push(b'{');
     if let Some(id) = &response.id {
         out.extend_from_slice(b"\"id\":");
@@ -205,20 +209,12 @@ fn write_object(response: &InferResponse, out: &mut Vec<u8>) -> Result<(), Error
         wirespeed_json::encode_string(&response.model_version, out);
     }
     for output in &response.outputs {
-        if let Some(at) = wirespeed_json::non_utf8_element(&output.data) {
-            return Err(Error::model_failed(format!(
-                "output '{}' element {at} is not UTF-8 text, which a JSON answer cannot \
-                 carry; ask /infer with binary outputs",
-                output.name
-            )));
-        }
         out.push(b',');
         wirespeed_json::encode_string(&output.name, out);
         out.push(b':');
         output_value(&output.data, out);
     }
     out.push(b'}');
-    Ok(())
 }
 
 /// An output's JSON value: one element plain, more in a flat array.
