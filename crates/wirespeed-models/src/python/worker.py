@@ -693,19 +693,7 @@ class Worker:
         # Our API: predict yields each answer (a generator, or an async one).
         produced = self.model.predict(inputs, message.get("parameters") or {})
         if inspect.isasyncgen(produced):
-            import asyncio
-
-            if self.loop is None:
-                self.loop = asyncio.new_event_loop()
-            try:
-                while request_id not in self.cancelled:
-                    try:
-                        item = self.loop.run_until_complete(produced.__anext__())
-                    except StopAsyncIteration:
-                        break
-                    self.send_answer(request_id, item, wanted)
-            finally:
-                self.loop.run_until_complete(produced.aclose())
+            self.each_yielded(request_id, produced, lambda item: self.send_answer(request_id, item, wanted))
         else:
             if inspect.isawaitable(produced):
                 produced = self.call(lambda: produced)
@@ -726,31 +714,38 @@ class Worker:
         """An MLServer runtime's predict_stream on one request (as MLServer's
         REST front calls it: an iterator of that one request); each
         InferenceResponse it yields is a response of the stream."""
-        import asyncio
-
         request = self.mlserver_request(inputs, message)
 
         async def payloads():
             yield request
 
+        def send(item):
+            raw, layout = self.pack_prepared(self.mlserver_outputs(item, "predict_stream yielded"))
+            self.channel.send(
+                with_metrics({"op": "response", "id": request_id, "final": False,
+                              "outputs": layout, "raw": len(raw)}),
+                raw,
+            )
+
+        self.each_yielded(request_id, self.model.predict_stream(payloads()), send)
+        self.send_response(request_id, None, True)
+
+    def each_yielded(self, request_id, produced, send):
+        """Sends each item an async generator yields, on the worker's event
+        loop, until it ends or the request's client leaves."""
+        import asyncio
+
         if self.loop is None:
             self.loop = asyncio.new_event_loop()
-        produced = self.model.predict_stream(payloads())
         try:
             while request_id not in self.cancelled:
                 try:
                     item = self.loop.run_until_complete(produced.__anext__())
                 except StopAsyncIteration:
                     break
-                raw, layout = self.pack_prepared(self.mlserver_outputs(item, "predict_stream yielded"))
-                self.channel.send(
-                    with_metrics({"op": "response", "id": request_id, "final": False,
-                                  "outputs": layout, "raw": len(raw)}),
-                    raw,
-                )
+                send(item)
         finally:
             self.loop.run_until_complete(produced.aclose())
-        self.send_response(request_id, None, True)
 
     def send_answer(self, request_id, item, wanted):
         """One answer of our API's streaming predict: a dict of outputs."""
