@@ -28,6 +28,8 @@ const WORKER: &str = concat!(
     "\n",
     include_str!("stub.py"),
     "\n",
+    include_str!("peers.py"),
+    "\n",
     include_str!("worker.py")
 );
 
