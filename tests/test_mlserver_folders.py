@@ -289,48 +289,30 @@ def folders(tmp_path_factory):
         pytest.fail(f"{MODELS_PYTHON} is missing: scripts/test installs MLServer into .venv-mlserver")
     root = tmp_path_factory.mktemp("mlserver-examples")
     subprocess.run([str(MODELS_PYTHON), "-c", TRAIN, str(root)], check=True, capture_output=True, timeout=300)
-    custom = root / "linear"
-    custom.mkdir()
-    (custom / "models.py").write_text(CUSTOM)
-    (custom / "weights.json").write_text(json.dumps({"weights": [0.5, -0.25]}))
-    (custom / "model-settings.json").write_text(json.dumps({
-        "name": "linear", "implementation": "models.LinearModel",
-        "parameters": {"uri": "./weights.json", "extra": {"offset": 1.5}}}))
-    pandas = root / "columns"
-    pandas.mkdir()
-    (pandas / "runtime.py").write_text(PANDAS)
-    (pandas / "model-settings.json").write_text(json.dumps({"name": "columns", "implementation": "runtime.Columns"}))
-    described = root / "content-types"
-    described.mkdir()
-    (described / "runtime.py").write_text(CONTENT_TYPES)
-    (described / "model-settings.json").write_text(
-        json.dumps({"name": "content-types", "implementation": "runtime.Describe"}))
-    batched = root / "batched"
-    batched.mkdir()
-    (batched / "models.py").write_text(BATCHED)
+    def runtime(name, file, code, **settings):
+        """A custom runtime's folder: its code in `file`, its settings
+        named `name` and implemented by `file`'s module's class."""
+        folder = root / name
+        folder.mkdir()
+        (folder / file).write_text(code)
+        (folder / "model-settings.json").write_text(json.dumps({"name": name, **settings}))
+        return folder
+
+    linear = runtime("linear", "models.py", CUSTOM, implementation="models.LinearModel",
+                     parameters={"uri": "./weights.json", "extra": {"offset": 1.5}})
+    (linear / "weights.json").write_text(json.dumps({"weights": [0.5, -0.25]}))
+    runtime("columns", "runtime.py", PANDAS, implementation="runtime.Columns")
+    runtime("content-types", "runtime.py", CONTENT_TYPES, implementation="runtime.Describe")
     # A full batch goes at once; the wait only bounds a batch that is not.
-    (batched / "model-settings.json").write_text(json.dumps({
-        "name": "batched", "implementation": "models.Summer", "max_batch_size": 4, "max_batch_time": 5,
-        "inputs": [{"name": "x", "datatype": "FP64", "shape": [-1, 3]}]}))
-    hello = root / "json-hello-world"
-    hello.mkdir()
-    (hello / "jsonmodels.py").write_text(JSON_HELLO)
-    (hello / "model-settings.json").write_text(
-        json.dumps({"name": "json-hello-world", "implementation": "jsonmodels.JsonHelloWorldModel"}))
-    text = root / "text-model"
-    text.mkdir()
-    (text / "text_model.py").write_text(TEXT_MODEL)
-    (text / "model-settings.json").write_text(json.dumps({
-        "name": "text-model", "implementation": "text_model.TextModel",
-        "versions": ["text-model/v1.2.3"], "platform": "mlserver",
-        "inputs": [{"datatype": "BYTES", "name": "prompt", "shape": [1]}],
-        "outputs": [{"datatype": "BYTES", "name": "output", "shape": [1]}]}))
-    echo = root / "echo"
-    echo.mkdir()
-    (echo / "runtime.py").write_text(ECHO)
+    runtime("batched", "models.py", BATCHED, implementation="models.Summer", max_batch_size=4, max_batch_time=5,
+            inputs=[{"name": "x", "datatype": "FP64", "shape": [-1, 3]}])
+    runtime("json-hello-world", "jsonmodels.py", JSON_HELLO, implementation="jsonmodels.JsonHelloWorldModel")
+    runtime("text-model", "text_model.py", TEXT_MODEL, implementation="text_model.TextModel",
+            versions=["text-model/v1.2.3"], platform="mlserver",
+            inputs=[{"datatype": "BYTES", "name": "prompt", "shape": [1]}],
+            outputs=[{"datatype": "BYTES", "name": "output", "shape": [1]}])
     # A key MLServer's settings do not have: ignored by both.
-    (echo / "model-settings.json").write_text(
-        json.dumps({"name": "echo", "implementation": "runtime.Echo", "version": "not a settings key"}))
+    runtime("echo", "runtime.py", ECHO, implementation="runtime.Echo", version="not a settings key")
     (root / "settings.json").write_text(json.dumps({"debug": "true", "parallel_workers": 0}))
     return root
 
