@@ -9,7 +9,7 @@
 
 use base64::Engine;
 use wirespeed_core::raw::{from_raw, write_raw};
-use wirespeed_core::{element_count, DataType, Error, ErrorKind, ParameterValue, Tensor};
+use wirespeed_core::{element_count, DataType, Error, ErrorKind, Tensor};
 
 use super::process::Launch;
 use super::wire::{BlsAnswer, BlsCall};
@@ -74,21 +74,7 @@ pub(crate) fn call(
             .into_iter()
             .map(|(name, datatype, shape, data)| tensor(name, &datatype, shape, &data))
             .collect::<Result<Vec<_>, _>>()?;
-        let parameters = parameters
-            .into_iter()
-            .filter_map(|(k, v)| {
-                let value = match v {
-                    serde_json::Value::Bool(b) => ParameterValue::Bool(b),
-                    serde_json::Value::String(s) => ParameterValue::String(s),
-                    serde_json::Value::Number(n) => match n.as_i64() {
-                        Some(i) => ParameterValue::Int(i),
-                        None => ParameterValue::Float(n.as_f64()?),
-                    },
-                    _ => return None,
-                };
-                Some((k, value))
-            })
-            .collect();
+        let parameters = super::wire::parameters(&parameters);
         if decoupled {
             caller.call_stream(
                 model,

@@ -27,6 +27,31 @@ pub(crate) struct Placed(
     #[serde(default)] pub(crate) serde_json::Map<String, serde_json::Value>,
 );
 
+/// Parameters as the worker writes them (a BLS call's, an output's own):
+/// strings, numbers and bools, what the protocol's parameters hold;
+/// anything else, and `null`, left out.
+pub(crate) fn parameters(
+    given: &serde_json::Map<String, serde_json::Value>,
+) -> wirespeed_core::Parameters {
+    use serde_json::Value;
+    use wirespeed_core::ParameterValue;
+    given
+        .iter()
+        .filter_map(|(key, value)| {
+            let value = match value {
+                Value::Bool(b) => ParameterValue::Bool(*b),
+                Value::String(s) => ParameterValue::String(s.clone()),
+                Value::Number(n) => match n.as_i64() {
+                    Some(i) => ParameterValue::Int(i),
+                    None => ParameterValue::Float(n.as_f64()?),
+                },
+                _ => return None,
+            };
+            Some((key.clone(), value))
+        })
+        .collect()
+}
+
 /// The key of an `infer` message's `parameters` under which the inputs'
 /// own parameters go, by input name (`$` starts no parameter a protocol
 /// decodes; the worker takes it out).

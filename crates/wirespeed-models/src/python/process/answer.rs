@@ -2,9 +2,7 @@
 //! the declared ones, and its errors with Triton's statuses.
 
 use wirespeed_core::raw::from_raw;
-use wirespeed_core::{
-    element_count, DataType, Error, ErrorKind, ParameterValue, Parameters, Tensor,
-};
+use wirespeed_core::{element_count, DataType, Error, ErrorKind, Tensor};
 
 use super::super::wire;
 use super::Launch;
@@ -40,7 +38,7 @@ pub(crate) fn outputs_from(
                     name: name.clone(),
                     shape: shape.clone(),
                     data,
-                    parameters: parameters_of(own),
+                    parameters: wire::parameters(own),
                 })
             })
             .collect();
@@ -87,29 +85,8 @@ pub(crate) fn outputs_from(
                 name: spec.name.clone(),
                 shape: shape.clone(),
                 data,
-                parameters: parameters_of(own),
+                parameters: wire::parameters(own),
             })
-        })
-        .collect()
-}
-
-/// An output's own parameters as the worker wrote them: strings, numbers
-/// and bools (what the protocol's parameters hold); anything else, and
-/// `null`, left out.
-fn parameters_of(own: &serde_json::Map<String, serde_json::Value>) -> Parameters {
-    use serde_json::Value;
-    own.iter()
-        .filter_map(|(key, value)| {
-            let value = match value {
-                Value::Bool(b) => ParameterValue::Bool(*b),
-                Value::String(s) => ParameterValue::String(s.clone()),
-                Value::Number(n) => match n.as_i64() {
-                    Some(i) => ParameterValue::Int(i),
-                    None => ParameterValue::Float(n.as_f64()?),
-                },
-                _ => return None,
-            };
-            Some((key.clone(), value))
         })
         .collect()
 }
