@@ -647,3 +647,113 @@ def test_an_unloaded_model_is_indexed_as_in_triton(tmp_path):
         triton.stop()
     assert indexes[0] == indexes[1], indexes
     assert indexes[0][1] == [{"name": "echo", "version": "1", "state": "UNAVAILABLE", "reason": "unloaded"}]
+
+
+METRICS = '''
+import json
+import urllib.request
+
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+def scrape(url):
+    return urllib.request.urlopen(url, timeout=10).read().decode()
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        self.instance = args["model_instance_name"]
+        self.family = pb_utils.MetricFamily(
+            name="peer_requests", description="requests seen", kind=pb_utils.MetricFamily.COUNTER)
+        self.seen = self.family.Metric(labels={"model": "metrics"})
+
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            url = pb_utils.get_input_tensor_by_name(request, "URL").as_numpy()[0].decode()
+            found = {"instance": self.instance}
+            self.seen.increment(1)
+            # Another Metric of the label set is the same series.
+            twin = self.family.Metric(labels={"model": "metrics"})
+            found["twin value"] = twin.value()
+            found["seen on /metrics"] = [line for line in scrape(url).splitlines()
+                                         if line.startswith("peer_requests")]
+            sizes = pb_utils.MetricFamily(
+                name="peer_sizes", description="sizes", kind=pb_utils.MetricFamily.HISTOGRAM)
+            size = sizes.Metric(labels={"k": "v"}, buckets=[1.0, 10.0])
+            size.observe(5.0)
+            found["histogram on /metrics"] = sorted(line for line in scrape(url).splitlines()
+                                                    if line.startswith("peer_sizes"))
+            level = pb_utils.MetricFamily(name="peer_level", description="level", kind=pb_utils.MetricFamily.GAUGE)
+            gauge = level.Metric()
+            gauge.set(4.0)
+            gauge.increment(-1.5)
+            found["gauge value"] = gauge.value()
+            del level
+            try:
+                gauge.set(1.0)
+                found["after its family is gone"] = "no error"
+            except pb_utils.TritonModelException as e:
+                found["after its family is gone"] = str(e)
+            try:
+                pb_utils.MetricFamily(name="peer_level", description="level", kind=pb_utils.MetricFamily.COUNTER)
+                found["made again as a counter"] = "no error"
+            except pb_utils.TritonModelException:
+                found["made again as a counter"] = "raised TritonModelException"
+            for name, call in [("counter set", lambda: self.seen.set(1.0)),
+                               ("counter decrement", lambda: self.seen.increment(-1.0)),
+                               ("counter observe", lambda: self.seen.observe(1.0)),
+                               ("histogram value", lambda: size.value())]:
+                try:
+                    call()
+                    found[name] = "no error"
+                except pb_utils.TritonModelException as e:
+                    found[name] = str(e)
+            out = np.array([json.dumps(found).encode()], dtype=np.object_)
+            responses.append(pb_utils.InferenceResponse([pb_utils.Tensor("OUT", out)]))
+        return responses
+'''
+
+
+def test_custom_metrics_are_the_servers_at_once_as_in_triton(tmp_path):
+    """A model's metrics live in the server: a change made in `execute` is
+    on /metrics before `execute` returns, two Metrics of one label set
+    share a value, a Metric whose family is gone refuses, and the errors
+    are Triton's (its own QA's custom_metrics test asks these)."""
+    from conftest import RunningServer, free_port
+    from triton_peer import TritonServer
+
+    model = tmp_path / "repo" / "metrics"
+    (model / "1").mkdir(parents=True)
+    (model / "config.pbtxt").write_text(
+        'backend: "python"\n'
+        'input [ { name: "URL" data_type: TYPE_STRING dims: [ 1 ] } ]\n'
+        'output [ { name: "OUT" data_type: TYPE_STRING dims: [ 1 ] } ]\n')
+    (model / "1" / "model.py").write_text(METRICS)
+    metrics_port = free_port()
+    triton = TritonServer(tmp_path / "repo", tmp_path / "triton.log",
+                          ["--allow-metrics=true", "--metrics-address=127.0.0.1", f"--metrics-port={metrics_port}"])
+    try:
+        ours = RunningServer(tmp_path / "repo")
+        try:
+            urls = {"triton": f"http://127.0.0.1:{metrics_port}/metrics",
+                    "wirespeed": f"http://127.0.0.1:{ours.metrics_port}/metrics"}
+            servers = {"triton": triton, "wirespeed": ours}
+            answers = {name: [json.loads(infer(servers[name], "metrics",
+                                               {"URL": np.array([urls[name].encode()], dtype=np.object_)},
+                                               "OUT")[1][0])
+                              for _ in range(2)]
+                       for name in servers}
+        finally:
+            ours.stop()
+    finally:
+        triton.stop()
+    triton_first = answers["triton"][0]
+    assert triton_first["twin value"] == 1.0, answers["triton"]
+    assert triton_first["seen on /metrics"] == ['peer_requests{model="metrics"} 1'], answers["triton"]
+    assert 'peer_sizes_bucket{k="v",le="10"} 1' in triton_first["histogram on /metrics"], answers["triton"]
+    assert "'MetricFamily' has been deleted" in triton_first["after its family is gone"]
+    for triton_answer, ours in zip(answers["triton"], answers["wirespeed"]):
+        for key in triton_answer:
+            assert ours[key] == triton_answer[key], (key, triton_answer)

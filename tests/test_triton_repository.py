@@ -777,15 +777,19 @@ class TritonPythonModel:
             kind=pb_utils.MetricFamily.COUNTER,
         )
         self.metric = self.metric_family.Metric(labels={"model": "custom_metrics", "version": "1"})
-        self.requests = pb_utils.MetricFamily(
-            name="custom_requests", description="Requests seen", kind=pb_utils.MetricFamily.COUNTER
-        ).Metric()
-        self.last = pb_utils.MetricFamily(
-            name="custom_last_sum", description="The last OUTPUT0 sum", kind=pb_utils.MetricFamily.GAUGE
-        ).Metric(labels={"model": "custom_metrics"})
-        self.sizes = pb_utils.MetricFamily(
-            name="custom_sum_sizes", description="OUTPUT0 sums", kind=pb_utils.MetricFamily.HISTOGRAM
-        ).Metric(buckets=[1.0, 100.0])
+        # Each family kept while its metrics are used: a Metric whose
+        # family is gone refuses, in Triton as here.
+        self.families = [
+            pb_utils.MetricFamily(
+                name="custom_requests", description="Requests seen", kind=pb_utils.MetricFamily.COUNTER),
+            pb_utils.MetricFamily(
+                name="custom_last_sum", description="The last OUTPUT0 sum", kind=pb_utils.MetricFamily.GAUGE),
+            pb_utils.MetricFamily(
+                name="custom_sum_sizes", description="OUTPUT0 sums", kind=pb_utils.MetricFamily.HISTOGRAM),
+        ]
+        self.requests = self.families[0].Metric()
+        self.last = self.families[1].Metric(labels={"model": "custom_metrics"})
+        self.sizes = self.families[2].Metric(buckets=[1.0, 100.0])
         for wrong in (lambda: self.metric.increment(-1), lambda: self.metric.set(3),
                       lambda: self.sizes.increment(1)):
             try:

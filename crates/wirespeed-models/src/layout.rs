@@ -105,7 +105,12 @@ impl Layout {
                 let path = folder.join("config.pbtxt");
                 let text =
                     std::fs::read_to_string(&path).map_err(|e| format!("cannot read it: {e}"))?;
-                let parsed = crate::pbtxt::parse(&text)?;
+                let mut parsed = crate::pbtxt::parse(&text)?;
+                // Triton names a configuration without a name after its
+                // folder (`initialize` reads it in `args["model_config"]`).
+                if parsed.name.is_empty() {
+                    parsed.name = name.to_owned();
+                }
                 let named = if parsed.backend.is_empty() {
                     &parsed.platform
                 } else {
@@ -174,7 +179,7 @@ fn complete_python(name: &str, config: &str, code: &Path) -> Result<toml::Table,
         let _ = (name, has_hook);
         config.to_owned()
     };
-    crate::pbtxt::from_triton_json(&completed, Some("python")).unwrap_or_else(|| {
+    crate::pbtxt::from_triton_json(name, &completed, Some("python")).unwrap_or_else(|| {
         Err("auto_complete_config returned something other than a model configuration".into())
     })
 }

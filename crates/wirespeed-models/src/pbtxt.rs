@@ -407,8 +407,10 @@ pub(crate) fn config_table(text: &str) -> Result<toml::Table, String> {
 /// answer or a part of it), or `None` when `json` is not one (it may be
 /// `config.toml`'s keys). A config without `backend` or `platform` gets
 /// `guessed`, the one the model's files say, as Triton's auto-complete
-/// finds it.
+/// finds it; one without a name is named `name`, its folder's, as Triton
+/// names it.
 pub(crate) fn from_triton_json(
+    name: &str,
     json: &str,
     guessed: Option<&str>,
 ) -> Option<Result<toml::Table, String>> {
@@ -429,6 +431,9 @@ pub(crate) fn from_triton_json(
     let mut de = serde_json::Deserializer::from_str(json);
     let message = DynamicMessage::deserialize(descriptor, &mut de).ok()?;
     let mut config: pb::ModelConfig = message.transcode_to().ok()?;
+    if config.name.is_empty() {
+        config.name = name.to_owned();
+    }
     if config.backend.is_empty() && config.platform.is_empty() {
         match guessed {
             Some(backend) => config.backend = backend.to_owned(),
@@ -755,7 +760,7 @@ parameters [ { key: "execute_delay_ms" value: { string_value: "5" } } ]
     #[test]
     fn a_load_override_is_tritons_json_or_config_tomls_keys() {
         // Triton's, with the backend the model's files say.
-        let table = from_triton_json(r#"{"max_batch_size":"16"}"#, Some("onnxruntime"))
+        let table = from_triton_json("m", r#"{"max_batch_size":"16"}"#, Some("onnxruntime"))
             .unwrap()
             .unwrap();
         assert_eq!(table["backend"].as_str(), Some("onnx"));
@@ -767,9 +772,12 @@ parameters [ { key: "execute_delay_ms" value: { string_value: "5" } } ]
             r#"{"inputs": []}"#,
             "not json",
         ] {
-            assert!(from_triton_json(toml_keys, None).is_none(), "{toml_keys}");
+            assert!(
+                from_triton_json("m", toml_keys, None).is_none(),
+                "{toml_keys}"
+            );
         }
-        let unknown = from_triton_json(r#"{"max_batch_size": 4}"#, None).unwrap();
+        let unknown = from_triton_json("m", r#"{"max_batch_size": 4}"#, None).unwrap();
         assert!(unknown
             .unwrap_err()
             .contains("neither a backend nor a platform"));

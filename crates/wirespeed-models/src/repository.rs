@@ -288,7 +288,11 @@ fn given_config(json: &str, folder: &Path) -> Result<ModelConfig, RepositoryErro
         path: folder.to_owned(),
         message: format!("the configuration given to load the model: {m}"),
     };
-    match crate::pbtxt::from_triton_json(json, guessed_backend(folder)) {
+    let name = folder
+        .file_name()
+        .and_then(|n| n.to_str())
+        .unwrap_or_default();
+    match crate::pbtxt::from_triton_json(name, json, guessed_backend(folder)) {
         Some(table) => {
             let mut config = table
                 .and_then(ModelConfig::from_toml_table)

@@ -289,6 +289,17 @@ impl Reader {
                 let error = model_error(model, &kind, error);
                 let _ = self.events.send(Event::Executed(id, Err(error)));
             }
+            Reply::Metric {
+                metric,
+                pending,
+                call,
+            } => {
+                let answer = super::metrics::answer(model, metric, pending, call);
+                let mut socket = self.writer.lock().unwrap_or_else(|e| e.into_inner());
+                // A worker that does not read it is seen as lost by this
+                // reader.
+                let _ = wire::send(&mut socket, &answer);
+            }
             Reply::Bls(call) => {
                 // On a thread of its own, so this reader goes on with the
                 // streams' responses and the model's other calls run at

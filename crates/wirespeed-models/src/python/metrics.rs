@@ -2,16 +2,25 @@
 //! from Python models, kept by the server and exported on `/metrics` with
 //! its own families.
 //!
-//! A worker keeps no count of its own that the server relies on: each
-//! change a model makes (`increment`, `set`, `observe`) travels with the
-//! worker's next message (`ready`, `done`, `error`) and is applied here, so
-//! the instances of a model add to one counter, as they do in Triton where
-//! the metric lives in the server. A gauge holds the last value set.
+//! The values live here, as they live in Triton's server: a model's
+//! `increment`, `set`, `observe` and `value()` inside `initialize` or
+//! `execute` are each a call the worker makes and waits for
+//! ([`operate`], `wire::Reply::Metric`), so a model that reads `/metrics`
+//! right after sees its change, two `Metric`s of one label set share one
+//! value, and the instances of a model add to one counter. A change made
+//! where the worker cannot wait for the server (a thread of the model's
+//! own, `finalize`, a family collected by Python) travels with the
+//! worker's next message instead ([`apply`]).
+//!
+//! A series exists while some `Metric` holds it: each `Metric` made adds
+//! a holder, and a family whose Python object is gone releases its
+//! metrics' (Triton removes the series then); families are kept, with
+//! their first kind and description, as Triton keeps them.
 //!
 //! Bounded: at most [`MAX_FAMILIES`] families and [`MAX_SERIES`] label sets
 //! per family; changes past them, and names Prometheus would refuse, are
-//! dropped with a warning (the worker refuses bad names when they are
-//! made, so these are a misbehaving worker's).
+//! refused (the worker refuses bad names when they are made, so these
+//! are a misbehaving worker's).
 
 use std::collections::BTreeMap;
 use std::sync::{Mutex, OnceLock};
@@ -24,7 +33,7 @@ const MAX_FAMILIES: usize = 1024;
 /// The most label sets (series) kept per family.
 const MAX_SERIES: usize = 10_000;
 
-/// One change a model made, as the worker reports it.
+/// One operation of a model's on its metrics, as the worker sends it.
 #[derive(Debug, Clone, Deserialize)]
 pub(crate) struct Update {
     family: String,
@@ -43,11 +52,18 @@ pub(crate) struct Update {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "lowercase")]
 enum Op {
-    /// Made: the series exists (at 0) from now on.
+    /// A `MetricFamily` made: the family exists from now on.
+    Family,
+    /// A `Metric` made: its series exists (at 0) while some `Metric`
+    /// holds it.
     Create,
+    /// A `Metric` let go (its family's Python object is gone).
+    Delete,
     Increment,
     Set,
     Observe,
+    /// `value()`: only read.
+    Value,
 }
 
 /// A custom family's kind.
@@ -60,6 +76,16 @@ pub enum MetricKind {
     Gauge,
     /// Observations counted into buckets.
     Histogram,
+}
+
+impl MetricKind {
+    fn name(self) -> &'static str {
+        match self {
+            MetricKind::Counter => "counter",
+            MetricKind::Gauge => "gauge",
+            MetricKind::Histogram => "histogram",
+        }
+    }
 }
 
 /// One custom family, as `/metrics` writes it.
@@ -91,10 +117,16 @@ pub enum SeriesValue {
     },
 }
 
+struct Series {
+    value: SeriesValue,
+    /// The `Metric`s that hold it.
+    holders: u64,
+}
+
 struct Family {
     help: String,
     kind: MetricKind,
-    series: BTreeMap<Vec<(String, String)>, SeriesValue>,
+    series: BTreeMap<Vec<(String, String)>, Series>,
 }
 
 fn registry() -> &'static Mutex<BTreeMap<String, Family>> {
@@ -111,84 +143,151 @@ fn valid_name(name: &str, label: bool) -> bool {
         && !(label && name.starts_with("__"))
 }
 
-/// Applies a model's changes.
+/// Applies changes that travelled with a worker's message: each as
+/// [`operate`] does, a refused one logged.
 pub(crate) fn apply(model: &str, updates: Vec<Update>) {
-    if updates.is_empty() {
-        return;
+    for update in updates {
+        let family = update.family.clone();
+        if let Err(error) = operate(update) {
+            tracing::warn!(model, %family, %error, "a custom metric change refused");
+        }
+    }
+}
+
+/// Carries out one operation: the value it reads (`value()`), or what
+/// Triton's server would answer it, in Triton's words where the model may
+/// match them.
+pub(crate) fn operate(update: Update) -> Result<Option<f64>, String> {
+    let Update {
+        family: name,
+        description,
+        kind,
+        labels,
+        op,
+        value,
+        buckets,
+    } = update;
+    if !valid_name(&name, false) || !labels.keys().all(|l| valid_name(l, true)) {
+        return Err(format!(
+            "the metric family '{name}' or one of its label names is not a Prometheus name"
+        ));
     }
     let mut families = registry().lock().unwrap_or_else(|e| e.into_inner());
-    for update in updates {
-        if !valid_name(&update.family, false) || !update.labels.keys().all(|l| valid_name(l, true))
-        {
-            tracing::warn!(model, family = %update.family, "a custom metric with a name Prometheus refuses: dropped");
-            continue;
+    if !families.contains_key(&name) {
+        if matches!(op, Op::Delete | Op::Value) {
+            return Ok(None);
         }
-        if !families.contains_key(&update.family) && families.len() >= MAX_FAMILIES {
-            tracing::warn!(model, family = %update.family, "more than {MAX_FAMILIES} custom metric families: dropped");
-            continue;
+        if families.len() >= MAX_FAMILIES {
+            return Err(format!("more than {MAX_FAMILIES} custom metric families"));
         }
-        let family = families
-            .entry(update.family.clone())
-            .or_insert_with(|| Family {
-                help: update.description.clone(),
-                kind: update.kind,
+        families.insert(
+            name.clone(),
+            Family {
+                help: description,
+                kind,
                 series: BTreeMap::new(),
-            });
-        if family.kind != update.kind {
-            tracing::warn!(model, family = %update.family, "a custom metric family made again with another kind: dropped");
-            continue;
+            },
+        );
+    }
+    let family = families.get_mut(&name).expect("inserted above");
+    if family.kind != kind {
+        return Err(format!(
+            "Error when creating MetricFamily: the metric family '{name}' exists as a {}, not a {}",
+            family.kind.name(),
+            kind.name()
+        ));
+    }
+    if op == Op::Family {
+        return Ok(None);
+    }
+    let labels: Vec<(String, String)> = labels.into_iter().collect();
+    if op == Op::Delete {
+        if let Some(series) = family.series.get_mut(&labels) {
+            series.holders = series.holders.saturating_sub(1);
+            if series.holders == 0 {
+                family.series.remove(&labels);
+            }
         }
-        let labels: Vec<(String, String)> = update.labels.into_iter().collect();
-        if !family.series.contains_key(&labels) && family.series.len() >= MAX_SERIES {
-            tracing::warn!(model, family = %update.family, "more than {MAX_SERIES} label sets in a custom metric family: dropped");
-            continue;
+        return Ok(None);
+    }
+    if !family.series.contains_key(&labels) {
+        if op != Op::Create {
+            // Released meanwhile (its family's object is gone).
+            return Err(
+                "Invalid metric operation as the corresponding 'MetricFamily' has been deleted."
+                    .into(),
+            );
         }
-        let series = family
-            .series
-            .entry(labels)
-            .or_insert_with(|| match update.kind {
-                MetricKind::Histogram => {
-                    let mut bounds = update.buckets.clone();
-                    bounds.retain(|b| b.is_finite());
-                    bounds.sort_by(f64::total_cmp);
-                    bounds.dedup();
-                    SeriesValue::Histogram {
-                        buckets: bounds.into_iter().map(|b| (b, 0)).collect(),
-                        count: 0,
-                        sum: 0.0,
-                    }
+        if family.series.len() >= MAX_SERIES {
+            return Err(format!(
+                "more than {MAX_SERIES} label sets in the metric family '{name}'"
+            ));
+        }
+        let value = match kind {
+            MetricKind::Histogram => {
+                if buckets.iter().any(|b| !b.is_finite())
+                    || buckets.windows(2).any(|w| w[0] >= w[1])
+                {
+                    return Err("Error when creating Metric: histogram buckets must be finite and strictly increasing".into());
                 }
-                _ => SeriesValue::Value(0.0),
-            });
-        match (update.op, series) {
-            (Op::Create, _) => {}
-            (Op::Increment, SeriesValue::Value(v)) if update.kind == MetricKind::Gauge => {
-                *v += update.value
-            }
-            (Op::Increment, SeriesValue::Value(v)) if update.value >= 0.0 => *v += update.value,
-            (Op::Set, SeriesValue::Value(v)) if update.kind == MetricKind::Gauge => {
-                *v = update.value
-            }
-            (
-                Op::Observe,
                 SeriesValue::Histogram {
-                    buckets,
-                    count,
-                    sum,
-                },
-            ) => {
-                for (bound, n) in buckets.iter_mut() {
-                    if update.value <= *bound {
-                        *n += 1;
-                    }
+                    buckets: buckets.iter().map(|&b| (b, 0)).collect(),
+                    count: 0,
+                    sum: 0.0,
                 }
-                *count += 1;
-                *sum += update.value;
             }
-            (op, _) => {
-                tracing::warn!(model, family = %update.family, ?op, "a change its kind does not take: dropped");
+            _ => SeriesValue::Value(0.0),
+        };
+        family
+            .series
+            .insert(labels.clone(), Series { value, holders: 0 });
+    }
+    let series = family.series.get_mut(&labels).expect("inserted above");
+    match (op, &mut series.value) {
+        (Op::Create, _) => series.holders += 1,
+        (Op::Value, SeriesValue::Value(v)) => return Ok(Some(*v)),
+        (Op::Increment, SeriesValue::Value(v)) if kind == MetricKind::Gauge => *v += value,
+        (Op::Increment, SeriesValue::Value(v)) if value >= 0.0 => *v += value,
+        (Op::Set, SeriesValue::Value(v)) if kind == MetricKind::Gauge => *v = value,
+        (
+            Op::Observe,
+            SeriesValue::Histogram {
+                buckets,
+                count,
+                sum,
+            },
+        ) => {
+            for (bound, n) in buckets.iter_mut() {
+                if value <= *bound {
+                    *n += 1;
+                }
             }
+            *count += 1;
+            *sum += value;
         }
+        (op, _) => return Err(format!("a {} metric does not take {op:?}", kind.name())),
+    }
+    Ok(None)
+}
+
+/// Answers a worker's [`Reply::Metric`](super::wire::Reply::Metric): the
+/// changes it kept first, then the operation.
+pub(crate) fn answer(
+    model: &str,
+    metric: Update,
+    pending: Vec<Update>,
+    call: Option<u64>,
+) -> super::wire::MetricAnswer {
+    apply(model, pending);
+    let (value, error) = match operate(metric) {
+        Ok(value) => (value, None),
+        Err(error) => (None, Some(error)),
+    };
+    super::wire::MetricAnswer {
+        op: "metric_result",
+        value,
+        error,
+        call,
     }
 }
 
@@ -204,7 +303,7 @@ pub fn custom_metrics() -> Vec<CustomFamily> {
             series: f
                 .series
                 .iter()
-                .map(|(labels, value)| (labels.clone(), value.clone()))
+                .map(|(labels, series)| (labels.clone(), series.value.clone()))
                 .collect(),
         })
         .collect()
@@ -214,53 +313,82 @@ pub fn custom_metrics() -> Vec<CustomFamily> {
 mod tests {
     use super::*;
 
-    fn update(json: serde_json::Value) -> Update {
-        serde_json::from_value(json).unwrap()
+    fn op(json: serde_json::Value) -> Result<Option<f64>, String> {
+        operate(serde_json::from_value(json).unwrap())
+    }
+
+    fn series(name: &str) -> Option<Vec<(Vec<(String, String)>, SeriesValue)>> {
+        custom_metrics()
+            .into_iter()
+            .find(|f| f.name == name)
+            .map(|f| f.series)
     }
 
     #[test]
-    fn instances_add_to_one_counter_and_a_gauge_keeps_the_last_value() {
+    fn two_metrics_of_one_label_set_share_a_value_until_both_are_let_go() {
         let labels = serde_json::json!({"model": "m"});
-        apply(
-            "m",
-            vec![
-                update(
-                    serde_json::json!({"family": "t_requests", "description": "d", "kind": "counter", "labels": labels, "op": "increment", "value": 2.0}),
-                ),
-                update(
-                    serde_json::json!({"family": "t_requests", "kind": "counter", "labels": labels, "op": "increment", "value": 3.0}),
-                ),
-                update(
-                    serde_json::json!({"family": "t_requests", "kind": "counter", "labels": labels, "op": "increment", "value": -1.0}),
-                ),
-                update(
-                    serde_json::json!({"family": "t_level", "kind": "gauge", "op": "set", "value": 7.0}),
-                ),
-                update(
-                    serde_json::json!({"family": "t_level", "kind": "gauge", "op": "set", "value": 4.0}),
-                ),
-                update(
-                    serde_json::json!({"family": "t_sizes", "kind": "histogram", "op": "observe", "value": 3.0, "buckets": [1.0, 5.0]}),
-                ),
-                update(
-                    serde_json::json!({"family": "bad name", "kind": "gauge", "op": "set", "value": 1.0}),
-                ),
-            ],
+        let counter = |op_name: &str, value: f64| {
+            op(
+                serde_json::json!({"family": "t_requests", "description": "d", "kind": "counter",
+                "labels": labels, "op": op_name, "value": value}),
+            )
+        };
+        assert_eq!(counter("family", 0.0), Ok(None));
+        assert_eq!(counter("create", 0.0), Ok(None));
+        assert_eq!(counter("create", 0.0), Ok(None));
+        assert_eq!(counter("increment", 2.0), Ok(None));
+        assert_eq!(counter("increment", 3.0), Ok(None));
+        assert!(counter("increment", -1.0).is_err());
+        assert!(counter("set", 1.0).is_err());
+        assert_eq!(counter("value", 0.0), Ok(Some(5.0)));
+        assert_eq!(counter("delete", 0.0), Ok(None));
+        assert_eq!(counter("value", 0.0), Ok(Some(5.0)));
+        assert_eq!(counter("delete", 0.0), Ok(None));
+        assert_eq!(series("t_requests"), Some(vec![]));
+        assert!(counter("increment", 1.0)
+            .unwrap_err()
+            .contains("'MetricFamily' has been deleted"));
+        // Made again with another kind: refused, the first kept.
+        assert!(
+            op(serde_json::json!({"family": "t_requests", "kind": "gauge", "op": "family"}))
+                .unwrap_err()
+                .contains("exists as a counter")
         );
-        let all = custom_metrics();
-        let get = |name: &str| all.iter().find(|f| f.name == name).cloned();
-        let requests = get("t_requests").unwrap();
-        assert_eq!(requests.help, "d");
-        assert_eq!(requests.series[0].1, SeriesValue::Value(5.0));
-        assert_eq!(get("t_level").unwrap().series[0].1, SeriesValue::Value(4.0));
+    }
+
+    #[test]
+    fn a_gauge_keeps_the_last_value_and_a_histogram_counts_into_its_buckets() {
+        let gauge = |op_name: &str, value: f64| {
+            op(
+                serde_json::json!({"family": "t_level", "kind": "gauge", "op": op_name, "value": value}),
+            )
+        };
+        gauge("create", 0.0).unwrap();
+        gauge("set", 7.0).unwrap();
+        gauge("increment", -3.0).unwrap();
+        assert_eq!(gauge("value", 0.0), Ok(Some(4.0)));
+        let histogram = |op_name: &str, value: f64, buckets: serde_json::Value| {
+            op(
+                serde_json::json!({"family": "t_sizes", "kind": "histogram", "op": op_name,
+                "value": value, "buckets": buckets}),
+            )
+        };
+        assert!(histogram("create", 0.0, serde_json::json!([5.0, 1.0])).is_err());
+        assert!(histogram("create", 0.0, serde_json::json!([1.0, 1.0])).is_err());
+        histogram("create", 0.0, serde_json::json!([1.0, 5.0])).unwrap();
+        histogram("observe", 3.0, serde_json::json!([])).unwrap();
+        assert!(histogram("increment", 3.0, serde_json::json!([])).is_err());
         assert_eq!(
-            get("t_sizes").unwrap().series[0].1,
+            series("t_sizes").unwrap()[0].1,
             SeriesValue::Histogram {
                 buckets: vec![(1.0, 0), (5.0, 1)],
                 count: 1,
                 sum: 3.0
             }
         );
-        assert!(get("bad name").is_none());
+        assert!(
+            op(serde_json::json!({"family": "bad name", "kind": "gauge", "op": "create"})).is_err()
+        );
+        assert!(series("bad name").is_none());
     }
 }

@@ -286,7 +286,20 @@ impl Process {
             ours.write_all(WORKER.as_bytes())?;
             wire::send(&mut ours, &launch.load_for(instance))?;
             ours.set_read_timeout(Some(launch.load_timeout))?;
-            let reply = wire::receive(&mut ours);
+            // `initialize` may make and use custom metrics meanwhile.
+            let reply = loop {
+                match wire::receive(&mut ours)? {
+                    Reply::Metric {
+                        metric,
+                        pending,
+                        call,
+                    } => wire::send(
+                        &mut ours,
+                        &super::metrics::answer(&launch.model, metric, pending, call),
+                    )?,
+                    reply => break Ok(reply),
+                }
+            };
             // From now on `poll` waits for an answer to begin; these bound
             // the rest, so a worker that stops mid-message, or stops
             // reading, is replaced rather than holding its keeper forever.
@@ -432,9 +445,27 @@ impl Process {
                     ));
                 }
             };
-            // The model calls another (BLS): answer it, and wait again.
-            let Reply::Bls(call) = reply else {
-                return Ok(reply);
+            // The model calls another (BLS), or uses its metrics: answer
+            // it, and wait again.
+            let call = match reply {
+                Reply::Bls(call) => call,
+                Reply::Metric {
+                    metric,
+                    pending,
+                    call,
+                } => {
+                    let answer = super::metrics::answer(&launch.model, metric, pending, call);
+                    if wire::send(&mut self.socket, &answer).is_err() {
+                        self.kill();
+                        return Err(lost(
+                            self,
+                            "while it used its metrics (it did not read the answer), and was killed"
+                                .into(),
+                        ));
+                    }
+                    continue;
+                }
+                reply => return Ok(reply),
             };
             let answer = if told {
                 // The caller left (its future is spent): the call is too.

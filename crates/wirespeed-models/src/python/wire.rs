@@ -163,6 +163,18 @@ pub(crate) enum Reply {
     /// asks whether one is ready: the server answers with [`BlsAnswer`],
     /// then waits for this request's answer again.
     Bls(BlsCall),
+    /// The model's operation on its custom metrics (`pb_utils.Metric`)
+    /// inside `initialize` or `execute`: carried out at once and answered
+    /// with [`MetricAnswer`], the changes the worker kept before it
+    /// (`pending`) applied first.
+    Metric {
+        metric: super::metrics::Update,
+        #[serde(default)]
+        pending: Vec<super::metrics::Update>,
+        /// A decoupled model's call number, carried back.
+        #[serde(default)]
+        call: Option<u64>,
+    },
     /// A request failed in the model's code: `kind` is `model`, `invalid`
     /// (Triton's INVALID_ARG) or `interrupted` (past its deadline).
     /// A decoupled model's request carries its `id`.
@@ -267,6 +279,19 @@ pub(crate) struct BlsAnswer {
     /// One response of a decoupled call: the callee flagged it final.
     #[serde(rename = "final", skip_serializing_if = "Option::is_none")]
     pub(crate) last: Option<bool>,
+}
+
+/// The answer to a [`Reply::Metric`]: the value read, or why the
+/// operation was refused.
+#[derive(Debug, Serialize)]
+pub(crate) struct MetricAnswer {
+    pub(crate) op: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) value: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) error: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) call: Option<u64>,
 }
 
 /// Writes one message.

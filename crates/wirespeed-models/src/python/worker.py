@@ -53,6 +53,9 @@ class Worker(PeerApis):
         self.channel = channel
         self.segments = Segments()
         self.busy = False
+        # Loading (`initialize` runs), on the worker's own thread.
+        self.loading = False
+        self.thread = threading.get_ident()
         self.loop = None
         # The event loop thread of a decoupled model's coroutine `execute`.
         self.background = None
@@ -97,6 +100,7 @@ class Worker(PeerApis):
         utils = sys.modules.get("triton_python_backend_utils")
         if utils is not None:
             utils._bls_call = self.bls_call
+            utils._metric_call = self.metric_call
             utils._send_response = self.send_response
             utils._is_cancelled = self.is_cancelled
         self.decoupled = bool(message.get("decoupled"))
@@ -120,6 +124,8 @@ class Worker(PeerApis):
         if hasattr(module, "TritonPythonModel"):
             self.triton = True
             self.instance_name = message["triton_args"].get("model_instance_name", "")
+            if utils is not None:
+                utils._model_instance_name = self.instance_name
             self.model = module.TritonPythonModel()
             if hasattr(self.model, "initialize"):
                 self.call(self.model.initialize, message["triton_args"])
@@ -161,9 +167,22 @@ class Worker(PeerApis):
                 while reply is not None and reply.get("op") == "cancel":
                     self.current_cancelled = True
                     reply = self.channel.recv()
-        if reply is None or reply.get("op") != "bls_result":
+        if reply is None or reply.get("op") not in ("bls_result", "metric_result"):
             raise RuntimeError("the server did not answer the BLS call")
         return reply
+
+    def metric_call(self, change):
+        """One operation on the model's custom metrics, carried out by the
+        server and waited for: inside `initialize` and `execute` on the
+        worker's thread, or any time in a decoupled model (its socket has
+        a reader). None elsewhere: the change waits for the next message."""
+        if self.bls_waiting is None and not (
+            (self.loading or self.busy) and threading.get_ident() == self.thread
+        ):
+            return None
+        take = getattr(sys.modules.get("triton_python_backend_utils"), "_take_metric_changes", None)
+        pending = take() if take is not None else []
+        return self.bls_call({"op": "metric", "metric": change, "pending": pending})
 
     def call(self, function, *args):
         result = function(*args)
@@ -382,7 +401,7 @@ class Worker(PeerApis):
             op = message.get("op")
             if op == "cancel":
                 self.cancelled.add(message["id"])
-            elif op == "bls_result":
+            elif op in ("bls_result", "metric_result"):
                 with self.bls_lock:
                     waiting = self.bls_waiting.pop(message.get("call"), None)
                 if waiting is not None:
@@ -717,10 +736,13 @@ def main():
     del sys.argv[1:]
     worker = Worker(channel)
     try:
+        worker.loading = True
         worker.load(message)
     except BaseException:
         channel.send({"op": "failed", "error": traceback.format_exc()})
         return
+    finally:
+        worker.loading = False
     channel.send(with_metrics({"op": "ready", "pid": os.getpid(), "python": sys.version.split()[0],
                                "decoupled": worker.decoupled, "metadata": worker.metadata}))
     worker.serve()
