@@ -88,6 +88,9 @@ impl MetricKind {
     }
 }
 
+/// A series' labels, by name.
+pub type Labels = Vec<(String, String)>;
+
 /// One custom family, as `/metrics` writes it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct CustomFamily {
@@ -98,7 +101,7 @@ pub struct CustomFamily {
     /// Its kind.
     pub kind: MetricKind,
     /// Each label set and its value.
-    pub series: Vec<(Vec<(String, String)>, SeriesValue)>,
+    pub series: Vec<(Labels, SeriesValue)>,
 }
 
 /// A series' value.
@@ -126,7 +129,7 @@ struct Series {
 struct Family {
     help: String,
     kind: MetricKind,
-    series: BTreeMap<Vec<(String, String)>, Series>,
+    series: BTreeMap<Labels, Series>,
 }
 
 fn registry() -> &'static Mutex<BTreeMap<String, Family>> {
@@ -200,7 +203,7 @@ pub(crate) fn operate(update: Update) -> Result<Option<f64>, String> {
     if op == Op::Family {
         return Ok(None);
     }
-    let labels: Vec<(String, String)> = labels.into_iter().collect();
+    let labels: Labels = labels.into_iter().collect();
     if op == Op::Delete {
         if let Some(series) = family.series.get_mut(&labels) {
             series.holders = series.holders.saturating_sub(1);
@@ -317,7 +320,7 @@ mod tests {
         operate(serde_json::from_value(json).unwrap())
     }
 
-    fn series(name: &str) -> Option<Vec<(Vec<(String, String)>, SeriesValue)>> {
+    fn series(name: &str) -> Option<Vec<(Labels, SeriesValue)>> {
         custom_metrics()
             .into_iter()
             .find(|f| f.name == name)
