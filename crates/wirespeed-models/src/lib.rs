@@ -64,7 +64,7 @@ pub use mlserver::listen_addresses as mlserver_listen_addresses;
 pub use onnx::{supported_operators, OnnxModel};
 pub use pbtxt::data_type as triton_data_type;
 #[cfg(feature = "python")]
-pub use python::{custom_metrics, CustomFamily, MetricKind, PythonModel, SeriesValue};
+pub use python::{custom_metrics, CustomFamily, Labels, MetricKind, PythonModel, SeriesValue};
 pub use registry::{
     Backend, CallerGone, CallerSlot, CompositeBackend, Loader, ModelCaller, ModelSource, Registry,
 };

@@ -62,7 +62,7 @@ use wirespeed_proto::inference as pb;
 
 use crate::registry::{Backend, ModelSource};
 use keeper::{Job, Workers};
-pub use metrics::{custom_metrics, CustomFamily, MetricKind, SeriesValue};
+pub use metrics::{custom_metrics, CustomFamily, Labels, MetricKind, SeriesValue};
 use process::Launch;
 pub(crate) use sklearn::Sklearn;
 
