@@ -6,14 +6,28 @@
 #   docker run -p 8000:8000 -p 8001:8001 -p 8002:8002 wirespeed
 #   docker run -v $PWD/my-models:/models:ro -p 8000:8000 wirespeed
 #
+# The three bases are build arguments, for a registry mirror, an offline
+# build or another run image (one with Python for Python models):
+#
+#   docker build --build-arg RUN_IMAGE=docker.io/library/python:3.11-slim-bookworm -t wirespeed-python .
+#
 # docs/deploy.md has the details; deploy/ has KServe and Helm manifests.
 
-FROM docker.io/library/rust:1.95-bookworm AS build
+# Where the binary is built: Rust (rust-toolchain.toml's version), a C
+# linker, cargo on PATH.
+ARG BUILD_IMAGE=docker.io/library/rust:1.95-bookworm
+# Where ONNX Runtime's wheel is fetched: Python with pip.
+ARG ORT_IMAGE=docker.io/library/python:3.11-slim-bookworm
+# What runs: glibc, libgcc, libstdc++ and libgomp (ONNX Runtime's).
+ARG RUN_IMAGE=gcr.io/distroless/cc-debian12:nonroot
+
+FROM ${BUILD_IMAGE} AS build
 WORKDIR /src
-# The dependencies first, so that a change to wirespeed's own code does not
-# build them again.
+# The workspace: its manifest names every member, the Python package's
+# bindings (python/) among them.
 COPY Cargo.toml Cargo.lock rust-toolchain.toml ./
 COPY crates crates
+COPY python python
 RUN cargo build --release --locked -p wirespeed \
     && strip target/release/wirespeed \
     && cp target/release/wirespeed /wirespeed
@@ -21,14 +35,14 @@ RUN cargo build --release --locked -p wirespeed \
 # ONNX Runtime's library, which `engine = "auto"` gives what tract cannot
 # run (docs/onnx.md): the one the onnxruntime wheel ships, from PyPI (the
 # tests' version). It needs libstdc++ and libgomp, which the run image has.
-FROM docker.io/library/python:3.11-slim-bookworm AS onnxruntime
+FROM ${ORT_IMAGE} AS onnxruntime
 ARG ONNXRUNTIME_VERSION=1.32.0
-RUN pip download --no-deps --only-binary=:all: "onnxruntime==${ONNXRUNTIME_VERSION}" -d /wheel \
-    && python -m zipfile -e /wheel/onnxruntime-*.whl /unpacked \
+RUN python3 -m pip download --no-deps --only-binary=:all: "onnxruntime==${ONNXRUNTIME_VERSION}" -d /wheel \
+    && python3 -m zipfile -e /wheel/onnxruntime-*.whl /unpacked \
     && mkdir /ort \
     && cp /unpacked/onnxruntime/capi/libonnxruntime.so.* /ort/libonnxruntime.so
 
-FROM gcr.io/distroless/cc-debian12:nonroot
+FROM ${RUN_IMAGE}
 COPY --from=build /wirespeed /usr/local/bin/wirespeed
 COPY --from=onnxruntime /ort/libonnxruntime.so /usr/local/lib/onnxruntime/libonnxruntime.so
 COPY --chown=65532:65532 models /models

@@ -24,10 +24,15 @@ def free_port():
 
 def wrk(url, path, body, connections, seconds):
     """POSTs the file `body` to `url` + `path` for `seconds` over
-    `connections` (one wrk thread); exits on any answer but a 2xx."""
-    env = dict(os.environ, WRK_PATH=path, WRK_BODY=str(body))
-    out = subprocess.run(["wrk", "-t1", f"-c{connections}", f"-d{seconds}s", "--latency", "-s", str(POST), url],
-                         env=env, capture_output=True, text=True, timeout=seconds + 30).stdout
+    `connections` (one wrk thread), or GETs it when `body` is None; exits
+    on any answer but a 2xx."""
+    if body is None:
+        command = ["wrk", "-t1", f"-c{connections}", f"-d{seconds}s", "--latency", url + path]
+        env = os.environ
+    else:
+        command = ["wrk", "-t1", f"-c{connections}", f"-d{seconds}s", "--latency", "-s", str(POST), url]
+        env = dict(os.environ, WRK_PATH=path, WRK_BODY=str(body))
+    out = subprocess.run(command, env=env, capture_output=True, text=True, timeout=seconds + 30).stdout
     if "Non-2xx" in out or "Requests/sec" not in out:
         sys.exit(f"{url}{path}: errors\n{out}")
     rps = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))
@@ -46,6 +51,45 @@ def wait_ready(url, seconds=60):
         except Exception:
             time.sleep(0.1)
     sys.exit(f"{url} never answered")
+
+
+def tree(pid):
+    """`pid` and every process under it, from /proc."""
+    found, frontier = [pid], [pid]
+    while frontier:
+        parent = frontier.pop()
+        for task in Path(f"/proc/{parent}/task").glob("*"):
+            try:
+                children = [int(c) for c in (task / "children").read_text().split()]
+            except OSError:
+                continue
+            found += children
+            frontier += children
+    return found
+
+
+def tree_cpu_seconds(pid):
+    """CPU of `pid` and every process under it (a server's workers)."""
+    total = 0.0
+    for p in tree(pid):
+        try:
+            total += cpu_seconds(p)
+        except OSError:
+            pass
+    return total
+
+
+def tree_rss_mib(pid):
+    """Resident memory of `pid` and every process under it, MiB."""
+    total = 0
+    for p in tree(pid):
+        try:
+            for line in Path(f"/proc/{p}/status").read_text().splitlines():
+                if line.startswith("VmRSS:"):
+                    total += int(line.split()[1])
+        except OSError:
+            pass
+    return total / 1024
 
 
 def cpu_seconds(pid):
