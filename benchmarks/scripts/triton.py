@@ -52,7 +52,7 @@ import numpy as np
 
 from harness import ROOT, free_port, tree_cpu_seconds, tree_rss_mib, wait_ready, wrk
 
-TOKENS = 2000
+TOKENS = 10000
 
 ADD_SUB = '''
 import triton_python_backend_utils as pb_utils

@@ -138,7 +138,37 @@ pub struct PythonModel {
     binding: Binding,
     /// The batches its keepers ran, when they gather them.
     executions: Arc<wirespeed_core::Executions>,
+    /// The requests each worker's keeper holds at most ([`held`]).
+    held: usize,
 }
+
+/// The requests each worker's keeper holds, one computing and the next
+/// ones in its queue, which it sends the moment the worker answers.
+///
+/// A request past them waits in the scheduler's queue, and each of those
+/// costs four thread hops (to the queue's actor and back, then to the
+/// keeper) on the cores the worker needs: on the 2-core machine one
+/// `add_sub` worker answered 7,000 requests a second at 16 connections
+/// holding two, and 11,100-12,500 holding every one
+/// (`benchmarks/scripts/triton.py`). The keeper's queue is first come,
+/// first served and skips a request whose caller left, as the
+/// scheduler's does; so a model whose configuration asks nothing more of
+/// the scheduler's queue (no priority levels or queue timeouts,
+/// `[queue]`; no latency objective, `[slo]`; no batches the scheduler
+/// forms) has its keepers hold up to [`HELD`] each. One that does holds
+/// two, and the rest wait where those rules apply.
+fn held(config: &crate::ModelConfig, keeper_batches: bool) -> usize {
+    let plain =
+        config.queue.is_none() && config.slo.is_none() && (config.batching.is_none() || keeper_batches);
+    if plain {
+        HELD
+    } else {
+        2
+    }
+}
+
+/// The requests a keeper holds when the scheduler's queue adds nothing.
+const HELD: usize = 64;
 
 impl PythonModel {
     fn load(source: &ModelSource<'_>) -> Result<PythonModel, String> {
@@ -293,6 +323,7 @@ impl PythonModel {
             },
             caller: source.caller().clone(),
         };
+        let held = held(config, launch.batch.is_some());
         let workers = Workers::start(launch, instances, triton_api)?;
         Ok(PythonModel {
             metadata: ModelMetadata {
@@ -305,6 +336,7 @@ impl PythonModel {
             workers,
             binding,
             executions,
+            held,
         })
     }
 }
@@ -435,17 +467,17 @@ impl Model for PythonModel {
         self.binding
     }
 
-    /// Two requests per worker: one computing, and its next, which the
-    /// keeper sends the moment the first is answered. With one, every
-    /// request waited for the scheduler's queue to hand it over after the
-    /// worker was free (a thread hop, on the worker's time): a custom
-    /// MLServer runtime answered 6,753 requests a second on one worker,
-    /// and 11,655 with two in hand (`benchmarks/scripts/folders.py`).
+    /// The requests the workers' keepers hold ([`held`]). With one per
+    /// worker, every request waited for the scheduler's queue to hand it
+    /// over after the worker was free (a thread hop, on the worker's
+    /// time): a custom MLServer runtime answered 6,753 requests a second
+    /// on one worker, and 11,655 with two in hand
+    /// (`benchmarks/scripts/folders.py`).
     fn default_concurrency(&self) -> Option<usize> {
-        // A model that gathers its batches holds a batch's requests and
-        // the next's.
+        // A model that gathers its batches holds a batch's requests
+        // for each one it would hold.
         let rows = self.workers.batch_rows().unwrap_or(1);
-        Some(self.workers.instances() * 2 * rows)
+        Some(self.workers.instances() * self.held * rows)
     }
 
     fn batches_itself(&self) -> bool {
