@@ -71,6 +71,9 @@ class Channel:
         while time.perf_counter() < end:
             if poll.poll(0):
                 return
+            # The core goes to whatever else is runnable on it (the
+            # server's threads, a neighbour) before the next look.
+            os.sched_yield()
 
     def readable(self):
         """Whether a message has come (a read would not wait)."""
