@@ -134,20 +134,15 @@ def test_custom_metrics_are_the_servers_at_once_as_in_triton(tmp_path):
     from conftest import RunningServer, free_port
     from triton_peer import TritonServer
 
-    model = tmp_path / "repo" / "metrics"
-    (model / "1").mkdir(parents=True)
-    (model / "config.pbtxt").write_text(
-        'backend: "python"\n'
-        'input [ { name: "URL" data_type: TYPE_STRING dims: [ 1 ] } ]\n'
-        'output [ { name: "OUT" data_type: TYPE_STRING dims: [ 1 ] } ]\n')
-    (model / "1" / "model.py").write_text(METRICS)
-    refused = tmp_path / "repo" / "refused"
-    (refused / "1").mkdir(parents=True)
-    (refused / "config.pbtxt").write_text(
-        'backend: "python"\n'
-        'input [ { name: "URL" data_type: TYPE_STRING dims: [ 1 ] } ]\n'
-        'output [ { name: "OUT" data_type: TYPE_STRING dims: [ 1 ] } ]\n')
-    (refused / "1" / "model.py").write_text(REFUSED)
+    # Two models of one contract: a URL in, a JSON string out.
+    for name, code in (("metrics", METRICS), ("refused", REFUSED)):
+        model = tmp_path / "repo" / name
+        (model / "1").mkdir(parents=True)
+        (model / "config.pbtxt").write_text(
+            'backend: "python"\n'
+            'input [ { name: "URL" data_type: TYPE_STRING dims: [ 1 ] } ]\n'
+            'output [ { name: "OUT" data_type: TYPE_STRING dims: [ 1 ] } ]\n')
+        (model / "1" / "model.py").write_text(code)
     metrics_port = free_port()
     triton = TritonServer(tmp_path / "repo", tmp_path / "triton.log",
                           ["--allow-metrics=true", "--metrics-address=127.0.0.1", f"--metrics-port={metrics_port}"])
