@@ -153,12 +153,13 @@ pub struct PythonModel {
 /// (`benchmarks/scripts/triton.py`). The keeper's queue is first come,
 /// first served and skips a request whose caller left, as the
 /// scheduler's does; so a model whose configuration asks nothing more of
-/// the scheduler's queue (no priority levels or queue timeouts,
-/// `[queue]`; no latency objective, `[slo]`; no batches the scheduler
-/// forms) has its keepers hold up to [`HELD`] each. One that does holds
-/// two, and the rest wait where those rules apply.
+/// the scheduler's queue (no bound on it, `max_queue`; no priority levels
+/// or queue timeouts, `[queue]`; no latency objective, `[slo]`; no
+/// batches the scheduler forms) has its keepers hold up to [`HELD`] each.
+/// One that does holds two, and the rest wait where those rules apply.
 fn held(config: &crate::ModelConfig, keeper_batches: bool) -> usize {
-    let plain = config.queue.is_none()
+    let plain = config.max_queue.is_none()
+        && config.queue.is_none()
         && config.slo.is_none()
         && (config.batching.is_none() || keeper_batches);
     if plain {
