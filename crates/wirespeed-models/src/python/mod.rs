@@ -674,3 +674,32 @@ pub(crate) fn auto_complete(config: &str, file: &Path) -> Result<String, String>
     }
     Ok(out)
 }
+
+#[cfg(test)]
+mod held_requests {
+    use super::{held, HELD};
+    use crate::ModelConfig;
+
+    fn config(toml: &str) -> ModelConfig {
+        ModelConfig::parse(&format!("backend = \"python\"\n{toml}")).unwrap()
+    }
+
+    /// A keeper holds every request when the scheduler's queue adds
+    /// nothing, and two when the configuration asks that queue for more.
+    #[test]
+    fn a_keeper_holds_requests_unless_the_queue_has_rules() {
+        assert_eq!(held(&config(""), false), HELD);
+        assert_eq!(held(&config("max_queue = 4"), false), 2);
+        assert_eq!(
+            held(
+                &config("[slo]\nlatency_ms = 5\ndefault_output = { y = [0.0] }"),
+                false
+            ),
+            2
+        );
+        let batching = "[batching]\nmax_batch_size = 4";
+        assert_eq!(held(&config(batching), false), 2);
+        // A Triton model's keepers gather its batches themselves.
+        assert_eq!(held(&config(batching), true), HELD);
+    }
+}
