@@ -7,9 +7,10 @@
 #   docker run -v $PWD/my-models:/models:ro -p 8000:8000 wirespeed
 #
 # The three bases are build arguments, for a registry mirror, an offline
-# build or another run image (one with Python for Python models):
+# build or another run image (for Python models, one with Python and
+# numpy, e.g. python:3.11-slim-bookworm with `pip install numpy`):
 #
-#   docker build --build-arg RUN_IMAGE=docker.io/library/python:3.11-slim-bookworm -t wirespeed-python .
+#   docker build --build-arg RUN_IMAGE=my-registry/python-numpy:3.11 -t wirespeed-python .
 #
 # docs/deploy.md has the details; deploy/ has KServe and Helm manifests.
 
