@@ -769,3 +769,36 @@ def test_an_interpreter_that_is_not_there_fails_the_load_naming_it(tmp_path):
     result = run_wirespeed("serve", "--models", tmp_path / "repo", "--http", "127.0.0.1:0", "--grpc", "127.0.0.1:0")
     assert result.returncode != 0
     assert "cannot start the model's Python '/no/such/python3'" in result.stderr, result.stderr
+
+
+SPINNING_INITIALIZE = """
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        # Never done, and talking to the server all along.
+        self.family = pb_utils.MetricFamily(name="spins", description="d", kind=pb_utils.MetricFamily.COUNTER)
+        spins = self.family.Metric()
+        while True:
+            spins.increment(1)
+
+    def execute(self, requests):
+        return []
+"""
+
+
+def test_an_initialize_that_never_ends_is_bounded_by_the_load_timeout_though_it_uses_metrics(tmp_path):
+    """Each metric operation is a message to the server; the load's time
+    bounds them all, not each one."""
+    python_model(tmp_path / "repo" / "spinning", SPINNING_INITIALIZE, [("x", "FP32", [1])], [("y", "FP32", [1])],
+                 keys="load_timeout_s = 2")
+    server = RunningServer(tmp_path / "repo")
+    try:
+        server.wait_for_log("loading took longer than 2s (load_timeout_s)")
+        r = requests.post(f"http://{server.address}/v2/models/spinning/infer",
+                          json={"inputs": [{"name": "x", "datatype": "FP32", "shape": [1], "data": [1]}]})
+        assert r.status_code == 503, r.text
+        assert requests.get(f"http://{server.address}/v2/health/live").status_code == 200
+    finally:
+        server.stop()

@@ -285,9 +285,15 @@ impl Process {
             ours.write_all(&program.to_le_bytes())?;
             ours.write_all(WORKER.as_bytes())?;
             wire::send(&mut ours, &launch.load_for(instance))?;
-            ours.set_read_timeout(Some(launch.load_timeout))?;
-            // `initialize` may make and use custom metrics meanwhile.
+            // `initialize` may make and use custom metrics meanwhile; the
+            // load's time bounds all of it, not each message.
+            let until = Instant::now() + launch.load_timeout;
             let reply = loop {
+                let left = until.saturating_duration_since(Instant::now());
+                if left.is_zero() {
+                    break Err(io::ErrorKind::TimedOut.into());
+                }
+                ours.set_read_timeout(Some(left))?;
                 match wire::receive(&mut ours)? {
                     Reply::Metric {
                         metric,
