@@ -453,38 +453,33 @@ impl Process {
             };
             // The model calls another (BLS), or uses its metrics: answer
             // it, and wait again.
-            let call = match reply {
-                Reply::Bls(call) => call,
+            let sent = match reply {
+                Reply::Bls(call) => {
+                    let answer = if told {
+                        // The caller left (its future is spent): the call is too.
+                        let mut left =
+                            std::pin::pin!(std::future::poll_fn(|_| std::task::Poll::Ready(())));
+                        super::bls::call(launch, call, deadline, left.as_mut())
+                    } else {
+                        super::bls::call(launch, call, deadline, gone.as_mut())
+                    };
+                    wire::send(&mut self.socket, &answer)
+                }
                 Reply::Metric {
                     metric,
                     pending,
                     call,
-                } => {
-                    let answer = super::metrics::answer(&launch.model, metric, pending, call);
-                    if wire::send(&mut self.socket, &answer).is_err() {
-                        self.kill();
-                        return Err(lost(
-                            self,
-                            "while it used its metrics (it did not read the answer), and was killed"
-                                .into(),
-                        ));
-                    }
-                    continue;
-                }
+                } => wire::send(
+                    &mut self.socket,
+                    &super::metrics::answer(&launch.model, metric, pending, call),
+                ),
                 reply => return Ok(reply),
             };
-            let answer = if told {
-                // The caller left (its future is spent): the call is too.
-                let mut left = std::pin::pin!(std::future::poll_fn(|_| std::task::Poll::Ready(())));
-                super::bls::call(launch, call, deadline, left.as_mut())
-            } else {
-                super::bls::call(launch, call, deadline, gone.as_mut())
-            };
-            if wire::send(&mut self.socket, &answer).is_err() {
+            if sent.is_err() {
                 self.kill();
                 return Err(lost(
                     self,
-                    "while it called another model (it did not read the answer), and was killed"
+                    "while it called the server (it did not read the answer), and was killed"
                         .into(),
                 ));
             }
