@@ -165,16 +165,12 @@ class Server:
 
 
 def start_triton(repo, log):
-    venv = ROOT / ".venv-triton"
-    homes = sorted(venv.glob("lib/python3*/site-packages/pytriton/tritonserver"))
-    if not homes:
-        sys.exit(f"{venv} has no nvidia-pytriton: ./scripts/test installs it")
-    home = homes[0]
-    python = home.parent.parent.parent.name.removeprefix("python")
-    stub = home / "backends" / "python" / "triton_python_backend_stub"
-    if not stub.exists():
-        stub.write_bytes((home / "python_backend_stubs" / python / "triton_python_backend_stub").read_bytes())
-        stub.chmod(0o755)
+    # The tests' own way to the wheel's tritonserver, made ready to run
+    # Python models (tests/triton_peer.py).
+    sys.path.insert(0, str(ROOT / "tests"))
+    from triton_peer import VENV as venv, triton_home
+
+    home = triton_home()
     http, grpc = free_port(), free_port()
     env = dict(os.environ, LD_LIBRARY_PATH=str(home.parent.parent / "nvidia_pytriton.libs"),
                PATH=f"{venv / 'bin'}:{os.environ.get('PATH', '')}", OMP_NUM_THREADS="1")
