@@ -20,7 +20,6 @@ import argparse
 import json
 import os
 import re
-import socket
 import statistics
 import subprocess
 import sys
@@ -32,8 +31,8 @@ import numpy as np
 import requests
 import tritonclient.grpc as grpcclient
 
-ROOT = Path(__file__).resolve().parents[2]
-TICK = os.sysconf("SC_CLK_TCK")
+from harness import ROOT, cpu_seconds, free_port, tree
+
 
 CONFIG = """
 name: "counter"
@@ -81,27 +80,6 @@ class Counter(MLModel):
                 outputs=[NumpyCodec.encode_output("VALUE", np.array([i], np.int64))],
             )
 '''
-
-
-def cpu_seconds(pid):
-    """User and system CPU of `pid` so far, in seconds."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / TICK
-
-
-def tree(pid):
-    """`pid` and its descendants."""
-    out = [pid]
-    for child in Path(f"/proc/{pid}/task").glob("*/children"):
-        for c in child.read_text().split():
-            out += tree(int(c))
-    return out
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def wait_ready(url, process, timeout=120):
