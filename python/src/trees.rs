@@ -10,8 +10,8 @@ use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 use wirespeed_core::{Tensor, TensorData};
-use wirespeed_models::TreeModel;
 use wirespeed_trees::TreeEnsemble;
+use wirespeed_trees::TreeModel;
 
 use crate::pool::pool;
 use crate::tensors::{from_numpy, to_numpy};

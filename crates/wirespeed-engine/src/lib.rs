@@ -12,12 +12,13 @@
 //!   calling models (`calls.rs`, BLS);
 //! - `stream.rs`: a decoupled model's stream of responses; `sequences.rs`:
 //!   a stateful model's sequences;
-//! - `reserved.rs` (the request parameters that ask the server, not the
-//!   model), `classification.rs`, `regions.rs` (shared-memory regions);
+//! - `reserved_parameters.rs` (the request parameters that ask the
+//!   server, not the model), `classification.rs`, `regions.rs`
+//!   (shared-memory regions);
 //! - `timing.rs`, `traces.rs`, `statistics.rs`, `metrics/`: what is
 //!   measured of each request;
-//! - `model_control.rs`: the model repository while serving; `fronting.rs`:
-//!   the models of an upstream server.
+//! - `model_control.rs`: the model repository while serving;
+//!   `upstream_server.rs`: the models of an upstream server.
 //!
 //! Nothing here knows a protocol or a socket; the server's
 //! `tests/it/layers.rs` checks this crate's manifest for it.
@@ -26,20 +27,20 @@ pub mod cache;
 pub mod calls;
 pub mod classification;
 pub mod composite;
-#[cfg(feature = "upstream")]
-pub mod fronting;
 pub mod metrics;
 pub mod model_control;
 pub mod pipeline;
 pub mod readiness;
 pub mod regions;
-pub mod reserved;
+pub mod reserved_parameters;
 pub mod sequences;
 pub mod served;
 pub mod statistics;
 pub mod stream;
 pub mod timing;
 pub mod traces;
+#[cfg(feature = "upstream")]
+pub mod upstream_server;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;

@@ -32,7 +32,7 @@ use crate::classification;
 use crate::composite;
 use crate::metrics::InferProtocol;
 use crate::regions;
-use crate::reserved;
+use crate::reserved_parameters;
 use crate::sequences;
 use crate::served::ServedModel;
 use crate::statistics::{Counting, FailureReason};
@@ -340,7 +340,7 @@ async fn admit<C: Codec>(
     drop(reading);
     let mut request = request?;
     let served: &ServedModel = model;
-    let queueing = reserved::read(&request.parameters)?;
+    let queueing = reserved_parameters::read(&request.parameters)?;
     let sequence = sequences::flags(&mut request.parameters)?;
     // Inputs in shared memory are read as part of decoding the request;
     // what the outputs ask for is checked before the model runs.

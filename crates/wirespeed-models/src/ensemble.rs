@@ -31,8 +31,8 @@ use wirespeed_core::{
     Composite, CompositeKind, Composition, Model, ModelMetadata, Step, StepTarget,
 };
 
-use crate::config::TensorConfig;
-use crate::registry::{CompositeBackend, ModelSource};
+use wirespeed_backend::config::TensorConfig;
+use wirespeed_backend::{CompositeBackend, ModelSource};
 
 /// `backend = "ensemble"`.
 pub(crate) struct Ensemble;

@@ -27,7 +27,7 @@ use wirespeed_core::{
     StepTarget, ROOT_NODE,
 };
 
-use crate::registry::{CompositeBackend, ModelSource};
+use wirespeed_backend::{CompositeBackend, ModelSource};
 
 /// `backend = "graph"`.
 pub(crate) struct GraphBackend;

@@ -17,8 +17,8 @@ use std::time::Duration;
 use serde::Deserialize;
 use wirespeed_core::{Error, Execution, InferCall, InferFuture, Model, ModelMetadata, Tensor};
 
-use crate::config::TensorConfig;
-use crate::registry::{Backend, ModelSource};
+use wirespeed_backend::config::TensorConfig;
+use wirespeed_backend::{Backend, ModelSource};
 
 /// `backend = "identity"`.
 pub(crate) struct Identity;

@@ -20,7 +20,7 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::config::ModelConfig;
+use wirespeed_backend::config::ModelConfig;
 
 /// The file extensions KServe's runtimes load, by runtime.
 const SKLEARN: &[&str] = &["joblib", "pkl", "pickle"];

@@ -15,8 +15,8 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::config::ModelConfig;
 use crate::registry::Registry;
+use wirespeed_backend::config::ModelConfig;
 
 /// One folder format.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -70,7 +70,7 @@ impl Layout {
             Layout::Onnx => {
                 folder.join("model.onnx").is_file()
                     || registry.auto_complete()
-                        && crate::versions::version_folders(folder)
+                        && wirespeed_backend::versions::version_folders(folder)
                             .iter()
                             .any(|(_, v)| v.join("model.onnx").is_file())
             }
@@ -148,7 +148,7 @@ impl Layout {
 /// version folder, or in the folder itself.
 fn python_code(folder: &Path, file: &str) -> Option<PathBuf> {
     let file = if file.is_empty() { "model.py" } else { file };
-    let mut places: Vec<PathBuf> = crate::versions::version_folders(folder)
+    let mut places: Vec<PathBuf> = wirespeed_backend::versions::version_folders(folder)
         .into_iter()
         .map(|(_, v)| v)
         .collect();
@@ -170,7 +170,7 @@ fn complete_python(name: &str, config: &str, code: &Path) -> Result<toml::Table,
     #[cfg(feature = "python")]
     let completed = if has_hook {
         tracing::info!(model = %name, code = %code.display(), "completing the configuration with auto_complete_config");
-        crate::python::auto_complete(config, code)?
+        wirespeed_python_backend::auto_complete(config, code)?
     } else {
         config.to_owned()
     };

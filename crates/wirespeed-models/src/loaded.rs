@@ -9,11 +9,12 @@ use std::sync::Arc;
 
 use wirespeed_core::{Composite, CpuPool, Model};
 
-use crate::config::ModelConfig;
-use crate::registry::{Loader, ModelSource, Registry};
+use crate::registry::{Loader, Registry};
 use crate::repository::RepositoryError;
-use crate::scheduling::Scheduling;
-use crate::versions::VersionPolicy;
+use wirespeed_backend::config::ModelConfig;
+use wirespeed_backend::scheduling::Scheduling;
+use wirespeed_backend::versions::VersionPolicy;
+use wirespeed_backend::ModelSource;
 
 /// One loaded model, with the settings the server schedules it by.
 pub struct LoadedModel {
@@ -50,7 +51,7 @@ pub struct LoadedModel {
     /// table), read back in its configuration.
     pub parameters: Vec<(String, String)>,
     /// Its sequence batching, when it is a stateful model.
-    pub sequencing: Option<crate::sequence::Sequencing>,
+    pub sequencing: Option<wirespeed_backend::sequence::Sequencing>,
     /// Its answers may come from the server's response cache.
     pub response_cache: bool,
     /// The parameters every output answers with, unless the model gave
@@ -144,17 +145,17 @@ pub(crate) fn load_version(
     // too, and requests of different sequences batch.
     let sequencing = match &config.sequence {
         Some(keys) => {
-            let mut sequencing = crate::sequence::Sequencing::from_keys(keys, files)
+            let mut sequencing = wirespeed_backend::sequence::Sequencing::from_keys(keys, files)
                 .map_err(|m| error(&config_path, m))?;
             sequencing.flags_as_parameters = config.backend == "python";
-            crate::sequence::extend(&mut model_config, &sequencing, batch);
+            wirespeed_backend::sequence::extend(&mut model_config, &sequencing, batch);
             Some((keys, sequencing))
         }
         None => None,
     };
     let mut config = std::borrow::Cow::Borrowed(config);
     if let (Some((keys, _)), true, None) = (&sequencing, batch, &config.batching) {
-        let table = crate::sequence::batching(keys, config.max_batch_size.unwrap_or(0));
+        let table = wirespeed_backend::sequence::batching(keys, config.max_batch_size.unwrap_or(0));
         let batching = toml::Value::Table(table)
             .try_into()
             .map_err(|e: toml::de::Error| error(&config_path, e.to_string()))?;
@@ -236,8 +237,8 @@ pub(crate) fn load_version(
             ));
         }
     }
-    let scheduling =
-        crate::scheduling::resolve(config, metadata).map_err(|m| error(&config_path, m))?;
+    let scheduling = wirespeed_backend::scheduling::resolve(config, metadata)
+        .map_err(|m| error(&config_path, m))?;
     crate::warmup::run(&model, &config.warmup, folder, max_batch_size)
         .map_err(|m| error(&config_path, m))?;
     tracing::info!(
@@ -423,7 +424,7 @@ fn read_labels(folder: &Path, config: &ModelConfig) -> Result<Vec<OutputLabels>,
         let Some(file) = &output.labels else {
             continue;
         };
-        let path = crate::config::inside(
+        let path = wirespeed_backend::config::inside(
             folder,
             &format!("output '{}': the labels file", output.name),
             file,
@@ -452,7 +453,7 @@ fn text(
     folder: &Path,
     config: &ModelConfig,
 ) -> Result<Arc<dyn Model>, String> {
-    crate::text::wrap(model, files, folder, config)
+    wirespeed_text::wrap(model, files, folder, config)
 }
 
 /// Without the `text` feature: refused when asked for.

@@ -42,7 +42,7 @@ use std::path::{Path, PathBuf};
 
 use serde_json::{Map, Value};
 
-use crate::config::ModelConfig;
+use wirespeed_backend::config::ModelConfig;
 
 /// The file that makes a folder an MLServer model.
 pub(crate) const MODEL_SETTINGS: &str = "model-settings.json";

@@ -27,16 +27,10 @@
 //! wirespeed would not honour are refused by name (a decoupled transaction
 //! policy outside the Python backend, a packed Python environment).
 
-use prost_reflect::{DescriptorPool, DynamicMessage, MessageDescriptor, SerializeOptions};
-use wirespeed_core::DataType;
+use prost_reflect::DynamicMessage;
 use wirespeed_proto::inference as pb;
-
-fn descriptor() -> Result<MessageDescriptor, String> {
-    let pool = DescriptorPool::decode(wirespeed_proto::FILE_DESCRIPTOR_SET)
-        .map_err(|e| format!("the model configuration's descriptor: {e}"))?;
-    pool.get_message_by_name("inference.ModelConfig")
-        .ok_or_else(|| "the model configuration's descriptor is missing".to_owned())
-}
+use wirespeed_proto::model_config::descriptor;
+pub(crate) use wirespeed_proto::model_config::to_json;
 
 /// Parses the text of a `config.pbtxt`.
 pub(crate) fn parse(text: &str) -> Result<pb::ModelConfig, String> {
@@ -86,38 +80,6 @@ fn list_colons(text: &str) -> String {
         out.push(c);
     }
     out
-}
-
-/// Triton's JSON of a model configuration, as its Python backend gives it
-/// to `initialize` in `args["model_config"]` (and its `/config` endpoint
-/// serves it): proto field names, every field, enums by name, and 64-bit
-/// integers as numbers.
-pub(crate) fn to_json(config: &pb::ModelConfig) -> String {
-    let Ok(descriptor) = descriptor() else {
-        return "{}".into();
-    };
-    let mut message = DynamicMessage::new(descriptor);
-    if message.transcode_from(config).is_err() {
-        return "{}".into();
-    }
-    let options = SerializeOptions::new()
-        .stringify_64_bit_integers(false)
-        .use_proto_field_name(true)
-        .skip_default_fields(false);
-    message
-        .serialize_with_options(serde_json::value::Serializer, &options)
-        .map(|v| v.to_string())
-        .unwrap_or_else(|_| "{}".into())
-}
-
-/// Triton's data type of `datatype`: `TYPE_` and the V2 name, BYTES as
-/// `TYPE_STRING`.
-pub fn data_type(datatype: DataType) -> pb::DataType {
-    if datatype == DataType::Bytes {
-        return pb::DataType::TypeString;
-    }
-    pb::DataType::from_str_name(&format!("TYPE_{}", datatype.as_str()))
-        .unwrap_or(pb::DataType::TypeInvalid)
 }
 
 fn datatype(number: i32, tensor: &str) -> Result<String, String> {
@@ -699,7 +661,7 @@ parameters: { key: "threshold" value: { string_value: "0.5" } }
     #[test]
     fn a_python_models_config_reads_as_config_toml_keys() {
         let table = config_table(ADD_SUB).unwrap();
-        let config = crate::config::ModelConfig::from_toml_table(table).unwrap();
+        let config = wirespeed_backend::config::ModelConfig::from_toml_table(table).unwrap();
         assert_eq!(config.backend, "python");
         assert_eq!(config.inputs[1].name, "INPUT1");
         assert_eq!(config.inputs[1].shape, vec![-1, 4]);

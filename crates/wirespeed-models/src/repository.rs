@@ -7,11 +7,11 @@ use std::path::{Path, PathBuf};
 
 use wirespeed_core::CpuPool;
 
-use crate::config::ModelConfig;
 use crate::layout::Layout;
 use crate::loaded::{load_version, LoadedModel};
 use crate::registry::Registry;
-use crate::versions::{select_versions, version_folders, VersionPolicy};
+use wirespeed_backend::config::ModelConfig;
+use wirespeed_backend::versions::{select_versions, version_folders, VersionPolicy};
 
 /// Why the repository could not be loaded; names the folder at fault.
 #[derive(Debug, thiserror::Error)]
@@ -310,7 +310,7 @@ fn given_config(json: &str, folder: &Path) -> Result<ModelConfig, RepositoryErro
 fn guessed_backend(folder: &Path) -> Option<&'static str> {
     let mut places = vec![folder.to_owned()];
     places.extend(
-        crate::versions::version_folders(folder)
+        wirespeed_backend::versions::version_folders(folder)
             .into_iter()
             .map(|(_, v)| v),
     );

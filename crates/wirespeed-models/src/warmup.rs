@@ -11,55 +11,16 @@
 //! each after its 4-byte length, as the binary extension lays them out).
 //! With a batch dimension of Triton's the tensors get `batch_size` rows
 //! first (at most `max_batch_size`). The sample runs `count` times (at
-//! most [`MAX_COUNT`]). A configuration may come with a load request, so
+//! most `MAX_COUNT`). A configuration may come with a load request, so
 //! every tensor is held to the default request limits before anything is
 //! allocated or read, as a request's would be.
 
-use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
 
-use serde::Deserialize;
+use wirespeed_backend::warmup::{WarmupConfig, MAX_COUNT};
 use wirespeed_core::raw::from_raw;
 use wirespeed_core::{DataType, InferCall, Model, RequestLimits, Tensor, TensorBudget};
-
-/// The most times one sample runs.
-pub(crate) const MAX_COUNT: usize = 1000;
-
-/// One warmup sample.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct WarmupConfig {
-    /// Its name, for messages.
-    pub name: String,
-    /// Rows, for a model with Triton's batch dimension; 1 unless set.
-    #[serde(default)]
-    pub batch_size: Option<usize>,
-    /// Times it runs; once unless set.
-    #[serde(default)]
-    pub count: Option<usize>,
-    /// The inputs, by name.
-    pub inputs: BTreeMap<String, WarmupInput>,
-}
-
-/// One input of a sample.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct WarmupInput {
-    /// The datatype, as on the wire (`"FP32"`).
-    pub datatype: String,
-    /// Its dims (after the batch dimension, when there is one).
-    pub dims: Vec<i64>,
-    /// Zeros.
-    #[serde(default)]
-    pub zero_data: bool,
-    /// Random values.
-    #[serde(default)]
-    pub random_data: bool,
-    /// A file in the model's `warmup/` folder with the tensor's raw bytes.
-    #[serde(default)]
-    pub input_data_file: Option<String>,
-}
 
 /// Runs every sample on `model`, whose folder is `folder`;
 /// `max_batch_size` is Triton's (0: no batch dimension).
@@ -143,9 +104,12 @@ fn run_samples(
                 .map_err(|e| failed(e.in_input(name).to_string()))?;
             let bytes = match (&input.input_data_file, input.random_data) {
                 (Some(file), _) => {
-                    let path =
-                        crate::config::inside(&folder.join("warmup"), "input_data_file", file)
-                            .map_err(failed)?;
+                    let path = wirespeed_backend::config::inside(
+                        &folder.join("warmup"),
+                        "input_data_file",
+                        file,
+                    )
+                    .map_err(failed)?;
                     let cannot =
                         |e: std::io::Error| failed(format!("cannot read {}: {e}", path.display()));
                     let size = std::fs::metadata(&path).map_err(cannot)?.len();

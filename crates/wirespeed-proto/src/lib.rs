@@ -47,6 +47,8 @@ pub mod tensorflow {
     }
 }
 
+#[cfg(feature = "model-config")]
+pub mod model_config;
 mod stream_frame;
 pub mod tensors;
 pub mod tf_tensors;

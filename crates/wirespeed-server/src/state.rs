@@ -17,13 +17,13 @@ use crate::protocols::metrics::Scrape;
 #[cfg(feature = "proxy")]
 use crate::protocols::Fallback;
 use crate::protocols::{Front, MessageLimits};
-#[cfg(feature = "upstream")]
-use wirespeed_engine::fronting;
 use wirespeed_engine::metrics::Traffic;
 use wirespeed_engine::model_control::{self, ModelControl, Repository};
 use wirespeed_engine::readiness::Readiness;
 use wirespeed_engine::served::ServedModels;
 use wirespeed_engine::traces::Traces;
+#[cfg(feature = "upstream")]
+use wirespeed_engine::upstream_server;
 use wirespeed_engine::Engine;
 use wirespeed_models::RepositoryError;
 #[cfg(feature = "proxy")]
@@ -59,7 +59,7 @@ fn upstream(
     config
         .upstream
         .as_ref()
-        .map(|u| fronting::upstream(&u.urls))
+        .map(|u| upstream_server::upstream(&u.urls))
         .transpose()
         .map_err(StartError::Upstream)
 }
@@ -256,7 +256,7 @@ impl State {
         #[cfg(feature = "upstream")]
         if let Some((upstream, names)) = background.upstream {
             let engine = &self.engine;
-            fronting::start(&engine.models, &engine.readiness, upstream, &names)
+            upstream_server::start(&engine.models, &engine.readiness, upstream, &names)
                 .map_err(StartError::Upstream)?;
         }
         Ok(())

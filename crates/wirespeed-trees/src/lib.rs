@@ -34,7 +34,14 @@
 //! let batch = model.predict_batch(&[row, row].concat());
 //! assert_eq!(batch, [probability[0], probability[0]]);
 //! ```
+//!
+//! The same ensembles as wirespeed's tree backends (`backend/`):
+//! [`TreeModel`] behind the `Model` trait with a model folder's config
+//! checked against it, and the [`Xgboost`], [`Lightgbm`] and [`Fil`]
+//! (Triton's FIL backend) backends the repository registers. This crate
+//! is all the Python wheel and `wirespeed bench` link of the backends.
 
+mod backend;
 mod ensemble;
 mod error;
 mod legacy;
@@ -45,6 +52,7 @@ mod preprocess;
 mod ubjson;
 mod xgboost;
 
+pub use backend::{Fil, Lightgbm, TreeModel, Xgboost};
 pub use ensemble::TreeEnsemble;
 pub use error::LoadError;
 pub use legacy::{load_xgboost_legacy, parse_xgboost_legacy};

@@ -16,6 +16,8 @@
 //! The transcoding proxy and the upstream backend share this one pool.
 
 mod address;
+#[cfg(feature = "backend")]
+mod backend;
 mod body;
 pub mod channel;
 mod connect;
@@ -30,6 +32,8 @@ mod v2;
 pub use hyper::http;
 
 pub use address::{Address, Protocol, Transport};
+#[cfg(feature = "backend")]
+pub use backend::{UpstreamBackend, UpstreamModel};
 pub use body::{message_stream, Aborted, CallBody, Chunks, MessageSender, MessageStream};
 pub use channel::ChannelOptions;
 pub use error::CallError;

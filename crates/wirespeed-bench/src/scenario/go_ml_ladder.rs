@@ -11,8 +11,9 @@ use std::hint::black_box;
 use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
+use wirespeed_core::Model as _;
 use wirespeed_core::{Tensor, TensorData};
-use wirespeed_models::Registry;
+use wirespeed_trees::TreeModel;
 
 use super::{failure, Cell, Context, Outcome, ONE};
 use crate::report::Table;
@@ -65,13 +66,9 @@ fn in_process(context: &Context) -> anyhow::Result<Vec<(String, f64)>> {
         black_box(&out);
     });
     let pool = wirespeed_core::CpuPool::new(1)?;
-    let models = wirespeed_models::load_repository(&context.models, &Registry::builtin(), &pool)
-        .with_context(|| format!("loading the model repository {}", context.models.display()))?;
-    let model = models
-        .into_iter()
-        .find(|m| m.name == "titanic")
-        .map(|m| m.model)
-        .with_context(|| format!("{} has no model 'titanic'", context.models.display()))?;
+    let folder = context.models.join("titanic");
+    let model = TreeModel::load_folder(&folder, &pool)
+        .map_err(|e| anyhow::anyhow!("loading the model {}: {e}", folder.display()))?;
     let outputs: Vec<usize> = (0..model.metadata().outputs.len()).collect();
     let mut failed = None;
     let model_ns = ns_per_op(budget, || {

@@ -41,9 +41,9 @@ use wirespeed_core::{
     SelectionReport, Selector,
 };
 
-use crate::config::TensorConfig;
-use crate::registry::{CompositeBackend, ModelSource};
 use policy::{Policy, SavedState, Selection};
+use wirespeed_backend::config::TensorConfig;
+use wirespeed_backend::{CompositeBackend, ModelSource};
 
 /// `backend = "application"`.
 pub(crate) struct Application;

@@ -7,7 +7,9 @@
 //!   its own, so it cannot see the server back), and the connection counts
 //!   of `net/` (which a metrics scrape reports);
 //! - only the composition root (`lib.rs`, `config.rs`, `state.rs`,
-//!   `listeners.rs`) and the transcoding proxy it wires in see everything.
+//!   `listeners.rs`) and the transcoding proxy it wires in see everything;
+//! - below the engine, each backend crate sees the seam
+//!   (`wirespeed-backend`), never the repository that registers it.
 
 use std::path::{Path, PathBuf};
 
@@ -97,22 +99,66 @@ fn protocols_see_themselves_and_the_connection_counts() {
     );
 }
 
-/// The engine knows no protocol and no socket: its manifest names no
-/// transport crate and no front end.
-#[test]
-fn the_engine_depends_on_no_transport_or_front_end() {
-    let manifest = Path::new(env!("CARGO_MANIFEST_DIR")).join("../wirespeed-engine/Cargo.toml");
+/// The crates `crate_name`'s manifest depends on (normal dependencies).
+fn dependencies(crate_name: &str) -> Vec<String> {
+    let manifest = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("..")
+        .join(crate_name)
+        .join("Cargo.toml");
     let text = std::fs::read_to_string(manifest).unwrap();
-    let dependencies: Vec<&str> = text
-        .lines()
+    text.lines()
         .skip_while(|line| *line != "[dependencies]")
         .skip(1)
         .take_while(|line| !line.starts_with('['))
         .filter_map(|line| line.split(['.', ' ', '=']).next())
         .filter(|name| !name.is_empty())
-        .collect();
+        .map(str::to_owned)
+        .collect()
+}
+
+/// A backend plugs into the seam (`wirespeed-backend`) and knows neither
+/// the repository that registers it nor the engine or server that run it;
+/// the seam knows no backend.
+#[test]
+fn backends_see_the_seam_not_the_repository() {
+    for backend in [
+        "wirespeed-trees",
+        "wirespeed-onnx",
+        "wirespeed-python-backend",
+        "wirespeed-text",
+        "wirespeed-upstream",
+    ] {
+        let dependencies = dependencies(backend);
+        for forbidden in ["wirespeed-models", "wirespeed-engine", "wirespeed-server"] {
+            assert!(
+                !dependencies.iter().any(|d| d == forbidden),
+                "{backend} depends on {forbidden}: {dependencies:?}"
+            );
+        }
+        if backend != "wirespeed-upstream" {
+            assert!(
+                dependencies.iter().any(|d| d == "wirespeed-backend"),
+                "{backend} does not plug into wirespeed-backend: {dependencies:?}"
+            );
+        }
+    }
+    let seam = dependencies("wirespeed-backend");
+    assert_eq!(
+        seam.iter()
+            .filter(|d| d.starts_with("wirespeed-"))
+            .collect::<Vec<_>>(),
+        ["wirespeed-core", "wirespeed-scheduler"],
+        "the seam depends on {seam:?}"
+    );
+}
+
+/// The engine knows no protocol and no socket: its manifest names no
+/// transport crate and no front end.
+#[test]
+fn the_engine_depends_on_no_transport_or_front_end() {
+    let dependencies = dependencies("wirespeed-engine");
     assert!(
-        dependencies.contains(&"wirespeed-models"),
+        dependencies.iter().any(|d| d == "wirespeed-models"),
         "{dependencies:?}"
     );
     for forbidden in [
@@ -125,7 +171,7 @@ fn the_engine_depends_on_no_transport_or_front_end() {
         "wirespeed-transcode",
     ] {
         assert!(
-            !dependencies.contains(&forbidden),
+            !dependencies.iter().any(|d| d == forbidden),
             "the engine depends on {forbidden}"
         );
     }

@@ -92,7 +92,7 @@ pub(crate) struct Launch {
     /// The batches its keepers ran, when they gather them.
     pub(crate) executions: std::sync::Arc<wirespeed_core::Executions>,
     /// The server's caller, for the model's BLS calls.
-    pub(crate) caller: crate::registry::CallerSlot,
+    pub(crate) caller: wirespeed_backend::CallerSlot,
 }
 
 impl Launch {
@@ -374,7 +374,7 @@ impl Process {
         outputs: &[usize],
         parameters: serde_json::Map<String, serde_json::Value>,
         deadline: Option<Instant>,
-        gone: crate::CallerGone<'_>,
+        gone: wirespeed_backend::CallerGone<'_>,
     ) -> Result<Vec<Tensor>, CallError> {
         let lost = |process: &mut Process, what: String| process.lost(launch, what);
         let placed = self
@@ -425,7 +425,7 @@ impl Process {
         launch: &Launch,
         message: &impl serde::Serialize,
         deadline: Option<Instant>,
-        mut gone: crate::CallerGone<'_>,
+        mut gone: wirespeed_backend::CallerGone<'_>,
     ) -> Result<Reply, CallError> {
         let lost = |process: &mut Process, what: String| process.lost(launch, what);
         if wire::send(&mut self.socket, message).is_err() {
@@ -496,7 +496,7 @@ impl Process {
         &mut self,
         launch: &Launch,
         deadline: Option<Instant>,
-        gone: &mut crate::CallerGone<'_>,
+        gone: &mut wirespeed_backend::CallerGone<'_>,
         told: &mut bool,
     ) -> Result<(), CallError> {
         let readable = loop {
@@ -730,6 +730,8 @@ fn relay(output: io::PipeReader, model: &str, instance: usize) {
             Ok(0) | Err(_) => return,
             Ok(_) => {
                 let text = String::from_utf8_lossy(&line);
+                // The target is the one the backend had inside
+                // wirespeed-models: log filters written for it still work.
                 tracing::info!(
                     target: "wirespeed_models::python::output",
                     model = %model,

@@ -25,13 +25,13 @@
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
+use crate::{rename_model, OpenAiAnswer, OpenAiClient, Upstream};
 use serde_json::{json, Map, Value};
 use wirespeed_core::{
     DataType, Error, ErrorKind, Execution, InferCall, InferFuture, Model, ModelMetadata,
     ParameterValue, ResponseSender, Tensor, TensorData, TensorSpec, TextModel, OPENAI_ANSWER,
     OPENAI_ENDPOINT, OPENAI_REQUEST,
 };
-use wirespeed_upstream::{rename_model, OpenAiAnswer, OpenAiClient, Upstream};
 
 /// The sampling parameters a V2 request's parameters pass to the
 /// upstream's `/completions`.
@@ -324,7 +324,7 @@ fn completion_piece(data: &[u8]) -> Result<(String, Option<String>), String> {
     if let Some(error) = chunk.error {
         return Err(format!(
             "an error: {}",
-            wirespeed_upstream::error_message(error.to_string().as_bytes())
+            crate::error_message(error.to_string().as_bytes())
         ));
     }
     Ok(chunk

@@ -60,11 +60,14 @@ use wirespeed_core::{
 };
 use wirespeed_proto::inference as pb;
 
-use crate::registry::{Backend, ModelSource};
 use keeper::{Job, Workers};
 pub use metrics::{custom_metrics, CustomFamily, Labels, MetricKind, SeriesValue};
 use process::Launch;
-pub(crate) use sklearn::Sklearn;
+pub use sklearn::Sklearn;
+use wirespeed_backend::{Backend, ModelSource};
+
+/// MLServer's settings file: a custom runtime's model file.
+const MODEL_SETTINGS: &str = "model-settings.json";
 
 /// `triton_python_backend_utils`, as the worker installs it.
 const TRITON_UTILS: &str = concat!(
@@ -74,7 +77,7 @@ const TRITON_UTILS: &str = concat!(
 );
 
 /// `backend = "python"`.
-pub(crate) struct Python;
+pub struct Python;
 
 impl Backend for Python {
     fn name(&self) -> &'static str {
@@ -157,7 +160,7 @@ pub struct PythonModel {
 /// or queue timeouts, `[queue]`; no latency objective, `[slo]`; no
 /// batches the scheduler forms) has its keepers hold up to [`HELD`] each.
 /// One that does holds two, and the rest wait where those rules apply.
-fn held(config: &crate::ModelConfig, keeper_batches: bool) -> usize {
+fn held(config: &wirespeed_backend::ModelConfig, keeper_batches: bool) -> usize {
     let plain = config.max_queue.is_none()
         && config.queue.is_none()
         && config.slo.is_none()
@@ -218,14 +221,14 @@ impl PythonModel {
                     );
                 }
                 (
-                    crate::TensorConfig::specs(&config.inputs)?,
-                    crate::TensorConfig::specs(&config.outputs)?,
+                    wirespeed_backend::TensorConfig::specs(&config.inputs)?,
+                    wirespeed_backend::TensorConfig::specs(&config.outputs)?,
                     serde_json::Value::Null,
                 )
             }
         };
         let default_file = match api {
-            "mlserver" => crate::mlserver::MODEL_SETTINGS,
+            "mlserver" => MODEL_SETTINGS,
             _ => "model.py",
         };
         let file = source.file(
@@ -255,9 +258,9 @@ impl PythonModel {
             .unwrap_or_else(|| serde_json::json!({}));
         let triton_config = match &keys.triton_model_config {
             Some(json) => json.clone(),
-            None => {
-                crate::pbtxt::to_json(&triton_config(&name, config, &inputs, &outputs, instances))
-            }
+            None => wirespeed_proto::model_config::to_json(&triton_config(
+                &name, config, &inputs, &outputs, instances,
+            )),
         };
         let folder = source.folder().display().to_string();
         let load = wire::Load {
@@ -395,7 +398,7 @@ fn interpreter(folder: &Path, keys: &PythonKeys) -> Result<String, String> {
 /// `initialize`'s `args["model_config"]`.
 fn triton_config(
     name: &str,
-    config: &crate::config::ModelConfig,
+    config: &wirespeed_backend::ModelConfig,
     inputs: &[TensorSpec],
     outputs: &[TensorSpec],
     instances: usize,
@@ -413,7 +416,7 @@ fn triton_config(
             .iter()
             .map(|t| pb::ModelInput {
                 name: t.name.clone(),
-                data_type: crate::pbtxt::data_type(t.datatype) as i32,
+                data_type: wirespeed_proto::model_config::data_type(t.datatype) as i32,
                 dims: dims(&t.shape),
                 ..Default::default()
             })
@@ -422,7 +425,7 @@ fn triton_config(
             .iter()
             .map(|t| pb::ModelOutput {
                 name: t.name.clone(),
-                data_type: crate::pbtxt::data_type(t.datatype) as i32,
+                data_type: wirespeed_proto::model_config::data_type(t.datatype) as i32,
                 dims: dims(&t.shape),
                 ..Default::default()
             })
@@ -614,7 +617,7 @@ async fn only_response(
 /// a process of its own on `config` (Triton's JSON of the configuration so
 /// far) with the interpreter `WIRESPEED_PYTHON` names (or `python3`), the
 /// completed JSON returned. Its traceback, when it raises, is the error.
-pub(crate) fn auto_complete(config: &str, file: &Path) -> Result<String, String> {
+pub fn auto_complete(config: &str, file: &Path) -> Result<String, String> {
     use std::io::{Read, Write};
     use std::process::{Command, Stdio};
 
@@ -678,7 +681,7 @@ pub(crate) fn auto_complete(config: &str, file: &Path) -> Result<String, String>
 #[cfg(test)]
 mod held_requests {
     use super::{held, HELD};
-    use crate::ModelConfig;
+    use wirespeed_backend::ModelConfig;
 
     fn config(toml: &str) -> ModelConfig {
         ModelConfig::parse(&format!("backend = \"python\"\n{toml}")).unwrap()

@@ -36,11 +36,11 @@ use tract_onnx::prelude::{
 };
 use wirespeed_core::{DataType, Error, Execution, Model, ModelMetadata, Tensor, TensorData};
 
-use crate::registry::{Backend, ModelSource};
 use plan::plan;
+use wirespeed_backend::{Backend, ModelSource};
 
 /// `backend = "onnx"`.
-pub(crate) struct Onnx;
+pub struct Onnx;
 
 impl Backend for Onnx {
     fn name(&self) -> &'static str {

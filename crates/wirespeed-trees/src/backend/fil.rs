@@ -31,14 +31,14 @@
 
 use std::sync::Arc;
 
+use crate::{Objective, TreeEnsemble};
 use serde::Deserialize;
 use wirespeed_core::{
     ClassScores, ClassificationHead, CpuPool, DataType, Error, Heads, Model, ModelMetadata, Tensor,
     TensorData, TensorSpec,
 };
-use wirespeed_trees::{Objective, TreeEnsemble};
 
-use crate::registry::{Backend, ModelSource};
+use wirespeed_backend::{Backend, ModelSource};
 
 /// Batches of at least this many rows are predicted on all of the pool's
 /// threads (as the tree backends do).
@@ -60,7 +60,7 @@ const TUNING: &[&str] = &[
 ];
 
 /// `backend = "fil"`.
-pub(crate) struct Fil;
+pub struct Fil;
 
 impl Backend for Fil {
     fn name(&self) -> &'static str {
@@ -133,10 +133,10 @@ impl FilModel {
             .string("model_type")?
             .unwrap_or_else(|| "xgboost".to_owned());
         let (default_file, load): (&str, fn(&std::path::Path) -> _) = match model_type.as_str() {
-            "xgboost" => ("xgboost.model", |p| wirespeed_trees::load_xgboost_legacy(p)),
-            "xgboost_json" => ("xgboost.json", |p| wirespeed_trees::load_xgboost_json(p)),
-            "xgboost_ubj" => ("xgboost.ubj", |p| wirespeed_trees::load_xgboost_ubjson(p)),
-            "lightgbm" => ("model.txt", |p| wirespeed_trees::load_lightgbm(p)),
+            "xgboost" => ("xgboost.model", |p| crate::load_xgboost_legacy(p)),
+            "xgboost_json" => ("xgboost.json", |p| crate::load_xgboost_json(p)),
+            "xgboost_ubj" => ("xgboost.ubj", |p| crate::load_xgboost_ubjson(p)),
+            "lightgbm" => ("model.txt", |p| crate::load_lightgbm(p)),
             "treelite_checkpoint" => {
                 return Err(
                     "model_type 'treelite_checkpoint' is not read by wirespeed: save the \

@@ -2,7 +2,7 @@
 //! inputs=, requested_output_names=).exec()` in a model's `execute`. The
 //! worker sends the call on its socket while its own request computes
 //! (`wire::Reply::Bls`, tensors as base64 raw bytes); its keeper runs it
-//! through the server's [`ModelCaller`](crate::ModelCaller) (the callee's
+//! through the server's [`ModelCaller`](wirespeed_backend::ModelCaller) (the callee's
 //! scheduler, statistics and limits, this request's deadline) and answers
 //! with the callee's outputs or its error, which the model sees as an
 //! `InferenceResponse` with `has_error()`, as in Triton.
@@ -25,7 +25,7 @@ pub(crate) fn call(
     launch: &Launch,
     call: BlsCall,
     deadline: Option<std::time::Instant>,
-    mut gone: crate::CallerGone<'_>,
+    mut gone: wirespeed_backend::CallerGone<'_>,
 ) -> BlsAnswer {
     let BlsCall {
         model,

@@ -29,21 +29,21 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::{Duration, Instant};
 
+use crate::http::{HeaderMap, HeaderName, HeaderValue};
+use crate::{Address, ChannelOptions, Upstream, UpstreamOptions, V2Client};
 use serde::Deserialize;
 use wirespeed_core::{
     Binding, DataType, Error, Execution, InferCall, InferFuture, Model, ModelMetadata, Tensor,
     TensorSpec,
 };
 use wirespeed_proto::inference::model_metadata_response::TensorMetadata;
-use wirespeed_upstream::http::{HeaderMap, HeaderName, HeaderValue};
-use wirespeed_upstream::{Address, ChannelOptions, Upstream, UpstreamOptions, V2Client};
 
-use crate::registry::{Backend, ModelSource};
+use wirespeed_backend::{Backend, ModelSource};
 
 mod openai;
 
 /// `backend = "upstream"`.
-pub(crate) struct UpstreamBackend;
+pub struct UpstreamBackend;
 
 impl Backend for UpstreamBackend {
     fn name(&self) -> &'static str {
@@ -76,8 +76,8 @@ impl Backend for UpstreamBackend {
             return Ok(model);
         }
         let pinned = Pinned {
-            inputs: crate::TensorConfig::specs(&config.inputs)?,
-            outputs: crate::TensorConfig::specs(&config.outputs)?,
+            inputs: wirespeed_backend::TensorConfig::specs(&config.inputs)?,
+            outputs: wirespeed_backend::TensorConfig::specs(&config.outputs)?,
         };
         let model = UpstreamModel::start(
             source.name(),
@@ -173,7 +173,7 @@ impl UpstreamKeys {
         let openai = self.openai(&addresses)?;
         if openai {
             for address in &mut addresses {
-                if address.protocol != wirespeed_upstream::Protocol::Http {
+                if address.protocol != crate::Protocol::Http {
                     return Err(format!(
                         "'{address}' is a gRPC URL; an OpenAI API is reached over http:// or \
                          https:// (http://host:port/v1)"
@@ -214,7 +214,7 @@ impl UpstreamKeys {
                 .map(|f| source.file("ca_file", &f.to_string_lossy()))
                 .transpose()?,
             probe: if openai {
-                wirespeed_upstream::Probe::OpenAiModels
+                crate::Probe::OpenAiModels
             } else {
                 defaults.probe
             },
@@ -515,7 +515,7 @@ impl Model for UpstreamModel {
             let outputs: Vec<&TensorSpec> =
                 call.outputs.iter().map(|&i| &metadata.outputs[i]).collect();
             self.client
-                .infer(wirespeed_upstream::InferCall {
+                .infer(crate::InferCall {
                     model: &self.remote,
                     version: &self.remote_version,
                     inputs: call.inputs,

@@ -172,7 +172,7 @@ const DEFAULT_MAX_SEQUENCES: usize = 1024;
 
 impl Sequencing {
     /// Checks `keys`; a state's `data_file` is read from `folder`.
-    pub(crate) fn from_keys(keys: &SequenceKeys, folder: &Path) -> Result<Sequencing, String> {
+    pub fn from_keys(keys: &SequenceKeys, folder: &Path) -> Result<Sequencing, String> {
         let strategy = match keys.strategy.as_deref() {
             None | Some("direct") => Strategy::Direct,
             Some("oldest") => Strategy::Oldest,
@@ -316,7 +316,7 @@ impl Sequencing {
 
 /// The `[batching]` a `[sequence]` table implies for a model with a batch
 /// dimension: its requests, of different sequences, are batched.
-pub(crate) fn batching(keys: &SequenceKeys, max_batch_size: usize) -> toml::Table {
+pub fn batching(keys: &SequenceKeys, max_batch_size: usize) -> toml::Table {
     let mut batching = toml::Table::new();
     batching.insert("max_batch_size".into(), (max_batch_size as i64).into());
     if !keys.preferred_batch_sizes.is_empty() {
@@ -341,7 +341,7 @@ pub(crate) fn batching(keys: &SequenceKeys, max_batch_size: usize) -> toml::Tabl
 /// Adds the control and state tensors to the tensors the backend loads
 /// (those the config does not declare already), with the batch dimension
 /// when the model has one.
-pub(crate) fn extend(config: &mut ModelConfig, sequencing: &Sequencing, batch: bool) {
+pub fn extend(config: &mut ModelConfig, sequencing: &Sequencing, batch: bool) {
     let tensor = |name: &str, datatype: DataType, dims: &[i64]| {
         let mut shape = Vec::with_capacity(dims.len() + 1);
         if batch {

@@ -11,24 +11,27 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use crate::{Column, Objective, Preprocessor, RawValue, Transform, TreeEnsemble};
 use serde::Deserialize;
 use wirespeed_core::{
     Binding, ClassScores, ClassificationHead, CpuPool, DataType, Error, Heads, Model,
     ModelMetadata, Tensor, TensorData, TensorSpec,
 };
-use wirespeed_trees::{Column, Objective, Preprocessor, RawValue, Transform, TreeEnsemble};
 
-use crate::registry::{Backend, ModelSource};
+use wirespeed_backend::{Backend, ModelSource};
+
+mod fil;
+pub use fil::Fil;
 
 /// Batches of at least this many rows are predicted on all of the pool's
 /// threads.
 const PARALLEL_ROWS: usize = 4096;
 
 /// `backend = "xgboost"`: an XGBoost model saved as JSON or UBJSON.
-pub(crate) struct Xgboost;
+pub struct Xgboost;
 
 /// `backend = "lightgbm"`: a LightGBM model saved as text (`save_model`).
-pub(crate) struct Lightgbm;
+pub struct Lightgbm;
 
 impl Backend for Xgboost {
     fn name(&self) -> &'static str {
@@ -166,9 +169,9 @@ impl TreeModel {
         }
         let path = source.file("model_file", &keys.model_file)?;
         let ensemble = match platform {
-            "lightgbm_text" => wirespeed_trees::load_lightgbm(&path),
+            "lightgbm_text" => crate::load_lightgbm(&path),
             // JSON or UBJSON, told apart by the file's first bytes.
-            _ => wirespeed_trees::load(&path),
+            _ => crate::load(&path),
         }
         .map_err(|e| format!("{}: {e}", path.display()))?;
 
@@ -310,7 +313,7 @@ impl TreeModel {
     /// `xgboost` or `lightgbm`), outside a server: what a library user
     /// calls to get the same model, preprocessing included.
     pub fn load_folder(folder: &std::path::Path, pool: &CpuPool) -> Result<TreeModel, String> {
-        let config = crate::ModelConfig::load(&folder.join("config.toml"))?;
+        let config = wirespeed_backend::ModelConfig::load(&folder.join("config.toml"))?;
         let name = folder
             .file_name()
             .map(|n| n.to_string_lossy().into_owned())

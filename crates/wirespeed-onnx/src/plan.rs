@@ -13,7 +13,7 @@ use tract_onnx::tract_hir::infer::Factoid;
 use wirespeed_core::{CpuPool, TensorSpec};
 
 use super::{data_type, file_name, framework, known, ml};
-use crate::config::TensorConfig;
+use wirespeed_backend::TensorConfig;
 
 /// A graph's plan, its inputs and outputs as clients see them, and
 /// the requests small enough to run inline (`inline_elements`).

@@ -29,7 +29,7 @@ use std::sync::Arc;
 
 use wirespeed_core::Model;
 
-use crate::config::ModelConfig;
+use wirespeed_backend::ModelConfig;
 
 use chat::ChatKeys;
 use embedding::EmbeddingKeys;
@@ -39,7 +39,7 @@ use embedding::EmbeddingKeys;
 /// chat template found with a model that streams. A tokenizer's or
 /// template's file is looked for in the version folder, then beside the
 /// configuration in `folder`, where Triton's LLM repositories keep them.
-pub(crate) fn wrap(
+pub fn wrap(
     model: Arc<dyn Model>,
     files: &Path,
     folder: &Path,

@@ -27,7 +27,7 @@ use wirespeed_core::{DataType, Error, ModelMetadata, Tensor, TensorData, TensorS
 
 use super::plan::{agree, undeclared};
 use super::text;
-use crate::config::TensorConfig;
+use wirespeed_backend::TensorConfig;
 
 /// The process's one ONNX Runtime environment, made at the first load.
 static ENVIRONMENT: OnceLock<Result<Environment, String>> = OnceLock::new();

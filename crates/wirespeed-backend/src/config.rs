@@ -186,7 +186,7 @@ impl ModelConfig {
 
     /// Parses a configuration given as `config.toml`'s keys (a
     /// `config.pbtxt` read by `pbtxt.rs`).
-    pub(crate) fn from_toml_table(table: toml::Table) -> Result<ModelConfig, String> {
+    pub fn from_toml_table(table: toml::Table) -> Result<ModelConfig, String> {
         ModelConfig::from_table(table)
     }
 
@@ -202,7 +202,7 @@ impl ModelConfig {
 
 /// `folder` joined with `name`, which must be a relative path that does
 /// not leave the folder; `key` names the setting in the error.
-pub(crate) fn inside(folder: &Path, key: &str, name: &str) -> Result<PathBuf, String> {
+pub fn inside(folder: &Path, key: &str, name: &str) -> Result<PathBuf, String> {
     let stays = Path::new(name)
         .components()
         .all(|c| matches!(c, std::path::Component::Normal(_)));

@@ -128,10 +128,7 @@ pub struct PolicyKeys {
 
 /// Resolves the config's tables against `metadata` (or, for a model whose
 /// metadata comes later, the config's declared tensors).
-pub(crate) fn resolve(
-    config: &ModelConfig,
-    metadata: &ModelMetadata,
-) -> Result<Scheduling, String> {
+pub fn resolve(config: &ModelConfig, metadata: &ModelMetadata) -> Result<Scheduling, String> {
     let declared = crate::TensorConfig::specs;
     let known = !metadata.outputs.is_empty();
     let (inputs, outputs) = if known {

@@ -32,7 +32,7 @@ use serde::Deserialize;
 use wirespeed_core::{DataType, Model, TensorSpec};
 
 use super::{interpreter, PythonKeys, PythonModel, Runtime};
-use crate::registry::{Backend, ModelSource};
+use wirespeed_backend::{Backend, ModelSource};
 
 /// The runtime, as the worker runs it and as the probe runs it.
 pub(super) const RUNTIME: &str = include_str!("sklearn_runtime.py");
@@ -41,7 +41,7 @@ pub(super) const RUNTIME: &str = include_str!("sklearn_runtime.py");
 const PROBE_TIMEOUT: Duration = Duration::from_secs(300);
 
 /// `backend = "sklearn"`.
-pub(crate) struct Sklearn;
+pub struct Sklearn;
 
 impl Backend for Sklearn {
     fn name(&self) -> &'static str {

@@ -1,0 +1,31 @@
+//! The two kinds of backend: one that loads a model that computes, and one
+//! that reads a composite (a model that answers through other served
+//! models).
+
+use std::sync::Arc;
+
+use wirespeed_core::{Composite, Model};
+
+use crate::ModelSource;
+
+/// A kind of model: reads a model folder and its config, and loads the
+/// model.
+pub trait Backend: Send + Sync {
+    /// The name `config.toml` gives it: `backend = "<name>"`.
+    fn name(&self) -> &'static str;
+
+    /// Loads the model `source` describes. The error is shown with the
+    /// model's folder, so it need not name it.
+    fn load(&self, source: &ModelSource<'_>) -> Result<Arc<dyn Model>, String>;
+}
+
+/// A kind of model that computes nothing itself: its folder names other
+/// served models, and the server answers through them.
+pub trait CompositeBackend: Send + Sync {
+    /// The name `config.toml` gives it: `backend = "<name>"`.
+    fn name(&self) -> &'static str;
+
+    /// Reads the composite `source` describes. The models it calls are
+    /// checked against the served ones by the server, not here.
+    fn load(&self, source: &ModelSource<'_>) -> Result<Composite, String>;
+}
