@@ -3,10 +3,19 @@
 use crate::Tensor;
 
 /// The one input, and the one output, of a request whose JSON body the
-/// model reads itself: a KServe predictor's v1 face, which gets the body
-/// as its `predict`'s dict and answers the dict it returns. A BYTES tensor
-/// of one element: the body, or the answer, as JSON text.
+/// model reads itself, the project's one way of passing JSON through a
+/// tensor: a KServe predictor's v1 face (and TF Serving's REST to a custom
+/// runtime), which gets the body as its `predict`'s dict and answers the
+/// dict it returns; an inference graph's payload between its steps; an
+/// OpenAI request forwarded to another server's OpenAI API, and its
+/// answer (a stream's events one response each). A BYTES tensor of one
+/// element: the body, or the answer, as JSON text.
 pub const JSON_BODY: &str = "$json";
+
+/// The request parameter that names the endpoint a [`JSON_BODY`] was
+/// posted to, in its protocol's words, where the model answers more than
+/// one (OpenAI's `chat/completions`, `completions` and `embeddings`).
+pub const JSON_ENDPOINT: &str = "$endpoint";
 
 /// A value of the protocol's `parameters` maps: a string, number or bool.
 #[derive(Debug, Clone, PartialEq)]

@@ -47,7 +47,7 @@ pub use graph::{Graph, GraphNode, GraphStep, Router, StepData, StepTarget, Taken
 pub use half::{bf16, f16};
 pub use infer::{
     is_transport_parameter, BinaryInput, InferRequest, InferResponse, ParameterValue, Parameters,
-    RequestedOutput, SharedInput, SharedOutput, SharedRef, JSON_BODY,
+    RequestedOutput, SharedInput, SharedOutput, SharedRef, JSON_BODY, JSON_ENDPOINT,
 };
 pub use infer::{
     lift_response_parameters, written_shape, written_shape_parameter, Dialect, RESPONSE_PARAMETER,
@@ -63,4 +63,4 @@ pub use stream::{
     response_channel, Gone, OneResponse, ResponseReceiver, ResponseSender, Streamed, STREAM_BUFFER,
 };
 pub use tensor::{element_count, Tensor, TensorData};
-pub use text::{TextModel, OPENAI_ANSWER, OPENAI_ENDPOINT, OPENAI_REQUEST};
+pub use text::TextModel;

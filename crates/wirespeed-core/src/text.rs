@@ -1,24 +1,10 @@
-//! A model's text face, for the OpenAI API: whether it embeds, the
-//! smaller sizes its embeddings may be asked in, how a chat request
-//! becomes its prompt, and how many tokens a text is. Implemented by the
-//! wrappers of `wirespeed-models`' `text` (a tokenizer and a chat
-//! template around a loaded model); a model without one answers
-//! completions on the prompt as given. A model on another server's
-//! OpenAI API [forwards](TextModel::forwards) requests as their clients
-//! wrote them instead.
-
-/// The input of a model that forwards OpenAI requests: the request's JSON,
-/// as its client sent it (BYTES, one element).
-pub const OPENAI_REQUEST: &str = "openai_request";
-
-/// The output of a model that forwards OpenAI requests: its upstream's
-/// whole JSON answer, or one event's data of its stream (BYTES, one
-/// element a response).
-pub const OPENAI_ANSWER: &str = "openai_answer";
-
-/// The request parameter that names the OpenAI endpoint a forwarded
-/// request is for: `chat/completions`, `completions` or `embeddings`.
-pub const OPENAI_ENDPOINT: &str = "openai_endpoint";
+//! A model's text face: whether it embeds, the smaller sizes its
+//! embeddings may be asked in, how a chat's messages become its prompt,
+//! and how many tokens a text is. Implemented by the wrappers of
+//! `wirespeed-text` (a tokenizer and a chat template around a loaded
+//! model); a model without one answers completions on the prompt as given.
+//! A model on another server's OpenAI API [forwards](TextModel::forwards)
+//! requests as their clients wrote them instead.
 
 /// What the OpenAI API needs of a model beyond its tensors.
 pub trait TextModel: Send + Sync {
@@ -47,10 +33,11 @@ pub trait TextModel: Send + Sync {
     }
 
     /// The model is another server's OpenAI API: each request goes to it
-    /// as its client wrote it ([`OPENAI_REQUEST`], the endpoint in the
-    /// [`OPENAI_ENDPOINT`] parameter), and its answer comes back as the
-    /// upstream wrote it ([`OPENAI_ANSWER`]: the whole JSON, or a stream's
-    /// events one response each). The upstream checks the fields.
+    /// as its client wrote it ([`JSON_BODY`](crate::JSON_BODY), the
+    /// endpoint in the [`JSON_ENDPOINT`](crate::JSON_ENDPOINT) parameter),
+    /// and its answer comes back as the upstream wrote it (`JSON_BODY`: the
+    /// whole JSON, or a stream's events one response each). The upstream
+    /// checks the fields.
     fn forwards(&self) -> bool {
         false
     }

@@ -29,8 +29,8 @@ use crate::{rename_model, OpenAiAnswer, OpenAiClient, Upstream};
 use serde_json::{json, Map, Value};
 use wirespeed_core::{
     DataType, Error, ErrorKind, Execution, InferCall, InferFuture, Model, ModelMetadata,
-    ParameterValue, ResponseSender, Tensor, TensorData, TensorSpec, TextModel, OPENAI_ANSWER,
-    OPENAI_ENDPOINT, OPENAI_REQUEST,
+    ParameterValue, ResponseSender, Tensor, TensorData, TensorSpec, TextModel, JSON_BODY,
+    JSON_ENDPOINT,
 };
 
 /// The sampling parameters a V2 request's parameters pass to the
@@ -78,11 +78,11 @@ impl OpenAiModel {
             name: name.to_owned(),
             versions: vec![version.to_owned()],
             platform: "openai".to_owned(),
-            inputs: vec![bytes("text_input", true), bytes(OPENAI_REQUEST, true)],
+            inputs: vec![bytes("text_input", true), bytes(JSON_BODY, true)],
             outputs: vec![
                 bytes("text_output", false),
                 bytes("finish_reason", false),
-                bytes(OPENAI_ANSWER, false),
+                bytes(JSON_BODY, false),
             ],
         };
         let model = Arc::new(OpenAiModel {
@@ -131,14 +131,14 @@ impl OpenAiModel {
         let endpoint = call
             .parameters
             .iter()
-            .find(|(k, _)| k == OPENAI_ENDPOINT)
+            .find(|(k, _)| k == JSON_ENDPOINT)
             .and_then(|(_, v)| match v {
                 ParameterValue::String(s) => Some(s.clone()),
                 _ => None,
             })
             .ok_or_else(|| {
                 Error::invalid_input(format!(
-                    "an '{OPENAI_REQUEST}' comes with the '{OPENAI_ENDPOINT}' parameter: \
+                    "an '{JSON_BODY}' comes with the '{JSON_ENDPOINT}' parameter: \
                      chat/completions, completions or embeddings"
                 ))
             })?;
@@ -147,11 +147,11 @@ impl OpenAiModel {
             "chat/completions" | "completions" | "embeddings"
         ) {
             return Err(Error::invalid_input(format!(
-                "'{OPENAI_ENDPOINT}' is '{endpoint}'; it is chat/completions, completions or \
+                "'{JSON_ENDPOINT}' is '{endpoint}'; it is chat/completions, completions or \
                  embeddings"
             )));
         }
-        let request = only_bytes(&call.inputs, OPENAI_REQUEST)?;
+        let request = only_bytes(&call.inputs, JSON_BODY)?;
         let body = rename_model(request, &self.remote)
             .map_err(|e| Error::invalid_input(format!("the request body is {e}")))?;
         let answer = self
@@ -161,7 +161,7 @@ impl OpenAiModel {
             .map_err(|e| e.to_error())?;
         let ours = &self.metadata.name;
         let tensor = |data: Vec<u8>| Tensor {
-            name: OPENAI_ANSWER.to_owned(),
+            name: JSON_BODY.to_owned(),
             shape: vec![1],
             data: TensorData::Bytes(vec![data]),
             parameters: Vec::new(),
@@ -418,13 +418,13 @@ impl Model for OpenAiModel {
             let responses = call.responses.take().ok_or_else(|| {
                 Error::internal("an OpenAI upstream model answers with a stream of responses")
             })?;
-            if call.inputs.iter().any(|t| t.name == OPENAI_REQUEST) {
+            if call.inputs.iter().any(|t| t.name == JSON_BODY) {
                 self.forward(call, responses).await?;
             } else if call.inputs.iter().any(|t| t.name == "text_input") {
                 self.generate(call, responses).await?;
             } else {
                 return Err(Error::invalid_input(format!(
-                    "model '{}' takes 'text_input' (a prompt) or '{OPENAI_REQUEST}' (an OpenAI \
+                    "model '{}' takes 'text_input' (a prompt) or '{JSON_BODY}' (an OpenAI \
                      request's JSON)",
                     self.metadata.name
                 )));

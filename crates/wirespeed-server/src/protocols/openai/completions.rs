@@ -3,7 +3,7 @@
 //! `text_input` (BYTES) and answers `text_output`, once or, decoupled,
 //! as a stream of pieces. A chat's messages become the prompt through the
 //! model's chat template (`[chat]`, or its folder's
-//! `tokenizer_config.json`; `wirespeed-models`' `text/chat.rs`).
+//! `tokenizer_config.json`; `wirespeed-text`'s `chat.rs`).
 //!
 //! The sampling fields go to the model as request parameters of their
 //! OpenAI names (`max_tokens`, `temperature`, `top_p`, `seed`, `stop` and

@@ -1,6 +1,6 @@
 //! `POST /v1/embeddings`: texts in, one vector each out, from a model with
-//! an embedder's text face (`[embedding]`, `wirespeed-models`'
-//! `text/embedding.rs`): its `text` input fed the texts, its `embedding`
+//! an embedder's text face (`[embedding]`, `wirespeed-text`'s
+//! `embedding.rs`): its `text` input fed the texts, its `embedding`
 //! output written as OpenAI's `data`, its `tokens` summed as `usage`.
 //!
 //! | field | state |

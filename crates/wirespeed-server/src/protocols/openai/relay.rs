@@ -1,6 +1,6 @@
 //! An OpenAI request to a model on another server's OpenAI API
-//! (`backend = "upstream"` with an OpenAI URL; `wirespeed-models`'
-//! `upstream/openai.rs`): forwarded as its client wrote it, so every field
+//! (`backend = "upstream"` with an OpenAI URL; `wirespeed-upstream`'s
+//! `backend/openai.rs`): forwarded as its client wrote it, so every field
 //! the upstream takes (vLLM's own sampling fields, `n`, `logprobs`) works
 //! through wirespeed as it does there, and answered as the upstream
 //! answered, with `model` renamed to ours.
@@ -18,8 +18,8 @@ use std::sync::Arc;
 use hyper::Response;
 use serde_json::{json, Map, Value};
 use wirespeed_core::{
-    Error, InferRequest, InferResponse, ParameterValue, Tensor, TensorData, OPENAI_ANSWER,
-    OPENAI_ENDPOINT, OPENAI_REQUEST,
+    Error, InferRequest, InferResponse, ParameterValue, Tensor, TensorData, JSON_BODY,
+    JSON_ENDPOINT,
 };
 
 use super::{error_with, Endpoint};
@@ -79,14 +79,14 @@ fn answer_bytes(response: &InferResponse) -> Result<&[u8], Error> {
     response
         .outputs
         .iter()
-        .find(|t| t.name == OPENAI_ANSWER)
+        .find(|t| t.name == JSON_BODY)
         .and_then(|t| match &t.data {
             TensorData::Bytes(items) => items.first().map(Vec::as_slice),
             _ => None,
         })
         .ok_or_else(|| {
             Error::internal(format!(
-                "model '{}' forwarded a request and answered no '{OPENAI_ANSWER}'",
+                "model '{}' forwarded a request and answered no '{JSON_BODY}'",
                 response.model_name
             ))
         })
@@ -127,13 +127,13 @@ impl Codec for Relay {
         };
         Ok(InferRequest {
             inputs: vec![Tensor {
-                name: OPENAI_REQUEST.to_owned(),
+                name: JSON_BODY.to_owned(),
                 shape: vec![1],
                 data: TensorData::Bytes(vec![self.body.take().unwrap_or_default()]),
                 parameters: Vec::new(),
             }],
             parameters: vec![(
-                OPENAI_ENDPOINT.to_owned(),
+                JSON_ENDPOINT.to_owned(),
                 ParameterValue::String(endpoint.to_owned()),
             )],
             ..InferRequest::default()
