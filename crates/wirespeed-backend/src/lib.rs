@@ -12,7 +12,7 @@
 //! knows the repository or the registry.
 //!
 //! The serving policy a config sets is read here too, once, for every
-//! backend: [`scheduling`] (`[batching]`, `[slo]`, `[queue]`),
+//! backend, into one [`Serving`]: [`scheduling`] (`[batching]`, `[slo]`, `[queue]`),
 //! [`sequence`] (`[sequence]`), [`warmup`] (`[[warmup]]`) and
 //! [`versions`] (`version_policy`).
 
@@ -21,6 +21,7 @@ mod caller;
 pub mod config;
 pub mod scheduling;
 pub mod sequence;
+mod serving;
 mod source;
 pub mod versions;
 pub mod warmup;
@@ -33,5 +34,6 @@ pub use scheduling::{
     QueuePolicy, Scheduling, Slo, SloKeys, TimeoutAction,
 };
 pub use sequence::{Control, ControlKind, Sequencing, State, Strategy};
+pub use serving::Serving;
 pub use source::ModelSource;
 pub use versions::{select_versions, version_folders, VersionPolicy, VersionPolicyKeys};

@@ -323,38 +323,39 @@ impl ServedModels {
     /// `loaded` with its scheduler and counters.
     fn serve(&self, loaded: LoadedModel) -> Arc<ServedModel> {
         let pool = &self.pool;
-        let concurrency = loaded
+        let serving = loaded.serving;
+        let concurrency = serving
             .max_concurrency
             .or(loaded.model.default_concurrency())
             .unwrap_or(pool.threads())
             .max(1);
         // A batch takes up to max_batch_size requests at a time.
-        let per_turn = loaded
+        let per_turn = serving
             .scheduling
             .batching
             .as_ref()
             .map_or(1, |b| b.max_batch_size);
-        let queue = loaded
+        let queue = serving
             .max_queue
             .unwrap_or(64usize.saturating_mul(concurrency).saturating_mul(per_turn));
-        let scheduling = loaded.scheduling.clone();
+        let scheduling = serving.scheduling.clone();
         let runner = match loaded.composite {
             Some(composite) => Runner::Composite(composite),
             None => Runner::Scheduled(Scheduler::start(
                 Arc::clone(&loaded.model),
                 concurrency,
                 queue,
-                loaded.scheduling,
+                serving.scheduling,
                 pool.clone(),
                 &self.queues,
             )),
         };
-        let sequences = loaded
+        let sequences = serving
             .sequencing
             .map(|sequencing| Sequences::new(&loaded.name, sequencing, loaded.max_batch_size > 0));
         // Triton's limits: a model that streams or keeps state answers
         // each request anew.
-        let cache = match (&self.cache, loaded.response_cache) {
+        let cache = match (&self.cache, serving.response_cache) {
             (_, false) => None,
             (None, true) => {
                 tracing::warn!(

@@ -62,7 +62,7 @@ pub use wirespeed_backend::{
     Backend, CallerGone, CallerSlot, CompositeBackend, ModelCaller, ModelConfig, ModelSource,
     TensorConfig,
 };
-pub use wirespeed_backend::{Control, ControlKind, Sequencing, State, Strategy};
+pub use wirespeed_backend::{Control, ControlKind, Sequencing, Serving, State, Strategy};
 #[cfg(feature = "onnx")]
 pub use wirespeed_onnx::{supported_operators, OnnxModel};
 pub use wirespeed_proto::model_config::data_type as triton_data_type;

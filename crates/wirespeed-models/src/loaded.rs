@@ -12,9 +12,9 @@ use wirespeed_core::{Composite, CpuPool, Model};
 use crate::registry::{Loader, Registry};
 use crate::repository::RepositoryError;
 use wirespeed_backend::config::ModelConfig;
-use wirespeed_backend::scheduling::Scheduling;
 use wirespeed_backend::versions::VersionPolicy;
 use wirespeed_backend::ModelSource;
+use wirespeed_backend::Serving;
 
 /// One loaded model, with the settings the server schedules it by.
 pub struct LoadedModel {
@@ -26,12 +26,9 @@ pub struct LoadedModel {
     /// How a model that answers through other served models runs (an
     /// ensemble, a graph, an application); `None` for one that computes.
     pub composite: Option<Arc<Composite>>,
-    /// Requests computed at once, if the config says.
-    pub max_concurrency: Option<usize>,
-    /// Requests that may wait for a turn, if the config says.
-    pub max_queue: Option<usize>,
-    /// Batching, latency objective and queue policy.
-    pub scheduling: Scheduling,
+    /// How the server serves it: concurrency, queue, batching and
+    /// objectives, sequences, the response cache.
+    pub serving: Serving,
     /// The backend that loaded it, by its registry name.
     pub backend: String,
     /// The labels of the outputs that declare a labels file.
@@ -50,10 +47,6 @@ pub struct LoadedModel {
     /// Triton's string `parameters` of the model (its `[parameters]`
     /// table), read back in its configuration.
     pub parameters: Vec<(String, String)>,
-    /// Its sequence batching, when it is a stateful model.
-    pub sequencing: Option<wirespeed_backend::sequence::Sequencing>,
-    /// Its answers may come from the server's response cache.
-    pub response_cache: bool,
     /// The parameters every output answers with, unless the model gave
     /// the output its own (`[output_parameters]`).
     pub output_parameters: wirespeed_core::Parameters,
@@ -91,8 +84,8 @@ impl std::fmt::Debug for LoadedModel {
         f.debug_struct("LoadedModel")
             .field("name", &self.name)
             .field("platform", &self.model.metadata().platform)
-            .field("max_concurrency", &self.max_concurrency)
-            .field("max_queue", &self.max_queue)
+            .field("max_concurrency", &self.serving.max_concurrency)
+            .field("max_queue", &self.serving.max_queue)
             .finish()
     }
 }
@@ -260,9 +253,13 @@ pub(crate) fn load_version(
         name: name.to_owned(),
         model,
         composite,
-        max_concurrency: config.max_concurrency,
-        max_queue: config.max_queue,
-        scheduling,
+        serving: Serving {
+            max_concurrency: config.max_concurrency,
+            max_queue: config.max_queue,
+            scheduling,
+            sequencing,
+            response_cache: config.response_cache,
+        },
         backend: config.backend.clone(),
         labels,
         version_policy: policy,
@@ -271,10 +268,8 @@ pub(crate) fn load_version(
         input_formats: input_formats(config).map_err(|m| error(&config_path, m))?,
         parameters: string_parameters(config),
         output_parameters: output_parameters(config).map_err(|m| error(&config_path, m))?,
-        response_cache: config.response_cache,
         dialect: dialect(config).map_err(|m| error(&config_path, m))?,
         metadata_answer,
-        sequencing,
     })
 }
 

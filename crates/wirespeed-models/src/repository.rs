@@ -363,7 +363,7 @@ mod tests {
         let models = load(&dir).unwrap();
         let names: Vec<&str> = models.iter().map(|m| m.name.as_str()).collect();
         assert_eq!(names, ["a", "b"]);
-        assert_eq!(models[0].max_queue, Some(3));
+        assert_eq!(models[0].serving.max_queue, Some(3));
         assert_eq!(models[0].model.metadata().platform, "identity");
     }
 
@@ -420,7 +420,7 @@ mod tests {
             .unwrap()
             .remove(0);
         assert_eq!(model.model.metadata().versions, ["7"]);
-        assert_eq!(model.max_queue, Some(2));
+        assert_eq!(model.serving.max_queue, Some(2));
         let e = load_model(
             "a",
             &folder,
