@@ -17,6 +17,20 @@ pub trait Backend: Send + Sync {
     /// Loads the model `source` describes. The error is shown with the
     /// model's folder, so it need not name it.
     fn load(&self, source: &ModelSource<'_>) -> Result<Arc<dyn Model>, String>;
+
+    /// Whether its models may declare optional inputs (Triton's
+    /// `optional: true`) that a request may leave out: the model then
+    /// gets the request without them. Refused at load unless it says so.
+    fn takes_optional_inputs(&self) -> bool {
+        false
+    }
+
+    /// Whether a stateful model's sequence flags (`sequence_start`,
+    /// `sequence_end`, `sequence_id`) reach it as request parameters too,
+    /// as Triton's Python backend gives them to `execute`.
+    fn sequence_flags_as_parameters(&self) -> bool {
+        false
+    }
 }
 
 /// A kind of model that computes nothing itself: its folder names other

@@ -118,7 +118,7 @@ pub(crate) fn load_version(
         ));
     }
     if let Some(input) = config.inputs.iter().find(|t| t.optional) {
-        if config.backend != "python" {
+        if !matches!(backend, Loader::Backend(b) if b.takes_optional_inputs()) {
             return Err(error(
                 &config_path,
                 format!(
@@ -140,7 +140,8 @@ pub(crate) fn load_version(
         Some(keys) => {
             let mut sequencing = wirespeed_backend::sequence::Sequencing::from_keys(keys, files)
                 .map_err(|m| error(&config_path, m))?;
-            sequencing.flags_as_parameters = config.backend == "python";
+            sequencing.flags_as_parameters =
+                matches!(backend, Loader::Backend(b) if b.sequence_flags_as_parameters());
             wirespeed_backend::sequence::extend(&mut model_config, &sequencing, batch);
             Some((keys, sequencing))
         }

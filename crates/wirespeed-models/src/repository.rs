@@ -367,6 +367,36 @@ mod tests {
         assert_eq!(models[0].model.metadata().platform, "identity");
     }
 
+    /// Optional inputs are the backend's to allow: identity refuses one, a
+    /// backend that says it takes them loads it.
+    #[test]
+    fn optional_inputs_are_the_backends_to_take() {
+        use wirespeed_backend::{Backend, ModelSource};
+        struct Lenient;
+        impl Backend for Lenient {
+            fn name(&self) -> &'static str {
+                "lenient"
+            }
+            fn load(
+                &self,
+                source: &ModelSource<'_>,
+            ) -> Result<std::sync::Arc<dyn wirespeed_core::Model>, String> {
+                crate::identity::Identity.load(source)
+            }
+            fn takes_optional_inputs(&self) -> bool {
+                true
+            }
+        }
+        let optional = ECHO.replace("name='x'", "name='x'\noptional=true");
+        let e = load(&repo(&[("a", &optional)])).unwrap_err().to_string();
+        assert!(e.contains("input 'x' is optional"), "{e}");
+        let mut registry = Registry::builtin();
+        registry.register(Lenient);
+        let dir = repo(&[("a", &optional.replace("'identity'", "'lenient'"))]);
+        let models = load_repository(dir.path(), &registry, &CpuPool::new(1).unwrap()).unwrap();
+        assert_eq!(models[0].backend, "lenient");
+    }
+
     #[test]
     fn labels_files_are_read_for_outputs_only() {
         let labelled = ECHO.replace("name='y'", "name='y'\nlabels='classes.txt'");

@@ -80,6 +80,14 @@ const TRITON_UTILS: &str = concat!(
 pub struct Python;
 
 impl Backend for Python {
+    fn takes_optional_inputs(&self) -> bool {
+        true
+    }
+
+    fn sequence_flags_as_parameters(&self) -> bool {
+        true
+    }
+
     fn name(&self) -> &'static str {
         "python"
     }
