@@ -83,11 +83,11 @@ pub struct ModelConfig {
     #[serde(default)]
     pub sequence: Option<crate::sequence::SequenceKeys>,
     /// `[embedding]`: an encoder made an embedder, with its tokenizer and
-    /// pooling (`text/embedding.rs`).
+    /// pooling (`wirespeed-text`'s `embedding.rs`).
     #[serde(default)]
     pub embedding: Option<toml::Table>,
     /// `[chat]`: a generating model's chat template and tokenizer
-    /// (`text/chat.rs`).
+    /// (`wirespeed-text`'s `chat.rs`).
     #[serde(default)]
     pub chat: Option<toml::Table>,
     /// `[output_parameters]`: parameters every output answers with
@@ -131,7 +131,7 @@ pub struct TensorConfig {
     pub format: Option<String>,
     /// Triton's `reshape`: the model's own shape for this tensor, where
     /// `shape` is the one on the wire (both without a batch dimension of
-    /// `max_batch_size`'s); the same elements (`reshape.rs`).
+    /// `max_batch_size`'s); the same elements (`wirespeed-models`' `reshape.rs`).
     #[serde(default)]
     pub reshape: Option<Vec<i64>>,
     /// Triton's optional input: a request may leave it out (Python
@@ -185,7 +185,7 @@ impl ModelConfig {
     }
 
     /// Parses a configuration given as `config.toml`'s keys (a
-    /// `config.pbtxt` read by `pbtxt.rs`).
+    /// `config.pbtxt` read by `wirespeed-models`' `pbtxt.rs`).
     pub fn from_toml_table(table: toml::Table) -> Result<ModelConfig, String> {
         ModelConfig::from_table(table)
     }

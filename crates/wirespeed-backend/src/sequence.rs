@@ -1,9 +1,9 @@
 //! Sequence batching, as `config.toml`'s `[sequence]` table (or Triton's
-//! `sequence_batching`, read by `pbtxt.rs`) says it: a stateful model's
-//! requests come in sequences, named by a correlation id, the first
-//! flagged start and the last end; the server gives the model Triton's
-//! control inputs and carries its implicit state from one request of a
-//! sequence to the next.
+//! `sequence_batching`, read by `wirespeed-models`' `pbtxt.rs`) says it: a
+//! stateful model's requests come in sequences, named by a correlation id,
+//! the first flagged start and the last end; the server gives the model
+//! Triton's control inputs and carries its implicit state from one request
+//! of a sequence to the next.
 //!
 //! ```toml
 //! max_batch_size = 8

@@ -10,7 +10,7 @@
 //!   `execute(requests)` and `finalize()`, through the
 //!   `triton_python_backend_utils` module the worker provides
 //!   (`triton_python_backend_utils.py`), its `config.pbtxt` read for the
-//!   inputs and outputs (`pbtxt.rs`).
+//!   inputs and outputs (`wirespeed-models`' `pbtxt.rs`).
 //!
 //! ```toml
 //! backend = "python"
@@ -116,7 +116,7 @@ struct PythonKeys {
     #[serde(default)]
     parameters: Option<toml::Table>,
     /// Triton's model configuration as JSON, when it came from a
-    /// `config.pbtxt` (`pbtxt.rs`): `initialize`'s `args["model_config"]`.
+    /// `config.pbtxt` (`wirespeed-models`' `pbtxt.rs`): `initialize`'s `args["model_config"]`.
     #[serde(default)]
     triton_model_config: Option<String>,
     /// The model answers a request with a stream of responses (Triton's
