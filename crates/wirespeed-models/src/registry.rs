@@ -47,8 +47,8 @@ impl Registry {
 
     /// The backends wirespeed ships: `xgboost`, `lightgbm`, `fil` and
     /// `identity`, the composites `ensemble`, `application` and `graph`,
-    /// and the backends of this build's features: `onnx`, `upstream` and
-    /// `python`.
+    /// and the backends of this build's features: `onnx` (its crate),
+    /// `upstream`, and `python` and `sklearn` (the Python backend's).
     pub fn builtin() -> Registry {
         let mut registry = Registry::new();
         registry.register(wirespeed_trees::Xgboost);
