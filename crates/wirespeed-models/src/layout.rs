@@ -117,9 +117,11 @@ impl Layout {
                     &parsed.backend
                 };
                 let table = match python_code(folder, &parsed.default_model_filename) {
-                    Some(code) if named == "python" && registry.auto_complete() => {
-                        complete_python(name, &crate::pbtxt::to_json(&parsed), &code)
-                    }
+                    Some(code) if named == "python" && registry.auto_complete() => complete_python(
+                        name,
+                        &wirespeed_proto::model_config::to_json(&parsed),
+                        &code,
+                    ),
                     _ => crate::pbtxt::model_config_table(parsed),
                 }?;
                 ModelConfig::from_toml_table(table)

@@ -30,7 +30,7 @@
 use prost_reflect::DynamicMessage;
 use wirespeed_proto::inference as pb;
 use wirespeed_proto::model_config::descriptor;
-pub(crate) use wirespeed_proto::model_config::to_json;
+use wirespeed_proto::model_config::to_json;
 
 /// Parses the text of a `config.pbtxt`.
 pub(crate) fn parse(text: &str) -> Result<pb::ModelConfig, String> {
