@@ -246,6 +246,32 @@ class Model:
         }
 """
 
+# A model whose requests queue behind one that waits at a gate (a file
+# the test creates): each answers `n` values, so that the answers of one
+# message to the worker lie at different offsets, and says whether the
+# worker took it with others (`infer_each` on the stack).
+QUEUED_MODEL = """
+import inspect
+import os
+import time
+
+import numpy as np
+
+
+class Model:
+    def predict(self, inputs, parameters):
+        gate = parameters.get("gate")
+        if gate:
+            until = time.monotonic() + 60
+            while not os.path.exists(gate) and time.monotonic() < until:
+                time.sleep(0.005)
+        n = int(inputs["x"][0])
+        if parameters.get("fail"):
+            raise ValueError("request %d asked to fail" % n)
+        grouped = any(frame.function == "infer_each" for frame in inspect.stack())
+        return {"y": np.arange(n, dtype=np.float32) * n, "grouped": np.array([grouped])}
+"""
+
 STUBBORN_MODEL = """
 import time
 
@@ -286,6 +312,8 @@ def repository(tmp_path_factory):
         keys="instances = 4",
         tables="[parameters]\nscale = 2.0\n",
     )
+    python_model(repo / "queued", QUEUED_MODEL, [("x", "INT32", [1])],
+                 [("y", "FP32", [-1]), ("grouped", "BOOL", [1])])
     python_model(repo / "stubborn", STUBBORN_MODEL, [("x", "FP32", [-1])], [("y", "FP32", [-1])])
     python_model(
         repo / "garbled",
@@ -605,6 +633,49 @@ def test_64_concurrent_clients_over_4_workers_each_get_their_own_answer(server):
     with concurrent.futures.ThreadPoolExecutor(64) as pool:
         pids = set().union(*pool.map(client, range(64)))
     assert len(pids) == 4, pids
+
+
+def running(server, model):
+    """The requests of `model` holding a compute slot, from the metrics."""
+    text = requests.get(f"http://127.0.0.1:{server.metrics_port}/metrics", timeout=10).text
+    for line in text.splitlines():
+        if line.startswith("wirespeed_inference_running_requests{") and f'model="{model}"' in line:
+            return int(float(line.rsplit(" ", 1)[1]))
+    return 0
+
+
+def test_requests_queued_behind_a_busy_worker_go_in_one_message_and_each_gets_its_own_answer(server, tmp_path):
+    url = f"http://{server.address}/v2/models/queued/infer"
+    gate = tmp_path / "gate"
+
+    def ask(n, **parameters):
+        body = {"inputs": [{"name": "x", "datatype": "INT32", "shape": [1], "data": [n]}],
+                "parameters": parameters}
+        return requests.post(url, json=body, timeout=60)
+
+    with concurrent.futures.ThreadPoolExecutor(13) as pool:
+        first = pool.submit(ask, 3, gate=str(gate))
+        wait_until("the gated request to run", lambda: running(server, "queued") == 1)
+        queued = {n: pool.submit(ask, n, **({"fail": True} if n == 5 else {})) for n in range(1, 13)}
+        wait_until("12 requests to queue behind it", lambda: running(server, "queued") == 13)
+        gate.touch()
+        answers = {n: f.result() for n, f in queued.items()}
+        assert first.result().status_code == 200, first.result().text
+    assert {o["name"]: o["data"] for o in first.result().json()["outputs"]}["grouped"] == [False]
+    grouped = 0
+    for n, r in answers.items():
+        if n == 5:
+            assert r.status_code == 500
+            assert r.json() == {"error": "model 'queued': ValueError: request 5 asked to fail"}
+            continue
+        assert r.status_code == 200, r.text
+        out = {o["name"]: o for o in r.json()["outputs"]}
+        np.testing.assert_array_equal(np.array(out["y"]["data"], dtype=np.float32),
+                                      np.arange(n, dtype=np.float32) * n)
+        assert out["y"]["shape"] == [n]
+        grouped += out["grouped"]["data"] == [True]
+    # They queued while the worker was busy: it took them together.
+    assert grouped >= 10, grouped
 
 
 def test_what_a_model_prints_is_in_the_servers_log_naming_it(server):

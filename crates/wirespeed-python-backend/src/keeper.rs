@@ -1,6 +1,8 @@
 //! The keepers of a Python model's workers: one thread per instance, which
-//! starts its worker, hands it requests one at a time from the model's
-//! queue, and restarts it with growing waits when it dies.
+//! starts its worker, hands it the model's queued requests (the first one
+//! alone when the worker is idle, the ones that queued meanwhile in one
+//! message when it was busy, or a batch when the model batches), and
+//! restarts it with growing waits when it dies.
 //!
 //! Threads, not tasks of the server's runtime: a keeper blocks on its
 //! worker's socket while the model computes, and owns the process from
@@ -18,7 +20,7 @@ use crossbeam_channel::{Receiver, RecvError, RecvTimeoutError, Sender};
 use tokio::sync::oneshot;
 use wirespeed_core::{Error, ErrorKind, Tensor};
 
-use super::process::{ended, CallError, Launch, Process, StartError};
+use super::process::{ended, CallError, Calls, Launch, Process, StartError};
 
 /// How often an idle keeper checks that its worker is alive.
 pub(crate) const HEALTH_CHECK: Duration = Duration::from_millis(200);
@@ -96,6 +98,17 @@ impl Inbox {
         }
     }
 
+    /// The next job already queued, its own queue's first.
+    fn ready(&self) -> Option<Job> {
+        self.own.try_recv().or_else(|_| self.shared.try_recv()).ok()
+    }
+
+    /// How many jobs are queued for this keeper (the shared queue's for
+    /// every keeper).
+    fn queued(&self) -> usize {
+        self.own.len() + self.shared.len()
+    }
+
     /// The next job, waiting as long as it takes.
     fn wait(&self) -> Result<Job, RecvError> {
         crossbeam_channel::select! {
@@ -140,6 +153,73 @@ pub(crate) fn gather(
             return (batch, Some(job));
         }
         rows += self::rows(&job);
+        batch.push(job);
+    }
+    (batch, None)
+}
+
+/// Requests one message carries to a worker at most, when they queued
+/// while it was busy ([`queued_behind`]).
+const QUEUED_REQUESTS: usize = 32;
+
+/// How much later than the first's a request's deadline may be for it to
+/// go in the same message: the model's code is interrupted at the
+/// message's last deadline, so at most this long after a request's own.
+const DEADLINE_SPREAD: Duration = Duration::from_secs(1);
+
+/// Input bytes one message carries at most, past its first request's.
+const QUEUED_BYTES: usize = 8 << 20;
+
+/// `first` and the requests already queued behind it, for one message to
+/// the worker that runs each on its own (`Calls::Each`): under load the
+/// worker takes them in one wake-up, where a message each would cost more
+/// in the hand-over between the processes than the model's own work. Of
+/// `instances` workers this one takes its share of the queue, so that the
+/// others are not left idle. The message's deadline is its last
+/// request's, so a request joins only if its deadline lies within
+/// [`DEADLINE_SPREAD`] after the first's (the same request timeout gives
+/// deadlines in the order the requests came); one that does not (a
+/// client's shorter or longer timeout) is given back as the next one's
+/// first.
+pub(crate) fn queued_behind(
+    queue: &Inbox,
+    first: Job,
+    instances: usize,
+) -> (Vec<Job>, Option<Job>) {
+    let earliest = first.deadline;
+    let joins = |job: &Job| match (earliest, job.deadline) {
+        (None, None) => true,
+        (Some(first), Some(deadline)) => {
+            deadline >= first && deadline.duration_since(first) <= DEADLINE_SPREAD
+        }
+        _ => false,
+    };
+    let share = 1 + queue.queued().div_ceil(instances.max(1));
+    let most = share.min(QUEUED_REQUESTS);
+    let mut bytes = 0usize;
+    let mut batch = vec![first];
+    while batch.len() < most {
+        let Some(job) = queue.ready() else {
+            break;
+        };
+        if job.reply.is_closed() {
+            continue; // the caller left while it waited
+        }
+        if job.responses.is_some() {
+            let _ = job.reply.send(Err(Error::internal(
+                "a stream was asked of a model that is not decoupled",
+            )));
+            continue;
+        }
+        let size: usize = job
+            .inputs
+            .iter()
+            .map(|t| wirespeed_core::raw::raw_len(&t.data))
+            .sum();
+        if !joins(&job) || bytes + size > QUEUED_BYTES {
+            return (batch, Some(job));
+        }
+        bytes += size;
         batch.push(job);
     }
     (batch, None)
@@ -212,6 +292,7 @@ impl Workers {
                     shared: queue.clone(),
                 },
                 instance,
+                instances,
             };
             let first = first_tx.clone();
             std::thread::Builder::new()
@@ -320,6 +401,8 @@ struct Keeper {
     shared: Arc<Shared>,
     queue: Inbox,
     instance: usize,
+    /// The model's workers, this one's among them.
+    instances: usize,
 }
 
 impl Keeper {
@@ -424,7 +507,11 @@ impl Keeper {
                             carried = over;
                             self.run_batch(process, batch)
                         }
-                        None => self.run_one(process, job),
+                        None => {
+                            let (queued, over) = queued_behind(&self.queue, job, self.instances);
+                            carried = over;
+                            self.run_queued(process, queued)
+                        }
                     };
                     if lost.is_some() {
                         if let Some(job) = carried.take() {
@@ -489,12 +576,24 @@ impl Keeper {
     fn run_batch(&self, process: &mut Process, mut batch: Vec<Job>) -> Option<String> {
         let started = Instant::now();
         let rows: usize = batch.iter().map(rows).sum();
-        let lost = self.run_gathered(process, &mut batch);
+        let lost = self.run_gathered(process, &mut batch, Calls::Together);
         self.launch.executions.count(rows, started.elapsed());
         lost
     }
 
-    fn run_gathered(&self, process: &mut Process, batch: &mut Vec<Job>) -> Option<String> {
+    /// Requests that queued while the worker was busy, in one message, the
+    /// model called for each; each answered. Why the worker was lost, if
+    /// it was.
+    fn run_queued(&self, process: &mut Process, mut queued: Vec<Job>) -> Option<String> {
+        self.run_gathered(process, &mut queued, Calls::Each)
+    }
+
+    fn run_gathered(
+        &self,
+        process: &mut Process,
+        batch: &mut Vec<Job>,
+        calls: Calls,
+    ) -> Option<String> {
         if batch.len() == 1 {
             return self.run_one(process, batch.pop().expect("one"));
         }
@@ -514,7 +613,7 @@ impl Keeper {
                 )
             })
             .collect();
-        match process.infer_batch(&self.launch, requests, deadline.flatten()) {
+        match process.infer_batch(&self.launch, requests, deadline.flatten(), calls) {
             Ok(answers) => {
                 for (job, answer) in batch.drain(..).zip(answers) {
                     let _ = job.reply.send(answer);

@@ -1,5 +1,6 @@
 //! One Python worker process: started with its socket and two segments,
-//! loaded, asked one request at a time, stopped.
+//! loaded, asked one message at a time (a request, or several in
+//! `process/batch.rs`), stopped.
 //!
 //! Unsafe code: descriptor placement and signals between fork and exec, `kill` and `poll` (libc).
 
@@ -15,7 +16,7 @@ use std::time::{Duration, Instant};
 mod answer;
 mod batch;
 pub(crate) use answer::{model_error, outputs_from};
-pub(crate) use batch::BatchWindow;
+pub(crate) use batch::{BatchWindow, Calls};
 
 use wirespeed_core::{Error, Tensor, TensorSpec};
 

@@ -73,6 +73,9 @@ class Worker(PeerApis):
         self.api = ""
         self.runtime = None
         self.input_parameters = {}
+        # Where the next outputs go in the output segment: past those of
+        # the requests answered before them in one `infer_each`.
+        self.output_base = 0
         self.linger = 0
         # Decoupled mode: ids of requests whose client left, and the
         # server's answers to BLS calls (the reader thread fills both).
@@ -274,6 +277,28 @@ class Worker(PeerApis):
                 answer["outputs"] = [next(layout) for _ in range(answer["outputs"])]
         return answers
 
+    def infer_each(self, message):
+        """Requests that queued while the worker was busy, each run as if
+        it had come alone, their outputs placed one after the other in the
+        output segment: each one's outputs, or its error."""
+        answers = []
+        try:
+            for request in message["requests"]:
+                request["size"] = message["size"]
+                self.current_cancelled = False
+                try:
+                    layout = self.infer(request)
+                except Exception as e:
+                    answers.append(self.failure(e))
+                    continue
+                answers.append({"outputs": layout})
+                for placed in layout:
+                    end = placed[3] + (placed[4] + ALIGN - 1) // ALIGN * ALIGN
+                    self.output_base = max(self.output_base, end)
+        finally:
+            self.output_base = 0
+        return answers
+
     def write_outputs(self, produced, wanted):
         prepared = []
         for name in wanted:
@@ -284,8 +309,10 @@ class Worker(PeerApis):
 
     def place(self, prepared):
         """Writes (name, (datatype, array, raw)[, parameters]) outputs into
-        the output segment; returns where each lies (and its parameters)."""
-        size = 0
+        the output segment, from `output_base` on (past the outputs of the
+        requests before, in one `infer_each`); returns where each lies (and
+        its parameters)."""
+        size = self.output_base
         layout = []
         for name, (datatype, array, raw), *own in prepared:
             length = len(raw) if raw is not None else array.nbytes
@@ -584,6 +611,8 @@ class Worker(PeerApis):
                 try:
                     if message["op"] == "infer_batch":
                         answer = {"op": "answers", "answers": self.infer_batch(message)}
+                    elif message["op"] == "infer_each":
+                        answer = {"op": "answers", "answers": self.infer_each(message)}
                     else:
                         answer = {"op": "done", "outputs": self.infer(message)}
                 finally:

@@ -1,8 +1,14 @@
-//! Batches of requests on a worker's wire, as Triton's dynamic batcher
-//! gives a Python model's `execute` a list of requests: the requests'
-//! inputs written one after the other into the input segment, one
-//! `infer_batch` message, and each request's answer (or, for a decoupled
-//! model, each request's number, its responses flowing as for one).
+//! Several requests on a worker's wire at once: the requests' inputs
+//! written one after the other into the input segment, one message, and
+//! each request's answer (or, for a decoupled model, each request's
+//! number, its responses flowing as for one). Either a batch of Triton's
+//! dynamic batcher, which a Python model's `execute` takes as one list
+//! (`infer_batch`), or the requests that queued while the worker was busy,
+//! each run on its own as if it had come alone (`infer_each`): one
+//! wake-up of the worker and one message each way for all of them, where
+//! a message per request would spend more on the two processes' hand-over
+//! than the model spends on them (Triton's stub takes its requests from a
+//! shared-memory queue in lists for the same reason).
 
 use std::io;
 use std::os::unix::net::UnixStream;
@@ -35,16 +41,27 @@ pub(crate) struct BatchWindow {
     pub(crate) delay: Duration,
 }
 
+/// How the model's code is called for the requests of one message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Calls {
+    /// Once for them all: a batch of Triton's dynamic batcher.
+    Together,
+    /// Once for each, in order, as if each had come alone.
+    Each,
+}
+
 impl Process {
-    /// Runs a batch of requests to a Triton model in one call of its
-    /// `execute`, as Triton's dynamic batcher does: each request's answer,
-    /// in order, or the worker lost. Past `deadline` (the batch's latest)
-    /// the worker is interrupted, as for one request.
+    /// Runs several requests in one message: in one call of a Triton
+    /// model's `execute`, as Triton's dynamic batcher does
+    /// ([`Calls::Together`]), or each on its own ([`Calls::Each`]). Each
+    /// request's answer, in order, or the worker lost. Past `deadline` (the
+    /// batch's latest) the worker is interrupted, as for one request.
     pub(crate) fn infer_batch(
         &mut self,
         launch: &Launch,
         batch: Vec<Queued<'_>>,
         deadline: Option<Instant>,
+        calls: Calls,
     ) -> Result<Vec<Result<Vec<Tensor>, Error>>, CallError> {
         let groups: Vec<&[Tensor]> = batch.iter().map(|(inputs, ..)| *inputs).collect();
         let (placed, used) = self
@@ -52,7 +69,10 @@ impl Process {
             .map_err(|e| CallError::Model(Error::internal(format!("shared memory: {e}"))))?;
         let wanted: Vec<&[usize]> = batch.iter().map(|(_, outputs, _)| *outputs).collect();
         let message = wire::InferBatch {
-            op: "infer_batch",
+            op: match calls {
+                Calls::Together => "infer_batch",
+                Calls::Each => "infer_each",
+            },
             size: self.inputs.len(),
             requests: batch
                 .into_iter()
