@@ -76,7 +76,7 @@ pub(crate) fn serve(launch: &Arc<Launch>, queue: &Inbox, process: &mut Process) 
     loop {
         let next = match carried.take() {
             Some(job) => Ok(job),
-            None => queue.next(HEALTH_CHECK),
+            None => queue.next(HEALTH_CHECK, std::time::Duration::ZERO),
         };
         let job = match next {
             Ok(job) => job,

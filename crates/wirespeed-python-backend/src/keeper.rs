@@ -57,6 +57,9 @@ enum State {
 struct Shared {
     model: String,
     ready: AtomicUsize,
+    /// Keepers waiting for a request: while one is, another takes no
+    /// request but its first (`queued_behind`).
+    idle: AtomicUsize,
     /// Set when the model is dropped: keepers stop their workers and end.
     closed: AtomicBool,
     states: Mutex<Vec<State>>,
@@ -86,9 +89,15 @@ pub(crate) struct Inbox {
 }
 
 impl Inbox {
-    /// The next job, its own queue's first; `Timeout` after `wait`.
-    pub(crate) fn next(&self, wait: Duration) -> Result<Job, RecvTimeoutError> {
-        if let Ok(job) = self.own.try_recv() {
+    /// The next job, its own queue's first, looked for `linger` before
+    /// the keeper sleeps; `Timeout` after `wait`.
+    pub(crate) fn next(&self, wait: Duration, linger: Duration) -> Result<Job, RecvTimeoutError> {
+        let mut taken = None;
+        super::process::linger(linger, || {
+            taken = self.ready();
+            taken.is_some()
+        });
+        if let Some(job) = taken.or_else(|| self.ready()) {
             return Ok(job);
         }
         crossbeam_channel::select! {
@@ -135,7 +144,7 @@ pub(crate) fn gather(
     let mut batch = vec![first];
     while rows < window.max_rows && !window.preferred.contains(&rows) {
         let wait = until.saturating_duration_since(Instant::now());
-        let Ok(job) = queue.next(wait) else {
+        let Ok(job) = queue.next(wait, Duration::ZERO) else {
             break;
         };
         if job.responses.is_some() != streams {
@@ -170,22 +179,20 @@ const DEADLINE_SPREAD: Duration = Duration::from_secs(1);
 /// Input bytes one message carries at most, past its first request's.
 const QUEUED_BYTES: usize = 8 << 20;
 
-/// `first` and the requests already queued behind it, for one message to
-/// the worker that runs each on its own (`Calls::Each`): under load the
-/// worker takes them in one wake-up, where a message each would cost more
-/// in the hand-over between the processes than the model's own work. Of
-/// `instances` workers this one takes its share of the queue, so that the
-/// others are not left idle. The message's deadline is its last
+/// `first` and up to `share` of the requests already queued behind it,
+/// for one message to the worker that runs each on its own
+/// (`Calls::Each`): under load the worker takes them in one wake-up, where
+/// a message each would cost more in the hand-over between the processes
+/// than the model's own work. Of several workers, one takes no more than
+/// its share of the queue, and none past its first while another is idle,
+/// so that requests spread over the workers as they would one at a time
+/// (two requests that wait for each other meet). The message's deadline is its last
 /// request's, so a request joins only if its deadline lies within
 /// [`DEADLINE_SPREAD`] after the first's (the same request timeout gives
 /// deadlines in the order the requests came); one that does not (a
 /// client's shorter or longer timeout) is given back as the next one's
 /// first.
-pub(crate) fn queued_behind(
-    queue: &Inbox,
-    first: Job,
-    instances: usize,
-) -> (Vec<Job>, Option<Job>) {
+pub(crate) fn queued_behind(queue: &Inbox, first: Job, share: usize) -> (Vec<Job>, Option<Job>) {
     let earliest = first.deadline;
     let joins = |job: &Job| match (earliest, job.deadline) {
         (None, None) => true,
@@ -194,8 +201,7 @@ pub(crate) fn queued_behind(
         }
         _ => false,
     };
-    let share = 1 + queue.queued().div_ceil(instances.max(1));
-    let most = share.min(QUEUED_REQUESTS);
+    let most = (1 + share).min(QUEUED_REQUESTS);
     let mut bytes = 0usize;
     let mut batch = vec![first];
     while batch.len() < most {
@@ -273,6 +279,7 @@ impl Workers {
         let shared = Arc::new(Shared {
             model: launch.model.clone(),
             ready: AtomicUsize::new(0),
+            idle: AtomicUsize::new(0),
             closed: AtomicBool::new(false),
             states: Mutex::new(vec![State::Starting; instances]),
             changed: Condvar::new(),
@@ -485,10 +492,26 @@ impl Keeper {
         // A job taken while gathering a batch it would overflow: the next
         // batch's first.
         let mut carried: Option<Job> = None;
+        // The worker's last message carried one request, and none was
+        // waiting behind it: light load, where the keeper lingers for the
+        // answer and the next request rather than sleep (under load it
+        // would take the core from the server's threads, and the queue
+        // is seldom empty).
+        let mut alone = true;
         loop {
+            let linger = if alone {
+                self.launch.linger
+            } else {
+                Duration::ZERO
+            };
             let next = match carried.take() {
                 Some(job) => Ok(job),
-                None => self.queue.next(HEALTH_CHECK),
+                None => {
+                    self.shared.idle.fetch_add(1, Ordering::AcqRel);
+                    let next = self.queue.next(HEALTH_CHECK, linger);
+                    self.shared.idle.fetch_sub(1, Ordering::AcqRel);
+                    next
+                }
             };
             match next {
                 Ok(job) => {
@@ -508,8 +531,19 @@ impl Keeper {
                             self.run_batch(process, batch)
                         }
                         None => {
-                            let (queued, over) = queued_behind(&self.queue, job, self.instances);
+                            let share = if self.shared.idle.load(Ordering::Acquire) > 0 {
+                                0 // an idle worker takes the next one
+                            } else {
+                                self.queue.queued().div_ceil(self.instances)
+                            };
+                            let (queued, over) = queued_behind(&self.queue, job, share);
+                            alone = queued.len() == 1 && over.is_none() && self.queue.queued() == 0;
                             carried = over;
+                            process.answer_linger = if alone {
+                                self.launch.linger
+                            } else {
+                                Duration::ZERO
+                            };
                             self.run_queued(process, queued)
                         }
                     };

@@ -94,6 +94,10 @@ pub(crate) struct Launch {
     pub(crate) executions: std::sync::Arc<wirespeed_core::Executions>,
     /// The server's caller, for the model's BLS calls.
     pub(crate) caller: wirespeed_backend::CallerSlot,
+    /// How long a keeper looks for its next request, and for its worker's
+    /// answer, before it sleeps ([`linger`]); the worker lingers as long
+    /// for its next request.
+    pub(crate) linger: Duration,
 }
 
 impl Launch {
@@ -191,6 +195,9 @@ pub(crate) struct Process {
     /// The metadata the model's own server answers, as JSON (an MLServer
     /// runtime's `metadata()`), as the worker said when it loaded.
     pub(crate) metadata: Option<String>,
+    /// How long the keeper looks for the worker's next answer before it
+    /// sleeps (`super::process::linger`): the keeper sets it per message.
+    pub(crate) answer_linger: Duration,
 }
 
 fn place_fd(from: RawFd, to: RawFd) -> io::Result<()> {
@@ -280,6 +287,7 @@ impl Process {
             pid,
             decoupled: false,
             metadata: None,
+            answer_linger: Duration::ZERO,
         };
         let handshake = (|| -> io::Result<Reply> {
             let program = u32::try_from(WORKER.len()).map_err(io::Error::other)?;
@@ -500,6 +508,9 @@ impl Process {
         gone: &mut wirespeed_backend::CallerGone<'_>,
         told: &mut bool,
     ) -> Result<(), CallError> {
+        if self.linger_for_answer(self.answer_linger) {
+            return Ok(());
+        }
         let readable = loop {
             let look = Instant::now() + CANCEL_CHECK;
             let until = if *told {
@@ -675,6 +686,14 @@ impl Process {
         wait_readable(&self.socket, deadline)
     }
 
+    /// Looks for the worker's answer for up to `linger`, giving the core
+    /// to whatever else is runnable between looks: whether it came.
+    fn linger_for_answer(&self, linger: Duration) -> bool {
+        self::linger(linger, || {
+            matches!(self.wait_readable(Some(Instant::now())), Ok(true))
+        })
+    }
+
     /// Asks the worker to finalize and exit; kills it if it does not.
     pub(crate) fn stop(mut self) {
         if wire::send(&mut self.socket, &serde_json::json!({"op": "stop"})).is_ok() {
@@ -758,6 +777,27 @@ pub(crate) fn ended(status: Option<ExitStatus>) -> String {
     }
 }
 
+/// Looks for `came` for up to `linger` (a 2-core machine's wake-up of a
+/// sleeping thread costs tens of microseconds, a request to a Python
+/// model a hundred or two), yielding the core between looks so that the
+/// server's other threads, the worker or a neighbour, run meanwhile:
+/// whether it came.
+pub(crate) fn linger(linger: Duration, mut came: impl FnMut() -> bool) -> bool {
+    if linger.is_zero() {
+        return false;
+    }
+    let until = Instant::now() + linger;
+    loop {
+        if came() {
+            return true;
+        }
+        if Instant::now() >= until {
+            return false;
+        }
+        std::thread::yield_now();
+    }
+}
+
 /// Waits until the worker has written something on `socket` (true), or
 /// `deadline` passed (false); forever when there is none. The socket's
 /// read timeout bounds a message once it has begun, not the wait for one.
@@ -768,9 +808,10 @@ pub(crate) fn wait_readable(socket: &UnixStream, deadline: Option<Instant>) -> i
             Some(at) => {
                 let left = at.saturating_duration_since(Instant::now());
                 if left.is_zero() {
-                    return Ok(false);
+                    0 // one look
+                } else {
+                    left.as_millis().clamp(1, i32::MAX as u128) as i32
                 }
-                left.as_millis().clamp(1, i32::MAX as u128) as i32
             }
         };
         let mut poll = libc::pollfd {
@@ -789,6 +830,9 @@ pub(crate) fn wait_readable(socket: &UnixStream, deadline: Option<Instant>) -> i
         }
         if n > 0 {
             return Ok(true);
+        }
+        if timeout == 0 {
+            return Ok(false);
         }
     }
 }
