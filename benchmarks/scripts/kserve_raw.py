@@ -40,6 +40,10 @@ ROWS, COLUMNS = 8, 262144
 
 def serve_kserve(http_port, grpc_port):
     """KServe's ModelServer with the row sum, bound to loopback only."""
+    # Its flags, read when `kserve` is imported.
+    sys.argv = [sys.argv[0], "--http_port", str(http_port), "--grpc_port", str(grpc_port),
+                "--grpc_max_receive_message_length", str(256 << 20),
+                "--grpc_max_send_message_length", str(256 << 20), "--enable_latency_logging", "False"]
     import uvicorn
     from grpc.aio import _server as grpc_server
 
@@ -67,9 +71,6 @@ def serve_kserve(http_port, grpc_port):
             out.set_data_from_numpy(s, binary_data=payload.use_binary_outputs)
             return InferResponse(model_name=self.name, infer_outputs=[out], response_id=payload.id or "0")
 
-    sys.argv = [sys.argv[0], "--http_port", str(http_port), "--grpc_port", str(grpc_port),
-                "--grpc_max_receive_message_length", str(256 << 20),
-                "--grpc_max_send_message_length", str(256 << 20), "--enable_latency_logging", "False"]
     kserve.ModelServer().start([RowSum()])
 
 
