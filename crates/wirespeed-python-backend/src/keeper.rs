@@ -703,3 +703,113 @@ impl Keeper {
         }
     }
 }
+
+#[cfg(test)]
+mod queued_requests {
+    use super::*;
+    use wirespeed_core::TensorData;
+
+    fn job(
+        floats: usize,
+        deadline: Option<Instant>,
+    ) -> (Job, oneshot::Receiver<Result<Vec<Tensor>, Error>>) {
+        let (reply, answer) = oneshot::channel();
+        let x = Tensor::new("x", vec![floats], TensorData::Fp32(vec![0.0; floats]));
+        let job = Job {
+            inputs: vec![x],
+            outputs: vec![0],
+            parameters: serde_json::Map::new(),
+            deadline,
+            responses: None,
+            reply,
+        };
+        (job, answer)
+    }
+
+    fn inbox() -> (Sender<Job>, Inbox) {
+        // No sequence's own queue: its sender is gone, so it reads empty.
+        let (_, own) = crossbeam_channel::unbounded();
+        let (shared_tx, shared) = crossbeam_channel::unbounded();
+        (shared_tx, Inbox { own, shared })
+    }
+
+    /// Sizes of the jobs `queued_behind` took, and of the one it gave back.
+    fn sizes(taken: &(Vec<Job>, Option<Job>)) -> (Vec<usize>, Option<usize>) {
+        let size = |j: &Job| j.inputs[0].shape[0];
+        (
+            taken.0.iter().map(size).collect(),
+            taken.1.as_ref().map(size),
+        )
+    }
+
+    #[test]
+    fn a_busy_workers_queue_goes_in_one_message_up_to_its_share_and_the_cap() {
+        let (queue, inbox) = inbox();
+        let mut answers = Vec::new();
+        for n in 1..=40 {
+            let (j, a) = job(n, None);
+            queue.send(j).unwrap();
+            answers.push(a);
+        }
+        let (first, _a) = job(100, None);
+        // All of it for the one worker, but no more than the cap.
+        let taken = queued_behind(&inbox, first, 40);
+        assert_eq!(
+            sizes(&taken),
+            (
+                std::iter::once(100).chain(1..QUEUED_REQUESTS).collect(),
+                None
+            )
+        );
+        // Its share only, of several workers.
+        let (first, _a) = job(100, None);
+        assert_eq!(
+            sizes(&queued_behind(&inbox, first, 2)),
+            (vec![100, 32, 33], None)
+        );
+        // None past the first while another worker is idle.
+        let (first, _a) = job(100, None);
+        assert_eq!(sizes(&queued_behind(&inbox, first, 0)), (vec![100], None));
+    }
+
+    #[test]
+    fn a_request_that_left_is_skipped_and_one_with_another_deadline_is_given_back() {
+        let (queue, inbox) = inbox();
+        let now = Instant::now();
+        let (left, answer) = job(1, Some(now));
+        drop(answer);
+        queue.send(left).unwrap();
+        let (near, _a) = job(2, Some(now + Duration::from_millis(5)));
+        queue.send(near).unwrap();
+        let (far, _b) = job(3, Some(now + DEADLINE_SPREAD + Duration::from_secs(1)));
+        queue.send(far).unwrap();
+        let (after, _c) = job(4, Some(now));
+        queue.send(after).unwrap();
+        let (first, _d) = job(100, Some(now));
+        assert_eq!(
+            sizes(&queued_behind(&inbox, first, 10)),
+            (vec![100, 2], Some(3))
+        );
+        // A sooner deadline than the first's is given back too.
+        let (first, _e) = job(100, Some(now + Duration::from_millis(10)));
+        assert_eq!(
+            sizes(&queued_behind(&inbox, first, 10)),
+            (vec![100], Some(4))
+        );
+    }
+
+    #[test]
+    fn a_message_carries_no_more_than_its_bytes() {
+        let (queue, inbox) = inbox();
+        let mut answers = Vec::new();
+        for _ in 0..3 {
+            let (j, a) = job(QUEUED_BYTES / 4 / 2, None); // half the bytes each
+            queue.send(j).unwrap();
+            answers.push(a);
+        }
+        let (first, _a) = job(1, None);
+        let taken = queued_behind(&inbox, first, 10);
+        assert_eq!(taken.0.len(), 3);
+        assert!(taken.1.is_some());
+    }
+}
