@@ -1,9 +1,11 @@
 """What the Python benchmark scripts share: a free loopback port, one wrk
-run read as (requests a second, p50 in ms), and waiting for a server to
-answer, a process's CPU time. Imported by the scripts beside it
-(`from harness import wrk`)."""
+run read as (requests a second, p50 in ms), timed JSON posts, waiting for
+a server to answer, a process's CPU time, and KServe kept on loopback.
+Imported by the scripts beside it (`from harness import wrk`)."""
 
+import http.client
 import os
+import statistics
 import re
 import socket
 import subprocess
@@ -38,6 +40,42 @@ def wrk(url, path, body, connections, seconds):
     rps = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))
     p50 = re.search(r"50%\s+([\d.]+)(us|ms|s)", out)
     return rps, float(p50.group(1)) * {"us": 1e-3, "ms": 1.0, "s": 1e3}[p50.group(2)]
+
+
+def post_json(port, path, body, times):
+    """(p50 ms, the last answer's bytes) of `times` POSTs of `body` to
+    127.0.0.1:`port` + `path`, a fresh connection each, as one client
+    sends a large request; exits on any answer but a 200."""
+    took = []
+    for _ in range(times):
+        connection = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
+        started = time.perf_counter()
+        connection.request("POST", path, body, {"Content-Type": "application/json"})
+        response = connection.getresponse()
+        answer = response.read()
+        took.append((time.perf_counter() - started) * 1000)
+        connection.close()
+        if response.status != 200:
+            sys.exit(f"port {port}: {response.status} {answer[:300]!r}")
+    return statistics.median(took), answer
+
+
+def kserve_on_loopback():
+    """Binds KServe's ModelServer to 127.0.0.1 only (it binds every
+    interface): its uvicorn config and gRPC port, patched before `kserve`
+    is imported."""
+    import uvicorn
+    from grpc.aio import _server as grpc_server
+
+    config = uvicorn.Config.__init__
+
+    def loopback(self, *args, **kwargs):
+        kwargs["host"] = "127.0.0.1"
+        config(self, *args, **kwargs)
+
+    uvicorn.Config.__init__ = loopback
+    add_port = grpc_server.Server.add_insecure_port
+    grpc_server.Server.add_insecure_port = lambda self, a: add_port(self, a.replace("[::]", "127.0.0.1"))
 
 
 def wait_ready(url, seconds=60):

@@ -17,21 +17,10 @@ MODELS = Path(sys.argv.pop(1))
 if "--enable_latency_logging" not in sys.argv:
     sys.argv += ["--enable_latency_logging", "False"]
 
-import uvicorn  # noqa: E402
-from grpc.aio import _server as grpc_server  # noqa: E402
+from harness import kserve_on_loopback  # noqa: E402
 
 # KServe binds every interface; a benchmark binds loopback only.
-_config = uvicorn.Config.__init__
-
-
-def _loopback_config(self, *args, **kwargs):
-    kwargs["host"] = "127.0.0.1"
-    _config(self, *args, **kwargs)
-
-
-uvicorn.Config.__init__ = _loopback_config
-_add_port = grpc_server.Server.add_insecure_port
-grpc_server.Server.add_insecure_port = lambda self, address: _add_port(self, address.replace("[::]", "127.0.0.1"))
+kserve_on_loopback()
 
 import kserve  # noqa: E402
 import onnxruntime  # noqa: E402

@@ -20,7 +20,6 @@ wirespeed` and ./scripts/test's venvs):
 """
 
 import argparse
-import http.client
 import json
 import os
 import statistics
@@ -33,7 +32,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from harness import ROOT, free_port, wait_ready  # noqa: E402
+from harness import ROOT, free_port, kserve_on_loopback, post_json, wait_ready  # noqa: E402
 
 ROWS, COLUMNS = 8, 262144
 
@@ -44,19 +43,7 @@ def serve_kserve(http_port, grpc_port):
     sys.argv = [sys.argv[0], "--http_port", str(http_port), "--grpc_port", str(grpc_port),
                 "--grpc_max_receive_message_length", str(256 << 20),
                 "--grpc_max_send_message_length", str(256 << 20), "--enable_latency_logging", "False"]
-    import uvicorn
-    from grpc.aio import _server as grpc_server
-
-    config = uvicorn.Config.__init__
-
-    def loopback(self, *args, **kwargs):
-        kwargs["host"] = "127.0.0.1"
-        config(self, *args, **kwargs)
-
-    uvicorn.Config.__init__ = loopback
-    add_port = grpc_server.Server.add_insecure_port
-    grpc_server.Server.add_insecure_port = lambda self, a: add_port(self, a.replace("[::]", "127.0.0.1"))
-
+    kserve_on_loopback()
     import kserve
     from kserve import InferOutput, InferRequest, InferResponse
 
@@ -75,18 +62,8 @@ def serve_kserve(http_port, grpc_port):
 
 
 def json_request(port, body, times):
-    took = []
-    for _ in range(times):
-        connection = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
-        started = time.perf_counter()
-        connection.request("POST", "/v2/models/rowsum/infer", body, {"Content-Type": "application/json"})
-        response = connection.getresponse()
-        answer = response.read()
-        took.append((time.perf_counter() - started) * 1000)
-        connection.close()
-        if response.status != 200:
-            sys.exit(f"port {port}: {response.status} {answer[:300]!r}")
-    return statistics.median(took), json.loads(answer)["outputs"][0]["data"]
+    took, answer = post_json(port, "/v2/models/rowsum/infer", body, times)
+    return took, json.loads(answer)["outputs"][0]["data"]
 
 
 def raw_grpc_request(port, x, times):

@@ -35,7 +35,6 @@ and ./scripts/test's venvs and tools):
 """
 
 import argparse
-import http.client
 import importlib.util
 import json
 import os
@@ -50,7 +49,7 @@ from pathlib import Path
 
 import numpy as np
 
-from harness import ROOT, free_port, tree_cpu_seconds, tree_rss_mib, wait_ready, wrk
+from harness import ROOT, free_port, post_json, tree_cpu_seconds, tree_rss_mib, wait_ready, wrk
 
 TOKENS = 10000
 
@@ -241,18 +240,7 @@ def stream(server, count):
 
 def big_request(server, body, times=5):
     """p50 ms of the 42.5 MB V2 JSON request to the row-sum model."""
-    took = []
-    for _ in range(times):
-        connection = http.client.HTTPConnection("127.0.0.1", server.http, timeout=120)
-        started = time.perf_counter()
-        connection.request("POST", "/v2/models/rowsum/infer", body, {"Content-Type": "application/json"})
-        response = connection.getresponse()
-        answer = response.read()
-        took.append((time.perf_counter() - started) * 1000)
-        connection.close()
-        if response.status != 200:
-            sys.exit(f"{server.name}: {response.status} {answer[:300]!r}")
-    return statistics.median(took)
+    return post_json(server.http, "/v2/models/rowsum/infer", body, times)[0]
 
 
 WORKLOADS = ["meta", "model", "py16", "py1", "ens16", "grpc1", "grpc16", "mb4", "stream", "big"]

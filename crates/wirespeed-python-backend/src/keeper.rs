@@ -127,6 +127,25 @@ impl Inbox {
     }
 }
 
+/// `job`, unless its caller left while it waited (it is dropped) or it
+/// does not suit the model (refused): `streams`, the model is decoupled
+/// and each request comes with its stream; one without is refused, as one
+/// with a stream is from a model that is not.
+fn runnable(job: Job, streams: bool) -> Option<Job> {
+    if job.responses.is_some() != streams {
+        let _ = job.reply.send(Err(Error::internal(if streams {
+            "a decoupled model's request came without its stream"
+        } else {
+            "a stream was asked of a model that is not decoupled"
+        })));
+        return None;
+    }
+    if job.reply.is_closed() {
+        return None; // the caller left while it waited
+    }
+    Some(job)
+}
+
 /// Triton's dynamic batcher: `first` and the requests that come while the
 /// batch is short of `window`'s rows, until a preferred size is reached or
 /// the window's delay has passed. A request that would take the batch past
@@ -147,17 +166,9 @@ pub(crate) fn gather(
         let Ok(job) = queue.next(wait, Duration::ZERO) else {
             break;
         };
-        if job.responses.is_some() != streams {
-            let _ = job.reply.send(Err(Error::internal(if streams {
-                "a decoupled model's request came without its stream"
-            } else {
-                "a stream was asked of a model that is not decoupled"
-            })));
+        let Some(job) = runnable(job, streams) else {
             continue;
-        }
-        if job.reply.is_closed() {
-            continue; // the caller left while it waited
-        }
+        };
         if rows + self::rows(&job) > window.max_rows {
             return (batch, Some(job));
         }
@@ -208,15 +219,9 @@ pub(crate) fn queued_behind(queue: &Inbox, first: Job, share: usize) -> (Vec<Job
         let Some(job) = queue.ready() else {
             break;
         };
-        if job.reply.is_closed() {
-            continue; // the caller left while it waited
-        }
-        if job.responses.is_some() {
-            let _ = job.reply.send(Err(Error::internal(
-                "a stream was asked of a model that is not decoupled",
-            )));
+        let Some(job) = runnable(job, false) else {
             continue;
-        }
+        };
         let size: usize = job
             .inputs
             .iter()
@@ -515,15 +520,9 @@ impl Keeper {
             };
             match next {
                 Ok(job) => {
-                    if job.reply.is_closed() {
-                        continue; // the caller left while it waited
-                    }
-                    if job.responses.is_some() {
-                        let _ = job.reply.send(Err(Error::internal(
-                            "a stream was asked of a model that is not decoupled",
-                        )));
+                    let Some(job) = runnable(job, false) else {
                         continue;
-                    }
+                    };
                     let lost = match &self.launch.batch {
                         Some(window) => {
                             let (batch, over) = gather(&self.queue, job, window, false);
