@@ -169,6 +169,17 @@ def wait_until(what, done, timeout=SAFETY):
         time.sleep(0.02)
 
 
+def running_requests(server, model):
+    """The requests of `model` holding a compute slot on wirespeed
+    `server` (for a Python model, also those its worker's keeper holds),
+    read from its metrics."""
+    text = requests.get(f"http://127.0.0.1:{server.metrics_port}/metrics", timeout=10).text
+    for line in text.splitlines():
+        if line.startswith("wirespeed_inference_running_requests{") and f'model="{model}"' in line:
+            return int(float(line.rsplit(" ", 1)[1]))
+    return 0
+
+
 def http_ok(url):
     try:
         return requests.get(url, timeout=2).status_code == 200

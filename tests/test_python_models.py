@@ -24,7 +24,7 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
-from conftest import ROOT, RunningServer, wait_until
+from conftest import ROOT, RunningServer, running_requests, wait_until
 
 PYTHON = str(ROOT / ".venv" / "bin" / "python")
 # The interpreter of models that name none (Triton's config.pbtxt has no
@@ -635,15 +635,6 @@ def test_64_concurrent_clients_over_4_workers_each_get_their_own_answer(server):
     assert len(pids) == 4, pids
 
 
-def running(server, model):
-    """The requests of `model` holding a compute slot, from the metrics."""
-    text = requests.get(f"http://127.0.0.1:{server.metrics_port}/metrics", timeout=10).text
-    for line in text.splitlines():
-        if line.startswith("wirespeed_inference_running_requests{") and f'model="{model}"' in line:
-            return int(float(line.rsplit(" ", 1)[1]))
-    return 0
-
-
 def test_requests_queued_behind_a_busy_worker_go_in_one_message_and_each_gets_its_own_answer(server, tmp_path):
     url = f"http://{server.address}/v2/models/queued/infer"
     gate = tmp_path / "gate"
@@ -655,9 +646,9 @@ def test_requests_queued_behind_a_busy_worker_go_in_one_message_and_each_gets_it
 
     with concurrent.futures.ThreadPoolExecutor(13) as pool:
         first = pool.submit(ask, 3, gate=str(gate))
-        wait_until("the gated request to run", lambda: running(server, "queued") == 1)
+        wait_until("the gated request to run", lambda: running_requests(server, "queued") == 1)
         queued = {n: pool.submit(ask, n, **({"fail": True} if n == 5 else {})) for n in range(1, 13)}
-        wait_until("12 requests to queue behind it", lambda: running(server, "queued") == 13)
+        wait_until("12 requests to queue behind it", lambda: running_requests(server, "queued") == 13)
         gate.touch()
         answers = {n: f.result() for n, f in queued.items()}
         assert first.result().status_code == 200, first.result().text

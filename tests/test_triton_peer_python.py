@@ -15,6 +15,7 @@ not decoupled and sends two responses gets Triton a body of a response
 followed by an error object.
 """
 
+import concurrent.futures
 import json
 import os
 import queue
@@ -28,6 +29,7 @@ import requests
 import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException
 
+from conftest import running_requests, wait_until
 from triton_peer import side_by_side
 
 # wirespeed's workers run the models on the tests' Python (numpy's).
@@ -164,6 +166,35 @@ MODELS = {
                         pb_utils.InferenceResponse([pb_utils.Tensor("OUT", np.array([seen, 0], np.float32))]),
                         flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
     '''),
+    # Requests that queue behind one held at a gate (a file in the
+    # model's folder, which the test creates), each answered on its own:
+    # 5 with an error response, 7 by raising, the others doubled.
+    "gated": ("", '''
+        import os
+        import time
+        import triton_python_backend_utils as pb_utils
+
+        class TritonPythonModel:
+            def initialize(self, args):
+                self.folder = args["model_repository"]
+
+            def execute(self, requests):
+                answers = []
+                for request in requests:
+                    x = pb_utils.get_input_tensor_by_name(request, "IN").as_numpy()
+                    if x[0] < 0:
+                        open(os.path.join(self.folder, "started"), "w").close()
+                        until = time.monotonic() + 60
+                        while not os.path.exists(os.path.join(self.folder, "gate")) and time.monotonic() < until:
+                            time.sleep(0.005)
+                    if x[0] == 5:
+                        answers.append(pb_utils.InferenceResponse(error=pb_utils.TritonError("five is refused")))
+                    elif x[0] == 7:
+                        raise ValueError("seven raised")
+                    else:
+                        answers.append(pb_utils.InferenceResponse([pb_utils.Tensor("OUT", x * 2)]))
+                return answers
+    '''),
 }
 
 ECHO_A = '''
@@ -242,8 +273,8 @@ WHOLE_CONFIGS = {
 
 
 @pytest.fixture(scope="module")
-def servers(tmp_path_factory):
-    """Triton and wirespeed on one repository of the models above."""
+def repo(tmp_path_factory):
+    """One repository of the models above."""
     repo = tmp_path_factory.mktemp("triton_python_repo")
     for name, (config, code) in WHOLE_CONFIGS.items():
         (repo / name / "1").mkdir(parents=True)
@@ -267,6 +298,12 @@ def servers(tmp_path_factory):
             {extra}
             """))
         (repo / name / "1" / "model.py").write_text(textwrap.dedent(code))
+    return repo
+
+
+@pytest.fixture(scope="module")
+def servers(repo, tmp_path_factory):
+    """Triton and wirespeed on the repository."""
     with side_by_side(repo, tmp_path_factory.mktemp("triton_log") / "triton.log") as servers:
         yield servers
 
@@ -345,6 +382,31 @@ def test_each_triton_error_code_has_tritons_status_and_text(servers, code):
     for ask in (rest, grpc):
         answers = both(servers, ask, "error_codes", (float(code), 0.0))
         assert answers["wirespeed"] == answers["triton"], ask.__name__
+
+
+def test_requests_queued_behind_a_busy_instance_are_each_answered_as_triton_answers_them(repo, servers):
+    """One instance held at a gate while ten more requests queue behind it
+    (on wirespeed its keeper sends them to the worker in one message):
+    each is answered on its own, the refused and the raising one with
+    Triton's words, field by field as Triton answers them."""
+    folder = repo / "gated"
+    answers = {}
+    for name, server in servers.items():
+        for mark in ("started", "gate"):
+            (folder / mark).unlink(missing_ok=True)
+        with concurrent.futures.ThreadPoolExecutor(11) as pool:
+            first = pool.submit(rest, server, "gated", (-1.0, 1.0))
+            wait_until("the gated request to run", (folder / "started").exists)
+            queued = [pool.submit(rest, server, "gated", (float(n), 1.0)) for n in range(10)]
+            if name == "wirespeed":
+                # All ten in the keeper's queue before the gate opens.
+                wait_until("ten requests to queue", lambda: running_requests(server, "gated") == 11)
+            (folder / "gate").touch()
+            answers[name] = [first.result()] + [f.result() for f in queued]
+    assert answers["wirespeed"] == answers["triton"]
+    statuses = [status for status, _ in answers["triton"]]
+    assert statuses.count(200) == 9 and answers["triton"][1][1]["outputs"][0]["data"] == [0.0, 2.0]
+    assert "five is refused" in str(answers["triton"][6]) and "seven raised" in str(answers["triton"][8])
 
 
 def stream(server, model):
