@@ -523,11 +523,10 @@ impl Keeper {
                     let Some(job) = runnable(job, false) else {
                         continue;
                     };
-                    let lost = match &self.launch.batch {
+                    let (mut jobs, over, calls) = match &self.launch.batch {
                         Some(window) => {
                             let (batch, over) = gather(&self.queue, job, window, false);
-                            carried = over;
-                            self.run_batch(process, batch)
+                            (batch, over, Calls::Together)
                         }
                         None => {
                             let share = if self.shared.idle.load(Ordering::Acquire) > 0 {
@@ -536,15 +535,19 @@ impl Keeper {
                                 self.queue.queued().div_ceil(self.instances)
                             };
                             let (queued, over) = queued_behind(&self.queue, job, share);
-                            alone = queued.len() == 1 && over.is_none() && self.queue.queued() == 0;
-                            carried = over;
-                            process.answer_linger = if alone {
-                                self.launch.linger
-                            } else {
-                                Duration::ZERO
-                            };
-                            self.run_queued(process, queued)
+                            (queued, over, Calls::Each)
                         }
+                    };
+                    alone = jobs.len() == 1 && over.is_none() && self.queue.queued() == 0;
+                    carried = over;
+                    process.answer_linger = if alone {
+                        self.launch.linger
+                    } else {
+                        Duration::ZERO
+                    };
+                    let lost = match calls {
+                        Calls::Together => self.run_batch(process, jobs),
+                        Calls::Each => self.run_gathered(process, &mut jobs, Calls::Each),
                     };
                     if lost.is_some() {
                         if let Some(job) = carried.take() {
@@ -614,13 +617,8 @@ impl Keeper {
         lost
     }
 
-    /// Requests that queued while the worker was busy, in one message, the
-    /// model called for each; each answered. Why the worker was lost, if
-    /// it was.
-    fn run_queued(&self, process: &mut Process, mut queued: Vec<Job>) -> Option<String> {
-        self.run_gathered(process, &mut queued, Calls::Each)
-    }
-
+    /// Several requests in one message, the model called as `calls`
+    /// says; each answered. Why the worker was lost, if it was.
     fn run_gathered(
         &self,
         process: &mut Process,

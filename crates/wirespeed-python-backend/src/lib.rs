@@ -271,6 +271,8 @@ impl PythonModel {
             )),
         };
         let folder = source.folder().display().to_string();
+        // The worker's poll for its next request and the keeper's, alike.
+        let linger = linger_us(instances);
         let load = wire::Load {
             op: "load",
             file: file.display().to_string(),
@@ -301,7 +303,7 @@ impl PythonModel {
             decoupled: keys.decoupled,
             api,
             runtime: settings,
-            linger_us: linger_us(instances),
+            linger_us: linger,
         };
         // Triton's API fails the load when initialize raises, as Triton
         // does; ours leaves the model not ready, saying why.
@@ -322,7 +324,7 @@ impl PythonModel {
             // output's shape against the declared one.
             shapes_as_produced: triton_api || api == "mlserver",
             executions: Arc::clone(&executions),
-            linger: Duration::from_micros(linger_us(instances)),
+            linger: Duration::from_micros(linger),
             batch: match (&config.batching, triton_api) {
                 (Some(batching), true) => {
                     batching
