@@ -1,32 +1,34 @@
 //! Triton's BLS from a Python model: `pb_utils.InferenceRequest(model_name=,
 //! inputs=, requested_output_names=).exec()` in a model's `execute`. The
 //! worker sends the call on its socket while its own request computes
-//! (`wire::Reply::Bls`, tensors as base64 raw bytes); its keeper runs it
+//! (`wire::Reply::Bls`, the tensors' raw bytes in the frame's payload, up
+//! to [`pool_limit`](super::wire::pool_limit)); its keeper runs it
 //! through the server's [`ModelCaller`](wirespeed_backend::ModelCaller) (the callee's
 //! scheduler, statistics and limits, this request's deadline) and answers
 //! with the callee's outputs or its error, which the model sees as an
 //! `InferenceResponse` with `has_error()`, as in Triton.
 
-use base64::Engine;
 use wirespeed_core::raw::{from_raw, write_raw};
 use wirespeed_core::{element_count, DataType, Error, ErrorKind, Tensor};
 
 use super::process::Launch;
-use super::wire::{BlsAnswer, BlsCall};
+use super::wire::{placed, pool_limit, BlsAnswer, BlsCall};
 
 /// The largest tensor element a BLS input may hold (a BYTES element).
 const MAX_ELEMENT: usize = 1 << 30;
 
-/// Runs one BLS call of the model `launch` runs, before `deadline` (the
-/// calling request's) and the call's own timeout; with `decoupled`, every
-/// response of the callee's stream (`exec(decoupled=True)`). Or answers
-/// whether the model is ready (`is_model_ready`).
+/// Runs one BLS call of the model `launch` runs, its tensors in `payload`,
+/// before `deadline` (the calling request's) and the call's own timeout;
+/// with `decoupled`, every response of the callee's stream
+/// (`exec(decoupled=True)`). Or answers whether the model is ready
+/// (`is_model_ready`). The answer, and its payload: the outputs' bytes.
 pub(crate) fn call(
     launch: &Launch,
     call: BlsCall,
+    payload: &[u8],
     deadline: Option<std::time::Instant>,
     mut gone: wirespeed_backend::CallerGone<'_>,
-) -> BlsAnswer {
+) -> (BlsAnswer, Vec<u8>) {
     let BlsCall {
         model,
         version,
@@ -42,18 +44,22 @@ pub(crate) fn call(
         call: _,
     } = call;
     let (model, version) = (model.as_str(), version.as_deref());
+    let mut out = Vec::new();
     if let Some(control) = control {
-        let result = model_control(launch, model, &control, config, files);
-        return answer(launch, model, result.map(|()| Vec::new()));
+        let result = model_control(launch, model, &control, config, files, payload);
+        return (
+            answer(launch, model, result.map(|()| Vec::new()), &mut out),
+            out,
+        );
     }
     if ready_only {
         let ready = launch
             .caller
             .get()
             .is_some_and(|caller| caller.ready(model, version));
-        let mut answer = answer(launch, model, Ok(Vec::new()));
+        let mut answer = answer(launch, model, Ok(Vec::new()), &mut out);
         answer.ready = Some(ready);
-        return answer;
+        return (answer, out);
     }
     let deadline = match (deadline, timeout_us) {
         (deadline, 0) => deadline,
@@ -72,7 +78,15 @@ pub(crate) fn call(
         })?;
         let tensors = inputs
             .into_iter()
-            .map(|(name, datatype, shape, data)| tensor(name, &datatype, shape, &data))
+            .map(|(name, datatype, shape, offset, len)| {
+                let bytes = placed(payload, offset, len).ok_or_else(|| {
+                    Error::invalid_input(format!(
+                        "BLS input '{name}': its bytes ({offset}+{len}) lie past the call's {}",
+                        payload.len()
+                    ))
+                })?;
+                tensor(name, &datatype, shape, bytes)
+            })
             .collect::<Result<Vec<_>, _>>()?;
         let parameters = super::wire::parameters(&parameters);
         if decoupled {
@@ -85,7 +99,7 @@ pub(crate) fn call(
                 deadline,
                 gone.as_mut(),
                 &mut |response, last| {
-                    let mut one = answer(launch, model, response);
+                    let mut one = answer(launch, model, response, &mut out);
                     one.last = Some(last);
                     responses.push(one);
                 },
@@ -102,11 +116,28 @@ pub(crate) fn call(
             gone.as_mut(),
         )
     })();
-    let mut answer = answer(launch, model, result);
+    let mut answer = answer(launch, model, result, &mut out);
     if decoupled && answer.error.is_none() {
         answer.responses = Some(responses);
     }
-    answer
+    let limit = pool_limit();
+    if out.len() > limit {
+        // The answer's tensors do not fit the pool: the call fails as in
+        // Triton, and the worker gets no more than the error.
+        let error = Error::new(ErrorKind::LimitExceeded, pool_full(model, out.len(), limit));
+        out = Vec::new();
+        return (self::answer(launch, model, Err(error), &mut out), out);
+    }
+    (answer, out)
+}
+
+/// Triton's words for tensors that do not fit its Python backend's
+/// shared-memory pool, with the sizes.
+fn pool_full(model: &str, size: usize, limit: usize) -> String {
+    format!(
+        "Failed to increase the shared memory pool size for key '{model}' to {size} bytes: \
+         the tensors of one BLS call may take {limit} bytes (half the server's memory)"
+    )
 }
 
 /// `pb_utils.load_model` and `unload_model`: the repository changed as
@@ -116,7 +147,8 @@ fn model_control(
     model: &str,
     control: &str,
     config: Option<String>,
-    files: std::collections::BTreeMap<String, String>,
+    files: std::collections::BTreeMap<String, (usize, usize)>,
+    payload: &[u8],
 ) -> Result<(), Error> {
     let caller = launch.caller.get().ok_or_else(|| {
         Error::new(
@@ -128,11 +160,14 @@ fn model_control(
         "load" => {
             let files = files
                 .into_iter()
-                .map(|(path, data)| {
-                    let bytes = base64::engine::general_purpose::STANDARD
-                        .decode(data)
-                        .map_err(|e| Error::invalid_input(format!("load file '{path}': {e}")))?;
-                    Ok((path, bytes))
+                .map(|(path, (offset, len))| {
+                    let bytes = placed(payload, offset, len).ok_or_else(|| {
+                        Error::invalid_input(format!(
+                            "load file '{path}': its bytes lie past the call's {}",
+                            payload.len()
+                        ))
+                    })?;
+                    Ok((path, bytes.to_vec()))
                 })
                 .collect::<Result<Vec<_>, Error>>()?;
             caller.load_model(model, config.filter(|c| !c.is_empty()), files)
@@ -144,18 +179,24 @@ fn model_control(
     }
 }
 
-/// One answer of a call: its outputs, or its error.
-fn answer(launch: &Launch, model: &str, result: Result<Vec<Tensor>, Error>) -> BlsAnswer {
+/// One answer of a call: its outputs, their bytes written to the end of
+/// `out`, or its error.
+fn answer(
+    launch: &Launch,
+    model: &str,
+    result: Result<Vec<Tensor>, Error>,
+    out: &mut Vec<u8>,
+) -> BlsAnswer {
     match result {
         Ok(tensors) => BlsAnswer {
             op: "bls_result",
             outputs: tensors
                 .into_iter()
                 .map(|t| {
-                    let mut raw = Vec::new();
-                    write_raw(&t.data, &mut raw);
-                    let encoded = base64::engine::general_purpose::STANDARD.encode(raw);
-                    (t.name, t.data.datatype().as_str(), t.shape, encoded)
+                    let offset = out.len();
+                    write_raw(&t.data, out);
+                    let len = out.len() - offset;
+                    (t.name, t.data.datatype().as_str(), t.shape, offset, len)
                 })
                 .collect(),
             error: None,
@@ -182,16 +223,13 @@ fn answer(launch: &Launch, model: &str, result: Result<Vec<Tensor>, Error>) -> B
 }
 
 /// A BLS input as a tensor.
-fn tensor(name: String, datatype: &str, shape: Vec<usize>, data: &str) -> Result<Tensor, Error> {
+fn tensor(name: String, datatype: &str, shape: Vec<usize>, bytes: &[u8]) -> Result<Tensor, Error> {
     let datatype: DataType = datatype
         .parse()
         .map_err(|e| Error::invalid_input(format!("BLS input '{name}': {e}")))?;
-    let bytes = base64::engine::general_purpose::STANDARD
-        .decode(data)
-        .map_err(|e| Error::invalid_input(format!("BLS input '{name}': {e}")))?;
     let count = element_count(&shape)
         .ok_or_else(|| Error::invalid_input(format!("BLS input '{name}': its shape overflows")))?;
-    let data = from_raw(datatype, count, &bytes, MAX_ELEMENT)
+    let data = from_raw(datatype, count, bytes, MAX_ELEMENT)
         .map_err(|e| Error::invalid_input(format!("BLS input '{name}': {e}")))?;
     Ok(Tensor {
         name,

@@ -1,6 +1,7 @@
 """The wire of wirespeed's Python worker (`worker.py`): the socket to the
-server (length-prefixed JSON messages) and the two shared-memory segments
-the tensors lie in, with the raw form of BYTES tensors. The server sends
+server (frames: a JSON message and the bytes of the tensors it carries, as
+`wire.rs` lays them out) and the two shared-memory segments a request's
+tensors lie in, with the raw form of BYTES tensors. The server sends
 this program and `worker.py` after it as one program (`process.rs`
 `WORKER`), so what is defined here is the worker's too.
 """
@@ -47,15 +48,30 @@ def dtypes():
     return table
 
 
+# A frame's head: a mark, the JSON message's length, then the length of
+# the payload that follows it (the bytes of the tensors the message places:
+# a BLS call's inputs and its answer's outputs, a decoupled response's
+# outputs, a loaded model's files). The mark finds a reader that lost its
+# place at once, rather than after it took garbage for a length.
+HEAD = struct.Struct("<4sIQ")
+MARK = b"wsF1"
+# The key under which `recv` hands over a message's payload.
+PAYLOAD = "$payload"
+
+
+class FrameError(Exception):
+    """The server's side of the socket sent something that is not a frame."""
+
+
 class Channel:
-    """The socket to the server: length-prefixed JSON messages. Sends are
-    locked: a decoupled model's threads send responses at once."""
+    """The socket to the server: frames of a JSON message and its payload.
+    Sends are locked: a decoupled model's threads send responses at once."""
 
     def __init__(self, fd):
         import threading
 
         self.sock = socket.socket(fileno=fd)
-        self.head = bytearray(4)
+        self.head = bytearray(HEAD.size)
         self.lock = threading.Lock()
 
     def linger(self, seconds):
@@ -84,29 +100,59 @@ class Channel:
         return bool(poll.poll(0))
 
     def recv(self):
+        """The next message, its payload (when it has one) under
+        `PAYLOAD` as a bytearray; None when the server is gone."""
         if not self._fill(self.head):
             return None
-        (length,) = struct.unpack("<I", self.head)
+        mark, length, size = HEAD.unpack(self.head)
+        if mark != MARK:
+            raise FrameError("the server sent %r where a frame begins" % bytes(self.head))
         body = bytearray(length)
         if not self._fill(body):
             return None
-        return json.loads(body)
+        message = json.loads(body)
+        if size:
+            payload = bytearray(size)
+            if not self._fill(payload):
+                return None
+            message[PAYLOAD] = payload
+        return message
 
     def _fill(self, buf):
         view = memoryview(buf)
         got = 0
         while got < len(buf):
-            n = self.sock.recv_into(view[got:])
+            n = self.sock.recv_into(view[got:], min(len(buf) - got, 1 << 24))
             if n == 0:
                 return False
             got += n
         return True
 
-    def send(self, message, raw=b""):
-        """Sends `message`, then `raw` bytes (its `raw` key says how many)."""
+    def send(self, message, payload=()):
+        """Sends `message`, then `payload`: bytes, or a list of buffers
+        (numpy arrays among them, sent from where they lie)."""
+        if isinstance(payload, (bytes, bytearray, memoryview)):
+            payload = [payload]
+        views = [buffer_view(part) for part in payload]
+        size = sum(view.nbytes for view in views)
         body = json.dumps(message, separators=(",", ":")).encode()
         with self.lock:
-            self.sock.sendall(struct.pack("<I", len(body)) + body + raw)
+            if size <= 1 << 16:
+                self.sock.sendall(b"".join([HEAD.pack(MARK, len(body), size), body, *views]))
+                return
+            self.sock.sendall(HEAD.pack(MARK, len(body), size) + body)
+            for view in views:
+                self.sock.sendall(view)
+
+
+def buffer_view(part):
+    """A byte view of `part` (bytes, or an array of any type and layout)."""
+    if np is not None and isinstance(part, np.ndarray):
+        part = np.ascontiguousarray(part)
+        if part.dtype.hasobject:
+            raise TypeError("an object array has no bytes to send")
+        return memoryview(part.reshape(-1).view(np.uint8))
+    return memoryview(part).cast("B")
 
 
 class Segments:

@@ -198,7 +198,7 @@ fn tell_cancelled(streams: &Streams, writer: &Mutex<UnixStream>) {
 /// no request comes, so the wait for a message is unbounded (the worker's
 /// end is seen as EOF); the socket's read timeout bounds a message once it
 /// has begun.
-fn next_message(socket: &mut UnixStream) -> std::io::Result<Reply> {
+fn next_message(socket: &mut UnixStream) -> std::io::Result<(Reply, Vec<u8>)> {
     super::process::wait_readable(socket, None)?;
     wire::receive(socket)
 }
@@ -243,8 +243,8 @@ impl Reader {
                 self.pid
             )
         };
-        let reply = match next_message(&mut self.socket) {
-            Ok(reply) => reply,
+        let (reply, payload) = match next_message(&mut self.socket) {
+            Ok(frame) => frame,
             Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => {
                 return Err(lost("died".into()))
             }
@@ -255,20 +255,20 @@ impl Reader {
                 id,
                 last,
                 outputs,
-                raw,
                 error,
                 kind,
                 empty,
                 metrics,
             } => {
                 super::metrics::apply(model, metrics);
-                let bytes = if raw > 0 {
-                    wire::receive_raw(&mut self.socket, raw)
-                        .map_err(|e| lost(format!("sent a bad response ({e})")))?
-                } else {
-                    Vec::new()
-                };
-                self.respond(id, last, empty, error.map(|e| (kind, e)), &outputs, &bytes);
+                self.respond(
+                    id,
+                    last,
+                    empty,
+                    error.map(|e| (kind, e)),
+                    &outputs,
+                    &payload,
+                );
             }
             Reply::Executed { id, metrics } => {
                 super::metrics::apply(model, metrics);
@@ -309,17 +309,19 @@ impl Reader {
                 let (launch, writer) = (Arc::clone(&self.launch), Arc::clone(&self.writer));
                 let run = move || {
                     let number = call.call;
-                    let mut answer = super::bls::call(
+                    let (mut answer, out) = super::bls::call(
                         &launch,
                         call,
+                        &payload,
                         None,
                         std::pin::pin!(std::future::pending()),
                     );
+                    drop(payload);
                     answer.call = number;
                     let mut socket = writer.lock().unwrap_or_else(|e| e.into_inner());
                     // A worker that does not read it is seen as lost by
                     // this reader.
-                    let _ = wire::send(&mut socket, &answer);
+                    let _ = wire::send_frame(&mut socket, &answer, &out);
                 };
                 std::thread::Builder::new()
                     .name(format!("python-{model}-bls"))
@@ -403,7 +405,7 @@ mod tests {
             wire::send(&mut worker, &serde_json::json!({"op": "executed", "id": 7})).unwrap();
             worker
         });
-        match next_message(&mut ours).unwrap() {
+        match next_message(&mut ours).unwrap().0 {
             Reply::Executed { id, .. } => assert_eq!(id, 7),
             other => panic!("expected the executed message, got {other:?}"),
         }

@@ -41,6 +41,8 @@
 
 mod bls;
 mod decoupled;
+#[cfg(test)]
+mod framing_property;
 mod keeper;
 mod metrics;
 mod process;
@@ -304,6 +306,7 @@ impl PythonModel {
             api,
             runtime: settings,
             linger_us: linger,
+            pool_limit: wire::pool_limit(),
         };
         // Triton's API fails the load when initialize raises, as Triton
         // does; ours leaves the model not ready, saying why.

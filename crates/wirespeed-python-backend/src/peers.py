@@ -106,11 +106,10 @@ class PeerApis:
             yield request
 
         def send(item):
-            raw, layout = self.pack_prepared(self.mlserver_outputs(item, "predict_stream yielded"))
+            payload, layout = self.pack_prepared(self.mlserver_outputs(item, "predict_stream yielded"))
             self.channel.send(
-                with_metrics({"op": "response", "id": request_id, "final": False,
-                              "outputs": layout, "raw": len(raw)}),
-                raw,
+                with_metrics({"op": "response", "id": request_id, "final": False, "outputs": layout}),
+                payload,
             )
 
         self.each_yielded(request_id, self.model.predict_stream(payloads()), send)

@@ -303,7 +303,7 @@ impl Process {
                     break Err(io::ErrorKind::TimedOut.into());
                 }
                 ours.set_read_timeout(Some(left))?;
-                match wire::receive(&mut ours)? {
+                match wire::receive(&mut ours)?.0 {
                     Reply::Metric {
                         metric,
                         pending,
@@ -447,8 +447,8 @@ impl Process {
         let mut told = false;
         loop {
             self.await_answer(launch, deadline, &mut gone, &mut told)?;
-            let reply = match wire::receive(&mut self.socket) {
-                Ok(reply) => reply,
+            let (reply, payload) = match wire::receive(&mut self.socket) {
+                Ok(frame) => frame,
                 Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => {
                     return Err(lost(self, "while computing this request".into()))
                 }
@@ -464,15 +464,16 @@ impl Process {
             // it, and wait again.
             let sent = match reply {
                 Reply::Bls(call) => {
-                    let answer = if told {
+                    let (answer, out) = if told {
                         // The caller left (its future is spent): the call is too.
                         let mut left =
                             std::pin::pin!(std::future::poll_fn(|_| std::task::Poll::Ready(())));
-                        super::bls::call(launch, call, deadline, left.as_mut())
+                        super::bls::call(launch, call, &payload, deadline, left.as_mut())
                     } else {
-                        super::bls::call(launch, call, deadline, gone.as_mut())
+                        super::bls::call(launch, call, &payload, deadline, gone.as_mut())
                     };
-                    wire::send(&mut self.socket, &answer)
+                    drop(payload);
+                    wire::send_frame(&mut self.socket, &answer, &out)
                 }
                 Reply::Metric {
                     metric,

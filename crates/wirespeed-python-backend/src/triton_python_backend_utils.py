@@ -7,7 +7,6 @@ inputs view the server's shared memory and are read-only (copy one to
 change it). Not provided, with a clear error when called: DLPack.
 """
 
-import base64
 import enum
 import json
 import struct
@@ -98,8 +97,14 @@ def _v2_datatype(dtype):
     raise TritonModelException("numpy type %s has no Triton datatype" % dtype)
 
 
-# Set by the worker: sends a BLS call on its socket and returns the answer.
+# Set by the worker: sends a BLS call (a message and its tensors' bytes)
+# on its socket and returns the answer, whose tensors' bytes are under
+# `_PAYLOAD`; and the most bytes of tensors a call may carry.
 _bls_call = None
+_pool_limit = 1 << 62
+_PAYLOAD = "$payload"
+# Set by the worker: the instance's name, as Triton's errors give it.
+_model_instance_name = ""
 # Set by the worker: sends one response of a decoupled model's request
 # (`_send_response(stream, response_or_None, final)`), and says whether a
 # request's client has left (`_is_cancelled(stream)`).
@@ -108,27 +113,31 @@ _is_cancelled = None
 
 
 def _raw_bytes(array, datatype):
-    """A tensor's raw bytes, as the V2 binary extension lays them out."""
+    """A tensor's raw bytes, as the V2 binary extension lays them out: the
+    array itself (contiguous) where it is not BYTES, sent from where it
+    lies."""
     if datatype == "BYTES":
         parts = []
         for item in array.reshape(-1):
             data = item if isinstance(item, bytes) else str(item).encode()
             parts.append(struct.pack("<I", len(data)) + data)
         return b"".join(parts)
-    return np.ascontiguousarray(array).tobytes()
+    return np.ascontiguousarray(array).reshape(-1).view(np.uint8)
 
 
 def _from_raw(raw, datatype, shape):
-    """The array of `raw` bytes of `datatype` in `shape`."""
+    """The array of `raw` bytes of `datatype` in `shape`: a view of them
+    (`raw` is the answer's own), elements of BYTES copied out."""
     if datatype == "BYTES":
+        view = memoryview(raw)
         items = []
         at = 0
-        while at < len(raw):
-            (n,) = struct.unpack_from("<I", raw, at)
-            items.append(raw[at + 4 : at + 4 + n])
+        while at < len(view):
+            (n,) = struct.unpack_from("<I", view, at)
+            items.append(bytes(view[at + 4 : at + 4 + n]))
             at += 4 + n
         return np.array(items, dtype=np.object_).reshape(shape)
-    return np.frombuffer(raw, dtype=triton_string_to_numpy("TYPE_" + datatype)).reshape(shape).copy()
+    return np.frombuffer(raw, dtype=triton_string_to_numpy("TYPE_" + datatype)).reshape(shape)
 
 
 def serialize_byte_tensor(input_tensor):
@@ -379,11 +388,23 @@ class InferenceRequest:
         if _bls_call is None:
             raise TritonModelException("BLS (calling model '%s') needs the server" % self._model_name)
         inputs = []
+        payload = []
+        size = 0
         for tensor in self._inputs:
             array = np.asarray(tensor.as_numpy())
             datatype = _v2_datatype(array.dtype)
             raw = _raw_bytes(array, datatype)
-            inputs.append([tensor.name(), datatype, list(array.shape), base64.b64encode(raw).decode()])
+            inputs.append([tensor.name(), datatype, list(array.shape), size, len(raw)])
+            payload.append(raw)
+            size += len(raw)
+        if size > _pool_limit:
+            # The tensors do not fit the pool: the call's error, as Triton
+            # answers it; nothing is sent.
+            failed = InferenceResponse(error=TritonError(
+                "Failed to increase the shared memory pool size for key '%s' to %d bytes: "
+                "the tensors of one BLS call may take %d bytes (half the server's memory)"
+                % (_model_instance_name, size, _pool_limit)))
+            return iter([failed]) if decoupled else failed
         version = None
         try:
             if self._model_version is not None and int(self._model_version) > 0:
@@ -402,7 +423,7 @@ class InferenceRequest:
             "parameters": self._parameters,
             "decoupled": bool(decoupled),
             "timeout_us": self._timeout,
-        })
+        }, payload)
         if not decoupled:
             return _bls_response(reply)
         # Every response of the callee's stream, the last the one that
@@ -411,7 +432,8 @@ class InferenceRequest:
         if reply.get("error") is not None:
             return iter([_bls_response(reply)])
         answers = reply.get("responses") or []
-        responses = [_bls_response(r) for r in answers]
+        # Their tensors lie in the one answer's payload.
+        responses = [_bls_response(r, reply.get(_PAYLOAD)) for r in answers]
         if not answers or not answers[-1].get("final"):
             responses.append(InferenceResponse())
         return iter(responses)
@@ -455,12 +477,16 @@ def load_model(model_name, config="", files=None):
     _typed("config", config, str)
     if files is not None:
         _typed("files", files, dict)
-    encoded = {}
+    placed = {}
+    payload = []
+    size = 0
     for path, content in (files or {}).items():
         _typed("files", path, str)
         _typed("files", content, (bytes, bytearray))
-        encoded[path] = base64.b64encode(bytes(content)).decode()
-    _model_control({"control": "load", "model": model_name, "config": config, "files": encoded})
+        placed[path] = [size, len(content)]
+        payload.append(content)
+        size += len(content)
+    _model_control({"control": "load", "model": model_name, "config": config, "files": placed}, payload)
 
 
 def unload_model(model_name, unload_dependents=False):
@@ -471,21 +497,23 @@ def unload_model(model_name, unload_dependents=False):
     _model_control({"control": "unload", "model": model_name})
 
 
-def _model_control(message):
+def _model_control(message, payload=()):
     if _bls_call is None:
         raise TritonModelException("model control (%s) needs the server" % message["model"])
-    reply = _bls_call(dict(message, op="bls"))
+    reply = _bls_call(dict(message, op="bls"), payload)
     if reply.get("error") is not None:
         raise TritonModelException(reply["error"])
 
 
-def _bls_response(reply):
-    """One answer of a BLS call as an InferenceResponse."""
+def _bls_response(reply, payload=None):
+    """One answer of a BLS call as an InferenceResponse, its tensors in
+    `payload` (the reply's own when None)."""
     if reply.get("error") is not None:
         return InferenceResponse(error=TritonError(reply["error"], reply.get("code", TritonError.INTERNAL)))
+    payload = memoryview((reply.get(_PAYLOAD) if payload is None else payload) or b"")
     return InferenceResponse(output_tensors=[
-        Tensor(name, _from_raw(base64.b64decode(data), datatype, shape))
-        for name, datatype, shape, data in reply["outputs"]
+        Tensor(name, _from_raw(payload[offset : offset + length], datatype, shape))
+        for name, datatype, shape, offset, length in reply["outputs"]
     ])
 
 

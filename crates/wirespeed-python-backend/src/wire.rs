@@ -1,8 +1,17 @@
 //! The messages between the server and a Python worker, on their Unix
-//! socket: a 4-byte little-endian length, then a JSON object. JSON because
-//! the worker reads it with the standard library alone, and a message is
-//! small: tensors never cross the socket, only where they lie in a
-//! shared-memory segment (`segment.rs`). The worker's side is `worker.py`.
+//! socket, as frames: a 16-byte head (a mark, the JSON message's length as
+//! a little-endian u32, its payload's length as a little-endian u64), the
+//! message, then its payload. JSON because the worker reads it with the
+//! standard library alone, and a message is small: a request's tensors
+//! never cross the socket, only where they lie in a shared-memory segment
+//! (`segment.rs`). The tensors of the calls a model makes while it
+//! computes (BLS: inputs one way, outputs the other), of a decoupled
+//! model's responses and of the files `pb_utils.load_model` hands over go
+//! as the payload, from where they lie, and the message says where each
+//! lies in it (offset and length): any size up to the pool's limit
+//! ([`pool_limit`]), never inline in the JSON. The mark finds a reader
+//! that lost its place at once, rather than after it took bytes of a
+//! tensor for a length. The worker's side is `channel.py`.
 
 use std::collections::BTreeMap;
 use std::io::{self, Read, Write};
@@ -11,8 +20,40 @@ use std::os::unix::net::UnixStream;
 use serde::{Deserialize, Serialize};
 
 /// The longest message a worker may send: its answers are a few hundred
-/// bytes, a load failure's traceback a few kilobytes.
+/// bytes, a load failure's traceback a few kilobytes; tensors go in the
+/// payload.
 const MAX_MESSAGE: usize = 16 << 20;
+
+/// What begins every frame.
+const MARK: [u8; 4] = *b"wsF1";
+
+/// A frame's head: the mark, the message's length, the payload's.
+const HEAD: usize = 16;
+
+/// The most bytes of tensors one frame carries: half the memory the server
+/// may use (its cgroup's limit, or the machine's), as Linux sizes
+/// `/dev/shm`, where Triton's Python backend keeps the pool its BLS tensors
+/// pass through. A model's call past it gets Triton's error
+/// ("Failed to increase the shared memory pool size ..."), and the worker
+/// lives on.
+pub(crate) fn pool_limit() -> usize {
+    static LIMIT: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *LIMIT.get_or_init(|| {
+        let physical = std::fs::read_to_string("/proc/meminfo")
+            .ok()
+            .and_then(|info| {
+                let line = info.lines().find(|l| l.starts_with("MemTotal:"))?;
+                let kib = line.split_whitespace().nth(1)?.parse::<usize>().ok()?;
+                Some(kib.saturating_mul(1024))
+            })
+            .unwrap_or(8 << 30);
+        let cgroup = std::fs::read_to_string("/sys/fs/cgroup/memory.max")
+            .ok()
+            .and_then(|limit| limit.trim().parse::<usize>().ok());
+        let memory = cgroup.map_or(physical, |c| c.min(physical));
+        (memory / 2).max(64 << 20)
+    })
+}
 
 /// Where one output lies in a segment: name, datatype, shape, offset,
 /// length in bytes, and the output's own parameters when it has any (an
@@ -89,6 +130,8 @@ pub(crate) struct Load {
     /// comes as the last answer is read, and a worker that slept waits for
     /// the kernel to wake it. 0 when the workers would take every core.
     pub(crate) linger_us: u64,
+    /// The most bytes of tensors one BLS call may carry ([`pool_limit`]).
+    pub(crate) pool_limit: usize,
 }
 
 /// One request.
@@ -187,17 +230,14 @@ pub(crate) enum Reply {
         id: Option<u64>,
     },
     /// One response of a decoupled model's request `id`: its outputs,
-    /// whose bytes (`raw` of them) follow this message on the socket; or
-    /// its error (`kind` as for [`Reply::Error`]); or, `empty`, the final
-    /// flag alone.
+    /// placed in the frame's payload; or its error (`kind` as for
+    /// [`Reply::Error`]); or, `empty`, the final flag alone.
     Response {
         id: u64,
         #[serde(rename = "final", default)]
         last: bool,
         #[serde(default)]
         outputs: Vec<Placed>,
-        #[serde(default)]
-        raw: usize,
         #[serde(default)]
         error: Option<String>,
         #[serde(default)]
@@ -223,9 +263,10 @@ pub(crate) struct BlsCall {
     pub(crate) model: String,
     #[serde(default)]
     pub(crate) version: Option<String>,
-    /// Each input: name, datatype, shape, raw bytes in base64.
+    /// Each input: name, datatype, shape, and where its raw bytes lie in
+    /// the frame's payload (offset, length).
     #[serde(default)]
-    pub(crate) inputs: Vec<(String, String, Vec<usize>, String)>,
+    pub(crate) inputs: Vec<(String, String, Vec<usize>, usize, usize)>,
     #[serde(default)]
     pub(crate) outputs: Vec<String>,
     #[serde(default)]
@@ -247,9 +288,10 @@ pub(crate) struct BlsCall {
     /// `load_model`'s configuration (JSON), when given.
     #[serde(default)]
     pub(crate) config: Option<String>,
-    /// `load_model`'s files: path in the model's folder, bytes in base64.
+    /// `load_model`'s files: path in the model's folder, and where its
+    /// bytes lie in the frame's payload (offset, length).
     #[serde(default)]
-    pub(crate) files: BTreeMap<String, String>,
+    pub(crate) files: BTreeMap<String, (usize, usize)>,
     /// A decoupled model's call number: its answer carries it back (the
     /// model's calls run at once).
     #[serde(default)]
@@ -257,11 +299,12 @@ pub(crate) struct BlsCall {
 }
 
 /// The answer to a [`Reply::Bls`]: the callee's outputs (name, datatype,
-/// shape, raw bytes in base64), or its error.
+/// shape, and where its raw bytes lie in the frame's payload: offset,
+/// length), or its error.
 #[derive(Debug, Serialize)]
 pub(crate) struct BlsAnswer {
     pub(crate) op: &'static str,
-    pub(crate) outputs: Vec<(String, &'static str, Vec<usize>, String)>,
+    pub(crate) outputs: Vec<(String, &'static str, Vec<usize>, usize, usize)>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) error: Option<String>,
     /// The error's Triton code (`pb_utils.TritonError`'s).
@@ -296,43 +339,88 @@ pub(crate) struct MetricAnswer {
 
 /// Writes one message.
 pub(crate) fn send(stream: &mut UnixStream, message: &impl Serialize) -> io::Result<()> {
-    let mut frame = vec![0u8; 4];
-    serde_json::to_writer(&mut frame, message).map_err(io::Error::other)?;
-    let len = u32::try_from(frame.len() - 4).map_err(io::Error::other)?;
-    frame[..4].copy_from_slice(&len.to_le_bytes());
-    stream.write_all(&frame)
+    send_frame(stream, message, &[])
 }
 
-/// Reads one message; `UnexpectedEof` when the worker is gone.
-pub(crate) fn receive(stream: &mut UnixStream) -> io::Result<Reply> {
-    let mut head = [0u8; 4];
-    stream.read_exact(&mut head)?;
-    let len = u32::from_le_bytes(head) as usize;
-    if len > MAX_MESSAGE {
-        return Err(io::Error::new(
-            io::ErrorKind::InvalidData,
-            format!("a message of {len} bytes, past the {MAX_MESSAGE}-byte limit"),
-        ));
+/// Writes one message and its payload, the bytes of the tensors it places.
+pub(crate) fn send_frame(
+    stream: &mut UnixStream,
+    message: &impl Serialize,
+    payload: &[u8],
+) -> io::Result<()> {
+    let mut frame = vec![0u8; HEAD];
+    serde_json::to_writer(&mut frame, message).map_err(io::Error::other)?;
+    let len = u32::try_from(frame.len() - HEAD).map_err(io::Error::other)?;
+    frame[..4].copy_from_slice(&MARK);
+    frame[4..8].copy_from_slice(&len.to_le_bytes());
+    frame[8..16].copy_from_slice(&(payload.len() as u64).to_le_bytes());
+    if payload.len() <= 64 << 10 {
+        frame.extend_from_slice(payload);
+        return stream.write_all(&frame);
     }
+    stream.write_all(&frame)?;
+    stream.write_all(payload)
+}
+
+/// Reads one message and its payload; `UnexpectedEof` when the worker is
+/// gone, `InvalidData` for what is not a frame or passes the limits.
+pub(crate) fn receive(stream: &mut UnixStream) -> io::Result<(Reply, Vec<u8>)> {
+    let (body, payload) = receive_frame(stream, pool_limit())?;
+    let reply =
+        serde_json::from_slice(&body).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
+    Ok((reply, payload))
+}
+
+/// Reads one frame: its message's bytes and its payload, the payload no
+/// longer than `limit`.
+pub(crate) fn receive_frame(
+    stream: &mut UnixStream,
+    limit: usize,
+) -> io::Result<(Vec<u8>, Vec<u8>)> {
+    let mut head = [0u8; HEAD];
+    stream.read_exact(&mut head)?;
+    let bad = |what: String| io::Error::new(io::ErrorKind::InvalidData, what);
+    if head[..4] != MARK {
+        return Err(bad(format!(
+            "{:?} where a frame begins (the reader lost its place)",
+            String::from_utf8_lossy(&head)
+        )));
+    }
+    let len = u32::from_le_bytes([head[4], head[5], head[6], head[7]]) as usize;
+    let size = u64::from_le_bytes([
+        head[8], head[9], head[10], head[11], head[12], head[13], head[14], head[15],
+    ]);
+    if len > MAX_MESSAGE {
+        return Err(bad(format!(
+            "a message of {len} bytes, past the {MAX_MESSAGE}-byte limit"
+        )));
+    }
+    let size = usize::try_from(size)
+        .ok()
+        .filter(|&size| size <= limit)
+        .ok_or_else(|| {
+            bad(format!(
+                "a payload of {size} bytes, past the {limit}-byte limit"
+            ))
+        })?;
     let mut body = vec![0u8; len];
     stream.read_exact(&mut body)?;
-    serde_json::from_slice(&body).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
+    // Read into fresh capacity (not zeroed first): a payload may be a
+    // gigabyte.
+    let mut payload = Vec::new();
+    payload
+        .try_reserve_exact(size)
+        .map_err(|e| io::Error::new(io::ErrorKind::OutOfMemory, e))?;
+    let read = Read::take(&mut *stream, size as u64).read_to_end(&mut payload)?;
+    if read < size {
+        return Err(io::ErrorKind::UnexpectedEof.into());
+    }
+    Ok((body, payload))
 }
 
-/// The largest tensor bytes one streamed response may carry.
-const MAX_RAW: usize = 1 << 31;
-
-/// Reads the `len` bytes that follow a [`Reply::Response`].
-pub(crate) fn receive_raw(stream: &mut UnixStream, len: usize) -> io::Result<Vec<u8>> {
-    if len > MAX_RAW {
-        return Err(io::Error::new(
-            io::ErrorKind::InvalidData,
-            format!("a response of {len} bytes, past the {MAX_RAW}-byte limit"),
-        ));
-    }
-    let mut raw = vec![0u8; len];
-    stream.read_exact(&mut raw)?;
-    Ok(raw)
+/// The bytes `offset..offset + len` of a frame's payload, or why not.
+pub(crate) fn placed(payload: &[u8], offset: usize, len: usize) -> Option<&[u8]> {
+    payload.get(offset..offset.checked_add(len)?)
 }
 
 #[cfg(test)]
@@ -349,24 +437,81 @@ mod tests {
         )
         .unwrap();
         match receive(&mut b).unwrap() {
-            Reply::Done { outputs, .. } => {
+            (Reply::Done { outputs, .. }, payload) => {
                 let Placed(name, datatype, shape, offset, len, own) = &outputs[0];
                 assert_eq!((name.as_str(), datatype.as_str()), ("y", "FP32"));
                 assert_eq!((shape, *offset, *len, own.len()), (&vec![2], 0, 8, 0));
                 // An output's own parameters, when the worker gives some.
                 assert_eq!(outputs[1].5["content_type"], "str");
+                assert!(payload.is_empty());
             }
             other => panic!("{other:?}"),
         }
-        a.write_all(&u32::MAX.to_le_bytes()).unwrap();
-        assert_eq!(
-            receive(&mut b).unwrap_err().kind(),
-            io::ErrorKind::InvalidData
-        );
+        // A payload, small and past the size sent with the head.
+        for size in [3, 200_000] {
+            let bytes: Vec<u8> = (0..size).map(|i| (i % 251) as u8).collect();
+            let writer = {
+                let mut a = a.try_clone().unwrap();
+                let bytes = bytes.clone();
+                std::thread::spawn(move || {
+                    send_frame(
+                        &mut a,
+                        &serde_json::json!({"op": "executed", "id": 1}),
+                        &bytes,
+                    )
+                })
+            };
+            let (reply, payload) = receive(&mut b).unwrap();
+            writer.join().unwrap().unwrap();
+            assert!(matches!(reply, Reply::Executed { id: 1, .. }));
+            assert_eq!(payload, bytes);
+        }
         drop(a);
         assert_eq!(
             receive(&mut b).unwrap_err().kind(),
             io::ErrorKind::UnexpectedEof
         );
+    }
+
+    #[test]
+    fn what_is_not_a_frame_is_refused_before_anything_is_allocated() {
+        let head = |mark: &[u8; 4], len: u32, size: u64| {
+            let mut head = mark.to_vec();
+            head.extend_from_slice(&len.to_le_bytes());
+            head.extend_from_slice(&size.to_le_bytes());
+            head
+        };
+        for (bytes, says) in [
+            // The old framing's length, or a tensor's bytes: no mark.
+            (head(b"\x10\0\0\0", 0, 0), "where a frame begins"),
+            (head(&MARK, u32::MAX, 0), "past the 16777216-byte limit"),
+            (
+                head(&MARK, 2, u64::MAX),
+                "a payload of 18446744073709551615 bytes",
+            ),
+        ] {
+            let (mut a, mut b) = UnixStream::pair().unwrap();
+            a.write_all(&bytes).unwrap();
+            let error = receive(&mut b).unwrap_err();
+            assert_eq!(error.kind(), io::ErrorKind::InvalidData);
+            assert!(error.to_string().contains(says), "{error}");
+        }
+        // A payload past the frame's limit.
+        let (mut a, mut b) = UnixStream::pair().unwrap();
+        a.write_all(&head(&MARK, 2, 11)).unwrap();
+        let error = receive_frame(&mut b, 10).unwrap_err();
+        assert!(
+            error.to_string().contains("past the 10-byte limit"),
+            "{error}"
+        );
+    }
+
+    #[test]
+    fn a_place_outside_the_payload_is_none() {
+        let payload = [1u8, 2, 3];
+        assert_eq!(placed(&payload, 1, 2), Some(&payload[1..]));
+        assert_eq!(placed(&payload, 2, 2), None);
+        assert_eq!(placed(&payload, usize::MAX, 2), None);
+        assert_eq!(placed(&payload, 3, 0), Some(&[][..]));
     }
 }

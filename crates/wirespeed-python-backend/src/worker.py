@@ -103,6 +103,7 @@ class Worker(PeerApis):
         utils = sys.modules.get("triton_python_backend_utils")
         if utils is not None:
             utils._bls_call = self.bls_call
+            utils._pool_limit = message.get("pool_limit", 1 << 62)
             utils._metric_call = self.metric_call
             utils._send_response = self.send_response
             utils._is_cancelled = self.is_cancelled
@@ -148,8 +149,9 @@ class Worker(PeerApis):
                 "TritonPythonModel (initialize and execute)" % path
             )
 
-    def bls_call(self, message):
-        """One BLS call: sent on the socket, answered by the server."""
+    def bls_call(self, message, payload=()):
+        """One BLS call, its tensors in `payload`: sent on the socket,
+        answered by the server (the answer's tensors in its `PAYLOAD`)."""
         if self.bls_waiting is not None:
             # Decoupled: calls run at once (a coroutine `execute` awaiting
             # several), each answer found by the call's number.
@@ -159,13 +161,13 @@ class Worker(PeerApis):
             with self.bls_lock:
                 number = next(self.bls_numbers)
                 self.bls_waiting[number] = mine
-            self.channel.send(dict(message, call=number))
+            self.channel.send(dict(message, call=number), payload)
             reply = mine.get()
         else:
             # One call at a time on the socket, whichever thread makes it
             # (`async_exec` waits in a thread of its own).
             with self.bls_lock:
-                self.channel.send(message)
+                self.channel.send(message, payload)
                 reply = self.channel.recv()
                 while reply is not None and reply.get("op") == "cancel":
                     self.current_cancelled = True
@@ -384,7 +386,7 @@ class Worker(PeerApis):
             # The request is done with (a cancel that comes after its final
             # response stays in the set: a number per such request).
             self.cancelled.discard(request_id)
-        raw = b""
+        payload = ()
         if response is None:
             message["empty"] = True
         elif response.has_error():
@@ -394,29 +396,30 @@ class Worker(PeerApis):
         else:
             tensors = response.output_tensors()
             produced = {t.name(): t.as_numpy() for t in tensors}
-            raw, message["outputs"] = self.pack(produced)
-            message["raw"] = len(raw)
-        self.channel.send(with_metrics(message), raw)
+            payload, message["outputs"] = self.pack(produced)
+        self.channel.send(with_metrics(message), payload)
 
     def pack(self, produced):
-        """Tensors by name, as one blob of bytes and each one's place."""
+        """Tensors by name, as a frame's payload (its parts) and each
+        one's place in it."""
         return self.pack_prepared([(name, self.prepare(name, value)) for name, value in produced.items()])
 
     def pack_prepared(self, prepared):
-        """(name, (datatype, array, raw)[, parameters]) outputs as one blob
-        of bytes and each one's place (and parameters)."""
+        """(name, (datatype, array, raw)[, parameters]) outputs as a
+        frame's payload (its parts, arrays sent from where they lie) and
+        each one's place (and parameters)."""
         parts = []
         layout = []
         at = 0
         for name, (datatype, array, raw), *own in prepared:
-            data = raw if raw is not None else array.tobytes()
-            placed = [name, datatype, list(array.shape), at, len(data)]
+            data = buffer_view(raw if raw is not None else array)
+            placed = [name, datatype, list(array.shape), at, data.nbytes]
             if own and own[0]:
                 placed.append(own[0])
             layout.append(placed)
             parts.append(data)
-            at += len(data)
-        return b"".join(parts), layout
+            at += data.nbytes
+        return parts, layout
 
     def read_loop(self, inbox):
         """Decoupled: every message from the server, as it comes."""
@@ -576,11 +579,10 @@ class Worker(PeerApis):
         if missing:
             raise KeyError("the model did not return output '%s'" % missing[0])
         produced = {name: item[name] for name in wanted}
-        raw, layout = self.pack(produced)
+        payload, layout = self.pack(produced)
         self.channel.send(
-            with_metrics({"op": "response", "id": request_id, "final": False,
-                          "outputs": layout, "raw": len(raw)}),
-            raw,
+            with_metrics({"op": "response", "id": request_id, "final": False, "outputs": layout}),
+            payload,
         )
 
     # -- the loop ------------------------------------------------------
