@@ -15,6 +15,7 @@ passes on as produced.
 import json
 import os
 import queue
+import re
 import sys
 import textwrap
 from functools import partial
@@ -24,6 +25,7 @@ import pytest
 import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException, np_to_triton_dtype
 
+from conftest import wait_until
 from triton_peer import side_by_side
 
 # wirespeed's workers run the models on the tests' Python (numpy's).
@@ -139,6 +141,34 @@ class TritonPythonModel:
                 self.left = None
                 sender.send(out, flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
         return None
+'''
+
+# Triton's Logger with its level constants (pybind11 exports them into
+# the class), from `initialize` and `execute`; each line says which level.
+LOGGER = '''
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        # Triton's stub adds Logger to the module once the model's file is
+        # imported: it is read inside the methods.
+        Logger = pb_utils.Logger
+        Logger.log("logger says info-from-initialize", Logger.INFO)
+        Logger.log("logger says warning-by-constant", Logger.WARNING)
+        Logger.log("logger says error-by-enum", Logger.LogLevel.ERROR)
+
+    def execute(self, requests):
+        Logger = pb_utils.Logger
+        Logger.log_info("logger says log-info")
+        Logger.log_warn("logger says log-warn")
+        Logger.log_error("logger says log-error")
+        Logger.log_verbose("logger says log-verbose")
+        Logger.log("logger says log-default")
+        levels = [Logger.VERBOSE is Logger.LogLevel.VERBOSE]
+        return [pb_utils.InferenceResponse([pb_utils.Tensor("OUT", np.array([float(all(levels))], np.float32))])
+                for _ in requests]
 '''
 
 NO_INPUTS = '''
@@ -348,6 +378,7 @@ DECOUPLED = "model_transaction_policy { decoupled: true }"
 MODELS = {
     "arguments": ('output [ { name: "OUT" data_type: TYPE_STRING dims: [ 1 ] } ]', ARGUMENTS),
     "no_inputs": (ONE_FLOAT, NO_INPUTS),
+    "logger": (ONE_FLOAT, LOGGER),
     "rescheduled": (f"{IN_FLOAT}\n{OUT_FLOAT}\n{ITERATIVE}", RESCHEDULED),
     "answered_and_rescheduled": (f"{IN_FLOAT}\n{OUT_FLOAT}\n{ITERATIVE}", ANSWERED_AND_RESCHEDULED),
     "countdown": (
@@ -430,6 +461,36 @@ def test_the_python_api_refuses_wrong_arguments_as_triton_does(servers):
     ours = json.loads(answers["wirespeed"][1][0])
     assert triton["InferenceRequest(inputs=None)"] == "raised TypeError"
     assert ours == triton
+
+
+def logged(lines):
+    """The Logger lines in a log, by their message: (level's letter,
+    file:line)."""
+    found = {}
+    for line in lines:
+        match = re.search(r"(\S+\.py:\d+)\] \"?logger says ([\w-]+)", line)
+        if match:
+            # Triton: "W1206 04:44:35.1 123 model.py:12] ..."; wirespeed:
+            # "... WARN wirespeed_models::python::output: model.py:12] ...".
+            level = re.search(r"^([IWEV])\d{4} |\b(INFO|WARN|ERROR|DEBUG)\b", line)
+            letter = level.group(1) or {"INFO": "I", "WARN": "W", "ERROR": "E", "DEBUG": "V"}[level.group(2)]
+            found[match.group(2)] = (letter, match.group(1))
+    return found
+
+
+def test_loggers_levels_and_lines_are_tritons(servers):
+    answers = both(servers, infer, "logger", {}, "OUT")
+    assert answers["triton"] == ("ok", [1.0])
+    assert answers["wirespeed"] == answers["triton"]
+    wanted = {"info-from-initialize", "warning-by-constant", "error-by-enum", "log-info", "log-warn",
+              "log-error", "log-default"}
+    wait_until("wirespeed logged the model's lines",
+               lambda: wanted <= set(logged(list(servers["wirespeed"].log))))
+    triton, ours = logged(servers["triton"].log.read_text().splitlines()), logged(list(servers["wirespeed"].log))
+    assert wanted <= set(triton), triton
+    # VERBOSE shows at neither server's default verbosity.
+    assert "log-verbose" not in triton and "log-verbose" not in ours
+    assert {k: ours[k] for k in wanted} == {k: triton[k] for k in wanted}
 
 
 def test_a_model_without_inputs_answers_as_in_triton(servers):

@@ -61,11 +61,12 @@ class TritonServer:
                 stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True,
             )
         try:
-            wait_until(
-                "Triton ready",
-                lambda: self.process.poll() is None and http_ok(f"http://{self.address}/v2/health/ready"),
-                timeout=120,
-            )
+            def ready():
+                if self.process.poll() is not None:
+                    raise AssertionError("Triton exited")
+                return http_ok(f"http://{self.address}/v2/health/ready")
+
+            wait_until("Triton ready", ready, timeout=120)
         except AssertionError:
             self.stop()
             raise AssertionError("Triton did not start:\n" + log.read_text()[-4000:])

@@ -639,7 +639,17 @@ class LogLevel(enum.Enum):
 
 
 class Logger:
-    """Triton's logger: lines go to the worker's stderr, the server's log."""
+    """Triton's logger: each line goes to the server's log at its level
+    (VERBOSE as the server's debug level, shown with `--log-verbose`), with
+    the model's name and the file and line that logged it, as Triton logs
+    `model.py:12] message`. Triton's levels are `Logger.LogLevel` and, as
+    pybind11 exports them, `Logger.INFO`, `Logger.WARNING`, ..."""
+
+    LogLevel = LogLevel
+    INFO = LogLevel.INFO
+    WARNING = LogLevel.WARNING
+    ERROR = LogLevel.ERROR
+    VERBOSE = LogLevel.VERBOSE
 
     @staticmethod
     def log(message, level=LogLevel.INFO):
@@ -647,28 +657,45 @@ class Logger:
         _typed("message", message, str)
         if not isinstance(level, LogLevel):
             raise TypeError("incompatible argument 'level': %s" % type(level).__name__)
-        sys.stderr.write("%s\n" % message)
-        sys.stderr.flush()
+        _log(message, level)
 
     @staticmethod
     def log_info(message):
         _typed("message", message, str)
-        Logger.log("INFO: %s" % message)
+        _log(message, LogLevel.INFO)
 
     @staticmethod
     def log_warn(message):
         _typed("message", message, str)
-        Logger.log("WARNING: %s" % message)
+        _log(message, LogLevel.WARNING)
 
     @staticmethod
     def log_error(message):
         _typed("message", message, str)
-        Logger.log("ERROR: %s" % message)
+        _log(message, LogLevel.ERROR)
 
     @staticmethod
     def log_verbose(message):
         _typed("message", message, str)
-        Logger.log("VERBOSE: %s" % message)
+        _log(message, LogLevel.VERBOSE)
+
+
+# How a Logger line begins on the worker's stderr, for the server to read
+# its level (`process.rs` `relay`): a record separator, then the level's
+# letter. What a model prints itself is logged as it is, at INFO.
+_LOG_MARK = {LogLevel.INFO: "\x1eI", LogLevel.WARNING: "\x1eW", LogLevel.ERROR: "\x1eE",
+             LogLevel.VERBOSE: "\x1eV"}
+
+
+def _log(message, level):
+    """`message` at `level`, from the code that called Logger's method."""
+    import os
+
+    frame = sys._getframe(2)
+    where = "%s:%d" % (os.path.basename(frame.f_code.co_filename), frame.f_lineno)
+    mark = _LOG_MARK[level]
+    sys.stderr.write("".join("%s %s] %s\n" % (mark, where, line) for line in message.split("\n")))
+    sys.stderr.flush()
 
 
 class ModelConfig:
