@@ -363,7 +363,8 @@ class InferenceRequest:
         return again
 
     def parameters(self):
-        return json.dumps(self._parameters)
+        # Compact, as Triton's JSON writer gives it.
+        return json.dumps(self._parameters, separators=(",", ":"))
 
     def is_cancelled(self):
         """Whether the client has left: the model may stop (and answer

@@ -221,6 +221,7 @@ impl State {
             fallback: transcoder.clone().map(|t| -> Arc<dyn Fallback> { t }),
             #[cfg(not(feature = "proxy"))]
             fallback: None,
+            header_forward: config.header_forward.clone(),
         });
         let poll = match config.model_control {
             ModelControl::Poll(period) => Some(period),

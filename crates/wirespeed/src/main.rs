@@ -16,8 +16,8 @@ use anyhow::Context;
 use clap::{Args, Parser, Subcommand};
 use tracing_subscriber::EnvFilter;
 use wirespeed_server::{
-    Buckets, Limits, MetricsConfig, ModelControl, RequestLimits, Server, ServerConfig, TlsFiles,
-    TracesConfig, UpstreamServer,
+    Buckets, HeaderForward, Limits, MetricsConfig, ModelControl, RequestLimits, Server,
+    ServerConfig, TlsFiles, TracesConfig, UpstreamServer,
 };
 
 /// A model server whose request path runs at wire speed.
@@ -289,6 +289,18 @@ struct ServeArgs {
     /// only 1/model.onnx is refused).
     #[arg(long, env = "WIRESPEED_DISABLE_AUTO_COMPLETE_CONFIG")]
     disable_auto_complete_config: bool,
+
+    /// Triton's: the V2 REST request headers whose names this regular
+    /// expression matches (anywhere in the name, either case) are passed
+    /// to the model as string parameters of their name (a Python model's
+    /// `request.parameters()`).
+    #[arg(long, env = "WIRESPEED_HTTP_HEADER_FORWARD_PATTERN")]
+    http_header_forward_pattern: Option<String>,
+
+    /// Triton's: the same for V2 gRPC calls' metadata (a stream's, for
+    /// each of its requests).
+    #[arg(long, env = "WIRESPEED_GRPC_HEADER_FORWARD_PATTERN")]
+    grpc_header_forward_pattern: Option<String>,
 }
 
 /// A duration given in (possibly fractional) seconds.
@@ -480,6 +492,11 @@ fn serve(mut args: ServeArgs) -> anyhow::Result<()> {
         );
     }
     let response_cache_bytes = cache_size(&args.cache_config)?;
+    let header_forward = HeaderForward::new(
+        args.http_header_forward_pattern.as_deref(),
+        args.grpc_header_forward_pattern.as_deref(),
+    )
+    .context("--http-header-forward-pattern or --grpc-header-forward-pattern is not a regular expression")?;
     if args.ports_from_settings {
         let (http, grpc) = wirespeed_models::mlserver_listen_addresses(&args.models)
             .map_err(|e| anyhow::anyhow!("--ports-from-settings: {e}"))?;
@@ -549,6 +566,7 @@ fn serve(mut args: ServeArgs) -> anyhow::Result<()> {
         model_control_mode.is_empty() && wirespeed_models::is_mlserver_repository(&args.models);
     let config = ServerConfig {
         response_cache_bytes,
+        header_forward,
         models_dir: args.models,
         http_addr: args.http.0,
         grpc_addr: args.grpc.0,

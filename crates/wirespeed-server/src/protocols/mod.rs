@@ -57,6 +57,8 @@ pub(crate) struct Front {
     /// Where a REST request for none of the protocols' endpoints goes: the
     /// transcoded gRPC services (`wirespeed proxy`), if any.
     pub(crate) fallback: Option<Arc<dyn Fallback>>,
+    /// The headers and metadata copied into a V2 request's parameters.
+    pub(crate) header_forward: crate::config::HeaderForward,
 }
 
 /// The sizes and times the protocols hold a request to (`Limits` gives

@@ -361,8 +361,14 @@ impl GrpcInferenceService for Inference {
         &self,
         request: Request<Streaming<pb::ModelInferRequest>>,
     ) -> Result<Response<Self::ModelStreamInferStream>, Status> {
-        // The stream's trace context is each of its requests'.
+        // The stream's trace context is each of its requests', and so are
+        // the headers forwarded into their parameters.
         let trace = crate::protocols::trace_context(request.metadata().as_ref());
+        let metadata = if self.front.header_forward.grpc.is_some() {
+            request.metadata().clone()
+        } else {
+            tonic::metadata::MetadataMap::new()
+        };
         let mut incoming = request.into_inner();
         let (sender, receiver) = mpsc::channel(STREAM_BACKLOG);
         let front = Arc::clone(&self.front);
@@ -383,8 +389,13 @@ impl GrpcInferenceService for Inference {
                     }
                 };
                 let sequenced = message.parameters.contains_key("sequence_id");
-                let answering =
-                    answer_in_stream(Arc::clone(&front), message, trace.clone(), sender.clone());
+                let answering = answer_in_stream(
+                    Arc::clone(&front),
+                    message,
+                    metadata.clone(),
+                    trace.clone(),
+                    sender.clone(),
+                );
                 if sequenced {
                     answering.await;
                 } else {
@@ -405,10 +416,11 @@ impl GrpcInferenceService for Inference {
 async fn answer_in_stream(
     front: Arc<Front>,
     message: pb::ModelInferRequest,
+    metadata: tonic::metadata::MetadataMap,
     trace: Option<wirespeed_core::TraceContext>,
     sender: mpsc::Sender<Result<pb::ModelStreamInferResponse, Status>>,
 ) {
-    match infer::stream_infer(&front, message, trace).await {
+    match infer::stream_infer(&front, message, metadata, trace).await {
         infer::StreamAnswer::One(reply) => {
             let _ = sender.send(Ok(reply)).await;
         }

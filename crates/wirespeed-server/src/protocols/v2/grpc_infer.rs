@@ -83,10 +83,12 @@ pub(super) struct Responses {
 }
 
 impl Responses {
-    /// The next message; `None` after the last. With
-    /// `triton_enable_empty_final_response`, each response says whether it
-    /// is the last, and a stream that ended without a response flagged
-    /// final ends with an empty one that is, as Triton's do.
+    /// The next message; `None` after the last. Each response says
+    /// whether it is the last (`triton_final_response`, which Triton 2.51
+    /// sets whether asked or not); with
+    /// `triton_enable_empty_final_response`, a stream that ended without a
+    /// response flagged final ends with an empty one that is, as Triton's
+    /// do.
     pub(super) async fn next(&mut self) -> Option<Result<pb::ModelStreamInferResponse, Status>> {
         if self.ended {
             return None;
@@ -109,7 +111,7 @@ impl Responses {
         Some(match item.response {
             Ok(response) => {
                 let mut response = convert::response(response);
-                if self.flag_final && !self.plain {
+                if !self.plain {
                     flag(&mut response, item.last);
                 }
                 Ok(answered(response, self.plain))
@@ -155,6 +157,7 @@ fn flag(response: &mut pb::ModelInferResponse, last: bool) {
 pub(super) async fn stream_infer(
     front: &Front,
     mut message: pb::ModelInferRequest,
+    metadata: tonic::metadata::MetadataMap,
     trace: Option<TraceContext>,
 ) -> StreamAnswer {
     let context = RequestContext::new(&front.engine, "grpc-stream", trace);
@@ -170,7 +173,7 @@ pub(super) async fn stream_infer(
         unary: GrpcInfer {
             front,
             message: Some(message),
-            metadata: tonic::metadata::MetadataMap::new(),
+            metadata,
         },
         id,
         flag_final,
@@ -192,13 +195,15 @@ struct GrpcInfer<'a> {
 
 impl GrpcInfer<'_> {
     /// Converts the message to the core request, on the CPU pool when it
-    /// carries many raw bytes.
+    /// carries many raw bytes, with the call's forwarded metadata among its
+    /// parameters.
     async fn convert(
         &mut self,
         model: &ServedModel,
         stages: &mut Stages,
     ) -> Result<InferRequest, Error> {
         let message = self.message.take().expect("a message is decoded once");
+        super::parameters::refuse_reserved_grpc(message.parameters.keys())?;
         let raw_bytes: usize = message.raw_input_contents.iter().map(|b| b.len()).sum();
         let bytes = if self.front.engine.traffic.is_some() {
             prost::Message::encoded_len(&message) as u64
@@ -210,11 +215,21 @@ impl GrpcInfer<'_> {
         let offload = raw_bytes > OFFLOAD_RAW_BYTES;
         let name = model.metadata().name.clone();
         let length_dimension = model.dialect == wirespeed_core::Dialect::Mlserver;
-        let request = timed_on(&self.front.engine.pool, offload, &mut decode, move || {
+        let mut request = timed_on(&self.front.engine.pool, offload, &mut decode, move || {
             convert::request(message, &name, &limits, length_dimension)
         })
         .await?;
         stages.body_read(decode, bytes);
+        super::parameters::forward(
+            self.front.header_forward.grpc.as_ref(),
+            &mut request.parameters,
+            self.metadata.iter().filter_map(|entry| match entry {
+                tonic::metadata::KeyAndValueRef::Ascii(name, value) => {
+                    Some((name.as_str(), value.as_bytes()))
+                }
+                tonic::metadata::KeyAndValueRef::Binary(..) => None,
+            }),
+        );
         Ok(request)
     }
 }
@@ -291,7 +306,7 @@ impl Codec for GrpcStreamInfer<'_> {
 
     fn encode(&mut self, response: InferResponse) -> Result<Self::Answer, Error> {
         let mut response = convert::response(response);
-        if self.flag_final && !self.plain {
+        if !self.plain {
             flag(&mut response, true);
         }
         Ok(StreamAnswer::One(answered(response, self.plain)))

@@ -3,7 +3,8 @@
 //! `convert.rs`), and the extension endpoints: metadata and model
 //! configuration, health, statistics, system shared memory, the model
 //! repository, the generate extension (`generate.rs`), and those known and
-//! not served (`missing.rs`).
+//! not served (`missing.rs`); what a request's parameters may hold, and
+//! the headers forwarded into them (`parameters.rs`).
 
 pub(crate) mod convert;
 pub(crate) mod generate;
@@ -13,6 +14,7 @@ pub(crate) mod health;
 pub(crate) mod metadata;
 pub(crate) mod missing;
 pub(crate) mod model_config;
+pub(crate) mod parameters;
 pub(crate) mod repository;
 pub(crate) mod rest;
 pub(crate) mod shared_memory;

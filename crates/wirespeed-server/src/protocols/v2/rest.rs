@@ -79,6 +79,15 @@ impl Codec for V2Rest<'_> {
         stages.body_read(decode, bytes);
         self.binary = BinaryOutputs::of(&request, raw)?;
         let mut request = request;
+        super::parameters::refuse_reserved_rest(&request.parameters)?;
+        super::parameters::forward(
+            front.header_forward.http.as_ref(),
+            &mut request.parameters,
+            self.request
+                .headers
+                .iter()
+                .map(|(name, value)| (name.as_str(), value.as_bytes())),
+        );
         application::key_from_header(model, &mut request, |name| self.request.header(name));
         Ok(request)
     }
