@@ -31,7 +31,10 @@ COPY crates crates
 COPY python python
 RUN cargo build --release --locked -p wirespeed \
     && strip target/release/wirespeed \
-    && cp target/release/wirespeed /wirespeed
+    && cp target/release/wirespeed /wirespeed \
+    && mkdir -p /links/bin /links/opt/tritonserver/bin \
+    && ln -s /usr/local/bin/wirespeed /links/bin/tritonserver \
+    && ln -s /usr/local/bin/wirespeed /links/opt/tritonserver/bin/tritonserver
 
 # ONNX Runtime's library, which `engine = "auto"` gives what tract cannot
 # run (docs/onnx.md): the one the onnxruntime wheel ships, from PyPI (the
@@ -45,6 +48,12 @@ RUN python3 -m pip download --no-deps --only-binary=:all: "onnxruntime==${ONNXRU
 
 FROM ${RUN_IMAGE}
 COPY --from=build /wirespeed /usr/local/bin/wirespeed
+# `tritonserver` runs Triton's command line (wirespeed tritonserver), on
+# PATH and where Triton's image has it: a manifest whose command is
+# `tritonserver ...` runs unchanged, as does one that passes
+# `tritonserver ...` as arguments to the entrypoint (KServe's runtime).
+COPY --from=build /links/bin/ /usr/local/bin/
+COPY --from=build /links/opt/ /opt/
 COPY --from=onnxruntime /ort/libonnxruntime.so /usr/local/lib/onnxruntime/libonnxruntime.so
 COPY --chown=65532:65532 models /models
 # Listen on every interface inside the container: REST, gRPC and metrics

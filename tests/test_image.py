@@ -132,12 +132,14 @@ class Container:
     them: its environment, its user, private namespaces; `models` (a host
     folder) mounted over /models when given."""
 
-    def __init__(self, rootfs: Path, config, log: Path, models: Path = None):
+    def __init__(self, rootfs: Path, config, log: Path, models: Path = None, entrypoint=None, cmd=None):
         oci = config["OCIv1"]["config"]
         self.rootfs = rootfs
         self.env = oci["Env"]
         user = oci["User"]
-        command = oci["Entrypoint"] + oci["Cmd"]
+        # A manifest's `command` replaces the entrypoint, its `args` the
+        # command.
+        command = (oci["Entrypoint"] if entrypoint is None else entrypoint) + (oci["Cmd"] if cmd is None else cmd)
         (rootfs / "proc").mkdir(exist_ok=True)
         mounts = ""
         if models is not None:
@@ -288,6 +290,37 @@ def test_the_images_onnx_runtime_serves_a_mounted_repository_as_onnxruntime_answ
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-7)
     log = (tmp_path / "serve.log").read_text()
     assert "ONNX Runtime found" in log and "/usr/local/lib/onnxruntime/libonnxruntime.so" in log, log
+
+
+# kserve/config/runtimes/kserve-tritonserver.yaml's arguments to the image.
+KSERVE_TRITON_ARGS = ["tritonserver", "--model-store=/models", "--grpc-port=9000", "--http-port=8080",
+                      "--allow-grpc=true", "--allow-http=true"]
+
+
+@pytest.mark.parametrize("entrypoint, cmd", [
+    (None, KSERVE_TRITON_ARGS),
+    (["tritonserver"], KSERVE_TRITON_ARGS[1:]),
+    (["/opt/tritonserver/bin/tritonserver"], KSERVE_TRITON_ARGS[1:]),
+])
+def test_the_image_runs_tritons_command_line(image, rootfs, tmp_path, entrypoint, cmd):
+    """As KServe's Triton runtime runs its image (arguments to the
+    entrypoint), and as a manifest whose command is `tritonserver` (on
+    PATH, or where Triton's image has it) does."""
+    container = Container(rootfs, image, tmp_path / "serve.log", entrypoint=entrypoint, cmd=cmd)
+    try:
+        def ready():
+            return container.inside("curl", "-sf", "http://127.0.0.1:8080/v2/health/ready").returncode == 0
+
+        wait_until("ready on Triton's port 8080", ready, timeout=60)
+        asked = container.inside("curl", "-sS", "--fail-with-body", "http://127.0.0.1:8080/v2")
+        assert asked.returncode == 0, asked.stdout + asked.stderr
+        model = container.inside("curl", "-sS", "--fail-with-body", "http://127.0.0.1:8080/v2/models/titanic")
+        assert model.returncode == 0, model.stdout + model.stderr
+    finally:
+        container.stop()
+    assert json.loads(asked.stdout)["name"] == "triton"
+    log = (tmp_path / "serve.log").read_text()
+    assert "serving Triton's command line" in log and "0.0.0.0:9000" in log, log
 
 
 PYTHON_MODEL = '''

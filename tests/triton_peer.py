@@ -38,9 +38,10 @@ def triton_home() -> Path:
 
 class TritonServer:
     """`tritonserver` on `repo`, its log in `log` (a file), with `args`
-    (Triton's own flags) besides."""
+    (Triton's own flags) besides; waited for until its `until` health
+    endpoint answers (`ready`, or `live` where a model may fail)."""
 
-    def __init__(self, repo: Path, log: Path, args=()):
+    def __init__(self, repo: Path, log: Path, args=(), until="ready"):
         home = triton_home()
         self.http_port, self.grpc_port = free_port(), free_port()
         env = {
@@ -64,9 +65,9 @@ class TritonServer:
             def ready():
                 if self.process.poll() is not None:
                     raise AssertionError("Triton exited")
-                return http_ok(f"http://{self.address}/v2/health/ready")
+                return http_ok(f"http://{self.address}/v2/health/{until}")
 
-            wait_until("Triton ready", ready, timeout=120)
+            wait_until(f"Triton {until}", ready, timeout=120)
         except AssertionError:
             self.stop()
             raise AssertionError("Triton did not start:\n" + log.read_text()[-4000:])

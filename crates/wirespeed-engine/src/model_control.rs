@@ -24,7 +24,7 @@ use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, SystemTime};
 
 use wirespeed_core::{CpuPool, Error, ErrorKind};
-use wirespeed_models::{is_valid_model_name, load_model, model_folders, Registry};
+use wirespeed_models::{is_valid_model_name, load_model, model_folders_in, Registry};
 
 use super::composite;
 use super::readiness::Readiness;
@@ -94,7 +94,9 @@ pub struct Repository {
     models: Arc<ServedModels>,
     /// Whether the server is shutting down, for the index's states.
     readiness: Arc<Readiness>,
-    dir: PathBuf,
+    /// The repository's folders (Triton's `--model-repository` may be
+    /// given more than once).
+    dirs: Vec<PathBuf>,
     registry: Registry,
     pool: CpuPool,
     control: ModelControl,
@@ -109,11 +111,16 @@ pub struct Repository {
 }
 
 impl Repository {
+    /// Where a model with no folder yet would be: the first repository.
+    fn first_dir(&self) -> &Path {
+        self.dirs.first().map_or(Path::new("."), PathBuf::as_path)
+    }
+
     /// The repository over the served `models`, whose loads and unloads flip `readiness`.
     pub fn new(
         models: Arc<ServedModels>,
         readiness: Arc<Readiness>,
-        dir: &Path,
+        dirs: &[PathBuf],
         registry: Registry,
         pool: CpuPool,
         control: ModelControl,
@@ -121,7 +128,7 @@ impl Repository {
         Repository {
             models,
             readiness,
-            dir: dir.to_owned(),
+            dirs: dirs.to_vec(),
             registry,
             pool,
             control,
@@ -155,6 +162,25 @@ impl Repository {
         }
     }
 
+    /// Notes the models that failed to load at start (Triton's
+    /// `--exit-on-error=false`): the index lists each as unavailable, with
+    /// why.
+    pub fn failed_at_start(&self, failed: &[(String, String)]) {
+        let mut notes = self.notes();
+        for (name, reason) in failed {
+            self.readiness.failed(name);
+            notes.insert(
+                name.clone(),
+                Note {
+                    reason: reason.clone(),
+                    seen: self.folder(name).ok().map(|folder| fingerprint(&folder)),
+                    versions: Vec::new(),
+                    dialect: Default::default(),
+                },
+            );
+        }
+    }
+
     /// Every model in the repository folder and every served version, in
     /// name and version order; only those ready when `ready_only`. A model
     /// with no version served is listed once, with its name alone (never
@@ -169,7 +195,7 @@ impl Repository {
         };
         let mut models: BTreeMap<String, IndexEntry> = BTreeMap::new();
         // A repository that cannot be read lists what is served.
-        for (name, _) in model_folders(&self.dir).unwrap_or_default() {
+        for (name, _) in model_folders_in(&self.dirs).unwrap_or_default() {
             models.insert(name.clone(), unversioned(&name));
         }
         let mut unloaded = Vec::new();
@@ -267,10 +293,10 @@ impl Repository {
         }
         // A model's folder is named as it is, but MLServer's may be named
         // by their settings and lie deeper.
-        let folder = model_folders(&self.dir)
+        let folder = model_folders_in(&self.dirs)
             .ok()
             .and_then(|folders| folders.into_iter().find(|(n, _)| n == name))
-            .map_or_else(|| self.dir.join(name), |(_, folder)| folder);
+            .map_or_else(|| self.first_dir().join(name), |(_, folder)| folder);
         if !folder.is_dir() {
             return Err(Error::new(
                 ErrorKind::ModelNotFound,
@@ -278,7 +304,11 @@ impl Repository {
                 format!(
                     "failed to load '{name}': no model '{name}' in the repository: {} has no \
                      such folder",
-                    self.dir.display()
+                    self.dirs
+                        .iter()
+                        .map(|d| d.display().to_string())
+                        .collect::<Vec<_>>()
+                        .join(" nor ")
                 ),
             ));
         }
@@ -365,6 +395,7 @@ impl Repository {
                     .map(|m| m.model.metadata().versions.join(","))
                     .collect();
                 self.models.replace(name, loaded);
+                self.readiness.settled(name);
                 tracing::info!(model = %name, versions = %versions.join(","), "serving the new load");
                 self.notes().insert(
                     name.to_owned(),
@@ -436,6 +467,7 @@ impl Repository {
         let versions: Vec<String> = served.iter().map(|m| m.version().to_owned()).collect();
         let dialect = served.first().map(|m| m.dialect).unwrap_or_default();
         let removed = self.models.remove(name).is_some();
+        self.readiness.settled(name);
         if let Some(folder) = self.uploaded().remove(name) {
             let _ = std::fs::remove_dir_all(folder);
         }
@@ -461,9 +493,9 @@ impl Repository {
     /// One scan of the repository in poll mode: new and changed folders
     /// loaded, removed ones unloaded.
     async fn poll_once(&self) {
-        let dir = self.dir.clone();
+        let dirs = self.dirs.clone();
         let scanned = on_pool(&self.pool, move || {
-            model_folders(&dir).map(|folders| {
+            model_folders_in(&dirs).map(|folders| {
                 folders
                     .into_iter()
                     .map(|(name, folder)| {

@@ -1,7 +1,9 @@
 //! Whether the server and each model can answer, as Triton's and KServe's
 //! readiness mean: on REST and gRPC, and in the repository index.
 
+use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Mutex;
 
 use super::served::{ServedModel, ServedModels};
 
@@ -12,6 +14,10 @@ pub struct Readiness {
     /// False while an upstream's models are still to be listed
     /// (`--upstream` without `--upstream-models`).
     listed: AtomicBool,
+    /// Models that failed to load at start and are not served since
+    /// (Triton's `--exit-on-error=false`): the server is not ready while
+    /// any is, as Triton's strict readiness has it.
+    failed: Mutex<BTreeSet<String>>,
 }
 
 impl Default for Readiness {
@@ -19,6 +25,7 @@ impl Default for Readiness {
         Readiness {
             engine: AtomicBool::new(true),
             listed: AtomicBool::new(true),
+            failed: Mutex::new(BTreeSet::new()),
         }
     }
 }
@@ -42,10 +49,28 @@ impl Readiness {
         self.listed.swap(true, Ordering::AcqRel)
     }
 
-    /// Ready while serving with every model ready.
+    /// Model `name` failed to load at start: the server is not ready
+    /// until it is served, or unloaded.
+    pub fn failed(&self, name: &str) {
+        self.failed_models().insert(name.to_owned());
+    }
+
+    /// Model `name` is served, or unloaded: it no longer keeps the server
+    /// from being ready.
+    pub fn settled(&self, name: &str) {
+        self.failed_models().remove(name);
+    }
+
+    fn failed_models(&self) -> std::sync::MutexGuard<'_, BTreeSet<String>> {
+        self.failed.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Ready while serving with every model ready, and none failed at
+    /// start.
     pub fn server_ready(&self, models: &ServedModels) -> bool {
         self.engine.load(Ordering::Acquire)
             && self.listed.load(Ordering::Acquire)
+            && self.failed_models().is_empty()
             && models
                 .all()
                 .iter()

@@ -19,7 +19,7 @@
 //! use wirespeed_models::{load_repository, Registry};
 //!
 //! let pool = CpuPool::new(2)?;
-//! let models = load_repository("models".as_ref(), &Registry::builtin(), &pool)?;
+//! let models = load_repository(&["models".into()], &Registry::builtin(), &pool)?;
 //! for loaded in &models {
 //!     println!("{} ({})", loaded.name, loaded.model.metadata().platform);
 //! }
@@ -51,7 +51,7 @@ pub use mlserver::listen_addresses as mlserver_listen_addresses;
 pub use registry::{Loader, Registry};
 pub use repository::{
     is_model_folder, is_valid_model_name, load_model, load_repository, model_folders,
-    RepositoryError,
+    model_folders_in, RepositoryError,
 };
 pub use wirespeed_backend::{select_versions, version_folders, VersionPolicy, VersionPolicyKeys};
 pub use wirespeed_backend::{

@@ -23,18 +23,20 @@ pub struct RepositoryError {
     pub message: String,
 }
 
-/// Loads every model under `dir` with the backends of `registry`, in
-/// name order (and each model's versions in version order). Fails on the first model that cannot be loaded: a server
-/// that starts must serve everything it was given.
+/// Loads every model under `dirs` (one repository, or several as Triton
+/// takes them) with the backends of `registry`, in name order (and each
+/// model's versions in version order). Fails on the first model that
+/// cannot be loaded: a server that starts must serve everything it was
+/// given.
 pub fn load_repository(
-    dir: &Path,
+    dirs: &[PathBuf],
     registry: &Registry,
     pool: &CpuPool,
 ) -> Result<Vec<LoadedModel>, RepositoryError> {
-    let folders = model_folders(dir)?;
+    let folders = model_folders_in(dirs)?;
     if folders.is_empty() {
         return Err(RepositoryError {
-            path: dir.to_owned(),
+            path: dirs.first().cloned().unwrap_or_default(),
             message: "contains no models; each model is a folder with a config.toml".into(),
         });
     }
@@ -101,6 +103,23 @@ pub fn model_folders(dir: &Path) -> Result<Vec<(String, PathBuf)>, RepositoryErr
     }
     folders.sort();
     let folders = crate::mlserver::versions_together(folders)?;
+    check_names(&folders)?;
+    Ok(folders)
+}
+
+/// The model folders of several repositories (Triton's
+/// `--model-repository` given more than once), by name, in name order. A
+/// name found in two of them is an error naming both folders: Triton
+/// serves neither.
+pub fn model_folders_in(dirs: &[PathBuf]) -> Result<Vec<(String, PathBuf)>, RepositoryError> {
+    if let [dir] = dirs {
+        return model_folders(dir);
+    }
+    let mut folders = Vec::new();
+    for dir in dirs {
+        folders.extend(model_folders(dir)?);
+    }
+    folders.sort();
     check_names(&folders)?;
     Ok(folders)
 }
@@ -354,7 +373,11 @@ mod tests {
     const ECHO: &str = "backend = 'identity'\n[[inputs]]\nname='x'\ndatatype='FP32'\nshape=[-1]\n[[outputs]]\nname='y'\ndatatype='FP32'\nshape=[-1]\n";
 
     fn load(dir: &tempdir::Dir) -> Result<Vec<LoadedModel>, RepositoryError> {
-        load_repository(dir.path(), &Registry::builtin(), &CpuPool::new(1).unwrap())
+        load_repository(
+            &[dir.path().to_owned()],
+            &Registry::builtin(),
+            &CpuPool::new(1).unwrap(),
+        )
     }
 
     #[test]
@@ -393,7 +416,12 @@ mod tests {
         let mut registry = Registry::builtin();
         registry.register(Lenient);
         let dir = repo(&[("a", &optional.replace("'identity'", "'lenient'"))]);
-        let models = load_repository(dir.path(), &registry, &CpuPool::new(1).unwrap()).unwrap();
+        let models = load_repository(
+            &[dir.path().to_owned()],
+            &registry,
+            &CpuPool::new(1).unwrap(),
+        )
+        .unwrap();
         assert_eq!(models[0].backend, "lenient");
     }
 

@@ -18,8 +18,10 @@ use wirespeed_proxy::TranscodeConfig;
 /// Everything the server needs to start.
 #[derive(Debug, Clone)]
 pub struct ServerConfig {
-    /// The model repository folder.
-    pub models_dir: PathBuf,
+    /// The model repository's folders: one, or several as Triton's
+    /// `--model-repository` given more than once (a model's name must be
+    /// unique among them).
+    pub repositories: Vec<PathBuf>,
     /// Triton's `--cache-config local,size=N`: the response cache's size in
     /// bytes, for the models that turn it on (`response_cache`); none
     /// when unset.
@@ -85,6 +87,14 @@ pub struct ServerConfig {
     /// request's parameters (Triton's `--http-header-forward-pattern` and
     /// `--grpc-header-forward-pattern`).
     pub header_forward: HeaderForward,
+    /// The name server metadata answers: `wirespeed`, or `triton` (or its
+    /// `--id`) under Triton's command line, which Triton's own clients
+    /// check.
+    pub server_name: String,
+    /// A model that fails to load at start stops the start (Triton's
+    /// `--exit-on-error`, true by default); when false the server starts
+    /// without it, and the repository index says why it is unavailable.
+    pub exit_on_error: bool,
 }
 
 /// A certificate chain and its private key, as PEM files.
@@ -151,7 +161,7 @@ impl Default for Limits {
 impl Default for ServerConfig {
     fn default() -> ServerConfig {
         ServerConfig {
-            models_dir: PathBuf::from("models"),
+            repositories: vec![PathBuf::from("models")],
             response_cache_bytes: None,
             http_addr: Some(SocketAddr::from(([127, 0, 0, 1], 8000))),
             http_uds: None,
@@ -176,6 +186,8 @@ impl Default for ServerConfig {
             model_control: ModelControl::None,
             traces: None,
             header_forward: HeaderForward::default(),
+            server_name: "wirespeed".to_owned(),
+            exit_on_error: true,
         }
     }
 }

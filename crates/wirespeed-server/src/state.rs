@@ -139,11 +139,12 @@ impl State {
         let transcoding = false;
         // In front of an upstream, or transcoding to one, local models
         // are optional.
-        let local = (upstream.is_none() && !transcoding) || has_model_folders(&config.models_dir);
-        let loaded = if local {
+        let local = (upstream.is_none() && !transcoding)
+            || config.repositories.iter().any(|dir| has_model_folders(dir));
+        let (loaded, failed) = if local {
             load_at_start(config, &pool)?
         } else {
-            Vec::new()
+            (Vec::new(), Vec::new())
         };
         let traffic = config
             .metrics
@@ -169,7 +170,7 @@ impl State {
         // Every ensemble's steps fit the models served.
         wirespeed_engine::composite::check_all(&models).map_err(|message| {
             StartError::Repository(RepositoryError {
-                path: config.models_dir.clone(),
+                path: config.repositories.first().cloned().unwrap_or_default(),
                 message,
             })
         })?;
@@ -177,12 +178,13 @@ impl State {
         let repository = Arc::new(Repository::new(
             Arc::clone(&models),
             Arc::clone(&readiness),
-            &config.models_dir,
+            &config.repositories,
             config.backends.clone(),
             pool.clone(),
             config.model_control.clone(),
         ));
         repository.loaded_at_start(&names);
+        repository.failed_at_start(&failed);
         let engine = Arc::new(Engine::new(
             models,
             readiness,
@@ -222,6 +224,8 @@ impl State {
             #[cfg(not(feature = "proxy"))]
             fallback: None,
             header_forward: config.header_forward.clone(),
+            server_name: config.server_name.clone(),
+            server_metadata: crate::protocols::v2::metadata::server_body(&config.server_name),
         });
         let poll = match config.model_control {
             ModelControl::Poll(period) => Some(period),
@@ -265,30 +269,37 @@ impl State {
 }
 
 /// The models to serve from the start: every one in the repository, or in
-/// explicit model control those named (`*` for all, and possibly none).
+/// explicit model control those named (`*` for all, and possibly none);
+/// and, with `exit_on_error` off (Triton's `--exit-on-error=false`), those
+/// that failed to load, by name with why, which the server starts without.
 fn load_at_start(
     config: &ServerConfig,
     pool: &CpuPool,
-) -> Result<Vec<wirespeed_models::LoadedModel>, StartError> {
-    let dir = &config.models_dir;
-    let ModelControl::Explicit { startup } = &config.model_control else {
-        return Ok(wirespeed_models::load_repository(
-            dir,
-            &config.backends,
-            pool,
-        )?);
+) -> Result<(Vec<wirespeed_models::LoadedModel>, Vec<(String, String)>), StartError> {
+    let dirs = &config.repositories;
+    let folders = wirespeed_models::model_folders_in(dirs)?;
+    let startup = match &config.model_control {
+        ModelControl::Explicit { startup } => startup.clone(),
+        _ => vec!["*".to_owned()],
     };
-    let folders = wirespeed_models::model_folders(dir)?;
+    if folders.is_empty() && startup.iter().any(|n| n == "*") {
+        // The repository's own words for it.
+        return Ok((
+            wirespeed_models::load_repository(dirs, &config.backends, pool)?,
+            Vec::new(),
+        ));
+    }
     let all = startup.iter().any(|n| n == "*");
     for name in startup.iter().filter(|n| *n != "*") {
         if !folders.iter().any(|(folder, _)| folder == name) {
             return Err(StartError::Repository(RepositoryError {
-                path: dir.join(name),
+                path: dirs.first().cloned().unwrap_or_default().join(name),
                 message: format!("--load-model names '{name}', which has no folder here"),
             }));
         }
     }
     let mut loaded = Vec::new();
+    let mut failed: Vec<(String, String)> = Vec::new();
     let mut wanted: Vec<&String> = folders
         .iter()
         .map(|(name, _)| name)
@@ -302,8 +313,21 @@ fn load_at_start(
             let Some((_, folder)) = folders.iter().find(|(n, _)| n == name) else {
                 continue;
             };
-            let versions =
-                wirespeed_models::load_model(name, folder, &config.backends, pool, None)?;
+            let versions = match wirespeed_models::load_model(
+                name,
+                folder,
+                &config.backends,
+                pool,
+                None,
+            ) {
+                Ok(versions) => versions,
+                Err(error) if !config.exit_on_error => {
+                    tracing::error!(model = %name, %error, "the model did not load; serving the others (--exit-on-error=false)");
+                    failed.push((name.clone(), error.to_string()));
+                    continue;
+                }
+                Err(error) => return Err(error.into()),
+            };
             for v in &versions {
                 steps.extend(v.callees().into_iter().map(|(model, _)| model));
             }
@@ -312,10 +336,14 @@ fn load_at_start(
         wanted = folders
             .iter()
             .map(|(name, _)| name)
-            .filter(|name| steps.contains(name) && !loaded.iter().any(|l| &l.name == *name))
+            .filter(|name| {
+                steps.contains(name)
+                    && !loaded.iter().any(|l| &l.name == *name)
+                    && !failed.iter().any(|(f, _)| f == *name)
+            })
             .collect();
     }
-    Ok(loaded)
+    Ok((loaded, failed))
 }
 
 /// Whether `dir` holds a folder that could be a model's.

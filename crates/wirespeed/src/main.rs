@@ -5,6 +5,7 @@ mod malloc;
 mod predict;
 #[cfg(feature = "proxy")]
 mod proxy;
+mod tritonserver;
 
 use std::io::IsTerminal;
 use std::net::SocketAddr;
@@ -44,6 +45,16 @@ enum Command {
     /// (and POST /package.Service/Method), transcoded to gRPC calls.
     #[cfg(feature = "proxy")]
     Proxy(proxy::ProxyArgs),
+    /// Serve as Triton's `tritonserver` command does, with its flags and
+    /// their meaning (`--model-repository=...`, `--http-port=...`, ...): a
+    /// deployment that runs `tritonserver` runs this. The binary run under
+    /// the name `tritonserver` does the same.
+    #[command(disable_help_flag = true)]
+    Tritonserver {
+        /// Triton's options; `--help` lists them.
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<std::ffi::OsString>,
+    },
 }
 
 #[derive(Args)]
@@ -52,7 +63,7 @@ struct ServeArgs {
     /// (or Triton's config.pbtxt, MLServer's model-settings.json, or a
     /// model file of KServe's runtimes).
     #[arg(long, env = "WIRESPEED_MODELS", default_value = "models")]
-    models: PathBuf,
+    models: Vec<PathBuf>,
 
     /// --models is one model's folder (its config.toml and files, or the
     /// model file alone, as KServe's storage initializer lays a model out
@@ -301,6 +312,25 @@ struct ServeArgs {
     /// each of its requests).
     #[arg(long, env = "WIRESPEED_GRPC_HEADER_FORWARD_PATTERN")]
     grpc_header_forward_pattern: Option<String>,
+
+    /// Write the log to this file (appended to) rather than to stderr.
+    #[arg(long, env = "WIRESPEED_LOG_FILE")]
+    log_file: Option<PathBuf>,
+
+    /// What Triton's command line set beyond these flags
+    /// (`wirespeed tritonserver`).
+    #[arg(skip)]
+    triton: Option<TritonFace>,
+}
+
+/// What `wirespeed tritonserver` sets that `serve`'s flags do not.
+struct TritonFace {
+    /// The name server metadata answers (`triton`, or `--id`).
+    server_name: String,
+    /// `--exit-on-error`.
+    exit_on_error: bool,
+    /// The flags accepted with no effect, said in the log at start.
+    notes: Vec<String>,
 }
 
 /// A duration given in (possibly fractional) seconds.
@@ -375,6 +405,11 @@ impl std::str::FromStr for Listen {
 }
 
 fn main() -> ExitCode {
+    let mut argv = std::env::args_os();
+    let program = argv.next();
+    if tritonserver::invoked_as_tritonserver(program.as_ref()) {
+        return finish(tritonserver(argv.collect()));
+    }
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Serve(args) => serve(*args),
@@ -383,7 +418,12 @@ fn main() -> ExitCode {
         Command::Health(args) => return health::run(&args),
         #[cfg(feature = "proxy")]
         Command::Proxy(args) => proxy::proxy(args),
+        Command::Tritonserver { args } => tritonserver(args),
     };
+    finish(result)
+}
+
+fn finish(result: anyhow::Result<()>) -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
@@ -391,6 +431,27 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// Serves as `tritonserver ARGS` would: Triton's flags turned into
+/// `serve`'s (`tritonserver.rs`).
+fn tritonserver(args: Vec<std::ffi::OsString>) -> anyhow::Result<()> {
+    if tritonserver::wants_help(&args) {
+        print!("{}", tritonserver::usage());
+        return Ok(());
+    }
+    let translated = tritonserver::translate(&args)?;
+    let mut argv: Vec<std::ffi::OsString> = vec!["wirespeed".into(), "serve".into()];
+    argv.extend(translated.serve);
+    let Command::Serve(mut serve_args) = Cli::try_parse_from(argv)?.command else {
+        unreachable!("the arguments name the serve command");
+    };
+    serve_args.triton = Some(TritonFace {
+        server_name: translated.server_name,
+        exit_on_error: translated.exit_on_error,
+        notes: translated.notes,
+    });
+    serve(*serve_args)
 }
 
 /// The response cache's size from Triton's `--cache-config` values
@@ -467,14 +528,38 @@ fn serve(mut args: ServeArgs) -> anyhow::Result<()> {
     .with_context(|| format!("invalid --log-level '{}'", args.log_level))?;
     // At debug, each request's stages (read and decode, queue, compute,
     // encode) are spans, logged with their times as they close.
+    let file = match &args.log_file {
+        Some(path) => Some(std::sync::Arc::new(
+            std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(path)
+                .with_context(|| format!("cannot open --log-file {}", path.display()))?,
+        )),
+        None => None,
+    };
+    let ansi = file.is_none() && std::io::stderr().is_terminal();
+    let writer =
+        tracing_subscriber::fmt::writer::BoxMakeWriter::new(move || -> Box<dyn std::io::Write> {
+            match &file {
+                Some(file) => Box::new(LogFile(std::sync::Arc::clone(file))),
+                None => Box::new(std::io::stderr()),
+            }
+        });
     let logs = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_span_events(tracing_subscriber::fmt::format::FmtSpan::CLOSE)
-        .with_writer(std::io::stderr);
+        .with_writer(writer);
     if args.log_format == "json" {
         logs.json().flatten_event(true).with_span_list(false).init();
     } else {
-        logs.with_ansi(std::io::stderr().is_terminal()).init();
+        logs.with_ansi(ansi).init();
+    }
+    if let Some(triton) = &args.triton {
+        tracing::info!("serving Triton's command line (wirespeed tritonserver)");
+        for note in &triton.notes {
+            tracing::info!("{note}");
+        }
     }
     // While this is still the only thread: an arena per core.
     malloc::limit_arenas(std::thread::available_parallelism().map_or(1, |n| n.get()));
@@ -498,7 +583,7 @@ fn serve(mut args: ServeArgs) -> anyhow::Result<()> {
     )
     .context("--http-header-forward-pattern or --grpc-header-forward-pattern is not a regular expression")?;
     if args.ports_from_settings {
-        let (http, grpc) = wirespeed_models::mlserver_listen_addresses(&args.models)
+        let (http, grpc) = wirespeed_models::mlserver_listen_addresses(first_repository(&args))
             .map_err(|e| anyhow::anyhow!("--ports-from-settings: {e}"))?;
         // A host name (MLServer's `localhost`) listens on its first address.
         let listen = |address: &str| -> anyhow::Result<Listen> {
@@ -514,7 +599,11 @@ fn serve(mut args: ServeArgs) -> anyhow::Result<()> {
         args.grpc = listen(&grpc)?;
     }
     if let Some(name) = args.model_name.take() {
-        args.models = single_model_repository(&args.models, &name)?;
+        anyhow::ensure!(
+            args.models.len() == 1,
+            "--model-name serves one model's folder: give --models once"
+        );
+        args.models = vec![single_model_repository(&args.models[0], &name)?];
     }
     let mut defaults = ServerConfig::default();
     defaults
@@ -562,12 +651,17 @@ fn serve(mut args: ServeArgs) -> anyhow::Result<()> {
         }
         None => None,
     };
-    let mlserver_models =
-        model_control_mode.is_empty() && wirespeed_models::is_mlserver_repository(&args.models);
+    let mlserver_models = model_control_mode.is_empty()
+        && wirespeed_models::is_mlserver_repository(first_repository(&args));
     let config = ServerConfig {
         response_cache_bytes,
         header_forward,
-        models_dir: args.models,
+        server_name: args
+            .triton
+            .as_ref()
+            .map_or_else(|| "wirespeed".to_owned(), |t| t.server_name.clone()),
+        exit_on_error: args.triton.as_ref().is_none_or(|t| t.exit_on_error),
+        repositories: args.models,
         http_addr: args.http.0,
         grpc_addr: args.grpc.0,
         http_uds: args.http_uds,
@@ -650,6 +744,26 @@ fn serve(mut args: ServeArgs) -> anyhow::Result<()> {
         server.serve(shutdown).await;
         anyhow::Ok(())
     })
+}
+
+/// The first of `--models`, for what reads one repository's settings.
+fn first_repository(args: &ServeArgs) -> &Path {
+    args.models
+        .first()
+        .map_or(Path::new("models"), PathBuf::as_path)
+}
+
+/// `--log-file`, shared by the log's writers.
+struct LogFile(std::sync::Arc<std::fs::File>);
+
+impl std::io::Write for LogFile {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        (&*self.0).write(buf)
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        (&*self.0).flush()
+    }
 }
 
 /// Installs the SIGINT and SIGTERM handlers now, so a signal that arrives

@@ -104,7 +104,7 @@ pub(crate) fn proxy(args: ProxyArgs) -> anyhow::Result<()> {
         .init();
     let config = ServerConfig {
         // No model repository: the proxy serves no models.
-        models_dir: PathBuf::new(),
+        repositories: vec![PathBuf::new()],
         http_addr: Some(args.http),
         grpc_addr: None,
         metrics: None,

@@ -59,6 +59,9 @@ pub(crate) struct Front {
     pub(crate) fallback: Option<Arc<dyn Fallback>>,
     /// The headers and metadata copied into a V2 request's parameters.
     pub(crate) header_forward: crate::config::HeaderForward,
+    /// The name server metadata answers, and its REST body.
+    pub(crate) server_name: String,
+    pub(crate) server_metadata: bytes::Bytes,
 }
 
 /// The sizes and times the protocols hold a request to (`Limits` gives

@@ -176,7 +176,7 @@ async fn dispatch(
         Ok(Route::ModelList) => Ok(tfserving::model_list(front)),
         Ok(Route::Live) => Ok(health::live()),
         Ok(Route::Ready) => Ok(health::ready(front)),
-        Ok(Route::ServerMetadata) => Ok(metadata::server()),
+        Ok(Route::ServerMetadata) => Ok(metadata::server(front)),
         Ok(Route::Metrics) => metrics::scrape(front),
         Ok(Route::RepositoryIndex) => repository::index(front, request).await,
         Ok(Route::RepositoryLoad(model)) => repository::load(front, model, request).await,

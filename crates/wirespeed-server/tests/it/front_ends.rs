@@ -229,7 +229,7 @@ fn error(status: u16, words: &'static str) -> impl Fn(FrontEnd, &Outcome) -> Res
 async fn titanic_server(limits: RequestLimits) -> Running {
     crate::support::events();
     let config = ServerConfig {
-        models_dir: models(),
+        repositories: vec![models()],
         http_addr: Some("127.0.0.1:0".parse().unwrap()),
         grpc_addr: Some("127.0.0.1:0".parse().unwrap()),
         compute_threads: 2,

@@ -277,7 +277,7 @@ impl Running {
     pub(crate) async fn start(models_dir: &Path, backends: Registry) -> Running {
         events();
         let config = ServerConfig {
-            models_dir: models_dir.to_owned(),
+            repositories: vec![models_dir.to_owned()],
             http_addr: Some("127.0.0.1:0".parse().unwrap()),
             grpc_addr: Some("127.0.0.1:0".parse().unwrap()),
             compute_threads: 2,

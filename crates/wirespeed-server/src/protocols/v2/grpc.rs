@@ -87,7 +87,7 @@ impl GrpcInferenceService for Inference {
         _: Request<pb::ServerMetadataRequest>,
     ) -> Result<Response<pb::ServerMetadataResponse>, Status> {
         Ok(Response::new(pb::ServerMetadataResponse {
-            name: "wirespeed".into(),
+            name: self.front.server_name.clone(),
             version: env!("CARGO_PKG_VERSION").into(),
             extensions: crate::protocols::v2::EXTENSIONS
                 .iter()

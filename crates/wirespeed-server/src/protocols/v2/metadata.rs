@@ -1,8 +1,6 @@
 //! `GET /v2`, `GET /v2/models/{name}[/versions/{v}]` and the model
 //! configuration and statistics extensions' `.../config` and `.../stats`.
 
-use std::sync::OnceLock;
-
 use bytes::Bytes;
 use hyper::Response;
 use serde_json::json;
@@ -13,18 +11,20 @@ use crate::protocols::Front;
 use wirespeed_engine::pipeline::Target;
 
 /// Server metadata: name, version and extensions. The same bytes for
-/// every request, written once.
-pub(crate) fn server() -> Response<Body> {
-    static BODY: OnceLock<Bytes> = OnceLock::new();
-    let body = BODY.get_or_init(|| {
-        let value = json!({
-            "name": "wirespeed",
-            "version": env!("CARGO_PKG_VERSION"),
-            "extensions": crate::protocols::v2::EXTENSIONS,
-        });
-        Bytes::from(value.to_string())
+/// every request, written at start ([`server_body`]).
+pub(crate) fn server(front: &Front) -> Response<Body> {
+    response::json(front.server_metadata.clone())
+}
+
+/// The server metadata's body for a server called `name` (`wirespeed`, or
+/// as Triton's `--id` names it).
+pub(crate) fn server_body(name: &str) -> Bytes {
+    let value = json!({
+        "name": name,
+        "version": env!("CARGO_PKG_VERSION"),
+        "extensions": crate::protocols::v2::EXTENSIONS,
     });
-    response::json(body.clone())
+    Bytes::from(value.to_string())
 }
 
 /// A model's metadata: its versions, platform, inputs and outputs.
