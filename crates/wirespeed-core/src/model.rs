@@ -560,6 +560,13 @@ pub trait Model: Send + Sync {
         false
     }
 
+    /// The instances that compute the model (Triton's instance group
+    /// count), for a model made of several (a Python model's workers);
+    /// `None` for one that computes on the server's threads.
+    fn instances(&self) -> Option<usize> {
+        None
+    }
+
     /// Requests computed at once when the config sets no
     /// `max_concurrency`. `None`, the default, means the CPU pool's
     /// threads: right for a model that computes. A model that waits on

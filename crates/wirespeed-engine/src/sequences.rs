@@ -181,6 +181,11 @@ impl Sequences {
         self.sequencing.hides(name)
     }
 
+    /// Whether the model's requests carry a batch dimension.
+    pub fn batches(&self) -> bool {
+        self.batch
+    }
+
     /// The model's sequence batching.
     pub fn sequencing(&self) -> &Sequencing {
         &self.sequencing

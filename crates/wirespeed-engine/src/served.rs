@@ -294,7 +294,7 @@ impl ServedModels {
             return false;
         }
         let name = loaded.name.clone();
-        models.insert(name, vec![self.serve(loaded)]);
+        models.insert(name, vec![self.serve(loaded, None)]);
         true
     }
 
@@ -307,7 +307,31 @@ impl ServedModels {
         if loaded.is_empty() {
             return self.remove(name);
         }
-        let mut versions: Versions = loaded.into_iter().map(|l| self.serve(l)).collect();
+        // A stateful model loaded again with the same sequence batching
+        // keeps its open sequences (Triton's update in place keeps them):
+        // each version takes over its predecessor's.
+        let before = self.versions(name);
+        let mut versions: Versions = loaded
+            .into_iter()
+            .map(|l| {
+                let open = before
+                    .iter()
+                    .find(|old| {
+                        old.version()
+                            == l.model
+                                .metadata()
+                                .versions
+                                .first()
+                                .map_or("", String::as_str)
+                    })
+                    .and_then(|old| old.sequences.clone())
+                    .filter(|open| {
+                        l.serving.sequencing.as_ref() == Some(open.sequencing())
+                            && open.batches() == (l.max_batch_size > 0)
+                    });
+                self.serve(l, open)
+            })
+            .collect();
         in_version_order(&mut versions);
         let mut models = self.models.write().unwrap_or_else(|e| e.into_inner());
         models.insert(name.to_owned(), versions)
@@ -320,8 +344,9 @@ impl ServedModels {
         models.remove(name)
     }
 
-    /// `loaded` with its scheduler and counters.
-    fn serve(&self, loaded: LoadedModel) -> Arc<ServedModel> {
+    /// `loaded` with its scheduler and counters, and `open`, the
+    /// sequences of the model it replaces, when it takes them over.
+    fn serve(&self, loaded: LoadedModel, open: Option<Arc<Sequences>>) -> Arc<ServedModel> {
         let pool = &self.pool;
         let serving = loaded.serving;
         let concurrency = serving
@@ -350,9 +375,12 @@ impl ServedModels {
                 &self.queues,
             )),
         };
-        let sequences = serving
-            .sequencing
-            .map(|sequencing| Sequences::new(&loaded.name, sequencing, loaded.max_batch_size > 0));
+        let sequences = match open {
+            Some(open) => Some(open),
+            None => serving.sequencing.map(|sequencing| {
+                Sequences::new(&loaded.name, sequencing, loaded.max_batch_size > 0)
+            }),
+        };
         // Triton's limits: a model that streams or keeps state answers
         // each request anew.
         let cache = match (&self.cache, serving.response_cache) {

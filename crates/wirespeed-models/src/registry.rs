@@ -63,7 +63,7 @@ impl Registry {
         #[cfg(feature = "upstream")]
         registry.register(wirespeed_upstream::UpstreamBackend);
         #[cfg(feature = "python")]
-        registry.register(wirespeed_python_backend::Python);
+        registry.register(wirespeed_python_backend::Python::default());
         #[cfg(feature = "python")]
         registry.register(wirespeed_python_backend::Sklearn);
         registry

@@ -159,6 +159,10 @@ impl Model for Reshaped {
         self.inner.ready()
     }
 
+    fn instances(&self) -> Option<usize> {
+        self.inner.instances()
+    }
+
     fn default_concurrency(&self) -> Option<usize> {
         self.inner.default_concurrency()
     }

@@ -16,7 +16,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::{Receiver, RecvError, RecvTimeoutError, Sender};
+use crossbeam_channel::{Receiver, RecvError, RecvTimeoutError};
 use tokio::sync::oneshot;
 use wirespeed_core::{Error, ErrorKind, Tensor};
 
@@ -46,29 +46,39 @@ pub(crate) struct Job {
 
 /// Where a worker is in its life.
 #[derive(Debug, Clone)]
-enum State {
+pub(crate) enum State {
     Starting,
     Ready,
     Restarting(String),
     Failed(String),
+    /// Its instance was removed (or the model unloaded): it finalized.
+    Removed,
 }
 
 /// What the keepers share with the model.
-struct Shared {
-    model: String,
-    ready: AtomicUsize,
+pub(crate) struct Shared {
+    pub(crate) model: String,
+    pub(crate) ready: AtomicUsize,
     /// Keepers waiting for a request: while one is, another takes no
     /// request but its first (`queued_behind`).
-    idle: AtomicUsize,
+    pub(crate) idle: AtomicUsize,
     /// Set when the model is dropped: keepers stop their workers and end.
-    closed: AtomicBool,
-    states: Mutex<Vec<State>>,
-    changed: Condvar,
+    pub(crate) closed: AtomicBool,
+    /// The model's instances now: a busy keeper takes its share of the
+    /// queue (`queued_behind`).
+    pub(crate) instances: AtomicUsize,
+    /// Each instance's state, by instance number (removed ones stay, as
+    /// `Removed`).
+    pub(crate) states: Mutex<Vec<State>>,
+    pub(crate) changed: Condvar,
 }
 
 impl Shared {
-    fn set(&self, instance: usize, state: State) {
+    pub(crate) fn set(&self, instance: usize, state: State) {
         let mut states = self.states.lock().unwrap_or_else(|e| e.into_inner());
+        if states.len() <= instance {
+            states.resize(instance + 1, State::Starting);
+        }
         let was_ready = matches!(states[instance], State::Ready);
         let is_ready = matches!(state, State::Ready);
         states[instance] = state;
@@ -84,14 +94,23 @@ impl Shared {
 /// A keeper's two queues: its worker's own (sequences pinned to it), and
 /// the one every keeper takes from.
 pub(crate) struct Inbox {
-    own: Receiver<Job>,
-    shared: Receiver<Job>,
+    pub(crate) own: Receiver<Job>,
+    pub(crate) shared: Receiver<Job>,
 }
 
 impl Inbox {
     /// The next job, its own queue's first, looked for `linger` before
     /// the keeper sleeps; `Timeout` after `wait`.
     pub(crate) fn next(&self, wait: Duration, linger: Duration) -> Result<Job, RecvTimeoutError> {
+        // An instance removed takes no more requests once its own are
+        // answered.
+        match self.own.try_recv() {
+            Ok(job) => return Ok(job),
+            Err(crossbeam_channel::TryRecvError::Disconnected) => {
+                return Err(RecvTimeoutError::Disconnected)
+            }
+            Err(crossbeam_channel::TryRecvError::Empty) => {}
+        }
         let mut taken = None;
         super::process::linger(linger, || {
             taken = self.ready();
@@ -245,180 +264,24 @@ pub(crate) fn rows(job: &Job) -> usize {
         .max(1)
 }
 
-/// A model's workers: the queue to them, and their states.
-pub(crate) struct Workers {
-    jobs: Sender<Job>,
-    /// Each worker's own queue.
-    pinned: Vec<Sender<Job>>,
-    shared: Arc<Shared>,
-    instances: usize,
-    /// The model answers with streams, as its workers said when they
-    /// loaded it.
-    decoupled: bool,
-    /// The metadata the model's own server answers, as the first worker
-    /// said when it loaded it (an MLServer runtime's).
-    metadata: Option<String>,
-    /// A batch's rows at most, when the keepers gather batches.
-    batch_rows: Option<usize>,
-}
-
 /// What a keeper's first worker said when it loaded the model.
-struct Started {
-    decoupled: bool,
-    metadata: Option<String>,
+pub(crate) struct Started {
+    pub(crate) decoupled: bool,
+    pub(crate) metadata: Option<String>,
 }
 
-impl Workers {
-    /// Starts `instances` keepers and waits until each worker has loaded
-    /// the model or failed to. A worker that cannot be started at all (no
-    /// such interpreter) is an error; one whose model raised while loading
-    /// leaves the model not ready, the traceback in the log.
-    /// With `load_fails`, a model whose code raises while loading fails
-    /// the load (Triton's `initialize`); without, it stays not ready.
-    pub(crate) fn start(
-        launch: Launch,
-        instances: usize,
-        load_fails: bool,
-    ) -> Result<Workers, String> {
-        let (jobs, queue) = crossbeam_channel::unbounded::<Job>();
-        let shared = Arc::new(Shared {
-            model: launch.model.clone(),
-            ready: AtomicUsize::new(0),
-            idle: AtomicUsize::new(0),
-            closed: AtomicBool::new(false),
-            states: Mutex::new(vec![State::Starting; instances]),
-            changed: Condvar::new(),
-        });
-        let batch_rows = launch.batch.as_ref().map(|w| w.max_rows);
-        let launch = Arc::new(launch);
-        let (first_tx, first_rx) = std::sync::mpsc::channel();
-        let mut pinned = Vec::with_capacity(instances);
-        for instance in 0..instances {
-            let (own_tx, own) = crossbeam_channel::unbounded::<Job>();
-            pinned.push(own_tx);
-            let keeper = Keeper {
-                launch: launch.clone(),
-                shared: shared.clone(),
-                queue: Inbox {
-                    own,
-                    shared: queue.clone(),
-                },
-                instance,
-                instances,
-            };
-            let first = first_tx.clone();
-            std::thread::Builder::new()
-                .name(format!("python-{}-{instance}", launch.model))
-                .spawn(move || keeper.run(first))
-                .map_err(|e| format!("cannot start a keeper thread: {e}"))?;
-        }
-        drop(first_tx);
-        let mut workers = Workers {
-            jobs,
-            pinned,
-            shared,
-            instances,
-            decoupled: false,
-            metadata: None,
-            batch_rows,
-        };
-        // Each keeper reports its first start; a spawn failure is the
-        // config's fault (no such Python) and fails the load, and so does
-        // the model's own code raising, when asked. Dropping the workers
-        // stops their keepers.
-        for _ in 0..instances {
-            match first_rx.recv() {
-                Ok(Err(StartError::Spawn(message))) => return Err(message),
-                Ok(Err(StartError::Load(traceback))) if load_fails => {
-                    return Err(format!("its initialize raised:\n{}", traceback.trim_end()))
-                }
-                Ok(Ok(started)) => {
-                    workers.decoupled |= started.decoupled;
-                    workers.metadata = workers.metadata.take().or(started.metadata);
-                }
-                Ok(_) => {}
-                Err(_) => return Err("a keeper thread ended while starting".into()),
-            }
-        }
-        Ok(workers)
-    }
-
-    pub(crate) fn instances(&self) -> usize {
-        self.instances
-    }
-
-    /// A batch's rows at most, when the keepers gather the requests of a
-    /// batch for one call of the model (Triton's dynamic batcher).
-    pub(crate) fn batch_rows(&self) -> Option<usize> {
-        self.batch_rows
-    }
-
-    pub(crate) fn decoupled(&self) -> bool {
-        self.decoupled
-    }
-
-    /// The metadata the model's own server answers (an MLServer
-    /// runtime's), as JSON.
-    pub(crate) fn metadata(&self) -> Option<&str> {
-        self.metadata.as_deref()
-    }
-
-    /// Ready while one worker is.
-    pub(crate) fn ready(&self) -> Result<(), String> {
-        if self.shared.ready.load(Ordering::Acquire) > 0 {
-            return Ok(());
-        }
-        let states = self.shared.states.lock().unwrap_or_else(|e| e.into_inner());
-        let model = &self.shared.model;
-        for state in states.iter() {
-            if let State::Failed(reason) = state {
-                return Err(format!(
-                    "model '{model}' failed to load in its Python worker: {reason} \
-                     (the server log has the traceback)"
-                ));
-            }
-        }
-        for state in states.iter() {
-            if let State::Restarting(reason) = state {
-                return Err(format!(
-                    "model '{model}' is restarting its Python worker: {reason}"
-                ));
-            }
-        }
-        Err(format!("model '{model}' is loading in its Python worker"))
-    }
-
-    /// Queues a request for the first free worker, or, `pinned` to a key
-    /// (a sequence's correlation id), for the worker that key picks.
-    pub(crate) fn submit(&self, job: Job, pinned: Option<u64>) -> Result<(), Error> {
-        let queue = match pinned {
-            Some(key) => &self.pinned[(key % self.pinned.len() as u64) as usize],
-            None => &self.jobs,
-        };
-        queue
-            .send(job)
-            .map_err(|_| Error::internal("the Python model's keepers are gone"))
-    }
-}
-
-impl Drop for Workers {
-    fn drop(&mut self) {
-        self.shared.closed.store(true, Ordering::Release);
-    }
-}
-
-/// One instance's keeper.
-struct Keeper {
-    launch: Arc<Launch>,
-    shared: Arc<Shared>,
-    queue: Inbox,
-    instance: usize,
-    /// The model's workers, this one's among them.
-    instances: usize,
+/// One instance's keeper. It ends, and its worker finalizes, when the
+/// model goes or its own queue's sender is dropped (the instance removed:
+/// `workers.rs`).
+pub(crate) struct Keeper {
+    pub(crate) launch: Arc<Launch>,
+    pub(crate) shared: Arc<Shared>,
+    pub(crate) queue: Inbox,
+    pub(crate) instance: usize,
 }
 
 impl Keeper {
-    fn run(self, first: std::sync::mpsc::Sender<Result<Started, StartError>>) {
+    pub(crate) fn run(self, first: std::sync::mpsc::Sender<Result<Started, StartError>>) {
         let mut first = Some(first);
         let mut backoff = FIRST_BACKOFF;
         loop {
@@ -474,7 +337,9 @@ impl Keeper {
             let reason = match served {
                 Some(reason) => reason,
                 None => {
-                    // The model is gone: let the worker finalize.
+                    // The model is gone, or this instance removed: let the
+                    // worker finalize.
+                    self.shared.set(self.instance, State::Removed);
                     process.stop();
                     return;
                 }
@@ -532,7 +397,9 @@ impl Keeper {
                             let share = if self.shared.idle.load(Ordering::Acquire) > 0 {
                                 0 // an idle worker takes the next one
                             } else {
-                                self.queue.queued().div_ceil(self.instances)
+                                self.queue
+                                    .queued()
+                                    .div_ceil(self.shared.instances.load(Ordering::Acquire).max(1))
                             };
                             let (queued, over) = queued_behind(&self.queue, job, share);
                             (queued, over, Calls::Each)
@@ -704,6 +571,7 @@ impl Keeper {
 #[cfg(test)]
 mod queued_requests {
     use super::*;
+    use crossbeam_channel::Sender;
     use wirespeed_core::TensorData;
 
     fn job(

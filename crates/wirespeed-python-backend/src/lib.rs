@@ -49,10 +49,11 @@ mod process;
 mod segment;
 mod sklearn;
 mod wire;
+mod workers;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use serde::Deserialize;
@@ -62,11 +63,12 @@ use wirespeed_core::{
 };
 use wirespeed_proto::inference as pb;
 
-use keeper::{Job, Workers};
+use keeper::Job;
 pub use metrics::{custom_metrics, CustomFamily, Labels, MetricKind, SeriesValue};
 use process::Launch;
 pub use sklearn::Sklearn;
 use wirespeed_backend::{Backend, ModelSource};
+use workers::Workers;
 
 /// MLServer's settings file: a custom runtime's model file.
 const MODEL_SETTINGS: &str = "model-settings.json";
@@ -79,7 +81,20 @@ const TRITON_UTILS: &str = concat!(
 );
 
 /// `backend = "python"`.
-pub struct Python;
+#[derive(Default)]
+pub struct Python {
+    /// The worker pools of the models this backend loaded, by model and
+    /// version, for a load of the same model that changes only its
+    /// instance count ([`update_in_place`]).
+    live: Mutex<HashMap<(String, String), Live>>,
+}
+
+/// A model's worker pool as loaded, and what it was loaded with.
+struct Live {
+    workers: Weak<Workers>,
+    /// Everything its load depended on but the instance count.
+    signature: String,
+}
 
 impl Backend for Python {
     fn takes_optional_inputs(&self) -> bool {
@@ -95,7 +110,13 @@ impl Backend for Python {
     }
 
     fn load(&self, source: &ModelSource<'_>) -> Result<Arc<dyn Model>, String> {
-        Ok(Arc::new(PythonModel::load(source)?))
+        let keys: PythonKeys = source.keys()?;
+        Ok(Arc::new(PythonModel::start(
+            source,
+            keys,
+            None,
+            Some(&self.live),
+        )?))
     }
 }
 
@@ -147,7 +168,9 @@ pub(crate) struct Runtime {
 /// A model served by Python worker processes.
 pub struct PythonModel {
     metadata: ModelMetadata,
-    workers: Workers,
+    /// Shared with the model it was loaded in place of, when only the
+    /// instance count changed.
+    workers: Arc<Workers>,
     binding: Binding,
     /// The batches its keepers ran, when they gather them.
     executions: Arc<wirespeed_core::Executions>,
@@ -186,15 +209,13 @@ fn held(config: &wirespeed_backend::ModelConfig, keeper_batches: bool) -> usize 
 const HELD: usize = 64;
 
 impl PythonModel {
-    fn load(source: &ModelSource<'_>) -> Result<PythonModel, String> {
-        let keys: PythonKeys = source.keys()?;
-        PythonModel::start(source, keys, None)
-    }
-
+    /// Loads the model, or, when `live` holds its workers from a load that
+    /// differs only in the instance count, changes their number in place.
     fn start(
         source: &ModelSource<'_>,
         keys: PythonKeys,
         runtime: Option<Runtime>,
+        live: Option<&Mutex<HashMap<(String, String), Live>>>,
     ) -> Result<PythonModel, String> {
         let config = source.config();
         let api: &'static str = match (keys.api.as_deref(), &runtime) {
@@ -343,7 +364,40 @@ impl PythonModel {
             caller: source.caller().clone(),
         };
         let held = held(config, launch.batch.is_some());
-        let workers = Workers::start(launch, instances, triton_api)?;
+        let key = (name.clone(), version.clone());
+        let signature = signature(&launch, held, source.folder(), config.confined);
+        let reused = live.and_then(|live| {
+            let live = live.lock().unwrap_or_else(|e| e.into_inner());
+            let found = live.get(&key)?;
+            (found.signature == signature)
+                .then(|| found.workers.upgrade())
+                .flatten()
+        });
+        let workers = match reused {
+            Some(workers) => {
+                tracing::info!(
+                    model = %name,
+                    version = %version,
+                    from = workers.instances(),
+                    to = instances,
+                    "only the instance count changed: instances added or removed in place"
+                );
+                workers.resize(launch, instances)?;
+                workers
+            }
+            None => Arc::new(Workers::start(launch, instances, triton_api)?),
+        };
+        if let Some(live) = live {
+            let mut live = live.lock().unwrap_or_else(|e| e.into_inner());
+            live.retain(|_, l| l.workers.strong_count() > 0);
+            live.insert(
+                key,
+                Live {
+                    workers: Arc::downgrade(&workers),
+                    signature,
+                },
+            );
+        }
         Ok(PythonModel {
             metadata: ModelMetadata {
                 name,
@@ -357,6 +411,84 @@ impl PythonModel {
             executions,
             held,
         })
+    }
+}
+
+/// What a model's workers depend on but the instance count: the load
+/// message with the instance groups' counts and the poll taken out, the
+/// interpreter and its environment, the batch window, the requests held,
+/// the files of the model's folder (their paths, sizes and times), and
+/// whether the configuration came with the load request (`given`). A load
+/// whose signature is the one its model was loaded with changes the
+/// instance count in place, as Triton's model update does; as in Triton
+/// 2.51, the first load with a configuration of a model loaded from its
+/// folder's starts it afresh.
+fn signature(launch: &Launch, held: usize, folder: &Path, given: bool) -> String {
+    let mut load = launch.load.clone();
+    if let Some(load) = load.as_object_mut() {
+        load.remove("linger_us");
+        let config = load
+            .get_mut("triton_args")
+            .and_then(|args| args.get_mut("model_config"));
+        if let Some(config) = config {
+            let mut parsed: serde_json::Value = config
+                .as_str()
+                .and_then(|c| serde_json::from_str(c).ok())
+                .unwrap_or_default();
+            if let Some(groups) = parsed
+                .get_mut("instance_group")
+                .and_then(|g| g.as_array_mut())
+            {
+                for group in groups {
+                    if let Some(group) = group.as_object_mut() {
+                        group.remove("count");
+                    }
+                }
+            }
+            *config = parsed;
+        }
+    }
+    let mut files = Vec::new();
+    fingerprint(folder, 0, &mut files);
+    format!(
+        "{given}|{load}|{}|{:?}|{:?}|{:?}|{held}|{files:?}",
+        launch.python,
+        launch.env,
+        launch.load_timeout,
+        launch
+            .batch
+            .as_ref()
+            .map(|b| (b.max_rows, &b.preferred, b.delay)),
+    )
+}
+
+/// The files under `folder` (path, size, modification time), a few
+/// levels deep.
+fn fingerprint(
+    folder: &Path,
+    depth: usize,
+    out: &mut Vec<(String, u64, Option<std::time::SystemTime>)>,
+) {
+    let Ok(entries) = std::fs::read_dir(folder) else {
+        return;
+    };
+    let mut entries: Vec<_> = entries.filter_map(Result::ok).collect();
+    entries.sort_by_key(|e| e.path());
+    for entry in entries {
+        let Ok(meta) = entry.metadata() else {
+            continue;
+        };
+        if meta.is_dir() {
+            if depth < 4 && entry.file_name() != "__pycache__" {
+                fingerprint(&entry.path(), depth + 1, out);
+            }
+        } else {
+            out.push((
+                entry.path().display().to_string(),
+                meta.len(),
+                meta.modified().ok(),
+            ));
+        }
     }
 }
 
@@ -496,6 +628,10 @@ impl Model for PythonModel {
     /// time): a custom MLServer runtime answered 6,753 requests a second
     /// on one worker, and 11,655 with two in hand
     /// (`benchmarks/scripts/folders.py`).
+    fn instances(&self) -> Option<usize> {
+        Some(self.workers.instances())
+    }
+
     fn default_concurrency(&self) -> Option<usize> {
         // A model that gathers its batches holds a batch's requests
         // for each one it would hold.
@@ -578,7 +714,11 @@ impl Model for PythonModel {
                 hasher.finish()
             })
         });
-        let sent = self.workers.submit(job, pinned);
+        let ends = call
+            .parameters
+            .iter()
+            .any(|(key, value)| key == "sequence_end" && *value == ParameterValue::Bool(true));
+        let sent = self.workers.submit(job, pinned, ends);
         if let Some(receiver) = collect {
             let name = self.metadata.name.clone();
             return Box::pin(async move {

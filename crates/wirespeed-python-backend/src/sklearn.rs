@@ -213,7 +213,7 @@ fn load(source: &ModelSource<'_>) -> Result<PythonModel, String> {
         outputs,
         settings: serde_json::json!({"functions": functions, "column": mlserver}),
     };
-    PythonModel::start(source, keys, Some(runtime))
+    PythonModel::start(source, keys, Some(runtime), None)
 }
 
 /// Loads the model in its own Python once and tries its functions.

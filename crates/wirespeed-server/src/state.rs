@@ -268,14 +268,15 @@ impl State {
     }
 }
 
+/// What the start loaded, and the models that failed to load (by name,
+/// with why) when the start goes on without them.
+type AtStart = (Vec<wirespeed_models::LoadedModel>, Vec<(String, String)>);
+
 /// The models to serve from the start: every one in the repository, or in
 /// explicit model control those named (`*` for all, and possibly none);
 /// and, with `exit_on_error` off (Triton's `--exit-on-error=false`), those
 /// that failed to load, by name with why, which the server starts without.
-fn load_at_start(
-    config: &ServerConfig,
-    pool: &CpuPool,
-) -> Result<(Vec<wirespeed_models::LoadedModel>, Vec<(String, String)>), StartError> {
+fn load_at_start(config: &ServerConfig, pool: &CpuPool) -> Result<AtStart, StartError> {
     let dirs = &config.repositories;
     let folders = wirespeed_models::model_folders_in(dirs)?;
     let startup = match &config.model_control {

@@ -112,7 +112,11 @@ pub(crate) fn model_config(name: &str, model: &ServedModel) -> pb::ModelConfig {
         },
         instance_group: vec![pb::ModelInstanceGroup {
             name: name.to_owned(),
-            count: i32::try_from(model.max_concurrency).unwrap_or(i32::MAX),
+            // A model of instances (a Python model's workers) has their
+            // number; one that computes on the server's threads, the
+            // requests it computes at once.
+            count: i32::try_from(model.model.instances().unwrap_or(model.max_concurrency))
+                .unwrap_or(i32::MAX),
             kind: pb::model_instance_group::Kind::Cpu as i32,
             ..Default::default()
         }],
