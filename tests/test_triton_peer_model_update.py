@@ -246,3 +246,55 @@ def test_a_running_sequence_keeps_its_instance_through_an_instance_count_change(
         triton.stop()
     assert answers["triton"] == [[1.0], [3.0], [6.0], [10.0]], answers
     assert answers["wirespeed"] == answers["triton"]
+
+
+SIMPLE = '''
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    @staticmethod
+    def auto_complete_config(auto_complete_model_config):
+        names = [i["name"] for i in auto_complete_model_config.as_dict()["input"]]
+        if "INPUT0" not in names:
+            auto_complete_model_config.add_input({"name": "INPUT0", "data_type": "TYPE_FP32", "dims": [4]})
+        outputs = [o["name"] for o in auto_complete_model_config.as_dict()["output"]]
+        if "OUTPUT0" not in outputs:
+            auto_complete_model_config.add_output({"name": "OUTPUT0", "data_type": "TYPE_FP32", "dims": [4]})
+        return auto_complete_model_config
+
+    def execute(self, requests):
+        return [pb_utils.InferenceResponse([pb_utils.Tensor(
+            "OUTPUT0", pb_utils.get_input_tensor_by_name(r, "INPUT0").as_numpy() * 3)]) for r in requests]
+'''
+
+
+def test_a_load_with_a_configuration_is_completed_by_the_models_code_as_in_triton(tmp_path):
+    repo = tmp_path / "models"
+    (repo / "simple" / "1").mkdir(parents=True)
+    (repo / "simple" / "1" / "model.py").write_text(SIMPLE)
+    (repo / "simple" / "config.pbtxt").write_text('backend: "python"\n')
+    triton = TritonServer(repo, tmp_path / "triton.log", args=["--model-control-mode=explicit"])
+    try:
+        ours = RunningServer(repo, extra_args=["--model-control-mode", "explicit"])
+    except BaseException:
+        triton.stop()
+        raise
+    seen = {}
+    try:
+        for name, server in (("triton", triton), ("wirespeed", ours)):
+            client = httpclient.InferenceServerClient(server.address)
+            client.load_model("simple", config='{"max_batch_size": 16}')
+            config = client.get_model_config("simple")
+            x = httpclient.InferInput("INPUT0", [2, 4], "FP32")
+            x.set_data_from_numpy(np.arange(8, dtype=np.float32).reshape(2, 4))
+            out = client.infer("simple", [x]).as_numpy("OUTPUT0").tolist()
+            seen[name] = (config["max_batch_size"],
+                          [(i["name"], i["data_type"], i["dims"]) for i in config["input"]],
+                          [(o["name"], o["data_type"], o["dims"]) for o in config["output"]], out)
+            client.close()
+    finally:
+        ours.stop()
+        triton.stop()
+    assert seen["triton"][0] == 16, seen
+    assert seen["wirespeed"] == seen["triton"]

@@ -132,6 +132,14 @@ impl<T> OneResponse<T> {
         self.count == 1
     }
 
+    /// The one response, if the stream had exactly one.
+    pub fn exactly_one(self) -> Option<Result<T, Error>> {
+        match (self.first, self.count) {
+            (Some(response), 1) => Some(response),
+            _ => None,
+        }
+    }
+
     /// The one response, or the error for none or several, naming
     /// `model`; `expects` says who takes one and what to do instead.
     pub fn finish(self, model: &str, expects: &str) -> Result<T, Error> {

@@ -178,6 +178,20 @@ impl ResponseStream {
         self.id.as_deref()
     }
 
+    /// The stream's one response, or `wrong` (an error of the model's)
+    /// when it sent none or several: the words an endpoint's peer uses
+    /// (Triton's for `generate`).
+    pub async fn only_or(mut self, wrong: &str) -> Result<InferResponse, Error> {
+        let mut one = OneResponse::default();
+        while let Some(item) = self.next().await {
+            if !one.take(item.response) {
+                break;
+            }
+        }
+        one.exactly_one()
+            .unwrap_or_else(|| Err(Error::model_failed(wrong.to_owned())))
+    }
+
     /// The stream's one response, for an endpoint that answers once: an
     /// error when the model sent none or several (Triton's rule for
     /// `generate`). Waits for the stream's end.

@@ -148,7 +148,7 @@ impl Layout {
 /// The Python code of a Triton model folder: `file` (its
 /// `default_model_filename`, `model.py` when empty) in the highest-numbered
 /// version folder, or in the folder itself.
-fn python_code(folder: &Path, file: &str) -> Option<PathBuf> {
+pub(crate) fn python_code(folder: &Path, file: &str) -> Option<PathBuf> {
     let file = if file.is_empty() { "model.py" } else { file };
     let mut places: Vec<PathBuf> = wirespeed_backend::versions::version_folders(folder)
         .into_iter()
@@ -165,7 +165,11 @@ fn python_code(folder: &Path, file: &str) -> Option<PathBuf> {
 /// A Python model's configuration (Triton's JSON, `config`) completed by
 /// its code's `auto_complete_config`, as `config.toml`'s keys. Code that has
 /// none is not run.
-fn complete_python(name: &str, config: &str, code: &Path) -> Result<toml::Table, String> {
+pub(crate) fn complete_python(
+    name: &str,
+    config: &str,
+    code: &Path,
+) -> Result<toml::Table, String> {
     let has_hook = std::fs::read_to_string(code)
         .map(|text| text.contains("auto_complete_config"))
         .unwrap_or(false);

@@ -225,7 +225,7 @@ pub fn load_model(
         );
     }
     let config = match config {
-        Some(json) => given_config(json, folder)?,
+        Some(json) => given_config(json, folder, registry)?,
         None => match Layout::of(folder, registry) {
             Some(layout) => layout
                 .read(name, folder, registry)
@@ -302,7 +302,11 @@ pub fn load_model(
 /// The configuration given to load model in `folder` instead of its
 /// files (Triton's load with a config override): Triton's `ModelConfig`
 /// JSON, as its clients send it, or JSON with `config.toml`'s keys.
-fn given_config(json: &str, folder: &Path) -> Result<ModelConfig, RepositoryError> {
+fn given_config(
+    json: &str,
+    folder: &Path,
+    registry: &Registry,
+) -> Result<ModelConfig, RepositoryError> {
     let given = |m: String| RepositoryError {
         path: folder.to_owned(),
         message: format!("the configuration given to load the model: {m}"),
@@ -311,6 +315,15 @@ fn given_config(json: &str, folder: &Path) -> Result<ModelConfig, RepositoryErro
         .file_name()
         .and_then(|n| n.to_str())
         .unwrap_or_default();
+    // A Python model's configuration is completed by its code's
+    // `auto_complete_config`, as Triton completes one given with the load.
+    if let Some(table) = completed_by_code(name, json, folder, registry) {
+        let mut config = table
+            .and_then(ModelConfig::from_toml_table)
+            .map_err(given)?;
+        config.confined = true;
+        return Ok(config);
+    }
     match crate::pbtxt::from_triton_json(name, json, guessed_backend(folder)) {
         Some(table) => {
             let mut config = table
@@ -321,6 +334,45 @@ fn given_config(json: &str, folder: &Path) -> Result<ModelConfig, RepositoryErro
         }
         None => ModelConfig::from_json(json).map_err(given),
     }
+}
+
+/// A configuration given as Triton's JSON for a Python model (named so,
+/// or one whose folder has only Python code), completed by the code's
+/// `auto_complete_config` when auto-complete is on; `None` for any other.
+fn completed_by_code(
+    name: &str,
+    json: &str,
+    folder: &Path,
+    registry: &Registry,
+) -> Option<Result<toml::Table, String>> {
+    if !registry.auto_complete() {
+        return None;
+    }
+    let mut given: serde_json::Value = serde_json::from_str(json).ok()?;
+    let object = given.as_object_mut()?;
+    let named = ["backend", "platform"]
+        .iter()
+        .find_map(|key| object.get(*key)?.as_str().filter(|b| !b.is_empty()))
+        .map(str::to_owned);
+    let backend = named.as_deref().or(guessed_backend(folder))?;
+    if backend != "python" {
+        return None;
+    }
+    let file = object
+        .get("default_model_filename")
+        .and_then(|f| f.as_str())
+        .unwrap_or_default()
+        .to_owned();
+    let code = crate::layout::python_code(folder, &file)?;
+    object
+        .entry("name")
+        .or_insert_with(|| serde_json::Value::from(name));
+    object.insert("backend".into(), "python".into());
+    Some(crate::layout::complete_python(
+        name,
+        &given.to_string(),
+        &code,
+    ))
 }
 
 /// The Triton backend a model folder's files say, for a configuration that

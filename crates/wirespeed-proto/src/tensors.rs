@@ -122,6 +122,31 @@ pub(crate) fn narrow<S: Copy + fmt::Display, T: TryFrom<S>>(
         .collect()
 }
 
+/// A tensor's values in the typed field of `InferTensorContents` its
+/// datatype has (as MLServer answers gRPC requests that sent none as raw
+/// bytes); `None` for FP16 and BF16, which have no field.
+pub fn contents_of(data: &TensorData) -> Option<InferTensorContents> {
+    let mut contents = InferTensorContents::default();
+    match data {
+        TensorData::Bool(v) => contents.bool_contents = v.clone(),
+        TensorData::Uint8(v) => contents.uint_contents = v.iter().map(|&x| u32::from(x)).collect(),
+        TensorData::Uint16(v) => contents.uint_contents = v.iter().map(|&x| u32::from(x)).collect(),
+        TensorData::Uint32(v) => contents.uint_contents = v.clone(),
+        TensorData::Uint64(v) => contents.uint64_contents = v.clone(),
+        TensorData::Int8(v) => contents.int_contents = v.iter().map(|&x| i32::from(x)).collect(),
+        TensorData::Int16(v) => contents.int_contents = v.iter().map(|&x| i32::from(x)).collect(),
+        TensorData::Int32(v) => contents.int_contents = v.clone(),
+        TensorData::Int64(v) => contents.int64_contents = v.clone(),
+        TensorData::Fp32(v) => contents.fp32_contents = v.clone(),
+        TensorData::Fp64(v) => contents.fp64_contents = v.clone(),
+        TensorData::Bytes(v) => {
+            contents.bytes_contents = v.iter().map(|b| bytes::Bytes::copy_from_slice(b)).collect()
+        }
+        TensorData::Fp16(_) | TensorData::Bf16(_) => return None,
+    }
+    Some(contents)
+}
+
 /// A `parameters` map as wirespeed's [`Parameters`], sorted by key so its
 /// order does not depend on hashing. The error names a parameter with no
 /// value.

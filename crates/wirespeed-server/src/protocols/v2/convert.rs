@@ -227,6 +227,29 @@ fn parameters(
 /// bytes; an output written to shared memory has its `shared_memory_*`
 /// parameters and an empty raw entry, so the others keep their places.
 pub(crate) fn response(response: InferResponse) -> pb::ModelInferResponse {
+    response_as(response, false)
+}
+
+/// A response as `ModelInferResponse`, its tensors in the typed
+/// `contents` of each output when `typed` and every output has such a
+/// field (MLServer answers so a request that sent no raw bytes), else
+/// in `raw_output_contents`.
+pub(crate) fn response_as(response: InferResponse, typed: bool) -> pb::ModelInferResponse {
+    if typed && (0..response.outputs.len()).all(|i| response.shared_output(i).is_none()) {
+        let contents: Option<Vec<pb::InferTensorContents>> = response
+            .outputs
+            .iter()
+            .map(|t| wirespeed_proto::tensors::contents_of(&t.data))
+            .collect();
+        if let Some(contents) = contents {
+            let mut answer = response_as(response, false);
+            answer.raw_output_contents.clear();
+            for (output, contents) in answer.outputs.iter_mut().zip(contents) {
+                output.contents = Some(contents);
+            }
+            return answer;
+        }
+    }
     let mut metadata = Vec::with_capacity(response.outputs.len());
     let parameters = wirespeed_proto::tensors::parameters_to_map(&response.parameters);
     let mut raw = Vec::with_capacity(response.outputs.len());

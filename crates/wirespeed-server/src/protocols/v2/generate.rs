@@ -96,7 +96,7 @@ impl Codec for Generate<'_> {
             });
         }
         timed(&mut stages.decode, || {
-            let object: Map<String, Value> = serde_json::from_slice(&body).map_err(|e| {
+            let Pairs(object) = serde_json::from_slice(&body).map_err(|e| {
                 Error::malformed(format!("the generate request is not a JSON object: {e}"))
             })?;
             let v2 = as_infer_request(object, model)?;
@@ -128,7 +128,13 @@ impl Codec for Generate<'_> {
     /// error as `{"error": ...}` in its event, as Triton's.
     async fn encode_stream(&mut self, stream: ResponseStream) -> Result<Response<Body>, Error> {
         if !self.stream {
-            let response = stream.only().await?;
+            // Triton's words, for clients that look for them.
+            let response = stream
+                .only_or(
+                    "generate expects model to produce exactly 1 response, use generate stream \
+                     for model that generates various number of responses",
+                )
+                .await?;
             return self.encode(response);
         }
         let v2 = self.v2;
@@ -228,12 +234,52 @@ fn output_value(data: &TensorData, out: &mut Vec<u8>) {
     }
 }
 
+/// A JSON object's members in order, a key given twice kept twice (a map
+/// would keep the last): Triton refuses a generate request that names an
+/// input twice.
+struct Pairs(Vec<(String, Value)>);
+
+impl<'de> serde::Deserialize<'de> for Pairs {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Pairs, D::Error> {
+        struct Members;
+        impl<'de> serde::de::Visitor<'de> for Members {
+            type Value = Pairs;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a JSON object")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                mut map: A,
+            ) -> Result<Pairs, A::Error> {
+                let mut members = Vec::new();
+                while let Some(member) = map.next_entry::<String, Value>()? {
+                    members.push(member);
+                }
+                Ok(Pairs(members))
+            }
+        }
+        deserializer.deserialize_map(Members)
+    }
+}
+
 /// The V2 JSON infer request a generate request says, for `model`.
-fn as_infer_request(object: Map<String, Value>, model: &ServedModel) -> Result<Vec<u8>, Error> {
+fn as_infer_request(object: Vec<(String, Value)>, model: &ServedModel) -> Result<Vec<u8>, Error> {
     let metadata = model.metadata();
     let mut inputs = Vec::new();
     let mut parameters = Map::new();
     let mut id = None;
+    for (i, (key, _)) in object.iter().enumerate() {
+        if object[..i].iter().any(|(earlier, _)| earlier == key) {
+            let what = if metadata.inputs.iter().any(|s| s.name == *key) {
+                "input"
+            } else {
+                "parameter"
+            };
+            return Err(Error::invalid_input(format!(
+                "{what} '{key}' already exists in request"
+            )));
+        }
+    }
     for (key, value) in object {
         if let Some(spec) = metadata.inputs.iter().find(|s| s.name == key) {
             let mut shape = nesting(&value);
@@ -260,7 +306,8 @@ fn as_infer_request(object: Map<String, Value>, model: &ServedModel) -> Result<V
             continue;
         }
         match (key.as_str(), value) {
-            ("id", Value::String(s)) => id = Some(s),
+            // An empty id is no id, as Triton answers it.
+            ("id", Value::String(s)) => id = Some(s).filter(|s| !s.is_empty()),
             ("id", other) => {
                 return Err(Error::invalid_input(format!(
                     "'id' must be a string, not {other}"
@@ -269,7 +316,7 @@ fn as_infer_request(object: Map<String, Value>, model: &ServedModel) -> Result<V
             ("parameters", Value::Object(given)) => parameters.extend(given),
             ("parameters", other) => {
                 return Err(Error::invalid_input(format!(
-                    "'parameters' must be an object, not {other}"
+                    "Expected JSON object for keyword: 'parameters' (got {other})"
                 )))
             }
             // Not an input: a parameter, as Triton passes it.
@@ -283,8 +330,8 @@ fn as_infer_request(object: Map<String, Value>, model: &ServedModel) -> Result<V
                     .map(|s| format!("'{}'", s.name))
                     .collect();
                 return Err(Error::invalid_input(format!(
-                    "'{key}' is not an input of model '{}' (it takes {}) and not a plain value \
-                     to pass as a parameter",
+                    "parameter '{key}' has invalid type. It should be either 'int', 'bool', or \
+                     'string'. ('{key}' is not an input of model '{}', which takes {})",
                     metadata.name,
                     names.join(", ")
                 )));

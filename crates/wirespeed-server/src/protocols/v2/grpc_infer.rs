@@ -55,6 +55,7 @@ pub(super) async fn model_infer(
         front,
         message: Some(message),
         metadata,
+        typed: false,
     };
     front.engine.infer(context, target, codec).await
 }
@@ -174,6 +175,7 @@ pub(super) async fn stream_infer(
             front,
             message: Some(message),
             metadata,
+            typed: false,
         },
         id,
         flag_final,
@@ -191,6 +193,9 @@ struct GrpcInfer<'a> {
     message: Option<pb::ModelInferRequest>,
     /// The call's metadata (an application keyed by a header reads it).
     metadata: tonic::metadata::MetadataMap,
+    /// Answer in each output's typed `contents`: an MLServer model asked
+    /// with no raw bytes, as MLServer answers.
+    typed: bool,
 }
 
 impl GrpcInfer<'_> {
@@ -205,6 +210,8 @@ impl GrpcInfer<'_> {
         let message = self.message.take().expect("a message is decoded once");
         super::parameters::refuse_reserved_grpc(message.parameters.keys())?;
         let raw_bytes: usize = message.raw_input_contents.iter().map(|b| b.len()).sum();
+        self.typed = model.dialect == wirespeed_core::Dialect::Mlserver
+            && message.raw_input_contents.is_empty();
         let bytes = if self.front.engine.traffic.is_some() {
             prost::Message::encoded_len(&message) as u64
         } else {
@@ -253,7 +260,9 @@ impl Codec for GrpcInfer<'_> {
     }
 
     fn encode(&mut self, response: InferResponse) -> Result<Self::Answer, Error> {
-        Ok(Ok(Response::new(convert::response(response))))
+        Ok(Ok(Response::new(convert::response_as(
+            response, self.typed,
+        ))))
     }
 
     fn stamp(answer: &mut Self::Answer, timing: &str, default: bool) {
@@ -305,7 +314,7 @@ impl Codec for GrpcStreamInfer<'_> {
     }
 
     fn encode(&mut self, response: InferResponse) -> Result<Self::Answer, Error> {
-        let mut response = convert::response(response);
+        let mut response = convert::response_as(response, self.unary.typed);
         if !self.plain {
             flag(&mut response, true);
         }
