@@ -86,7 +86,7 @@ pub struct ServerConfig {
     /// The HTTP headers and gRPC metadata copied into an inference
     /// request's parameters (Triton's `--http-header-forward-pattern` and
     /// `--grpc-header-forward-pattern`).
-    pub header_forward: HeaderForward,
+    pub header_forward: crate::protocols::v2::parameters::HeaderForward,
     /// The name server metadata answers: `wirespeed`, or `triton` (or its
     /// `--id`) under Triton's command line, which Triton's own clients
     /// check.
@@ -185,36 +185,10 @@ impl Default for ServerConfig {
             metrics: Some(MetricsConfig::default()),
             model_control: ModelControl::None,
             traces: None,
-            header_forward: HeaderForward::default(),
+            header_forward: Default::default(),
             server_name: "wirespeed".to_owned(),
             exit_on_error: true,
         }
-    }
-}
-
-/// Which request headers become an inference request's parameters, as
-/// Triton's `--http-header-forward-pattern` and
-/// `--grpc-header-forward-pattern` choose them: a header whose name the
-/// protocol's regular expression matches (anywhere in the name, letters of
-/// either case, as Triton's RE2 `PartialMatch` with `(?i)`) is a string
-/// parameter of that name, in place of a parameter of the body of the same
-/// name. None forwarded when unset.
-#[derive(Debug, Clone, Default)]
-pub struct HeaderForward {
-    /// For V2 REST requests' headers.
-    pub http: Option<regex::Regex>,
-    /// For V2 gRPC calls' metadata (a stream's, for each of its requests).
-    pub grpc: Option<regex::Regex>,
-}
-
-impl HeaderForward {
-    /// The patterns as Triton's flags give them.
-    pub fn new(http: Option<&str>, grpc: Option<&str>) -> Result<HeaderForward, regex::Error> {
-        let compile = |pattern: &str| regex::Regex::new(&format!("(?i){pattern}"));
-        Ok(HeaderForward {
-            http: http.map(compile).transpose()?,
-            grpc: grpc.map(compile).transpose()?,
-        })
     }
 }
 

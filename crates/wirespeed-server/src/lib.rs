@@ -32,7 +32,8 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-pub use config::{HeaderForward, Limits, ServerConfig, StartError, TlsFiles, UpstreamServer};
+pub use config::{Limits, ServerConfig, StartError, TlsFiles, UpstreamServer};
+pub use protocols::v2::parameters::HeaderForward;
 pub use wirespeed_core::RequestLimits;
 pub use wirespeed_engine::metrics::{Buckets, MetricsConfig, DEFAULT_BUCKETS};
 pub use wirespeed_engine::model_control::ModelControl;

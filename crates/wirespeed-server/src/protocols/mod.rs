@@ -58,7 +58,7 @@ pub(crate) struct Front {
     /// transcoded gRPC services (`wirespeed proxy`), if any.
     pub(crate) fallback: Option<Arc<dyn Fallback>>,
     /// The headers and metadata copied into a V2 request's parameters.
-    pub(crate) header_forward: crate::config::HeaderForward,
+    pub(crate) header_forward: v2::parameters::HeaderForward,
     /// The name server metadata answers, and its REST body.
     pub(crate) server_name: String,
     pub(crate) server_metadata: bytes::Bytes,

@@ -9,6 +9,32 @@
 use regex::Regex;
 use wirespeed_core::{Error, ParameterValue, Parameters};
 
+/// Which request headers become an inference request's parameters, as
+/// Triton's `--http-header-forward-pattern` and
+/// `--grpc-header-forward-pattern` choose them: a header whose name the
+/// protocol's regular expression matches (anywhere in the name, letters of
+/// either case, as Triton's RE2 `PartialMatch` with `(?i)`) is a string
+/// parameter of that name, in place of a parameter of the body of the same
+/// name. None forwarded when unset.
+#[derive(Debug, Clone, Default)]
+pub struct HeaderForward {
+    /// For V2 REST requests' headers.
+    pub http: Option<regex::Regex>,
+    /// For V2 gRPC calls' metadata (a stream's, for each of its requests).
+    pub grpc: Option<regex::Regex>,
+}
+
+impl HeaderForward {
+    /// The patterns as Triton's flags give them.
+    pub fn new(http: Option<&str>, grpc: Option<&str>) -> Result<HeaderForward, regex::Error> {
+        let compile = |pattern: &str| regex::Regex::new(&format!("(?i){pattern}"));
+        Ok(HeaderForward {
+            http: http.map(compile).transpose()?,
+            grpc: grpc.map(compile).transpose()?,
+        })
+    }
+}
+
 /// The one `triton_` key a gRPC request may set.
 const EMPTY_FINAL_RESPONSE: &str = "triton_enable_empty_final_response";
 
