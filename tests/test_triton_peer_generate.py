@@ -12,9 +12,8 @@ import textwrap
 import pytest
 import requests
 
-from conftest import RunningServer
 from test_generate import CONFIG, MODEL
-from triton_peer import TritonServer
+from triton_peer import side_by_side
 
 os.environ.setdefault("WIRESPEED_PYTHON", sys.executable)
 
@@ -51,15 +50,8 @@ def servers(tmp_path_factory):
             model_transaction_policy {{ decoupled: true }}
             """))
         (root / name / "1" / "model.py").write_text(DECOUPLED.replace("COUNT", str(count)))
-    triton = TritonServer(root, tmp_path_factory.mktemp("triton_log") / "triton.log")
-    try:
-        ours = RunningServer(root)
-    except BaseException:
-        triton.stop()
-        raise
-    yield {"triton": triton, "wirespeed": ours}
-    ours.stop()
-    triton.stop()
+    with side_by_side(root, tmp_path_factory.mktemp("triton_log") / "triton.log") as servers:
+        yield servers
 
 
 def generate(server, model, body):

@@ -19,7 +19,10 @@ import pytest
 import tritonclient.http as httpclient
 
 from conftest import RunningServer, wait_until
-from triton_peer import TritonServer
+from triton_peer import TritonServer, side_by_side
+
+# Triton's flags, which `wirespeed serve` takes as they are.
+EXPLICIT = ["--model-control-mode=explicit"]
 
 os.environ.setdefault("WIRESPEED_PYTHON", sys.executable)
 
@@ -74,11 +77,9 @@ def servers(tmp_path):
             """))
         (repo / "counted" / "1" / "model.py").write_text(COUNTED)
         made[name] = repo
-    args = ["--model-control-mode=explicit", "--load-model=counted"]
-    triton = TritonServer(made["triton"], tmp_path / "triton.log", args=args)
+    triton = TritonServer(made["triton"], tmp_path / "triton.log", args=EXPLICIT + ["--load-model=counted"])
     try:
-        ours = RunningServer(made["wirespeed"], extra_args=["--model-control-mode", "explicit",
-                                                            "--load-model", "counted"])
+        ours = RunningServer(made["wirespeed"], extra_args=EXPLICIT + ["--load-model=counted"])
     except BaseException:
         triton.stop()
         raise
@@ -212,16 +213,10 @@ def test_a_running_sequence_keeps_its_instance_through_an_instance_count_change(
         sequence_batching { max_sequence_idle_microseconds: 60000000 }
         instance_group [ { kind: KIND_CPU count: 1 } ]
         """))
-    triton = TritonServer(repo, tmp_path / "triton.log",
-                          args=["--model-control-mode=explicit", "--load-model=summing"])
-    try:
-        ours = RunningServer(repo, extra_args=["--model-control-mode", "explicit", "--load-model", "summing"])
-    except BaseException:
-        triton.stop()
-        raise
     answers = {}
-    try:
-        for name, server in (("triton", triton), ("wirespeed", ours)):
+    args = EXPLICIT + ["--load-model=summing"]
+    with side_by_side(repo, tmp_path / "triton.log", args, args) as servers:
+        for name, server in servers.items():
             client = httpclient.InferenceServerClient(server.address, network_timeout=120)
 
             def step(value, start=False, end=False):
@@ -241,9 +236,6 @@ def test_a_running_sequence_keeps_its_instance_through_an_instance_count_change(
             seen += [step(3.0), step(4.0, end=True)]
             answers[name] = seen
             client.close()
-    finally:
-        ours.stop()
-        triton.stop()
     assert answers["triton"] == [[1.0], [3.0], [6.0], [10.0]], answers
     assert answers["wirespeed"] == answers["triton"]
 
@@ -274,15 +266,9 @@ def test_a_load_with_a_configuration_is_completed_by_the_models_code_as_in_trito
     (repo / "simple" / "1").mkdir(parents=True)
     (repo / "simple" / "1" / "model.py").write_text(SIMPLE)
     (repo / "simple" / "config.pbtxt").write_text('backend: "python"\n')
-    triton = TritonServer(repo, tmp_path / "triton.log", args=["--model-control-mode=explicit"])
-    try:
-        ours = RunningServer(repo, extra_args=["--model-control-mode", "explicit"])
-    except BaseException:
-        triton.stop()
-        raise
     seen = {}
-    try:
-        for name, server in (("triton", triton), ("wirespeed", ours)):
+    with side_by_side(repo, tmp_path / "triton.log", EXPLICIT, EXPLICIT) as servers:
+        for name, server in servers.items():
             client = httpclient.InferenceServerClient(server.address)
             client.load_model("simple", config='{"max_batch_size": 16}')
             config = client.get_model_config("simple")
@@ -293,8 +279,5 @@ def test_a_load_with_a_configuration_is_completed_by_the_models_code_as_in_trito
                           [(i["name"], i["data_type"], i["dims"]) for i in config["input"]],
                           [(o["name"], o["data_type"], o["dims"]) for o in config["output"]], out)
             client.close()
-    finally:
-        ours.stop()
-        triton.stop()
     assert seen["triton"][0] == 16, seen
     assert seen["wirespeed"] == seen["triton"]

@@ -21,8 +21,7 @@ import tritonclient.http as httpclient
 from tritonclient.grpc import service_pb2, service_pb2_grpc
 from tritonclient.utils import InferenceServerException
 
-from conftest import RunningServer
-from triton_peer import TritonServer
+from triton_peer import side_by_side
 
 os.environ.setdefault("WIRESPEED_PYTHON", sys.executable)
 
@@ -56,21 +55,16 @@ def servers(tmp_path_factory):
     (repo / "parameters" / "config.pbtxt").write_text(CONFIG)
     (repo / "parameters" / "1" / "model.py").write_text(PARAMETERS)
     log = tmp_path_factory.mktemp("triton_log") / "triton.log"
-    triton = TritonServer(repo, log, args=FORWARD)
-    try:
-        ours = RunningServer(repo, extra_args=FORWARD)
-    except BaseException:
-        triton.stop()
-        raise
-    yield {"triton": triton, "wirespeed": ours}
-    ours.stop()
-    triton.stop()
+    with side_by_side(repo, log, FORWARD, FORWARD) as servers:
+        yield servers
 
 
-def rest(server, parameters=None, headers=None):
-    client = httpclient.InferenceServerClient(server.address)
+def unary(client_module, address, parameters=None, headers=None):
+    """The model's view of its parameters through one tritonclient call,
+    or the error's status and text."""
+    client = client_module.InferenceServerClient(address)
     try:
-        x = httpclient.InferInput("IN", [1], "FP32")
+        x = client_module.InferInput("IN", [1], "FP32")
         x.set_data_from_numpy(np.array([1.0], np.float32))
         result = client.infer("parameters", [x], parameters=parameters, headers=headers)
         return "ok", json.loads(result.as_numpy("OUT")[0])
@@ -80,17 +74,12 @@ def rest(server, parameters=None, headers=None):
         client.close()
 
 
-def grpc(server, parameters=None, headers=None):
-    client = grpcclient.InferenceServerClient(server.grpc_address)
-    try:
-        x = grpcclient.InferInput("IN", [1], "FP32")
-        x.set_data_from_numpy(np.array([1.0], np.float32))
-        result = client.infer("parameters", [x], parameters=parameters, headers=headers)
-        return "ok", json.loads(result.as_numpy("OUT")[0])
-    except InferenceServerException as e:
-        return e.status(), e.message()
-    finally:
-        client.close()
+def rest(server, **kwargs):
+    return unary(httpclient, server.address, **kwargs)
+
+
+def grpc(server, **kwargs):
+    return unary(grpcclient, server.grpc_address, **kwargs)
 
 
 def stream(server, parameters=None, headers=None):

@@ -85,12 +85,13 @@ class TritonServer:
 
 
 @contextlib.contextmanager
-def side_by_side(repo: Path, log: Path):
-    """Triton and wirespeed both serving `repo`, by name; Triton is not
-    left running when wirespeed does not start."""
-    triton = TritonServer(repo, log)
+def side_by_side(repo: Path, log: Path, triton_args=(), wirespeed_args=()):
+    """Triton and wirespeed both serving `repo`, by name, each with its own
+    flags besides; Triton is not left running when wirespeed does not
+    start."""
+    triton = TritonServer(repo, log, args=triton_args)
     try:
-        wirespeed = RunningServer(repo)
+        wirespeed = RunningServer(repo, extra_args=wirespeed_args)
     except BaseException:
         triton.stop()
         raise
