@@ -8,7 +8,8 @@
 //! with the callee's outputs or its error, which the model sees as an
 //! `InferenceResponse` with `has_error()`, as in Triton.
 
-use wirespeed_core::raw::{from_raw, write_raw};
+use bytes::Bytes;
+use wirespeed_core::raw::{from_raw, into_raw};
 use wirespeed_core::{element_count, DataType, Error, ErrorKind, Tensor};
 
 use super::process::Launch;
@@ -28,7 +29,7 @@ pub(crate) fn call(
     payload: &[u8],
     deadline: Option<std::time::Instant>,
     mut gone: wirespeed_backend::CallerGone<'_>,
-) -> (BlsAnswer, Vec<u8>) {
+) -> (BlsAnswer, Payload) {
     let BlsCall {
         model,
         version,
@@ -44,7 +45,7 @@ pub(crate) fn call(
         call: _,
     } = call;
     let (model, version) = (model.as_str(), version.as_deref());
-    let mut out = Vec::new();
+    let mut out = Payload::default();
     if let Some(control) = control {
         let result = model_control(launch, model, &control, config, files, payload);
         return (
@@ -121,11 +122,11 @@ pub(crate) fn call(
         answer.responses = Some(responses);
     }
     let limit = pool_limit();
-    if out.len() > limit {
+    if out.size > limit {
         // The answer's tensors do not fit the pool: the call fails as in
         // Triton, and the worker gets no more than the error.
-        let error = Error::new(ErrorKind::LimitExceeded, pool_full(model, out.len(), limit));
-        out = Vec::new();
+        let error = Error::new(ErrorKind::LimitExceeded, pool_full(model, out.size, limit));
+        out = Payload::default();
         return (self::answer(launch, model, Err(error), &mut out), out);
     }
     (answer, out)
@@ -179,13 +180,21 @@ fn model_control(
     }
 }
 
-/// One answer of a call: its outputs, their bytes written to the end of
+/// The bytes of an answer's tensors, each from its own buffer (no copy
+/// for the fixed-size types), sent after it as the frame's payload.
+#[derive(Default)]
+pub(crate) struct Payload {
+    pub(crate) parts: Vec<Bytes>,
+    pub(crate) size: usize,
+}
+
+/// One answer of a call: its outputs, their bytes added to the end of
 /// `out`, or its error.
 fn answer(
     launch: &Launch,
     model: &str,
     result: Result<Vec<Tensor>, Error>,
-    out: &mut Vec<u8>,
+    out: &mut Payload,
 ) -> BlsAnswer {
     match result {
         Ok(tensors) => BlsAnswer {
@@ -193,10 +202,12 @@ fn answer(
             outputs: tensors
                 .into_iter()
                 .map(|t| {
-                    let offset = out.len();
-                    write_raw(&t.data, out);
-                    let len = out.len() - offset;
-                    (t.name, t.data.datatype().as_str(), t.shape, offset, len)
+                    let datatype = t.data.datatype().as_str();
+                    let raw = into_raw(t.data);
+                    let (offset, len) = (out.size, raw.len());
+                    out.size += len;
+                    out.parts.push(raw);
+                    (t.name, datatype, t.shape, offset, len)
                 })
                 .collect(),
             error: None,

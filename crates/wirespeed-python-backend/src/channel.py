@@ -101,7 +101,8 @@ class Channel:
 
     def recv(self):
         """The next message, its payload (when it has one) under
-        `PAYLOAD` as a bytearray; None when the server is gone."""
+        `PAYLOAD` (a uint8 array, or a bytearray without numpy); None when
+        the server is gone."""
         if not self._fill(self.head):
             return None
         mark, length, size = HEAD.unpack(self.head)
@@ -112,7 +113,9 @@ class Channel:
             return None
         message = json.loads(body)
         if size:
-            payload = bytearray(size)
+            # Fresh pages, not zeroed first (a bytearray would write the
+            # whole of a gigabyte before the socket writes it again).
+            payload = np.empty(size, dtype=np.uint8) if np is not None else bytearray(size)
             if not self._fill(payload):
                 return None
             message[PAYLOAD] = payload

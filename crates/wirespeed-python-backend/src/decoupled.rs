@@ -321,7 +321,7 @@ impl Reader {
                     let mut socket = writer.lock().unwrap_or_else(|e| e.into_inner());
                     // A worker that does not read it is seen as lost by
                     // this reader.
-                    let _ = wire::send_frame(&mut socket, &answer, &out);
+                    let _ = wire::send_frame(&mut socket, &answer, &out.parts);
                 };
                 std::thread::Builder::new()
                     .name(format!("python-{model}-bls"))

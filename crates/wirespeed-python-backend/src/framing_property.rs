@@ -122,7 +122,7 @@ fn exchange(calls: &[(usize, usize)], responses: &[usize], cancels: usize) {
     send_frame(
         &mut writer.lock().unwrap(),
         &json!({"op": "plan", "calls": calls, "responses": responses}),
-        &[],
+        &[] as &[&[u8]],
     )
     .unwrap();
     let canceller = {
@@ -132,7 +132,7 @@ fn exchange(calls: &[(usize, usize)], responses: &[usize], cancels: usize) {
                 send_frame(
                     &mut writer.lock().unwrap(),
                     &json!({"op": "cancel", "id": id}),
-                    &[],
+                    &[] as &[&[u8]],
                 )
                 .unwrap();
                 std::thread::yield_now();
@@ -167,7 +167,7 @@ fn exchange(calls: &[(usize, usize)], responses: &[usize], cancels: usize) {
                         &mut writer.lock().unwrap(),
                         &json!({"op": "bls_result", "call": call,
                                 "outputs": [["y", "UINT8", [size], 0, size]]}),
-                        &pattern(3000 + call, size),
+                        &[pattern(3000 + call, size)],
                     )
                     .unwrap();
                 }));
@@ -179,7 +179,12 @@ fn exchange(calls: &[(usize, usize)], responses: &[usize], cancels: usize) {
         answer.join().unwrap();
     }
     canceller.join().unwrap();
-    send_frame(&mut writer.lock().unwrap(), &json!({"op": "stop"}), &[]).unwrap();
+    send_frame(
+        &mut writer.lock().unwrap(),
+        &json!({"op": "stop"}),
+        &[] as &[&[u8]],
+    )
+    .unwrap();
     let (body, payload) = receive_frame(&mut reader, 0).unwrap();
     let summary: Value = serde_json::from_slice(&body).unwrap();
     assert!(payload.is_empty());

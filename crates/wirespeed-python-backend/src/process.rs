@@ -473,7 +473,7 @@ impl Process {
                         super::bls::call(launch, call, &payload, deadline, gone.as_mut())
                     };
                     drop(payload);
-                    wire::send_frame(&mut self.socket, &answer, &out)
+                    wire::send_frame(&mut self.socket, &answer, &out.parts)
                 }
                 Reply::Metric {
                     metric,

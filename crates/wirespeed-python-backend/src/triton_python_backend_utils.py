@@ -511,7 +511,9 @@ def _bls_response(reply, payload=None):
     `payload` (the reply's own when None)."""
     if reply.get("error") is not None:
         return InferenceResponse(error=TritonError(reply["error"], reply.get("code", TritonError.INTERNAL)))
-    payload = memoryview((reply.get(_PAYLOAD) if payload is None else payload) or b"")
+    if payload is None:
+        payload = reply.get(_PAYLOAD)
+    payload = memoryview(payload if payload is not None else b"")
     return InferenceResponse(output_tensors=[
         Tensor(name, _from_raw(payload[offset : offset + length], datatype, shape))
         for name, datatype, shape, offset, length in reply["outputs"]

@@ -339,27 +339,34 @@ pub(crate) struct MetricAnswer {
 
 /// Writes one message.
 pub(crate) fn send(stream: &mut UnixStream, message: &impl Serialize) -> io::Result<()> {
-    send_frame(stream, message, &[])
+    send_frame(stream, message, &[] as &[&[u8]])
 }
 
-/// Writes one message and its payload, the bytes of the tensors it places.
+/// Writes one message and its payload, the bytes of the tensors it places,
+/// given as parts (each tensor's own buffer, sent from where it lies).
 pub(crate) fn send_frame(
     stream: &mut UnixStream,
     message: &impl Serialize,
-    payload: &[u8],
+    payload: &[impl AsRef<[u8]>],
 ) -> io::Result<()> {
+    let size: usize = payload.iter().map(|part| part.as_ref().len()).sum();
     let mut frame = vec![0u8; HEAD];
     serde_json::to_writer(&mut frame, message).map_err(io::Error::other)?;
     let len = u32::try_from(frame.len() - HEAD).map_err(io::Error::other)?;
     frame[..4].copy_from_slice(&MARK);
     frame[4..8].copy_from_slice(&len.to_le_bytes());
-    frame[8..16].copy_from_slice(&(payload.len() as u64).to_le_bytes());
-    if payload.len() <= 64 << 10 {
-        frame.extend_from_slice(payload);
+    frame[8..16].copy_from_slice(&(size as u64).to_le_bytes());
+    if size <= 64 << 10 {
+        for part in payload {
+            frame.extend_from_slice(part.as_ref());
+        }
         return stream.write_all(&frame);
     }
     stream.write_all(&frame)?;
-    stream.write_all(payload)
+    for part in payload {
+        stream.write_all(part.as_ref())?;
+    }
+    Ok(())
 }
 
 /// Reads one message and its payload; `UnexpectedEof` when the worker is
@@ -457,7 +464,7 @@ mod tests {
                     send_frame(
                         &mut a,
                         &serde_json::json!({"op": "executed", "id": 1}),
-                        &bytes,
+                        &[&bytes],
                     )
                 })
             };
