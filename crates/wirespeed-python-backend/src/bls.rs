@@ -26,7 +26,7 @@ const MAX_ELEMENT: usize = 1 << 30;
 pub(crate) fn call(
     launch: &Launch,
     call: BlsCall,
-    payload: &[u8],
+    payload: Vec<u8>,
     deadline: Option<std::time::Instant>,
     mut gone: wirespeed_backend::CallerGone<'_>,
 ) -> (BlsAnswer, Payload) {
@@ -47,7 +47,7 @@ pub(crate) fn call(
     let (model, version) = (model.as_str(), version.as_deref());
     let mut out = Payload::default();
     if let Some(control) = control {
-        let result = model_control(launch, model, &control, config, files, payload);
+        let result = model_control(launch, model, &control, config, files, &payload);
         return (
             answer(launch, model, result.map(|()| Vec::new()), &mut out),
             out,
@@ -80,7 +80,7 @@ pub(crate) fn call(
         let tensors = inputs
             .into_iter()
             .map(|(name, datatype, shape, offset, len)| {
-                let bytes = placed(payload, offset, len).ok_or_else(|| {
+                let bytes = placed(&payload, offset, len).ok_or_else(|| {
                     Error::invalid_input(format!(
                         "BLS input '{name}': its bytes ({offset}+{len}) lie past the call's {}",
                         payload.len()
@@ -89,6 +89,9 @@ pub(crate) fn call(
                 tensor(name, &datatype, shape, bytes)
             })
             .collect::<Result<Vec<_>, _>>()?;
+        // The tensors hold their bytes now: the payload goes before the
+        // callee runs (a gigabyte's tensor is not held twice meanwhile).
+        drop(payload);
         let parameters = super::wire::parameters(&parameters);
         if decoupled {
             caller.call_stream(

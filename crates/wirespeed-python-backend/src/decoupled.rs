@@ -312,11 +312,10 @@ impl Reader {
                     let (mut answer, out) = super::bls::call(
                         &launch,
                         call,
-                        &payload,
+                        payload,
                         None,
                         std::pin::pin!(std::future::pending()),
                     );
-                    drop(payload);
                     answer.call = number;
                     let mut socket = writer.lock().unwrap_or_else(|e| e.into_inner());
                     // A worker that does not read it is seen as lost by

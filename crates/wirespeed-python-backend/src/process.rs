@@ -468,11 +468,10 @@ impl Process {
                         // The caller left (its future is spent): the call is too.
                         let mut left =
                             std::pin::pin!(std::future::poll_fn(|_| std::task::Poll::Ready(())));
-                        super::bls::call(launch, call, &payload, deadline, left.as_mut())
+                        super::bls::call(launch, call, payload, deadline, left.as_mut())
                     } else {
-                        super::bls::call(launch, call, &payload, deadline, gone.as_mut())
+                        super::bls::call(launch, call, payload, deadline, gone.as_mut())
                     };
-                    drop(payload);
                     wire::send_frame(&mut self.socket, &answer, &out.parts)
                 }
                 Reply::Metric {
