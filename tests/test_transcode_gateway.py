@@ -120,6 +120,12 @@ def call(base, method, path, body, headers):
 
 # method, path, body, headers
 CASES = [
+    # No route: grpc-gateway's 404; a verb after an empty one, or with a
+    # colon of its own.
+    ("GET", "/", None, None),
+    ("POST", "/", "{}", None),
+    ("GET", "/v2/ABC::check", None, None),
+    ("GET", "/v2/ABC:check:", None, None),
     # echo_service.proto
     ("GET", "/v1/example/echo/myid/10", None, None),
     ("GET", "/v1/example/echo/myid/10/en", None, None),
@@ -187,6 +193,12 @@ CASES = [
 
 # Where wirespeed answers otherwise on purpose, and why.
 DIFFERENT = {
+    ("GET", "/"):
+        "`/` is one of wirespeed's own endpoints, which the proxy serves before the transcoded routes: "
+        "KServe's liveness ({\"status\": \"alive\"}); grpc-gateway has no route there (404)",
+    ("POST", "/"):
+        "`/` is wirespeed's liveness endpoint, which takes GET: 405 with `Allow: GET, HEAD` (RFC 9110); "
+        "grpc-gateway has no route there (404)",
     ("GET", "/v1/example/echo/%FF%FE/10"):
         "grpc-gateway sends bytes that are not UTF-8 on, and its Go client's marshalling fails: 500, "
         "INTERNAL; the proxy says it is the request's fault: 400, INVALID_ARGUMENT",
