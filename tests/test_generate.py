@@ -130,3 +130,13 @@ def test_generate_serves_any_model_with_arrays_in_and_out(demo_server):
                                             "data": row}]}).json()
     by_name = {o["name"]: o["data"] for o in infer["outputs"]}
     assert r.json()["probability"] == by_name["probability"][0], r.text
+
+
+def test_a_body_of_many_keys_with_one_twice_is_refused_at_once(server):
+    """100,000 parameters, the first given again at the end: the duplicate
+    is found in one pass (a pairwise search would take billions of
+    comparisons, past the client's timeout)."""
+    keys = ", ".join(f'"k{i}": 1' for i in range(100_000))
+    body = '{"text_input": "a", ' + keys + ', "k0": 2}'
+    r = requests.post(f"http://{server.address}/v2/models/echo_upper/generate", data=body, timeout=30)
+    assert r.status_code == 400 and "parameter 'k0' already exists in request" in r.json()["error"], r.text

@@ -268,8 +268,11 @@ fn as_infer_request(object: Vec<(String, Value)>, model: &ServedModel) -> Result
     let mut inputs = Vec::new();
     let mut parameters = Map::new();
     let mut id = None;
-    for (i, (key, _)) in object.iter().enumerate() {
-        if object[..i].iter().any(|(earlier, _)| earlier == key) {
+    // One pass with a set: a body of a million keys costs a million
+    // look-ups, not a million squared comparisons.
+    let mut seen = std::collections::HashSet::with_capacity(object.len());
+    for (key, _) in &object {
+        if !seen.insert(key.as_str()) {
             let what = if metadata.inputs.iter().any(|s| s.name == *key) {
                 "input"
             } else {
