@@ -122,25 +122,32 @@ pub(crate) fn narrow<S: Copy + fmt::Display, T: TryFrom<S>>(
         .collect()
 }
 
+/// Whether `datatype` has a typed field of `InferTensorContents` (all but
+/// FP16 and BF16).
+pub fn has_contents_field(datatype: DataType) -> bool {
+    !matches!(datatype, DataType::Fp16 | DataType::Bf16)
+}
+
 /// A tensor's values in the typed field of `InferTensorContents` its
-/// datatype has (as MLServer answers gRPC requests that sent none as raw
-/// bytes); `None` for FP16 and BF16, which have no field.
-pub fn contents_of(data: &TensorData) -> Option<InferTensorContents> {
+/// datatype has (as MLServer answers gRPC requests that sent no raw
+/// bytes), moved where the field's type is the tensor's; `None` for FP16
+/// and BF16, which have no field.
+pub fn into_contents(data: TensorData) -> Option<InferTensorContents> {
     let mut contents = InferTensorContents::default();
     match data {
-        TensorData::Bool(v) => contents.bool_contents = v.clone(),
-        TensorData::Uint8(v) => contents.uint_contents = v.iter().map(|&x| u32::from(x)).collect(),
-        TensorData::Uint16(v) => contents.uint_contents = v.iter().map(|&x| u32::from(x)).collect(),
-        TensorData::Uint32(v) => contents.uint_contents = v.clone(),
-        TensorData::Uint64(v) => contents.uint64_contents = v.clone(),
-        TensorData::Int8(v) => contents.int_contents = v.iter().map(|&x| i32::from(x)).collect(),
-        TensorData::Int16(v) => contents.int_contents = v.iter().map(|&x| i32::from(x)).collect(),
-        TensorData::Int32(v) => contents.int_contents = v.clone(),
-        TensorData::Int64(v) => contents.int64_contents = v.clone(),
-        TensorData::Fp32(v) => contents.fp32_contents = v.clone(),
-        TensorData::Fp64(v) => contents.fp64_contents = v.clone(),
+        TensorData::Bool(v) => contents.bool_contents = v,
+        TensorData::Uint8(v) => contents.uint_contents = v.into_iter().map(u32::from).collect(),
+        TensorData::Uint16(v) => contents.uint_contents = v.into_iter().map(u32::from).collect(),
+        TensorData::Uint32(v) => contents.uint_contents = v,
+        TensorData::Uint64(v) => contents.uint64_contents = v,
+        TensorData::Int8(v) => contents.int_contents = v.into_iter().map(i32::from).collect(),
+        TensorData::Int16(v) => contents.int_contents = v.into_iter().map(i32::from).collect(),
+        TensorData::Int32(v) => contents.int_contents = v,
+        TensorData::Int64(v) => contents.int64_contents = v,
+        TensorData::Fp32(v) => contents.fp32_contents = v,
+        TensorData::Fp64(v) => contents.fp64_contents = v,
         TensorData::Bytes(v) => {
-            contents.bytes_contents = v.iter().map(|b| bytes::Bytes::copy_from_slice(b)).collect()
+            contents.bytes_contents = v.into_iter().map(bytes::Bytes::from).collect()
         }
         TensorData::Fp16(_) | TensorData::Bf16(_) => return None,
     }

@@ -235,21 +235,11 @@ pub(crate) fn response(response: InferResponse) -> pb::ModelInferResponse {
 /// field (MLServer answers so a request that sent no raw bytes), else
 /// in `raw_output_contents`.
 pub(crate) fn response_as(response: InferResponse, typed: bool) -> pb::ModelInferResponse {
-    if typed && (0..response.outputs.len()).all(|i| response.shared_output(i).is_none()) {
-        let contents: Option<Vec<pb::InferTensorContents>> = response
-            .outputs
-            .iter()
-            .map(|t| wirespeed_proto::tensors::contents_of(&t.data))
-            .collect();
-        if let Some(contents) = contents {
-            let mut answer = response_as(response, false);
-            answer.raw_output_contents.clear();
-            for (output, contents) in answer.outputs.iter_mut().zip(contents) {
-                output.contents = Some(contents);
-            }
-            return answer;
-        }
-    }
+    let typed = typed
+        && response.outputs.iter().enumerate().all(|(i, t)| {
+            response.shared_output(i).is_none()
+                && wirespeed_proto::tensors::has_contents_field(t.datatype())
+        });
     let mut metadata = Vec::with_capacity(response.outputs.len());
     let parameters = wirespeed_proto::tensors::parameters_to_map(&response.parameters);
     let mut raw = Vec::with_capacity(response.outputs.len());
@@ -292,18 +282,24 @@ pub(crate) fn response_as(response: InferResponse, typed: bool) -> pb::ModelInfe
                     );
                 }
             }
+            None if typed => {}
             None => {
                 let mut bytes = Vec::with_capacity(raw_len(&tensor.data));
                 write_raw(&tensor.data, &mut bytes);
                 raw.push(Bytes::from(bytes));
             }
         }
+        let datatype = tensor.datatype().as_str().to_owned();
         metadata.push(pb::model_infer_response::InferOutputTensor {
-            datatype: tensor.datatype().as_str().to_owned(),
+            datatype,
             shape: shape.iter().map(|&d| d as i64).collect(),
             name: tensor.name,
             parameters,
-            contents: None,
+            contents: if typed {
+                wirespeed_proto::tensors::into_contents(tensor.data)
+            } else {
+                None
+            },
         });
     }
     pb::ModelInferResponse {
