@@ -48,12 +48,13 @@ mod metrics;
 mod process;
 mod segment;
 mod sklearn;
+mod update;
 mod wire;
 mod workers;
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::path::Path;
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde::Deserialize;
@@ -83,17 +84,9 @@ const TRITON_UTILS: &str = concat!(
 /// `backend = "python"`.
 #[derive(Default)]
 pub struct Python {
-    /// The worker pools of the models this backend loaded, by model and
-    /// version, for a load of the same model that changes only its
-    /// instance count ([`update_in_place`]).
-    live: Mutex<HashMap<(String, String), Live>>,
-}
-
-/// A model's worker pool as loaded, and what it was loaded with.
-struct Live {
-    workers: Weak<Workers>,
-    /// Everything its load depended on but the instance count.
-    signature: String,
+    /// The worker pools of the models this backend loaded, for a load of
+    /// the same model that changes only its instance count.
+    live: update::LivePools,
 }
 
 impl Backend for Python {
@@ -215,7 +208,7 @@ impl PythonModel {
         source: &ModelSource<'_>,
         keys: PythonKeys,
         runtime: Option<Runtime>,
-        live: Option<&Mutex<HashMap<(String, String), Live>>>,
+        live: Option<&update::LivePools>,
     ) -> Result<PythonModel, String> {
         let config = source.config();
         let api: &'static str = match (keys.api.as_deref(), &runtime) {
@@ -364,40 +357,13 @@ impl PythonModel {
             caller: source.caller().clone(),
         };
         let held = held(config, launch.batch.is_some());
-        let key = (name.clone(), version.clone());
-        let signature = signature(&launch, held, source.folder(), config.confined);
-        let reused = live.and_then(|live| {
-            let live = live.lock().unwrap_or_else(|e| e.into_inner());
-            let found = live.get(&key)?;
-            (found.signature == signature)
-                .then(|| found.workers.upgrade())
-                .flatten()
-        });
-        let workers = match reused {
-            Some(workers) => {
-                tracing::info!(
-                    model = %name,
-                    version = %version,
-                    from = workers.instances(),
-                    to = instances,
-                    "only the instance count changed: instances added or removed in place"
-                );
-                workers.resize(launch, instances)?;
-                workers
+        let workers = match live {
+            Some(live) => {
+                let signature = update::signature(&launch, held, source.folder(), config.confined);
+                live.workers(&name, &version, signature, launch, instances, triton_api)?
             }
             None => Arc::new(Workers::start(launch, instances, triton_api)?),
         };
-        if let Some(live) = live {
-            let mut live = live.lock().unwrap_or_else(|e| e.into_inner());
-            live.retain(|_, l| l.workers.strong_count() > 0);
-            live.insert(
-                key,
-                Live {
-                    workers: Arc::downgrade(&workers),
-                    signature,
-                },
-            );
-        }
         Ok(PythonModel {
             metadata: ModelMetadata {
                 name,
@@ -411,84 +377,6 @@ impl PythonModel {
             executions,
             held,
         })
-    }
-}
-
-/// What a model's workers depend on but the instance count: the load
-/// message with the instance groups' counts and the poll taken out, the
-/// interpreter and its environment, the batch window, the requests held,
-/// the files of the model's folder (their paths, sizes and times), and
-/// whether the configuration came with the load request (`given`). A load
-/// whose signature is the one its model was loaded with changes the
-/// instance count in place, as Triton's model update does; as in Triton
-/// 2.51, the first load with a configuration of a model loaded from its
-/// folder's starts it afresh.
-fn signature(launch: &Launch, held: usize, folder: &Path, given: bool) -> String {
-    let mut load = launch.load.clone();
-    if let Some(load) = load.as_object_mut() {
-        load.remove("linger_us");
-        let config = load
-            .get_mut("triton_args")
-            .and_then(|args| args.get_mut("model_config"));
-        if let Some(config) = config {
-            let mut parsed: serde_json::Value = config
-                .as_str()
-                .and_then(|c| serde_json::from_str(c).ok())
-                .unwrap_or_default();
-            if let Some(groups) = parsed
-                .get_mut("instance_group")
-                .and_then(|g| g.as_array_mut())
-            {
-                for group in groups {
-                    if let Some(group) = group.as_object_mut() {
-                        group.remove("count");
-                    }
-                }
-            }
-            *config = parsed;
-        }
-    }
-    let mut files = Vec::new();
-    fingerprint(folder, 0, &mut files);
-    format!(
-        "{given}|{load}|{}|{:?}|{:?}|{:?}|{held}|{files:?}",
-        launch.python,
-        launch.env,
-        launch.load_timeout,
-        launch
-            .batch
-            .as_ref()
-            .map(|b| (b.max_rows, &b.preferred, b.delay)),
-    )
-}
-
-/// The files under `folder` (path, size, modification time), a few
-/// levels deep.
-fn fingerprint(
-    folder: &Path,
-    depth: usize,
-    out: &mut Vec<(String, u64, Option<std::time::SystemTime>)>,
-) {
-    let Ok(entries) = std::fs::read_dir(folder) else {
-        return;
-    };
-    let mut entries: Vec<_> = entries.filter_map(Result::ok).collect();
-    entries.sort_by_key(|e| e.path());
-    for entry in entries {
-        let Ok(meta) = entry.metadata() else {
-            continue;
-        };
-        if meta.is_dir() {
-            if depth < 4 && entry.file_name() != "__pycache__" {
-                fingerprint(&entry.path(), depth + 1, out);
-            }
-        } else {
-            out.push((
-                entry.path().display().to_string(),
-                meta.len(),
-                meta.modified().ok(),
-            ));
-        }
     }
 }
 

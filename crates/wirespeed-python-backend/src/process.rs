@@ -15,6 +15,8 @@ use std::time::{Duration, Instant};
 
 mod answer;
 mod batch;
+mod names;
+mod output;
 pub(crate) use answer::{model_error, outputs_from};
 pub(crate) use batch::{BatchWindow, Calls};
 
@@ -115,48 +117,10 @@ impl Launch {
                 .and_then(|c| c.as_str())
                 .and_then(|c| serde_json::from_str::<serde_json::Value>(c).ok())
                 .and_then(|c| c.get("instance_group").cloned());
-            let name = instance_name(groups.as_ref(), &self.model, instance);
+            let name = names::instance_name(groups.as_ref(), &self.model, instance);
             args.insert("model_instance_name".into(), name.into());
         }
         load
-    }
-}
-
-/// Worker `instance`'s name among the instance groups `groups` (Triton's
-/// JSON), as Triton numbers them: the groups' instances in order.
-fn instance_name(groups: Option<&serde_json::Value>, model: &str, instance: usize) -> String {
-    let mut left = instance;
-    for group in groups.and_then(|g| g.as_array()).into_iter().flatten() {
-        let count = group
-            .get("count")
-            .and_then(|c| c.as_u64())
-            .map_or(1, |c| c.max(1)) as usize;
-        if left < count {
-            let name = group.get("name").and_then(|n| n.as_str()).unwrap_or(model);
-            return format!("{name}_{left}");
-        }
-        left -= count;
-    }
-    format!("{model}_0_{instance}")
-}
-
-#[cfg(test)]
-mod instance_names {
-    use super::instance_name;
-
-    /// Triton 2.51's names, read from the real server: no instance group
-    /// (it adds one named as the model), two unnamed instances and a named
-    /// group (`tests/test_triton_peer_python.py` compares them live).
-    #[test]
-    fn instances_are_named_as_triton_names_them() {
-        let one = serde_json::json!([{"name": "ia", "count": 1}]);
-        assert_eq!(instance_name(Some(&one), "ia", 0), "ia_0");
-        let groups =
-            serde_json::json!([{"name": "ia2_0", "count": 2}, {"name": "named", "count": 1}]);
-        let names: Vec<String> = (0..3)
-            .map(|i| instance_name(Some(&groups), "ia2", i))
-            .collect();
-        assert_eq!(names, ["ia2_0_0", "ia2_0_1", "named_0"]);
     }
 }
 
@@ -276,7 +240,7 @@ impl Process {
         let model = launch.model.clone();
         std::thread::Builder::new()
             .name(format!("python-{}-{instance}-log", launch.model))
-            .spawn(move || relay(output, &model, instance))
+            .spawn(move || output::relay(output, &model, instance))
             .map_err(|e| fail("a log thread", e))?;
         let pid = child.id();
         let mut process = Process {
@@ -736,61 +700,6 @@ impl Drop for Process {
             let _ = self.child.wait();
         }
     }
-}
-
-/// Logs each line the worker writes to its stdout or stderr, until it
-/// exits: `model.py`'s prints, its tracebacks, `pb_utils.Logger`.
-fn relay(output: io::PipeReader, model: &str, instance: usize) {
-    use std::io::BufRead;
-    let mut lines = io::BufReader::new(output);
-    let mut line = Vec::new();
-    loop {
-        line.clear();
-        match lines.read_until(b'\n', &mut line) {
-            Ok(0) | Err(_) => return,
-            Ok(_) => {
-                let text = String::from_utf8_lossy(&line);
-                let (level, text) = logged_level(text.trim_end());
-                // The target is the one the backend had inside
-                // wirespeed-models: log filters written for it still work.
-                macro_rules! relay_at {
-                    ($level:ident) => {
-                        tracing::$level!(
-                            target: "wirespeed_models::python::output",
-                            model = %model,
-                            instance,
-                            "{}",
-                            text
-                        )
-                    };
-                }
-                match level {
-                    tracing::Level::ERROR => relay_at!(error),
-                    tracing::Level::WARN => relay_at!(warn),
-                    tracing::Level::DEBUG => relay_at!(debug),
-                    _ => relay_at!(info),
-                }
-            }
-        }
-    }
-}
-
-/// The level of a line a worker wrote: `pb_utils.Logger`'s lines begin
-/// with a record separator and the level's letter (`I`, `W`, `E`, `V` for
-/// Triton's VERBOSE, the server's debug), the rest is the model's own
-/// output, logged at info.
-fn logged_level(line: &str) -> (tracing::Level, &str) {
-    let Some(rest) = line.strip_prefix('\u{1e}') else {
-        return (tracing::Level::INFO, line);
-    };
-    let level = match rest.as_bytes().first() {
-        Some(b'W') => tracing::Level::WARN,
-        Some(b'E') => tracing::Level::ERROR,
-        Some(b'V') => tracing::Level::DEBUG,
-        Some(b'I') => tracing::Level::INFO,
-        _ => return (tracing::Level::INFO, line),
-    };
-    (level, rest[1..].trim_start())
 }
 
 /// How a process ended, for a message: "was killed by signal 9",
