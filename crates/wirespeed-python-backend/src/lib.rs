@@ -78,7 +78,9 @@ const MODEL_SETTINGS: &str = "model-settings.json";
 const TRITON_UTILS: &str = concat!(
     include_str!("triton_python_backend_utils.py"),
     "\n",
-    include_str!("triton_metrics.py")
+    include_str!("triton_metrics.py"),
+    "\n",
+    include_str!("triton_logger.py")
 );
 
 /// `backend = "python"`.
