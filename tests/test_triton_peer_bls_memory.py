@@ -86,34 +86,26 @@ def answer(verdicts):
 
 def sizes(r):
     return pb_utils.get_input_tensor_by_name(r, "SIZES").as_numpy().tolist()
+
+
+def calls(r, callee):
+    """A call of `callee` and its tensor for each size request `r` asks."""
+    for i, size in enumerate(sizes(r)):
+        yield request(callee, size, i)
 '''
 
 CALLERS = {
     "bls_sync": ("", '''
 class TritonPythonModel:
     def execute(self, requests):
-        out = []
-        for r in requests:
-            verdicts = []
-            for i, size in enumerate(sizes(r)):
-                call, data = request("identity", size, i)
-                verdicts.append(verdict(call.exec(), data))
-                del call, data
-            out.append(answer(verdicts))
-        return out
+        return [answer([verdict(call.exec(), data) for call, data in calls(r, "identity")])
+                for r in requests]
 '''),
     "bls_async": ("", '''
 class TritonPythonModel:
     async def execute(self, requests):
-        out = []
-        for r in requests:
-            verdicts = []
-            for i, size in enumerate(sizes(r)):
-                call, data = request("identity", size, i)
-                verdicts.append(verdict(await call.async_exec(), data))
-                del call, data
-            out.append(answer(verdicts))
-        return out
+        return [answer([verdict(await call.async_exec(), data) for call, data in calls(r, "identity")])
+                for r in requests]
 '''),
     "bls_to_decoupled": ("", '''
 class TritonPythonModel:
@@ -121,12 +113,10 @@ class TritonPythonModel:
         out = []
         for r in requests:
             verdicts = []
-            for i, size in enumerate(sizes(r)):
-                call, data = request("identity_decoupled", size, i)
+            for call, data in calls(r, "identity_decoupled"):
                 responses = call.exec(decoupled=True)
                 verdicts.append(verdict(next(responses), data))
                 verdicts.append("more" if next(responses, None) is not None else "end")
-                del call, data, responses
             out.append(answer(verdicts))
         return out
 '''),
@@ -134,11 +124,7 @@ class TritonPythonModel:
 class TritonPythonModel:
     def execute(self, requests):
         for r in requests:
-            verdicts = []
-            for i, size in enumerate(sizes(r)):
-                call, data = request("identity", size, i)
-                verdicts.append(verdict(call.exec(), data))
-                del call, data
+            verdicts = [verdict(call.exec(), data) for call, data in calls(r, "identity")]
             r.get_response_sender().send(
                 answer(verdicts), flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
         return None
