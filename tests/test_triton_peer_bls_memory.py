@@ -169,7 +169,7 @@ def ask(server, model, sizes):
     front refuses decoupled models)."""
     if CALLERS[model][0]:
         return ask_stream(server, model, sizes)
-    client = httpclient.InferenceServerClient(server.address, network_timeout=600, connection_timeout=600)
+    client = httpclient.InferenceServerClient(server.address)
     try:
         x = httpclient.InferInput("SIZES", [len(sizes)], "INT64")
         x.set_data_from_numpy(np.array(sizes, dtype=np.int64))

@@ -104,7 +104,7 @@ def group(server):
 
 
 def load(server, count):
-    client = httpclient.InferenceServerClient(server.address, network_timeout=120)
+    client = httpclient.InferenceServerClient(server.address)
     try:
         client.load_model("counted", config=config(count))
     finally:
@@ -217,7 +217,7 @@ def test_a_running_sequence_keeps_its_instance_through_an_instance_count_change(
     args = EXPLICIT + ["--load-model=summing"]
     with side_by_side(repo, tmp_path / "triton.log", args, args) as servers:
         for name, server in servers.items():
-            client = httpclient.InferenceServerClient(server.address, network_timeout=120)
+            client = httpclient.InferenceServerClient(server.address)
 
             def step(value, start=False, end=False):
                 x = httpclient.InferInput("IN", [1], "FP32")
