@@ -25,6 +25,7 @@ use std::time::{Duration, SystemTime};
 
 use wirespeed_core::{CpuPool, Error, ErrorKind};
 use wirespeed_models::{is_valid_model_name, load_model, model_folders_in, Registry};
+use wirespeed_storage::Mirror;
 
 use super::composite;
 use super::readiness::Readiness;
@@ -108,6 +109,8 @@ pub struct Repository {
     changing: tokio::sync::Mutex<()>,
     /// How deep a load is in loading the steps of ensembles.
     step_depth: std::sync::atomic::AtomicUsize,
+    /// The repositories in object storage, whose copies are among `dirs`.
+    mirrors: Vec<Arc<Mirror>>,
 }
 
 impl Repository {
@@ -136,7 +139,53 @@ impl Repository {
             uploaded: Mutex::new(BTreeMap::new()),
             changing: tokio::sync::Mutex::new(()),
             step_depth: std::sync::atomic::AtomicUsize::new(0),
+            mirrors: Vec::new(),
         }
+    }
+
+    /// The repositories in object storage whose copies are among the
+    /// folders: a poll refreshes them first, and a load asks them for the
+    /// model first.
+    pub fn with_mirrors(mut self, mirrors: Vec<Arc<Mirror>>) -> Repository {
+        self.mirrors = mirrors;
+        self
+    }
+
+    /// The repositories in object storage, for their failures on `/metrics`.
+    pub fn mirrors(&self) -> &[Arc<Mirror>] {
+        &self.mirrors
+    }
+
+    /// Fetches model `name` from the first repository in object storage
+    /// that holds it, when its copy is not current.
+    async fn fetch(&self, name: &str) -> Result<(), Error> {
+        for mirror in &self.mirrors {
+            match mirror.fetch(name).await {
+                Ok(true) => return Ok(()),
+                Ok(false) => {}
+                Err(e) => {
+                    self.note_failure(name, e.to_string());
+                    return Err(Error::new(
+                        ErrorKind::Unavailable,
+                        format!("failed to load '{name}': {e}"),
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Notes why model `name` could not be fetched: its last copy (if any)
+    /// stays served, and the index says why.
+    fn note_failure(&self, name: &str, reason: String) {
+        let mut notes = self.notes();
+        let note = notes.entry(name.to_owned()).or_insert_with(|| Note {
+            reason: String::new(),
+            seen: None,
+            versions: Vec::new(),
+            dialect: Default::default(),
+        });
+        note.reason = reason;
     }
 
     fn notes(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, Note>> {
@@ -323,8 +372,11 @@ impl Repository {
     pub async fn load(&self, name: &str, request: LoadRequest) -> Result<(), Error> {
         self.allow("load")?;
         if request.files.is_empty() {
-            let folder = self.folder(name)?;
             let _turn = self.changing.lock().await;
+            if is_valid_model_name(name) {
+                self.fetch(name).await?;
+            }
+            let folder = self.folder(name)?;
             return self.load_folder(name, folder, request.config).await;
         }
         if !is_valid_model_name(name) {
@@ -493,6 +545,17 @@ impl Repository {
     /// One scan of the repository in poll mode: new and changed folders
     /// loaded, removed ones unloaded.
     async fn poll_once(&self) {
+        // The copies of repositories in object storage first: a model's
+        // new files are in place, whole, before the scan sees them.
+        for mirror in &self.mirrors {
+            let refresh = mirror.refresh().await;
+            for (name, why) in refresh.failed {
+                self.note_failure(
+                    &name,
+                    format!("cannot fetch its files from {}: {why}", mirror.url()),
+                );
+            }
+        }
         let dirs = self.dirs.clone();
         let scanned = on_pool(&self.pool, move || {
             model_folders_in(&dirs).map(|folders| {

@@ -22,6 +22,9 @@ pub struct ServerConfig {
     /// `--model-repository` given more than once (a model's name must be
     /// unique among them).
     pub repositories: Vec<PathBuf>,
+    /// The repositories in object storage whose copies are among
+    /// `repositories`: polled and asked for a model before it is loaded.
+    pub remotes: wirespeed_storage::Remotes,
     /// Triton's `--cache-config local,size=N`: the response cache's size in
     /// bytes, for the models that turn it on (`response_cache`); none
     /// when unset.
@@ -162,6 +165,7 @@ impl Default for ServerConfig {
     fn default() -> ServerConfig {
         ServerConfig {
             repositories: vec![PathBuf::from("models")],
+            remotes: Default::default(),
             response_cache_bytes: None,
             http_addr: Some(SocketAddr::from(([127, 0, 0, 1], 8000))),
             http_uds: None,

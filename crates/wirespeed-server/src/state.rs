@@ -175,16 +175,20 @@ impl State {
             })
         })?;
         let readiness = Arc::new(Readiness::default());
-        let repository = Arc::new(Repository::new(
-            Arc::clone(&models),
-            Arc::clone(&readiness),
-            &config.repositories,
-            config.backends.clone(),
-            pool.clone(),
-            config.model_control.clone(),
-        ));
+        let repository = Arc::new(
+            Repository::new(
+                Arc::clone(&models),
+                Arc::clone(&readiness),
+                &config.repositories,
+                config.backends.clone(),
+                pool.clone(),
+                config.model_control.clone(),
+            )
+            .with_mirrors(config.remotes.mirrors.clone()),
+        );
         repository.loaded_at_start(&names);
         repository.failed_at_start(&failed);
+        repository.failed_at_start(&config.remotes.failed);
         let engine = Arc::new(Engine::new(
             models,
             readiness,

@@ -61,9 +61,23 @@ enum Command {
 struct ServeArgs {
     /// The model repository: one folder per model, each with a config.toml
     /// (or Triton's config.pbtxt, MLServer's model-settings.json, or a
-    /// model file of KServe's runtimes).
+    /// model file of KServe's runtimes). A folder, or a folder in object
+    /// storage: s3://bucket/path, s3://host:port/bucket/path, gs://,
+    /// az://container/path, as://account/container/path, http(s)://.
+    /// Give it more than once for several repositories.
     #[arg(long, env = "WIRESPEED_MODELS", default_value = "models")]
     models: Vec<PathBuf>,
+
+    /// Where repositories in object storage are copied to before they are
+    /// loaded (one folder per repository URL, kept across restarts).
+    /// Default: wirespeed-models in the system's temporary folder.
+    #[arg(long, env = "WIRESPEED_MODEL_CACHE_DIR")]
+    model_cache_dir: Option<PathBuf>,
+
+    /// The largest model folder fetched from object storage, in bytes (all
+    /// its files together); a larger one is refused with why.
+    #[arg(long, env = "WIRESPEED_MAX_MODEL_BYTES", default_value_t = 64 << 30)]
+    max_model_bytes: u64,
 
     /// --models is one model's folder (its config.toml and files, or the
     /// model file alone, as KServe's storage initializer lays a model out
@@ -582,6 +596,32 @@ fn serve(mut args: ServeArgs) -> anyhow::Result<()> {
         args.grpc_header_forward_pattern.as_deref(),
     )
     .context("--http-header-forward-pattern or --grpc-header-forward-pattern is not a regular expression")?;
+    // This thread runs start-up (copying repositories in object storage
+    // among it), the models' schedulers and signals; the I/O threads and
+    // the CPU pool do the serving. The copies' clients live on it.
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let exit_on_error = args.triton.as_ref().is_none_or(|t| t.exit_on_error);
+    let remotes = runtime
+        .block_on(wirespeed_storage::open_repositories(
+            &mut args.models,
+            &wirespeed_storage::MirrorOptions {
+                cache_dir: args
+                    .model_cache_dir
+                    .clone()
+                    .unwrap_or_else(|| wirespeed_storage::MirrorOptions::default().cache_dir),
+                max_model_bytes: args.max_model_bytes,
+            },
+        ))
+        .map_err(anyhow::Error::msg)?;
+    if let Some((name, why)) = remotes.failed.first() {
+        anyhow::ensure!(
+            !exit_on_error,
+            "cannot fetch model '{name}' from {}: {why}",
+            remotes.mirrors.first().map_or("", |m| m.url())
+        );
+    }
     if args.ports_from_settings {
         let (http, grpc) = wirespeed_models::mlserver_listen_addresses(first_repository(&args))
             .map_err(|e| anyhow::anyhow!("--ports-from-settings: {e}"))?;
@@ -615,9 +655,6 @@ fn serve(mut args: ServeArgs) -> anyhow::Result<()> {
     if args.check {
         let pool = wirespeed_core::CpuPool::new(compute_threads)?;
         // Upstream models are loaded inside a runtime (they start a task).
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()?;
         let models = runtime
             .block_on(async {
                 wirespeed_models::load_repository(&args.models, &defaults.backends, &pool)
@@ -660,8 +697,9 @@ fn serve(mut args: ServeArgs) -> anyhow::Result<()> {
             .triton
             .as_ref()
             .map_or_else(|| "wirespeed".to_owned(), |t| t.server_name.clone()),
-        exit_on_error: args.triton.as_ref().is_none_or(|t| t.exit_on_error),
+        exit_on_error,
         repositories: args.models,
+        remotes,
         http_addr: args.http.0,
         grpc_addr: args.grpc.0,
         http_uds: args.http_uds,
@@ -733,11 +771,6 @@ fn serve(mut args: ServeArgs) -> anyhow::Result<()> {
         }),
         ..defaults
     };
-    // This thread runs start-up, the models' schedulers and signals; the
-    // I/O threads and the CPU pool do the serving.
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()?;
     runtime.block_on(async {
         let shutdown = shutdown_signal()?;
         let server = Server::bind(&config).await?;

@@ -23,8 +23,14 @@ use wirespeed_engine::Engine;
 pub(crate) const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
 
 /// The scrape: every family, in the text format.
-pub(crate) fn render(engine: &Engine, traffic: &Traffic, scrape: &Scrape) -> String {
+pub(crate) fn render(
+    engine: &Engine,
+    mirrors: &[std::sync::Arc<wirespeed_storage::Mirror>],
+    traffic: &Traffic,
+    scrape: &Scrape,
+) -> String {
     let mut families = model_families(engine);
+    families.push(storage_family(mirrors));
     #[cfg(feature = "python")]
     families.extend(custom_families());
     families.extend(traffic_families(traffic, &scrape.connections));
@@ -459,6 +465,18 @@ fn custom_families() -> Vec<MetricFamily> {
             family.0
         })
         .collect()
+}
+
+/// Failed listings and fetches of each repository in object storage.
+fn storage_family(mirrors: &[std::sync::Arc<wirespeed_storage::Mirror>]) -> MetricFamily {
+    let mut failures = Family::counter(
+        "wirespeed_repository_storage_failures_total",
+        "Listings and model fetches of a repository in object storage that failed",
+    );
+    for mirror in mirrors {
+        failures.count(&[("repository", mirror.url())], mirror.failures());
+    }
+    failures.0
 }
 
 /// The server's own families.

@@ -33,7 +33,12 @@ pub(crate) fn scrape(front: &Front) -> Result<Response<Body>, Error> {
             "metrics are off (--metrics off)",
         ));
     };
-    let mut answer = Response::new(Body::new(families::render(&front.engine, traffic, scrape)));
+    let mut answer = Response::new(Body::new(families::render(
+        &front.engine,
+        front.repository.mirrors(),
+        traffic,
+        scrape,
+    )));
     answer
         .headers_mut()
         .insert(CONTENT_TYPE, HeaderValue::from_static(TEXT_FORMAT));
