@@ -75,17 +75,19 @@ def stop_process(process, grace):
             process.wait()
 
 
-def run_wirespeed(*args, timeout=60):
-    return subprocess.run([str(wirespeed_binary()), *map(str, args)], capture_output=True, text=True, timeout=timeout)
+def run_wirespeed(*args, timeout=60, env=None):
+    return subprocess.run([str(wirespeed_binary()), *map(str, args)], capture_output=True, text=True,
+                          timeout=timeout, env=env)
 
 
 class RunningServer:
     """A `wirespeed serve` process and the log lines it has written."""
 
-    def __init__(self, models: Path, extra_args=(), http="127.0.0.1:0", grpc="127.0.0.1:0"):
+    def __init__(self, models: Path, extra_args=(), http="127.0.0.1:0", grpc="127.0.0.1:0", env=None):
         self.log = []
         self.process = subprocess.Popen(
             [str(wirespeed_binary()), "serve", "--models", str(models), "--http", http, "--grpc", grpc, *extra_args],
+            env=env,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
             text=True,

@@ -275,7 +275,8 @@ impl Mirror {
         state.failing = 0;
         state.retry_at = None;
         let mut refresh = Refresh::default();
-        let names: Vec<String> = listing.keys().chain(state.copied.keys()).cloned().collect();
+        let names: std::collections::BTreeSet<String> =
+            listing.keys().chain(state.copied.keys()).cloned().collect();
         for name in names {
             let now = listing.get(&name);
             if state.copied.get(&name) == now {
