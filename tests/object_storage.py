@@ -1,10 +1,8 @@
 """Real object stores for the storage tests, started by the tests: SeaweedFS
 (`weed server -s3`, an S3-compatible store built from its Go module's
-source by scripts/test), Azurite (Azure's own emulator, from npm) and
-fake-gcs-server (a GCS emulator built from its Go module), each on
-loopback with a data folder of its own. Objects are written with each
-cloud's own SDK (boto3, azure-storage-blob, and GCS's JSON API), never
-through wirespeed."""
+source by scripts/test) and Azurite (Azure's own emulator, from npm), each
+on loopback with a data folder of its own. Objects are written with each
+cloud's own SDK (boto3, azure-storage-blob), never through wirespeed."""
 
 import json
 import os
@@ -125,3 +123,52 @@ class SeaweedFS:
         env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
         env.update(AWS_ACCESS_KEY_ID=ACCESS_KEY, AWS_SECRET_ACCESS_KEY=secret, **more)
         return env
+
+
+# Azurite's well-known account and key (the emulator's own, in its docs).
+AZURITE_ACCOUNT = "devstoreaccount1"
+AZURITE_KEY = "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=="
+
+
+class Azurite:
+    """Azurite's Blob service on a free loopback port, data in `root`."""
+
+    def __init__(self, root: Path):
+        root.mkdir(parents=True, exist_ok=True)
+        self.port = free_port()
+        self.process = subprocess.Popen(
+            [tool("azurite/node_modules/.bin/azurite-blob"), "--blobHost", "127.0.0.1", "--blobPort", str(self.port),
+             "--location", str(root), "--disableTelemetry", "--skipApiVersionCheck"],
+            stdout=open(root / "azurite.log", "w"), stderr=subprocess.STDOUT, start_new_session=True,
+        )
+
+        def listens():
+            assert self.process.poll() is None, (root / "azurite.log").read_text()[-3000:]
+            return "successfully listens" in (root / "azurite.log").read_text()
+
+        wait_until("Azurite", listens, timeout=60)
+
+    def connection_string(self, key=AZURITE_KEY):
+        return (f"DefaultEndpointsProtocol=http;AccountName={AZURITE_ACCOUNT};AccountKey={key};"
+                f"BlobEndpoint=http://127.0.0.1:{self.port}/{AZURITE_ACCOUNT};")
+
+    def upload(self, folder: Path, container: str, prefix: str):
+        from azure.storage.blob import BlobServiceClient
+
+        service = BlobServiceClient.from_connection_string(self.connection_string())
+        try:
+            service.create_container(container)
+        except Exception as e:  # noqa: BLE001 - ResourceExistsError when it is there
+            assert type(e).__name__ == "ResourceExistsError", e
+        client = service.get_container_client(container)
+        for path in sorted(p for p in folder.rglob("*") if p.is_file()):
+            with open(path, "rb") as data:
+                client.upload_blob(f"{prefix}/{path.relative_to(folder).as_posix()}", data, overwrite=True)
+
+    def env(self, key=AZURITE_KEY):
+        env = {k: v for k, v in os.environ.items() if not k.startswith("AZURE_")}
+        env["AZURE_STORAGE_CONNECTION_STRING"] = self.connection_string(key)
+        return env
+
+    def stop(self):
+        stop_process(self.process, grace=10)

@@ -42,6 +42,7 @@ pub(crate) fn cause(error: &object_store::Error) -> String {
         "invalid_grant",
         "expiredtoken",
         "the aws access key id you provided",
+        "server failed to authenticate the request",
     ]) {
         "the credentials were refused (a wrong key or secret, or an expired token)"
     } else if has(&[

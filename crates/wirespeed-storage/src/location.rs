@@ -143,18 +143,23 @@ impl Location {
                 location(Scheme::Azure, &container, &prefix, None, Some(account))
             }
             "http" | "https" => {
-                let (host, path) = first(rest.split('?').next().unwrap_or(rest));
-                let mut http = location(
+                // A signed URL's query would have to go with every request
+                // for a folder's files; it is refused rather than dropped.
+                if rest.contains('?') {
+                    return Err(format!(
+                        "'{shown}' carries a query (a signed URL's signature?): an HTTP \
+                         repository is read without one; put the model in a bucket and give \
+                         its credentials instead"
+                    ));
+                }
+                let (host, path) = first(rest);
+                location(
                     Scheme::Http,
                     &format!("{}://{host}", scheme.to_ascii_lowercase()),
                     &path,
                     None,
                     None,
-                )?;
-                // The query (a signed URL's signature) goes with every
-                // request, never into the log.
-                http.endpoint = rest.split_once('?').map(|(_, q)| q.to_owned());
-                Ok(http)
+                )
             }
             _ => Err(unknown()),
         }
@@ -183,14 +188,9 @@ impl Location {
             .collect();
         // FNV-1a: stable across runs and builds, which a cache needs.
         let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
-        // The query of an HTTP URL (a signature) is not part of the name.
-        let endpoint = match self.scheme {
-            Scheme::Http => None,
-            _ => self.endpoint.as_deref(),
-        };
         let key = format!(
             "{:?}|{}|{}|{:?}|{:?}",
-            self.scheme, self.bucket, self.prefix, endpoint, self.account
+            self.scheme, self.bucket, self.prefix, self.endpoint, self.account
         );
         for b in key.bytes() {
             hash ^= u64::from(b);
@@ -257,12 +257,17 @@ mod tests {
     }
 
     #[test]
-    fn a_signature_never_shows() {
-        let signed = parse("https://host/models/m.onnx?sig=SECRET&se=1");
-        assert_eq!(signed.shown(), "https://host/models/m.onnx");
-        assert!(!format!("{signed}").contains("SECRET"));
-        assert!(!signed.cache_name().contains("SECRET"));
-        assert_eq!(signed.endpoint.as_deref(), Some("sig=SECRET&se=1"));
+    fn a_signature_is_refused_and_never_shows() {
+        let err = Location::parse("https://host/models/m.onnx?sig=SECRET&se=1")
+            .unwrap()
+            .unwrap_err();
+        assert!(err.contains("https://host/models/m.onnx"), "{err}");
+        assert!(!err.contains("SECRET"), "{err}");
+        let plain = parse("https://host/models/m.onnx");
+        assert_eq!(
+            (plain.bucket.as_str(), plain.prefix.as_str()),
+            ("https://host", "models/m.onnx")
+        );
     }
 
     #[test]

@@ -92,8 +92,7 @@ pub(crate) fn store(location: &Location) -> Result<Arc<dyn ObjectStore>, String>
                     format!("http://{host}")
                 };
                 options = options.with_allow_http(base.starts_with("http://"));
-                builder =
-                    builder.with_base_url(&format!("{}/storage/v1", base.trim_end_matches('/')));
+                builder = builder.with_base_url(base.trim_end_matches('/'));
                 // An emulator takes any request; without a service account
                 // the client would ask the instance's metadata for a token.
                 if env("GOOGLE_APPLICATION_CREDENTIALS").is_none() {
