@@ -60,13 +60,15 @@ def test_helm_lint_passes():
     ["serviceMonitor.enabled=true", "autoscaling.enabled=false", "models.controlMode=poll",
      "models.volume.persistentVolumeClaim.claimName=models", "otlp.endpoint=http://otel:4317",
      "extraArgs={--log-format=json,--access-log}"],
-], ids=["defaults", "every-option"])
+    ["models.url=s3://models/triton", "models.credentialsSecret=model-store", "models.controlMode=poll"],
+], ids=["defaults", "every-option", "object-storage"])
 def test_the_rendered_chart_validates(tmp_path, schemas, sets):
     path, docs = template(tmp_path, *sets)
     out = kubeconform(schemas, path)
     assert out.returncode == 0 and "Invalid: 0, Errors: 0" in out.stdout, out.stdout + out.stderr
     kinds = sorted(d["kind"] for d in docs)
-    want = ["Deployment", "Service"] + (["ServiceMonitor"] if sets else ["HorizontalPodAutoscaler"])
+    monitored = any(s.startswith("serviceMonitor") for s in sets)
+    want = ["Deployment", "Service"] + (["ServiceMonitor"] if monitored else ["HorizontalPodAutoscaler"])
     assert kinds == sorted(want), kinds
 
 
@@ -82,9 +84,23 @@ def test_the_pod_drains_within_its_grace_period_and_probes_v2_health(tmp_path):
     assert pod["securityContext"]["runAsNonRoot"] is True
 
 
+def test_a_repository_in_a_bucket_is_copied_to_a_writable_cache_with_the_secrets_credentials(tmp_path):
+    _, docs = template(tmp_path, "models.url=s3://models/triton", "models.credentialsSecret=model-store")
+    pod = next(d for d in docs if d["kind"] == "Deployment")["spec"]["template"]["spec"]
+    container = pod["containers"][0]
+    assert "--models=s3://models/triton" in container["args"]
+    assert "--model-cache-dir=/var/cache/wirespeed" in container["args"]
+    assert container["envFrom"] == [{"secretRef": {"name": "model-store"}}]
+    # The root file system is read-only: the copies go to an emptyDir.
+    assert container["securityContext"]["readOnlyRootFilesystem"] is True
+    assert {"name": "model-cache", "mountPath": "/var/cache/wirespeed"} in container["volumeMounts"]
+    assert {"name": "model-cache", "emptyDir": {"sizeLimit": "10Gi"}} in pod["volumes"]
+
+
 def test_every_flag_the_chart_and_runtime_pass_is_one_wirespeed_takes(tmp_path):
     """A renamed flag would pass the schemas and fail in the pod."""
-    _, docs = template(tmp_path, "models.controlMode=poll", "otlp.endpoint=http://otel:4317")
+    _, docs = template(tmp_path, "models.controlMode=poll", "otlp.endpoint=http://otel:4317",
+                       "models.url=s3://models/triton")
     args = next(d for d in docs if d["kind"] == "Deployment")["spec"]["template"]["spec"]["containers"][0]["args"]
     runtime = yaml.safe_load((KSERVE / "cluster-serving-runtime.yaml").read_text())
     args += runtime["spec"]["containers"][0]["args"]
