@@ -302,3 +302,27 @@ def test_a_store_that_goes_away_leaves_every_model_serving(tmp_path):
             server.stop()
     finally:
         seaweed.stop()
+
+
+def test_tritons_command_line_takes_the_bucket(store, tmp_path):
+    """A deployment's `tritonserver --model-repository=s3://...` (KServe's
+    Triton runtime, a Helm chart's args) through the image's
+    `tritonserver`: the same URL, the same environment."""
+    from conftest import free_port, http_ok, stop_process, wait_until
+
+    shutil.copytree(MODELS / "titanic", tmp_path / "repo" / "titanic")
+    store.upload(tmp_path / "repo", store.bucket("tritoncli"), "repo")
+    http, grpc, metrics = free_port(), free_port(), free_port()
+    env = store.env(WIRESPEED_MODEL_CACHE_DIR=str(tmp_path / "cache"))
+    process = subprocess.Popen([str(wirespeed_binary()), "tritonserver", f"--model-repository=s3://{store.host}/tritoncli/repo",
+                                "--http-address=127.0.0.1", f"--http-port={http}", "--grpc-address=127.0.0.1",
+                                f"--grpc-port={grpc}", "--metrics-address=127.0.0.1",
+                                f"--metrics-port={metrics}", "--model-control-mode=poll"],
+                               env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_until("ready", lambda: process.poll() is None and http_ok(f"http://127.0.0.1:{http}/v2/health/ready"))
+        client = httpclient.InferenceServerClient(f"127.0.0.1:{http}")
+        p = float(client.infer("titanic", [titanic_input(httpclient)]).as_numpy("probability")[0])
+        assert p == pytest.approx(xgboost_probability(MODELS / "titanic" / "model.json"), abs=1e-6)
+    finally:
+        stop_process(process, grace=15)
