@@ -200,7 +200,7 @@ def test_a_repository_that_cannot_be_read_stops_the_start_and_says_why(store, tm
         needles = ["is not a repository this server reads", "s3://bucket/path"]
     elif case == "too large":
         extra = ["--max-model-bytes", "1000"]
-        needles = ["cannot fetch model 'titanic'", "more than --max-model-bytes 1000"]
+        needles = ["model 'titanic': cannot fetch its files from", "more than --max-model-bytes 1000"]
     cache = tmp_path / "cache"
     done = run_wirespeed("serve", "--models", url, "--model-cache-dir", str(cache), "--check", *extra, env=env)
     assert done.returncode != 0, done.stderr

@@ -68,7 +68,13 @@ pub async fn open_repositories(
             cause,
         })?;
         let mirror = Mirror::open(location, options.clone())?;
-        remotes.failed.extend(mirror.start().await?);
+        let url = mirror.url().to_owned();
+        let failed = mirror.start().await?;
+        remotes.failed.extend(
+            failed
+                .into_iter()
+                .map(|(name, why)| (name, format!("cannot fetch its files from {url}: {why}"))),
+        );
         *repository = mirror.local_dir().to_owned();
         remotes.mirrors.push(std::sync::Arc::new(mirror));
     }

@@ -616,11 +616,7 @@ fn serve(mut args: ServeArgs) -> anyhow::Result<()> {
         ))
         .map_err(anyhow::Error::msg)?;
     if let Some((name, why)) = remotes.failed.first() {
-        anyhow::ensure!(
-            !exit_on_error,
-            "cannot fetch model '{name}' from {}: {why}",
-            remotes.mirrors.first().map_or("", |m| m.url())
-        );
+        anyhow::ensure!(!exit_on_error, "model '{name}': {why}");
     }
     if args.ports_from_settings {
         let (http, grpc) = wirespeed_models::mlserver_listen_addresses(first_repository(&args))
