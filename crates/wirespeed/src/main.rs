@@ -1,13 +1,14 @@
 //! The `wirespeed` command: flags in, the server library called.
 
+mod flags;
 mod health;
+mod logs;
 mod malloc;
 mod predict;
 #[cfg(feature = "proxy")]
 mod proxy;
 mod tritonserver;
 
-use std::io::IsTerminal;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -15,10 +16,11 @@ use std::time::Duration;
 
 use anyhow::Context;
 use clap::{Args, Parser, Subcommand};
-use tracing_subscriber::EnvFilter;
+
+use flags::{cache_size, seconds, BucketsFlag, Listen, MetricsFlag};
 use wirespeed_server::{
-    Buckets, HeaderForward, Limits, MetricsConfig, ModelControl, RequestLimits, Server,
-    ServerConfig, TlsFiles, TracesConfig, UpstreamServer,
+    HeaderForward, Limits, MetricsConfig, ModelControl, RequestLimits, Server, ServerConfig,
+    TlsFiles, TracesConfig, UpstreamServer,
 };
 
 /// A model server whose request path runs at wire speed.
@@ -347,77 +349,6 @@ struct TritonFace {
     notes: Vec<String>,
 }
 
-/// A duration given in (possibly fractional) seconds.
-fn seconds(text: &str) -> Result<Duration, String> {
-    text.parse::<f64>()
-        .ok()
-        .and_then(|s| Duration::try_from_secs_f64(s).ok())
-        .filter(|d| !d.is_zero())
-        .ok_or_else(|| format!("'{text}' is not a positive number of seconds"))
-}
-
-/// `--metrics`: an address, `rest` or `off`.
-#[derive(Clone, Copy)]
-enum MetricsFlag {
-    Off,
-    Rest,
-    At(SocketAddr),
-}
-
-impl std::str::FromStr for MetricsFlag {
-    type Err = String;
-
-    fn from_str(s: &str) -> Result<MetricsFlag, String> {
-        match s.to_ascii_lowercase().as_str() {
-            "off" => Ok(MetricsFlag::Off),
-            "rest" => Ok(MetricsFlag::Rest),
-            _ => s.parse().map(MetricsFlag::At).map_err(|_| {
-                format!("'{s}' is not an address like 127.0.0.1:8002, nor 'rest' or 'off'")
-            }),
-        }
-    }
-}
-
-/// `--metrics-buckets`: bounds in seconds, or `off`.
-#[derive(Clone)]
-struct BucketsFlag(Option<Buckets>);
-
-impl std::str::FromStr for BucketsFlag {
-    type Err = String;
-
-    fn from_str(s: &str) -> Result<BucketsFlag, String> {
-        if s.eq_ignore_ascii_case("off") {
-            return Ok(BucketsFlag(None));
-        }
-        let bounds = s
-            .split(',')
-            .map(|b| {
-                b.trim()
-                    .parse::<f64>()
-                    .map_err(|_| format!("'{b}' is not a number of seconds"))
-            })
-            .collect::<Result<Vec<f64>, String>>()?;
-        Buckets::new(&bounds).map(|b| BucketsFlag(Some(b)))
-    }
-}
-
-/// A TCP address to listen on, or `off`.
-#[derive(Clone, Copy)]
-struct Listen(Option<SocketAddr>);
-
-impl std::str::FromStr for Listen {
-    type Err = String;
-
-    fn from_str(s: &str) -> Result<Listen, String> {
-        if s.eq_ignore_ascii_case("off") {
-            return Ok(Listen(None));
-        }
-        s.parse()
-            .map(|addr| Listen(Some(addr)))
-            .map_err(|_| format!("'{s}' is not an address like 127.0.0.1:8000, nor 'off'"))
-    }
-}
-
 fn main() -> ExitCode {
     let mut argv = std::env::args_os();
     let program = argv.next();
@@ -468,41 +399,6 @@ fn tritonserver(args: Vec<std::ffi::OsString>) -> anyhow::Result<()> {
     serve(*serve_args)
 }
 
-/// The response cache's size from Triton's `--cache-config` values
-/// (`local,size=BYTES`, the keys in one value or several); none when not
-/// given.
-fn cache_size(values: &[String]) -> anyhow::Result<Option<usize>> {
-    let mut size = None;
-    for value in values {
-        let mut parts = value.split(',');
-        let cache = parts.next().unwrap_or_default();
-        anyhow::ensure!(
-            cache == "local",
-            "--cache-config '{value}': the cache here is 'local' (Triton's in-memory one), not '{cache}'"
-        );
-        for setting in parts {
-            match setting.split_once('=') {
-                Some(("size", bytes)) => {
-                    let bytes: usize = bytes.parse().map_err(|_| {
-                        anyhow::anyhow!(
-                            "--cache-config '{value}': size is '{bytes}', not a number of bytes"
-                        )
-                    })?;
-                    size = Some(bytes);
-                }
-                _ => anyhow::bail!(
-                    "--cache-config '{value}': the local cache takes size=BYTES, not '{setting}'"
-                ),
-            }
-        }
-    }
-    anyhow::ensure!(
-        values.is_empty() || size.is_some(),
-        "--cache-config local needs size=BYTES: --cache-config local,size=1048576"
-    );
-    Ok(size.filter(|&bytes| bytes > 0))
-}
-
 /// A repository holding only `folder`, as model `name`: a folder of its own
 /// under the temporary directory with a link to `folder` in it. Loads,
 /// reloads and polling read through the link, so the model folder itself
@@ -534,41 +430,7 @@ fn single_model_repository(folder: &Path, name: &str) -> anyhow::Result<PathBuf>
 }
 
 fn serve(mut args: ServeArgs) -> anyhow::Result<()> {
-    let access = if args.access_log { "info" } else { "off" };
-    let filter = EnvFilter::try_new(format!(
-        "{},wirespeed_server::access={access}",
-        args.log_level
-    ))
-    .with_context(|| format!("invalid --log-level '{}'", args.log_level))?;
-    // At debug, each request's stages (read and decode, queue, compute,
-    // encode) are spans, logged with their times as they close.
-    let file = match &args.log_file {
-        Some(path) => Some(std::sync::Arc::new(
-            std::fs::OpenOptions::new()
-                .create(true)
-                .append(true)
-                .open(path)
-                .with_context(|| format!("cannot open --log-file {}", path.display()))?,
-        )),
-        None => None,
-    };
-    let ansi = file.is_none() && std::io::stderr().is_terminal();
-    let writer =
-        tracing_subscriber::fmt::writer::BoxMakeWriter::new(move || -> Box<dyn std::io::Write> {
-            match &file {
-                Some(file) => Box::new(LogFile(std::sync::Arc::clone(file))),
-                None => Box::new(std::io::stderr()),
-            }
-        });
-    let logs = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_span_events(tracing_subscriber::fmt::format::FmtSpan::CLOSE)
-        .with_writer(writer);
-    if args.log_format == "json" {
-        logs.json().flatten_event(true).with_span_list(false).init();
-    } else {
-        logs.with_ansi(ansi).init();
-    }
+    logs::init(&args)?;
     if let Some(triton) = &args.triton {
         tracing::info!("serving Triton's command line (wirespeed tritonserver)");
         for note in &triton.notes {
@@ -780,19 +642,6 @@ fn first_repository(args: &ServeArgs) -> &Path {
     args.models
         .first()
         .map_or(Path::new("models"), PathBuf::as_path)
-}
-
-/// `--log-file`, shared by the log's writers.
-struct LogFile(std::sync::Arc<std::fs::File>);
-
-impl std::io::Write for LogFile {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        (&*self.0).write(buf)
-    }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        (&*self.0).flush()
-    }
 }
 
 /// Installs the SIGINT and SIGTERM handlers now, so a signal that arrives

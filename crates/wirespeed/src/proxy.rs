@@ -11,7 +11,7 @@ use clap::Args;
 use tracing_subscriber::EnvFilter;
 use wirespeed_server::{Limits, PrintOptions, Server, ServerConfig, TranscodeConfig};
 
-use crate::seconds;
+use crate::flags::seconds;
 
 #[derive(Args)]
 pub(crate) struct ProxyArgs {
