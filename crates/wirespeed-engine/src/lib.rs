@@ -17,7 +17,7 @@
 //!   (shared-memory regions);
 //! - `timing.rs`, `traces.rs`, `statistics.rs`, `metrics/`: what is
 //!   measured of each request;
-//! - `model_control.rs`: the model repository while serving;
+//! - `model_control/`: the model repository while serving (`load_request.rs`: a load request's parameters and files);
 //!   `upstream_server.rs`: the models of an upstream server.
 //!
 //! Nothing here knows a protocol or a socket; the server's
