@@ -52,7 +52,10 @@ pub(crate) async fn fetch(store: &Arc<dyn ObjectStore>, copies: Vec<Copy>) -> Re
         });
         let size = file.object.size;
         // The file at its length first: ranges write into it anywhere.
-        let created = std::fs::File::create(&file.target).and_then(|f| f.set_len(size));
+        let created = match tokio::fs::File::create(&file.target).await {
+            Ok(out) => out.set_len(size).await,
+            Err(e) => Err(e),
+        };
         created.map_err(|e| format!("cannot write {}: {e}", file.target.display()))?;
         if size == 0 {
             continue;

@@ -229,7 +229,7 @@ impl Mirror {
             .cloned()
             .collect();
         for name in gone {
-            self.remove(&mut state, &name);
+            self.remove(&mut state, &name).await;
         }
         let (mut fetched, mut kept) = (0usize, 0usize);
         for (name, folder) in &listing {
@@ -311,7 +311,7 @@ impl Mirror {
                     Err(why) => refresh.failed.push((shown(&name), why)),
                 },
                 None => {
-                    self.remove(&mut state, &name);
+                    self.remove(&mut state, &name).await;
                     refresh.changed.push(name);
                 }
             }
@@ -393,85 +393,106 @@ impl Mirror {
             self.dir
                 .join(".incoming")
                 .join(format!("{}.{}", listed_name(name), state.made));
-        let made = std::fs::create_dir_all(&incoming);
-        made.map_err(|e| format!("cannot write {}: {e}", incoming.display()))?;
-        let mut copies = Vec::new();
-        for (path, object) in &folder.files {
-            let target = incoming.join(path);
-            if let Some(parent) = target.parent() {
+        let copies: Vec<Copy> = folder
+            .files
+            .iter()
+            .map(|(path, object)| Copy {
+                object: object.clone(),
+                target: incoming.join(path),
+            })
+            .collect();
+        let targets: Vec<PathBuf> = copies.iter().map(|c| c.target.clone()).collect();
+        blocking(move || {
+            for target in &targets {
+                let parent = target.parent().unwrap_or(target);
                 std::fs::create_dir_all(parent)
                     .map_err(|e| format!("cannot write {}: {e}", parent.display()))?;
             }
-            copies.push(Copy {
-                object: object.clone(),
-                target,
-            });
-        }
+            Ok(())
+        })
+        .await?;
         let fetched = download::fetch(&self.store, copies).await;
-        let placed = fetched.and_then(|()| self.put_in_place(name, folder, &incoming));
-        let _ = std::fs::remove_dir_all(&incoming);
-        placed?;
-        let record = serde_json::to_vec(folder).map_err(|e| e.to_string())?;
-        let listed = self
-            .dir
-            .join(".listings")
-            .join(format!("{}.json", listed_name(name)));
-        std::fs::write(&listed, record)
-            .map_err(|e| format!("cannot write {}: {e}", listed.display()))?;
+        let (dir, owned, listed) = (self.dir.clone(), name.to_owned(), folder.clone());
+        blocking(move || {
+            let placed = fetched.and_then(|()| put_in_place(&dir, &owned, &listed, &incoming));
+            let _ = std::fs::remove_dir_all(&incoming);
+            placed?;
+            let record = serde_json::to_vec(&listed).map_err(|e| e.to_string())?;
+            let path = dir
+                .join(".listings")
+                .join(format!("{}.json", listed_name(&owned)));
+            std::fs::write(&path, record)
+                .map_err(|e| format!("cannot write {}: {e}", path.display()))
+        })
+        .await?;
         state.copied.insert(name.to_owned(), folder.clone());
         tracing::info!(repository = %self.url(), model = %shown(name), files = folder.files.len(), bytes, "fetched the model's files");
         Ok(())
     }
 
-    /// Puts a whole copy in place: a model folder by one rename (the old
-    /// copy moved aside first), root files one rename each.
-    fn put_in_place(&self, name: &str, folder: &Folder, incoming: &Path) -> Result<(), String> {
-        let io =
-            |what: &Path, e: std::io::Error| format!("cannot put {} in place: {e}", what.display());
-        for (path, object) in &folder.files {
-            let len = std::fs::metadata(incoming.join(path)).map(|m| m.len());
-            if len.as_ref().ok() != Some(&object.size) {
-                return Err(format!("'{}' was not copied whole", object.key));
-            }
-        }
-        if name.is_empty() {
-            for path in folder.files.keys() {
-                let target = self.dir.join(path);
-                if let Some(parent) = target.parent() {
-                    std::fs::create_dir_all(parent).map_err(|e| io(parent, e))?;
-                }
-                std::fs::rename(incoming.join(path), &target).map_err(|e| io(&target, e))?;
-            }
-            return Ok(());
-        }
-        let target = self.dir.join(name);
-        let aside = incoming.with_extension("old");
-        if target.exists() {
-            std::fs::rename(&target, &aside).map_err(|e| io(&target, e))?;
-        }
-        std::fs::rename(incoming, &target).map_err(|e| io(&target, e))?;
-        let _ = std::fs::remove_dir_all(&aside);
-        Ok(())
-    }
-
     /// Removes the copy of a folder gone from the store.
-    fn remove(&self, state: &mut State, name: &str) {
-        if let Some(folder) = state.copied.remove(name) {
-            if name.is_empty() {
-                for path in folder.files.keys() {
-                    let _ = std::fs::remove_file(self.dir.join(path));
+    async fn remove(&self, state: &mut State, name: &str) {
+        let copied = state.copied.remove(name);
+        let (dir, owned) = (self.dir.clone(), name.to_owned());
+        let _ = blocking(move || {
+            if let Some(folder) = copied {
+                if owned.is_empty() {
+                    for path in folder.files.keys() {
+                        let _ = std::fs::remove_file(dir.join(path));
+                    }
+                } else {
+                    let _ = std::fs::remove_dir_all(dir.join(&owned));
                 }
-            } else {
-                let _ = std::fs::remove_dir_all(self.dir.join(name));
             }
-        }
-        let _ = std::fs::remove_file(
-            self.dir
-                .join(".listings")
-                .join(format!("{}.json", listed_name(name))),
-        );
+            let listed = format!("{}.json", listed_name(&owned));
+            let _ = std::fs::remove_file(dir.join(".listings").join(listed));
+            Ok(())
+        })
+        .await;
         tracing::info!(repository = %self.url(), model = %shown(name), "the model's files are gone from the store; its copy removed");
     }
+}
+
+/// Runs file-system work (making folders, renames, removing a copy of
+/// gigabytes) on tokio's blocking threads: the runtime polling the store
+/// also runs the models' schedulers.
+async fn blocking<T: Send + 'static>(
+    work: impl FnOnce() -> Result<T, String> + Send + 'static,
+) -> Result<T, String> {
+    tokio::task::spawn_blocking(work)
+        .await
+        .map_err(|e| format!("the copy's file work failed: {e}"))?
+}
+
+/// Puts a whole copy in place: a model folder by one rename (the old
+/// copy moved aside first), root files one rename each.
+fn put_in_place(dir: &Path, name: &str, folder: &Folder, incoming: &Path) -> Result<(), String> {
+    let io =
+        |what: &Path, e: std::io::Error| format!("cannot put {} in place: {e}", what.display());
+    for (path, object) in &folder.files {
+        let len = std::fs::metadata(incoming.join(path)).map(|m| m.len());
+        if len.as_ref().ok() != Some(&object.size) {
+            return Err(format!("'{}' was not copied whole", object.key));
+        }
+    }
+    if name.is_empty() {
+        for path in folder.files.keys() {
+            let target = dir.join(path);
+            if let Some(parent) = target.parent() {
+                std::fs::create_dir_all(parent).map_err(|e| io(parent, e))?;
+            }
+            std::fs::rename(incoming.join(path), &target).map_err(|e| io(&target, e))?;
+        }
+        return Ok(());
+    }
+    let target = dir.join(name);
+    let aside = incoming.with_extension("old");
+    if target.exists() {
+        std::fs::rename(&target, &aside).map_err(|e| io(&target, e))?;
+    }
+    std::fs::rename(incoming, &target).map_err(|e| io(&target, e))?;
+    let _ = std::fs::remove_dir_all(&aside);
+    Ok(())
 }
 
 /// A folder's name in `.listings/`.
