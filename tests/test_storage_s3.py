@@ -326,3 +326,31 @@ def test_tritons_command_line_takes_the_bucket(store, tmp_path):
         assert p == pytest.approx(xgboost_probability(MODELS / "titanic" / "model.json"), abs=1e-6)
     finally:
         stop_process(process, grace=15)
+
+
+def test_a_model_deleted_from_the_bucket_is_unloaded_once_it_stays_gone(store, tmp_path):
+    """Poll mode: a model folder deleted from the bucket is removed from
+    the copy and unloaded once a second poll finds it gone too; the
+    other model keeps serving."""
+    for name in ("titanic", "identity_fp32"):
+        shutil.copytree(MODELS / name, tmp_path / "repo" / name)
+    bucket = store.bucket("deleted")
+    store.upload(tmp_path / "repo", bucket, "repo")
+    server = RunningServer(f"s3://{store.host}/deleted/repo", env=store.env(),
+                           extra_args=["--model-control-mode", "poll", "--repository-poll-secs", "0.5",
+                                       "--model-cache-dir", str(tmp_path / "cache")])
+    try:
+        client = httpclient.InferenceServerClient(server.address)
+        assert client.is_model_ready("identity_fp32")
+        s3 = store.client()
+        for item in s3.list_objects_v2(Bucket=bucket, Prefix="repo/identity_fp32/")["Contents"]:
+            s3.delete_object(Bucket=bucket, Key=item["Key"])
+        server.wait_for_log("files changed in the store", count=1)
+        server.wait_for_log("its copy removed", count=1)
+        server.wait_for_log("model folder removed; unloaded", count=1)
+        assert not client.is_model_ready("identity_fp32")
+        assert not (next((tmp_path / "cache").iterdir()) / "identity_fp32").exists()
+        p = float(client.infer("titanic", [titanic_input(httpclient)]).as_numpy("probability")[0])
+        assert p == pytest.approx(xgboost_probability(MODELS / "titanic" / "model.json"), abs=1e-6)
+    finally:
+        server.stop()

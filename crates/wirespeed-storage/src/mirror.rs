@@ -116,23 +116,11 @@ impl Mirror {
     /// The repository at `location`, copied under `options.cache_dir`.
     /// Reads what earlier copies left; asks the store nothing yet.
     pub fn open(location: Location, options: MirrorOptions) -> Result<Mirror, StorageError> {
-        let store = crate::stores::store(&location).map_err(|cause| StorageError {
-            url: location.shown().to_owned(),
-            cause,
-        })?;
-        Self::with_store(location, store, options)
-    }
-
-    /// The repository at `location`, read through `store`.
-    fn with_store(
-        location: Location,
-        store: Arc<dyn ObjectStore>,
-        options: MirrorOptions,
-    ) -> Result<Mirror, StorageError> {
         let error = |cause: String| StorageError {
             url: location.shown().to_owned(),
             cause,
         };
+        let store = crate::stores::store(&location).map_err(error)?;
         let dir = options.cache_dir.join(location.cache_name());
         for sub in [&dir, &dir.join(".listings")] {
             std::fs::create_dir_all(sub).map_err(|e| {
@@ -510,96 +498,5 @@ fn shown(name: &str) -> String {
         "(root files)".to_owned()
     } else {
         name.to_owned()
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use object_store::memory::InMemory;
-    use object_store::path::Path as StorePath;
-    use object_store::ObjectStoreExt;
-
-    async fn put(store: &InMemory, key: &str, bytes: &'static [u8]) {
-        store
-            .put(&StorePath::from(key), bytes.into())
-            .await
-            .unwrap();
-    }
-
-    fn mirror(store: Arc<InMemory>, cache: &Path, max: u64) -> Mirror {
-        let location = Location::parse("s3://bucket/repo").unwrap().unwrap();
-        let options = MirrorOptions {
-            cache_dir: cache.to_owned(),
-            max_model_bytes: max,
-        };
-        Mirror::with_store(location, store, options).unwrap()
-    }
-
-    #[tokio::test]
-    async fn a_changed_folder_is_fetched_once_it_holds_still() {
-        let cache = std::env::temp_dir().join(format!("wirespeed-mirror-{}", std::process::id()));
-        let store = Arc::new(InMemory::new());
-        put(&store, "repo/m/config.toml", b"a").await;
-        put(&store, "repo/m/1/model.json", b"one").await;
-        put(&store, "repo/settings.json", b"{}").await;
-        let mirror = mirror(Arc::clone(&store), &cache, 1 << 20);
-        assert_eq!(mirror.start().await.unwrap(), vec![]);
-        let dir = mirror.local_dir().to_owned();
-        assert_eq!(std::fs::read(dir.join("m/1/model.json")).unwrap(), b"one");
-        assert_eq!(std::fs::read(dir.join("settings.json")).unwrap(), b"{}");
-
-        // A version's first file: seen, not fetched.
-        put(&store, "repo/m/2/model.json", b"two").await;
-        assert!(mirror.refresh().await.changed.is_empty());
-        assert!(!dir.join("m/2").exists());
-        // Its second file: the listing changed again, still not fetched.
-        put(&store, "repo/m/2/extra.bin", b"x").await;
-        assert!(mirror.refresh().await.changed.is_empty());
-        assert!(!dir.join("m/2").exists());
-        // Held still for a poll: fetched whole.
-        assert_eq!(mirror.refresh().await.changed, vec!["m".to_owned()]);
-        assert_eq!(std::fs::read(dir.join("m/2/model.json")).unwrap(), b"two");
-        assert_eq!(std::fs::read(dir.join("m/2/extra.bin")).unwrap(), b"x");
-        assert!(mirror.refresh().await.changed.is_empty());
-
-        // A restart keeps the copy; a removed folder goes after two polls.
-        let again = self::mirror(Arc::clone(&store), &cache, 1 << 20);
-        assert_eq!(again.start().await.unwrap(), vec![]);
-        for key in [
-            "repo/m/config.toml",
-            "repo/m/1/model.json",
-            "repo/m/2/model.json",
-            "repo/m/2/extra.bin",
-        ] {
-            store.delete(&StorePath::from(key)).await.unwrap();
-        }
-        assert!(again.refresh().await.changed.is_empty());
-        assert!(dir.join("m").exists());
-        assert_eq!(again.refresh().await.changed, vec!["m".to_owned()]);
-        assert!(!dir.join("m").exists());
-        std::fs::remove_dir_all(&cache).unwrap();
-    }
-
-    #[tokio::test]
-    async fn a_model_past_the_limit_is_refused_and_nothing_is_written() {
-        let cache =
-            std::env::temp_dir().join(format!("wirespeed-mirror-max-{}", std::process::id()));
-        let store = Arc::new(InMemory::new());
-        put(&store, "repo/big/model.bin", b"0123456789").await;
-        put(&store, "repo/small/model.bin", b"01").await;
-        let mirror = mirror(store, &cache, 5);
-        let failed = mirror.start().await.unwrap();
-        assert_eq!(failed.len(), 1);
-        assert_eq!(failed[0].0, "big");
-        assert!(
-            failed[0].1.contains("more than --max-model-bytes 5"),
-            "{}",
-            failed[0].1
-        );
-        assert!(!mirror.local_dir().join("big").exists());
-        assert!(mirror.local_dir().join("small/model.bin").exists());
-        assert_eq!(mirror.failures(), 1);
-        std::fs::remove_dir_all(&cache).unwrap();
     }
 }
