@@ -16,7 +16,7 @@ import xgboost
 
 from conftest import MODELS, RunningServer, run_wirespeed
 from object_storage import AZURITE_ACCOUNT, Azurite
-from test_repository import titanic_input, xgboost_probability
+from test_storage_s3 import assert_answers_as_xgboost
 
 
 @pytest.fixture(scope="module")
@@ -36,9 +36,7 @@ def test_a_repository_in_azure_blob_storage(azurite, tmp_path, form):
     url = form.format(account=AZURITE_ACCOUNT, container="models", prefix="azure")
     server = RunningServer(url, env=azurite.env(), extra_args=["--model-cache-dir", str(tmp_path / "cache")])
     try:
-        client = httpclient.InferenceServerClient(server.address)
-        p = float(client.infer("titanic", [titanic_input(httpclient)]).as_numpy("probability")[0])
-        assert p == pytest.approx(xgboost_probability(MODELS / "titanic" / "model.json"), abs=1e-6)
+        assert_answers_as_xgboost(httpclient.InferenceServerClient(server.address))
     finally:
         server.stop()
 

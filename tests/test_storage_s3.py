@@ -5,11 +5,8 @@ environment, the same requests from tritonclient, compared field by
 field."""
 
 import json
-import os
 import shutil
 import subprocess
-import threading
-import time
 
 import numpy as np
 import pytest
@@ -80,6 +77,13 @@ def triton_repository(root):
     return root
 
 
+def assert_answers_as_xgboost(client):
+    """The Titanic model served from a bucket answers as the xgboost
+    package predicts with the same model file."""
+    p = float(client.infer("titanic", [titanic_input(httpclient)]).as_numpy("probability")[0])
+    assert p == pytest.approx(xgboost_probability(MODELS / "titanic" / "model.json"), abs=1e-6)
+
+
 def add_sub_inputs(module):
     a = module.InferInput("INPUT0", [4], "FP32")
     b = module.InferInput("INPUT1", [4], "FP32")
@@ -96,13 +100,7 @@ def test_a_triton_repository_in_a_bucket_answers_as_triton_reading_it(store, tmp
     store.upload(triton_repository(tmp_path / "repo"), store.bucket("triton"), "models")
     url = f"s3://{store.host}/triton/models"
     env = store.env()
-    saved = os.environ.copy()
-    os.environ.update({k: v for k, v in env.items() if k.startswith("AWS_")})
-    try:
-        triton = TritonServer(url, tmp_path / "triton.log")
-    finally:
-        os.environ.clear()
-        os.environ.update(saved)
+    triton = TritonServer(url, tmp_path / "triton.log", env=env)
     try:
         wirespeed = RunningServer(url, env=env, extra_args=["--model-cache-dir", str(tmp_path / "cache")])
         try:
@@ -151,9 +149,7 @@ def test_aws_endpoint_url_and_the_plain_bucket_form(store, tmp_path):
     server = RunningServer("s3://plain/repo", env=store.env(AWS_ENDPOINT_URL=store.endpoint),
                            extra_args=["--model-cache-dir", str(tmp_path / "cache")])
     try:
-        client = httpclient.InferenceServerClient(server.address)
-        p = float(client.infer("titanic", [titanic_input(httpclient)]).as_numpy("probability")[0])
-        assert p == pytest.approx(xgboost_probability(MODELS / "titanic" / "model.json"), abs=1e-6)
+        assert_answers_as_xgboost(httpclient.InferenceServerClient(server.address))
     finally:
         server.stop()
 
@@ -280,12 +276,10 @@ def test_a_store_that_goes_away_leaves_every_model_serving(tmp_path):
                                            "--model-cache-dir", str(tmp_path / "cache"), "--metrics", "127.0.0.1:0"])
         try:
             client = httpclient.InferenceServerClient(server.address)
-            p = xgboost_probability(MODELS / "titanic" / "model.json")
             seaweed.stop()
             server.wait_for_log("cannot list the model repository; every model loaded keeps serving", count=2)
             for _ in range(50):
-                assert float(client.infer("titanic", [titanic_input(httpclient)]).as_numpy("probability")[0]) == \
-                    pytest.approx(p, abs=1e-6)
+                assert_answers_as_xgboost(client)
             assert client.is_model_ready("titanic")
             warned = [line for line in server.log if "cannot list the model repository" in line]
             assert f"s3://{seaweed.host}/away/repo" in warned[0] and "retry_in_secs=2" in warned[0], warned
@@ -321,9 +315,7 @@ def test_tritons_command_line_takes_the_bucket(store, tmp_path):
                                env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         wait_until("ready", lambda: process.poll() is None and http_ok(f"http://127.0.0.1:{http}/v2/health/ready"))
-        client = httpclient.InferenceServerClient(f"127.0.0.1:{http}")
-        p = float(client.infer("titanic", [titanic_input(httpclient)]).as_numpy("probability")[0])
-        assert p == pytest.approx(xgboost_probability(MODELS / "titanic" / "model.json"), abs=1e-6)
+        assert_answers_as_xgboost(httpclient.InferenceServerClient(f"127.0.0.1:{http}"))
     finally:
         stop_process(process, grace=15)
 
@@ -350,7 +342,6 @@ def test_a_model_deleted_from_the_bucket_is_unloaded_once_it_stays_gone(store, t
         server.wait_for_log("model folder removed; unloaded", count=1)
         assert not client.is_model_ready("identity_fp32")
         assert not (next((tmp_path / "cache").iterdir()) / "identity_fp32").exists()
-        p = float(client.infer("titanic", [titanic_input(httpclient)]).as_numpy("probability")[0])
-        assert p == pytest.approx(xgboost_probability(MODELS / "titanic" / "model.json"), abs=1e-6)
+        assert_answers_as_xgboost(client)
     finally:
         server.stop()

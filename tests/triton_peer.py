@@ -41,11 +41,11 @@ class TritonServer:
     (Triton's own flags) besides; waited for until its `until` health
     endpoint answers (`ready`, or `live` where a model may fail)."""
 
-    def __init__(self, repo: Path, log: Path, args=(), until="ready"):
+    def __init__(self, repo: Path, log: Path, args=(), until="ready", env=None):
         home = triton_home()
         self.http_port, self.grpc_port = free_port(), free_port()
         env = {
-            **os.environ,
+            **(os.environ if env is None else env),
             # The wheel's own libraries; the venv's Python first on PATH,
             # where the Python backend's stub finds numpy.
             "LD_LIBRARY_PATH": str(home.parent.parent / "nvidia_pytriton.libs"),
