@@ -7,6 +7,7 @@ field."""
 import json
 import shutil
 import subprocess
+import textwrap
 
 import numpy as np
 import pytest
@@ -17,40 +18,11 @@ import tritonclient.http as httpclient
 from conftest import MODELS, RunningServer, run_wirespeed, wirespeed_binary
 from object_storage import SECRET_KEY, SeaweedFS
 from test_repository import titanic_input, write_versioned_config, xgboost_probability
+from test_triton_peer_python import ADD_SUB, WHOLE_CONFIGS
 from triton_peer import TritonServer
 
-ADD_SUB = """
-import numpy as np
-import triton_python_backend_utils as pb_utils
-
-
-class TritonPythonModel:
-    def execute(self, requests):
-        answers = []
-        for request in requests:
-            a = pb_utils.get_input_tensor_by_name(request, "INPUT0").as_numpy()
-            b = pb_utils.get_input_tensor_by_name(request, "INPUT1").as_numpy()
-            answers.append(pb_utils.InferenceResponse([
-                pb_utils.Tensor("OUTPUT0", (a + b).astype(np.float32)),
-                pb_utils.Tensor("OUTPUT1", (a - b).astype(np.float32)),
-            ]))
-        return answers
-"""
-
-ADD_SUB_CONFIG = """
-name: "add_sub"
-backend: "python"
-max_batch_size: 0
-input [
-  { name: "INPUT0" data_type: TYPE_FP32 dims: [ 4 ] },
-  { name: "INPUT1" data_type: TYPE_FP32 dims: [ 4 ] }
-]
-output [
-  { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 4 ] },
-  { name: "OUTPUT1" data_type: TYPE_FP32 dims: [ 4 ] }
-]
-instance_group [ { kind: KIND_CPU count: 1 } ]
-"""
+# Triton's add_sub, as the Python peer tests serve it.
+ADD_SUB_PY = textwrap.dedent(WHOLE_CONFIGS["add_sub"][1])
 
 
 @pytest.fixture(scope="module")
@@ -64,16 +36,17 @@ def triton_repository(root):
     """A Triton repository: a Python model, and the same model again in
     two versions with a sibling module the version's model.py imports."""
     (root / "add_sub" / "1").mkdir(parents=True)
-    (root / "add_sub" / "config.pbtxt").write_text(ADD_SUB_CONFIG)
-    (root / "add_sub" / "1" / "model.py").write_text(ADD_SUB)
+    (root / "add_sub" / "config.pbtxt").write_text(ADD_SUB)
+    (root / "add_sub" / "1" / "model.py").write_text(ADD_SUB_PY)
     for version, scale in [("1", 1.0), ("2", 10.0)]:
         folder = root / "scaled" / version
         folder.mkdir(parents=True)
         (folder / "scale.py").write_text(f"SCALE = {scale}\n")
-        (folder / "model.py").write_text(ADD_SUB.replace("import numpy as np", "import numpy as np\nfrom scale import SCALE")
-                                         .replace("(a + b).astype", "((a + b) * SCALE).astype"))
+        scaled = ADD_SUB_PY.replace('"OUTPUT0", a + b', '"OUTPUT0", (a + b) * SCALE')
+        assert scaled != ADD_SUB_PY
+        (folder / "model.py").write_text("from scale import SCALE\n" + scaled)
     (root / "scaled" / "config.pbtxt").write_text(
-        ADD_SUB_CONFIG.replace('"add_sub"', '"scaled"') + "version_policy: { all { } }\n")
+        ADD_SUB.replace('"add_sub"', '"scaled"') + "version_policy: { all { } }\n")
     return root
 
 

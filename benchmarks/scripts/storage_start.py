@@ -28,7 +28,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests"))
 
 from harness import ROOT, free_port  # noqa: E402
 from object_storage import SeaweedFS  # noqa: E402
-from test_storage_s3 import ADD_SUB, ADD_SUB_CONFIG  # noqa: E402
+from test_storage_s3 import ADD_SUB_PY  # noqa: E402
+from test_triton_peer_python import ADD_SUB  # noqa: E402
 from triton_peer import TritonServer  # noqa: E402
 
 BIG = 500_000_000
@@ -37,8 +38,8 @@ BIG = 500_000_000
 def big_repository(root):
     folder = root / "add_sub"
     (folder / "1").mkdir(parents=True)
-    (folder / "config.pbtxt").write_text(ADD_SUB_CONFIG)
-    (folder / "1" / "model.py").write_text(ADD_SUB)
+    (folder / "config.pbtxt").write_text(ADD_SUB)
+    (folder / "1" / "model.py").write_text(ADD_SUB_PY)
     with open(folder / "1" / "weights.bin", "wb") as out:
         for _ in range(BIG // (1 << 20)):
             out.write(os.urandom(1 << 20))
