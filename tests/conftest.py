@@ -4,6 +4,7 @@ Every server binds 127.0.0.1:0 and the fixture reads the real port from the
 "listening on" log line, so tests never race for a fixed port.
 """
 
+import json
 import os
 import re
 import socket
@@ -78,6 +79,24 @@ def stop_process(process, grace):
 def run_wirespeed(*args, timeout=60, env=None):
     return subprocess.run([str(wirespeed_binary()), *map(str, args)], capture_output=True, text=True,
                           timeout=timeout, env=env)
+
+
+def steady_load(server, report, seconds, rate=200, model=None):
+    """`wirespeed bench` at `rate` requests/s (open loop, 8 connections)
+    for one window of `seconds` against `server`, in the background; its
+    summary from `load_summary`."""
+    return subprocess.Popen([str(wirespeed_binary()), "bench", f"http://{server.address}",
+                             *(["--model", model] if model else []), "--rate", str(rate), "-c", "8",
+                             "--warmup", "0", "--window", str(seconds), "--min-windows", "1",
+                             "--max-windows", "1", "--json", str(report)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def load_summary(load, report):
+    """The summary of a `steady_load` once it ends."""
+    _, stderr = load.communicate(timeout=120)
+    assert load.returncode == 0, stderr
+    return json.loads(report.read_text())["measurements"][0]["summary"]
 
 
 class RunningServer:

@@ -16,7 +16,7 @@ import tritonclient.http as httpclient
 import xgboost
 from tritonclient.utils import InferenceServerException
 
-from conftest import MODELS, RunningServer, wirespeed_binary
+from conftest import MODELS, RunningServer, load_summary, steady_load, wirespeed_binary
 
 ROW = [0.0, 1.0, 3.0, 22.0 / 80, 1.0, 0.0, (7.25 - 50) / 100, 0.0, 1.0, 0.0, 0.0, 0.0]
 
@@ -199,10 +199,7 @@ def test_poll_mode_serves_a_new_model_under_load_with_no_failed_request(tmp_path
 
         assert probability() == pytest.approx(old_p, abs=1e-6)
         report = tmp_path / "load.json"
-        load = subprocess.Popen([str(wirespeed_binary()), "bench", f"http://{server.address}", "--rate", "200",
-                                 "-c", "8", "--warmup", "0", "--window", "30", "--min-windows", "1",
-                                 "--max-windows", "1", "--json", str(report)],
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        load = steady_load(server, report, seconds=30)
         server.wait_for_log("loaded model", count=1)
         replace_file(model_file, new_model)
         server.wait_for_log("model files changed", count=1)
@@ -215,9 +212,7 @@ def test_poll_mode_serves_a_new_model_under_load_with_no_failed_request(tmp_path
         assert entry["state"] == "READY" and "latest one failed" in entry["reason"], entry
         assert probability() == pytest.approx(new_p, abs=1e-6)
 
-        stdout, stderr = load.communicate(timeout=120)
-        assert load.returncode == 0, stderr
-        summary = json.loads(report.read_text())["measurements"][0]["summary"]
+        summary = load_summary(load, report)
         assert summary["answered"] > 4000 and summary["failed"] == 0, summary
     finally:
         server.stop()

@@ -4,7 +4,6 @@ the real Triton 2.51: the same URL, the same credentials in the
 environment, the same requests from tritonclient, compared field by
 field."""
 
-import json
 import shutil
 import subprocess
 import textwrap
@@ -15,7 +14,7 @@ import requests
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 
-from conftest import MODELS, RunningServer, run_wirespeed, wirespeed_binary
+from conftest import MODELS, RunningServer, load_summary, run_wirespeed, steady_load, wirespeed_binary
 from object_storage import SECRET_KEY, SeaweedFS
 from test_repository import titanic_input, write_versioned_config, xgboost_probability
 from test_triton_peer_python import ADD_SUB, WHOLE_CONFIGS
@@ -206,10 +205,7 @@ def test_poll_loads_a_new_version_whole_while_requests_run(store, tmp_path):
 
         assert probability() == pytest.approx(p1, abs=1e-6)
         report = tmp_path / "load.json"
-        load = subprocess.Popen([str(wirespeed_binary()), "bench", f"http://{server.address}", "--model", "versioned",
-                                 "--rate", "200", "-c", "8", "--warmup", "0", "--window", "12",
-                                 "--min-windows", "1", "--max-windows", "1", "--json", str(report)],
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        load = steady_load(server, report, seconds=12, model="versioned")
         s3 = store.client()
         # Version 2's model file first; its folder's listing changed.
         s3.upload_file(str(MODELS / "titanic_large" / "model.json"), bucket, "repo/versioned/2/model.json")
@@ -224,9 +220,7 @@ def test_poll_loads_a_new_version_whole_while_requests_run(store, tmp_path):
         assert client.get_model_metadata("versioned")["versions"] == ["2"]
         copy = next((tmp_path / "cache").iterdir()) / "versioned" / "2"
         assert sorted(p.name for p in copy.iterdir()) == ["model.json", "notes.txt"], "".join(server.log[-30:])
-        stdout, stderr = load.communicate(timeout=120)
-        assert load.returncode == 0, stderr
-        summary = json.loads(report.read_text())["measurements"][0]["summary"]
+        summary = load_summary(load, report)
         assert summary["answered"] > 1000 and summary["failed"] == 0, summary
         # The version was fetched once, whole: one fetch of the folder after start.
         fetches = [line for line in server.log if "fetched the model's files" in line and "versioned" in line]
