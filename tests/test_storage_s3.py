@@ -312,3 +312,40 @@ def test_a_model_deleted_from_the_bucket_is_unloaded_once_it_stays_gone(store, t
         assert_answers_as_xgboost(client)
     finally:
         server.stop()
+
+
+def files_under(root):
+    return {p.relative_to(root).as_posix(): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+@pytest.mark.parametrize("uri", ["kserve-diff/model", "kserve-diff/model/model.json"],
+                         ids=["a folder", "one object"])
+def test_a_storage_uri_lands_as_kserves_storage_initializer_lands_it(store, tmp_path, monkeypatch, xgb_model, uri):
+    """KServe's own storage initializer (kserve_storage.Storage, what its
+    init container runs) and wirespeed copy the same `storageUri` from the
+    same bucket: the same files, at the same paths, with the same bytes.
+    (Empty objects are left out: KServe skips them, wirespeed keeps them,
+    as Triton does, for a Python package's empty `__init__.py`.)"""
+    from kserve_storage import Storage
+
+    path, _, _ = xgb_model
+    folder = tmp_path / "model"
+    (folder / "assets").mkdir(parents=True)
+    shutil.copy(path, folder / "model.json")
+    (folder / "assets" / "labels.txt").write_text("died\nsurvived\n")
+    (folder / "README.md").write_text("an XGBoost model\n")
+    store.upload(folder, store.bucket("kserve-diff"), "model")
+    env = store.env(AWS_ENDPOINT_URL=store.endpoint)
+    for key in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_ENDPOINT_URL"):
+        monkeypatch.setenv(key, env[key])
+    kserve_dir = tmp_path / "kserve"
+    kserve_dir.mkdir()
+    Storage.download_files([f"s3://{uri}"], [str(kserve_dir)])
+    cache = tmp_path / "cache"
+    done = run_wirespeed("serve", "--models", f"s3://{uri}", "--model-name", "m", "--model-cache-dir", cache,
+                         "--check", env=env)
+    assert done.returncode == 0, done.stderr
+    copy = next(cache.iterdir())
+    ours = {k: v for k, v in files_under(copy).items() if not k.startswith(".")}
+    assert ours == files_under(kserve_dir)
+    assert "model.json" in ours
