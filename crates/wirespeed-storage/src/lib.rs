@@ -31,7 +31,7 @@ mod mirror;
 mod stores;
 
 pub use location::{Location, Scheme};
-pub use mirror::{Mirror, MirrorOptions, Refresh, StorageError};
+pub use mirror::{Mirror, MirrorOptions, StorageError};
 
 /// `text` as a repository in object storage: `None` for a local path, an
 /// error for a URL no store here reads.

@@ -67,18 +67,6 @@ impl std::fmt::Display for StorageError {
 
 impl std::error::Error for StorageError {}
 
-/// What one refresh did.
-#[derive(Debug, Default)]
-pub struct Refresh {
-    /// Model folders fetched anew or removed.
-    pub changed: Vec<String>,
-    /// Model folders that could not be fetched, and why; their last copy
-    /// stays.
-    pub failed: Vec<(String, String)>,
-    /// Why the store could not be listed, if it could not.
-    pub error: Option<String>,
-}
-
 /// A repository in object storage and its local copy.
 pub struct Mirror {
     location: Location,
@@ -243,10 +231,12 @@ impl Mirror {
 
     /// One poll: folders whose listing changed and held still since the
     /// last poll fetched again (or removed), the others left as they are.
-    pub async fn refresh(&self) -> Refresh {
+    /// Returns the folders that could not be fetched, and why (their last
+    /// copy stays); a store that cannot be listed is logged and counted.
+    pub async fn refresh(&self) -> Vec<(String, String)> {
         let mut state = self.state.lock().await;
         if state.retry_at.is_some_and(|at| Instant::now() < at) {
-            return Refresh::default();
+            return Vec::new();
         }
         let listing = match listing::list(self.store.as_ref(), &self.location, None).await {
             Ok(listing) => listing,
@@ -263,10 +253,7 @@ impl Mirror {
                     retry_in_secs = wait.as_secs(),
                     "cannot list the model repository; every model loaded keeps serving"
                 );
-                return Refresh {
-                    error: Some(cause),
-                    ..Refresh::default()
-                };
+                return Vec::new();
             }
         };
         if state.failing > 0 {
@@ -274,7 +261,7 @@ impl Mirror {
         }
         state.failing = 0;
         state.retry_at = None;
-        let mut refresh = Refresh::default();
+        let mut failed = Vec::new();
         let names: std::collections::BTreeSet<String> =
             listing.keys().chain(state.copied.keys()).cloned().collect();
         for name in names {
@@ -294,17 +281,15 @@ impl Mirror {
             }
             state.pending.remove(&name);
             match now {
-                Some(folder) => match self.fetch_folder(&mut state, &name, folder).await {
-                    Ok(()) => refresh.changed.push(name),
-                    Err(why) => refresh.failed.push((shown(&name), why)),
-                },
-                None => {
-                    self.remove(&mut state, &name).await;
-                    refresh.changed.push(name);
+                Some(folder) => {
+                    if let Err(why) = self.fetch_folder(&mut state, &name, folder).await {
+                        failed.push((shown(&name), why));
+                    }
                 }
+                None => self.remove(&mut state, &name).await,
             }
         }
-        refresh
+        failed
     }
 
     /// Fetches model folder `name` now, if the store's differs from the

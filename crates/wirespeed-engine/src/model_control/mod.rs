@@ -553,8 +553,7 @@ impl Repository {
         // The copies of repositories in object storage first: a model's
         // new files are in place, whole, before the scan sees them.
         for mirror in &self.mirrors {
-            let refresh = mirror.refresh().await;
-            for (name, why) in refresh.failed {
+            for (name, why) in mirror.refresh().await {
                 self.note_failure(
                     &name,
                     format!("cannot fetch its files from {}: {why}", mirror.url()),
