@@ -18,7 +18,7 @@ use std::pin::Pin;
 use async_compression::tokio::bufread::{GzipDecoder, ZlibDecoder};
 use bytes::{Bytes, BytesMut};
 use http_body_util::{BodyDataStream, BodyExt};
-use hyper::body::Incoming;
+use crate::incoming::RequestBody;
 use hyper::header::{HeaderMap, HeaderValue, ACCEPT_ENCODING, CONTENT_ENCODING, VARY};
 use hyper::Response;
 use tokio::io::{AsyncRead, AsyncReadExt};
@@ -127,7 +127,7 @@ pub struct Inflater {
 
 impl Inflater {
     /// Decompresses `body`, sent in `coding`.
-    pub fn new(body: Incoming, coding: Coding) -> Inflater {
+    pub fn new(body: RequestBody, coding: Coding) -> Inflater {
         let frames = BodyDataStream::new(body).map(|frame| frame.map_err(std::io::Error::other));
         let reader = StreamReader::new(frames);
         let decoder: Pin<Box<dyn AsyncRead + Send>> = match coding {

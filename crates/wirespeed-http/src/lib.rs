@@ -10,9 +10,11 @@
 mod body;
 mod coding;
 mod grpc_timeout;
+mod incoming;
 mod reader;
 
 pub use body::{json_response, Body, BoxError};
 pub use coding::{compress, request_coding, response_coding, Coding, Inflater};
 pub use grpc_timeout::grpc_timeout;
+pub use incoming::RequestBody;
 pub use reader::{too_large, BodyLimits, BodyReader};

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use http_body_util::BodyExt;
-use hyper::body::Incoming;
+use crate::incoming::RequestBody;
 use wirespeed_core::{Error, ErrorKind};
 
 use crate::coding::{Coding, Inflater};
@@ -47,7 +47,7 @@ pub struct BodyReader {
 /// Where a body's bytes come from: hyper's frames as they are, or
 /// decompressed.
 enum Source {
-    Plain(Incoming),
+    Plain(RequestBody),
     Inflating(Inflater),
 }
 
@@ -74,13 +74,13 @@ impl Source {
 
 impl BodyReader {
     /// A reader of `body` as it is.
-    pub fn new(body: Incoming, limits: &BodyLimits) -> BodyReader {
+    pub fn new(body: RequestBody, limits: &BodyLimits) -> BodyReader {
         BodyReader::decoding(body, None, limits)
     }
 
     /// A reader of `body`, decompressed from `coding` if it has one: the
     /// limit counts decompressed bytes.
-    pub fn decoding(body: Incoming, coding: Option<Coding>, limits: &BodyLimits) -> BodyReader {
+    pub fn decoding(body: RequestBody, coding: Option<Coding>, limits: &BodyLimits) -> BodyReader {
         let body = match coding {
             Some(coding) => Source::Inflating(Inflater::new(body, coding)),
             None => Source::Plain(body),

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use hyper::body::Incoming;
+use wirespeed_http::RequestBody;
 use hyper::header::{HeaderMap, HeaderValue, ACCEPT, CACHE_CONTROL, CONTENT_TYPE};
 use hyper::http::request::Parts;
 use hyper::{Request, Response, StatusCode};
@@ -27,7 +27,7 @@ use crate::Transcoder;
 use crate::{field_mask, http_body};
 
 /// Answers one request.
-pub(crate) async fn answer(transcoder: &Transcoder, request: Request<Incoming>) -> Response<Body> {
+pub(crate) async fn answer(transcoder: &Transcoder, request: Request<RequestBody>) -> Response<Body> {
     let limits = transcoder.limits.body;
     let (parts, body) = request.into_parts();
     let known: Vec<Arc<Services>> = transcoder.backends.iter().map(Backend::services).collect();

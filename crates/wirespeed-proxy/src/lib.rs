@@ -42,7 +42,7 @@ mod streaming;
 use std::sync::Weak;
 use std::time::Instant;
 
-use hyper::body::Incoming;
+use wirespeed_http::RequestBody;
 use hyper::{Request, Response};
 use wirespeed_http::{Body, BodyLimits};
 
@@ -83,7 +83,7 @@ impl Transcoder {
 
     /// The answer to `request`: the gRPC call's, printed as JSON, or the
     /// `google.rpc.Status` of what went wrong.
-    pub async fn answer(&self, request: Request<Incoming>) -> Response<Body> {
+    pub async fn answer(&self, request: Request<RequestBody>) -> Response<Body> {
         call::answer(self, request).await
     }
 

@@ -104,7 +104,7 @@ impl Fallback for Transcoder {
 
     fn answer(
         &self,
-        request: hyper::Request<hyper::body::Incoming>,
+        request: hyper::Request<wirespeed_http::RequestBody>,
     ) -> crate::protocols::Answering<'_> {
         Box::pin(async move { Some(Transcoder::answer(self, request).await) })
     }

@@ -14,6 +14,7 @@ use std::task::{Context, Poll};
 use hyper::body::Incoming;
 use hyper::Request;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use wirespeed_http::RequestBody;
 
 /// Whether a connection has moved a byte lately, and how many of its
 /// requests are being answered. Every read and write counts itself, with
@@ -126,11 +127,12 @@ impl Activity {
     }
 }
 
-/// What a listener's service must be: a hyper service, cloned for each
-/// connection, whose answers hyper can send.
+/// What a listener's service must be: a hyper service of requests whose
+/// bodies hyper or the HTTP/1 fast path read, cloned for each connection,
+/// whose answers either can send.
 pub(crate) trait Answers:
     hyper::service::Service<
-        Request<Incoming>,
+        Request<RequestBody>,
         Response = hyper::Response<Self::Body>,
         Error = Infallible,
         Future: Unpin + Send + 'static,
@@ -145,7 +147,7 @@ pub(crate) trait Answers:
 impl<S, B> Answers for S
 where
     S: hyper::service::Service<
-            Request<Incoming>,
+            Request<RequestBody>,
             Response = hyper::Response<B>,
             Error = Infallible,
             Future: Unpin + Send + 'static,
@@ -164,17 +166,24 @@ pub(crate) struct Counting<S> {
     pub(crate) activity: Arc<Activity>,
 }
 
+impl<S: Answers> Counting<S> {
+    /// Answers `request`, counted in flight.
+    pub(crate) fn answer(&self, request: Request<RequestBody>) -> Counted<S::Future> {
+        let in_flight = self.activity.begin();
+        Counted {
+            answer: self.inner.call(request),
+            _in_flight: in_flight,
+        }
+    }
+}
+
 impl<S: Answers> hyper::service::Service<Request<Incoming>> for Counting<S> {
     type Response = S::Response;
     type Error = Infallible;
     type Future = Counted<S::Future>;
 
     fn call(&self, request: Request<Incoming>) -> Self::Future {
-        let in_flight = self.activity.begin();
-        Counted {
-            answer: self.inner.call(request),
-            _in_flight: in_flight,
-        }
+        self.answer(request.map(RequestBody::from))
     }
 }
 

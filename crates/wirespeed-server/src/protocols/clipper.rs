@@ -15,7 +15,7 @@
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use hyper::body::Incoming;
+use wirespeed_http::RequestBody;
 use hyper::{Request, Response, StatusCode};
 use serde_json::json;
 use wirespeed_core::{Error, ErrorKind, InferRequest, InferResponse, ParameterValue};
@@ -35,7 +35,7 @@ pub(crate) async fn predict(
     front: &Front,
     context: RequestContext,
     app: &str,
-    request: Request<Incoming>,
+    request: Request<RequestBody>,
 ) -> Response<Body> {
     let codec = ClipperQuery {
         request: RestRequest::new(front, request),
@@ -54,7 +54,7 @@ pub(crate) async fn update(
     front: &Front,
     context: RequestContext,
     app: &str,
-    request: Request<Incoming>,
+    request: Request<RequestBody>,
 ) -> Response<Body> {
     let id = context.id;
     match learn(front, context, app, request).await {
@@ -74,7 +74,7 @@ async fn learn(
     front: &Front,
     mut context: RequestContext,
     app: &str,
-    request: Request<Incoming>,
+    request: Request<RequestBody>,
 ) -> Result<(), Error> {
     let mut request = RestRequest::new(front, request);
     let served = match front.engine.models.get(app, None) {

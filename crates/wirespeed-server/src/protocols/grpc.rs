@@ -255,12 +255,12 @@ fn health_check(path: &str) -> Option<HealthCheck> {
     }
 }
 
-impl hyper::service::Service<hyper::Request<hyper::body::Incoming>> for GrpcService {
+impl hyper::service::Service<hyper::Request<wirespeed_http::RequestBody>> for GrpcService {
     type Response = hyper::Response<tonic::body::Body>;
     type Error = std::convert::Infallible;
     type Future = Pin<Box<dyn Future<Output = Result<Self::Response, Self::Error>> + Send>>;
 
-    fn call(&self, mut request: hyper::Request<hyper::body::Incoming>) -> Self::Future {
+    fn call(&self, mut request: hyper::Request<wirespeed_http::RequestBody>) -> Self::Future {
         answer_uncompressed_unless_compressed(request.headers_mut());
         let health = health_check(request.uri().path());
         if let Err(e) = self.front.auth.check(request.headers(), health) {

@@ -28,7 +28,7 @@ use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 use std::time::Duration;
 
-use hyper::body::Incoming;
+use wirespeed_http::RequestBody;
 
 use auth::Auth;
 use http::response::Body;
@@ -106,7 +106,7 @@ pub(crate) trait Fallback: Send + Sync {
 
     /// The answer to `request`, or `None` when no route of its own matches
     /// either (the router's 404 is answered then).
-    fn answer(&self, request: hyper::Request<Incoming>) -> Answering<'_>;
+    fn answer(&self, request: hyper::Request<RequestBody>) -> Answering<'_>;
 }
 
 /// The trace context of a request's headers (HTTP headers, or gRPC

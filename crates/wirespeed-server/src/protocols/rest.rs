@@ -12,7 +12,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Instant;
 
-use hyper::body::Incoming;
+use wirespeed_http::RequestBody;
 use hyper::header::HeaderValue;
 use hyper::{Request, Response};
 use wirespeed_core::{Error, ErrorKind};
@@ -38,12 +38,12 @@ impl RestService {
     }
 }
 
-impl hyper::service::Service<Request<Incoming>> for RestService {
+impl hyper::service::Service<Request<RequestBody>> for RestService {
     type Response = Response<Body>;
     type Error = std::convert::Infallible;
     type Future = Pin<Box<dyn Future<Output = Result<Response<Body>, Self::Error>> + Send>>;
 
-    fn call(&self, request: Request<Incoming>) -> Self::Future {
+    fn call(&self, request: Request<RequestBody>) -> Self::Future {
         let front = Arc::clone(&self.front);
         Box::pin(async move {
             let coding = wirespeed_http::response_coding(request.headers());
@@ -57,7 +57,7 @@ impl hyper::service::Service<Request<Incoming>> for RestService {
 }
 
 /// Answers one request, with its id in the log and in server errors.
-async fn answer(front: &Front, request: Request<Incoming>) -> Response<Body> {
+async fn answer(front: &Front, request: Request<RequestBody>) -> Response<Body> {
     let trace = crate::protocols::trace_context(request.headers());
     let context = RequestContext::new(&front.engine, "rest", trace);
     if !tracing::enabled!(target: "wirespeed_server::access", tracing::Level::INFO) {
@@ -85,7 +85,7 @@ async fn answer(front: &Front, request: Request<Incoming>) -> Response<Body> {
 /// Routes one request and answers it.
 async fn dispatch(
     front: &Front,
-    request: Request<Incoming>,
+    request: Request<RequestBody>,
     context: RequestContext,
 ) -> Response<Body> {
     let id = context.id;

@@ -7,7 +7,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 
-use hyper::body::Incoming;
+use wirespeed_http::RequestBody;
 use hyper::header::{HeaderValue, CONTENT_TYPE};
 use hyper::{Method, Request, Response};
 use wirespeed_core::{Error, ErrorKind};
@@ -59,12 +59,12 @@ impl MetricsService {
     }
 }
 
-impl hyper::service::Service<Request<Incoming>> for MetricsService {
+impl hyper::service::Service<Request<RequestBody>> for MetricsService {
     type Response = Response<Body>;
     type Error = std::convert::Infallible;
     type Future = Pin<Box<dyn Future<Output = Result<Response<Body>, Self::Error>> + Send>>;
 
-    fn call(&self, request: Request<Incoming>) -> Self::Future {
+    fn call(&self, request: Request<RequestBody>) -> Self::Future {
         let answer = match (request.method(), request.uri().path()) {
             (&Method::GET | &Method::HEAD, "/metrics") => scrape(&self.front),
             (_, "/metrics") => Err(Error::new(

@@ -130,7 +130,7 @@ pub(crate) async fn answer(
     front: &Front,
     mut context: RequestContext,
     endpoint: Endpoint,
-    request: hyper::Request<hyper::body::Incoming>,
+    request: hyper::Request<wirespeed_http::RequestBody>,
 ) -> hyper::Response<Body> {
     let mut rest = RestRequest::new(front, request);
     let body = match rest.read_json(&mut context.stages).await {

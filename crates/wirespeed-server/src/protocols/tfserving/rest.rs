@@ -6,7 +6,7 @@
 
 use std::sync::Arc;
 
-use hyper::body::Incoming;
+use wirespeed_http::RequestBody;
 use hyper::{Request, Response};
 use serde_json::{json, Map, Value};
 use wirespeed_core::{
@@ -32,7 +32,7 @@ pub(crate) async fn predict(
     front: &Front,
     context: RequestContext,
     target: Target<'_>,
-    request: Request<Incoming>,
+    request: Request<RequestBody>,
 ) -> Response<Body> {
     let codec = TfPredict {
         request: RestRequest::new(front, request),
@@ -153,7 +153,7 @@ pub(crate) async fn examples(
     front: &Front,
     context: RequestContext,
     target: Target<'_>,
-    request: Request<Incoming>,
+    request: Request<RequestBody>,
     verb: Verb,
 ) -> Response<Body> {
     let codec = TfExamples {

@@ -29,7 +29,7 @@
 
 use std::sync::Arc;
 
-use hyper::body::Incoming;
+use wirespeed_http::RequestBody;
 use hyper::header::{HeaderValue, CONTENT_TYPE};
 use hyper::{Request, Response};
 use serde_json::{Map, Value};
@@ -52,7 +52,7 @@ pub(crate) async fn generate(
     front: &Front,
     context: RequestContext,
     target: Target<'_>,
-    request: Request<Incoming>,
+    request: Request<RequestBody>,
     streaming: Streaming,
 ) -> Response<Body> {
     let codec = Generate {

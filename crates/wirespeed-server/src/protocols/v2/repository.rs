@@ -5,7 +5,7 @@
 //! `POST /v2/repository/models/{m}/unload`. `repository.rs` does the work,
 //! for gRPC too.
 
-use hyper::body::Incoming;
+use wirespeed_http::RequestBody;
 use hyper::{Request, Response};
 use serde::Deserialize;
 use serde_json::{Map, Value};
@@ -36,7 +36,7 @@ struct ModelRequest {
 /// The body as `T`; an empty body is `T`'s default.
 async fn body<T: for<'de> Deserialize<'de> + Default>(
     front: &Front,
-    request: Request<Incoming>,
+    request: Request<RequestBody>,
     shape: &str,
 ) -> Result<T, Error> {
     let bytes = read_small(front, request.into_body(), MAX_BODY).await?;
@@ -49,7 +49,7 @@ async fn body<T: for<'de> Deserialize<'de> + Default>(
 
 pub(crate) async fn index(
     front: &Front,
-    request: Request<Incoming>,
+    request: Request<RequestBody>,
 ) -> Result<Response<Body>, Error> {
     let asked: IndexRequest = body(front, request, r#"{"ready": true|false}, or empty"#).await?;
     let entries = front.repository.index(asked.ready);
@@ -59,7 +59,7 @@ pub(crate) async fn index(
 pub(crate) async fn load(
     front: &Front,
     model: &str,
-    request: Request<Incoming>,
+    request: Request<RequestBody>,
 ) -> Result<Response<Body>, Error> {
     // Model files may come with a load: as large as a request may be.
     let bytes = read_small(front, request.into_body(), front.limits.max_body_bytes).await?;
@@ -86,7 +86,7 @@ pub(crate) async fn load(
 pub(crate) async fn unload(
     front: &Front,
     model: &str,
-    request: Request<Incoming>,
+    request: Request<RequestBody>,
 ) -> Result<Response<Body>, Error> {
     let asked: ModelRequest = body(
         front,

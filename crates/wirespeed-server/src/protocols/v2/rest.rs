@@ -5,7 +5,7 @@
 
 use std::sync::Arc;
 
-use hyper::body::Incoming;
+use wirespeed_http::RequestBody;
 use hyper::{Request, Response};
 use wirespeed_core::{raw, Error, InferRequest, InferResponse, ParameterValue, Parameters};
 
@@ -24,7 +24,7 @@ pub(crate) async fn infer(
     front: &Front,
     context: RequestContext,
     target: Target<'_>,
-    request: Request<Incoming>,
+    request: Request<RequestBody>,
 ) -> Response<Body> {
     let codec = V2Rest {
         request: RestRequest::new(front, request),

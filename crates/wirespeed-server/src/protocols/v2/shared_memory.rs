@@ -2,7 +2,7 @@
 //! unregister of system shared-memory regions (`shared_memory.rs` holds
 //! them), and CUDA's, which are refused: there is no GPU.
 
-use hyper::body::Incoming;
+use wirespeed_http::RequestBody;
 use hyper::{Request, Response};
 use serde::Deserialize;
 use serde_json::{json, Value};
@@ -30,7 +30,7 @@ struct Register {
 pub(crate) async fn answer(
     front: &Front,
     route: SharedMemoryRoute<'_>,
-    request: Request<Incoming>,
+    request: Request<RequestBody>,
 ) -> Result<Response<Body>, Error> {
     let shm = &front.engine.shared_memory;
     match (route.cuda, route.action) {

@@ -21,7 +21,7 @@ mod raw;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use hyper::body::Incoming;
+use wirespeed_http::RequestBody;
 use hyper::header::{HeaderMap, CONTENT_LENGTH};
 use tokio::sync::oneshot;
 use wirespeed_core::raw::{RawError, RawFiller};
@@ -127,7 +127,7 @@ pub(crate) struct DecodedBody {
 /// error is returned (except past the limit), so the connection stays usable.
 pub(crate) async fn decode_body(
     headers: &HeaderMap,
-    body: Incoming,
+    body: RequestBody,
     limits: &Limits,
     options: &DecodeOptions,
     pool: &CpuPool,
@@ -145,7 +145,7 @@ pub(crate) async fn decode_body(
 /// the limit is refused before a byte is read.
 fn begin(
     headers: &HeaderMap,
-    body: Incoming,
+    body: RequestBody,
     limits: &Limits,
 ) -> Result<(BodyReader, Option<u64>), Error> {
     let limit = limits.max_body_bytes as u64;
@@ -231,7 +231,7 @@ async fn read(
 /// Also returns the time spent decoding and the body's length.
 pub(crate) async fn decode_json_body(
     headers: &HeaderMap,
-    body: Incoming,
+    body: RequestBody,
     limits: &Limits,
     decoder: RequestDecoder,
     pool: &CpuPool,
@@ -264,7 +264,7 @@ pub(crate) async fn decode_json_body(
 /// body's length.
 pub(crate) async fn read_json_body(
     headers: &HeaderMap,
-    body: Incoming,
+    body: RequestBody,
     limits: &Limits,
 ) -> Result<(Vec<u8>, u64), Error> {
     let (mut reader, declared) = begin(headers, body, limits)?;
@@ -418,7 +418,7 @@ async fn next_json(
 /// Answers `error` for a request whose body will not be used: the body is
 /// read and dropped first (within the limits; see [`BodyReader::discard`]),
 /// not decoded, so the client gets the error and the connection stays usable.
-pub(crate) async fn refuse(body: Incoming, limits: &Limits, error: Error) -> Error {
+pub(crate) async fn refuse(body: RequestBody, limits: &Limits, error: Error) -> Error {
     BodyReader::new(body, &limits.body()).discard().await;
     error
 }
@@ -428,11 +428,11 @@ pub(crate) async fn refuse(body: Incoming, limits: &Limits, error: Error) -> Err
 pub(crate) struct RestRequest<'a> {
     pub(crate) front: &'a Front,
     pub(crate) headers: HeaderMap,
-    body: Option<Incoming>,
+    body: Option<RequestBody>,
 }
 
 impl<'a> RestRequest<'a> {
-    pub(crate) fn new(front: &'a Front, request: hyper::Request<Incoming>) -> RestRequest<'a> {
+    pub(crate) fn new(front: &'a Front, request: hyper::Request<RequestBody>) -> RestRequest<'a> {
         let (parts, body) = request.into_parts();
         RestRequest {
             front,
@@ -442,7 +442,7 @@ impl<'a> RestRequest<'a> {
     }
 
     /// The body, once.
-    pub(crate) fn take_body(&mut self) -> Incoming {
+    pub(crate) fn take_body(&mut self) -> RequestBody {
         self.body.take().expect("a body is decoded once")
     }
 
@@ -496,7 +496,7 @@ impl<'a> RestRequest<'a> {
 /// `max` bytes (and `--max-body-bytes`).
 pub(crate) async fn read_small(
     front: &Front,
-    body: Incoming,
+    body: RequestBody,
     max: usize,
 ) -> Result<Vec<u8>, Error> {
     let mut limits = front.limits.clone();
