@@ -15,10 +15,10 @@
 
 use std::pin::Pin;
 
+use crate::incoming::RequestBody;
 use async_compression::tokio::bufread::{GzipDecoder, ZlibDecoder};
 use bytes::{Bytes, BytesMut};
 use http_body_util::{BodyDataStream, BodyExt};
-use crate::incoming::RequestBody;
 use hyper::header::{HeaderMap, HeaderValue, ACCEPT_ENCODING, CONTENT_ENCODING, VARY};
 use hyper::Response;
 use tokio::io::{AsyncRead, AsyncReadExt};

@@ -62,7 +62,9 @@ impl Body for RequestBody {
     fn size_hint(&self) -> SizeHint {
         match &self.0 {
             Source::Streamed(body) => body.size_hint(),
-            Source::Whole(bytes) => SizeHint::with_exact(bytes.as_ref().map_or(0, |b| b.len() as u64)),
+            Source::Whole(bytes) => {
+                SizeHint::with_exact(bytes.as_ref().map_or(0, |b| b.len() as u64))
+            }
         }
     }
 }

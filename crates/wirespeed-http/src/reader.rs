@@ -4,9 +4,9 @@
 
 use std::time::{Duration, Instant};
 
+use crate::incoming::RequestBody;
 use bytes::Bytes;
 use http_body_util::BodyExt;
-use crate::incoming::RequestBody;
 use wirespeed_core::{Error, ErrorKind};
 
 use crate::coding::{Coding, Inflater};

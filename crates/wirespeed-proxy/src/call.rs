@@ -9,10 +9,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use wirespeed_http::RequestBody;
 use hyper::header::{HeaderMap, HeaderValue, ACCEPT, CACHE_CONTROL, CONTENT_TYPE};
 use hyper::http::request::Parts;
 use hyper::{Request, Response, StatusCode};
+use wirespeed_http::RequestBody;
 use wirespeed_http::{json_response, Body, BodyReader};
 use wirespeed_transcode::{
     bound_fields, field_to_json, proto_to_json, BodyTarget, EncodeOptions, Found, JsonToProto,
@@ -27,7 +27,10 @@ use crate::Transcoder;
 use crate::{field_mask, http_body};
 
 /// Answers one request.
-pub(crate) async fn answer(transcoder: &Transcoder, request: Request<RequestBody>) -> Response<Body> {
+pub(crate) async fn answer(
+    transcoder: &Transcoder,
+    request: Request<RequestBody>,
+) -> Response<Body> {
     let limits = transcoder.limits.body;
     let (parts, body) = request.into_parts();
     let known: Vec<Arc<Services>> = transcoder.backends.iter().map(Backend::services).collect();

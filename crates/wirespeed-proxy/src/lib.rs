@@ -42,8 +42,8 @@ mod streaming;
 use std::sync::Weak;
 use std::time::Instant;
 
-use wirespeed_http::RequestBody;
 use hyper::{Request, Response};
+use wirespeed_http::RequestBody;
 use wirespeed_http::{Body, BodyLimits};
 
 use backend::Backend;

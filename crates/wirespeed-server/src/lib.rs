@@ -155,6 +155,10 @@ impl Server {
                 sockets,
                 rest: Arc::clone(&rest),
                 grpc: Arc::clone(&grpc),
+                http1: net::http1::Limits {
+                    max_headers: limits.max_headers,
+                    max_header_bytes: limits.max_header_bytes,
+                },
                 rest_service: rest_service.clone(),
                 grpc_service: grpc_service.clone(),
                 metrics_service: metrics_service.clone(),

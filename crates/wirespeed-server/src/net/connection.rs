@@ -7,7 +7,7 @@ use std::convert::Infallible;
 use std::future::Future;
 use std::io;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
@@ -23,6 +23,8 @@ use wirespeed_http::RequestBody;
 pub(crate) struct Activity {
     moves: AtomicU64,
     in_flight: AtomicUsize,
+    /// The server is closing the connection once its request is answered.
+    closing: AtomicBool,
 }
 
 impl Activity {
@@ -30,7 +32,19 @@ impl Activity {
         Activity {
             moves: AtomicU64::new(0),
             in_flight: AtomicUsize::new(0),
+            closing: AtomicBool::new(false),
         }
+    }
+
+    /// Asks the connection to close once its request is answered (at once
+    /// when it has none).
+    pub(crate) fn close(&self) {
+        self.closing.store(true, Ordering::Relaxed);
+    }
+
+    /// Whether the connection is asked to close.
+    pub(crate) fn closing(&self) -> bool {
+        self.closing.load(Ordering::Relaxed)
     }
 
     pub(crate) fn touch(&self) {
@@ -138,6 +152,7 @@ pub(crate) trait Answers:
         Future: Unpin + Send + 'static,
     > + Clone
     + Send
+    + Sync
     + 'static
 {
     /// The response body.
@@ -153,6 +168,7 @@ where
             Future: Unpin + Send + 'static,
         > + Clone
         + Send
+        + Sync
         + 'static,
     B: hyper::body::Body<Data = bytes::Bytes, Error: Into<BoxError>> + Send + 'static,
 {

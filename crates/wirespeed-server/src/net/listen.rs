@@ -46,6 +46,7 @@ use tokio::sync::{mpsc, watch, Semaphore};
 use crate::net::authority::GrpcUnixListener;
 use crate::net::connection::{Activity, Answers, BoxError, Counting, Tracked};
 use crate::net::counts::{Connections, ListenerKind};
+use crate::net::http1;
 
 /// A listening socket.
 pub(crate) trait Listener {
@@ -215,6 +216,7 @@ pub(crate) async fn serve<L, S>(
     listener: L,
     kind: ListenerKind,
     builder: Arc<auto::Builder<TokioExecutor>>,
+    http1: Option<http1::Limits>,
     service: &S,
     shared: Arc<Shared>,
     place: Place,
@@ -267,12 +269,14 @@ pub(crate) async fn serve<L, S>(
                 activity: Arc::clone(&activity),
             };
             let result = match &shared.tls {
-                None => drive(&builder, io, service, &activity, &shared).await,
+                None => drive(&builder, http1, io, service, &activity, &shared).await,
                 Some(acceptor) => {
                     // A handshake that does not finish within the header
                     // timeout holds the slot no longer than a slow header.
                     match tokio::time::timeout(shared.header_timeout, acceptor.accept(io)).await {
-                        Ok(Ok(tls)) => drive(&builder, tls, service, &activity, &shared).await,
+                        Ok(Ok(tls)) => {
+                            drive(&builder, http1, tls, service, &activity, &shared).await
+                        }
                         Ok(Err(e)) => Err(e.into()),
                         Err(_) => Err("TLS handshake timed out".into()),
                     }
@@ -290,9 +294,12 @@ pub(crate) async fn serve<L, S>(
 
 /// Serves one connection to its end: closed by the client, idle past the
 /// keep-alive timeout, or shut down gracefully when the server stops.
+/// A REST connection starts on the HTTP/1 fast path and goes on with hyper
+/// from the first request the fast path hands over.
 async fn drive<I, S>(
     builder: &auto::Builder<TokioExecutor>,
-    io: I,
+    http1: Option<http1::Limits>,
+    mut io: I,
     service: Counting<S>,
     activity: &Activity,
     shared: &Shared,
@@ -301,13 +308,50 @@ where
     I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
     S: Answers,
 {
-    let connection = builder.serve_connection(TokioIo::new(io), service);
-    tokio::pin!(connection);
     let mut stopping = shared.stopping.clone();
     let check = (shared.keep_alive / 4).max(Duration::from_millis(50));
     let mut closing = false;
     // The activity count at the last check, and since when it has not moved.
     let (mut seen, mut still_since) = (activity.moves(), Instant::now());
+    let mut idle = |activity: &Activity| {
+        let moves = activity.moves();
+        if moves != seen {
+            (seen, still_since) = (moves, Instant::now());
+        }
+        !activity.busy() && still_since.elapsed() >= shared.keep_alive
+    };
+    let read = match http1 {
+        Some(limits) => {
+            let fast = http1::serve(&mut io, &service, activity, limits);
+            tokio::pin!(fast);
+            let ended = loop {
+                tokio::select! {
+                    ended = fast.as_mut() => break ended?,
+                    _ = stopping.wait_for(|&s| s), if !closing => {
+                        closing = true;
+                        activity.close();
+                    }
+                    () = tokio::time::sleep(check), if !closing => {
+                        if idle(activity) {
+                            closing = true;
+                            activity.close();
+                        }
+                    }
+                }
+            };
+            match ended {
+                http1::Ended::Closed => return Ok(()),
+                http1::Ended::HandOver(read) => read,
+            }
+        }
+        None => bytes::Bytes::new(),
+    };
+    let io = http1::Replayed { read, io };
+    let connection = builder.serve_connection(TokioIo::new(io), service);
+    tokio::pin!(connection);
+    if closing {
+        connection.as_mut().graceful_shutdown();
+    }
     loop {
         tokio::select! {
             result = connection.as_mut() => return result,
@@ -316,12 +360,7 @@ where
                 connection.as_mut().graceful_shutdown();
             }
             () = tokio::time::sleep(check), if !closing => {
-                let moves = activity.moves();
-                if moves != seen {
-                    (seen, still_since) = (moves, Instant::now());
-                }
-                let idle = !activity.busy() && still_since.elapsed() >= shared.keep_alive;
-                if idle {
+                if idle(activity) {
                     closing = true;
                     connection.as_mut().graceful_shutdown();
                 }
@@ -390,6 +429,8 @@ pub(crate) struct IoThread<R, G, M> {
     pub(crate) sockets: Sockets,
     pub(crate) rest: Arc<auto::Builder<TokioExecutor>>,
     pub(crate) grpc: Arc<auto::Builder<TokioExecutor>>,
+    /// What the REST listeners' HTTP/1 fast path reads.
+    pub(crate) http1: http1::Limits,
     /// The REST listeners' service, cloned for each connection.
     pub(crate) rest_service: R,
     /// The gRPC listeners' service.
@@ -431,6 +472,7 @@ where
             sockets,
             rest,
             grpc,
+            http1,
             rest_service,
             grpc_service,
             metrics_service,
@@ -456,6 +498,7 @@ where
                         l,
                         ListenerKind::RestTcp,
                         Arc::clone(&rest),
+                        Some(http1),
                         &rest_service,
                         Arc::clone(&shared),
                         place.clone(),
@@ -466,6 +509,7 @@ where
                         l,
                         ListenerKind::GrpcTcp,
                         Arc::clone(&grpc),
+                        None,
                         &grpc_service,
                         Arc::clone(&shared),
                         place.clone(),
@@ -478,6 +522,7 @@ where
                         l,
                         ListenerKind::RestUnix,
                         Arc::clone(&rest),
+                        Some(http1),
                         &rest_service,
                         Arc::clone(&shared),
                         place.clone()
@@ -486,6 +531,7 @@ where
                         GrpcUnixListener(l),
                         ListenerKind::GrpcUnix,
                         Arc::clone(&grpc),
+                        None,
                         &grpc_service,
                         Arc::clone(&shared),
                         place.clone()
@@ -494,6 +540,7 @@ where
                         l,
                         ListenerKind::Metrics,
                         Arc::clone(&rest),
+                        Some(http1),
                         &metrics_service,
                         Arc::clone(&shared),
                         place.clone()

@@ -15,10 +15,10 @@
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use wirespeed_http::RequestBody;
 use hyper::{Request, Response, StatusCode};
 use serde_json::json;
 use wirespeed_core::{Error, ErrorKind, InferRequest, InferResponse, ParameterValue};
+use wirespeed_http::RequestBody;
 use wirespeed_json::{Format, RequestDecoder};
 
 use crate::protocols::http::body::RestRequest;

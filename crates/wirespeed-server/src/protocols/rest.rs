@@ -12,10 +12,10 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Instant;
 
-use wirespeed_http::RequestBody;
 use hyper::header::HeaderValue;
 use hyper::{Request, Response};
 use wirespeed_core::{Error, ErrorKind};
+use wirespeed_http::RequestBody;
 
 use crate::protocols::auth::HealthCheck;
 use crate::protocols::http::response::{self, Body};
@@ -49,7 +49,12 @@ impl hyper::service::Service<Request<RequestBody>> for RestService {
             let coding = wirespeed_http::response_coding(request.headers());
             let mut response = answer(&front, request).await;
             if let Some(coding) = coding {
-                response = wirespeed_http::compress(response, coding, &front.engine.pool).await;
+                response = Box::pin(wirespeed_http::compress(
+                    response,
+                    coding,
+                    &front.engine.pool,
+                ))
+                .await;
             }
             Ok(response)
         })
@@ -178,39 +183,45 @@ async fn dispatch(
         Ok(Route::Ready) => Ok(health::ready(front)),
         Ok(Route::ServerMetadata) => Ok(metadata::server(front)),
         Ok(Route::Metrics) => metrics::scrape(front),
-        Ok(Route::RepositoryIndex) => repository::index(front, request).await,
-        Ok(Route::RepositoryLoad(model)) => repository::load(front, model, request).await,
-        Ok(Route::RepositoryUnload(model)) => repository::unload(front, model, request).await,
+        Ok(Route::RepositoryIndex) => Box::pin(repository::index(front, request)).await,
+        Ok(Route::RepositoryLoad(model)) => Box::pin(repository::load(front, model, request)).await,
+        Ok(Route::RepositoryUnload(model)) => {
+            Box::pin(repository::unload(front, model, request)).await
+        }
         Ok(Route::ModelMetadata(model)) => metadata::model(front, model),
         Ok(Route::ModelReady(model)) => health::model_ready(front, model),
         Ok(Route::ModelConfig(model)) => metadata::config(front, model),
         Ok(Route::ModelStats(model)) => metadata::stats(front, model),
-        Ok(Route::Infer(model)) => return infer::infer(front, context, model, request).await,
+        Ok(Route::Infer(model)) => {
+            return Box::pin(infer::infer(front, context, model, request)).await
+        }
         Ok(Route::Generate(model, streaming)) => {
-            return crate::protocols::v2::generate::generate(
+            return Box::pin(crate::protocols::v2::generate::generate(
                 front, context, model, request, streaming,
-            )
+            ))
             .await
         }
         Ok(Route::TfStatus(model)) => tfserving::status(front, model),
         Ok(Route::TfMetadata(model)) => tfserving::metadata(front, model),
         Ok(Route::TfPredict(model)) => {
-            return tfserving::predict(front, context, model, request).await
+            return Box::pin(tfserving::predict(front, context, model, request)).await
         }
         Ok(Route::TfExamples(model, verb)) => {
-            return tfserving::examples(front, context, model, request, verb).await
+            return Box::pin(tfserving::examples(front, context, model, request, verb)).await
         }
         Ok(Route::TfOtherVerb(verb)) => Err(tfserving::other_verb(verb)),
-        Ok(Route::SharedMemory(route)) => shared_memory::answer(front, route, request).await,
+        Ok(Route::SharedMemory(route)) => {
+            Box::pin(shared_memory::answer(front, route, request)).await
+        }
         Ok(Route::Missing(missing)) => Err(missing.error()),
         Ok(Route::ClipperPredict(app)) => {
-            return clipper::predict(front, context, app, request).await
+            return Box::pin(clipper::predict(front, context, app, request)).await
         }
         Ok(Route::ClipperUpdate(app)) => {
-            return clipper::update(front, context, app, request).await
+            return Box::pin(clipper::update(front, context, app, request)).await
         }
         Ok(Route::OpenAi(endpoint)) => {
-            return openai::answer(front, context, endpoint, request).await
+            return Box::pin(openai::answer(front, context, endpoint, request)).await
         }
         Err(e) if clipper => return clipper::error(&e, id),
         Err(e) if openai => return openai::error(&e, id),
@@ -239,4 +250,27 @@ async fn dispatch(
         }
         answer
     })
+}
+#[cfg(test)]
+mod tests {
+    fn size_of_future<Fut: std::future::Future>(_: impl FnOnce() -> Fut) -> usize {
+        std::mem::size_of::<Fut>()
+    }
+
+    /// Every request's answer is one allocation of this future: the
+    /// endpoints with large state (infer, generate, predict...) box their
+    /// own, so a `GET /v2` does not allocate and copy an infer's 6 KiB
+    /// (it did: 9.8 KiB per request, 5% of `GET /v2`'s time in `memmove`).
+    #[test]
+    #[allow(unreachable_code, unused_variables, clippy::diverging_sub_expression)]
+    fn the_answer_future_stays_small() {
+        let answer = size_of_future(|| {
+            let front: &super::Front = todo!();
+            super::answer(
+                front,
+                hyper::Request::new(wirespeed_http::RequestBody::empty()),
+            )
+        });
+        assert!(answer < 4096, "{answer} bytes");
+    }
 }

@@ -7,10 +7,10 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 
-use wirespeed_http::RequestBody;
 use hyper::header::{HeaderValue, CONTENT_TYPE};
 use hyper::{Method, Request, Response};
 use wirespeed_core::{Error, ErrorKind};
+use wirespeed_http::RequestBody;
 
 use crate::net::counts::Connections;
 use crate::protocols::http::response::{self, Body};

@@ -6,13 +6,13 @@
 
 use std::sync::Arc;
 
-use wirespeed_http::RequestBody;
 use hyper::{Request, Response};
 use serde_json::{json, Map, Value};
 use wirespeed_core::{
     Binding, DataType, Error, ErrorKind, InferRequest, InferResponse, ModelMetadata,
     ParameterValue, RequestLimits, Tensor, TensorData, TensorSpec, JSON_BODY,
 };
+use wirespeed_http::RequestBody;
 use wirespeed_json::{Format, RequestDecoder};
 
 use crate::protocols::http::body::{RestRequest, OFFLOAD_BYTES};

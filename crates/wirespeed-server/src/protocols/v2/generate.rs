@@ -29,11 +29,11 @@
 
 use std::sync::Arc;
 
-use wirespeed_http::RequestBody;
 use hyper::header::{HeaderValue, CONTENT_TYPE};
 use hyper::{Request, Response};
 use serde_json::{Map, Value};
 use wirespeed_core::{Error, InferRequest, InferResponse, TensorData};
+use wirespeed_http::RequestBody;
 use wirespeed_json::RequestDecoder;
 
 use crate::protocols::http::body::{decode_error, RestRequest};

@@ -5,11 +5,11 @@
 //! `POST /v2/repository/models/{m}/unload`. `repository.rs` does the work,
 //! for gRPC too.
 
-use wirespeed_http::RequestBody;
 use hyper::{Request, Response};
 use serde::Deserialize;
 use serde_json::{Map, Value};
 use wirespeed_core::Error;
+use wirespeed_http::RequestBody;
 
 use crate::protocols::http::body::read_small;
 use crate::protocols::http::response::{self, Body};

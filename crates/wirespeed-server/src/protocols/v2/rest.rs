@@ -5,9 +5,9 @@
 
 use std::sync::Arc;
 
-use wirespeed_http::RequestBody;
 use hyper::{Request, Response};
 use wirespeed_core::{raw, Error, InferRequest, InferResponse, ParameterValue, Parameters};
+use wirespeed_http::RequestBody;
 
 use crate::protocols::http::body::{decode_body, DecodedBody, RestRequest};
 use crate::protocols::http::response::{self, Body};

@@ -2,11 +2,11 @@
 //! unregister of system shared-memory regions (`shared_memory.rs` holds
 //! them), and CUDA's, which are refused: there is no GPU.
 
-use wirespeed_http::RequestBody;
 use hyper::{Request, Response};
 use serde::Deserialize;
 use serde_json::{json, Value};
 use wirespeed_core::Error;
+use wirespeed_http::RequestBody;
 
 use crate::protocols::http::response::{self, Body};
 use crate::protocols::router::{SharedMemoryAction, SharedMemoryRoute};

@@ -21,7 +21,6 @@ mod raw;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use wirespeed_http::RequestBody;
 use hyper::header::{HeaderMap, CONTENT_LENGTH};
 use tokio::sync::oneshot;
 use wirespeed_core::raw::{RawError, RawFiller};
@@ -29,6 +28,7 @@ use wirespeed_core::{
     element_count, CpuPool, Error, ErrorKind, InferRequest, ModelMetadata, Tensor, TensorBudget,
     TensorSpec,
 };
+use wirespeed_http::RequestBody;
 
 use crate::protocols::Front;
 use crate::protocols::MessageLimits as Limits;

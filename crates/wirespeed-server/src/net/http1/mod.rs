@@ -1,0 +1,162 @@
+//! HTTP/1.1 read in place, for the REST listeners: the fast path in front
+//! of hyper.
+//!
+//! Most requests a model server sees are small, whole in one read, and
+//! plain: a head, a `Content-Length`, a body. For those, hyper's machinery
+//! (its read buffer and dispatch, a header map built by copying each value,
+//! the encoder and its write buffer, a timer armed per request) was a fifth
+//! of the server's time on `GET /v2`. Here such a request is parsed with
+//! `httparse` where it arrived, its URI, header values and body are slices
+//! of the bytes read (no copy), and its answer goes out in one write.
+//!
+//! What is not plain goes to hyper, with the bytes already read replayed
+//! first ([`Replayed`]), and hyper serves the connection from then on: a
+//! chunked body, `Expect: 100-continue`, an upgrade, HTTP/1.0, a head or
+//! body that does not arrive at once (the slow client; the header and body
+//! timeouts are hyper's and the body reader's, as before), a large body
+//! (streamed to the decoder as it arrives), HTTP/2's preface, and every
+//! malformed or ambiguous head (two `Content-Length`s,
+//! `Transfer-Encoding` with `Content-Length`, obsolete line folding, a bare
+//! CR), which hyper answers as it always has. So nothing hyper refused is
+//! accepted here; the fast path only takes what hyper would read the same
+//! way.
+//!
+//! Between requests a connection holds no buffer: it waits with the I/O
+//! thread's scratch buffer and takes a buffer of its own only for the
+//! bytes that arrive, so an idle keep-alive connection costs its socket and
+//! its task, not a read buffer.
+
+mod replay;
+mod request;
+mod response;
+
+use std::cell::RefCell;
+use std::future::poll_fn;
+use std::io;
+use std::pin::Pin;
+use std::task::Poll;
+
+use bytes::{Bytes, BytesMut};
+use hyper::Method;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+
+use crate::net::connection::{Activity, Answers, BoxError, Counting};
+pub(crate) use replay::Replayed;
+use request::Read;
+
+/// How a connection's fast path ended.
+pub(crate) enum Ended {
+    /// The connection is over: closed by the client, asked to close, or
+    /// idle when the server began closing it.
+    Closed,
+    /// hyper serves the rest, starting with these bytes.
+    HandOver(Bytes),
+}
+
+/// What the fast path reads.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Limits {
+    /// The most request headers.
+    pub(crate) max_headers: usize,
+    /// The most bytes of a request's head.
+    pub(crate) max_header_bytes: usize,
+}
+
+/// Bodies up to this size are read whole here; larger ones stream through
+/// hyper to the decoder as they arrive.
+const MAX_BODY_BYTES: usize = 256 << 10;
+
+/// The I/O thread's buffer for a read into no connection's buffer.
+const SCRATCH_BYTES: usize = 16 << 10;
+
+/// Serves plain requests on `io` until the connection ends or a request
+/// needs hyper.
+pub(crate) async fn serve<I, S>(
+    io: &mut I,
+    service: &Counting<S>,
+    activity: &Activity,
+    limits: Limits,
+) -> Result<Ended, BoxError>
+where
+    I: AsyncRead + AsyncWrite + Unpin,
+    S: Answers,
+{
+    let mut buffer = BytesMut::new();
+    loop {
+        if buffer.is_empty() {
+            match next_bytes(io, activity).await? {
+                Some(bytes) => buffer = bytes,
+                None => return Ok(Ended::Closed),
+            }
+        }
+        match request::read(&mut buffer, limits.max_headers, MAX_BODY_BYTES) {
+            Read::Request(request) => {
+                let head_only = request.method() == Method::HEAD;
+                let Ok(response) = service.answer(request).await;
+                let closes = response::write(io, response, head_only).await?;
+                if closes || activity.closing() {
+                    return Ok(Ended::Closed);
+                }
+            }
+            Read::Short { missing } => {
+                if !read_arrived(io, &mut buffer, missing).await? {
+                    return Ok(Ended::HandOver(buffer.freeze()));
+                }
+            }
+            Read::Partial => {
+                if buffer.len() > limits.max_header_bytes
+                    || !read_arrived(io, &mut buffer, 0).await?
+                {
+                    return Ok(Ended::HandOver(buffer.freeze()));
+                }
+            }
+            Read::HandOver => return Ok(Ended::HandOver(buffer.freeze())),
+        }
+    }
+}
+
+thread_local! {
+    static SCRATCH: RefCell<Box<[u8]>> = RefCell::new(vec![0; SCRATCH_BYTES].into_boxed_slice());
+}
+
+/// Waits for the next request's first bytes, read into the thread's
+/// scratch buffer and copied into a buffer of their size. `None` when the
+/// client has closed, or when the server is closing the connection.
+async fn next_bytes<I: AsyncRead + Unpin>(
+    io: &mut I,
+    activity: &Activity,
+) -> io::Result<Option<BytesMut>> {
+    poll_fn(|cx| {
+        if activity.closing() {
+            return Poll::Ready(Ok(None));
+        }
+        SCRATCH.with_borrow_mut(|scratch| {
+            let mut read = ReadBuf::new(scratch);
+            match Pin::new(&mut *io).poll_read(cx, &mut read) {
+                Poll::Ready(Ok(())) if read.filled().is_empty() => Poll::Ready(Ok(None)),
+                Poll::Ready(Ok(())) => Poll::Ready(Ok(Some(BytesMut::from(read.filled())))),
+                Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
+                Poll::Pending => Poll::Pending,
+            }
+        })
+    })
+    .await
+}
+
+/// Reads into `buffer` what has already arrived, without waiting for more;
+/// whether anything had.
+async fn read_arrived<I: AsyncRead + Unpin>(
+    io: &mut I,
+    buffer: &mut BytesMut,
+    wanted: usize,
+) -> io::Result<bool> {
+    buffer.reserve(wanted.max(4096));
+    poll_fn(
+        |cx| match tokio_util::io::poll_read_buf(Pin::new(&mut *io), cx, buffer) {
+            Poll::Ready(Ok(n)) => Poll::Ready(Ok(n > 0)),
+            Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
+            Poll::Pending => Poll::Ready(Ok(false)),
+        },
+    )
+    .await
+}
