@@ -274,8 +274,10 @@ pub(crate) async fn serve<L, S>(
                     // A handshake that does not finish within the header
                     // timeout holds the slot no longer than a slow header.
                     match tokio::time::timeout(shared.header_timeout, acceptor.accept(io)).await {
+                        // Boxed: a TLS connection's state is large, and
+                        // inline it would size every connection's task.
                         Ok(Ok(tls)) => {
-                            drive(&builder, http1, tls, service, &activity, &shared).await
+                            Box::pin(drive(&builder, http1, tls, service, &activity, &shared)).await
                         }
                         Ok(Err(e)) => Err(e.into()),
                         Err(_) => Err("TLS handshake timed out".into()),
@@ -347,8 +349,8 @@ where
         None => bytes::Bytes::new(),
     };
     let io = http1::Replayed { read, io };
-    let connection = builder.serve_connection(TokioIo::new(io), service);
-    tokio::pin!(connection);
+    // Boxed: only connections hyper serves carry its state.
+    let mut connection = Box::pin(builder.serve_connection(TokioIo::new(io), service));
     if closing {
         connection.as_mut().graceful_shutdown();
     }
@@ -620,5 +622,51 @@ async fn join_all<F: Future<Output = ()>>(futures: impl Iterator<Item = F>) {
 async fn maybe(future: Option<impl Future<Output = ()>>) {
     if let Some(future) = future {
         future.await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    fn size_of_future<Fut: std::future::Future>(_: impl FnOnce() -> Fut) -> usize {
+        std::mem::size_of::<Fut>()
+    }
+
+    /// A service whose answer is ready at once.
+    #[derive(Clone)]
+    struct Answer;
+
+    impl hyper::service::Service<hyper::Request<wirespeed_http::RequestBody>> for Answer {
+        type Response = hyper::Response<wirespeed_http::Body>;
+        type Error = std::convert::Infallible;
+        type Future = std::future::Ready<Result<Self::Response, Self::Error>>;
+
+        fn call(&self, _: hyper::Request<wirespeed_http::RequestBody>) -> Self::Future {
+            std::future::ready(Ok(hyper::Response::new(wirespeed_http::Body::new(
+                Vec::new(),
+            ))))
+        }
+    }
+
+    /// An idle keep-alive connection costs its task, whose size is this
+    /// future's: hyper's state and TLS's are boxed, only for the
+    /// connections that have them (10,000 idle connections took 12.8 KiB
+    /// each behind hyper, 3.7 KiB on the fast path).
+    #[test]
+    #[allow(unreachable_code, unused_variables, clippy::diverging_sub_expression)]
+    fn a_connection_s_task_stays_small() {
+        let size = size_of_future(|| {
+            let io: super::Tracked<tokio::net::TcpStream> =
+                unreachable!("only the type is measured");
+            let service: super::Counting<Answer> = unreachable!("only the type is measured");
+            super::drive(
+                unreachable!("only the type is measured"),
+                None,
+                io,
+                service,
+                unreachable!("only the type is measured"),
+                unreachable!("only the type is measured"),
+            )
+        });
+        assert!(size < 3072, "{size} bytes");
     }
 }

@@ -265,7 +265,7 @@ mod tests {
     #[allow(unreachable_code, unused_variables, clippy::diverging_sub_expression)]
     fn the_answer_future_stays_small() {
         let answer = size_of_future(|| {
-            let front: &super::Front = todo!();
+            let front: &super::Front = unreachable!("only the type is measured");
             super::answer(
                 front,
                 hyper::Request::new(wirespeed_http::RequestBody::empty()),

@@ -92,7 +92,13 @@ where
         match request::read(&mut buffer, limits.max_headers, MAX_BODY_BYTES) {
             Read::Request(request) => {
                 let head_only = request.method() == Method::HEAD;
-                let Ok(response) = service.answer(request).await;
+                let Some(response) =
+                    answer_watching(io, service.answer(request), &mut buffer).await?
+                else {
+                    // The client closed while its answer was being made:
+                    // the answer is dropped, which cancels its model call.
+                    return Ok(Ended::Closed);
+                };
                 let closes = response::write(io, response, head_only).await?;
                 if closes || activity.closing() {
                     return Ok(Ended::Closed);
@@ -139,6 +145,53 @@ async fn next_bytes<I: AsyncRead + Unpin>(
                 Poll::Pending => Poll::Pending,
             }
         })
+    })
+    .await
+}
+
+/// Pipelined bytes read while an answer is made, at most: past this, the
+/// socket is left unread until the answer is written.
+const READ_AHEAD_BYTES: usize = 64 << 10;
+
+/// Waits for `answer` while watching the socket, as hyper does: bytes that
+/// arrive (the next pipelined request) are kept in `buffer`, and the client
+/// closing its side ends the wait with `None`, dropping the answer, which
+/// cancels the model's call.
+async fn answer_watching<I, F, B>(
+    io: &mut I,
+    answer: F,
+    buffer: &mut BytesMut,
+) -> io::Result<Option<hyper::Response<B>>>
+where
+    I: AsyncRead + Unpin,
+    F: std::future::Future<Output = Result<hyper::Response<B>, std::convert::Infallible>> + Unpin,
+{
+    let mut answer = answer;
+    poll_fn(|cx| {
+        if let Poll::Ready(Ok(response)) = Pin::new(&mut answer).poll(cx) {
+            return Poll::Ready(Ok(Some(response)));
+        }
+        while buffer.len() < READ_AHEAD_BYTES {
+            let read = SCRATCH.with_borrow_mut(|scratch| {
+                let mut read = ReadBuf::new(scratch);
+                match Pin::new(&mut *io).poll_read(cx, &mut read) {
+                    Poll::Ready(Ok(())) => {
+                        buffer.extend_from_slice(read.filled());
+                        Poll::Ready(Ok(read.filled().len()))
+                    }
+                    Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
+                    Poll::Pending => Poll::Pending,
+                }
+            });
+            match read {
+                Poll::Ready(Ok(0)) => return Poll::Ready(Ok(None)),
+                Poll::Ready(Ok(_)) => {}
+                // A reset: the answer cannot be sent either.
+                Poll::Ready(Err(_)) => return Poll::Ready(Ok(None)),
+                Poll::Pending => break,
+            }
+        }
+        Poll::Pending
     })
     .await
 }

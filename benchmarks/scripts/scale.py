@@ -1,0 +1,323 @@
+#!/usr/bin/env python3
+"""How wirespeed's costs grow with the work: curves, drawn as SVG.
+
+  benchmarks/scripts/scale.py [--only connections,models,bodies] [--seconds 5]
+                              [--out docs/figures] [--binary target/release/wirespeed]
+
+- connections: 64, 1,000 and 10,000 open keep-alive connections, all but 64
+  idle (each has made one request), and `wrk -t1 -c64 --latency` on
+  `GET /v2` among them: the rate, the p99, and the server's RSS growth per
+  idle connection, for wirespeed and for nginx answering the same bytes
+  from a `return 200` location.
+- models: a repository of 1, 100, 1,000 and 10,000 copies of the bundled
+  Titanic tree model: start to ready, RSS at ready, and one model's p50
+  (`wrk -t1 -c1`), with metrics on (the default).
+- bodies: the p50 of one connection's V2 JSON infer (`wirespeed bench -c 1`)
+  against the body's size, 1 to 10,000 Titanic rows.
+
+Each point is one run on a quiet machine; the figures go to stdout as a
+table, and each curve to `<out>/scale-*.svg`.
+"""
+
+import argparse
+import json
+import os
+import re
+import resource
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+WS_PORT, NGINX_PORT = 18380, 18381
+
+
+def rss_kib(pids):
+    total = 0
+    for pid in pids:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    total += int(line.split()[1])
+    return total
+
+
+def wait_ready(url, timeout=120):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            with urllib.request.urlopen(url, timeout=2) as r:
+                if r.status == 200:
+                    return
+        except OSError:
+            pass
+        time.sleep(0.005)
+    raise RuntimeError(f"{url} not ready in {timeout} s")
+
+
+def start_wirespeed(binary, models, port=WS_PORT, extra=()):
+    process = subprocess.Popen(
+        [binary, "serve", "--models", str(models), "--http", f"127.0.0.1:{port}", "--grpc", "off",
+         "--log-level", "warn", "--max-connections", "20000", *extra],
+        env={**os.environ, "WIRESPEED_METRICS": "127.0.0.1:0"},
+    )
+    return process
+
+
+def stop(process):
+    process.terminate()
+    try:
+        process.wait(10)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+
+
+def wrk(url, connections, seconds, script=None):
+    args = ["wrk", "-t1", f"-c{connections}", f"-d{seconds}s", "--latency", url]
+    if script:
+        args[1:1] = ["-s", str(script)]
+    out = subprocess.run(args, capture_output=True, text=True, check=True).stdout
+    rate = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))
+    percentiles = {}
+    for p, value, unit in re.findall(r"^\s+(\d+)%\s+([\d.]+)(us|ms|s)\s*$", out, re.M):
+        percentiles[int(p)] = float(value) * {"us": 1e-3, "ms": 1.0, "s": 1e3}[unit]
+    return rate, percentiles
+
+
+def open_idle(port, count):
+    """`count` keep-alive connections, each after one `GET /v2`."""
+    request = b"GET /v2 HTTP/1.1\r\nHost: x\r\n\r\n"
+    socks = []
+    for _ in range(count):
+        s = socket.create_connection(("127.0.0.1", port))
+        s.sendall(request)
+        socks.append(s)
+    for s in socks:
+        data = b""
+        while b"\r\n\r\n" not in data:
+            data += s.recv(4096)
+        head, _, rest = data.partition(b"\r\n\r\n")
+        length = int(re.search(rb"(?i)content-length:\s*(\d+)", head).group(1))
+        while len(rest) < length:
+            rest += s.recv(4096)
+    return socks
+
+
+def start_nginx(body, work):
+    escaped = body.replace("\\", "\\\\").replace('"', '\\"')
+    (work / "logs").mkdir(parents=True, exist_ok=True)
+    (work / "nginx.conf").write_text(f"""
+worker_processes auto;
+worker_rlimit_nofile 40000;
+pid {work}/nginx.pid;
+error_log {work}/logs/error.log warn;
+events {{ worker_connections 20000; }}
+http {{
+    access_log off;
+    keepalive_requests 100000000;
+    keepalive_timeout 300s;
+    server {{
+        listen 127.0.0.1:{NGINX_PORT} backlog=16384;
+        location = /v2 {{ default_type application/json; return 200 "{escaped}"; }}
+    }}
+}}
+""")
+    nginx = shutil.which("nginx") or "/usr/sbin/nginx"
+    subprocess.run([nginx, "-p", str(work), "-c", str(work / "nginx.conf")], check=True)
+    wait_ready(f"http://127.0.0.1:{NGINX_PORT}/v2")
+    master = int((work / "nginx.pid").read_text())
+    workers = [int(p) for p in subprocess.run(["pgrep", "-P", str(master)], capture_output=True, text=True).stdout.split()]
+    return master, workers
+
+
+def connections(args, results):
+    counts = [64, 1000, 10000]
+    ws = start_wirespeed(args.binary, ROOT / "models", extra=["--keep-alive-timeout", "300"])
+    work = Path(tempfile.mkdtemp())
+    try:
+        wait_ready(f"http://127.0.0.1:{WS_PORT}/v2/health/ready")
+        body = urllib.request.urlopen(f"http://127.0.0.1:{WS_PORT}/v2").read().decode()
+        master, workers = start_nginx(body, work)
+        for name, port, pids in (("wirespeed", WS_PORT, [ws.pid]), ("nginx", NGINX_PORT, workers)):
+            for n in counts:
+                wrk(f"http://127.0.0.1:{port}/v2", 64, 1)  # warm-up: buffers at their working size
+                before = rss_kib(pids)
+                idle = open_idle(port, n - 64)
+                after = rss_kib(pids)
+                rate, p = wrk(f"http://127.0.0.1:{port}/v2", 64, args.seconds)
+                per = (after - before) / max(n - 64, 1)
+                results.setdefault("connections", []).append(
+                    {"server": name, "connections": n, "rate": rate, "p99_ms": p.get(99), "rss_growth_kib": after - before,
+                     "kib_per_idle": per})
+                print(f"connections {name:9} {n:6}: GET /v2 {rate:10.0f} req/s, p99 {p.get(99, 0):7.3f} ms, "
+                      f"RSS +{(after - before) / 1024:7.1f} MiB ({per:5.1f} KiB per idle connection)", flush=True)
+                for s in idle:
+                    s.close()
+                time.sleep(0.5)  # the closes reach the server before the next count
+        subprocess.run(["kill", str(master)])
+    finally:
+        stop(ws)
+    rows = results["connections"]
+    for key, label, file in (("rate", "GET /v2 req/s (64 active)", "scale-connections-rate.svg"),
+                             ("p99_ms", "p99 ms (64 active)", "scale-connections-p99.svg"),
+                             ("kib_per_idle", "RSS KiB per idle connection", "scale-connections-memory.svg")):
+        series = {s: [(r["connections"], r[key]) for r in rows if r["server"] == s] for s in ("wirespeed", "nginx")}
+        svg(args.out / file, label + " against open connections", "open connections", label, series, logx=True)
+
+
+def models(args, results):
+    counts = [1, 100, 1000, 10000]
+    source = ROOT / "models" / "titanic"
+    lua = Path(tempfile.mkdtemp()) / "m0.lua"
+    body = ('{"inputs":[{"name":"features","shape":[1,12],"datatype":"FP32",'
+            '"data":[1,0,1,0.2875,0.3333333333333333,0,0.322667,0,1,0,0,0]}]}')
+    lua.write_text(f'wrk.method = "POST"\nwrk.path = "/v2/models/m0/infer"\n'
+                   f'wrk.headers["Content-Type"] = "application/json"\nwrk.body = \'{body}\'\n')
+    for n in counts:
+        repo = Path(tempfile.mkdtemp())
+        for i in range(n):
+            folder = repo / f"m{i}"
+            folder.mkdir()
+            for f in source.iterdir():
+                os.link(f, folder / f.name)
+        started = time.monotonic()
+        ws = start_wirespeed(args.binary, repo)
+        try:
+            wait_ready(f"http://127.0.0.1:{WS_PORT}/v2/health/ready", timeout=600)
+            ready = time.monotonic() - started
+            rss = rss_kib([ws.pid]) / 1024
+            _, p = wrk(f"http://127.0.0.1:{WS_PORT}", 1, args.seconds, script=lua)
+        finally:
+            stop(ws)
+            shutil.rmtree(repo)
+        results.setdefault("models", []).append({"models": n, "ready_s": ready, "rss_mib": rss, "p50_ms": p.get(50)})
+        print(f"models {n:6}: ready in {ready:6.2f} s, RSS {rss:7.1f} MiB, one model's p50 {p.get(50, 0):6.3f} ms",
+              flush=True)
+    rows = results["models"]
+    for key, label, file in (("ready_s", "start to ready, s", "scale-models-start.svg"),
+                             ("rss_mib", "RSS at ready, MiB", "scale-models-memory.svg"),
+                             ("p50_ms", "one model's p50, ms", "scale-models-p50.svg")):
+        svg(args.out / file, label + " against tree models", "tree models in the repository", label,
+            {"wirespeed": [(r["models"], r[key]) for r in rows]}, logx=True)
+
+
+def bodies(args, results):
+    rows_list = [1, 10, 100, 1000, 10000]
+    ws = start_wirespeed(args.binary, ROOT / "models")
+    try:
+        wait_ready(f"http://127.0.0.1:{WS_PORT}/v2/health/ready")
+        for rows in rows_list:
+            out = Path(tempfile.mkdtemp()) / "bench.json"
+            subprocess.run([args.binary, "bench", f"http://127.0.0.1:{WS_PORT}", "--body", f"titanic:{rows}", "-c", "1",
+                            "--threads", "1", "--json", str(out), "--max-windows", "5"],
+                           check=True, capture_output=True)
+            figures = json.loads(out.read_text())
+            target = figures["targets"][0] if "targets" in figures else figures
+            p50 = find(target, "p50_ms")
+            size = find(target, "body_bytes")
+            results.setdefault("bodies", []).append({"rows": rows, "body_bytes": size, "p50_ms": p50})
+            print(f"bodies {rows:6} rows ({size} bytes): p50 {p50:8.3f} ms", flush=True)
+    finally:
+        stop(ws)
+    svg(args.out / "scale-bodies-p50.svg", "one connection's p50 against the body's size", "V2 JSON body, bytes",
+        "p50, ms", {"wirespeed": [(r["body_bytes"], r["p50_ms"]) for r in results["bodies"]]}, logx=True, logy=True)
+
+
+def find(tree, key):
+    """The first value under `key` anywhere in `tree`."""
+    if isinstance(tree, dict):
+        if key in tree:
+            return tree[key]
+        tree = list(tree.values())
+    if isinstance(tree, list):
+        for item in tree:
+            found = find(item, key)
+            if found is not None:
+                return found
+    return None
+
+
+def svg(path, title, xlabel, ylabel, series, logx=False, logy=False):
+    """A line plot, one polyline per series, with labelled ticks."""
+    import math
+
+    width, height, left, right, top, bottom = 640, 400, 80, 140, 40, 60
+    points = [p for line in series.values() for p in line if p[1] is not None]
+    if not points:
+        return
+    fx = (lambda v: math.log10(v)) if logx else (lambda v: v)
+    fy = (lambda v: math.log10(v)) if logy else (lambda v: v)
+    xs = [fx(x) for x, _ in points]
+    ys = [fy(y) for _, y in points]
+    x0, x1 = min(xs), max(xs)
+    y0, y1 = (min(ys), max(ys)) if logy else (0.0, max(ys) * 1.1 or 1.0)
+    x1 = x1 if x1 > x0 else x0 + 1
+    y1 = y1 if y1 > y0 else y0 + 1
+
+    def px(v):
+        return left + (fx(v) - x0) / (x1 - x0) * (width - left - right)
+
+    def py(v):
+        return height - bottom - (fy(v) - y0) / (y1 - y0) * (height - top - bottom)
+
+    colours = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd"]
+    out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" font-family="sans-serif" '
+           f'font-size="12"><rect width="100%" height="100%" fill="white"/>',
+           f'<text x="{width / 2}" y="20" text-anchor="middle" font-size="14">{title}</text>',
+           f'<line x1="{left}" y1="{height - bottom}" x2="{width - right}" y2="{height - bottom}" stroke="black"/>',
+           f'<line x1="{left}" y1="{top}" x2="{left}" y2="{height - bottom}" stroke="black"/>',
+           f'<text x="{(left + width - right) / 2}" y="{height - 15}" text-anchor="middle">{xlabel}</text>',
+           f'<text x="15" y="{(top + height - bottom) / 2}" text-anchor="middle" '
+           f'transform="rotate(-90 15 {(top + height - bottom) / 2})">{ylabel}</text>']
+    for x in sorted({x for x, _ in points}):
+        out.append(f'<text x="{px(x):.1f}" y="{height - bottom + 18}" text-anchor="middle">{x:g}</text>')
+    for i in range(5):
+        value = y0 + (y1 - y0) * i / 4
+        label = 10 ** value if logy else value
+        y = height - bottom - i / 4 * (height - top - bottom)
+        out.append(f'<line x1="{left - 4}" y1="{y:.1f}" x2="{width - right}" y2="{y:.1f}" stroke="#ddd"/>')
+        out.append(f'<text x="{left - 8}" y="{y + 4:.1f}" text-anchor="end">{label:.3g}</text>')
+    for i, (name, line) in enumerate(series.items()):
+        line = [(x, y) for x, y in line if y is not None]
+        colour = colours[i % len(colours)]
+        path_points = " ".join(f"{px(x):.1f},{py(y):.1f}" for x, y in line)
+        out.append(f'<polyline points="{path_points}" fill="none" stroke="{colour}" stroke-width="2"/>')
+        for x, y in line:
+            out.append(f'<circle cx="{px(x):.1f}" cy="{py(y):.1f}" r="3" fill="{colour}"/>')
+        out.append(f'<text x="{width - right + 10}" y="{top + 20 + 18 * i}" fill="{colour}">{name}</text>')
+    out.append("</svg>")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("\n".join(out) + "\n")
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--only", default="connections,models,bodies")
+    parser.add_argument("--seconds", type=int, default=5)
+    parser.add_argument("--out", type=Path, default=ROOT / "docs" / "figures")
+    parser.add_argument("--binary", default=str(ROOT / "target" / "release" / "wirespeed"))
+    parser.add_argument("--json", type=Path, help="also write every figure here")
+    args = parser.parse_args()
+    # 10,000 connections take as many descriptors on each side.
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    want = 12000
+    if soft < want:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (want, max(hard, want)))
+        except (ValueError, OSError):
+            sys.exit(f"the open-file limit is {soft} and cannot be raised to {want}")
+    results = {}
+    for part in args.only.split(","):
+        {"connections": connections, "models": models, "bodies": bodies}[part](args, results)
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=2))
+
+
+if __name__ == "__main__":
+    main()
