@@ -208,16 +208,25 @@ pub(crate) fn versions_together(
     folders: Vec<(String, PathBuf)>,
 ) -> Result<Vec<(String, PathBuf)>, crate::repository::RepositoryError> {
     let mut together: Vec<(String, PathBuf)> = Vec::with_capacity(folders.len());
+    // Where each name is in `together`: a list scan per folder made a
+    // repository of 10,000 models quadratic.
+    let mut at: std::collections::HashMap<String, Vec<usize>> = std::collections::HashMap::new();
     for (name, folder) in folders {
         let parent = folder.parent().map(Path::to_owned);
-        let sibling = together.iter().position(|(n, f)| {
-            n == &name && (f.parent().map(Path::to_owned) == parent || Some(f) == parent.as_ref())
+        let sibling = at.get(&name).and_then(|places| {
+            places.iter().copied().find(|&i| {
+                let f = &together[i].1;
+                f.parent().map(Path::to_owned) == parent || Some(f) == parent.as_ref()
+            })
         });
         match (sibling, parent) {
             (Some(at), Some(parent)) if is_model(&folder) && !is_model(&parent) => {
                 together[at].1 = parent;
             }
-            _ => together.push((name, folder)),
+            _ => {
+                at.entry(name.clone()).or_default().push(together.len());
+                together.push((name, folder));
+            }
         }
     }
     Ok(together)

@@ -126,8 +126,10 @@ pub fn model_folders_in(dirs: &[PathBuf]) -> Result<Vec<(String, PathBuf)>, Repo
 
 /// Every name a model's, and no two models of one name.
 fn check_names(folders: &[(String, PathBuf)]) -> Result<(), RepositoryError> {
-    for (i, (name, folder)) in folders.iter().enumerate() {
-        if let Some((_, other)) = folders[..i].iter().find(|(n, _)| n == name) {
+    let mut seen: std::collections::HashMap<&str, &PathBuf> =
+        std::collections::HashMap::with_capacity(folders.len());
+    for (name, folder) in folders {
+        if let Some(other) = seen.insert(name, folder) {
             return Err(RepositoryError {
                 path: folder.clone(),
                 message: format!(

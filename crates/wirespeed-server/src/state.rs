@@ -303,6 +303,11 @@ fn load_at_start(config: &ServerConfig, pool: &CpuPool) -> Result<AtStart, Start
             }));
         }
     }
+    // By name: a repository of 10,000 models looked each up in a list.
+    let by_name: std::collections::HashMap<&str, &Path> = folders
+        .iter()
+        .map(|(name, folder)| (name.as_str(), folder.as_path()))
+        .collect();
     let mut loaded = Vec::new();
     let mut failed: Vec<(String, String)> = Vec::new();
     let mut wanted: Vec<&String> = folders
@@ -315,7 +320,7 @@ fn load_at_start(config: &ServerConfig, pool: &CpuPool) -> Result<AtStart, Start
     while !wanted.is_empty() {
         let mut steps = Vec::new();
         for name in wanted {
-            let Some((_, folder)) = folders.iter().find(|(n, _)| n == name) else {
+            let Some(folder) = by_name.get(name.as_str()) else {
                 continue;
             };
             let versions = match wirespeed_models::load_model(

@@ -185,7 +185,7 @@ impl<'a> Reader<'a> {
             tree.left_children.push(i64::from(i32_at(node, 4)));
             tree.right_children.push(i64::from(i32_at(node, 8)));
             tree.split_indices.push(i64::from(index & 0x7fff_ffff));
-            tree.default_left.push(Flag::Bool(index >> 31 != 0));
+            tree.default_left.push(Flag(index >> 31 != 0));
             tree.split_conditions.push(f32_at(node, 16));
         }
         Ok(tree)

@@ -52,20 +52,37 @@ pub(crate) struct GbTreeModel {
     pub(crate) tree_info: Vec<i64>,
 }
 
-/// XGBoost writes `default_left` as integers (1.x to 2.x) or bools.
-#[derive(Deserialize)]
-#[serde(untagged)]
-pub(crate) enum Flag {
-    Bool(bool),
-    Int(i64),
-}
+/// XGBoost writes `default_left` as integers (1.x to 2.x) or bools. Read
+/// by a visitor of both rather than serde's untagged enum, which buffered
+/// each value and built an error message for every integer (a tenth of the
+/// start of a repository of tree models).
+pub(crate) struct Flag(pub(crate) bool);
 
 impl Flag {
     fn is_set(&self) -> bool {
-        match *self {
-            Flag::Bool(b) => b,
-            Flag::Int(i) => i != 0,
+        self.0
+    }
+}
+
+impl<'de> Deserialize<'de> for Flag {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Flag, D::Error> {
+        struct Visitor;
+        impl serde::de::Visitor<'_> for Visitor {
+            type Value = Flag;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a bool or an integer")
+            }
+            fn visit_bool<E>(self, v: bool) -> Result<Flag, E> {
+                Ok(Flag(v))
+            }
+            fn visit_i64<E>(self, v: i64) -> Result<Flag, E> {
+                Ok(Flag(v != 0))
+            }
+            fn visit_u64<E>(self, v: u64) -> Result<Flag, E> {
+                Ok(Flag(v != 0))
+            }
         }
+        deserializer.deserialize_any(Visitor)
     }
 }
 
