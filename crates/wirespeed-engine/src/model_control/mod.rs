@@ -453,7 +453,8 @@ impl Repository {
                     .collect();
                 self.models.replace(name, loaded);
                 self.readiness.settled(name);
-                tracing::info!(model = %name, versions = %versions.join(","), "serving the new load");
+                // The index first, then the log: whoever reads the log line
+                // finds the index already saying so.
                 self.notes().insert(
                     name.to_owned(),
                     Note {
@@ -463,11 +464,11 @@ impl Repository {
                         dialect: Default::default(),
                     },
                 );
+                tracing::info!(model = %name, versions = %versions.join(","), "serving the new load");
                 Ok(())
             }
             Err(e) => {
                 let reason = e.to_string();
-                tracing::error!(model = %name, error = %reason, "cannot load the model; whatever was served stays served");
                 self.notes().insert(
                     name.to_owned(),
                     Note {
@@ -477,6 +478,7 @@ impl Repository {
                         dialect: Default::default(),
                     },
                 );
+                tracing::error!(model = %name, error = %reason, "cannot load the model; whatever was served stays served");
                 Err(Error::new(
                     ErrorKind::InvalidInput,
                     format!("failed to load '{name}': {reason}"),
