@@ -1,22 +1,23 @@
 #!/usr/bin/env python3
 """How wirespeed's costs grow with the work: curves, drawn as SVG.
 
-  benchmarks/scripts/scale.py [--only connections,models,bodies] [--seconds 5]
-                              [--out docs/figures] [--binary target/release/wirespeed]
+  benchmarks/scripts/scale.py [--only connections,models,bodies] [--seconds 5] [--rounds 3]
+                              [--out docs/figures] [--binary target/release/wirespeed] [--json FILE]
 
 - connections: 64, 1,000 and 10,000 open keep-alive connections, all but 64
   idle (each has made one request), and `wrk -t1 -c64 --latency` on
   `GET /v2` among them: the rate, the p99, and the server's RSS growth per
   idle connection, for wirespeed and for nginx answering the same bytes
-  from a `return 200` location.
+  from a `return 200` location; medians of `--rounds` rounds, the two
+  servers alternated.
 - models: a repository of 1, 100, 1,000 and 10,000 copies of the bundled
   Titanic tree model: start to ready, RSS at ready, and one model's p50
   (`wrk -t1 -c1`), with metrics on (the default).
 - bodies: the p50 of one connection's V2 JSON infer (`wirespeed bench -c 1`)
   against the body's size, 1 to 10,000 Titanic rows.
 
-Each point is one run on a quiet machine; the figures go to stdout as a
-table, and each curve to `<out>/scale-*.svg`.
+The models and bodies points are one run each; the figures go to stdout,
+and each curve to `<out>/scale-*.svg`.
 """
 
 import argparse
@@ -26,6 +27,7 @@ import re
 import resource
 import shutil
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -140,29 +142,42 @@ def connections(args, results):
     counts = [64, 1000, 10000]
     ws = start_wirespeed(args.binary, ROOT / "models", extra=["--keep-alive-timeout", "300"])
     work = Path(tempfile.mkdtemp())
+    master = None
     try:
         wait_ready(f"http://127.0.0.1:{WS_PORT}/v2/health/ready")
         body = urllib.request.urlopen(f"http://127.0.0.1:{WS_PORT}/v2").read().decode()
         master, workers = start_nginx(body, work)
-        for name, port, pids in (("wirespeed", WS_PORT, [ws.pid]), ("nginx", NGINX_PORT, workers)):
-            for n in counts:
-                wrk(f"http://127.0.0.1:{port}/v2", 64, 1)  # warm-up: buffers at their working size
+        servers = (("wirespeed", WS_PORT, [ws.pid]), ("nginx", NGINX_PORT, workers))
+        for _, port, _ in servers:
+            wrk(f"http://127.0.0.1:{port}/v2", 64, 1)  # warm-up: buffers at their working size
+        for n in counts:
+            growth, idle = {}, []
+            for name, port, pids in servers:
                 before = rss_kib(pids)
-                idle = open_idle(port, n - 64)
-                after = rss_kib(pids)
-                rate, p = wrk(f"http://127.0.0.1:{port}/v2", 64, args.seconds)
-                per = (after - before) / max(n - 64, 1)
+                idle += open_idle(port, n - 64)
+                growth[name] = rss_kib(pids) - before
+            # Rounds alternate the servers, so a slow moment hits both.
+            rates, p99s = {s[0]: [] for s in servers}, {s[0]: [] for s in servers}
+            for r in range(args.rounds):
+                for name, port, _ in servers[r % 2:] + servers[:r % 2]:
+                    rate, p = wrk(f"http://127.0.0.1:{port}/v2", 64, args.seconds)
+                    rates[name].append(rate)
+                    p99s[name].append(p.get(99))
+            for name, _, _ in servers:
+                rate, p99 = statistics.median(rates[name]), statistics.median(p99s[name])
+                per = growth[name] / max(n - 64, 1)
                 results.setdefault("connections", []).append(
-                    {"server": name, "connections": n, "rate": rate, "p99_ms": p.get(99), "rss_growth_kib": after - before,
-                     "kib_per_idle": per})
-                print(f"connections {name:9} {n:6}: GET /v2 {rate:10.0f} req/s, p99 {p.get(99, 0):7.3f} ms, "
-                      f"RSS +{(after - before) / 1024:7.1f} MiB ({per:5.1f} KiB per idle connection)", flush=True)
-                for s in idle:
-                    s.close()
-                time.sleep(0.5)  # the closes reach the server before the next count
-        subprocess.run(["kill", str(master)])
+                    {"server": name, "connections": n, "rate": rate, "p99_ms": p99,
+                     "rss_growth_kib": growth[name], "kib_per_idle": per})
+                print(f"connections {name:9} {n:6}: GET /v2 {rate:10.0f} req/s, p99 {p99:7.3f} ms, "
+                      f"RSS +{growth[name] / 1024:7.1f} MiB ({per:5.1f} KiB per idle connection)", flush=True)
+            for s in idle:
+                s.close()
+            time.sleep(0.5)  # the closes reach the servers before the next count
     finally:
         stop(ws)
+        if master:
+            subprocess.run(["kill", str(master)])
     rows = results["connections"]
     for key, label, file in (("rate", "GET /v2 req/s (64 active)", "scale-connections-rate.svg"),
                              ("p99_ms", "p99 ms (64 active)", "scale-connections-p99.svg"),
@@ -217,30 +232,16 @@ def bodies(args, results):
             subprocess.run([args.binary, "bench", f"http://127.0.0.1:{WS_PORT}", "--body", f"titanic:{rows}", "-c", "1",
                             "--threads", "1", "--json", str(out), "--max-windows", "5"],
                            check=True, capture_output=True)
-            figures = json.loads(out.read_text())
-            target = figures["targets"][0] if "targets" in figures else figures
-            p50 = find(target, "p50_ms")
-            size = find(target, "body_bytes")
-            results.setdefault("bodies", []).append({"rows": rows, "body_bytes": size, "p50_ms": p50})
-            print(f"bodies {rows:6} rows ({size} bytes): p50 {p50:8.3f} ms", flush=True)
+            summary = json.loads(out.read_text())["measurements"][0]["summary"]
+            p50 = summary["latency"]["p50"]
+            # The bytes each request sent, head included.
+            size = round(summary["mb_out_per_s"] * 1e6 / summary["throughput"])
+            results.setdefault("bodies", []).append({"rows": rows, "request_bytes": size, "p50_ms": p50})
+            print(f"bodies {rows:6} rows ({size} bytes a request): p50 {p50:8.3f} ms", flush=True)
     finally:
         stop(ws)
-    svg(args.out / "scale-bodies-p50.svg", "one connection's p50 against the body's size", "V2 JSON body, bytes",
-        "p50, ms", {"wirespeed": [(r["body_bytes"], r["p50_ms"]) for r in results["bodies"]]}, logx=True, logy=True)
-
-
-def find(tree, key):
-    """The first value under `key` anywhere in `tree`."""
-    if isinstance(tree, dict):
-        if key in tree:
-            return tree[key]
-        tree = list(tree.values())
-    if isinstance(tree, list):
-        for item in tree:
-            found = find(item, key)
-            if found is not None:
-                return found
-    return None
+    svg(args.out / "scale-bodies-p50.svg", "one connection's p50 against the body's size", "V2 JSON request, bytes",
+        "p50, ms", {"wirespeed": [(r["request_bytes"], r["p50_ms"]) for r in results["bodies"]]}, logx=True, logy=True)
 
 
 def svg(path, title, xlabel, ylabel, series, logx=False, logy=False):
@@ -300,6 +301,7 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--only", default="connections,models,bodies")
     parser.add_argument("--seconds", type=int, default=5)
+    parser.add_argument("--rounds", type=int, default=3, help="wrk rounds per point, servers alternated (connections)")
     parser.add_argument("--out", type=Path, default=ROOT / "docs" / "figures")
     parser.add_argument("--binary", default=str(ROOT / "target" / "release" / "wirespeed"))
     parser.add_argument("--json", type=Path, help="also write every figure here")
