@@ -319,17 +319,21 @@ fn load_at_start(config: &ServerConfig, pool: &CpuPool) -> Result<AtStart, Start
     // ensemble among them, its own), each once.
     while !wanted.is_empty() {
         let mut steps = Vec::new();
-        for name in wanted {
-            let Some(folder) = by_name.get(name.as_str()) else {
-                continue;
-            };
-            let versions = match wirespeed_models::load_model(
+        let results = load_together(&wanted, |name| {
+            let folder = by_name.get(name)?;
+            Some(wirespeed_models::load_model(
                 name,
                 folder,
                 &config.backends,
                 pool,
                 None,
-            ) {
+            ))
+        });
+        for (name, result) in wanted.into_iter().zip(results) {
+            let Some(result) = result else {
+                continue;
+            };
+            let versions = match result {
                 Ok(versions) => versions,
                 Err(error) if !config.exit_on_error => {
                     tracing::error!(model = %name, %error, "the model did not load; serving the others (--exit-on-error=false)");
@@ -354,6 +358,56 @@ fn load_at_start(config: &ServerConfig, pool: &CpuPool) -> Result<AtStart, Start
             .collect();
     }
     Ok((loaded, failed))
+}
+
+/// How many models load at once at start: Triton's
+/// `--model-load-thread-count` default, at most one per core.
+const LOAD_THREADS: usize = 4;
+
+/// `load(name)` for every name, on up to [`LOAD_THREADS`] threads (this
+/// one among them), the results in the names' order. A repository of
+/// 10,000 tree models spent its start parsing their JSON on one thread.
+/// Each thread enters the caller's tokio runtime, as a backend's load may
+/// start tasks on it.
+fn load_together<T: Send>(
+    names: &[&String],
+    load: impl Fn(&str) -> Option<T> + Sync,
+) -> Vec<Option<T>> {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Mutex;
+    let next = AtomicUsize::new(0);
+    let slots: Vec<Mutex<Option<T>>> = names.iter().map(|_| Mutex::new(None)).collect();
+    let runtime = tokio::runtime::Handle::try_current().ok();
+    let work = || {
+        let _entered = runtime.as_ref().map(|r| r.enter());
+        loop {
+            let i = next.fetch_add(1, Ordering::Relaxed);
+            let Some(name) = names.get(i) else {
+                break;
+            };
+            let result = load(name);
+            if let Ok(mut slot) = slots[i].lock() {
+                *slot = result;
+            }
+        }
+    };
+    let threads = std::thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .min(LOAD_THREADS)
+        .min(names.len());
+    std::thread::scope(|scope| {
+        for _ in 1..threads {
+            // A thread that cannot start leaves its share to the others.
+            let _ = std::thread::Builder::new()
+                .name("wirespeed-load".into())
+                .spawn_scoped(scope, &work);
+        }
+        work();
+    });
+    slots
+        .into_iter()
+        .map(|slot| slot.into_inner().unwrap_or_else(|e| e.into_inner()))
+        .collect()
 }
 
 /// Whether `dir` holds a folder that could be a model's.

@@ -141,7 +141,10 @@ pub(super) const NO_EFFECT: &[(&str, &str)] = &[
         "buffer-manager-thread-count",
         "tensors are copied on the compute threads",
     ),
-    ("model-load-thread-count", "models load one after the other"),
+    (
+        "model-load-thread-count",
+        "models load four at a time at start, at most one per core",
+    ),
     (
         "model-load-retry-count",
         "a model that fails to load is not tried again",
