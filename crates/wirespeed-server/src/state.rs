@@ -400,7 +400,7 @@ fn load_together<T: Send>(
             // A thread that cannot start leaves its share to the others.
             let _ = std::thread::Builder::new()
                 .name("wirespeed-load".into())
-                .spawn_scoped(scope, &work);
+                .spawn_scoped(scope, work);
         }
         work();
     });
