@@ -38,7 +38,7 @@ use std::task::Poll;
 
 use bytes::{Bytes, BytesMut};
 use hyper::Method;
-use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, ReadBuf};
 
 use crate::net::connection::{Activity, Answers, BoxError, Counting};
 pub(crate) use replay::Replayed;
@@ -101,6 +101,9 @@ where
                 };
                 let closes = response::write(io, response, head_only).await?;
                 if closes || activity.closing() {
+                    // The write side ends first, as hyper ends it, so the
+                    // answer is not lost to a reset.
+                    let _ = io.shutdown().await;
                     return Ok(Ended::Closed);
                 }
             }
