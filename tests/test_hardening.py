@@ -417,3 +417,28 @@ def test_tritonclient_over_tls_with_the_token(tls_server):
         assert "UNAUTHENTICATED" in str(err.value.status())
         got = c.infer("titanic", [g], headers={"authorization": "Bearer s3cret-token"}).as_numpy("probability")
         np.testing.assert_array_equal(got, p)
+
+
+def test_a_large_answer_over_tls_arrives_whole_and_the_connection_goes_on(tls_server):
+    """1,000 Titanic rows (an 85 KB body, read whole by the HTTP/1 fast
+    path) answered over TLS on one kept-alive connection, three times: each
+    answer, past one TLS record, arrives whole, flushed, and matches the
+    xgboost package's predictions."""
+    import xgboost as xgb
+
+    server, cert = tls_server
+    data = np.round(np.random.default_rng(3).random((1000, 12)), 4)
+    body = json.dumps({"inputs": [{"name": "features", "shape": [1000, 12], "datatype": "FP32",
+                                   "data": data.tolist()}]})
+    assert len(body) < 256 << 10
+    booster = xgb.Booster()
+    booster.load_model(str(MODELS / "titanic" / "model.json"))
+    expected = booster.predict(xgb.DMatrix(data.astype(np.float32)))
+    with requests.Session() as session:
+        for _ in range(3):
+            answer = session.post(f"https://127.0.0.1:{server.port}{INFER}", data=body, verify=str(cert),
+                                  headers={"Authorization": "Bearer s3cret-token"}, timeout=60)
+            assert answer.status_code == 200, answer.text[:200]
+            assert len(answer.content) > 16 << 10
+            got = np.array(answer.json()["outputs"][0]["data"], dtype=np.float32)
+            np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-6)

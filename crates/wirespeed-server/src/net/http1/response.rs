@@ -90,8 +90,11 @@ where
     head.extend_from_slice(b"\r\n");
 
     let mut body = std::pin::pin!(body);
+    // Every answer ends flushed: over TLS the last record may still be in
+    // the session's buffer (over TCP the flush does nothing).
     if bodiless {
         io.write_all(&head).await?;
+        io.flush().await?;
         return Ok(closes);
     }
     if !chunked {
@@ -111,6 +114,7 @@ where
         if let Some(head) = pending {
             io.write_all(&head).await?;
         }
+        io.flush().await?;
         return Ok(closes);
     }
     io.write_all(&head).await?;
