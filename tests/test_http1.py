@@ -260,3 +260,18 @@ def test_bare_lf_line_endings_are_one_request(server):
     assert [a[0] for a in answers] == [200, 200]
     assert json.loads(answers[1][2])["name"] == "wirespeed"
     sock.close()
+
+
+def test_a_connection_that_sends_nothing_is_closed_at_the_header_timeout(tmp_path):
+    """A keep-alive timeout of 300 s and a header timeout of 1 s: a client
+    that connects and sends nothing is closed by the server (the socket
+    sees the end well within its 20 s timeout), as hyper closed it. (A
+    connection that has made a request is held to the keep-alive timeout:
+    test_an_idle_keep_alive_connection_is_closed.)"""
+    running = RunningServer(MODELS, ["--keep-alive-timeout", "300", "--header-timeout", "1"])
+    try:
+        sock = connect(running)
+        assert sock.recv(1) == b""
+        sock.close()
+    finally:
+        running.stop()

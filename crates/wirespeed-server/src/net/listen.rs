@@ -28,9 +28,10 @@
 //! Each connection's bytes pass through [`Tracked`], which notes the time of
 //! the last read or write. A connection with no request in flight and no
 //! bytes for `--keep-alive-timeout` is shut down gracefully; so is every
-//! connection when shutdown begins. HTTP/1 also has hyper's header timeout,
-//! which closes a connection that does not finish sending a request's
-//! headers (or, idle between requests, does not start) in time.
+//! connection when shutdown begins. A connection that sends nothing after
+//! it is accepted is closed after the header timeout instead. A request
+//! whose head comes in pieces goes to hyper (`http1/`), whose header
+//! timeout closes a connection that does not finish it in time.
 
 use std::future::Future;
 use std::io;
@@ -315,12 +316,22 @@ where
     let mut closing = false;
     // The activity count at the last check, and since when it has not moved.
     let (mut seen, mut still_since) = (activity.moves(), Instant::now());
+    // A connection that has sent nothing since it was accepted (its one
+    // move is the accept's) is held to the header timeout, as hyper holds
+    // it; after its first bytes, to the keep-alive timeout.
+    let first_check = (shared.header_timeout / 4).max(Duration::from_millis(50));
+    let silent = |activity: &Activity| activity.moves() <= 1;
     let mut idle = |activity: &Activity| {
         let moves = activity.moves();
         if moves != seen {
             (seen, still_since) = (moves, Instant::now());
         }
-        !activity.busy() && still_since.elapsed() >= shared.keep_alive
+        let limit = if moves <= 1 {
+            shared.header_timeout
+        } else {
+            shared.keep_alive
+        };
+        !activity.busy() && still_since.elapsed() >= limit
     };
     let read = match http1 {
         Some(limits) => {
@@ -333,7 +344,7 @@ where
                         closing = true;
                         activity.close();
                     }
-                    () = tokio::time::sleep(check), if !closing => {
+                    () = tokio::time::sleep(if silent(activity) { first_check } else { check }), if !closing => {
                         if idle(activity) {
                             closing = true;
                             activity.close();
