@@ -21,12 +21,12 @@ and each curve to `<out>/scale-*.svg`.
 """
 
 import argparse
+import http.client
 import json
 import os
 import re
 import resource
 import shutil
-import socket
 import statistics
 import subprocess
 import sys
@@ -39,21 +39,6 @@ from harness import tree_rss_mib, wait_ready, wrk
 
 ROOT = Path(__file__).resolve().parents[2]
 WS_PORT, NGINX_PORT = 18380, 18381
-
-
-def ready_after(url, timeout=600):
-    """Polls `url` every 5 ms until it answers 200 (harness.wait_ready
-    polls every 0.1 s, too coarse for a start of 13 ms)."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            with urllib.request.urlopen(url, timeout=2) as r:
-                if r.status == 200:
-                    return
-        except OSError:
-            pass
-        time.sleep(0.005)
-    raise RuntimeError(f"{url} not ready in {timeout} s")
 
 
 def start_wirespeed(binary, models, port=WS_PORT, extra=()):
@@ -88,21 +73,13 @@ def wrk_get(url, connections, seconds):
 
 def open_idle(port, count):
     """`count` keep-alive connections, each after one `GET /v2`."""
-    request = b"GET /v2 HTTP/1.1\r\nHost: x\r\n\r\n"
-    socks = []
+    idle = []
     for _ in range(count):
-        s = socket.create_connection(("127.0.0.1", port))
-        s.sendall(request)
-        socks.append(s)
-    for s in socks:
-        data = b""
-        while b"\r\n\r\n" not in data:
-            data += s.recv(4096)
-        head, _, rest = data.partition(b"\r\n\r\n")
-        length = int(re.search(rb"(?i)content-length:\s*(\d+)", head).group(1))
-        while len(rest) < length:
-            rest += s.recv(4096)
-    return socks
+        connection = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+        connection.request("GET", "/v2")
+        connection.getresponse().read()
+        idle.append(connection)
+    return idle
 
 
 def start_nginx(body, work):
@@ -194,7 +171,7 @@ def models(args, results):
         started = time.monotonic()
         ws = start_wirespeed(args.binary, repo)
         try:
-            ready_after(f"http://127.0.0.1:{WS_PORT}/v2/health/ready")
+            wait_ready(f"http://127.0.0.1:{WS_PORT}/v2/health/ready", seconds=600, every=0.005)
             ready = time.monotonic() - started
             rss = tree_rss_mib(ws.pid)
             _, p50 = wrk(f"http://127.0.0.1:{WS_PORT}", "/v2/models/m0/infer", body, 1, args.seconds)
