@@ -8,7 +8,7 @@
 //! set its own.
 
 use std::cell::RefCell;
-use std::io::{self, IoSlice};
+use std::io::{self, IoSlice, Write as _};
 use std::pin::Pin;
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -125,7 +125,8 @@ where
             continue;
         }
         size.clear();
-        size.extend_from_slice(format!("{:x}\r\n", data.len()).as_bytes());
+        // Written into the reused line, not a new string per chunk.
+        write!(size, "{:x}\r\n", data.len())?;
         write_both(io, &size, &data).await?;
         io.write_all(b"\r\n").await?;
         io.flush().await?;
