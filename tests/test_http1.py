@@ -84,6 +84,17 @@ def test_pipelined_requests_are_answered_in_order(server):
     sock.close()
 
 
+def test_a_long_pipeline_in_one_write_is_answered_whole(server):
+    """2,000 requests in one write (each request's remainder stays a slice
+    of what was read, never copied per request)."""
+    sock = connect(server)
+    sock.sendall(get(b"/v2/health/live") * 1000 + (get(b"/v2/health/ready") + get(b"/v2")) * 500)
+    answers, _ = responses(sock, 2000)
+    assert all(a[0] == 200 for a in answers)
+    assert json.loads(answers[-1][2])["name"] == "wirespeed"
+    sock.close()
+
+
 def test_a_pipeline_that_turns_chunked_midway_is_answered_whole(server):
     # The first request is read in place; the second, chunked, goes to
     # hyper with every byte after the first; the third follows it there.

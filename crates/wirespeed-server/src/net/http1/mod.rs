@@ -81,11 +81,12 @@ where
     I: AsyncRead + AsyncWrite + Unpin,
     S: Answers,
 {
-    let mut buffer = BytesMut::new();
+    // The bytes read and not yet taken: a request's, or its start.
+    let mut buffer = Bytes::new();
     loop {
         if buffer.is_empty() {
             match next_bytes(io, activity).await? {
-                Some(bytes) => buffer = bytes,
+                Some(bytes) => buffer = bytes.freeze(),
                 None => return Ok(Ended::Closed),
             }
         }
@@ -109,17 +110,17 @@ where
             }
             Read::Short { missing } => {
                 if !read_arrived(io, &mut buffer, missing).await? {
-                    return Ok(Ended::HandOver(buffer.freeze()));
+                    return Ok(Ended::HandOver(buffer));
                 }
             }
             Read::Partial => {
                 if buffer.len() > limits.max_header_bytes
                     || !read_arrived(io, &mut buffer, 0).await?
                 {
-                    return Ok(Ended::HandOver(buffer.freeze()));
+                    return Ok(Ended::HandOver(buffer));
                 }
             }
-            Read::HandOver => return Ok(Ended::HandOver(buffer.freeze())),
+            Read::HandOver => return Ok(Ended::HandOver(buffer)),
         }
     }
 }
@@ -163,7 +164,7 @@ const READ_AHEAD_BYTES: usize = 64 << 10;
 async fn answer_watching<I, F, B>(
     io: &mut I,
     answer: F,
-    buffer: &mut BytesMut,
+    buffer: &mut Bytes,
 ) -> io::Result<Option<hyper::Response<B>>>
 where
     I: AsyncRead + Unpin,
@@ -179,7 +180,9 @@ where
                 let mut read = ReadBuf::new(scratch);
                 match Pin::new(&mut *io).poll_read(cx, &mut read) {
                     Poll::Ready(Ok(())) => {
-                        buffer.extend_from_slice(read.filled());
+                        let mut more = writable(std::mem::take(buffer));
+                        more.extend_from_slice(read.filled());
+                        *buffer = more.freeze();
                         Poll::Ready(Ok(read.filled().len()))
                     }
                     Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
@@ -203,16 +206,29 @@ where
 /// whether anything had.
 async fn read_arrived<I: AsyncRead + Unpin>(
     io: &mut I,
-    buffer: &mut BytesMut,
+    buffer: &mut Bytes,
     wanted: usize,
 ) -> io::Result<bool> {
-    buffer.reserve(wanted.max(4096));
-    poll_fn(
-        |cx| match tokio_util::io::poll_read_buf(Pin::new(&mut *io), cx, buffer) {
-            Poll::Ready(Ok(n)) => Poll::Ready(Ok(n > 0)),
-            Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
-            Poll::Pending => Poll::Ready(Ok(false)),
-        },
-    )
-    .await
+    let mut more = writable(std::mem::take(buffer));
+    more.reserve(wanted.max(4096));
+    let arrived =
+        poll_fn(
+            |cx| match tokio_util::io::poll_read_buf(Pin::new(&mut *io), cx, &mut more) {
+                Poll::Ready(Ok(n)) => Poll::Ready(Ok(n > 0)),
+                Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
+                Poll::Pending => Poll::Ready(Ok(false)),
+            },
+        )
+        .await;
+    *buffer = more.freeze();
+    arrived
+}
+
+/// `bytes` to append to: the same memory when nothing else holds it (the
+/// usual case), else a copy of what is left of it (the request before
+/// them, still being answered, holds the rest).
+fn writable(bytes: Bytes) -> BytesMut {
+    bytes
+        .try_into_mut()
+        .unwrap_or_else(|shared| BytesMut::from(&shared[..]))
 }

@@ -11,7 +11,7 @@
 
 use std::mem::MaybeUninit;
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use hyper::header::{HeaderName, HeaderValue};
 use hyper::{HeaderMap, Method, Request, Uri, Version};
 use wirespeed_http::RequestBody;
@@ -40,7 +40,7 @@ const STACK_HEADERS: usize = 128;
 
 /// Reads the request at the front of `buffer`, taking its bytes if it is a
 /// whole plain request and its body is at most `max_body` bytes.
-pub(crate) fn read(buffer: &mut BytesMut, max_headers: usize, max_body: usize) -> Read {
+pub(crate) fn read(buffer: &mut Bytes, max_headers: usize, max_body: usize) -> Read {
     let mut stack = [const { MaybeUninit::<httparse::Header<'_>>::uninit() }; STACK_HEADERS];
     let mut heap;
     let slots: &mut [MaybeUninit<httparse::Header<'_>>] = if max_headers <= STACK_HEADERS {
@@ -50,26 +50,18 @@ pub(crate) fn read(buffer: &mut BytesMut, max_headers: usize, max_body: usize) -
         heap.resize_with(max_headers, MaybeUninit::uninit);
         &mut heap
     };
-    // Frozen, so that the URI, header values and body are slices of it;
-    // given back whole (no copy: nothing else holds it) when not taken.
-    let bytes = std::mem::take(buffer).freeze();
+    // The URI, header values and body are slices of the bytes read; what
+    // follows the request (the next one, pipelined) stays a slice of them
+    // too, never copied (a copy per request made a long pipeline
+    // quadratic).
+    let bytes = std::mem::take(buffer);
     let mut parsed = httparse::Request::new(&mut []);
     let (read, taken) = match parsed.parse_with_uninit_headers(&bytes, slots) {
         Ok(httparse::Status::Complete(head)) => plain(&parsed, &bytes, head, max_body),
         Ok(httparse::Status::Partial) => (Read::Partial, 0),
         Err(_) => (Read::HandOver, 0),
     };
-    *buffer = if taken == 0 {
-        bytes
-            .try_into_mut()
-            .unwrap_or_else(|shared| BytesMut::from(&shared[..]))
-    } else if taken == bytes.len() {
-        BytesMut::new()
-    } else {
-        // Pipelined: the next request's bytes, copied out of the shared
-        // buffer.
-        BytesMut::from(&bytes[taken..])
-    };
+    *buffer = bytes.slice(taken..);
     read
 }
 
@@ -152,8 +144,8 @@ fn build(
 mod tests {
     use super::*;
 
-    fn read_all(bytes: &[u8]) -> (Read, BytesMut) {
-        let mut buffer = BytesMut::from(bytes);
+    fn read_all(bytes: &[u8]) -> (Read, Bytes) {
+        let mut buffer = Bytes::copy_from_slice(bytes);
         let read = read(&mut buffer, 100, 1 << 20);
         (read, buffer)
     }
@@ -212,9 +204,9 @@ mod tests {
 
     #[test]
     fn too_many_headers_or_too_long_a_body_is_hyper_s() {
-        let mut buffer = BytesMut::from(&b"GET / HTTP/1.1\r\nA: 1\r\nB: 2\r\nC: 3\r\n\r\n"[..]);
+        let mut buffer = Bytes::from_static(b"GET / HTTP/1.1\r\nA: 1\r\nB: 2\r\nC: 3\r\n\r\n");
         assert!(matches!(read(&mut buffer, 2, 10), Read::HandOver));
-        let mut buffer = BytesMut::from(&b"POST / HTTP/1.1\r\nContent-Length: 11\r\n\r\n"[..]);
+        let mut buffer = Bytes::from_static(b"POST / HTTP/1.1\r\nContent-Length: 11\r\n\r\n");
         assert!(matches!(read(&mut buffer, 2, 10), Read::HandOver));
     }
 }
