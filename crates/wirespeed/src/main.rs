@@ -437,8 +437,9 @@ fn serve(mut args: ServeArgs) -> anyhow::Result<()> {
             tracing::info!("{note}");
         }
     }
-    // While this is still the only thread: an arena per core.
-    malloc::limit_arenas(std::thread::available_parallelism().map_or(1, |n| n.get()));
+    // While this is still the only thread: an arena per core, and large
+    // buffers kept for the next request.
+    malloc::configure(std::thread::available_parallelism().map_or(1, |n| n.get()));
 
     let model_control_mode = args.model_control_mode.clone().unwrap_or_default();
     if !args.load_model.is_empty() && model_control_mode != "explicit" {

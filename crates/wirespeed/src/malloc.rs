@@ -1,6 +1,11 @@
-//! glibc malloc arenas for the server: one per core, so memory is the
-//! tensors in flight and not every tensor that ever was, and the async
-//! workers do not queue for one arena's lock.
+//! glibc malloc for the server: one arena per core, and freed tensors of
+//! a few MiB kept for the next request rather than given back and faulted
+//! in again.
+//!
+//! ## Arenas
+//!
+//! One per core, so memory is the tensors in flight and not every tensor
+//! that ever was, and the async workers do not queue for one arena's lock.
 //!
 //! glibc gives threads their own arenas (up to eight per core). A large
 //! tensor is allocated on whichever thread decoded it and freed on another,
@@ -18,30 +23,75 @@
 //! and the holes are at most one per core (`docs/performance.md` has the
 //! memory figures).
 //!
-//! `MALLOC_ARENA_MAX` in the environment still wins: it is left alone when
-//! set. Other allocators (musl, or a platform without glibc) are untouched.
-//! This needs `mallopt`, hence the one `unsafe` block.
+//! ## Large buffers
+//!
+//! A request with 1 MiB tensors allocates a few buffers of 1 MiB (the
+//! gRPC message, the tensor, the answer) and frees them when it is
+//! answered. glibc's own thresholds follow the last large free: it then
+//! keeps at most twice that size free at an arena's top and gives the rest
+//! back to the kernel, so with four such requests in flight the same pages
+//! went back and came again on every request, each faulted in and zeroed
+//! by the kernel: 43% of the server's CPU in `perf` (`clear_page_erms`
+//! under `exc_page_fault`), 1.9 ms of CPU per 1 MiB identity over gRPC.
+//! Buffers under [`MMAP_THRESHOLD`] come from the arenas, and an arena
+//! gives back what is free at its top past [`TRIM_THRESHOLD`]: 1.5 ms per
+//! inference, and 2 MiB more resident after the load
+//! (`benchmarks/scripts/triton.py --only mb4` has the figures). Larger
+//! tensors are mapped and unmapped whole, as before.
+//!
+//! `MALLOC_ARENA_MAX`, `MALLOC_MMAP_THRESHOLD_` and `MALLOC_TRIM_THRESHOLD_`
+//! in the environment still win: each is left alone when set. Other
+//! allocators (musl, or a platform without glibc) are untouched. This needs
+//! `mallopt`, hence the `unsafe` block.
 
-/// Limits glibc to `arenas` malloc arenas, unless `MALLOC_ARENA_MAX` says
-/// otherwise. Call it before any other thread starts.
+/// Allocations from this size up are mapped on their own (glibc's
+/// `M_MMAP_THRESHOLD`).
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+const MMAP_THRESHOLD: usize = 4 << 20;
+
+/// Free memory at an arena's top past this goes back to the kernel (glibc's
+/// `M_TRIM_THRESHOLD`).
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+const TRIM_THRESHOLD: usize = 8 << 20;
+
+/// Limits glibc to `arenas` malloc arenas and sets its thresholds for
+/// large buffers, each unless the environment says otherwise. Call it
+/// before any other thread starts.
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+pub(crate) fn configure(arenas: usize) {
+    set("MALLOC_ARENA_MAX", libc::M_ARENA_MAX, "M_ARENA_MAX", arenas.max(1));
+    set(
+        "MALLOC_MMAP_THRESHOLD_",
+        libc::M_MMAP_THRESHOLD,
+        "M_MMAP_THRESHOLD",
+        MMAP_THRESHOLD,
+    );
+    set(
+        "MALLOC_TRIM_THRESHOLD_",
+        libc::M_TRIM_THRESHOLD,
+        "M_TRIM_THRESHOLD",
+        TRIM_THRESHOLD,
+    );
+}
+
+/// Sets glibc's malloc parameter `parameter` (named `name`) to `value`,
+/// unless the environment variable `variable` sets it.
 #[cfg(all(target_os = "linux", target_env = "gnu"))]
 #[allow(unsafe_code)]
-pub(crate) fn limit_arenas(arenas: usize) {
-    if std::env::var_os("MALLOC_ARENA_MAX").is_some() {
+fn set(variable: &str, parameter: libc::c_int, name: &str, value: usize) {
+    if std::env::var_os(variable).is_some() {
         return;
     }
-    let arenas = libc::c_int::try_from(arenas.max(1)).unwrap_or(libc::c_int::MAX);
+    let value = libc::c_int::try_from(value).unwrap_or(libc::c_int::MAX);
     // SAFETY: `mallopt` sets an allocator parameter and has no other effect;
-    // `M_ARENA_MAX` is one glibc documents. It runs before the server starts
-    // any thread, so no allocation is in progress elsewhere.
-    let done = unsafe { libc::mallopt(libc::M_ARENA_MAX, arenas) };
+    // the parameters set here are ones glibc documents. It runs before the
+    // server starts any thread, so no allocation is in progress elsewhere.
+    let done = unsafe { libc::mallopt(parameter, value) };
     if done != 1 {
-        tracing::debug!(
-            "mallopt(M_ARENA_MAX, {arenas}) was refused; glibc keeps its own arena count"
-        );
+        tracing::debug!("mallopt({name}, {value}) was refused; glibc keeps its own");
     }
 }
 
 /// Elsewhere the platform's allocator is left as it is.
 #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
-pub(crate) fn limit_arenas(_: usize) {}
+pub(crate) fn configure(_: usize) {}
