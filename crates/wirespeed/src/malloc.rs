@@ -34,7 +34,7 @@
 //! by the kernel: 43% of the server's CPU in `perf` (`clear_page_erms`
 //! under `exc_page_fault`), 1.9 ms of CPU per 1 MiB identity over gRPC.
 //! Buffers under [`MMAP_THRESHOLD`] come from the arenas, and an arena
-//! gives back what is free at its top past [`TRIM_THRESHOLD`]: 1.5 ms per
+//! gives back what is free at its top past [`TRIM_THRESHOLD`]: 1.4 ms per
 //! inference, and 2 MiB more resident after the load
 //! (`benchmarks/scripts/triton.py --only mb4` has the figures). Larger
 //! tensors are mapped and unmapped whole, as before.
