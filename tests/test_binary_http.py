@@ -149,6 +149,21 @@ def test_a_large_binary_request_round_trips(server):
     check_outputs(client.infer("echo", make_inputs(arrays, binary=True)), arrays)
 
 
+@pytest.mark.parametrize("compression", [None, "gzip"])
+def test_large_and_small_outputs_in_turn_keep_their_order(server, compression):
+    # Large outputs go out as their own buffers and small ones are copied
+    # after the header: a large, a small, a large, ... must still arrive
+    # in order, plain and compressed whole.
+    client = httpclient.InferenceServerClient(url=server.address, network_timeout=120)
+    rng = np.random.default_rng(2)
+    arrays = sample()
+    arrays[1] = rng.integers(-(2**62), 2**62, size=5000, dtype=np.int64)  # 40 KB
+    arrays[5] = rng.integers(0, 255, size=70000, dtype=np.uint8)  # 70 KB, last
+    arrays[4] = rng.normal(size=16384).astype(np.float16)  # 32 KB after the small BYTES
+    result = client.infer("echo", make_inputs(arrays, binary=True), response_compression_algorithm=compression)
+    check_outputs(result, arrays)
+
+
 def post(server, path, body, headers):
     conn = http.client.HTTPConnection(server.address, timeout=30)
     conn.request("POST", path, body=body, headers=headers)

@@ -7,9 +7,9 @@
 //! bytes.
 //!
 //! [`RawFiller`] takes those bytes in chunks of any size, as they arrive,
-//! and copies each chunk once, straight into the typed buffer (`bytemuck`
-//! views the buffer as bytes, so fixed-size types are one `memcpy` per
-//! chunk). Every size is checked before the buffer is allocated.
+//! and copies each chunk once, straight into the typed buffer: one
+//! `memcpy` per chunk where the chunk is aligned for the type (`bytemuck`),
+//! else the room zeroed and then copied. Every size is checked before the buffer is allocated.
 
 use bytemuck::Pod;
 
@@ -47,8 +47,14 @@ impl RawError {
 }
 
 enum Fill {
-    /// A fixed-size type: the buffer is allocated whole; `written` bytes of it are filled.
-    Fixed { data: TensorData, written: usize },
+    /// A fixed-size type: the buffer, its room allocated whole and its
+    /// elements pushed as they arrive, and the first bytes of an element a
+    /// chunk cut.
+    Fixed {
+        data: TensorData,
+        carry: [u8; 8],
+        carry_len: usize,
+    },
     /// BYTES: elements so far, the one in progress, and the length prefix in progress.
     Bytes {
         elements: Vec<Vec<u8>>,
@@ -82,8 +88,9 @@ impl RawFiller {
     ) -> Result<RawFiller, RawError> {
         let fill = match raw_size(datatype, count) {
             Some(expected) if expected == size => Fill::Fixed {
-                data: zeroed(datatype, count),
-                written: 0,
+                data: TensorData::with_capacity(stored_as(datatype), count),
+                carry: [0; 8],
+                carry_len: 0,
             },
             Some(expected) => {
                 return Err(RawError::Invalid(format!(
@@ -132,14 +139,14 @@ impl RawFiller {
     /// nothing and returns false, and the bytes go through
     /// [`push`](Self::push). `copy` must fill every byte.
     pub fn fill_whole(&mut self, copy: impl FnOnce(&mut [u8])) -> bool {
-        let Fill::Fixed { data, written } = &mut self.fill else {
+        let Fill::Fixed { data, .. } = &mut self.fill else {
             return false;
         };
-        if *written != 0 {
+        if self.received != 0 {
             return false;
         }
+        *data = zeroed(self.datatype, self.count);
         copy(bytes_of_mut(data));
-        *written = self.size;
         self.received = self.size;
         true
     }
@@ -153,10 +160,29 @@ impl RawFiller {
         );
         self.received += chunk.len();
         match &mut self.fill {
-            Fill::Fixed { data, written } => {
-                let bytes = bytes_of_mut(data);
-                bytes[*written..*written + chunk.len()].copy_from_slice(chunk);
-                *written += chunk.len();
+            Fill::Fixed {
+                data,
+                carry,
+                carry_len,
+            } => {
+                let size = self.datatype.element_size().expect("a fixed size");
+                let mut rest = chunk;
+                if *carry_len > 0 {
+                    let take = (size - *carry_len).min(rest.len());
+                    carry[*carry_len..*carry_len + take].copy_from_slice(&rest[..take]);
+                    *carry_len += take;
+                    rest = &rest[take..];
+                    if *carry_len < size {
+                        return Ok(());
+                    }
+                    extend(data, &carry[..size]);
+                    *carry_len = 0;
+                }
+                let whole = rest.len() / size * size;
+                extend(data, &rest[..whole]);
+                let left = &rest[whole..];
+                carry[..left.len()].copy_from_slice(left);
+                *carry_len = left.len();
                 Ok(())
             }
             Fill::Bytes {
@@ -353,6 +379,48 @@ pub fn write_raw(data: &TensorData, out: &mut Vec<u8>) {
     }
 }
 
+/// The type a fixed-size `datatype` is filled as: BOOL is read as bytes and
+/// checked at the end.
+fn stored_as(datatype: DataType) -> DataType {
+    match datatype {
+        DataType::Bool => DataType::Uint8,
+        other => other,
+    }
+}
+
+/// Appends the elements `bytes` holds (whole elements, raw form) to `data`:
+/// one copy where the bytes are aligned for the type, else zeroed room and
+/// a copy.
+fn extend(data: &mut TensorData, bytes: &[u8]) {
+    fn pod<T: Pod>(v: &mut Vec<T>, bytes: &[u8]) {
+        match bytemuck::try_cast_slice::<u8, T>(bytes) {
+            Ok(elements) => v.extend_from_slice(elements),
+            Err(_) => {
+                // Zeroed, then copied as bytes: two passes of `memset` and
+                // `memcpy` cost less than a read per element.
+                let from = v.len();
+                v.resize(from + bytes.len() / std::mem::size_of::<T>(), T::zeroed());
+                bytemuck::cast_slice_mut::<T, u8>(&mut v[from..]).copy_from_slice(bytes);
+            }
+        }
+    }
+    match data {
+        TensorData::Uint8(v) => v.extend_from_slice(bytes),
+        TensorData::Uint16(v) => pod(v, bytes),
+        TensorData::Uint32(v) => pod(v, bytes),
+        TensorData::Uint64(v) => pod(v, bytes),
+        TensorData::Int8(v) => pod(v, bytes),
+        TensorData::Int16(v) => pod(v, bytes),
+        TensorData::Int32(v) => pod(v, bytes),
+        TensorData::Int64(v) => pod(v, bytes),
+        TensorData::Fp16(v) => pod(v, bytes),
+        TensorData::Fp32(v) => pod(v, bytes),
+        TensorData::Fp64(v) => pod(v, bytes),
+        TensorData::Bf16(v) => pod(v, bytes),
+        TensorData::Bool(_) | TensorData::Bytes(_) => unreachable!("never a fill buffer"),
+    }
+}
+
 /// A zeroed buffer of `count` elements; BOOL is read as bytes and checked at the end.
 fn zeroed(datatype: DataType, count: usize) -> TensorData {
     match datatype {
@@ -439,6 +507,12 @@ mod tests {
                 }
                 assert_eq!(filler.finish().unwrap(), data, "chunks of {chunk}");
             }
+            // Whole, at an address aligned for no type wider than a byte,
+            // as a tensor lies inside a protobuf message.
+            let mut shifted = vec![0u8; raw.len() + 1];
+            shifted[1..].copy_from_slice(&raw);
+            let got = from_raw(data.datatype(), data.len(), &shifted[1..], 1 << 20).unwrap();
+            assert_eq!(got, data, "unaligned");
         }
     }
 

@@ -18,7 +18,7 @@ use std::pin::Pin;
 use crate::incoming::RequestBody;
 use async_compression::tokio::bufread::{GzipDecoder, ZlibDecoder};
 use bytes::{Bytes, BytesMut};
-use http_body_util::{BodyDataStream, BodyExt};
+use http_body_util::BodyDataStream;
 use hyper::header::{HeaderMap, HeaderValue, ACCEPT_ENCODING, CONTENT_ENCODING, VARY};
 use hyper::Response;
 use tokio::io::{AsyncRead, AsyncReadExt};
@@ -174,13 +174,9 @@ pub async fn compress(response: Response<Body>, coding: Coding, pool: &CpuPool) 
     }
     let (mut parts, body) = response.into_parts();
     // A stream goes as it comes.
-    let body = match body.into_full() {
-        Ok(full) => full,
+    let bytes = match body.into_whole() {
+        Ok(bytes) => bytes,
         Err(stream) => return Response::from_parts(parts, stream),
-    };
-    let bytes = match body.collect().await {
-        Ok(collected) => collected.to_bytes(),
-        Err(never) => match never {},
     };
     parts
         .headers

@@ -1,10 +1,9 @@
-//! Request bodies. [`Chunks`]: buffers that already exist (a message's
-//! header and each tensor's own bytes), handed to hyper one by one, never
-//! joined. [`CallBody`] adds the body of a client-streaming call, whose
-//! messages are sent as they are made ([`MessageSender`]).
+//! Request bodies. [`Chunks`] (`wirespeed_http`'s): buffers that already
+//! exist (a message's header and each tensor's own bytes), handed to hyper
+//! one by one, never joined. [`CallBody`] adds the body of a
+//! client-streaming call, whose messages are sent as they are made
+//! ([`MessageSender`]).
 
-use std::collections::VecDeque;
-use std::convert::Infallible;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -13,56 +12,7 @@ use std::task::{Context, Poll};
 use bytes::Bytes;
 use hyper::body::{Body, Frame, SizeHint};
 use tokio::sync::mpsc;
-
-/// Buffers sent in order as the body's data frames.
-#[derive(Debug, Clone, Default)]
-pub struct Chunks {
-    parts: VecDeque<Bytes>,
-    len: u64,
-}
-
-impl Chunks {
-    /// A body of `parts`, in order.
-    pub fn new(parts: impl IntoIterator<Item = Bytes>) -> Chunks {
-        let parts: VecDeque<Bytes> = parts.into_iter().filter(|b| !b.is_empty()).collect();
-        let len = parts.iter().map(|b| b.len() as u64).sum();
-        Chunks { parts, len }
-    }
-
-    /// The body's length.
-    pub fn len(&self) -> u64 {
-        self.len
-    }
-
-    /// Whether the body is empty.
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
-    }
-}
-
-impl Body for Chunks {
-    type Data = Bytes;
-    type Error = Infallible;
-
-    fn poll_frame(
-        self: Pin<&mut Self>,
-        _: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
-        let this = self.get_mut();
-        Poll::Ready(this.parts.pop_front().map(|part| {
-            this.len -= part.len() as u64;
-            Ok(Frame::data(part))
-        }))
-    }
-
-    fn is_end_stream(&self) -> bool {
-        self.parts.is_empty()
-    }
-
-    fn size_hint(&self) -> SizeHint {
-        SizeHint::with_exact(self.len)
-    }
-}
+pub use wirespeed_http::Chunks;
 
 /// The body of a gRPC call: existing buffers, or a client stream's
 /// messages as they are sent.

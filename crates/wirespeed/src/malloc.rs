@@ -59,7 +59,12 @@ const TRIM_THRESHOLD: usize = 8 << 20;
 /// before any other thread starts.
 #[cfg(all(target_os = "linux", target_env = "gnu"))]
 pub(crate) fn configure(arenas: usize) {
-    set("MALLOC_ARENA_MAX", libc::M_ARENA_MAX, "M_ARENA_MAX", arenas.max(1));
+    set(
+        "MALLOC_ARENA_MAX",
+        libc::M_ARENA_MAX,
+        "M_ARENA_MAX",
+        arenas.max(1),
+    );
     set(
         "MALLOC_MMAP_THRESHOLD_",
         libc::M_MMAP_THRESHOLD,

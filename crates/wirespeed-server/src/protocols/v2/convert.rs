@@ -7,7 +7,7 @@
 //! `raw_output_contents`, as Triton answers.
 
 use bytes::Bytes;
-use wirespeed_core::raw::{from_raw, raw_len, write_raw};
+use wirespeed_core::raw::{from_raw, into_raw};
 use wirespeed_core::{
     DataType, Error, InferRequest, InferResponse, Parameters, RequestLimits, RequestedOutput,
     SharedInput, SharedOutput, SharedRef, Tensor, TensorBudget, TensorData,
@@ -256,7 +256,8 @@ pub(crate) fn response_as(response: InferResponse, typed: bool) -> pb::ModelInfe
             false => wirespeed_core::written_shape(&tensor.parameters),
         }
         .unwrap_or_else(|| tensor.shape.clone());
-        match shared {
+        let datatype = tensor.datatype().as_str().to_owned();
+        let contents = match shared {
             Some(shared) => {
                 raw.push(Bytes::new());
                 let mut put = |key: &str, choice| {
@@ -281,25 +282,21 @@ pub(crate) fn response_as(response: InferResponse, typed: bool) -> pb::ModelInfe
                         ParameterChoice::Int64Param(shared.at.offset as i64),
                     );
                 }
+                None
             }
-            None if typed => {}
+            None if typed => wirespeed_proto::tensors::into_contents(tensor.data),
             None => {
-                let mut bytes = Vec::with_capacity(raw_len(&tensor.data));
-                write_raw(&tensor.data, &mut bytes);
-                raw.push(Bytes::from(bytes));
+                // The tensor's own buffer, sent as it is.
+                raw.push(into_raw(tensor.data));
+                None
             }
-        }
-        let datatype = tensor.datatype().as_str().to_owned();
+        };
         metadata.push(pb::model_infer_response::InferOutputTensor {
             datatype,
             shape: shape.iter().map(|&d| d as i64).collect(),
             name: tensor.name,
             parameters,
-            contents: if typed {
-                wirespeed_proto::tensors::into_contents(tensor.data)
-            } else {
-                None
-            },
+            contents,
         });
     }
     pb::ModelInferResponse {

@@ -5,6 +5,7 @@
 
 use std::sync::Arc;
 
+use bytes::Bytes;
 use hyper::{Request, Response};
 use wirespeed_core::{raw, Error, InferRequest, InferResponse, ParameterValue, Parameters};
 use wirespeed_http::RequestBody;
@@ -121,7 +122,7 @@ impl Codec for V2Rest<'_> {
                 )));
             }
         }
-        Ok(encode(&response, &binary))
+        Ok(encode(response, &binary))
     }
 
     fn stamp(answer: &mut Response<Body>, timing: &str, default: bool) {
@@ -134,28 +135,32 @@ impl Codec for V2Rest<'_> {
 }
 
 /// The response for `response`: all JSON, or a JSON header and the raw
-/// bytes of the outputs marked `binary`.
-fn encode(response: &InferResponse, binary: &[bool]) -> Response<Body> {
+/// bytes of the outputs marked `binary`. A large output's bytes are its own
+/// buffer, sent as it is; small ones are copied after the header.
+fn encode(response: InferResponse, binary: &[bool]) -> Response<Body> {
     let mut body = Vec::new();
     if !binary.contains(&true) {
-        wirespeed_json::encode_infer_response(response, &mut body);
+        wirespeed_json::encode_infer_response(&response, &mut body);
         return response::json(body);
     }
-    wirespeed_json::encode_infer_response_header(response, binary, &mut body);
+    wirespeed_json::encode_infer_response_header(&response, binary, &mut body);
     let header_len = body.len();
-    let raw_bytes: usize = response
-        .outputs
-        .iter()
-        .zip(binary)
-        .filter(|(_, &b)| b)
-        .map(|(t, _)| raw::raw_len(&t.data))
-        .sum();
-    body.reserve_exact(raw_bytes);
-    for (tensor, _) in response.outputs.iter().zip(binary).filter(|(_, &b)| b) {
-        raw::write_raw(&tensor.data, &mut body);
+    let mut parts = Vec::new();
+    for (tensor, _) in response.outputs.into_iter().zip(binary).filter(|(_, &b)| b) {
+        if raw::raw_len(&tensor.data) < OWN_BUFFER_BYTES {
+            raw::write_raw(&tensor.data, &mut body);
+        } else {
+            parts.push(Bytes::from(std::mem::take(&mut body)));
+            parts.push(raw::into_raw(tensor.data));
+        }
     }
-    response::binary(body, header_len)
+    parts.push(Bytes::from(body));
+    response::binary(parts, header_len)
 }
+
+/// An output's raw bytes from this size up go as their own buffer; under
+/// it, a copy costs less than one more write.
+const OWN_BUFFER_BYTES: usize = 16 * 1024;
 
 /// Which outputs go back as raw bytes: those asked for with `binary_data`,
 /// or all of them with the request's `binary_data_output` (an output's own
