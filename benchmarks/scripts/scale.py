@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """How wirespeed's costs grow with the work: curves, drawn as SVG.
 
-  benchmarks/scripts/scale.py [--only connections,models,bodies] [--seconds 5] [--rounds 3]
+  benchmarks/scripts/scale.py [--only connections,models,python,bodies] [--seconds 5] [--rounds 3]
                               [--out docs/figures] [--binary target/release/wirespeed] [--json FILE]
 
 - connections: 64, 1,000 and 10,000 open keep-alive connections, all but 64
@@ -13,10 +13,15 @@
 - models: a repository of 1, 100, 1,000 and 10,000 copies of the bundled
   Titanic tree model: start to ready, RSS at ready, and one model's p50
   (`wrk -t1 -c1`), with metrics on (the default).
+- python: a repository of 1, 10 and 50 copies of Triton's `add_sub`
+  Python model (one instance each), served by the real Triton 2.51 (the
+  `nvidia-pytriton` wheel's, as triton.py starts it) and by wirespeed, one
+  after the other: start to ready, the RSS of the whole process tree (the
+  Python processes included), and one model's p50 (`wrk -t1 -c1`, V2 JSON).
 - bodies: the p50 of one connection's V2 JSON infer (`wirespeed bench -c 1`)
   against the body's size, 1 to 10,000 Titanic rows.
 
-The models and bodies points are one run each; the figures go to stdout,
+The models, python and bodies points are one run each; the figures go to stdout,
 and each curve to `<out>/scale-*.svg`.
 """
 
@@ -41,11 +46,11 @@ ROOT = Path(__file__).resolve().parents[2]
 WS_PORT, NGINX_PORT = 18380, 18381
 
 
-def start_wirespeed(binary, models, port=WS_PORT, extra=()):
+def start_wirespeed(binary, models, port=WS_PORT, extra=(), env=None):
     process = subprocess.Popen(
         [binary, "serve", "--models", str(models), "--http", f"127.0.0.1:{port}", "--grpc", "off",
          "--log-level", "warn", "--max-connections", "20000", *extra],
-        env={**os.environ, "WIRESPEED_METRICS": "127.0.0.1:0"},
+        env={**os.environ, "WIRESPEED_METRICS": "127.0.0.1:0", **(env or {})},
     )
     return process
 
@@ -189,6 +194,57 @@ def models(args, results):
             {"wirespeed": [(r["models"], r[key]) for r in rows]}, logx=True)
 
 
+def python_models(args, results):
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from triton import ADD_SUB, start_triton, tensor
+
+    counts = [1, 10, 50]
+    body = Path(tempfile.mkdtemp()) / "add_sub.json"
+    body.write_text(json.dumps({"inputs": [
+        {"name": "INPUT0", "shape": [4], "datatype": "FP32", "data": [1.0, 2.0, 3.0, 4.0]},
+        {"name": "INPUT1", "shape": [4], "datatype": "FP32", "data": [0.5, 0.25, 0.125, 1.0]}]}))
+    config = ('backend: "python"\n'
+              f'input [ {tensor("INPUT0", "TYPE_FP32", [4])}, {tensor("INPUT1", "TYPE_FP32", [4])} ]\n'
+              f'output [ {tensor("OUTPUT0", "TYPE_FP32", [4])}, {tensor("OUTPUT1", "TYPE_FP32", [4])} ]\n'
+              "instance_group [ { kind: KIND_CPU count: 1 } ]\n")
+    python = ROOT / ".venv-triton" / "bin" / "python"
+    rows = results.setdefault("python", [])
+    for n in counts:
+        repo = Path(tempfile.mkdtemp())
+        for i in range(n):
+            (repo / f"p{i}" / "1").mkdir(parents=True)
+            (repo / f"p{i}" / "config.pbtxt").write_text(f'name: "p{i}"\n' + config)
+            (repo / f"p{i}" / "1" / "model.py").write_text(ADD_SUB)
+        for name in ("triton", "wirespeed"):
+            started = time.monotonic()
+            if name == "triton":
+                server = start_triton(repo, subprocess.DEVNULL, wait=False)
+                process, port = server.process, server.http
+            else:
+                process = start_wirespeed(args.binary, repo, env={"WIRESPEED_PYTHON": str(python)})
+                port = WS_PORT
+            try:
+                wait_ready(f"http://127.0.0.1:{port}/v2/health/ready", seconds=900, every=0.02)
+                ready = time.monotonic() - started
+                rss = tree_rss_mib(process.pid)
+                _, p50 = wrk(f"http://127.0.0.1:{port}", "/v2/models/p0/infer", body, 1, args.seconds)
+            finally:
+                if name == "triton":
+                    server.stop()
+                else:
+                    stop(process)
+            rows.append({"server": name, "models": n, "ready_s": ready, "rss_mib": rss, "p50_ms": p50})
+            print(f"python models {n:3} {name:9}: ready in {ready:6.2f} s, RSS {rss:7.1f} MiB, "
+                  f"one model's p50 {p50:6.3f} ms", flush=True)
+        shutil.rmtree(repo)
+    for key, label, file in (("ready_s", "start to ready, s", "scale-python-start.svg"),
+                             ("rss_mib", "RSS of the process tree at ready, MiB", "scale-python-memory.svg"),
+                             ("p50_ms", "one model's p50, ms", "scale-python-p50.svg")):
+        svg(args.out / file, label + " against Python models", "Python models in the repository", label,
+            {name: [(r["models"], r[key]) for r in rows if r["server"] == name]
+             for name in ("wirespeed", "triton")}, logx=True)
+
+
 def bodies(args, results):
     rows_list = [1, 10, 100, 1000, 10000]
     ws = start_wirespeed(args.binary, ROOT / "models")
@@ -266,7 +322,7 @@ def svg(path, title, xlabel, ylabel, series, logx=False, logy=False):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--only", default="connections,models,bodies")
+    parser.add_argument("--only", default="connections,models,python,bodies")
     parser.add_argument("--seconds", type=int, default=5)
     parser.add_argument("--rounds", type=int, default=3, help="wrk rounds per point, servers alternated (connections)")
     parser.add_argument("--out", type=Path, default=ROOT / "docs" / "figures")
@@ -283,7 +339,7 @@ def main():
             sys.exit(f"the open-file limit is {soft} and cannot be raised to {want}")
     results = {}
     for part in args.only.split(","):
-        {"connections": connections, "models": models, "bodies": bodies}[part](args, results)
+        {"connections": connections, "models": models, "python": python_models, "bodies": bodies}[part](args, results)
     if args.json:
         args.json.write_text(json.dumps(results, indent=2))
 

@@ -144,10 +144,12 @@ def repository(root: Path):
 
 
 class Server:
-    def __init__(self, name, command, env, http, grpc, log):
+    def __init__(self, name, command, env, http, grpc, log, wait=True):
         self.name, self.http, self.grpc = name, http, grpc
         self.process = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT,
                                         start_new_session=True)
+        if not wait:
+            return
         wait_ready(f"http://127.0.0.1:{http}/v2/health/ready", 180)
         for model in ("add_sub", "ens", "identity_1mb", "rowsum", "tokens"):
             wait_ready(f"http://127.0.0.1:{http}/v2/models/{model}/ready", 60)
@@ -164,7 +166,7 @@ class Server:
             os.killpg(self.process.pid, 9)
 
 
-def start_triton(repo, log):
+def start_triton(repo, log, wait=True):
     # The tests' own way to the wheel's tritonserver, made ready to run
     # Python models (tests/triton_peer.py).
     sys.path.insert(0, str(ROOT / "tests"))
@@ -177,7 +179,7 @@ def start_triton(repo, log):
     command = [str(home / "bin" / "tritonserver"), f"--model-repository={repo}",
                f"--backend-directory={home / 'backends'}", "--http-address=127.0.0.1", "--grpc-address=127.0.0.1",
                f"--http-port={http}", f"--grpc-port={grpc}", "--allow-metrics=false", "--log-verbose=0"]
-    return Server("triton", command, env, http, grpc, log)
+    return Server("triton", command, env, http, grpc, log, wait)
 
 
 def start_wirespeed(binary, repo, log):
