@@ -217,6 +217,8 @@ class Worker(PeerApis):
 
     def dtype(self, datatype, name):
         dtype = self.dtypes.get(datatype)
+        if dtype is None and datatype == "BF16":
+            dtype = self.dtypes[datatype] = bf16()
         if dtype is None:
             raise TypeError(
                 "tensor '%s' is %s, which needs the ml_dtypes package in the model's Python"
