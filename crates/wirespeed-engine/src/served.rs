@@ -275,9 +275,14 @@ impl ServedModels {
             buckets,
             cache,
         };
+        // Most models have one version: a list made for one (a `Vec`'s
+        // first push makes room for four, 2 KiB of models a name).
         let mut by_name: BTreeMap<String, Vec<LoadedModel>> = BTreeMap::new();
         for loaded in loaded {
-            by_name.entry(loaded.name.clone()).or_default().push(loaded);
+            by_name
+                .entry(loaded.name.clone())
+                .or_insert_with(|| Vec::with_capacity(1))
+                .push(loaded);
         }
         for (name, versions) in by_name {
             models.replace(&name, versions);
@@ -333,6 +338,9 @@ impl ServedModels {
             })
             .collect();
         in_version_order(&mut versions);
+        // Collected in place, the list would keep the room of the loaded
+        // models it was made from, which are larger.
+        versions.shrink_to_fit();
         let mut models = self.models.write().unwrap_or_else(|e| e.into_inner());
         models.insert(name.to_owned(), versions)
     }
