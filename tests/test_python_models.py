@@ -13,7 +13,6 @@ import concurrent.futures
 import json
 import os
 import signal
-import textwrap
 import threading
 from pathlib import Path
 
@@ -24,12 +23,8 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
-from conftest import ROOT, RunningServer, running_requests, wait_until
-
-PYTHON = str(ROOT / ".venv" / "bin" / "python")
-# The interpreter of models that name none (Triton's config.pbtxt has no
-# place for it): the test venv, with numpy.
-os.environ["WIRESPEED_PYTHON"] = PYTHON
+from conftest import RunningServer, running_requests, wait_until
+from python_folders import ADD_SUB_CONFIG, ADD_SUB_MODEL, python_model
 
 # The model both servers run: each datatype transformed in a way that
 # shows every element arrived (and, for integers, that they wrap as numpy's).
@@ -81,80 +76,6 @@ class AllTypes(MLModel):
         return InferenceResponse(model_name=self.name, outputs=[y])
 '''
 
-ADD_SUB_CONFIG = """
-name: "add_sub"
-backend: "python"
-
-input [
-  {
-    name: "INPUT0"
-    data_type: TYPE_FP32
-    dims: [ 4 ]
-  }
-]
-input [
-  {
-    name: "INPUT1"
-    data_type: TYPE_FP32
-    dims: [ 4 ]
-  }
-]
-output [
-  {
-    name: "OUTPUT0"
-    data_type: TYPE_FP32
-    dims: [ 4 ]
-  }
-]
-output [
-  {
-    name: "OUTPUT1"
-    data_type: TYPE_FP32
-    dims: [ 4 ]
-  }
-]
-
-instance_group [{ kind: KIND_CPU }]
-"""
-
-# Triton's python_backend examples/add_sub/model.py, as published.
-ADD_SUB_MODEL = '''
-import json
-
-import numpy as np
-import triton_python_backend_utils as pb_utils
-
-
-class TritonPythonModel:
-    def initialize(self, args):
-        self.model_config = model_config = json.loads(args["model_config"])
-        output0_config = pb_utils.get_output_config_by_name(model_config, "OUTPUT0")
-        output1_config = pb_utils.get_output_config_by_name(model_config, "OUTPUT1")
-        self.output0_dtype = pb_utils.triton_string_to_numpy(output0_config["data_type"])
-        self.output1_dtype = pb_utils.triton_string_to_numpy(output1_config["data_type"])
-
-    def execute(self, requests):
-        output0_dtype = self.output0_dtype
-        output1_dtype = self.output1_dtype
-        responses = []
-        for request in requests:
-            in_0 = pb_utils.get_input_tensor_by_name(request, "INPUT0")
-            in_1 = pb_utils.get_input_tensor_by_name(request, "INPUT1")
-            out_0, out_1 = (
-                in_0.as_numpy() + in_1.as_numpy(),
-                in_0.as_numpy() - in_1.as_numpy(),
-            )
-            out_tensor_0 = pb_utils.Tensor("OUTPUT0", out_0.astype(output0_dtype))
-            out_tensor_1 = pb_utils.Tensor("OUTPUT1", out_1.astype(output1_dtype))
-            inference_response = pb_utils.InferenceResponse(output_tensors=[out_tensor_0, out_tensor_1])
-            responses.append(inference_response)
-        return responses
-
-    def finalize(self):
-        print("Cleaning up...")
-'''
-
-
 # A Triton Python model on strings, batching, with errors in responses.
 UPPER_CONFIG = """
 name: "upper"
@@ -205,17 +126,6 @@ class TritonPythonModel:
                 output_tensors=[pb_utils.Tensor("UPPER", upper), pb_utils.Tensor("LENGTH", length)]))
         return responses
 '''
-
-
-def python_model(folder: Path, code: str, inputs, outputs, keys="", tables=""):
-    """A model folder with `config.toml` and `model.py`."""
-    folder.mkdir(parents=True)
-    tensors = ""
-    for kind, specs in (("inputs", inputs), ("outputs", outputs)):
-        for name, datatype, shape in specs:
-            tensors += f'\n[[{kind}]]\nname = "{name}"\ndatatype = "{datatype}"\nshape = {list(shape)}\n'
-    (folder / "config.toml").write_text(f'backend = "python"\npython = "{PYTHON}"\n{keys}\n{tensors}\n{tables}')
-    (folder / "model.py").write_text(textwrap.dedent(code))
 
 
 ROWS_MODEL = """
@@ -720,147 +630,3 @@ def test_a_request_past_its_deadline_interrupts_the_model(server):
     server.wait_for_log("python worker ready model=stubborn", count=restarts + 1)
     wait_until("stubborn ready", lambda: client.is_model_ready("stubborn"))
     assert client.infer("stubborn", [x]).as_numpy("y").tolist() == [1.0]
-
-
-def test_a_config_pbtxt_wirespeed_cannot_honour_is_refused_by_name(tmp_path):
-    from conftest import run_wirespeed
-
-    folder = tmp_path / "repo" / "m"
-    (folder / "1").mkdir(parents=True)
-    # Decoupled is for models that stream: the Python backend's, not ONNX's.
-    (folder / "config.pbtxt").write_text('platform: "onnxruntime_onnx"\nmodel_transaction_policy { decoupled: true }\n')
-    (folder / "1" / "model.onnx").write_bytes(b"")
-    result = run_wirespeed("serve", "--models", tmp_path / "repo", "--http", "127.0.0.1:0", "--grpc", "127.0.0.1:0")
-    assert result.returncode != 0
-    assert "config.pbtxt" in result.stderr and "decoupled" in result.stderr, result.stderr
-
-
-def test_unloading_runs_finalize_and_ends_the_workers(tmp_path):
-    marker = tmp_path / "finalized"
-    folder = tmp_path / "repo" / "m"
-    (folder / "1").mkdir(parents=True)
-    (folder / "config.pbtxt").write_text(
-        ADD_SUB_CONFIG.replace('name: "add_sub"', 'name: "m"')
-        + f'\nparameters: {{ key: "marker" value: {{ string_value: "{marker}" }} }}\n'
-    )
-    (folder / "1" / "model.py").write_text(ADD_SUB_MODEL.replace(
-        '        print("Cleaning up...")',
-        '        path = self.model_config["parameters"]["marker"]["string_value"]\n'
-        '        with open(path, "w") as f:\n'
-        '            f.write("finalized")',
-    ))
-    server = RunningServer(tmp_path / "repo", extra_args=["--model-control-mode", "explicit", "--load-model", "m"])
-    try:
-        url = f"http://{server.address}"
-        server.wait_for_log("python worker ready model=m")
-        workers = [int(p) for t in Path(f"/proc/{server.process.pid}/task").glob("*/children")
-                   for p in t.read_text().split()]
-        assert len(workers) == 1
-        assert requests.post(f"{url}/v2/repository/models/m/unload").status_code == 200
-        wait_until("finalize to run", lambda: marker.exists() and marker.read_text() == "finalized")
-        wait_until("the worker to end", lambda: not Path(f"/proc/{workers[0]}").exists()
-                   or "zombie" in Path(f"/proc/{workers[0]}/status").read_text())
-        assert requests.post(f"{url}/v2/repository/models/m/load").status_code == 200
-        client = httpclient.InferenceServerClient(server.address)
-        inputs = [httpclient.InferInput("INPUT0", [4], "FP32"), httpclient.InferInput("INPUT1", [4], "FP32")]
-        inputs[0].set_data_from_numpy(np.ones(4, dtype=np.float32))
-        inputs[1].set_data_from_numpy(np.ones(4, dtype=np.float32))
-        assert client.infer("m", inputs).as_numpy("OUTPUT0").tolist() == [2.0] * 4
-    finally:
-        server.stop()
-
-
-def test_a_model_runs_in_the_venv_its_config_names(tmp_path):
-    import subprocess
-    import sysconfig
-
-    folder = tmp_path / "repo" / "v"
-    folder.mkdir(parents=True)
-    env = folder / "env"
-    subprocess.run([PYTHON, "-m", "venv", "--without-pip", str(env)], check=True, timeout=120)
-    (folder / "config.toml").write_text(textwrap.dedent("""
-        backend = "python"
-        venv = "env"
-        [[inputs]]
-        name = "x"
-        datatype = "INT32"
-        shape = [1]
-        [[outputs]]
-        name = "prefix"
-        datatype = "BYTES"
-        shape = [1]
-    """))
-    (folder / "model.py").write_text(textwrap.dedent("""
-        import sys
-        import numpy as np
-
-        class Model:
-            def predict(self, inputs, parameters):
-                return {"prefix": np.array([sys.prefix], dtype=np.object_)}
-    """))
-    body = {"inputs": [{"name": "x", "datatype": "INT32", "shape": [1], "data": [1]}]}
-    # A bare venv has no numpy: the model is not ready, and says why.
-    server = RunningServer(tmp_path / "repo")
-    try:
-        r = requests.post(f"http://{server.address}/v2/models/v/infer", json=body)
-        assert r.status_code == 503
-        assert f"the model's Python ({env}/bin/python) cannot import numpy" in r.json()["error"], r.text
-    finally:
-        server.stop()
-    # Given the test venv's packages, it serves, from its own prefix.
-    site = subprocess.run([str(env / "bin" / "python"), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                          capture_output=True, text=True, check=True).stdout.strip()
-    (Path(site) / "test-packages.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
-    server = RunningServer(tmp_path / "repo")
-    try:
-        r = requests.post(f"http://{server.address}/v2/models/v/infer", json=body)
-        assert r.status_code == 200, r.text
-        assert r.json()["outputs"][0]["data"] == [str(env)]
-    finally:
-        server.stop()
-
-
-def test_an_interpreter_that_is_not_there_fails_the_load_naming_it(tmp_path):
-    from conftest import run_wirespeed
-
-    folder = tmp_path / "repo" / "m"
-    python_model(folder, "class Model:\n    def predict(self, inputs, parameters):\n        return {}\n",
-                 [("x", "FP32", [1])], [("y", "FP32", [1])])
-    config = folder / "config.toml"
-    config.write_text(config.read_text().replace(f'python = "{PYTHON}"', 'python = "/no/such/python3"'))
-    result = run_wirespeed("serve", "--models", tmp_path / "repo", "--http", "127.0.0.1:0", "--grpc", "127.0.0.1:0")
-    assert result.returncode != 0
-    assert "cannot start the model's Python '/no/such/python3'" in result.stderr, result.stderr
-
-
-SPINNING_INITIALIZE = """
-import triton_python_backend_utils as pb_utils
-
-
-class TritonPythonModel:
-    def initialize(self, args):
-        # Never done, and talking to the server all along.
-        self.family = pb_utils.MetricFamily(name="spins", description="d", kind=pb_utils.MetricFamily.COUNTER)
-        spins = self.family.Metric()
-        while True:
-            spins.increment(1)
-
-    def execute(self, requests):
-        return []
-"""
-
-
-def test_an_initialize_that_never_ends_is_bounded_by_the_load_timeout_though_it_uses_metrics(tmp_path):
-    """Each metric operation is a message to the server; the load's time
-    bounds them all, not each one."""
-    python_model(tmp_path / "repo" / "spinning", SPINNING_INITIALIZE, [("x", "FP32", [1])], [("y", "FP32", [1])],
-                 keys="load_timeout_s = 2")
-    server = RunningServer(tmp_path / "repo")
-    try:
-        server.wait_for_log("loading took longer than 2s (load_timeout_s)")
-        r = requests.post(f"http://{server.address}/v2/models/spinning/infer",
-                          json={"inputs": [{"name": "x", "datatype": "FP32", "shape": [1], "data": [1]}]})
-        assert r.status_code == 503, r.text
-        assert requests.get(f"http://{server.address}/v2/health/live").status_code == 200
-    finally:
-        server.stop()
