@@ -30,7 +30,7 @@ import requests
 from google.protobuf import json_format
 
 from conftest import ROOT
-from test_transcode import PROTOS, start_proxy
+from transcode_library import PROTOS, start_proxy
 
 
 @pytest.fixture(scope="module")
