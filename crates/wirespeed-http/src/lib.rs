@@ -6,6 +6,20 @@
 //!
 //! Nothing here knows a protocol: the server's codecs and the proxy's
 //! transcoder read bodies through it and answer with its body.
+//!
+//! ```
+//! use bytes::Bytes;
+//! use hyper::body::Body as _;
+//! use wirespeed_http::Body;
+//!
+//! // A binary answer: its JSON header, then a tensor's own buffer, uncopied.
+//! let tensor = Bytes::from(vec![0u8; 1 << 20]);
+//! let body = Body::chunks([Bytes::from_static(b"{\"outputs\":[]}"), tensor.clone()]);
+//! assert_eq!(body.size_hint().exact(), Some(14 + (1 << 20)));
+//! // Joined only for what needs it whole, as compression does.
+//! let whole = body.into_whole().ok().unwrap();
+//! assert_eq!(&whole[14..], &tensor[..]);
+//! ```
 
 mod body;
 mod chunks;
