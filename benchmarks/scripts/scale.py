@@ -160,6 +160,16 @@ def connections(args, results):
         svg(args.out / file, label + " against open connections", "open connections", label, series, logx=True)
 
 
+def ready_rss_p50(port, pid, started, model, body, seconds, every):
+    """For a server started at `started` (monotonic): start to ready, the
+    RSS of its process tree at ready, and `model`'s p50 with one connection."""
+    wait_ready(f"http://127.0.0.1:{port}/v2/health/ready", seconds=900, every=every)
+    ready = time.monotonic() - started
+    rss = tree_rss_mib(pid)
+    _, p50 = wrk(f"http://127.0.0.1:{port}", f"/v2/models/{model}/infer", body, 1, seconds)
+    return ready, rss, p50
+
+
 def models(args, results):
     counts = [1, 100, 1000, 10000]
     source = ROOT / "models" / "titanic"
@@ -176,10 +186,7 @@ def models(args, results):
         started = time.monotonic()
         ws = start_wirespeed(args.binary, repo)
         try:
-            wait_ready(f"http://127.0.0.1:{WS_PORT}/v2/health/ready", seconds=600, every=0.005)
-            ready = time.monotonic() - started
-            rss = tree_rss_mib(ws.pid)
-            _, p50 = wrk(f"http://127.0.0.1:{WS_PORT}", "/v2/models/m0/infer", body, 1, args.seconds)
+            ready, rss, p50 = ready_rss_p50(WS_PORT, ws.pid, started, "m0", body, args.seconds, every=0.005)
         finally:
             stop(ws)
             shutil.rmtree(repo)
@@ -224,10 +231,7 @@ def python_models(args, results):
                 process = start_wirespeed(args.binary, repo, env={"WIRESPEED_PYTHON": str(python)})
                 port = WS_PORT
             try:
-                wait_ready(f"http://127.0.0.1:{port}/v2/health/ready", seconds=900, every=0.02)
-                ready = time.monotonic() - started
-                rss = tree_rss_mib(process.pid)
-                _, p50 = wrk(f"http://127.0.0.1:{port}", "/v2/models/p0/infer", body, 1, args.seconds)
+                ready, rss, p50 = ready_rss_p50(port, process.pid, started, "p0", body, args.seconds, every=0.02)
             finally:
                 if name == "triton":
                     server.stop()
