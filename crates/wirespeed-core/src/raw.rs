@@ -9,7 +9,8 @@
 //! [`RawFiller`] takes those bytes in chunks of any size, as they arrive,
 //! and copies each chunk once, straight into the typed buffer: one
 //! `memcpy` per chunk where the chunk is aligned for the type (`bytemuck`),
-//! else the room zeroed and then copied. Every size is checked before the buffer is allocated.
+//! else the room zeroed and then copied; never the whole buffer zeroed
+//! first. Every size is checked before the buffer is allocated.
 
 use bytemuck::Pod;
 
