@@ -275,8 +275,9 @@ impl ServedModels {
             buckets,
             cache,
         };
-        // Most models have one version: a list made for one (a `Vec`'s
-        // first push makes room for four, 2 KiB of models a name).
+        // Most models have one version: each list is made for one (a
+        // `Vec`'s first push would make room for four loaded models, 2 KiB
+        // a name).
         let mut by_name: BTreeMap<String, Vec<LoadedModel>> = BTreeMap::new();
         for loaded in loaded {
             by_name
