@@ -16,9 +16,9 @@ pub(crate) fn json(body: impl Into<Bytes>) -> Response<Body> {
 }
 
 /// A 200 response in Triton's binary tensor data extension: a JSON header
-/// of `header_len` bytes, then raw output bytes, from `parts` in order.
-pub(crate) fn binary(parts: Vec<Bytes>, header_len: usize) -> Response<Body> {
-    let mut response = Response::new(Body::chunks(parts));
+/// of `header_len` bytes, then raw output bytes.
+pub(crate) fn binary(body: Body, header_len: usize) -> Response<Body> {
+    let mut response = Response::new(body);
     let headers = response.headers_mut();
     headers.insert(
         CONTENT_TYPE,

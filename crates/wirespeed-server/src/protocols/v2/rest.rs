@@ -154,8 +154,14 @@ fn encode(response: InferResponse, binary: &[bool]) -> Response<Body> {
             parts.push(raw::into_raw(tensor.data));
         }
     }
-    parts.push(Bytes::from(body));
-    response::binary(parts, header_len)
+    // Only outputs under the size: one buffer, as a JSON answer is.
+    let body = if parts.is_empty() {
+        Body::new(body)
+    } else {
+        parts.push(Bytes::from(body));
+        Body::chunks(parts)
+    };
+    response::binary(body, header_len)
 }
 
 /// An output's raw bytes from this size up go as their own buffer; under
