@@ -146,7 +146,7 @@ impl RawFiller {
         if self.received != 0 {
             return false;
         }
-        *data = zeroed(self.datatype, self.count);
+        zero_fill(data, self.count);
         copy(bytes_of_mut(data));
         self.received = self.size;
         true
@@ -422,22 +422,26 @@ fn extend(data: &mut TensorData, bytes: &[u8]) {
     }
 }
 
-/// A zeroed buffer of `count` elements; BOOL is read as bytes and checked at the end.
-fn zeroed(datatype: DataType, count: usize) -> TensorData {
-    match datatype {
-        DataType::Bool | DataType::Uint8 => TensorData::Uint8(vec![0; count]),
-        DataType::Uint16 => TensorData::Uint16(vec![0; count]),
-        DataType::Uint32 => TensorData::Uint32(vec![0; count]),
-        DataType::Uint64 => TensorData::Uint64(vec![0; count]),
-        DataType::Int8 => TensorData::Int8(vec![0; count]),
-        DataType::Int16 => TensorData::Int16(vec![0; count]),
-        DataType::Int32 => TensorData::Int32(vec![0; count]),
-        DataType::Int64 => TensorData::Int64(vec![0; count]),
-        DataType::Fp16 => TensorData::Fp16(vec![half::f16::ZERO; count]),
-        DataType::Fp32 => TensorData::Fp32(vec![0.0; count]),
-        DataType::Fp64 => TensorData::Fp64(vec![0.0; count]),
-        DataType::Bf16 => TensorData::Bf16(vec![half::bf16::ZERO; count]),
-        DataType::Bytes => unreachable!("BYTES has no fixed size"),
+/// Fills `data`'s room with zeros up to `count` elements, in place: the
+/// buffer whole, for a copy that writes every byte of it at once.
+fn zero_fill(data: &mut TensorData, count: usize) {
+    fn zeros<T: Pod>(v: &mut Vec<T>, count: usize) {
+        v.resize(count, T::zeroed());
+    }
+    match data {
+        TensorData::Uint8(v) => zeros(v, count),
+        TensorData::Uint16(v) => zeros(v, count),
+        TensorData::Uint32(v) => zeros(v, count),
+        TensorData::Uint64(v) => zeros(v, count),
+        TensorData::Int8(v) => zeros(v, count),
+        TensorData::Int16(v) => zeros(v, count),
+        TensorData::Int32(v) => zeros(v, count),
+        TensorData::Int64(v) => zeros(v, count),
+        TensorData::Fp16(v) => zeros(v, count),
+        TensorData::Fp32(v) => zeros(v, count),
+        TensorData::Fp64(v) => zeros(v, count),
+        TensorData::Bf16(v) => zeros(v, count),
+        TensorData::Bool(_) | TensorData::Bytes(_) => unreachable!("never a fill buffer"),
     }
 }
 
@@ -515,6 +519,22 @@ mod tests {
             let got = from_raw(data.datatype(), data.len(), &shifted[1..], 1 << 20).unwrap();
             assert_eq!(got, data, "unaligned");
         }
+    }
+
+    #[test]
+    fn a_whole_fill_writes_the_tensor_in_one_go_and_only_before_any_push() {
+        let data = TensorData::Fp32(vec![1.5, -2.0, 3.25]);
+        let mut raw = Vec::new();
+        write_raw(&data, &mut raw);
+        let mut filler = RawFiller::new(DataType::Fp32, 3, raw.len(), 1024).unwrap();
+        assert!(filler.fill_whole(|tensor| tensor.copy_from_slice(&raw)));
+        assert_eq!(filler.finish().unwrap(), data);
+        let mut filler = RawFiller::new(DataType::Bool, 2, 2, 1024).unwrap();
+        assert!(filler.fill_whole(|tensor| tensor.copy_from_slice(&[1, 2])));
+        assert!(filler.finish().is_err(), "a BOOL byte of 2 is refused");
+        let mut filler = RawFiller::new(DataType::Fp32, 3, raw.len(), 1024).unwrap();
+        filler.push(&raw[..4]).unwrap();
+        assert!(!filler.fill_whole(|_| unreachable!("bytes were pushed already")));
     }
 
     #[test]
