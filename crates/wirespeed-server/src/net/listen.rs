@@ -326,7 +326,7 @@ where
         if moves != seen {
             (seen, still_since) = (moves, Instant::now());
         }
-        let limit = if moves <= 1 {
+        let limit = if silent(activity) {
             shared.header_timeout
         } else {
             shared.keep_alive
