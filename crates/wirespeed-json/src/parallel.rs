@@ -109,7 +109,7 @@ pub(crate) fn decode_region<T: Float>(
     // region could hold, the first piece shows where they should end.
     let (mut taken, mut added, region) = if room.saturating_mul(2) < region.len() {
         let first = Pieces::new(region).bounds(0);
-        let (used, n) = decode_piece(&region[first.clone()], room, |v| values.push(v));
+        let (used, n) = decode_piece(&region[first.clone()], room, values);
         if used < first.len() || n == room {
             return (used, n);
         }
@@ -127,7 +127,7 @@ pub(crate) fn decode_region<T: Float>(
                 .max(used)
         };
         if helpers == 0 || end - used < MIN_REGION_BYTES / 2 {
-            let (more, m) = decode_piece(&region[used..end], room - n, |v| values.push(v));
+            let (more, m) = decode_piece(&region[used..end], room - n, values);
             return (used + more, n + m);
         }
         (used, n, &region[..end])
@@ -135,7 +135,7 @@ pub(crate) fn decode_region<T: Float>(
         (0, 0, region)
     };
     let Some(pool) = pool.filter(|_| helpers > 0) else {
-        let (more, m) = decode_piece(&region[taken..], room - added, |v| values.push(v));
+        let (more, m) = decode_piece(&region[taken..], room - added, values);
         return (taken + more, added + m);
     };
     let pieces = Pieces::new(region);
@@ -155,7 +155,7 @@ pub(crate) fn decode_region<T: Float>(
                 while let Some(i) = claims.back() {
                     let piece = &region[pieces.bounds(i)];
                     let at = helped.buffer.len();
-                    let (used, _) = decode_piece(piece, room, |v| helped.buffer.push(v));
+                    let (used, _) = decode_piece(piece, room, &mut helped.buffer);
                     let values = at..helped.buffer.len();
                     helped.pieces.push(HelpedPiece { i, used, values });
                 }
@@ -163,7 +163,7 @@ pub(crate) fn decode_region<T: Float>(
         }
         while let Some(i) = claims.front() {
             let piece = pieces.bounds(i);
-            let (used, n) = decode_piece(&region[piece.clone()], room - added, |v| values.push(v));
+            let (used, n) = decode_piece(&region[piece.clone()], room - added, values);
             taken = piece.start + used;
             added += n;
             if used < piece.len() {
@@ -310,9 +310,10 @@ impl Claims {
 }
 
 /// Decodes the `number ws , ws` repetitions at the start of `piece`,
-/// handing at most `room` values to `push`. Returns the bytes taken (just
-/// after the last value's comma and its whitespace) and the values pushed.
-fn decode_piece<T: Float>(piece: &[u8], room: usize, mut push: impl FnMut(T)) -> (usize, usize) {
+/// onto the end of `values`, at most `room` of them. Returns the bytes taken
+/// (just after the last value's comma and its whitespace) and the values
+/// added.
+fn decode_piece<T: Float>(piece: &[u8], room: usize, values: &mut Vec<T>) -> (usize, usize) {
     let is_ws = |b: u8| matches!(b, b' ' | b'\n' | b'\r' | b'\t');
     let mut pos = 0;
     let mut added = 0;
@@ -321,7 +322,7 @@ fn decode_piece<T: Float>(piece: &[u8], room: usize, mut push: impl FnMut(T)) ->
             pos += 1;
         }
         // Most values, many at a time, as the sequential path takes them.
-        let (used, n) = run::plain_run(&piece[pos..], room - added, &mut push);
+        let (used, n) = run::plain_run(&piece[pos..], room - added, values);
         if n > 0 {
             pos += used;
             added += n;
@@ -350,7 +351,7 @@ fn decode_piece<T: Float>(piece: &[u8], room: usize, mut push: impl FnMut(T)) ->
         if rest.get(end) != Some(&b',') {
             break;
         }
-        push(value);
+        values.push(value);
         added += 1;
         pos += end + 1;
     }

@@ -14,11 +14,15 @@
 use crate::builder::Float;
 use crate::number::{self, PLAIN_WINDOW};
 
-/// Decodes the run at the start of `bytes`, handing at most `room` values
-/// to `push` in order. Returns the bytes consumed (just after the last
-/// value's comma and one space) and the values pushed. It stops before the
+/// Decodes the run at the start of `bytes` onto the end of `values`, at
+/// most `room` values. Returns the bytes consumed (just after the last
+/// value's comma and one space) and the values added. It stops before the
 /// first token it does not take, or when fewer than [`PLAIN_WINDOW`] bytes
-/// are left; what it pushes is exactly what the general path would.
+/// are left; what it adds is exactly what the general path would.
+///
+/// Values are written into room reserved first (a value takes at least
+/// two bytes), so the loop has no capacity check or length update of its
+/// own per value.
 ///
 /// Not inlined: inside the decoder's large state machine its few live
 /// values would be spilled to the stack on every step.
@@ -26,8 +30,11 @@ use crate::number::{self, PLAIN_WINDOW};
 pub(crate) fn plain_run<T: Float>(
     bytes: &[u8],
     room: usize,
-    mut push: impl FnMut(T),
+    values: &mut Vec<T>,
 ) -> (usize, usize) {
+    values.reserve(room.min(bytes.len() / 2));
+    let spare = values.spare_capacity_mut();
+    let room = room.min(spare.len());
     let mut pos = 0;
     let mut added = 0;
     while added < room {
@@ -41,10 +48,16 @@ pub(crate) fn plain_run<T: Float>(
         if !(plain & exact & (win[d.len] == b',')) {
             break;
         }
-        push(v);
+        spare[added].write(v);
         added += 1;
         pos += d.len + 1 + usize::from(win[d.len + 1] == b' ');
     }
+    // SAFETY: the first `added` elements of the spare capacity were written
+    // above, in order.
+    #[allow(unsafe_code)]
+    unsafe {
+        values.set_len(values.len() + added)
+    };
     (pos, added)
 }
 
@@ -84,7 +97,7 @@ mod tests {
         ] {
             let body = format!("{text}, {stop}, {text}]");
             let mut got = vec![];
-            let (used, n) = plain_run::<f32>(body.as_bytes(), usize::MAX, |v| got.push(v));
+            let (used, n) = plain_run::<f32>(body.as_bytes(), usize::MAX, &mut got);
             assert_eq!(n, got.len());
             assert_eq!(n, tokens.len(), "{stop}");
             assert_eq!(bits(&got), bits(&want));
@@ -97,12 +110,12 @@ mod tests {
         // Compact separators, and room.
         let body = format!("{}]", tokens.join(","));
         let mut got = vec![];
-        let (used, n) = plain_run::<f32>(body.as_bytes(), 10, |v| got.push(v));
+        let (used, n) = plain_run::<f32>(body.as_bytes(), 10, &mut got);
         assert_eq!((n, got.len()), (10, 10));
         assert!(body[used..].starts_with(&tokens[10]));
         // The window never reaches past the end.
         let mut got = vec![];
-        let (used, n) = plain_run::<f32>(body.as_bytes(), usize::MAX, |v| got.push(v));
+        let (used, n) = plain_run::<f32>(body.as_bytes(), usize::MAX, &mut got);
         assert!(
             body.len() - used < PLAIN_WINDOW + 20,
             "{used} of {}",

@@ -203,7 +203,7 @@ impl RequestDecoder {
             }
             // The common case, many values at once.
             if len - pos >= number::PLAIN_WINDOW {
-                let (used, n) = run::plain_run(&chunk[pos..], room - added, |v| values.push(v));
+                let (used, n) = run::plain_run(&chunk[pos..], room - added, values);
                 if n > 0 {
                     pos += used;
                     added += n;
