@@ -6,7 +6,7 @@ use std::io::IsTerminal;
 use anyhow::Context;
 use tracing_subscriber::EnvFilter;
 
-use crate::ServeArgs;
+use crate::serve::ServeArgs;
 
 /// Sets up the process's log as `args` ask.
 pub(crate) fn init(args: &ServeArgs) -> anyhow::Result<()> {

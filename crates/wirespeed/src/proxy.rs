@@ -142,7 +142,7 @@ pub(crate) fn proxy(args: ProxyArgs) -> anyhow::Result<()> {
         .enable_all()
         .build()?;
     runtime.block_on(async {
-        let shutdown = super::shutdown_signal()?;
+        let shutdown = crate::serve::shutdown_signal()?;
         let server = Server::bind(&config).await?;
         server.serve(shutdown).await;
         anyhow::Ok(())
