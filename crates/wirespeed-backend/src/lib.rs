@@ -5,6 +5,30 @@
 //! [`CompositeBackend`] traits, the [`ModelSource`] a backend loads from,
 //! and the [`ModelCaller`] a model calls other served models through.
 //!
+//! ```
+//! use wirespeed_backend::ModelConfig;
+//!
+//! let config = ModelConfig::parse(r#"
+//!     backend = "trees"
+//!     model_file = "model.json"
+//!     max_batch_size = 64
+//!
+//!     [[inputs]]
+//!     name = "features"
+//!     datatype = "FP32"
+//!     shape = [-1, 12]
+//!
+//!     [[outputs]]
+//!     name = "probability"
+//!     datatype = "FP32"
+//!     shape = [-1]
+//! "#).unwrap();
+//! assert_eq!(config.backend, "trees");
+//! assert_eq!(config.inputs[0].shape, [-1, 12]);
+//! // Keys the seam does not know are the backend's own.
+//! assert_eq!(config.backend_keys["model_file"].as_str(), Some("model.json"));
+//! ```
+//!
 //! The backends are crates of their own (`wirespeed-trees`,
 //! `wirespeed-onnx`, `wirespeed-python-backend`, `wirespeed-upstream`'s
 //! `backend` feature); the repository (`wirespeed-models`) reads folders

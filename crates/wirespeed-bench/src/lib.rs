@@ -2,6 +2,17 @@
 //! right, and the scenarios that re-measure the published figures of JSON
 //! serving side by side with a peer.
 //!
+//! ```
+//! use std::time::Duration;
+//! use wirespeed_bench::timer::{Arrival, Schedule};
+//!
+//! // 1,000 requests a second over 4 connections: each connection's requests
+//! // are due every 4 ms, the connections staggered by 1 ms. A request's
+//! // latency counts from when it was due, not from when it was sent.
+//! let due: Vec<Duration> = Schedule::new(Arrival::Constant, 1000.0, 4, 1, 0).take(3).collect();
+//! assert_eq!(due, [Duration::from_millis(1), Duration::from_millis(5), Duration::from_millis(9)]);
+//! ```
+//!
 //! - **Latency is corrected for coordinated omission.** In the open loop
 //!   (`--rate`), each request has an intended send time from a fixed
 //!   schedule (constant or Poisson; [`timer`]), and its latency counts from

@@ -4,6 +4,23 @@
 //! answer, and [`Engine::infer`] does everything in between, once for all
 //! of them.
 //!
+//! ```
+//! use wirespeed_core::{Tensor, TensorData};
+//! use wirespeed_engine::cache::ResponseCache;
+//!
+//! // The response cache: an answer kept under the hash of its request, for
+//! // the model as it is loaded now.
+//! let cache = ResponseCache::new(1 << 20);
+//! let inputs = [Tensor::new("x", vec![2], TensorData::Fp32(vec![1.0, 2.0]))];
+//! let key = cache.key(7, &inputs, &[], &Vec::new(), &[]);
+//! assert!(cache.get(&key).is_none());
+//! cache.insert(key, vec![Tensor::new("y", vec![1], TensorData::Fp32(vec![3.0]))]);
+//! assert_eq!(cache.get(&key).unwrap()[0].name, "y");
+//! // Unloading the model drops its answers.
+//! cache.drop_load(7);
+//! assert!(cache.get(&key).is_none());
+//! ```
+//!
 //! - `pipeline.rs`: the one path of an infer request, and the `Codec` seam;
 //! - `served.rs`: the served models, each with its scheduler and response
 //!   cache (`cache.rs`); `readiness.rs`, whether they can answer;

@@ -9,6 +9,27 @@
 //! answer's message is printed as JSON straight from its bytes (or just
 //! its `response_body` field).
 //!
+//! ```
+//! use wirespeed_proxy::TranscodeConfig;
+//!
+//! // The services a server transcodes: one [[service]] per upstream.
+//! let file = std::env::temp_dir().join(format!("transcode-{}.toml", std::process::id()));
+//! std::fs::write(&file, r#"
+//!     [[service]]
+//!     upstream = ["grpc://10.0.0.5:50051", "grpc://10.0.0.6:50051"]
+//!     descriptor_set = "shop.pb"
+//!     forward_headers = ["X-Request-Id"]
+//!     emit_defaults = true
+//! "#).unwrap();
+//! let services = TranscodeConfig::from_file(&file).unwrap();
+//! std::fs::remove_file(&file).unwrap();
+//! assert_eq!(services[0].upstream.len(), 2);
+//! // Paths are relative to the file; header names are matched in lowercase.
+//! assert_eq!(services[0].descriptor_set.as_deref(), Some(std::env::temp_dir().join("shop.pb").as_path()));
+//! assert_eq!(services[0].forward_headers, ["x-request-id"]);
+//! assert!(services[0].print.emit_defaults);
+//! ```
+//!
 //! The crate: [`Transcoder`] (here) holds one [`Backend`](backend.rs) per
 //! upstream; `call.rs` answers one request; `status.rs` maps every error
 //! through one table of gRPC codes; `reflection.rs` asks an upstream for

@@ -2,6 +2,26 @@
 //! with whom a request is batched, and what a request that would be late
 //! is answered.
 //!
+//! ```
+//! use std::time::Duration;
+//! use wirespeed_scheduler::{LevelPolicy, QueuePolicy};
+//!
+//! // Triton's priority levels: 1 is the highest, and a request that gives no
+//! // priority (0) or one past the levels waits at the default level.
+//! let policy = QueuePolicy {
+//!     levels: vec![LevelPolicy::default(), LevelPolicy::default(), LevelPolicy::default()],
+//!     default_level: 2,
+//! };
+//! assert_eq!(policy.level(1), 0);
+//! assert_eq!(policy.level(0), 2);
+//! assert_eq!(policy.level(9), 2);
+//!
+//! // A request's own timeout may only shorten the level's.
+//! let level = LevelPolicy { default_timeout: Some(Duration::from_millis(50)), ..LevelPolicy::default() };
+//! assert_eq!(level.timeout(Some(Duration::from_millis(10))), Some(Duration::from_millis(10)));
+//! assert_eq!(level.timeout(Some(Duration::from_secs(1))), Some(Duration::from_millis(50)));
+//! ```
+//!
 //! At most `max_concurrency` executions of the model run at once, each
 //! holding a *slot*. A request that finds a slot free and nobody waiting
 //! runs at once, alone, without a hop (the common, unloaded case costs two

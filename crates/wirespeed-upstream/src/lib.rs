@@ -1,5 +1,22 @@
 //! wirespeed's client side: how the server calls other inference servers.
 //!
+//! ```
+//! use wirespeed_upstream::{Address, Protocol, Transport};
+//!
+//! let replica: Address = "grpc://triton.models.svc:8001".parse().unwrap();
+//! assert_eq!(replica.protocol, Protocol::Grpc);
+//! assert_eq!(replica.authority(), "triton.models.svc:8001");
+//!
+//! // Over a Unix socket the authority sent is `localhost`.
+//! let local: Address = "http+unix:///run/kserve.sock".parse().unwrap();
+//! assert!(matches!(local.transport, Transport::Unix(_)));
+//! assert_eq!(local.authority(), "localhost");
+//!
+//! // A URL it cannot use says what it takes.
+//! let refused = "ftp://host:21".parse::<Address>().unwrap_err();
+//! assert!(refused.contains("grpc://host:port"));
+//! ```
+//!
 //! An [`Upstream`] is one server's replicas (`upstream.rs`: balancing,
 //! passive health, retries), each reached through a [`channel`] of HTTP/2
 //! connections kept per thread (`channel.rs`, opened by `connect.rs` over
