@@ -20,10 +20,12 @@ pub trait TextModel: Send + Sync {
         &[]
     }
 
-    /// The prompt of a chat request: `request` is a JSON object with
-    /// `messages` (and `tools`, when given), rendered with the model's
-    /// chat template. `None` for a model without one.
-    fn chat_prompt(&self, _request: &str) -> Option<Result<String, String>> {
+    /// The prompt of a chat request, rendered with the model's chat
+    /// template: `messages` is the request's list of messages as its
+    /// client sent it (JSON text, read here and nowhere before), `tools`
+    /// its tools (JSON text) when it gives them. `None` for a model
+    /// without a template; an error names what in the messages is wrong.
+    fn chat_prompt(&self, _messages: &str, _tools: Option<&str>) -> Option<Result<String, String>> {
         None
     }
 

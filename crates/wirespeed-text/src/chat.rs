@@ -121,15 +121,17 @@ impl Chat {
         })
     }
 
-    fn render(&self, request: &str) -> Result<String, String> {
-        let request: serde_json::Value =
-            serde_json::from_str(request).map_err(|e| format!("not JSON: {e}"))?;
+    fn render(&self, messages: &str, tools: Option<&str>) -> Result<String, String> {
+        let messages = conversation(messages)?;
+        let tools: Option<serde_json::Value> = tools
+            .map(serde_json::from_str)
+            .transpose()
+            .map_err(|e| format!("'tools' is not JSON: {e}"))?;
         let template = self.env.get_template("chat").map_err(|e| e.to_string())?;
-        let tools = request.get("tools").filter(|t| !t.is_null());
         template
             .render(minijinja::context! {
-                messages => Value::from_serialize(request.get("messages")),
-                tools => tools.map(Value::from_serialize),
+                messages => Value::from_serialize(&messages),
+                tools => tools.as_ref().filter(|t| !t.is_null()).map(Value::from_serialize),
                 add_generation_prompt => true,
                 bos_token => self.bos.as_str(),
                 eos_token => self.eos.as_str(),
@@ -249,9 +251,34 @@ impl Model for Chat {
     }
 }
 
+/// A chat's messages, read from the request's JSON text and checked: a
+/// list of at least one message, each with a role OpenAI's API knows.
+fn conversation(text: &str) -> Result<Vec<serde_json::Value>, String> {
+    let messages = match serde_json::from_str(text) {
+        Ok(serde_json::Value::Array(m)) if !m.is_empty() => m,
+        Ok(serde_json::Value::Array(_)) => return Err("'messages' is empty".into()),
+        Ok(_) => return Err("'messages' must be a list of messages".into()),
+        Err(e) => return Err(format!("'messages' is not JSON: {e}")),
+    };
+    for (i, m) in messages.iter().enumerate() {
+        let role = m.get("role").and_then(serde_json::Value::as_str);
+        if !matches!(
+            role,
+            Some("system" | "developer" | "user" | "assistant" | "tool" | "function")
+        ) {
+            return Err(format!(
+                "messages[{i}] has role {}; it is system, developer, user, assistant or tool",
+                m.get("role")
+                    .map_or("none".into(), serde_json::Value::to_string)
+            ));
+        }
+    }
+    Ok(messages)
+}
+
 impl TextModel for Chat {
-    fn chat_prompt(&self, request: &str) -> Option<Result<String, String>> {
-        Some(self.render(request))
+    fn chat_prompt(&self, messages: &str, tools: Option<&str>) -> Option<Result<String, String>> {
+        Some(self.render(messages, tools))
     }
 
     fn count_tokens(&self, text: &str) -> Option<usize> {

@@ -182,3 +182,30 @@ fn the_check_finds_a_trespass() {
     let text = "use crate::state::AppState; // crate::fine in a comment\nlet x = mycrate::no;";
     assert_eq!(crate_paths(text), [(1, "state::AppState".to_owned())]);
 }
+
+#[test]
+fn an_openai_request_is_looked_up_and_parsed_once() {
+    // The engine looks the model up (`Engine::infer`) and `request.rs`
+    // parses the body's bytes; no other file of the OpenAI front end does
+    // either. (A model's answer, text, may be read where it is used: a
+    // completion's `tool_calls`.)
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/protocols/openai");
+    let mut found = Vec::new();
+    for file in sources(&dir) {
+        let text = std::fs::read_to_string(&file).unwrap();
+        let name = file.file_name().unwrap().to_string_lossy().into_owned();
+        let code: String = text
+            .lines()
+            .map(|line| line.split("//").next().unwrap_or_default())
+            .collect::<Vec<_>>()
+            .join("\n");
+        let squeezed: String = code.split_whitespace().collect();
+        if squeezed.contains("models.get(") {
+            found.push(format!("{name}: looks a model up"));
+        }
+        if code.contains("::from_slice") && name != "request.rs" {
+            found.push(format!("{name}: parses the body"));
+        }
+    }
+    assert!(found.is_empty(), "{found:#?}");
+}

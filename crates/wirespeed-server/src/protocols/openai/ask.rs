@@ -1,15 +1,22 @@
 //! What a chat or completion request asks (`POST /v1/chat/completions`,
-//! `POST /v1/completions`), read from its JSON object and checked field by
-//! field, each refusal in OpenAI's words naming the field at fault: the
-//! conversation or the prompt, whether to stream, and the sampling fields
-//! as the model gets them. The codec that runs it is `completions.rs`.
+//! `POST /v1/completions`) of a model of ours, from its fields as
+//! `request.rs` read them, checked field by field, each refusal in
+//! OpenAI's words naming the field at fault: the conversation or the
+//! prompt, whether to stream, and the sampling fields as the model gets
+//! them. The codec that runs it is `completions.rs`.
+//!
+//! Fields OpenAI's API does not have are the SDK's `extra_body` (vLLM's
+//! `top_k`, `repetition_penalty`...): they go to the model with the
+//! sampling fields, as vLLM and Triton's vLLM backend take them.
 
+use serde_json::value::RawValue;
 use serde_json::{json, Map, Value};
 use wirespeed_core::Error;
 
-use super::{known_keys, model_name, Refusal};
+use super::request::Request;
+use super::Refusal;
 
-/// The fields a chat request may carry; any other is refused.
+/// The fields of OpenAI's chat requests.
 const CHAT_KEYS: &[&str] = &[
     "model",
     "messages",
@@ -36,7 +43,7 @@ const CHAT_KEYS: &[&str] = &[
     "store",
 ];
 
-/// The fields a completion request may carry; any other is refused.
+/// The fields of OpenAI's completion requests.
 const COMPLETION_KEYS: &[&str] = &[
     "model",
     "prompt",
@@ -60,9 +67,12 @@ const COMPLETION_KEYS: &[&str] = &[
 
 /// What the model is to continue.
 pub(super) enum Prompt {
-    /// A chat: its messages (and tools), a JSON object, rendered with the
+    /// A chat: its messages as sent, and its tools, rendered with the
     /// model's chat template.
-    Chat(Value),
+    Chat {
+        messages: Box<RawValue>,
+        tools: Option<Value>,
+    },
     /// A completion's prompt, as given.
     Text(String),
 }
@@ -82,16 +92,14 @@ pub(super) struct Ask {
 impl Ask {
     /// A chat, not a completion.
     pub(super) fn chat(&self) -> bool {
-        matches!(self.prompt, Prompt::Chat(_))
+        matches!(self.prompt, Prompt::Chat { .. })
     }
 }
 
-/// Reads the request `object` of a chat (`chat`) or a completion: the
-/// model it names and what it asks, each field checked, or the refusal in
-/// OpenAI's words naming the field at fault.
-pub(super) fn parse(object: &Map<String, Value>, chat: bool) -> Result<(String, Ask), Refusal> {
-    known_keys(object, if chat { CHAT_KEYS } else { COMPLETION_KEYS }).map_err(|e| (e, None))?;
-    let model = model_name(object).map_err(|e| (e, Some("model")))?;
+/// Reads what a chat (`chat`) or a completion `request` asks, each field
+/// checked, or the refusal in OpenAI's words naming the field at fault.
+pub(super) fn parse(request: &mut Request, chat: bool) -> Result<Ask, Refusal> {
+    let object = &request.fields;
     let invalid = |param: &'static str, what: String| (Error::invalid_input(what), Some(param));
     let flag = |key: &'static str| match object.get(key) {
         None | Some(Value::Null) => Ok(false),
@@ -139,8 +147,24 @@ pub(super) fn parse(object: &Map<String, Value>, chat: bool) -> Result<(String, 
         Some(other) => return Err(invalid("n", format!("'n' is {other}; it is 1"))),
     }
     let prompt = if chat {
-        Prompt::Chat(conversation(object)?)
+        let Some(messages) = request.messages.take() else {
+            return Err(invalid(
+                "messages",
+                "you must provide 'messages': the conversation so far".into(),
+            ));
+        };
+        Prompt::Chat {
+            messages,
+            tools: object.get("tools").filter(|t| !t.is_null()).cloned(),
+        }
     } else {
+        if request.messages.is_some() {
+            return Err(invalid(
+                "messages",
+                "'messages' belongs to /v1/chat/completions; /v1/completions takes a 'prompt'"
+                    .into(),
+            ));
+        }
         Prompt::Text(prompt(object)?)
     };
     // The sampling fields, checked for their types, as the model gets them.
@@ -221,59 +245,19 @@ pub(super) fn parse(object: &Map<String, Value>, chat: bool) -> Result<(String, 
             sampling.insert(key.into(), v.clone());
         }
     }
-    Ok((
-        model,
-        Ask {
-            prompt,
-            stream,
-            include_usage,
-            sampling,
-        },
-    ))
-}
-
-/// A chat's messages (and tools), checked, as the chat template takes
-/// them: a JSON object with `messages` and `tools`.
-fn conversation(object: &Map<String, Value>) -> Result<Value, Refusal> {
-    let invalid = |param: &'static str, what: String| (Error::invalid_input(what), Some(param));
-    let messages = match object.get("messages") {
-        Some(Value::Array(m)) if !m.is_empty() => m,
-        Some(Value::Array(_)) => return Err(invalid("messages", "'messages' is empty".into())),
-        Some(_) => {
-            return Err(invalid(
-                "messages",
-                "'messages' must be a list of messages".into(),
-            ))
-        }
-        None => {
-            return Err(invalid(
-                "messages",
-                "you must provide 'messages': the conversation so far".into(),
-            ))
-        }
-    };
-    for (i, m) in messages.iter().enumerate() {
-        let role = m.get("role").and_then(Value::as_str);
-        if !matches!(
-            role,
-            Some("system" | "developer" | "user" | "assistant" | "tool" | "function")
-        ) {
-            return Err(invalid(
-                "messages",
-                format!(
-                    "messages[{i}] has role {}; it is system, developer, user, assistant or \
-                     tool",
-                    m.get("role").map_or("none".into(), Value::to_string)
-                ),
-            ));
+    // The SDK's extra_body: the fields OpenAI's API does not have.
+    let known = if chat { CHAT_KEYS } else { COMPLETION_KEYS };
+    for (key, value) in object {
+        if !known.contains(&key.as_str()) && !value.is_null() {
+            sampling.insert(key.clone(), value.clone());
         }
     }
-    let mut conversation = Map::new();
-    conversation.insert("messages".into(), Value::Array(messages.clone()));
-    if let Some(tools) = object.get("tools").filter(|t| !t.is_null()) {
-        conversation.insert("tools".into(), tools.clone());
-    }
-    Ok(Value::Object(conversation))
+    Ok(Ask {
+        prompt,
+        stream,
+        include_usage,
+        sampling,
+    })
 }
 
 /// A completion's prompt: a string, or a list of one.

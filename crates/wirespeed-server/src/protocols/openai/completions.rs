@@ -29,59 +29,50 @@
 use std::sync::{Arc, Mutex};
 
 use hyper::Response;
-use serde_json::{json, Map, Value};
+use serde_json::{json, Value};
 use wirespeed_core::{
     DataType, Error, InferRequest, InferResponse, ParameterValue, Tensor, TensorData,
 };
 
 use super::ask::{parse, Ask, Prompt};
 use super::chunks::{Chunks, Delta, Tally};
-use super::{error_with, now, refused, Endpoint};
+use super::request::Request;
+use super::{error_with, now, Endpoint, Refusal};
 use crate::protocols::http::events;
 use crate::protocols::http::response::{self, Body};
-use crate::protocols::Front;
 use wirespeed_engine::metrics::InferProtocol;
-use wirespeed_engine::pipeline::{self, Codec, RequestContext, Target};
+use wirespeed_engine::pipeline::{self, Codec};
 use wirespeed_engine::served::ServedModel;
 use wirespeed_engine::stream::ResponseStream;
 use wirespeed_engine::timing::Stages;
 
-/// Answers one chat or completion request.
-pub(crate) async fn answer(
-    front: &Front,
-    context: RequestContext,
+/// The codec of one chat (`endpoint`) or completion request `id` to
+/// `model`, a model of ours, from the request's fields, or the refusal of
+/// a field.
+pub(super) fn codec(
+    model: String,
     endpoint: Endpoint,
-    object: &Map<String, Value>,
-) -> Response<Body> {
-    let id = context.id;
+    request: &mut Request,
+    id: u64,
+) -> Result<Completions, Refusal> {
     let chat = endpoint == Endpoint::ChatCompletions;
-    let (model, ask) = match parse(object, chat) {
-        Ok(parsed) => parsed,
-        Err(refusal) => return refused(refusal),
-    };
-    let codec = Completions {
+    let ask = parse(request, chat)?;
+    Ok(Completions {
         ask,
-        model: model.clone(),
-        id: format!(
-            "{}-{id}",
-            if endpoint == Endpoint::ChatCompletions {
-                "chatcmpl"
-            } else {
-                "cmpl"
-            }
-        ),
+        model,
+        id: format!("{}-{id}", if chat { "chatcmpl" } else { "cmpl" }),
         prompt_tokens: None,
         counter: None,
-    };
-    front
-        .engine
-        .infer(context, Target::new(&model, None), codec)
-        .await
+        param: None,
+    })
 }
 
 /// The codec of one chat or completion request.
-struct Completions {
+pub(super) struct Completions {
     ask: Ask,
+    /// The field an error of the model's names (`messages`, when its chat
+    /// template refused them).
+    param: Option<&'static str>,
     model: String,
     /// `chatcmpl-N` or `cmpl-N`.
     id: String,
@@ -181,9 +172,10 @@ impl Codec for Completions {
         self.counter = Some(std::sync::Arc::clone(&model.model));
         let text = model.model.text();
         let prompt = match &mut self.ask.prompt {
-            Prompt::Chat(conversation) => {
+            Prompt::Chat { messages, tools } => {
+                let tools = tools.as_ref().map(Value::to_string);
                 let rendered = text
-                    .and_then(|t| t.chat_prompt(&conversation.to_string()))
+                    .and_then(|t| t.chat_prompt(messages.get(), tools.as_deref()))
                     .ok_or_else(|| {
                         Error::invalid_input(format!(
                             "model '{}' has no chat template (a [chat] table, or a \
@@ -192,7 +184,10 @@ impl Codec for Completions {
                             self.model
                         ))
                     })?;
-                rendered.map_err(|e| Error::invalid_input(format!("messages: {e}")))?
+                rendered.map_err(|e| {
+                    self.param = Some("messages");
+                    Error::invalid_input(e)
+                })?
             }
             Prompt::Text(prompt) => std::mem::take(prompt),
         };
@@ -308,7 +303,7 @@ impl Codec for Completions {
     }
 
     fn error(&self, error: &Error, message: &str) -> Response<Body> {
-        error_with(error, message, None)
+        error_with(error, message, self.param)
     }
 }
 

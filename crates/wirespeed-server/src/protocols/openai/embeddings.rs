@@ -18,15 +18,15 @@ use hyper::Response;
 use serde_json::{Map, Value};
 use wirespeed_core::{Error, InferRequest, InferResponse, Tensor, TensorData};
 
-use super::{error_with, known_keys, model_name, refused, Refusal};
+use super::{error_with, known_keys, Refusal};
 use crate::protocols::http::response::{self, Body};
-use crate::protocols::Front;
 use wirespeed_engine::metrics::InferProtocol;
-use wirespeed_engine::pipeline::{Codec, RequestContext, Target};
+use wirespeed_engine::pipeline::Codec;
 use wirespeed_engine::served::ServedModel;
 use wirespeed_engine::timing::Stages;
 
-const KEYS: &[&str] = &["model", "input", "encoding_format", "dimensions", "user"];
+/// The fields besides `model`.
+const KEYS: &[&str] = &["input", "encoding_format", "dimensions", "user"];
 
 /// One embeddings request, as parsed.
 struct Ask {
@@ -35,31 +35,19 @@ struct Ask {
     dimensions: Option<usize>,
 }
 
-/// Answers one `POST /v1/embeddings`.
-pub(crate) async fn embeddings(
-    front: &Front,
-    context: RequestContext,
-    object: &Map<String, Value>,
-) -> Response<Body> {
-    let (model, ask) = match parse(object) {
-        Ok(parsed) => parsed,
-        Err(refusal) => return refused(refusal),
-    };
-    let codec = Embeddings {
-        ask: Some(ask),
+/// The codec of one `POST /v1/embeddings` to `model`, a model of ours,
+/// from the request's fields, or the refusal of a field.
+pub(super) fn codec(model: String, fields: &Map<String, Value>) -> Result<Embeddings, Refusal> {
+    Ok(Embeddings {
+        ask: Some(parse(fields)?),
         base64: false,
         dimensions: None,
-        model: model.clone(),
-    };
-    front
-        .engine
-        .infer(context, Target::new(&model, None), codec)
-        .await
+        model,
+    })
 }
 
-fn parse(object: &Map<String, Value>) -> Result<(String, Ask), Refusal> {
+fn parse(object: &Map<String, Value>) -> Result<Ask, Refusal> {
     known_keys(object, KEYS).map_err(|e| (e, None))?;
-    let model = model_name(object).map_err(|e| (e, Some("model")))?;
     let bad_input = |what: &str| {
         (
             Error::invalid_input(format!("'input' {what}")),
@@ -111,18 +99,15 @@ fn parse(object: &Map<String, Value>) -> Result<(String, Ask), Refusal> {
             ))
         }
     };
-    Ok((
-        model,
-        Ask {
-            texts,
-            base64,
-            dimensions,
-        },
-    ))
+    Ok(Ask {
+        texts,
+        base64,
+        dimensions,
+    })
 }
 
 /// The embeddings codec of one request.
-struct Embeddings {
+pub(super) struct Embeddings {
     /// Until it is decoded.
     ask: Option<Ask>,
     base64: bool,

@@ -9,21 +9,26 @@
 //! (`tfserving/rest.rs` adds [`list_fields`] and [`model_fields`]).
 //!
 //! Every request is read whole (they are small: texts and messages) and
-//! parsed with `serde_json`; the model it names then takes the one
-//! pipeline (`wirespeed-engine/src/pipeline.rs`), so it queues, batches, is counted and
-//! traced like any other. Embeddings are written from the embedder's
-//! output tensor by the V2 encoder's number writer, or as base64 of its
-//! bytes; a chat answer streams as server-sent events as the model sends
-//! its tokens (`completions.rs`). A model on another server's OpenAI API
-//! gets the request as its client wrote it, and its upstream's answer goes
-//! back as written (`relay.rs`). Errors are OpenAI's
+//! parsed once (`request.rs`); the model it names then takes the one
+//! pipeline (`wirespeed-engine/src/pipeline.rs`), which looks it up once,
+//! so it queues, batches, is counted and traced like any other. The
+//! request's codec (`call.rs`) becomes the one that model needs: a model on
+//! another server's OpenAI API gets the request as its client wrote it,
+//! and its upstream's answer goes back as written (`relay.rs`); a model of
+//! ours has its endpoint's fields checked. Embeddings are written from the
+//! embedder's output tensor by the V2 encoder's number writer, or as base64
+//! of its bytes; a chat's messages become the prompt through the model's
+//! own chat template, and its answer streams as server-sent events as the
+//! model sends its tokens (`completions.rs`). Errors are OpenAI's
 //! `{"error": {"message", "type", "param", "code"}}` ([`error`]).
 
 mod ask;
+mod call;
 mod chunks;
 pub(crate) mod completions;
 pub(crate) mod embeddings;
 mod relay;
+mod request;
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -34,7 +39,7 @@ use wirespeed_core::{Error, ErrorKind, Fault};
 use crate::protocols::http::body::RestRequest;
 use crate::protocols::http::response::{self, Body};
 use crate::protocols::Front;
-use wirespeed_engine::pipeline::{self, RequestContext};
+use wirespeed_engine::pipeline::{self, RequestContext, Target};
 
 /// Who owns the models, as `/v1/models` says.
 const OWNED_BY: &str = "wirespeed";
@@ -123,9 +128,9 @@ pub(crate) fn error(error: &Error, id: u64) -> hyper::Response<Body> {
 /// it names.
 pub(crate) type Refusal = (Error, Option<&'static str>);
 
-/// Answers one request to an OpenAI endpoint: its body read whole
-/// (texts and messages are small) and parsed, then forwarded as it came
-/// when it names a model on an upstream's OpenAI API, else answered here.
+/// Answers one request to an OpenAI endpoint: its body read whole (texts
+/// and messages are small) and parsed once, then the model it names looked
+/// up once, by the engine, whose codec takes it from there (`call.rs`).
 pub(crate) async fn answer(
     front: &Front,
     mut context: RequestContext,
@@ -137,21 +142,16 @@ pub(crate) async fn answer(
         Ok(body) => body,
         Err(e) => return error(&e, context.id),
     };
-    // Parsed once: a model of ours reads its fields from it; a model on
-    // an upstream is sent the body as it came.
-    let object = match object(&body) {
-        Ok(object) => object,
-        Err(e) => return refused((e, None)),
+    let request = match request::Request::read(body) {
+        Ok(request) => request,
+        Err(refusal) => return refused(refusal),
     };
-    if let Some((model, stream)) = relay::forwarded(front, &object) {
-        return relay::answer(front, context, endpoint, model, stream, body).await;
-    }
-    match endpoint {
-        Endpoint::Embeddings => embeddings::embeddings(front, context, &object).await,
-        Endpoint::ChatCompletions | Endpoint::Completions => {
-            completions::answer(front, context, endpoint, &object).await
-        }
-    }
+    let model = request.model.clone();
+    let codec = call::Call::new(endpoint, context.id, request);
+    front
+        .engine
+        .infer(context, Target::new(&model, None), codec)
+        .await
 }
 
 /// The answer that refuses a request as `refusal` says.
@@ -167,27 +167,5 @@ fn known_keys(object: &Map<String, Value>, known: &[&str]) -> Result<(), Error> 
             "Unrecognized request argument supplied: {key}"
         ))),
         None => Ok(()),
-    }
-}
-
-/// The body as a JSON object.
-fn object(body: &[u8]) -> Result<Map<String, Value>, Error> {
-    match serde_json::from_slice::<Value>(body) {
-        Ok(Value::Object(object)) => Ok(object),
-        Ok(_) => Err(Error::malformed("the request body is not a JSON object")),
-        Err(e) => Err(Error::malformed(format!(
-            "We could not parse the JSON body of your request: {e}"
-        ))),
-    }
-}
-
-/// The request's `model`, a string.
-fn model_name(object: &Map<String, Value>) -> Result<String, Error> {
-    match object.get("model") {
-        Some(Value::String(m)) if !m.is_empty() => Ok(m.clone()),
-        Some(_) => Err(Error::invalid_input("'model' must be a model's name")),
-        None => Err(Error::invalid_input(
-            "you must provide a model parameter: the name of a served model",
-        )),
     }
 }

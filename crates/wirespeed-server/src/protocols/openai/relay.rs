@@ -16,7 +16,7 @@
 use std::sync::Arc;
 
 use hyper::Response;
-use serde_json::{json, Map, Value};
+use serde_json::json;
 use wirespeed_core::{
     Error, InferRequest, InferResponse, ParameterValue, Tensor, TensorData, JSON_BODY,
     JSON_ENDPOINT,
@@ -25,49 +25,24 @@ use wirespeed_core::{
 use super::{error_with, Endpoint};
 use crate::protocols::http::events;
 use crate::protocols::http::response::{self, Body};
-use crate::protocols::Front;
 use wirespeed_engine::metrics::InferProtocol;
-use wirespeed_engine::pipeline::{self, Codec, RequestContext, Target};
+use wirespeed_engine::pipeline::{self, Codec};
 use wirespeed_engine::served::ServedModel;
 use wirespeed_engine::stream::ResponseStream;
 use wirespeed_engine::timing::Stages;
 
-/// The model `request` names and whether it asks a stream, when that
-/// model forwards OpenAI requests to an upstream; `None` otherwise (a
-/// model of ours, or none: the native endpoints answer in their words).
-pub(super) fn forwarded(front: &Front, request: &Map<String, Value>) -> Option<(String, bool)> {
-    let model = request.get("model")?.as_str()?;
-    let served = front.engine.models.get(model, None).ok()?;
-    let stream = request.get("stream").and_then(Value::as_bool);
-    served
-        .model
-        .text()
-        .is_some_and(|t| t.forwards())
-        .then(|| (model.to_owned(), stream.unwrap_or(false)))
-}
-
-/// Forwards one request to `model`'s upstream.
-pub(super) async fn answer(
-    front: &Front,
-    context: RequestContext,
-    endpoint: Endpoint,
-    model: String,
-    stream: bool,
-    body: Vec<u8>,
-) -> Response<Body> {
-    let codec = Relay {
+/// The codec that forwards one request, its `body` as the client wrote
+/// it, to a model on an upstream's OpenAI API.
+pub(super) fn codec(endpoint: Endpoint, body: Vec<u8>, stream: bool) -> Relay {
+    Relay {
         endpoint,
         body: Some(body),
         stream,
-    };
-    front
-        .engine
-        .infer(context, Target::new(&model, None), codec)
-        .await
+    }
 }
 
 /// The codec of one forwarded request.
-struct Relay {
+pub(super) struct Relay {
     endpoint: Endpoint,
     /// Until it is decoded.
     body: Option<Vec<u8>>,
