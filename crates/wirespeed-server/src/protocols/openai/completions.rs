@@ -217,15 +217,14 @@ impl Codec for Completions {
             let data = match spec.name.as_str() {
                 "stream" => Some(TensorData::Bool(vec![self.ask.stream])),
                 "sampling_parameters" => Some(TensorData::Bytes(vec![Value::Object(
-                    self.ask.sampling.clone(),
+                    self.ask.sampling.to_object(),
                 )
                 .to_string()
                 .into_bytes()])),
                 name => self
                     .ask
                     .sampling
-                    .get(name)
-                    .and_then(Value::as_f64)
+                    .number(name)
                     .and_then(|x| TensorData::Fp64(vec![x]).cast_number(spec.datatype)),
             };
             match data {
@@ -247,9 +246,10 @@ impl Codec for Completions {
         let parameters = self
             .ask
             .sampling
-            .iter()
+            .to_object()
+            .into_iter()
             .map(|(k, v)| {
-                let value = match v {
+                let value = match &v {
                     Value::Bool(b) => ParameterValue::Bool(*b),
                     Value::Number(n) => match n.as_i64() {
                         Some(i) => ParameterValue::Int(i),
@@ -258,7 +258,7 @@ impl Codec for Completions {
                     Value::String(s) => ParameterValue::String(s.clone()),
                     other => ParameterValue::String(other.to_string()),
                 };
-                (k.clone(), value)
+                (k, value)
             })
             .collect();
         Ok(InferRequest {
