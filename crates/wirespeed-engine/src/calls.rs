@@ -18,8 +18,8 @@ use wirespeed_scheduler::CallContext;
 
 use crate::composite;
 use crate::model_control::{load_request, LoadValue, Repository};
-use crate::pipeline::Target;
 use crate::served::ServedModels;
+use crate::served::Target;
 
 /// The server's caller: its models, the repository that loads them, and
 /// the runtime calls run on.

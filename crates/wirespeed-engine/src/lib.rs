@@ -44,6 +44,7 @@ pub mod cache;
 pub mod calls;
 pub mod classification;
 pub mod composite;
+pub mod counting;
 pub mod metrics;
 pub mod model_control;
 pub mod pipeline;

@@ -30,12 +30,14 @@ use wirespeed_core::{
 
 use crate::classification;
 use crate::composite;
+use crate::counting::Counting;
 use crate::metrics::InferProtocol;
 use crate::regions;
 use crate::reserved_parameters;
 use crate::sequences;
 use crate::served::ServedModel;
-use crate::statistics::{Counting, FailureReason};
+pub use crate::served::Target;
+use crate::statistics::FailureReason;
 use crate::stream::ResponseStream;
 use crate::timing::{timed, timed_on, Stages};
 use crate::traces::{Finished, RequestTrace};
@@ -119,28 +121,6 @@ fn check_batch_size(served: &ServedModel, name: &str, request: &InferRequest) ->
             "inference request batch-size must be <= {max} for '{name}'"
         ))),
         _ => Ok(()),
-    }
-}
-
-/// The model a request names, as its protocol gives it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Target<'a> {
-    /// The model's name.
-    pub name: &'a str,
-    /// The version asked for; `None` for the served one.
-    pub version: Option<&'a str>,
-    /// TF Serving's version label, in place of a version.
-    pub label: Option<&'a str>,
-}
-
-impl<'a> Target<'a> {
-    /// The model `name`, in `version` (the served one when `None`).
-    pub fn new(name: &'a str, version: Option<&'a str>) -> Target<'a> {
-        Target {
-            name,
-            version,
-            label: None,
-        }
     }
 }
 

@@ -10,7 +10,6 @@
 
 use std::collections::BTreeMap;
 
-use crate::pipeline::Target;
 use std::sync::{Arc, RwLock};
 use std::time::Instant;
 
@@ -26,6 +25,28 @@ use crate::sequences::Sequences;
 use crate::statistics::ModelStats;
 use crate::timing::Stages;
 use wirespeed_scheduler::{Answer, CallContext, QueueThread, Scheduler, Spent};
+
+/// The model a request names, as its protocol gives it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Target<'a> {
+    /// The model's name.
+    pub name: &'a str,
+    /// The version asked for; `None` for the served one.
+    pub version: Option<&'a str>,
+    /// TF Serving's version label, in place of a version.
+    pub label: Option<&'a str>,
+}
+
+impl<'a> Target<'a> {
+    /// The model `name`, in `version` (the served one when `None`).
+    pub fn new(name: &'a str, version: Option<&'a str>) -> Target<'a> {
+        Target {
+            name,
+            version,
+            label: None,
+        }
+    }
+}
 
 /// How a served model answers.
 pub enum Runner {

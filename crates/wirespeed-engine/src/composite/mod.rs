@@ -23,9 +23,9 @@ use std::time::Instant;
 use wirespeed_core::{Composite, CompositeKind, Error, ErrorKind, RequestedOutput, Tensor};
 use wirespeed_scheduler::CallContext;
 
-use crate::pipeline::Target;
+use crate::counting::Counting;
+use crate::served::Target;
 use crate::served::{ServedModel, ServedModels};
-use crate::statistics::Counting;
 use crate::timing::Stages;
 
 /// Composites within composites deeper than this are refused at run time

@@ -209,3 +209,94 @@ fn an_openai_request_is_looked_up_and_parsed_once() {
     }
     assert!(found.is_empty(), "{found:#?}");
 }
+
+/// The engine's modules (`pipeline`, `served`, the folder `composite`...)
+/// and the modules each names (`crate::x`, or `super::x` from a file at
+/// the top), the crate root left out: it declares them all.
+fn engine_modules() -> std::collections::BTreeMap<String, std::collections::BTreeSet<String>> {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../wirespeed-engine/src");
+    let mut graph = std::collections::BTreeMap::new();
+    for file in sources(&src) {
+        let relative = file
+            .strip_prefix(&src)
+            .unwrap()
+            .to_string_lossy()
+            .into_owned();
+        if relative == "lib.rs" {
+            continue;
+        }
+        let module = relative
+            .split('/')
+            .next()
+            .unwrap()
+            .trim_end_matches(".rs")
+            .to_owned();
+        let top = !relative.contains('/');
+        let text = std::fs::read_to_string(&file).unwrap();
+        let names: &mut std::collections::BTreeSet<String> =
+            graph.entry(module.clone()).or_default();
+        for line in text.lines() {
+            let code = line.split("//").next().unwrap_or_default();
+            for prefix in ["crate::", "super::"] {
+                if prefix == "super::" && !top {
+                    continue;
+                }
+                for (i, _) in code.match_indices(prefix) {
+                    let rest = &code[i + prefix.len()..];
+                    let name: String = rest
+                        .chars()
+                        .take_while(|c| c.is_ascii_lowercase() || *c == '_')
+                        .collect();
+                    if !name.is_empty() && name != module {
+                        names.insert(name);
+                    }
+                }
+            }
+        }
+    }
+    graph
+}
+
+/// A circle of imports in `graph`, if it has one.
+fn circle(
+    graph: &std::collections::BTreeMap<String, std::collections::BTreeSet<String>>,
+) -> Option<Vec<String>> {
+    fn visit(
+        graph: &std::collections::BTreeMap<String, std::collections::BTreeSet<String>>,
+        at: &str,
+        path: &mut Vec<String>,
+        done: &mut std::collections::BTreeSet<String>,
+    ) -> Option<Vec<String>> {
+        if let Some(start) = path.iter().position(|m| m == at) {
+            let mut found = path[start..].to_vec();
+            found.push(at.to_owned());
+            return Some(found);
+        }
+        if !done.insert(at.to_owned()) {
+            return None;
+        }
+        path.push(at.to_owned());
+        for next in graph.get(at).into_iter().flatten() {
+            if let Some(found) = visit(graph, next, path, done) {
+                return Some(found);
+            }
+        }
+        path.pop();
+        None
+    }
+    let mut done = std::collections::BTreeSet::new();
+    graph
+        .keys()
+        .find_map(|m| visit(graph, m, &mut Vec::new(), &mut done))
+}
+
+#[test]
+fn the_engines_modules_import_no_circle() {
+    let graph = engine_modules();
+    assert!(graph["pipeline"].contains("served"), "{graph:?}");
+    assert_eq!(circle(&graph), None, "{graph:#?}");
+    // The check finds one.
+    let mut looped = graph.clone();
+    looped.get_mut("served").unwrap().insert("pipeline".into());
+    assert!(circle(&looped).is_some());
+}

@@ -16,7 +16,7 @@ use super::Scrape;
 use crate::net::counts::{Connections, ListenerKind};
 use wirespeed_engine::composite::application;
 use wirespeed_engine::metrics::{Histogram, InferProtocol, Refusal, Traffic};
-use wirespeed_engine::statistics::{self, FailureReason};
+use wirespeed_engine::statistics::FailureReason;
 use wirespeed_engine::Engine;
 
 /// The content type of the text format.
@@ -237,7 +237,7 @@ fn model_families(engine: &Engine) -> Vec<MetricFamily> {
     for (name, served) in engine.models.all() {
         let version = served.version().to_owned();
         let labels = [("model", name.as_str()), ("version", version.as_str())];
-        let stats = statistics::snapshot(&name, &served);
+        let stats = wirespeed_engine::counting::snapshot(&name, &served);
         let triton = &stats.triton;
         let inference = triton.inference_stats.unwrap_or_default();
         let us = |d: Option<pb::StatisticDuration>| d.unwrap_or_default().ns / 1000;

@@ -188,7 +188,7 @@ impl GrpcInferenceService for Inference {
         request: Request<pb::ModelStatisticsRequest>,
     ) -> Result<Response<pb::ModelStatisticsResponse>, Status> {
         let request = request.into_inner();
-        let model_stats = wirespeed_engine::statistics::select(
+        let model_stats = wirespeed_engine::counting::select(
             &self.front.engine.models,
             &request.name,
             version(&request.version),

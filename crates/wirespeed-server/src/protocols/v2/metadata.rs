@@ -98,7 +98,7 @@ pub(crate) fn config(front: &Front, model: Target<'_>) -> Result<Response<Body>,
 /// The statistics of one model, or of every model when the name is empty.
 pub(crate) fn stats(front: &Front, model: Target<'_>) -> Result<Response<Body>, Error> {
     let stats =
-        wirespeed_engine::statistics::select(&front.engine.models, model.name, model.version)?;
+        wirespeed_engine::counting::select(&front.engine.models, model.name, model.version)?;
     Ok(response::json_value(
         &wirespeed_engine::statistics::to_json(&stats),
     ))
