@@ -280,7 +280,7 @@ pub fn check_steps(
 
 /// Every composite of `loaded` checked against the others with
 /// [`check_composite`] (`wirespeed serve --check`).
-pub fn check_ensembles(loaded: &[crate::LoadedModel]) -> Result<(), String> {
+pub fn check_composites(loaded: &[crate::LoadedModel]) -> Result<(), String> {
     let lookup = |model: &str, version: Option<&str>| {
         let mut versions = loaded.iter().filter(|m| m.name == model);
         let found = match version {

@@ -43,7 +43,7 @@ mod testdir;
 mod warmup;
 
 pub use application::check_candidates;
-pub use ensemble::{check_composite, check_ensembles, check_steps};
+pub use ensemble::{check_composite, check_composites, check_steps};
 pub use identity::IdentityModel;
 pub use loaded::{LoadedModel, OutputLabels};
 pub use mlserver::is_repository as is_mlserver_repository;

@@ -42,8 +42,8 @@
 //! is all the Python wheel and `wirespeed bench` link of the backends.
 
 mod backend;
-mod ensemble;
 mod error;
+mod forest;
 mod legacy;
 mod lightgbm;
 mod objective;
@@ -53,8 +53,8 @@ mod ubjson;
 mod xgboost;
 
 pub use backend::{Fil, Lightgbm, TreeModel, Xgboost};
-pub use ensemble::TreeEnsemble;
 pub use error::LoadError;
+pub use forest::TreeEnsemble;
 pub use legacy::{load_xgboost_legacy, parse_xgboost_legacy};
 pub use lightgbm::{load_lightgbm, parse_lightgbm};
 pub use objective::Objective;

@@ -21,7 +21,7 @@
 use std::collections::HashMap;
 use std::path::Path;
 
-use crate::ensemble::{Node, SplitRule, TreeEnsemble, MAX_FEATURES};
+use crate::forest::{Node, SplitRule, TreeEnsemble, MAX_FEATURES};
 use crate::{LoadError, Objective};
 
 fn invalid(message: impl Into<String>) -> LoadError {

@@ -10,7 +10,7 @@ use std::path::Path;
 
 use serde::Deserialize;
 
-use crate::ensemble::{Node, SplitRule, TreeEnsemble, MAX_FEATURES};
+use crate::forest::{Node, SplitRule, TreeEnsemble, MAX_FEATURES};
 use crate::{LoadError, Objective};
 
 #[derive(Deserialize)]

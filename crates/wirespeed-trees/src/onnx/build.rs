@@ -4,7 +4,7 @@
 //! bypassed, cycles refused), and the leaves' weights attached.
 
 use super::*;
-use crate::ensemble::{Node, MAX_FEATURES};
+use crate::forest::{Node, MAX_FEATURES};
 use crate::Objective;
 
 impl OnnxTrees {

@@ -30,7 +30,7 @@ mod predict;
 #[cfg(test)]
 mod tests;
 
-use crate::ensemble::TreeEnsemble;
+use crate::forest::TreeEnsemble;
 use crate::LoadError;
 
 /// Scores a row at most: a file cannot make every request allocate

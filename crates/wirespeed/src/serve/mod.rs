@@ -249,7 +249,7 @@ fn check(
     let models = runtime
         .block_on(async { wirespeed_models::load_repository(models, &defaults.backends, &pool) })
         .context("model repository check failed")?;
-    wirespeed_models::check_ensembles(&models)
+    wirespeed_models::check_composites(&models)
         .map_err(anyhow::Error::msg)
         .context("model repository check failed")?;
     for loaded in models {

@@ -1,4 +1,5 @@
-//! The in-memory tree ensemble and its prediction loops.
+//! The forest: a tree ensemble ([`TreeEnsemble`]) in memory, and its
+//! prediction loops.
 //!
 //! All trees live in one flat node array. A node is 16 bytes: the split
 //! feature with flags in its top bits, the threshold (or the leaf value, or
