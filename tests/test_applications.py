@@ -214,6 +214,16 @@ def test_weighted_split_sticks_by_key(tmp_path):
                 for _ in range(3):
                     result = client.infer("split_by_header", [x], headers={"x-user": f"user-{uid}"})
                     answers.add(float(result.as_numpy("y")[0][0]))
+            # Clipper's and TF Serving's REST APIs read the same header.
+            headers = {"X-User": f"user-{uid}"}
+            clipper = requests.post(f"http://{server.address}/split_by_header/predict",
+                                    json={"input": [1.0]}, headers=headers, timeout=30)
+            assert clipper.status_code == 200, clipper.text
+            answers.add(float(clipper.json()["output"][0]))
+            tf = requests.post(f"http://{server.address}/v1/models/split_by_header:predict",
+                               json={"instances": [[1.0]]}, headers=headers, timeout=30)
+            assert tf.status_code == 200, tf.text
+            answers.add(float(np.asarray(tf.json()["predictions"]).reshape(-1)[0]))
             assert len(answers) == 1 and answers <= {101.0, 201.0}, (uid, answers)
     finally:
         server.stop()

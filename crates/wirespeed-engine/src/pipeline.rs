@@ -12,8 +12,9 @@
 //! So the same request gives the same outputs, and the same mistake the
 //! same error, through V2 JSON, V2 binary, raw bodies, TF Serving, Clipper,
 //! OpenAI and gRPC. What only some protocols have stays in their codecs
-//! (Clipper's version in the body, an application's key read from a
-//! header: `composite::application::key_from_header`).
+//! (Clipper's version in the body); what a model reads from a request's
+//! headers (an application's key) each protocol with headers gives the
+//! same way ([`Codec::header`]).
 //!
 //! The spans, enabled with `--log-level debug`: `request` (with its id and
 //! protocol) around `read` (which decodes as the body arrives, and records
@@ -146,6 +147,13 @@ pub trait Codec {
         model: &mut Arc<ServedModel>,
         stages: &mut Stages,
     ) -> Result<InferRequest, Error>;
+
+    /// The request header (HTTP) or call metadata (gRPC) `name`, for a
+    /// model that reads one ([`ServedModel::header_parameters`]); `None`
+    /// where the protocol has none.
+    fn header(&self, _name: &str) -> Option<String> {
+        None
+    }
 
     /// The request names no served model: finish with what is left of it
     /// (a body to read and drop), and return the error as the protocol
@@ -320,6 +328,13 @@ async fn admit<C: Codec>(
     drop(reading);
     let mut request = request?;
     let served: &ServedModel = model;
+    for (header, parameter) in &served.header_parameters {
+        if let Some(value) = codec.header(header) {
+            request
+                .parameters
+                .push((parameter.clone(), ParameterValue::String(value)));
+        }
+    }
     let queueing = reserved_parameters::read(&request.parameters)?;
     let sequence = sequences::flags(&mut request.parameters)?;
     // Inputs in shared memory are read as part of decoding the request;

@@ -100,6 +100,12 @@ pub struct ServedModel {
     /// The response cache, and this load's id in it, when the model's
     /// answers may come from it.
     pub cache: Option<(Arc<ResponseCache>, u64)>,
+    /// The request headers (HTTP's, or gRPC's metadata) the model reads,
+    /// each given to it as the string parameter named beside it: an
+    /// application keyed by a header (`key = "header:x-user-id"`) reads
+    /// its query's key there. Every protocol with headers gives them
+    /// ([`Codec::header`](crate::pipeline::Codec::header)).
+    pub header_parameters: Vec<(String, String)>,
 }
 
 impl Drop for ServedModel {
@@ -394,6 +400,16 @@ impl ServedModels {
             .max_queue
             .unwrap_or(64usize.saturating_mul(concurrency).saturating_mul(per_turn));
         let scheduling = serving.scheduling.clone();
+        let header_parameters = match loaded.composite.as_deref().map(|c| &c.kind) {
+            Some(CompositeKind::Application(selector)) => {
+                let key = selector.key();
+                key.strip_prefix("header:")
+                    .map(|header| (header.to_owned(), key.to_owned()))
+                    .into_iter()
+                    .collect()
+            }
+            _ => Vec::new(),
+        };
         let runner = match loaded.composite {
             Some(composite) => Runner::Composite(composite),
             None => Runner::Scheduled(Scheduler::start(
@@ -452,6 +468,7 @@ impl ServedModels {
             output_parameters: loaded.output_parameters,
             dialect: loaded.dialect,
             metadata_answer: loaded.metadata_answer,
+            header_parameters,
         })
     }
 

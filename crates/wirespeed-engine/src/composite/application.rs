@@ -155,26 +155,6 @@ pub async fn feedback(
     Ok(())
 }
 
-/// An application keyed by a header (`key = "header:x-user-id"`) reads
-/// its query's key there: a protocol with headers (HTTP's, gRPC's
-/// metadata) calls this as it decodes, with its lookup `header`, and the
-/// key joins the request's parameters under the name the selector reads.
-pub fn key_from_header(
-    served: &ServedModel,
-    request: &mut wirespeed_core::InferRequest,
-    header: impl FnOnce(&str) -> Option<String>,
-) {
-    let Some(selector) = selector_of(served) else {
-        return;
-    };
-    let key = selector.key();
-    if let Some(value) = key.strip_prefix("header:").and_then(header) {
-        request
-            .parameters
-            .push((key.to_owned(), ParameterValue::String(value)));
-    }
-}
-
 /// The selector of `served`, when it is an application.
 pub fn selector_of(served: &ServedModel) -> Option<&dyn Selector> {
     match &served.composite()?.kind {

@@ -225,8 +225,11 @@ impl Codec for ClipperQuery<'_> {
                 *model = self.version(&version)?;
             }
         }
-        application::key_from_header(model, &mut request, |name| self.request.header(name));
         Ok(request)
+    }
+
+    fn header(&self, name: &str) -> Option<String> {
+        self.request.header(name)
     }
 
     async fn refuse(&mut self, error: Error) -> Error {

@@ -20,7 +20,6 @@ use crate::protocols::http::response::{self, Body};
 use crate::protocols::tfserving::examples::{self, Examples, Head, Verb};
 use crate::protocols::tfserving::grpc::SIGNATURE;
 use crate::protocols::Front;
-use wirespeed_engine::composite::application;
 use wirespeed_engine::metrics::InferProtocol;
 use wirespeed_engine::pipeline::Target;
 use wirespeed_engine::pipeline::{Codec, RequestContext};
@@ -109,8 +108,11 @@ impl Codec for TfPredict<'_> {
                 _ => return Err(Error::invalid_input("'signature_name' must be a string")),
             }
         }
-        application::key_from_header(model, &mut request, |name| self.request.header(name));
         Ok(request)
+    }
+
+    fn header(&self, name: &str) -> Option<String> {
+        self.request.header(name)
     }
 
     async fn refuse(&mut self, error: Error) -> Error {

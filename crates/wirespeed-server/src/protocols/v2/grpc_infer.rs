@@ -12,7 +12,6 @@ use wirespeed_core::{Error, InferRequest, InferResponse, TraceContext};
 use super::convert;
 use crate::protocols::Front;
 use pb::infer_parameter::ParameterChoice;
-use wirespeed_engine::composite::application;
 use wirespeed_engine::metrics::InferProtocol;
 use wirespeed_engine::pipeline::{self, Codec, RequestContext, Target};
 use wirespeed_engine::served::ServedModel;
@@ -251,12 +250,12 @@ impl Codec for GrpcInfer<'_> {
         stages: &mut Stages,
     ) -> Result<InferRequest, Error> {
         let model: &ServedModel = model;
-        let mut request = self.convert(model, stages).await?;
-        application::key_from_header(model, &mut request, |name| {
-            let value = self.metadata.get(name)?.to_str().ok()?;
-            Some(value.to_owned())
-        });
-        Ok(request)
+        self.convert(model, stages).await
+    }
+
+    fn header(&self, name: &str) -> Option<String> {
+        let value = self.metadata.get(name)?.to_str().ok()?;
+        Some(value.to_owned())
     }
 
     fn encode(&mut self, response: InferResponse) -> Result<Self::Answer, Error> {

@@ -13,7 +13,6 @@ use wirespeed_http::RequestBody;
 use crate::protocols::http::body::{decode_body, DecodedBody, RestRequest};
 use crate::protocols::http::response::{self, Body};
 use crate::protocols::Front;
-use wirespeed_engine::composite::application;
 use wirespeed_engine::metrics::InferProtocol;
 use wirespeed_engine::pipeline::Target;
 use wirespeed_engine::pipeline::{Codec, RequestContext};
@@ -89,8 +88,11 @@ impl Codec for V2Rest<'_> {
                 .iter()
                 .map(|(name, value)| (name.as_str(), value.as_bytes())),
         );
-        application::key_from_header(model, &mut request, |name| self.request.header(name));
         Ok(request)
+    }
+
+    fn header(&self, name: &str) -> Option<String> {
+        self.request.header(name)
     }
 
     async fn refuse(&mut self, error: Error) -> Error {
