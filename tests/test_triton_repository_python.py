@@ -15,6 +15,7 @@ from onnx import TensorProto, helper
 from tritonclient.utils import InferenceServerException
 
 from conftest import RunningServer, run_wirespeed
+from python_folders import ADD_SUB_CONFIG
 from triton_folders import SIMPLE_CONFIG, inputs_of, simple_onnx
 
 
@@ -330,46 +331,9 @@ def test_an_async_execute_is_awaited(tmp_path):
         server.stop()
 
 
-CUSTOM_METRICS_CONFIG = """
-name: "custom_metrics"
-backend: "python"
-
-input [
-  {
-    name: "INPUT0"
-    data_type: TYPE_FP32
-    dims: [ 4 ]
-  }
-]
-input [
-  {
-    name: "INPUT1"
-    data_type: TYPE_FP32
-    dims: [ 4 ]
-  }
-]
-output [
-  {
-    name: "OUTPUT0"
-    data_type: TYPE_FP32
-    dims: [ 4 ]
-  }
-]
-output [
-  {
-    name: "OUTPUT1"
-    data_type: TYPE_FP32
-    dims: [ 4 ]
-  }
-]
-
-instance_group [
-  {
-    count: 3
-    kind: KIND_CPU
-  }
-]
-"""
+# Triton's add_sub folder, three instances.
+CUSTOM_METRICS_CONFIG = ADD_SUB_CONFIG.replace('name: "add_sub"', 'name: "custom_metrics"').replace(
+    "instance_group [{ kind: KIND_CPU }]", "instance_group [{ count: 3 kind: KIND_CPU }]")
 
 CUSTOM_METRICS_MODEL = '''
 import time
