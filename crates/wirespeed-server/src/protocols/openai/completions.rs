@@ -206,6 +206,9 @@ impl Codec for Completions {
             )));
         }
         let ones = |shape: &[i64]| -> Vec<usize> { vec![1; shape.len().max(1)] };
+        // The sampling fields as JSON, once: the model's parameters, and its
+        // `sampling_parameters` input when it has one.
+        let sampling = self.ask.sampling.to_object();
         let mut inputs = vec![Tensor {
             name: "text_input".into(),
             shape: ones(&spec.shape),
@@ -216,11 +219,11 @@ impl Codec for Completions {
             let shape = ones(&spec.shape);
             let data = match spec.name.as_str() {
                 "stream" => Some(TensorData::Bool(vec![self.ask.stream])),
-                "sampling_parameters" => Some(TensorData::Bytes(vec![Value::Object(
-                    self.ask.sampling.to_object(),
-                )
-                .to_string()
-                .into_bytes()])),
+                "sampling_parameters" => {
+                    Some(TensorData::Bytes(vec![
+                        serde_json::to_vec(&sampling).unwrap_or_default()
+                    ]))
+                }
                 name => self
                     .ask
                     .sampling
@@ -243,10 +246,7 @@ impl Codec for Completions {
                 }
             }
         }
-        let parameters = self
-            .ask
-            .sampling
-            .to_object()
+        let parameters = sampling
             .into_iter()
             .map(|(k, v)| {
                 let value = match &v {
