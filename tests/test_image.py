@@ -27,6 +27,7 @@ import contextlib
 import hashlib
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -91,7 +92,7 @@ def build(tag, run_base):
         "--build-arg", f"BUILD_IMAGE={BUILD_BASE}", "--build-arg", f"ORT_IMAGE={BUILD_BASE}",
         "--build-arg", f"RUN_IMAGE={run_base}",
         # This machine's toolchain and crates, and a target folder kept
-        # between runs (the Dockerfile's build is otherwise unchanged).
+        # between the module's builds (the Dockerfile's build is otherwise unchanged).
         "-v", f"{rustup}:{rustup}", "-v", f"{cargo}:{cargo}", "-v", f"{target}:/src/target",
         # This machine's trust store: a build behind a TLS-inspecting proxy
         # (as here) needs its authority to fetch ONNX Runtime's wheel.
@@ -111,6 +112,15 @@ def mounted(tag):
     finally:
         subprocess.run(["buildah", "umount", container], capture_output=True)
         subprocess.run(["buildah", "rm", container], capture_output=True)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def build_folder():
+    """The builds' target folder, shared by the module's two images and
+    removed at its end: two gigabytes that no other test reads (a CI
+    machine's disk is shared). The Debian bases' tarballs stay."""
+    yield CACHE / "target"
+    shutil.rmtree(CACHE / "target", ignore_errors=True)
 
 
 @pytest.fixture(scope="module")
@@ -212,6 +222,49 @@ answers["metrics"] = "nv_inference_request_success" in urllib.request.urlopen(
     "http://127.0.0.1:8002/metrics").read().decode()
 print(json.dumps(answers))
 '''
+
+
+# The image on a Python base is built, run and removed first, before the
+# module's image (the fixture below): the two are never held together
+# (a CI machine's disk is shared).
+PYTHON_MODEL = '''
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        return [pb_utils.InferenceResponse([pb_utils.Tensor(
+            "OUTPUT0", pb_utils.get_input_tensor_by_name(r, "INPUT0").as_numpy() * 2)]) for r in requests]
+'''
+
+
+def test_an_image_on_a_python_base_serves_a_triton_python_model(tmp_path):
+    """RUN_IMAGE with Python and numpy: a Triton Python model's folder,
+    mounted over /models, is served by the image's user."""
+    debian_base(PYTHON_RUN_BASE, "minbase", PYTHON_PACKAGES, env=[f"PATH={SYSTEM_PATH}"])
+    config = build(PYTHON_IMAGE, PYTHON_RUN_BASE)
+    repo = tmp_path / "models"
+    (repo / "doubler" / "1").mkdir(parents=True)
+    (repo / "doubler" / "config.pbtxt").write_text(
+        'backend: "python"\n'
+        'input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ 3 ] } ]\n'
+        'output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 3 ] } ]\n')
+    (repo / "doubler" / "1" / "model.py").write_text(PYTHON_MODEL)
+    try:
+        with mounted(PYTHON_IMAGE) as root:
+            container = Container(root, config, tmp_path / "serve.log", models=repo)
+            try:
+                wait_until("the image's health check passes", container.healthy, timeout=60)
+                body = json.dumps({"inputs": [{"name": "INPUT0", "shape": [3], "datatype": "FP32",
+                                               "data": [1.0, 2.5, -4.0]}]})
+                asked = container.inside("curl", "-sS", "--fail-with-body",
+                                         "http://127.0.0.1:8000/v2/models/doubler/infer", "-d", body)
+            finally:
+                container.stop()
+    finally:
+        run("podman", "rmi", "--force", "--ignore", PYTHON_IMAGE, PYTHON_RUN_BASE, BUILD_BASE)
+    assert asked.returncode == 0, asked.stdout + asked.stderr + (tmp_path / "serve.log").read_text()
+    assert json.loads(asked.stdout)["outputs"][0]["data"] == [2.0, 5.0, -8.0]
 
 
 def test_the_image_serves_the_bundled_models_as_xgboost_answers(image, rootfs, tmp_path):
@@ -321,43 +374,3 @@ def test_the_image_runs_tritons_command_line(image, rootfs, tmp_path, entrypoint
     assert json.loads(asked.stdout)["name"] == "triton"
     log = (tmp_path / "serve.log").read_text()
     assert "serving Triton's command line" in log and "0.0.0.0:9000" in log, log
-
-
-PYTHON_MODEL = '''
-import triton_python_backend_utils as pb_utils
-
-
-class TritonPythonModel:
-    def execute(self, requests):
-        return [pb_utils.InferenceResponse([pb_utils.Tensor(
-            "OUTPUT0", pb_utils.get_input_tensor_by_name(r, "INPUT0").as_numpy() * 2)]) for r in requests]
-'''
-
-
-def test_an_image_on_a_python_base_serves_a_triton_python_model(tmp_path):
-    """RUN_IMAGE with Python and numpy: a Triton Python model's folder,
-    mounted over /models, is served by the image's user."""
-    debian_base(PYTHON_RUN_BASE, "minbase", PYTHON_PACKAGES, env=[f"PATH={SYSTEM_PATH}"])
-    config = build(PYTHON_IMAGE, PYTHON_RUN_BASE)
-    repo = tmp_path / "models"
-    (repo / "doubler" / "1").mkdir(parents=True)
-    (repo / "doubler" / "config.pbtxt").write_text(
-        'backend: "python"\n'
-        'input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ 3 ] } ]\n'
-        'output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 3 ] } ]\n')
-    (repo / "doubler" / "1" / "model.py").write_text(PYTHON_MODEL)
-    try:
-        with mounted(PYTHON_IMAGE) as root:
-            container = Container(root, config, tmp_path / "serve.log", models=repo)
-            try:
-                wait_until("the image's health check passes", container.healthy, timeout=60)
-                body = json.dumps({"inputs": [{"name": "INPUT0", "shape": [3], "datatype": "FP32",
-                                               "data": [1.0, 2.5, -4.0]}]})
-                asked = container.inside("curl", "-sS", "--fail-with-body",
-                                         "http://127.0.0.1:8000/v2/models/doubler/infer", "-d", body)
-            finally:
-                container.stop()
-    finally:
-        run("podman", "rmi", "--force", "--ignore", PYTHON_IMAGE, PYTHON_RUN_BASE, BUILD_BASE)
-    assert asked.returncode == 0, asked.stdout + asked.stderr + (tmp_path / "serve.log").read_text()
-    assert json.loads(asked.stdout)["outputs"][0]["data"] == [2.0, 5.0, -8.0]
