@@ -4,9 +4,9 @@
 
 use std::sync::Arc;
 
-use wirespeed_core::{Composite, Model};
+use wirespeed_core::Model;
 
-use crate::ModelSource;
+use crate::{Composite, ModelSource};
 
 /// A kind of model: reads a model folder and its config, and loads the
 /// model.
@@ -41,5 +41,5 @@ pub trait CompositeBackend: Send + Sync {
 
     /// Reads the composite `source` describes. The models it calls are
     /// checked against the served ones by the server, not here.
-    fn load(&self, source: &ModelSource<'_>) -> Result<Composite, String>;
+    fn load(&self, source: &ModelSource<'_>) -> Result<Arc<dyn Composite>, String>;
 }

@@ -3,7 +3,9 @@
 //! ([`ModelConfig`]: the keys every backend shares, the serving policy they
 //! set, and the backend's own keys), the [`Backend`] and
 //! [`CompositeBackend`] traits, the [`ModelSource`] a backend loads from,
-//! and the [`ModelCaller`] a model calls other served models through.
+//! the [`ModelCaller`] a model calls other served models through, and the
+//! [`Composite`] a composite backend loads, which calls them through
+//! [`Calls`].
 //!
 //! ```
 //! use wirespeed_backend::ModelConfig;
@@ -42,6 +44,7 @@
 
 mod backend;
 mod caller;
+pub mod composite;
 pub mod config;
 pub mod scheduling;
 pub mod sequence;
@@ -52,6 +55,7 @@ pub mod warmup;
 
 pub use backend::{Backend, CompositeBackend};
 pub use caller::{CallerGone, CallerSlot, ModelCaller};
+pub use composite::{Calls, Composed, Composite};
 pub use config::{ModelConfig, TensorConfig};
 pub use scheduling::{
     Adaptive, Batching, BatchingKeys, DefaultOutput, LevelPolicy, PolicyKeys, QueueKeys,

@@ -22,13 +22,9 @@
 //! assert!(metadata.check_inputs(&[row]).is_ok());
 //! ```
 
-mod application;
 pub mod batch;
-mod composite;
-mod composition;
 mod datatype;
 mod error;
-mod graph;
 mod infer;
 mod limits;
 mod model;
@@ -38,12 +34,8 @@ mod stream;
 mod tensor;
 mod text;
 
-pub use application::{absolute_loss, numbers, Candidate, Choice, Draw, SelectionReport, Selector};
-pub use composite::{Composite, CompositeKind};
-pub use composition::{Composition, Step};
 pub use datatype::{DataType, UnknownDataType};
 pub use error::{Error, ErrorKind, Fault};
-pub use graph::{Graph, GraphNode, GraphStep, Router, StepData, StepTarget, Taken, ROOT_NODE};
 pub use half::{bf16, f16};
 pub use infer::{
     is_transport_parameter, BinaryInput, InferRequest, InferResponse, ParameterValue, Parameters,

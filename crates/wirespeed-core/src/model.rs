@@ -474,8 +474,8 @@ impl TraceContext {
 /// [`infer`](Model::infer) (inline or on its CPU pool) or
 /// [`infer_async`](Model::infer_async). A model implements `infer`, and
 /// `infer_async` as well when it waits on something. A model that answers
-/// through other models is a [`Composite`](crate::Composite), which the
-/// server runs with its own runner instead.
+/// through other models is a composite (`wirespeed-backend`'s
+/// `Composite`), which the server runs through its own `run` instead.
 pub trait Model: Send + Sync {
     /// What the model takes and produces.
     fn metadata(&self) -> &ModelMetadata;

@@ -24,9 +24,10 @@
 //! - `pipeline.rs`: the one path of an infer request, and the `Codec` seam;
 //! - `served.rs`: the served models, each with its scheduler and response
 //!   cache (`cache.rs`); `readiness.rs`, whether they can answer;
-//! - `composite/`: the models that answer through others (ensembles,
-//!   inference graphs, applications), each kind with its runner; models
-//!   calling models (`calls.rs`, BLS);
+//! - `composite.rs`: the models that answer through others (ensembles,
+//!   inference graphs, applications), each run through its own
+//!   `Composite::run` with the `Calls` every one shares; models calling
+//!   models (`calls.rs`, BLS);
 //! - `stream.rs`: a decoupled model's stream of responses; `sequences.rs`:
 //!   a stateful model's sequences;
 //! - `reserved_parameters.rs` (the request parameters that ask the

@@ -484,8 +484,7 @@ async fn answer(
         let compute = std::time::Instant::now();
         let composed = composite::run(
             &engine.models,
-            served,
-            composite,
+            composite.as_ref(),
             request.inputs,
             &request.outputs,
             call,

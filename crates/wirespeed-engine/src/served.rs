@@ -13,11 +13,10 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, RwLock};
 use std::time::Instant;
 
-use wirespeed_core::{
-    Composite, CompositeKind, Composition, CpuPool, Error, ErrorKind, Model, ModelMetadata,
-    RequestedOutput, Tensor,
+use wirespeed_core::{CpuPool, Error, ErrorKind, Model, ModelMetadata, RequestedOutput, Tensor};
+use wirespeed_models::{
+    is_valid_model_name, Composite, LoadedModel, OutputLabels, Scheduling, VersionPolicy,
 };
-use wirespeed_models::{is_valid_model_name, LoadedModel, OutputLabels, Scheduling, VersionPolicy};
 
 use super::metrics::Buckets;
 use crate::cache::ResponseCache;
@@ -52,9 +51,9 @@ impl<'a> Target<'a> {
 pub enum Runner {
     /// A model that computes: its scheduler queues, batches and runs it.
     Scheduled(Scheduler),
-    /// A model that answers through other served models (`composite/`): an
-    /// ensemble, a graph, an application. It has no queue of its own.
-    Composite(Arc<Composite>),
+    /// A model that answers through other served models (`composite.rs`):
+    /// an ensemble, a graph, an application. It has no queue of its own.
+    Composite(Arc<dyn Composite>),
 }
 
 /// One served model.
@@ -143,19 +142,20 @@ impl ServedModel {
     }
 
     /// How it answers through others, when it is a composite.
-    pub fn composite(&self) -> Option<&Arc<Composite>> {
+    pub fn composite(&self) -> Option<&Arc<dyn Composite>> {
         match &self.runner {
             Runner::Composite(composite) => Some(composite),
             Runner::Scheduled(_) => None,
         }
     }
 
-    /// Its steps, when it is an ensemble.
-    pub fn ensemble(&self) -> Option<&Composition> {
-        match &self.composite()?.kind {
-            CompositeKind::Ensemble(composition) => Some(composition),
-            _ => None,
-        }
+    /// Its composite, when it is one of kind `T` (an
+    /// [`Ensemble`](wirespeed_models::Ensemble), an
+    /// [`InferenceGraph`](wirespeed_models::InferenceGraph), an
+    /// [`Application`](wirespeed_models::Application)): for the pages that
+    /// show one kind's own state.
+    pub fn composite_as<T: 'static>(&self) -> Option<&T> {
+        self.composite()?.as_any().downcast_ref()
     }
 
     /// Answers a model that computes: from the response cache when it
@@ -400,16 +400,11 @@ impl ServedModels {
             .max_queue
             .unwrap_or(64usize.saturating_mul(concurrency).saturating_mul(per_turn));
         let scheduling = serving.scheduling.clone();
-        let header_parameters = match loaded.composite.as_deref().map(|c| &c.kind) {
-            Some(CompositeKind::Application(selector)) => {
-                let key = selector.key();
-                key.strip_prefix("header:")
-                    .map(|header| (header.to_owned(), key.to_owned()))
-                    .into_iter()
-                    .collect()
-            }
-            _ => Vec::new(),
-        };
+        let header_parameters = loaded
+            .composite
+            .as_ref()
+            .map(|c| c.header_parameters())
+            .unwrap_or_default();
         let runner = match loaded.composite {
             Some(composite) => Runner::Composite(composite),
             None => Runner::Scheduled(Scheduler::start(

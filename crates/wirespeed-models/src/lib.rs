@@ -14,6 +14,13 @@
 //! embeds the server can [`Registry::register`] its own. No backend
 //! imports this crate.
 //!
+//! The composites are here too, each in one folder (its spec reader,
+//! checks, learned state and run): [`Ensemble`] (`ensemble/`, Triton's),
+//! [`InferenceGraph`] (`graph/`, KServe's) and [`Application`]
+//! (`application/`, Clipper's selection layer). Each is a
+//! [`Composite`] that calls other served models through the [`Calls`] the
+//! server gives its run (`composites.rs` holds what they share).
+//!
 //! ```no_run
 //! use wirespeed_core::CpuPool;
 //! use wirespeed_models::{load_repository, Registry};
@@ -27,6 +34,7 @@
 //! ```
 
 mod application;
+mod composites;
 mod ensemble;
 mod graph;
 mod identity;
@@ -42,8 +50,10 @@ mod reshape;
 mod testdir;
 mod warmup;
 
-pub use application::check_candidates;
-pub use ensemble::{check_composite, check_composites, check_steps};
+pub use application::{Application, Candidate, Choice, Draw, SelectionReport, Selector};
+pub use composites::check_composites;
+pub use ensemble::{Ensemble, Step};
+pub use graph::{Graph, GraphNode, GraphStep, InferenceGraph, Router, StepData, StepTarget, Taken};
 pub use identity::IdentityModel;
 pub use loaded::{LoadedModel, OutputLabels};
 pub use mlserver::is_repository as is_mlserver_repository;
@@ -59,8 +69,8 @@ pub use wirespeed_backend::{
     QueuePolicy, Scheduling, Slo, SloKeys, TimeoutAction,
 };
 pub use wirespeed_backend::{
-    Backend, CallerGone, CallerSlot, CompositeBackend, ModelCaller, ModelConfig, ModelSource,
-    TensorConfig,
+    Backend, CallerGone, CallerSlot, Calls, Composed, Composite, CompositeBackend, ModelCaller,
+    ModelConfig, ModelSource, TensorConfig,
 };
 pub use wirespeed_backend::{Control, ControlKind, Sequencing, Serving, State, Strategy};
 #[cfg(feature = "onnx")]

@@ -7,7 +7,8 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use wirespeed_core::{Composite, CpuPool, Model};
+use wirespeed_backend::Composite;
+use wirespeed_core::{CpuPool, Model};
 
 use crate::registry::{Loader, Registry};
 use crate::repository::RepositoryError;
@@ -25,7 +26,7 @@ pub struct LoadedModel {
     pub model: Arc<dyn Model>,
     /// How a model that answers through other served models runs (an
     /// ensemble, a graph, an application); `None` for one that computes.
-    pub composite: Option<Arc<Composite>>,
+    pub composite: Option<Arc<dyn Composite>>,
     /// How the server serves it: concurrency, queue, batching and
     /// objectives, sequences, the response cache.
     pub serving: Serving,
@@ -74,7 +75,7 @@ impl LoadedModel {
     pub fn callees(&self) -> Vec<(String, Option<String>)> {
         self.composite
             .as_ref()
-            .map(|c| c.kind.callees())
+            .map(|c| c.callees())
             .unwrap_or_default()
     }
 }
@@ -166,7 +167,7 @@ pub(crate) fn load_version(
             backend.name(),
         ),
         Loader::Composite(backend) => {
-            let composite = Arc::new(backend.load(&source).map_err(|m| error(files, m))?);
+            let composite = backend.load(&source).map_err(|m| error(files, m))?;
             (composite.clone(), Some(composite), backend.name())
         }
     };
@@ -178,7 +179,7 @@ pub(crate) fn load_version(
             &config_path,
             format!(
                 "an {}'s tensors are not reshaped; reshape in the models it calls",
-                composite.kind.noun()
+                composite.noun()
             ),
         ));
     }

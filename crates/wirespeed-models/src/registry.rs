@@ -6,8 +6,8 @@
 //! of model that answers through other served models (an ensemble, an
 //! InferenceGraph, an application) is a `CompositeBackend` instead,
 //! registered with [`Registry::register_composite`]: it returns a
-//! [`Composite`](wirespeed_core::Composite), which the server runs with
-//! that kind's runner.
+//! [`Composite`](wirespeed_backend::Composite), which calls the models it
+//! calls through the server's `Calls`.
 //!
 //! The backends know nothing of the registry: each depends on
 //! `wirespeed-backend` alone, and [`Registry::builtin`] is where this
@@ -54,8 +54,8 @@ impl Registry {
         registry.register(wirespeed_trees::Xgboost);
         registry.register(wirespeed_trees::Lightgbm);
         registry.register(wirespeed_trees::Fil);
-        registry.register_composite(crate::ensemble::Ensemble);
-        registry.register_composite(crate::application::Application);
+        registry.register_composite(crate::ensemble::EnsembleBackend);
+        registry.register_composite(crate::application::ApplicationBackend);
         registry.register_composite(crate::graph::GraphBackend);
         registry.register(crate::identity::Identity);
         #[cfg(feature = "onnx")]

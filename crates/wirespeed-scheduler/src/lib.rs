@@ -132,6 +132,23 @@ impl CallContext {
             input_parameters: Vec::new(),
         }
     }
+
+    /// The call a model makes to another for this request (an ensemble's
+    /// step, a graph's step, an application's candidate): the request's
+    /// parameters, deadline, priority and trace, on a clock of its own; no
+    /// stream, no inputs' parameters.
+    pub fn onward(&self) -> CallContext {
+        CallContext {
+            started: Instant::now(),
+            parameters: self.parameters.clone(),
+            deadline: self.deadline,
+            priority: self.priority,
+            timeout: self.timeout,
+            trace: self.trace.clone(),
+            responses: None,
+            input_parameters: Vec::new(),
+        }
+    }
 }
 
 /// What a request gets back from its model.

@@ -440,7 +440,7 @@ impl Repository {
         let loaded = loaded.map_err(|e| e.to_string()).and_then(|loaded| {
             for l in &loaded {
                 if let Some(composite) = &l.composite {
-                    composite::check_model(&self.models, name, composite)?;
+                    composite::check_model(&self.models, name, composite.as_ref())?;
                 }
             }
             Ok(loaded)

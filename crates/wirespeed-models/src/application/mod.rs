@@ -20,8 +20,9 @@
 //!
 //! `weighted` takes a `weight` per candidate (`{ model = "b", weight =
 //! 20 }`): an A/B split or a canary, sticky by the key. `fixed` answers
-//! with the first candidate. The policies are in `policy.rs`; the server
-//! runs the candidates (`wirespeed-engine/src/composite/application.rs`).
+//! with the first candidate. The policies are in `policy.rs`, what the
+//! application asks of them in `selector.rs`; `run.rs` runs the chosen
+//! candidates and learns from feedback.
 //!
 //! The learned state lives here, not in the candidates, so reloading a
 //! candidate keeps it. With `state_file`, it is written at most once a
@@ -29,36 +30,129 @@
 //! back when it loads, so a restart does not forget what was learned.
 
 mod policy;
+mod run;
+mod selector;
 
+use std::any::Any;
 use std::num::NonZeroUsize;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use serde::Deserialize;
-use wirespeed_core::{
-    Candidate, Choice, Composite, CompositeKind, CpuPool, DataType, Draw, Model, ModelMetadata,
-    SelectionReport, Selector,
-};
+use wirespeed_core::{CpuPool, DataType, Error, Model, ModelMetadata, RequestedOutput, Tensor};
+use wirespeed_scheduler::CallContext;
 
 use policy::{Policy, SavedState, Selection};
+use wirespeed_backend::composite::{Run, Served};
 use wirespeed_backend::config::TensorConfig;
-use wirespeed_backend::{CompositeBackend, ModelSource};
+use wirespeed_backend::{Calls, Composed, Composite, CompositeBackend, ModelSource, Slo};
+
+use selector::{absolute_loss, numbers};
+pub use selector::{Candidate, Choice, Draw, SelectionReport, Selector};
 
 /// `backend = "application"`.
-pub(crate) struct Application;
+pub(crate) struct ApplicationBackend;
 
-impl CompositeBackend for Application {
+impl CompositeBackend for ApplicationBackend {
     fn name(&self) -> &'static str {
         "application"
     }
 
-    fn load(&self, source: &ModelSource<'_>) -> Result<Composite, String> {
+    fn load(&self, source: &ModelSource<'_>) -> Result<Arc<dyn Composite>, String> {
         let (metadata, selector) = ApplicationSelector::load(source)?;
-        Ok(Composite {
+        let slo = wirespeed_backend::scheduling::resolve(source.config(), &metadata)?.slo;
+        Ok(Arc::new(Application {
             metadata,
-            kind: CompositeKind::Application(Arc::new(selector)),
-        })
+            selector,
+            slo,
+        }))
+    }
+}
+
+/// A served application: its tensors, its selector with what it learned,
+/// and its latency objective.
+pub struct Application {
+    metadata: ModelMetadata,
+    selector: ApplicationSelector,
+    /// `[slo]`: an exp4 blend answers at this objective with the
+    /// candidates that have answered, or with its defaults.
+    slo: Option<Slo>,
+}
+
+impl Application {
+    /// Its policy and the state it learned.
+    pub fn selector(&self) -> &dyn Selector {
+        &self.selector
+    }
+
+    /// Learns from feedback (Clipper's `POST /{app}/update`): `inputs`
+    /// were answered, and `label` is the truth (one value, or one per
+    /// element of the first output). The key is read from `call`'s
+    /// parameters.
+    pub async fn feedback(
+        &self,
+        inputs: Vec<Tensor>,
+        label: &[f64],
+        call: CallContext,
+        calls: &dyn Calls,
+    ) -> Result<(), Error> {
+        run::feedback(self, inputs, label, call, calls).await
+    }
+}
+
+impl Model for Application {
+    fn metadata(&self) -> &ModelMetadata {
+        &self.metadata
+    }
+
+    /// Never called: the server runs an application through
+    /// [`Composite::run`].
+    fn infer(&self, _inputs: &[Tensor], _outputs: &[usize]) -> Result<Vec<Tensor>, Error> {
+        Err(crate::composites::composite_infer(self))
+    }
+}
+
+impl Composite for Application {
+    fn noun(&self) -> &'static str {
+        "application"
+    }
+
+    fn callees(&self) -> Vec<(String, Option<String>)> {
+        crate::composites::each_once(
+            self.selector
+                .candidates()
+                .iter()
+                .map(|c| (c.model.as_str(), c.version.as_deref())),
+        )
+    }
+
+    fn check(&self, name: &str, served: &Served<'_>) -> Result<(), String> {
+        check_candidates(name, &self.metadata, &self.selector, served)
+    }
+
+    fn run<'a>(
+        &'a self,
+        inputs: Vec<Tensor>,
+        outputs: &'a [RequestedOutput],
+        call: CallContext,
+        calls: &'a dyn Calls,
+    ) -> Run<'a, Composed> {
+        Box::pin(run::run(self, inputs, outputs, call, calls))
+    }
+
+    /// A key read from a header (`key = "header:x-user-id"`) comes as the
+    /// parameter of the key's name.
+    fn header_parameters(&self) -> Vec<(String, String)> {
+        let key = self.selector.key();
+        match key.strip_prefix("header:") {
+            Some(header) => vec![(header.to_owned(), key.to_owned())],
+            None => Vec::new(),
+        }
+    }
+
+    fn as_any(&self) -> &dyn Any {
+        self
     }
 }
 
@@ -405,11 +499,11 @@ impl Selector for ApplicationSelector {
 /// `metadata`) fits the model it names, as `lookup` finds it by name and
 /// version: it is served, takes each of the application's inputs and gives
 /// each of its outputs, with the same datatypes. The first misfit, named.
-pub fn check_candidates(
+fn check_candidates(
     name: &str,
     metadata: &ModelMetadata,
     selector: &dyn Selector,
-    lookup: impl Fn(&str, Option<&str>) -> Result<Arc<dyn Model>, String>,
+    lookup: &Served<'_>,
 ) -> Result<(), String> {
     for candidate in selector.candidates() {
         let at = |what: String| format!("application '{name}' candidate '{candidate}': {what}");

@@ -26,11 +26,11 @@ use std::num::NonZeroUsize;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 
+use super::{Candidate, Choice, Draw, SelectionReport};
 use lru::LruCache;
 use rand::rngs::StdRng;
 use rand::{RngExt, SeedableRng};
 use serde::{Deserialize, Serialize};
-use wirespeed_core::{Candidate, Choice, Draw, SelectionReport};
 
 /// A policy and its parameters.
 #[derive(Debug, Clone, PartialEq)]

@@ -24,11 +24,12 @@ use wirespeed_json::{Format, RequestDecoder};
 use crate::protocols::http::body::RestRequest;
 use crate::protocols::http::response::{self, Body};
 use crate::protocols::Front;
-use wirespeed_engine::composite::application;
+use wirespeed_engine::composite::Composing;
 use wirespeed_engine::metrics::InferProtocol;
 use wirespeed_engine::pipeline::{self, Codec, RequestContext, Target};
 use wirespeed_engine::served::ServedModel;
 use wirespeed_engine::timing::Stages;
+use wirespeed_models::Application;
 
 /// `POST /{app}/predict`, answering errors in Clipper's own shape.
 pub(crate) async fn predict(
@@ -48,8 +49,9 @@ pub(crate) async fn predict(
 
 /// `POST /{app}/update`: feedback for an application, Clipper's
 /// `{"uid", "input", "label"}`. The policy learns from the loss of its
-/// candidates' predictions on `input` against `label` (`wirespeed-engine/src/composite/application.rs`
-/// `feedback`); the answer is Clipper's, `Feedback received? 1`.
+/// candidates' predictions on `input` against `label`
+/// (`wirespeed_models::Application::feedback`); the answer is Clipper's,
+/// `Feedback received? 1`.
 pub(crate) async fn update(
     front: &Front,
     context: RequestContext,
@@ -84,12 +86,12 @@ async fn learn(
             return Err(request.refuse(e).await);
         }
     };
-    if application::selector_of(&served).is_none() {
+    let Some(application) = served.composite_as::<Application>() else {
         let e = Error::invalid_input(format!(
             "'{app}' is a model, not an application: it has no selection policy to learn              (backend = \"application\")"
         ));
         return Err(request.refuse(e).await);
-    }
+    };
     let metadata = served.metadata();
     let [input] = metadata.inputs.as_slice() else {
         let e = Error::invalid_input(format!(
@@ -128,14 +130,14 @@ async fn learn(
         responses: None,
         input_parameters: Vec::new(),
     };
-    wirespeed_engine::composite::application::feedback(
-        &front.engine.models,
-        &served,
-        decoded.inputs,
-        &[label],
-        call,
-    )
-    .await
+    application
+        .feedback(
+            decoded.inputs,
+            &[label],
+            call,
+            &Composing::new(&front.engine.models),
+        )
+        .await
 }
 
 /// Takes parameter `key` out of `request`.
@@ -215,7 +217,7 @@ impl Codec for ClipperQuery<'_> {
         // A query's `uid` keys an application's state; a model that is no
         // application has none, and a `label` is feedback's, not a query's.
         take(&mut request, "label");
-        if application::selector_of(model).is_none() {
+        if model.composite_as::<Application>().is_none() {
             take(&mut request, "uid");
         }
         // Clipper's `version`, which the decoder keeps as a parameter: the

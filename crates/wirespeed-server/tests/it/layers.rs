@@ -300,3 +300,49 @@ fn the_engines_modules_import_no_circle() {
     looped.get_mut("served").unwrap().insert("pipeline".into());
     assert!(circle(&looped).is_some());
 }
+
+/// The engine runs every composite through `Composite::run` and never
+/// names a kind of one: no ensemble, graph or application type appears
+/// in its code (comments aside), so a new kind is a backend, not an arm.
+#[test]
+fn the_engine_names_no_kind_of_composite() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../wirespeed-engine/src");
+    let kinds = [
+        "Ensemble",
+        "InferenceGraph",
+        "Application",
+        "Selector",
+        "Graph",
+        "CompositeKind",
+    ];
+    let named = |code: &str| -> Vec<&str> {
+        kinds
+            .iter()
+            .copied()
+            .filter(|kind| {
+                code.match_indices(kind).any(|(i, _)| {
+                    let before = code[..i].chars().next_back();
+                    let after = code[i + kind.len()..].chars().next();
+                    let word = |c: Option<char>| c.is_some_and(|c| c.is_alphanumeric() || c == '_');
+                    !word(before) && !word(after)
+                })
+            })
+            .collect()
+    };
+    let mut found = Vec::new();
+    for file in sources(&src) {
+        let text = std::fs::read_to_string(&file).unwrap();
+        for line in text.lines() {
+            let code = line.split("//").next().unwrap_or_default();
+            for kind in named(code) {
+                found.push(format!("{}: {kind}", file.display()));
+            }
+        }
+    }
+    assert!(found.is_empty(), "{found:#?}");
+    // The check finds one.
+    assert_eq!(
+        named("served.composite_as::<wirespeed_models::Ensemble>()"),
+        ["Ensemble"]
+    );
+}

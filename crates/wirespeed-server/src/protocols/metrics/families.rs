@@ -9,12 +9,10 @@ use std::sync::atomic::Ordering;
 use prometheus::core::Collector;
 use prometheus::proto::{self, LabelPair, MetricFamily, MetricType};
 use prometheus::{Encoder, TextEncoder};
-use wirespeed_core::CompositeKind;
 use wirespeed_proto::inference as pb;
 
 use super::Scrape;
 use crate::net::counts::{Connections, ListenerKind};
-use wirespeed_engine::composite::application;
 use wirespeed_engine::metrics::{Histogram, InferProtocol, Refusal, Traffic};
 use wirespeed_engine::statistics::FailureReason;
 use wirespeed_engine::Engine;
@@ -326,8 +324,8 @@ fn model_families(engine: &Engine) -> Vec<MetricFamily> {
     families
 }
 
-/// Every inference graph's routes (`wirespeed-engine/src/composite/graph.rs`), by node and step;
-/// every application's decisions (`wirespeed-engine/src/composite/application.rs`): by candidate,
+/// Every inference graph's routes (`wirespeed_models::InferenceGraph`), by node and step;
+/// every application's decisions (`wirespeed_models::Application`): by candidate,
 /// how often it was chosen, its weight now (in the state of queries
 /// without a key), its answers cut at the objective; by application, the
 /// feedback learned from and the users with a state of their own.
@@ -357,9 +355,10 @@ fn selection_families(engine: &Engine) -> Vec<MetricFamily> {
         "Keys whose selection state was dropped for a newer one (max_keys, least recently used)",
     );
     for (name, served) in engine.models.all() {
-        let Some(selector) = application::selector_of(&served) else {
+        let Some(application) = served.composite_as::<wirespeed_models::Application>() else {
             continue;
         };
+        let selector = application.selector();
         let report = selector.report();
         let app = [("application", name.as_str()), ("policy", report.policy)];
         feedback.count(&app, report.feedback);
@@ -378,13 +377,14 @@ fn selection_families(engine: &Engine) -> Vec<MetricFamily> {
         "Requests an inference graph's node routed to a step (a model or another node)",
     );
     for (name, served) in engine.models.all() {
-        let Some(CompositeKind::Graph(graph)) = served.composite().map(|c| &c.kind) else {
+        let Some(graph) = served.composite_as::<wirespeed_models::InferenceGraph>() else {
             continue;
         };
-        for (node_name, node) in &graph.nodes {
+        for (node_name, node) in &graph.graph().nodes {
             for (i, step) in node.steps.iter().enumerate() {
                 let target = match &step.target {
-                    wirespeed_core::StepTarget::Model(m) | wirespeed_core::StepTarget::Node(m) => m,
+                    wirespeed_models::StepTarget::Model(m)
+                    | wirespeed_models::StepTarget::Node(m) => m,
                 };
                 let index = i.to_string();
                 let label = step.name.as_deref().unwrap_or(&index);

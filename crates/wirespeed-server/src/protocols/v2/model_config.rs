@@ -19,8 +19,8 @@
 use serde_json::{json, Value};
 use wirespeed_core::DataType;
 use wirespeed_models::{
-    triton_data_type as data_type, ControlKind, LevelPolicy, Scheduling, Sequencing, Strategy,
-    TimeoutAction, VersionPolicy,
+    triton_data_type as data_type, ControlKind, Ensemble, LevelPolicy, Scheduling, Sequencing,
+    Strategy, TimeoutAction, VersionPolicy,
 };
 use wirespeed_proto::inference as pb;
 
@@ -99,9 +99,9 @@ pub(crate) fn model_config(name: &str, model: &ServedModel) -> pb::ModelConfig {
         max_batch_size: i32::try_from(max_batch_size).unwrap_or(i32::MAX),
         input,
         output,
-        scheduling_choice: match (model.ensemble(), &model.sequences) {
-            (Some(composition), _) => Some(pb::model_config::SchedulingChoice::EnsembleScheduling(
-                ensemble_scheduling(composition),
+        scheduling_choice: match (model.composite_as::<Ensemble>(), &model.sequences) {
+            (Some(ensemble), _) => Some(pb::model_config::SchedulingChoice::EnsembleScheduling(
+                ensemble_scheduling(ensemble),
             )),
             (None, Some(sequences)) => Some(pb::model_config::SchedulingChoice::SequenceBatching(
                 sequence_batching(sequences.sequencing(), scheduling),
@@ -211,11 +211,11 @@ fn sequence_batching(
 
 /// An ensemble's steps, as Triton's `ensemble_scheduling` (perf_analyzer
 /// reads it to find the composing models).
-fn ensemble_scheduling(composition: &wirespeed_core::Composition) -> pb::ModelEnsembling {
+fn ensemble_scheduling(ensemble: &Ensemble) -> pb::ModelEnsembling {
     let map = |pairs: &[(String, String)]| pairs.iter().cloned().collect();
     pb::ModelEnsembling {
-        step: composition
-            .steps
+        step: ensemble
+            .steps()
             .iter()
             .map(|step| pb::model_ensembling::Step {
                 model_name: step.model.clone(),

@@ -9,7 +9,7 @@
 //! it, as the InferenceService of that name; `serviceUrl` names it by the
 //! first label of its host (`http://single-1.default.example.com/switch`
 //! is model `single-1`), as the cluster's DNS would; `nodeName` is another
-//! node. The engine runs the graph (`wirespeed-engine/src/composite/graph.rs`).
+//! node. The graph runs from its `root` (`run.rs`).
 //!
 //! Loading checks what KServe's admission webhook checks, in its words: a
 //! `root` node, one target a step, unique step names in a node, a
@@ -18,16 +18,23 @@
 //! condition, a `data` of `$request` or `$response`, a `nodeName` that
 //! exists, and no node that reaches itself.
 
+mod nodes;
+mod run;
+
+use std::any::Any;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use serde::Deserialize;
-use wirespeed_core::{
-    Composite, CompositeKind, Graph, GraphNode, GraphStep, ModelMetadata, Router, StepData,
-    StepTarget, ROOT_NODE,
-};
+use wirespeed_core::{Binding, Error, Model, ModelMetadata, RequestedOutput, Tensor};
+use wirespeed_scheduler::CallContext;
 
-use wirespeed_backend::{CompositeBackend, ModelSource};
+use wirespeed_backend::composite::{Run, Served};
+use wirespeed_backend::{Calls, Composed, Composite, CompositeBackend, ModelSource};
+
+use nodes::ROOT_NODE;
+pub use nodes::{Graph, GraphNode, GraphStep, Router, StepData, StepTarget, Taken};
 
 /// `backend = "graph"`.
 pub(crate) struct GraphBackend;
@@ -37,8 +44,89 @@ impl CompositeBackend for GraphBackend {
         "graph"
     }
 
-    fn load(&self, source: &ModelSource<'_>) -> Result<Composite, String> {
-        load(source)
+    fn load(&self, source: &ModelSource<'_>) -> Result<Arc<dyn Composite>, String> {
+        Ok(Arc::new(load(source)?))
+    }
+}
+
+/// A served InferenceGraph: its nodes, and the face clients see (any
+/// inputs, whatever its steps answer).
+pub struct InferenceGraph {
+    metadata: ModelMetadata,
+    graph: Graph,
+}
+
+impl InferenceGraph {
+    /// Its nodes, with each step's count of requests routed to it.
+    pub fn graph(&self) -> &Graph {
+        &self.graph
+    }
+}
+
+impl Model for InferenceGraph {
+    fn metadata(&self) -> &ModelMetadata {
+        &self.metadata
+    }
+
+    /// A graph takes whatever its first steps take, and answers what its
+    /// last ones give.
+    fn binding(&self) -> Binding {
+        Binding::Open
+    }
+
+    /// Never called: the server runs a graph through [`Composite::run`].
+    fn infer(&self, _inputs: &[Tensor], _outputs: &[usize]) -> Result<Vec<Tensor>, Error> {
+        Err(crate::composites::composite_infer(self))
+    }
+}
+
+impl Composite for InferenceGraph {
+    fn noun(&self) -> &'static str {
+        "inference graph"
+    }
+
+    fn callees(&self) -> Vec<(String, Option<String>)> {
+        crate::composites::each_once(self.models().map(|(_, model)| (model, None)))
+    }
+
+    /// Every step's model is served (a graph takes and gives what they
+    /// do, so there is nothing more to fit).
+    fn check(&self, name: &str, served: &Served<'_>) -> Result<(), String> {
+        for (node, model) in self.models() {
+            served(model, None).map_err(|e| {
+                format!(
+                    "inference graph '{name}' node '{node}': step '{model}': {e} (a graph's \
+                     steps are served models)"
+                )
+            })?;
+        }
+        Ok(())
+    }
+
+    fn run<'a>(
+        &'a self,
+        inputs: Vec<Tensor>,
+        _outputs: &'a [RequestedOutput],
+        call: CallContext,
+        calls: &'a dyn Calls,
+    ) -> Run<'a, Composed> {
+        Box::pin(async move { run::run(self, inputs, call, calls).await.map(Composed::all) })
+    }
+
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+}
+
+impl InferenceGraph {
+    /// Each step that calls a model: its node's name, and the model.
+    fn models(&self) -> impl Iterator<Item = (&str, &str)> {
+        self.graph.nodes.iter().flat_map(|(node, n)| {
+            n.steps.iter().filter_map(move |s| match &s.target {
+                StepTarget::Model(m) => Some((node.as_str(), m.as_str())),
+                StepTarget::Node(_) => None,
+            })
+        })
     }
 }
 
@@ -105,7 +193,7 @@ struct StepSpec {
 }
 
 /// A graph: its nodes, run by the server.
-fn load(source: &ModelSource<'_>) -> Result<Composite, String> {
+fn load(source: &ModelSource<'_>) -> Result<InferenceGraph, String> {
     let keys: GraphKeys = source.keys()?;
     let path = match keys.graph_file {
         Some(file) => source.file("graph_file", &file)?,
@@ -125,7 +213,7 @@ fn load(source: &ModelSource<'_>) -> Result<Composite, String> {
         nodes = %graph.nodes.keys().cloned().collect::<Vec<_>>().join(", "),
         "loaded inference graph"
     );
-    Ok(Composite {
+    Ok(InferenceGraph {
         metadata: ModelMetadata {
             name: source.name().to_owned(),
             versions: vec![source.config().version.clone()],
@@ -133,7 +221,7 @@ fn load(source: &ModelSource<'_>) -> Result<Composite, String> {
             inputs: Vec::new(),
             outputs: Vec::new(),
         },
-        kind: CompositeKind::Graph(graph),
+        graph,
     })
 }
 

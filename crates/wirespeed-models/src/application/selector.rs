@@ -1,16 +1,14 @@
-//! Clipper's model selection layer, as the server sees it: an application
-//! is a [`Composite`](crate::Composite) model; its [`Selector`] says which of
-//! its candidate models answer each query (one, or a weighted blend of
-//! all), and learns from feedback which to prefer. The server runs the
-//! candidates, each through its own scheduler; the policies (Exp3, Exp4,
-//! fixed, weighted) and their state live with the backend that loaded the
-//! application (`wirespeed-models`' `application`).
+//! Clipper's model selection layer, as an application runs it: its
+//! [`Selector`] says which of its candidate models answer each query (one,
+//! or a weighted blend of all), and learns from feedback which to prefer.
+//! The policies (Exp3, Exp4, fixed, weighted) and their state are in
+//! `policy.rs`.
 //!
 //! A query's *key* (a user id, Clipper's `uid`) selects the state it is
 //! answered and learned with: each key has its own, and a query without
 //! one shares the application's.
 
-use crate::{Tensor, TensorData};
+use wirespeed_core::{Tensor, TensorData};
 
 /// One model an application can answer with.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -103,7 +101,7 @@ pub trait Selector: Send + Sync {
 /// binary label and a 0/1 prediction, the 0-1 loss). `label` is one value
 /// for every element, or one per element. `None` for a prediction that is
 /// not numbers, or labels that do not fit it.
-pub fn absolute_loss(label: &[f64], prediction: &Tensor) -> Option<f64> {
+pub(crate) fn absolute_loss(label: &[f64], prediction: &Tensor) -> Option<f64> {
     let values = numbers(&prediction.data)?;
     if values.is_empty() || (label.len() != 1 && label.len() != values.len()) {
         return None;
@@ -125,7 +123,7 @@ pub fn absolute_loss(label: &[f64], prediction: &Tensor) -> Option<f64> {
 }
 
 /// A tensor's elements as `f64`, for numeric datatypes.
-pub fn numbers(data: &TensorData) -> Option<Vec<f64>> {
+pub(crate) fn numbers(data: &TensorData) -> Option<Vec<f64>> {
     Some(match data {
         TensorData::Fp32(v) => v.iter().map(|&x| f64::from(x)).collect(),
         TensorData::Fp64(v) => v.clone(),

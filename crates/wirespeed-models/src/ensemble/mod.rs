@@ -19,31 +19,97 @@
 //! (an ensemble input or one step's output), every step input and every
 //! ensemble output is produced by something, and the steps form no cycle;
 //! they are kept in an order in which each step's inputs are ready. The
-//! steps' models are checked against the served models by the server,
-//! which runs the steps (`wirespeed-engine/src/composite/ensemble.rs`); the loaded
-//! [`Composite`] only describes them.
+//! steps' models are checked against the served models at start and at
+//! each load ([`check_steps`]); the steps run in `run.rs`.
 
+mod run;
+mod steps;
+
+use std::any::Any;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use serde::Deserialize;
-use wirespeed_core::{
-    Composite, CompositeKind, Composition, Model, ModelMetadata, Step, StepTarget,
-};
+use wirespeed_core::{Error, Model, ModelMetadata, RequestedOutput, Tensor};
+use wirespeed_scheduler::CallContext;
 
+use wirespeed_backend::composite::{Run, Served};
 use wirespeed_backend::config::TensorConfig;
-use wirespeed_backend::{CompositeBackend, ModelSource};
+use wirespeed_backend::{Calls, Composed, Composite, CompositeBackend, ModelSource};
+
+pub use steps::Step;
 
 /// `backend = "ensemble"`.
-pub(crate) struct Ensemble;
+pub(crate) struct EnsembleBackend;
 
-impl CompositeBackend for Ensemble {
+impl CompositeBackend for EnsembleBackend {
     fn name(&self) -> &'static str {
         "ensemble"
     }
 
-    fn load(&self, source: &ModelSource<'_>) -> Result<Composite, String> {
-        load(source)
+    fn load(&self, source: &ModelSource<'_>) -> Result<Arc<dyn Composite>, String> {
+        Ok(Arc::new(load(source)?))
+    }
+}
+
+/// An ensemble: its own tensors, and its steps in running order.
+pub struct Ensemble {
+    metadata: ModelMetadata,
+    steps: Vec<Step>,
+}
+
+impl Ensemble {
+    /// Its steps, in an order in which every step's inputs are ready
+    /// before it runs.
+    pub fn steps(&self) -> &[Step] {
+        &self.steps
+    }
+}
+
+impl Model for Ensemble {
+    fn metadata(&self) -> &ModelMetadata {
+        &self.metadata
+    }
+
+    /// Never called: the server runs an ensemble through [`Composite::run`].
+    fn infer(&self, _inputs: &[Tensor], _outputs: &[usize]) -> Result<Vec<Tensor>, Error> {
+        Err(crate::composites::composite_infer(self))
+    }
+}
+
+impl Composite for Ensemble {
+    fn noun(&self) -> &'static str {
+        "ensemble"
+    }
+
+    fn callees(&self) -> Vec<(String, Option<String>)> {
+        crate::composites::each_once(
+            self.steps
+                .iter()
+                .map(|s| (s.model.as_str(), s.version.as_deref())),
+        )
+    }
+
+    fn check(&self, name: &str, served: &Served<'_>) -> Result<(), String> {
+        check_steps(name, &self.metadata, &self.steps, served)
+    }
+
+    fn run<'a>(
+        &'a self,
+        inputs: Vec<Tensor>,
+        outputs: &'a [RequestedOutput],
+        call: CallContext,
+        calls: &'a dyn Calls,
+    ) -> Run<'a, Composed> {
+        Box::pin(async move {
+            run::run(self, inputs, outputs, call, calls)
+                .await
+                .map(Composed::all)
+        })
+    }
+
+    fn as_any(&self) -> &dyn Any {
+        self
     }
 }
 
@@ -66,7 +132,7 @@ struct StepKeys {
 }
 
 /// An ensemble: its tensors and its steps, in running order.
-fn load(source: &ModelSource<'_>) -> Result<Composite, String> {
+fn load(source: &ModelSource<'_>) -> Result<Ensemble, String> {
     let keys: EnsembleKeys = source.keys()?;
     let config = source.config();
     if !config.warmup.is_empty() {
@@ -92,7 +158,7 @@ fn load(source: &ModelSource<'_>) -> Result<Composite, String> {
         steps = %steps.iter().map(|s| s.model.as_str()).collect::<Vec<_>>().join(" -> "),
         "loaded ensemble"
     );
-    Ok(Composite {
+    Ok(Ensemble {
         metadata: ModelMetadata {
             name: source.name().to_owned(),
             versions: vec![config.version.clone()],
@@ -100,7 +166,7 @@ fn load(source: &ModelSource<'_>) -> Result<Composite, String> {
             inputs,
             outputs,
         },
-        kind: CompositeKind::Ensemble(Composition { steps }),
+        steps,
     })
 }
 
@@ -213,16 +279,16 @@ fn ordered(
     Ok(order.into_iter().filter_map(|i| steps[i].take()).collect())
 }
 
-/// Whether every step of `composition` (the ensemble `name`, of
-/// `metadata`) fits the model it calls, as `lookup` finds it by name and
-/// version: the model exists, takes each mapped input and gives each
-/// mapped output, with the ensemble's datatypes where its own tensors meet
-/// the step's. The first misfit, named by its step.
-pub fn check_steps(
+/// Whether every one of `steps` (of the ensemble `name`, of `metadata`)
+/// fits the model it calls, as `lookup` finds it by name and version: the
+/// model exists, takes each mapped input and gives each mapped output,
+/// with the ensemble's datatypes where its own tensors meet the step's.
+/// The first misfit, named by its step.
+fn check_steps(
     name: &str,
     metadata: &ModelMetadata,
-    composition: &Composition,
-    lookup: impl Fn(&str, Option<&str>) -> Result<Arc<dyn Model>, String>,
+    steps: &[Step],
+    lookup: &Served<'_>,
 ) -> Result<(), String> {
     let names = |specs: &[wirespeed_core::TensorSpec]| {
         specs
@@ -231,7 +297,7 @@ pub fn check_steps(
             .collect::<Vec<_>>()
             .join(", ")
     };
-    for (n, step) in composition.steps.iter().enumerate() {
+    for (n, step) in steps.iter().enumerate() {
         let at = |what: String| {
             format!(
                 "ensemble '{name}' step {} (model '{}'): {what}",
@@ -276,64 +342,6 @@ pub fn check_steps(
         }
     }
     Ok(())
-}
-
-/// Every composite of `loaded` checked against the others with
-/// [`check_composite`] (`wirespeed serve --check`).
-pub fn check_composites(loaded: &[crate::LoadedModel]) -> Result<(), String> {
-    let lookup = |model: &str, version: Option<&str>| {
-        let mut versions = loaded.iter().filter(|m| m.name == model);
-        let found = match version {
-            Some(v) => versions.find(|m| m.model.metadata().versions.iter().any(|x| x == v)),
-            None => versions.next_back(),
-        };
-        found
-            .map(|m| Arc::clone(&m.model))
-            .ok_or_else(|| format!("model '{model}' is not in the repository"))
-    };
-    for l in loaded {
-        if let Some(composite) = &l.composite {
-            check_composite(&l.name, composite, lookup)?;
-        }
-    }
-    Ok(())
-}
-
-/// Whether the composite `name` calls only models that `lookup` finds by
-/// name and version, as they take and give: an ensemble's steps
-/// ([`check_steps`]), an application's candidates
-/// ([`check_candidates`](crate::check_candidates)), a graph's steps found.
-/// The first misfit, named.
-pub fn check_composite(
-    name: &str,
-    composite: &Composite,
-    lookup: impl Fn(&str, Option<&str>) -> Result<Arc<dyn Model>, String>,
-) -> Result<(), String> {
-    match &composite.kind {
-        CompositeKind::Ensemble(composition) => {
-            check_steps(name, &composite.metadata, composition, lookup)
-        }
-        CompositeKind::Application(selector) => {
-            crate::check_candidates(name, &composite.metadata, selector.as_ref(), lookup)
-        }
-        CompositeKind::Graph(graph) => {
-            for (node, step) in graph
-                .nodes
-                .iter()
-                .flat_map(|(n, node)| node.steps.iter().map(move |s| (n, s)))
-            {
-                if let StepTarget::Model(model) = &step.target {
-                    lookup(model, None).map_err(|e| {
-                        format!(
-                            "inference graph '{name}' node '{node}': step '{model}': {e} (a \
-                             graph's steps are served models)"
-                        )
-                    })?;
-                }
-            }
-            Ok(())
-        }
-    }
 }
 
 #[cfg(test)]

@@ -1,8 +1,8 @@
 //! Running an InferenceGraph (`backend = "graph"`, KServe's YAML) as
 //! KServe's router runs it, in-process: from node `root`, each node routes
-//! its input over its steps, and each step is a served model (called as an
-//! ensemble's step is, `composite::call`: through its scheduler, counted
-//! in its statistics) or another node.
+//! its input over its steps, and each step is a served model (called
+//! through the server's [`Calls`], as an ensemble's step is: through its
+//! scheduler, counted in its statistics) or another node.
 //!
 //! - **Sequence**: each step in turn, on the graph's request (`$request`,
 //!   the default, as KServe's router has it) or the previous step's answer
@@ -28,15 +28,16 @@
 //! `outputs`).
 
 use rand::RngExt;
+use wirespeed_backend::composite::{named, Run};
+use wirespeed_backend::Calls;
 use wirespeed_core::{
-    Binding, Composite, Error, ErrorKind, Graph, InferResponse, ParameterValue, Router, StepData,
-    StepTarget, Tensor, TensorData, JSON_BODY, ROOT_NODE,
+    Binding, Error, ErrorKind, InferResponse, Model, ParameterValue, Tensor, TensorData, JSON_BODY,
 };
 use wirespeed_json::{DecodeOptions, Format, RequestDecoder};
 use wirespeed_scheduler::CallContext;
 
-use super::{callee, join_all, named, onward, Run};
-use crate::served::{ServedModel, ServedModels};
+use super::{Graph, GraphNode, GraphStep, InferenceGraph, Router, StepData, StepTarget, ROOT_NODE};
+use crate::composites::join_all;
 
 /// What flows between a graph's steps.
 #[derive(Debug, Clone)]
@@ -106,7 +107,7 @@ fn json_tensor(body: Vec<u8>) -> Tensor {
 
 /// One run of a graph.
 struct Walk<'a> {
-    models: &'a ServedModels,
+    calls: &'a dyn Calls,
     graph: &'a Graph,
     name: &'a str,
     call: &'a CallContext,
@@ -114,41 +115,32 @@ struct Walk<'a> {
     v1: bool,
 }
 
-/// Routes `inputs` through `graph_model`'s `graph` from its root; its
-/// answer's tensors.
-pub fn run<'a>(
-    models: &'a ServedModels,
-    graph_model: &'a Composite,
-    graph: &'a Graph,
+/// Routes `inputs` through `graph` from its root; its answer's tensors.
+pub(super) async fn run(
+    graph: &InferenceGraph,
     inputs: Vec<Tensor>,
     call: CallContext,
-    depth: usize,
-) -> Run<'a, Vec<Tensor>> {
-    Box::pin(async move {
-        let name = graph_model.metadata.name.as_str();
-        let input = Payload::from_tensors(inputs);
-        let walk = Walk {
-            models,
-            graph,
-            name,
-            call: &call,
-            v1: matches!(input, Payload::Json(_)),
-        };
-        let answer = walk.route(ROOT_NODE, input, depth).await?;
-        Ok(match answer {
-            Payload::Tensors(t) if walk.v1 => vec![json_tensor(Payload::Tensors(t).json(true))],
-            answer => answer.into_tensors(),
-        })
+    calls: &dyn Calls,
+) -> Result<Vec<Tensor>, Error> {
+    let input = Payload::from_tensors(inputs);
+    let walk = Walk {
+        calls,
+        graph: &graph.graph,
+        name: graph.metadata.name.as_str(),
+        call: &call,
+        v1: matches!(input, Payload::Json(_)),
+    };
+    let answer = walk.route(ROOT_NODE, input).await?;
+    Ok(match answer {
+        Payload::Tensors(t) if walk.v1 => vec![json_tensor(Payload::Tensors(t).json(true))],
+        answer => answer.into_tensors(),
     })
 }
 
 impl<'a> Walk<'a> {
-    fn route<'w>(
-        &'w self,
-        node_name: &'w str,
-        mut input: Payload,
-        depth: usize,
-    ) -> Run<'w, Payload> {
+    /// Node `node_name` on `input` (a graph's nodes reach none of
+    /// themselves: checked at load).
+    fn route<'w>(&'w self, node_name: &'w str, mut input: Payload) -> Run<'w, Payload> {
         Box::pin(async move {
             let node = self.graph.nodes.get(node_name).ok_or_else(|| {
                 Error::internal(format!("graph '{}' has no node '{node_name}'", self.name))
@@ -158,7 +150,7 @@ impl<'a> Walk<'a> {
                     let point = rand::rng().random_range(0..100u32);
                     let step = split(&node.steps, point)
                         .ok_or_else(|| Error::internal("no route was selected by the splitter"))?;
-                    self.step(node_name, step, input, depth).await
+                    self.step(node_name, step, input).await
                 }
                 Router::Switch => {
                     let text = input.json(self.v1);
@@ -168,7 +160,7 @@ impl<'a> Walk<'a> {
                         .iter()
                         .find(|s| s.condition.as_deref().is_some_and(|c| matches(&text, c)));
                     match step {
-                        Some(step) => self.step(node_name, step, input, depth).await,
+                        Some(step) => self.step(node_name, step, input).await,
                         None => Err(Error::new(
                             ErrorKind::RouteNotFound,
                             format!(
@@ -190,7 +182,7 @@ impl<'a> Walk<'a> {
                             input.clone()
                         };
                         let given = given.unwrap_or(Payload::Tensors(Vec::new()));
-                        running.push(Box::pin(self.step(node_name, step, given, depth)));
+                        running.push(Box::pin(self.step(node_name, step, given)));
                     }
                     let answers = join_all(running).await;
                     self.merge(node, answers)
@@ -225,7 +217,7 @@ impl<'a> Walk<'a> {
                         if step.predictions_to_instances {
                             request = predictions_to_instances(request);
                         }
-                        answer = Some(self.step(node_name, step, request, depth).await?);
+                        answer = Some(self.step(node_name, step, request).await?);
                     }
                     answer.ok_or_else(|| Error::internal("a Sequence of no steps"))
                 }
@@ -240,7 +232,7 @@ impl<'a> Walk<'a> {
     /// (`{"error": ...}`) or its absence; a hard step's is the node's.
     fn merge(
         &self,
-        node: &wirespeed_core::GraphNode,
+        node: &GraphNode,
         answers: Vec<Result<Payload, Error>>,
     ) -> Result<Payload, Error> {
         let mut merged = serde_json::Map::new();
@@ -287,14 +279,13 @@ impl<'a> Walk<'a> {
     fn step<'w>(
         &'w self,
         node_name: &'w str,
-        step: &'w wirespeed_core::GraphStep,
+        step: &'w GraphStep,
         input: Payload,
-        depth: usize,
     ) -> Run<'w, Payload> {
         Box::pin(async move {
             step.taken.add();
             let model = match &step.target {
-                StepTarget::Node(next) => return self.route(next, input, depth + 1).await,
+                StepTarget::Node(next) => return self.route(next, input).await,
                 StepTarget::Model(model) => model,
             };
             let named = |e: Error| {
@@ -303,18 +294,13 @@ impl<'a> Walk<'a> {
                     e,
                 )
             };
-            let served = callee(self.models, model, None).map_err(named)?;
-            let inputs = fit(&served, input).map_err(named)?;
-            let outputs = super::call(
-                self.models,
-                &served,
-                inputs,
-                &[],
-                onward(self.call),
-                depth + 1,
-            )
-            .await
-            .map_err(named)?;
+            let callee = self.calls.callee(model, None).map_err(named)?;
+            let inputs = fit(callee.as_ref(), input).map_err(named)?;
+            let outputs = self
+                .calls
+                .call(model, None, inputs, &[], self.call.onward())
+                .await
+                .map_err(named)?;
             Ok(Payload::from_tensors(outputs))
         })
     }
@@ -322,7 +308,7 @@ impl<'a> Walk<'a> {
 
 /// The step a Splitter's draw `point` in [0, 100) falls on, laying the
 /// weights end to end, as KServe's router does.
-fn split(steps: &[wirespeed_core::GraphStep], point: u32) -> Option<&wirespeed_core::GraphStep> {
+fn split(steps: &[GraphStep], point: u32) -> Option<&GraphStep> {
     let mut end = 0;
     steps.iter().find(|s| {
         end += s.weight.unwrap_or(0);
@@ -354,12 +340,12 @@ fn predictions_to_instances(payload: Payload) -> Payload {
     }
 }
 
-/// The payload as `served`'s inputs: JSON as it came to a model that reads
+/// The payload as `model`'s inputs: JSON as it came to a model that reads
 /// JSON itself; a v1 body decoded against declared inputs; tensors by name
 /// where the names fit, else in order.
-fn fit(served: &ServedModel, payload: Payload) -> Result<Vec<Tensor>, Error> {
-    let metadata = served.metadata();
-    let reads_json = served.model.binding() == Binding::Open && metadata.inputs.is_empty();
+fn fit(model: &dyn Model, payload: Payload) -> Result<Vec<Tensor>, Error> {
+    let metadata = model.metadata();
+    let reads_json = model.binding() == Binding::Open && metadata.inputs.is_empty();
     match payload {
         Payload::Json(body) if reads_json => Ok(vec![json_tensor(body)]),
         Payload::Json(body) => {
@@ -443,7 +429,7 @@ mod tests {
     #[test]
     fn a_splitter_splits_by_its_weights() {
         use rand::SeedableRng;
-        let step = |model: &str, weight| wirespeed_core::GraphStep {
+        let step = |model: &str, weight| GraphStep {
             name: None,
             target: StepTarget::Model(model.into()),
             data: StepData::Request,

@@ -1,15 +1,5 @@
 //! An ensemble's steps, as Triton's `ensemble_scheduling` lists them: the
-//! models an ensemble calls and how tensors flow between them. An
-//! ensemble is a [`Composite`](crate::Composite) of this kind; the server
-//! runs its steps, each through its own model's scheduler.
-
-/// The steps of an ensemble, in an order in which every step's inputs are
-/// ready before it runs (checked at load).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Composition {
-    /// The steps, in running order.
-    pub steps: Vec<Step>,
-}
+//! models it calls and how tensors flow between them.
 
 /// One step: a model called with some of the ensemble's tensors.
 #[derive(Debug, Clone, PartialEq, Eq)]

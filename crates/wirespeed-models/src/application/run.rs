@@ -1,8 +1,8 @@
 //! Running an application (Clipper's model selection layer,
 //! `backend = "application"`): its selector chooses who answers each
-//! query, and each chosen candidate runs as an ensemble's step does
-//! (`composite::call`): through its own scheduler, with the request's
-//! deadline, counted in its own statistics.
+//! query, and each chosen candidate is called through the server's
+//! [`Calls`], as an ensemble's step is: through its own scheduler, with the
+//! request's deadline, counted in its own statistics.
 //!
 //! - **One candidate** (exp3, fixed, weighted): its answer is the
 //!   application's.
@@ -25,87 +25,77 @@
 //! (`uid` unless set); it is taken out before the candidates see the
 //! request, so that their cached answers are shared by every user.
 
+use wirespeed_backend::composite::{named, Run};
+use wirespeed_backend::{Calls, Composed};
 use wirespeed_core::{
-    absolute_loss, numbers, Choice, DataType, Draw, Error, ParameterValue, Parameters,
-    RequestedOutput, Selector, Tensor, TensorData,
+    DataType, Error, ParameterValue, Parameters, RequestedOutput, Tensor, TensorData,
 };
 use wirespeed_scheduler::CallContext;
 
-use super::{callee, gather_until, named, onward, Composed, Run};
-use crate::served::{ServedModel, ServedModels};
+use super::{absolute_loss, numbers, Application, Choice, Draw, Selector};
+use crate::composites::gather_until;
 
-/// Answers `inputs` with the candidates `selector` (`app`'s) chooses,
-/// giving `requested` (all of the application's outputs when empty).
-pub fn run<'a>(
-    models: &'a ServedModels,
-    app: &'a ServedModel,
-    selector: &'a dyn Selector,
+/// Answers `inputs` with the candidates `app`'s selector chooses, giving
+/// `requested` (all of the application's outputs when empty).
+pub(super) async fn run(
+    app: &Application,
     inputs: Vec<Tensor>,
-    requested: &'a [RequestedOutput],
+    requested: &[RequestedOutput],
     mut call: CallContext,
-    depth: usize,
-) -> Run<'a, Composed> {
-    Box::pin(async move {
-        let metadata = app.metadata();
-        metadata.check_inputs(&inputs)?;
-        let wanted = metadata.resolve_outputs(requested.iter().map(|o| o.name.as_str()))?;
-        let outputs: Vec<RequestedOutput> = wanted
-            .iter()
-            .map(|&i| RequestedOutput {
-                name: metadata.outputs[i].name.clone(),
-                parameters: Vec::new(),
-            })
-            .collect();
-        let key = take_key(&mut call.parameters, selector.key());
-        match selector.choose(key.as_deref()) {
-            Choice::One(i) => {
-                let outputs = ask(models, app, selector, i, inputs, &outputs, &call, depth).await?;
-                Ok(Composed::all(outputs))
-            }
-            Choice::Blend(weights) => {
-                let rows = inputs
-                    .iter()
-                    .find_map(|t| t.shape.first().copied())
-                    .unwrap_or(1);
-                let objective = app
-                    .scheduling
-                    .slo
-                    .as_ref()
-                    .map(|slo| call.started + slo.latency);
-                let candidates = selector.candidates().len();
-                let mut running: Vec<Run<'_, Vec<Tensor>>> = Vec::with_capacity(candidates);
-                let mut shared = Some(inputs);
-                for i in 0..candidates {
-                    let inputs = if i + 1 == candidates {
-                        shared.take().unwrap_or_default()
-                    } else {
-                        shared.clone().unwrap_or_default()
-                    };
-                    let (outputs, call) = (&outputs, &call);
-                    running.push(Box::pin(async move {
-                        ask(models, app, selector, i, inputs, outputs, call, depth).await
-                    }));
-                }
-                let answers = gather_until(running, objective).await;
-                blend(app, selector, &weights, answers, &wanted, rows)
-            }
+    calls: &dyn Calls,
+) -> Result<Composed, Error> {
+    let metadata = &app.metadata;
+    let selector = &app.selector;
+    metadata.check_inputs(&inputs)?;
+    let wanted = metadata.resolve_outputs(requested.iter().map(|o| o.name.as_str()))?;
+    let outputs: Vec<RequestedOutput> = wanted
+        .iter()
+        .map(|&i| RequestedOutput {
+            name: metadata.outputs[i].name.clone(),
+            parameters: Vec::new(),
+        })
+        .collect();
+    let key = take_key(&mut call.parameters, selector.key());
+    match selector.choose(key.as_deref()) {
+        Choice::One(i) => {
+            let outputs = ask(app, calls, i, inputs, &outputs, &call).await?;
+            Ok(Composed::all(outputs))
         }
-    })
+        Choice::Blend(weights) => {
+            let rows = inputs
+                .iter()
+                .find_map(|t| t.shape.first().copied())
+                .unwrap_or(1);
+            let objective = app.slo.as_ref().map(|slo| call.started + slo.latency);
+            let candidates = selector.candidates().len();
+            let mut running: Vec<Run<'_, Vec<Tensor>>> = Vec::with_capacity(candidates);
+            let mut shared = Some(inputs);
+            for i in 0..candidates {
+                let inputs = if i + 1 == candidates {
+                    shared.take().unwrap_or_default()
+                } else {
+                    shared.clone().unwrap_or_default()
+                };
+                running.push(Box::pin(ask(app, calls, i, inputs, &outputs, &call)));
+            }
+            let answers = gather_until(running, objective).await;
+            blend(app, &weights, answers, &wanted, rows)
+        }
+    }
 }
 
 /// Learns from feedback on application `app`: `inputs` were answered, and
 /// `label` is the truth (one value, or one per element of the first
 /// output). The key is read from `call`'s parameters.
-pub async fn feedback(
-    models: &ServedModels,
-    app: &ServedModel,
+pub(super) async fn feedback(
+    app: &Application,
     inputs: Vec<Tensor>,
     label: &[f64],
     mut call: CallContext,
+    calls: &dyn Calls,
 ) -> Result<(), Error> {
-    let selector = selector_of(app)
-        .ok_or_else(|| Error::internal("feedback to a model that is not an application"))?;
-    let metadata = app.metadata();
+    let selector = &app.selector;
+    let metadata = &app.metadata;
     metadata.check_inputs(&inputs)?;
     let first = RequestedOutput {
         name: metadata.outputs[0].name.clone(),
@@ -116,20 +106,14 @@ pub async fn feedback(
     let mut running: Vec<Run<'_, Vec<Tensor>>> = Vec::with_capacity(draws.len());
     for draw in &draws {
         let inputs = inputs.clone();
-        let (outputs, call) = (std::slice::from_ref(&first), &call);
-        running.push(Box::pin(async move {
-            ask(
-                models,
-                app,
-                selector,
-                draw.candidate,
-                inputs,
-                outputs,
-                call,
-                0,
-            )
-            .await
-        }));
+        running.push(Box::pin(ask(
+            app,
+            calls,
+            draw.candidate,
+            inputs,
+            std::slice::from_ref(&first),
+            &call,
+        )));
     }
     let mut scored: Vec<(Draw, f64)> = Vec::with_capacity(draws.len());
     for (answer, draw) in gather_until(running, None).await.into_iter().zip(draws) {
@@ -155,14 +139,6 @@ pub async fn feedback(
     Ok(())
 }
 
-/// The selector of `served`, when it is an application.
-pub fn selector_of(served: &ServedModel) -> Option<&dyn Selector> {
-    match &served.composite()?.kind {
-        wirespeed_core::CompositeKind::Application(selector) => Some(selector.as_ref()),
-        _ => None,
-    }
-}
-
 /// Takes the query's key (the parameter `name`) out of `parameters`.
 fn take_key(parameters: &mut Parameters, name: &str) -> Option<String> {
     let at = parameters.iter().position(|(k, _)| k == name)?;
@@ -175,33 +151,36 @@ fn take_key(parameters: &mut Parameters, name: &str) -> Option<String> {
 }
 
 /// Candidate `i` of `app`, asked for `outputs` on `inputs`.
-#[allow(clippy::too_many_arguments)]
 async fn ask(
-    models: &ServedModels,
-    app: &ServedModel,
-    selector: &dyn Selector,
+    app: &Application,
+    calls: &dyn Calls,
     i: usize,
     inputs: Vec<Tensor>,
     outputs: &[RequestedOutput],
     call: &CallContext,
-    depth: usize,
 ) -> Result<Vec<Tensor>, Error> {
-    let candidate = &selector.candidates()[i];
+    let candidate = &app.selector.candidates()[i];
     let named = |e: Error| {
         named(
             &format!(
                 "application '{}' candidate '{candidate}'",
-                app.metadata().name
+                app.metadata.name
             ),
             e,
         )
     };
-    let served = callee(models, &candidate.model, candidate.version.as_deref()).map_err(named)?;
     let call = CallContext {
         input_parameters: call.input_parameters.clone(),
-        ..onward(call)
+        ..call.onward()
     };
-    super::call(models, &served, inputs, outputs, call, depth + 1)
+    calls
+        .call(
+            &candidate.model,
+            candidate.version.as_deref(),
+            inputs,
+            outputs,
+            call,
+        )
         .await
         .map_err(named)
 }
@@ -209,14 +188,13 @@ async fn ask(
 /// Exp4's answer: the candidates' outputs that arrived, averaged with
 /// their weights renormalised over them.
 fn blend(
-    app: &ServedModel,
-    selector: &dyn Selector,
+    app: &Application,
     weights: &[f64],
     answers: Vec<Option<Result<Vec<Tensor>, Error>>>,
     wanted: &[usize],
     rows: usize,
 ) -> Result<Composed, Error> {
-    let metadata = app.metadata();
+    let (metadata, selector) = (&app.metadata, &app.selector);
     let mut arrived: Vec<(f64, Vec<Tensor>)> = Vec::with_capacity(answers.len());
     let mut stragglers = 0;
     let mut cut = 0;
@@ -245,7 +223,7 @@ fn blend(
     if arrived.is_empty() {
         // Nobody answered by the objective: the default, as the scheduler
         // answers a model that would miss it. Only failures: the first.
-        let slo = app.scheduling.slo.as_ref();
+        let slo = app.slo.as_ref();
         let (Some(slo), true) = (slo, cut > 0) else {
             return Err(first_error.unwrap_or_else(|| {
                 Error::internal(format!(

@@ -1,14 +1,12 @@
-//! KServe's InferenceGraph, as the server runs it in-process: routing
-//! nodes (Sequence, Switch, Ensemble, Splitter), each a list of steps
-//! whose targets are served models or other nodes. A graph is a
-//! [`Composite`](crate::Composite) of this kind; the server runs it from
-//! its node `root`.
+//! KServe's InferenceGraph, as it runs in-process: routing nodes
+//! (Sequence, Switch, Ensemble, Splitter), each a list of steps whose
+//! targets are served models or other nodes, run from the node `root`.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 /// The node every graph starts from, as KServe names it.
-pub const ROOT_NODE: &str = "root";
+pub(crate) const ROOT_NODE: &str = "root";
 
 /// A graph's nodes, by name; `root` among them (checked at load).
 #[derive(Debug, Clone)]

@@ -1,0 +1,168 @@
+//! Running a model that answers through other served models (Triton's
+//! ensembles, KServe's InferenceGraphs, Clipper's applications: each a
+//! [`Composite`] of `wirespeed-models`, loaded by its backend). The engine
+//! never asks which kind it serves: it hands each run the same [`Calls`]
+//! ([`Composing`]), which is what every composite shares: how a callee is
+//! found and asked ([`callee`], [`call`]: through its scheduler, counted
+//! in its statistics), the depth composites may nest to ([`run`]), and the
+//! check of a composite against the served models at start and at each
+//! load ([`check_model`]).
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use wirespeed_core::{Error, ErrorKind, Model, RequestedOutput, Tensor};
+use wirespeed_models::{Calls, Composed, Composite};
+use wirespeed_scheduler::CallContext;
+
+use crate::counting::Counting;
+use crate::served::Target;
+use crate::served::{ServedModel, ServedModels};
+use crate::timing::Stages;
+
+/// Composites within composites deeper than this are refused at run time
+/// (a cycle through loads that the load-time check could not see).
+const MAX_DEPTH: usize = 8;
+
+/// Runs `composite` on `inputs`, answering `outputs` (all of its outputs
+/// when empty), `depth` composites deep: the models it calls are called
+/// through [`Composing`], one level deeper.
+pub async fn run(
+    models: &ServedModels,
+    composite: &dyn Composite,
+    inputs: Vec<Tensor>,
+    outputs: &[RequestedOutput],
+    call: CallContext,
+    depth: usize,
+) -> Result<Composed, Error> {
+    if depth > MAX_DEPTH {
+        return Err(Error::model_failed(format!(
+            "{} '{}' is nested more than {MAX_DEPTH} deep (do the models it calls call it back?)",
+            composite.noun(),
+            composite.metadata().name
+        )));
+    }
+    let calls = Composing {
+        models,
+        depth: depth + 1,
+    };
+    composite.run(inputs, outputs, call, &calls).await
+}
+
+/// The served models, as a composite `depth` composites deep calls them.
+pub struct Composing<'a> {
+    models: &'a ServedModels,
+    depth: usize,
+}
+
+impl<'a> Composing<'a> {
+    /// The calls of a composite that a client's request runs (not one
+    /// inside another): Clipper's feedback asks an application's
+    /// candidates through it.
+    pub fn new(models: &'a ServedModels) -> Composing<'a> {
+        Composing { models, depth: 1 }
+    }
+}
+
+impl Calls for Composing<'_> {
+    fn callee(&self, model: &str, version: Option<&str>) -> Result<Arc<dyn Model>, Error> {
+        callee(self.models, model, version).map(|served| Arc::clone(&served.model))
+    }
+
+    fn call<'a>(
+        &'a self,
+        model: &'a str,
+        version: Option<&'a str>,
+        inputs: Vec<Tensor>,
+        outputs: &'a [RequestedOutput],
+        call: CallContext,
+    ) -> Pin<Box<dyn Future<Output = Result<Vec<Tensor>, Error>> + Send + 'a>> {
+        Box::pin(async move {
+            let served = callee(self.models, model, version)?;
+            self::call(self.models, &served, inputs, outputs, call, self.depth).await
+        })
+    }
+}
+
+/// Runs `served` for another model (an ensemble's step, a graph's step,
+/// an application's candidate, a model's call to another, BLS): a
+/// composite through the models it calls, any other through its own
+/// scheduler, counted in its statistics.
+pub async fn call(
+    models: &ServedModels,
+    served: &ServedModel,
+    inputs: Vec<Tensor>,
+    outputs: &[RequestedOutput],
+    call: CallContext,
+    depth: usize,
+) -> Result<Vec<Tensor>, Error> {
+    match served.composite() {
+        Some(composite) => run(models, composite.as_ref(), inputs, outputs, call, depth)
+            .await
+            .map(|composed| composed.outputs),
+        None => step_through(served, inputs, outputs, call).await,
+    }
+}
+
+/// A model that computes, through its response cache and its scheduler
+/// (`ServedModel::answer`), counted in its statistics.
+pub async fn step_through(
+    served: &ServedModel,
+    inputs: Vec<Tensor>,
+    outputs: &[RequestedOutput],
+    call: CallContext,
+) -> Result<Vec<Tensor>, Error> {
+    let mut stages = Stages::start();
+    if served.max_batch_size > 0 {
+        stages.inferences = inputs
+            .iter()
+            .find_map(|t| t.shape.first().copied())
+            .unwrap_or(1) as u64;
+    }
+    let counting = Counting::new(served, stages.started());
+    let answer = served.answer(inputs, outputs, call, &mut stages).await;
+    counting.finish(answer.as_ref().map(drop), &stages);
+    answer.map(|a| a.outputs)
+}
+
+/// The served model `model` (in `version`, the served one when `None`)
+/// that a composite calls, when it can answer now.
+pub fn callee(
+    models: &ServedModels,
+    model: &str,
+    version: Option<&str>,
+) -> Result<Arc<ServedModel>, Error> {
+    let served = models.target(&Target::new(model, version))?;
+    if let Err(reason) = served.model.ready() {
+        return Err(Error::new(
+            ErrorKind::Unavailable,
+            format!("model '{model}' is not ready: {reason}"),
+        ));
+    }
+    Ok(served)
+}
+
+/// Every served composite checked with [`check_model`]: the first misfit.
+pub fn check_all(models: &ServedModels) -> Result<(), String> {
+    for (name, served) in models.all() {
+        if let Some(composite) = served.composite() {
+            check_model(models, &name, composite.as_ref())?;
+        }
+    }
+    Ok(())
+}
+
+/// Whether `composite` (served as `name`) calls only models served in
+/// `models`, as they take and give ([`Composite::check`]).
+pub fn check_model(
+    models: &ServedModels,
+    name: &str,
+    composite: &dyn Composite,
+) -> Result<(), String> {
+    composite.check(name, &|model, version| {
+        models
+            .target(&Target::new(model, version))
+            .map(|served| Arc::clone(&served.model))
+            .map_err(|e| e.message().to_owned())
+    })
+}

@@ -1,0 +1,102 @@
+//! What the three composites (`ensemble/`, `graph/`, `application/`)
+//! share: polling the calls they make together ([`join_all`], and
+//! [`gather_until`] for an application's latency objective), their check
+//! against the repository before it serves ([`check_composites`]), and the
+//! answer of the `infer` that the server never calls on them.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Instant;
+
+use wirespeed_backend::Composite;
+use wirespeed_core::Error;
+
+/// Every composite of `loaded` checked against the others
+/// ([`Composite::check`]; `wirespeed serve --check`).
+pub fn check_composites(loaded: &[crate::LoadedModel]) -> Result<(), String> {
+    let lookup = |model: &str, version: Option<&str>| {
+        let mut versions = loaded.iter().filter(|m| m.name == model);
+        let found = match version {
+            Some(v) => versions.find(|m| m.model.metadata().versions.iter().any(|x| x == v)),
+            None => versions.next_back(),
+        };
+        found
+            .map(|m| Arc::clone(&m.model))
+            .ok_or_else(|| format!("model '{model}' is not in the repository"))
+    };
+    for l in loaded {
+        if let Some(composite) = &l.composite {
+            composite.check(&l.name, &lookup)?;
+        }
+    }
+    Ok(())
+}
+
+/// The models named by `called` (name and version), each once, in order.
+pub(crate) fn each_once<'a>(
+    called: impl IntoIterator<Item = (&'a str, Option<&'a str>)>,
+) -> Vec<(String, Option<String>)> {
+    let mut models: Vec<(String, Option<String>)> = Vec::new();
+    for (model, version) in called {
+        if !models
+            .iter()
+            .any(|(m, v)| m == model && v.as_deref() == version)
+        {
+            models.push((model.to_owned(), version.map(str::to_owned)));
+        }
+    }
+    models
+}
+
+/// What a composite's `infer` answers: the server runs it through
+/// [`Composite::run`] and never calls it.
+pub(crate) fn composite_infer(composite: &dyn Composite) -> Error {
+    Error::internal(format!(
+        "{} '{}' runs through the models it calls, not through a backend",
+        composite.noun(),
+        composite.metadata().name
+    ))
+}
+
+/// Every future of `running`, polled together; their outputs in order.
+pub(crate) async fn join_all<T>(
+    running: Vec<Pin<Box<dyn Future<Output = T> + Send + '_>>>,
+) -> Vec<T> {
+    gather_until(running, None)
+        .await
+        .into_iter()
+        .flatten()
+        .collect()
+}
+
+/// Every future of `running`, polled together until all are done or
+/// `until` passes: each one's output, or `None` for one cut there.
+pub(crate) async fn gather_until<T>(
+    mut running: Vec<Pin<Box<dyn Future<Output = T> + Send + '_>>>,
+    until: Option<Instant>,
+) -> Vec<Option<T>> {
+    let mut results: Vec<Option<T>> = running.iter().map(|_| None).collect();
+    let mut cut = until.map(|at| Box::pin(tokio::time::sleep_until(at.into())));
+    std::future::poll_fn(|cx| {
+        let mut pending = false;
+        for (future, result) in running.iter_mut().zip(results.iter_mut()) {
+            if result.is_none() {
+                match future.as_mut().poll(cx) {
+                    std::task::Poll::Ready(value) => *result = Some(value),
+                    std::task::Poll::Pending => pending = true,
+                }
+            }
+        }
+        let passed = cut
+            .as_mut()
+            .is_some_and(|sleep| sleep.as_mut().poll(cx).is_ready());
+        if pending && !passed {
+            std::task::Poll::Pending
+        } else {
+            std::task::Poll::Ready(())
+        }
+    })
+    .await;
+    results
+}
