@@ -33,6 +33,7 @@ pub mod raw;
 mod stream;
 mod tensor;
 mod text;
+mod trace_context;
 
 pub use datatype::{DataType, UnknownDataType};
 pub use error::{Error, ErrorKind, Fault};
@@ -48,7 +49,7 @@ pub use infer::{
 pub use limits::{LimitError, RequestLimits, TensorBudget};
 pub use model::{
     format_shape, Binding, ClassScores, ClassificationHead, Execution, Executions, Heads,
-    InferCall, InferFuture, Model, ModelMetadata, TensorSpec, TraceContext,
+    InferCall, InferFuture, Model, ModelMetadata, TensorSpec,
 };
 pub use pool::CpuPool;
 pub use stream::{
@@ -56,3 +57,4 @@ pub use stream::{
 };
 pub use tensor::{element_count, Tensor, TensorData};
 pub use text::TextModel;
+pub use trace_context::TraceContext;

@@ -1,19 +1,16 @@
 //! What the three composites (`ensemble/`, `graph/`, `application/`)
 //! share: polling the calls they make together ([`join_all`], and
-//! [`gather_until`] for an application's latency objective), their check
-//! against the repository before it serves ([`check_composites`]), and the
-//! answer of the `infer` that the server never calls on them.
+//! [`gather_until`] for an application's latency objective), and their
+//! check against the repository before it serves ([`check_composites`]).
 
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Instant;
 
-use wirespeed_backend::Composite;
-use wirespeed_core::Error;
-
 /// Every composite of `loaded` checked against the others
-/// ([`Composite::check`]; `wirespeed serve --check`).
+/// ([`Composite::check`](wirespeed_backend::Composite::check); `wirespeed
+/// serve --check`).
 pub fn check_composites(loaded: &[crate::LoadedModel]) -> Result<(), String> {
     let lookup = |model: &str, version: Option<&str>| {
         let mut versions = loaded.iter().filter(|m| m.name == model);
@@ -47,16 +44,6 @@ pub(crate) fn each_once<'a>(
         }
     }
     models
-}
-
-/// What a composite's `infer` answers: the server runs it through
-/// [`Composite::run`] and never calls it.
-pub(crate) fn composite_infer(composite: &dyn Composite) -> Error {
-    Error::internal(format!(
-        "{} '{}' runs through the models it calls, not through a backend",
-        composite.noun(),
-        composite.metadata().name
-    ))
 }
 
 /// Every future of `running`, polled together; their outputs in order.

@@ -549,10 +549,6 @@ impl Model for PythonModel {
         self.workers.ready()
     }
 
-    fn infer(&self, _inputs: &[Tensor], _outputs: &[usize]) -> Result<Vec<Tensor>, Error> {
-        Err(Error::internal("a Python model runs through infer_async"))
-    }
-
     fn infer_async(self: Arc<Self>, call: InferCall) -> InferFuture {
         let (reply, answer) = tokio::sync::oneshot::channel();
         let mut responses = call.responses;

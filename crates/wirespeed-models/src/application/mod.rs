@@ -105,12 +105,6 @@ impl Model for Application {
     fn metadata(&self) -> &ModelMetadata {
         &self.metadata
     }
-
-    /// Never called: the server runs an application through
-    /// [`Composite::run`].
-    fn infer(&self, _inputs: &[Tensor], _outputs: &[usize]) -> Result<Vec<Tensor>, Error> {
-        Err(crate::composites::composite_infer(self))
-    }
 }
 
 impl Composite for Application {

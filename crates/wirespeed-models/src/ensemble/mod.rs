@@ -30,7 +30,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use serde::Deserialize;
-use wirespeed_core::{Error, Model, ModelMetadata, RequestedOutput, Tensor};
+use wirespeed_core::{Model, ModelMetadata, RequestedOutput, Tensor};
 use wirespeed_scheduler::CallContext;
 
 use wirespeed_backend::composite::{Run, Served};
@@ -69,11 +69,6 @@ impl Ensemble {
 impl Model for Ensemble {
     fn metadata(&self) -> &ModelMetadata {
         &self.metadata
-    }
-
-    /// Never called: the server runs an ensemble through [`Composite::run`].
-    fn infer(&self, _inputs: &[Tensor], _outputs: &[usize]) -> Result<Vec<Tensor>, Error> {
-        Err(crate::composites::composite_infer(self))
     }
 }
 

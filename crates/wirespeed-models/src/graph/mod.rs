@@ -27,7 +27,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use serde::Deserialize;
-use wirespeed_core::{Binding, Error, Model, ModelMetadata, RequestedOutput, Tensor};
+use wirespeed_core::{Binding, Model, ModelMetadata, RequestedOutput, Tensor};
 use wirespeed_scheduler::CallContext;
 
 use wirespeed_backend::composite::{Run, Served};
@@ -72,11 +72,6 @@ impl Model for InferenceGraph {
     /// last ones give.
     fn binding(&self) -> Binding {
         Binding::Open
-    }
-
-    /// Never called: the server runs a graph through [`Composite::run`].
-    fn infer(&self, _inputs: &[Tensor], _outputs: &[usize]) -> Result<Vec<Tensor>, Error> {
-        Err(crate::composites::composite_infer(self))
     }
 }
 

@@ -33,8 +33,7 @@ use crate::http::{HeaderMap, HeaderName, HeaderValue};
 use crate::{Address, ChannelOptions, Upstream, UpstreamOptions, V2Client};
 use serde::Deserialize;
 use wirespeed_core::{
-    Binding, DataType, Error, Execution, InferCall, InferFuture, Model, ModelMetadata, Tensor,
-    TensorSpec,
+    Binding, DataType, Execution, InferCall, InferFuture, Model, ModelMetadata, TensorSpec,
 };
 use wirespeed_proto::inference::model_metadata_response::TensorMetadata;
 
@@ -491,12 +490,6 @@ impl Model for UpstreamModel {
 
     fn default_concurrency(&self) -> Option<usize> {
         Some(1024)
-    }
-
-    fn infer(&self, _: &[Tensor], _: &[usize]) -> Result<Vec<Tensor>, Error> {
-        Err(Error::internal(
-            "an upstream model runs through its async entry point only",
-        ))
     }
 
     /// A model whose inputs neither the upstream nor its config declares

@@ -407,12 +407,6 @@ impl Model for OpenAiModel {
         Some(1024)
     }
 
-    fn infer(&self, _: &[Tensor], _: &[usize]) -> Result<Vec<Tensor>, Error> {
-        Err(Error::internal(
-            "an upstream model runs through its async entry point only",
-        ))
-    }
-
     fn infer_async(self: Arc<Self>, mut call: InferCall) -> InferFuture {
         Box::pin(async move {
             let responses = call.responses.take().ok_or_else(|| {
