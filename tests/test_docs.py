@@ -1,5 +1,6 @@
 """The docs stay true to the tree: every file or folder
-`docs/ARCHITECTURE.md` names (in backticks, with a `/` in it) exists.
+`docs/ARCHITECTURE.md` and the pages of `docs/architecture/` name (in
+backticks, with a `/` in it) exists.
 
 A name is read as the docs write them: from the repository's root
 (`crates/wirespeed-server/src/lib.rs`), as a crate's short name and a
@@ -47,9 +48,13 @@ def exists(name, paths):
 
 
 def test_every_path_the_architecture_names_exists():
-    text = (ROOT / "docs" / "ARCHITECTURE.md").read_text()
-    names = list(named_paths(text))
-    assert len(names) > 100, "the paths are no longer found in the text"
+    pages = [ROOT / "docs" / "ARCHITECTURE.md", *sorted((ROOT / "docs" / "architecture").glob("*.md"))]
+    assert len(pages) > 1, "docs/architecture/ is gone"
     paths = tree()
-    missing = sorted({n for n in names if not exists(n, paths)})
-    assert not missing, f"docs/ARCHITECTURE.md names paths that are not in the tree: {missing}"
+    found = 0
+    for page in pages:
+        names = list(named_paths(page.read_text()))
+        found += len(names)
+        missing = sorted({n for n in names if not exists(n, paths)})
+        assert not missing, f"{page.relative_to(ROOT)} names paths that are not in the tree: {missing}"
+    assert found > 100, "the paths are no longer found in the text"
