@@ -148,7 +148,7 @@ impl ModelCaller for Calls {
         mut gone: CallerGone<'_>,
         each: &mut dyn FnMut(Result<Vec<Tensor>, Error>, bool),
     ) -> Result<(), Error> {
-        let (_, served) = callee(&self.models, model, version)?;
+        let (models, served) = callee(&self.models, model, version)?;
         if !served.model.decoupled() {
             each(
                 self.call(model, version, inputs, outputs, parameters, deadline, gone),
@@ -162,7 +162,7 @@ impl ModelCaller for Calls {
         call.responses = Some(sender);
         // The callee's run and its responses overlap, as for a client's
         // stream (`stream.rs`); each response is handed on as it comes.
-        let run = composite::step_through(&served, inputs, &requested, call);
+        let run = composite::call(&models, &served, inputs, &requested, call, 0);
         let _entered = self.runtime.enter();
         let streamed = async {
             tokio::pin!(run);

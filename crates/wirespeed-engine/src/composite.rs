@@ -11,6 +11,7 @@
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
+use std::time::Instant;
 use wirespeed_core::{Error, ErrorKind, Model, RequestedOutput, Tensor};
 use wirespeed_models::{Calls, Composed, Composite};
 use wirespeed_scheduler::CallContext;
@@ -84,10 +85,38 @@ impl Calls for Composing<'_> {
     }
 }
 
+/// How `served` answers, `depth` composites deep, whoever asks (a
+/// client's request, an ensemble's step, a graph's step, an
+/// application's candidate, a model's call): a composite through its own
+/// run, any other model through its response cache and scheduler
+/// (`ServedModel::answer`), whose times go to `stages`. The one place
+/// that tells the two apart.
+pub async fn answer(
+    models: &ServedModels,
+    served: &ServedModel,
+    inputs: Vec<Tensor>,
+    outputs: &[RequestedOutput],
+    call: CallContext,
+    stages: &mut Stages,
+    depth: usize,
+) -> Result<Composed, Error> {
+    let Some(composite) = served.composite() else {
+        let answer = served.answer(inputs, outputs, call, stages).await?;
+        return Ok(Composed {
+            outputs: answer.outputs,
+            stragglers: 0,
+            default: answer.default,
+        });
+    };
+    let compute = Instant::now();
+    let composed = run(models, composite.as_ref(), inputs, outputs, call, depth).await;
+    stages.compute = compute.elapsed();
+    composed
+}
+
 /// Runs `served` for another model (an ensemble's step, a graph's step,
-/// an application's candidate, a model's call to another, BLS): a
-/// composite through the models it calls, any other through its own
-/// scheduler, counted in its statistics.
+/// an application's candidate, a model's call to another, BLS) as
+/// [`answer`] does, counted in its statistics as a client's request is.
 pub async fn call(
     models: &ServedModels,
     served: &ServedModel,
@@ -95,22 +124,6 @@ pub async fn call(
     outputs: &[RequestedOutput],
     call: CallContext,
     depth: usize,
-) -> Result<Vec<Tensor>, Error> {
-    match served.composite() {
-        Some(composite) => run(models, composite.as_ref(), inputs, outputs, call, depth)
-            .await
-            .map(|composed| composed.outputs),
-        None => step_through(served, inputs, outputs, call).await,
-    }
-}
-
-/// A model that computes, through its response cache and its scheduler
-/// (`ServedModel::answer`), counted in its statistics.
-pub async fn step_through(
-    served: &ServedModel,
-    inputs: Vec<Tensor>,
-    outputs: &[RequestedOutput],
-    call: CallContext,
 ) -> Result<Vec<Tensor>, Error> {
     let mut stages = Stages::start();
     if served.max_batch_size > 0 {
@@ -120,7 +133,7 @@ pub async fn step_through(
             .unwrap_or(1) as u64;
     }
     let counting = Counting::new(served, stages.started());
-    let answer = served.answer(inputs, outputs, call, &mut stages).await;
+    let answer = answer(models, served, inputs, outputs, call, &mut stages, depth).await;
     counting.finish(answer.as_ref().map(drop), &stages);
     answer.map(|a| a.outputs)
 }

@@ -477,32 +477,17 @@ async fn answer(
         placements,
     } = admitted;
     let stages = &mut context.stages;
-    let mut stragglers = 0;
-    let answer = if let Some(composite) = served.composite() {
-        // An application, an InferenceGraph or an ensemble: the models it
-        // calls, each through its own scheduler.
-        let compute = std::time::Instant::now();
-        let composed = composite::run(
-            &engine.models,
-            composite.as_ref(),
-            request.inputs,
-            &request.outputs,
-            call,
-            0,
-        )
-        .await;
-        stages.compute = compute.elapsed();
-        let composed = composed?;
-        stragglers = composed.stragglers;
-        wirespeed_scheduler::Answer {
-            outputs: composed.outputs,
-            default: composed.default,
-        }
-    } else {
-        served
-            .answer(request.inputs, &request.outputs, call, stages)
-            .await?
-    };
+    let answer = composite::answer(
+        &engine.models,
+        served,
+        request.inputs,
+        &request.outputs,
+        call,
+        stages,
+        0,
+    )
+    .await?;
+    let stragglers = answer.stragglers;
     let mut outputs = answer.outputs;
     if let Some(turn) = turn {
         turn.finish(&mut outputs)?;
