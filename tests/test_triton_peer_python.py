@@ -269,6 +269,20 @@ WHOLE_CONFIGS = {
     '''),
     "ens": (ensemble("ens", "add_sub"), None),
     "ens_broken": (ensemble("ens_broken", "broken_step"), None),
+    # An ensemble whose first step is the ensemble above.
+    "ens_nested": ('''
+        name: "ens_nested"
+        platform: "ensemble"
+        input [ { name: "A" data_type: TYPE_FP32 dims: [ 4 ] }, { name: "B" data_type: TYPE_FP32 dims: [ 4 ] } ]
+        output [ { name: "S" data_type: TYPE_FP32 dims: [ 4 ] }, { name: "D" data_type: TYPE_FP32 dims: [ 4 ] } ]
+        ensemble_scheduling { step [
+          { model_name: "ens" model_version: -1
+            input_map { key: "A" value: "A" } input_map { key: "B" value: "B" }
+            output_map { key: "S" value: "s1" } output_map { key: "D" value: "d1" } },
+          { model_name: "add_sub" model_version: -1
+            input_map { key: "INPUT0" value: "s1" } input_map { key: "INPUT1" value: "d1" }
+            output_map { key: "OUTPUT0" value: "S" } output_map { key: "OUTPUT1" value: "D" } } ] }
+        ''', None),
 }
 
 
@@ -565,6 +579,35 @@ def test_an_ensemble_answers_as_triton_does(servers, request_body):
         answers[name] = outputs_by_name(answer.json())
     assert answers["triton"]["D"] == ("FP32", [4], [2.0, 2.0, 2.0, 2.0])
     assert answers["wirespeed"] == answers["triton"]
+
+
+def test_an_ensemble_inside_an_ensemble_answers_and_counts_as_tritons(servers):
+    """The outer ensemble's answer, and what each model's statistics
+    count of it: the ensemble it calls is counted as Triton counts it."""
+    def counts(server):
+        found = {}
+        for model in ("ens_nested", "ens", "add_sub"):
+            stats = requests.get(f"http://{server.address}/v2/models/{model}/stats", timeout=30).json()
+            (entry,) = stats["model_stats"]
+            found[model] = (entry["inference_stats"]["success"]["count"], entry["inference_count"],
+                            entry["execution_count"])
+        return found
+
+    answers, counted = {}, {}
+    for name, server in servers.items():
+        before = counts(server)
+        for _ in range(3):
+            answer = requests.post(f"http://{server.address}/v2/models/ens_nested/infer",
+                                   json={"inputs": [A4, B4]}, timeout=30)
+            assert answer.status_code == 200, answer.text
+        answers[name] = outputs_by_name(answer.json())
+        after = counts(server)
+        counted[name] = {m: tuple(a - b for a, b in zip(after[m], before[m])) for m in after}
+    # ens: (a+b, a-b) -> (2a, 2b); add_sub again -> (2a+2b, 2a-2b).
+    assert answers["triton"]["S"] == ("FP32", [4], [4.0, 6.0, 8.0, 10.0])
+    assert answers["wirespeed"] == answers["triton"]
+    assert counted["triton"]["ens"][0] == 3, counted
+    assert counted["wirespeed"] == counted["triton"]
 
 
 @pytest.mark.parametrize("model, inputs", [
