@@ -61,8 +61,11 @@ pub trait Composite: Model {
     /// start and at each load.
     fn check(&self, name: &str, served: &Served<'_>) -> Result<(), String>;
 
-    /// Answers `inputs` with `outputs` (all of its outputs when empty),
-    /// calling the models it calls through `calls`.
+    /// Answers `inputs` with `outputs`, calling the models it calls
+    /// through `calls`. For a composite that declares its tensors
+    /// ([`Binding::Declared`](wirespeed_core::Binding)), the server has
+    /// checked `inputs` against them and resolved `outputs`: each a
+    /// declared output, once, and every one when the request named none.
     fn run<'a>(
         &'a self,
         inputs: Vec<Tensor>,

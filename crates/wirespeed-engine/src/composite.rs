@@ -12,7 +12,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Instant;
-use wirespeed_core::{Error, ErrorKind, Model, RequestedOutput, Tensor};
+use wirespeed_core::{Binding, Error, ErrorKind, Model, RequestedOutput, Tensor};
 use wirespeed_models::{Calls, Composed, Composite};
 use wirespeed_scheduler::CallContext;
 
@@ -26,8 +26,10 @@ use crate::timing::Stages;
 const MAX_DEPTH: usize = 8;
 
 /// Runs `composite` on `inputs`, answering `outputs` (all of its outputs
-/// when empty), `depth` composites deep: the models it calls are called
-/// through [`Composing`], one level deeper.
+/// when empty), `depth` composites deep: its inputs checked and its
+/// outputs resolved against what it declares (every composite shares
+/// this), and the models it calls called through [`Composing`], one level
+/// deeper.
 pub async fn run(
     models: &ServedModels,
     composite: &dyn Composite,
@@ -43,6 +45,22 @@ pub async fn run(
             composite.metadata().name
         )));
     }
+    let resolved;
+    let outputs = if composite.binding() == Binding::Declared {
+        let metadata = composite.metadata();
+        metadata.check_inputs(&inputs)?;
+        let wanted = metadata.resolve_outputs(outputs.iter().map(|o| o.name.as_str()))?;
+        resolved = wanted
+            .iter()
+            .map(|&i| RequestedOutput {
+                name: metadata.outputs[i].name.clone(),
+                parameters: Vec::new(),
+            })
+            .collect::<Vec<_>>();
+        &resolved[..]
+    } else {
+        outputs
+    };
     let calls = Composing {
         models,
         depth: depth + 1,

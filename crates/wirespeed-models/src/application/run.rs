@@ -35,30 +35,23 @@ use wirespeed_scheduler::CallContext;
 use super::{absolute_loss, numbers, Application, Choice, Draw, Selector};
 use crate::composites::gather_until;
 
-/// Answers `inputs` with the candidates `app`'s selector chooses, giving
-/// `requested` (all of the application's outputs when empty).
+/// Answers `inputs` (checked against the application's by the server)
+/// with the candidates `app`'s selector chooses, giving `outputs` (the
+/// application's, resolved by the server).
 pub(super) async fn run(
     app: &Application,
     inputs: Vec<Tensor>,
-    requested: &[RequestedOutput],
+    outputs: &[RequestedOutput],
     mut call: CallContext,
     calls: &dyn Calls,
 ) -> Result<Composed, Error> {
     let metadata = &app.metadata;
     let selector = &app.selector;
-    metadata.check_inputs(&inputs)?;
-    let wanted = metadata.resolve_outputs(requested.iter().map(|o| o.name.as_str()))?;
-    let outputs: Vec<RequestedOutput> = wanted
-        .iter()
-        .map(|&i| RequestedOutput {
-            name: metadata.outputs[i].name.clone(),
-            parameters: Vec::new(),
-        })
-        .collect();
+    let wanted = metadata.resolve_outputs(outputs.iter().map(|o| o.name.as_str()))?;
     let key = take_key(&mut call.parameters, selector.key());
     match selector.choose(key.as_deref()) {
         Choice::One(i) => {
-            let outputs = ask(app, calls, i, inputs, &outputs, &call).await?;
+            let outputs = ask(app, calls, i, inputs, outputs, &call).await?;
             Ok(Composed::all(outputs))
         }
         Choice::Blend(weights) => {
@@ -76,7 +69,7 @@ pub(super) async fn run(
                 } else {
                     shared.clone().unwrap_or_default()
                 };
-                running.push(Box::pin(ask(app, calls, i, inputs, &outputs, &call)));
+                running.push(Box::pin(ask(app, calls, i, inputs, outputs, &call)));
             }
             let answers = gather_until(running, objective).await;
             blend(app, &weights, answers, &wanted, rows)

@@ -24,8 +24,8 @@ use wirespeed_scheduler::CallContext;
 use super::{Ensemble, Step};
 use crate::composites::join_all;
 
-/// Runs `ensemble`'s steps on `inputs`, answering `requested` (all of its
-/// outputs when empty).
+/// Runs `ensemble`'s steps on `inputs` (checked against its own by the
+/// server), answering `requested` (its outputs, resolved by the server).
 pub(super) async fn run(
     ensemble: &Ensemble,
     inputs: Vec<Tensor>,
@@ -34,12 +34,7 @@ pub(super) async fn run(
     calls: &dyn Calls,
 ) -> Result<Vec<Tensor>, Error> {
     let metadata = &ensemble.metadata;
-    metadata.check_inputs(&inputs)?;
-    let outputs = metadata.resolve_outputs(requested.iter().map(|o| o.name.as_str()))?;
-    let wanted: Vec<&str> = outputs
-        .iter()
-        .map(|&i| metadata.outputs[i].name.as_str())
-        .collect();
+    let wanted: Vec<&str> = requested.iter().map(|o| o.name.as_str()).collect();
     let steps = &ensemble.steps;
     let mut tensors = Tensors::new(steps, &wanted, inputs);
     // In waves: every step whose inputs are ready runs at once with the
