@@ -19,7 +19,6 @@ use wirespeed_scheduler::CallContext;
 use crate::composite;
 use crate::model_control::{load_request, LoadValue, Repository};
 use crate::served::ServedModels;
-use crate::served::Target;
 
 /// The server's caller: its models, the repository that loads them, and
 /// the runtime calls run on.
@@ -53,7 +52,8 @@ impl Calls {
     }
 }
 
-/// The callee a call names, ready to answer.
+/// The callee a call names, ready to answer (`composite::callee`), while
+/// the server is up.
 fn callee(
     models: &Weak<ServedModels>,
     model: &str,
@@ -62,13 +62,7 @@ fn callee(
     let models = models
         .upgrade()
         .ok_or_else(|| Error::new(ErrorKind::Unavailable, "the server is stopping"))?;
-    let served = models.target(&Target::new(model, version))?;
-    if let Err(reason) = served.model.ready() {
-        return Err(Error::new(
-            ErrorKind::Unavailable,
-            format!("model '{model}' is not ready: {reason}"),
-        ));
-    }
+    let served = composite::callee(&models, model, version)?;
     Ok((models, served))
 }
 
