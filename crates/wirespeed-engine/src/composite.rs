@@ -4,14 +4,17 @@
 //! never asks which kind it serves: it hands each run the same [`Calls`]
 //! ([`Composing`]), which is what every composite shares: how a callee is
 //! found and asked ([`callee`], [`call`]: through its scheduler, counted
-//! in its statistics), the depth composites may nest to ([`run`]), and the
-//! check of a composite against the served models at start and at each
-//! load ([`check_model`]).
+//! in its statistics), the depth composites may nest to and the inputs and
+//! outputs of those that declare them ([`run`]), and the check of a
+//! composite against the served models at start and at each load
+//! ([`check_model`]). [`answer`] is the one place that tells a composite
+//! from a model that computes, for the pipeline and every call.
 
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Instant;
+
 use wirespeed_core::{Binding, Error, ErrorKind, Model, RequestedOutput, Tensor};
 use wirespeed_models::{Calls, Composed, Composite};
 use wirespeed_scheduler::CallContext;
