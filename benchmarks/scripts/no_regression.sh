@@ -11,6 +11,11 @@
 # change to the request path: build the old binary from the old commit (a
 # git worktree) and compare.
 #
+# The binary started first, on the first port, does better by a few
+# percent on a busy machine: the servers are started again halfway, the
+# other way round, so that each binary has each place for half the
+# rounds.
+#
 #   benchmarks/scripts/no_regression.sh OLD_BINARY NEW_BINARY [ROUNDS] [SECONDS]
 set -euo pipefail
 # Each wirespeed started here serves its metrics listener on a free port.
@@ -57,11 +62,19 @@ if [ -x "$python" ] && "$python" -c 'import numpy' 2>/dev/null; then
 else
     echo "no Python with numpy (WIRESPEED_PYTHON or .venv): the Python model is left out" >&2
 fi
-"$old" serve --models "$repo" --http 127.0.0.1:18090 --grpc off --log-level warn & pids+=($!)
-"$new" serve --models "$repo" --http 127.0.0.1:18091 --grpc off --log-level warn & pids+=($!)
-for port in 18090 18091; do
-    for _ in $(seq 300); do curl -sf "http://127.0.0.1:$port/v2/health/ready" >/dev/null && break; sleep 0.1; done
-done
+# start FIRST SECOND: FIRST on 18090, started first, and SECOND on 18091.
+start() {
+    if [ ${#pids[@]} -gt 0 ]; then
+        kill "${pids[@]}" 2>/dev/null || true
+        wait "${pids[@]}" 2>/dev/null || true
+        pids=()
+    fi
+    "$1" serve --models "$repo" --http 127.0.0.1:18090 --grpc off --log-level warn & pids+=($!)
+    "$2" serve --models "$repo" --http 127.0.0.1:18091 --grpc off --log-level warn & pids+=($!)
+    for port in 18090 18091; do
+        for _ in $(seq 300); do curl -sf "http://127.0.0.1:$port/v2/health/ready" >/dev/null && break; sleep 0.1; done
+    done
+}
 printf '{"inputs": [{"name": "features", "shape": [1, 12], "datatype": "FP32", "data": [3, 1, 0, 0.275, 0.25, 0, -0.4275, 0, 1, 0, 0, 0]}]}' >"$work/row.json"
 printf '{"inputs": [{"name": "x", "shape": [1, 8], "datatype": "FP32", "data": [0.5, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5]}]}' >"$work/sum.json"
 
@@ -89,30 +102,36 @@ large() {
             --data-binary @"$work/large.json" "http://127.0.0.1:$1/v2/models/identity_fp32/infer"
     done | median | awk '{printf "%.1f", $1 * 1000}'
 }
+half=$(( (rounds + 1) / 2 ))
+start "$old" "$new"
 for round in $(seq "$rounds"); do
+    # Halfway, the places swap: new first, on 18090.
+    if [ "$round" -eq $((half + 1)) ]; then start "$new" "$old"; fi
+    if [ "$round" -le "$half" ]; then at_old=18090; at_new=18091; else at_old=18091; at_new=18090; fi
     # ABBA within a round, so neither always goes first.
-    if [ $((round % 2)) -eq 1 ]; then order="18090 18091"; else order="18091 18090"; fi
-    for port in $order; do
+    if [ $((round % 2)) -eq 1 ]; then order="old new"; else order="new old"; fi
+    for which in $order; do
+        if [ "$which" = old ]; then port=$at_old; else port=$at_new; fi
         l=$(p50 "$port"); r=$(rps "$port"); m=$(meta "$port"); g=$(large "$port")
         e=$(post16 "$port" ens "$work/row.json")
         p=-; [ -d "$repo/sum" ] && p=$(post16 "$port" sum "$work/sum.json")
-        echo "round $round port $port: p50 ${l} us, ${r} req/s, GET /v2 ${m} req/s, 42.5 MB p50 ${g} ms, ensemble ${e} req/s, Python ${p} req/s"
-        echo "$l" >> "$work/lat_$port"; echo "$r" >> "$work/rps_$port"
-        echo "$m" >> "$work/meta_$port"; echo "$g" >> "$work/large_$port"
-        echo "$e" >> "$work/ens_$port"; echo "$p" >> "$work/py_$port"
+        echo "round $round $which (port $port): p50 ${l} us, ${r} req/s, GET /v2 ${m} req/s, 42.5 MB p50 ${g} ms, ensemble ${e} req/s, Python ${p} req/s"
+        echo "$l" >> "$work/lat_$which"; echo "$r" >> "$work/rps_$which"
+        echo "$m" >> "$work/meta_$which"; echo "$g" >> "$work/large_$which"
+        echo "$e" >> "$work/ens_$which"; echo "$p" >> "$work/py_$which"
     done
 done
-lo=$(median < "$work/lat_18090"); ln=$(median < "$work/lat_18091")
-ro=$(median < "$work/rps_18090"); rn=$(median < "$work/rps_18091")
+lo=$(median < "$work/lat_old"); ln=$(median < "$work/lat_new")
+ro=$(median < "$work/rps_old"); rn=$(median < "$work/rps_new")
 echo "median single-client p50: old $lo us, new $ln us (new/old $(awk -v a="$ln" -v b="$lo" 'BEGIN {printf "%.3f", a/b}'))"
 echo "median wrk -t1 -c32: old $ro req/s, new $rn req/s (new/old $(awk -v a="$rn" -v b="$ro" 'BEGIN {printf "%.3f", a/b}'))"
-mo=$(median < "$work/meta_18090"); mn=$(median < "$work/meta_18091")
-go=$(median < "$work/large_18090"); gn=$(median < "$work/large_18091")
+mo=$(median < "$work/meta_old"); mn=$(median < "$work/meta_new")
+go=$(median < "$work/large_old"); gn=$(median < "$work/large_new")
 echo "median GET /v2 wrk -t1 -c64: old $mo req/s, new $mn req/s (new/old $(awk -v a="$mn" -v b="$mo" 'BEGIN {printf "%.3f", a/b}'))"
 echo "median 42.5 MB JSON p50: old $go ms, new $gn ms (old/new $(awk -v a="$go" -v b="$gn" 'BEGIN {printf "%.3f", a/b}'))"
-eo=$(median < "$work/ens_18090"); en=$(median < "$work/ens_18091")
+eo=$(median < "$work/ens_old"); en=$(median < "$work/ens_new")
 echo "median ensemble wrk -t1 -c16: old $eo req/s, new $en req/s (new/old $(awk -v a="$en" -v b="$eo" 'BEGIN {printf "%.3f", a/b}'))"
 if [ -d "$repo/sum" ]; then
-    po=$(median < "$work/py_18090"); pn=$(median < "$work/py_18091")
+    po=$(median < "$work/py_old"); pn=$(median < "$work/py_new")
     echo "median Python model wrk -t1 -c16: old $po req/s, new $pn req/s (new/old $(awk -v a="$pn" -v b="$po" 'BEGIN {printf "%.3f", a/b}'))"
 fi
