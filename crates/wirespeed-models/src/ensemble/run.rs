@@ -41,6 +41,13 @@ pub(super) async fn run(
     // others of its wave (a Python or pool step computes while another
     // waits), in the steps' order within the wave.
     let mut done = vec![false; steps.len()];
+    // Triton's words: a step's own error names its model.
+    let named = |e: Error| {
+        Error::new(
+            e.kind(),
+            format!("in ensemble '{}', {}", metadata.name, e.message()),
+        )
+    };
     while done.iter().any(|d| !d) {
         let wave: Vec<usize> = (0..steps.len())
             .filter(|&n| !done[n] && steps[n].inputs.iter().all(|(_, t)| tensors.is_ready(t)))
@@ -68,13 +75,6 @@ pub(super) async fn run(
         for (&n, step_outputs) in wave.iter().zip(&step_outputs) {
             done[n] = true;
             let step = &steps[n];
-            // Triton's words: the step's own error names its model.
-            let named = move |e: Error| {
-                Error::new(
-                    e.kind(),
-                    format!("in ensemble '{}', {}", metadata.name, e.message()),
-                )
-            };
             let mut step_inputs = Vec::with_capacity(step.inputs.len());
             for (input, tensor) in &step.inputs {
                 let t = tensors.take(tensor, input).ok_or_else(|| {
@@ -84,17 +84,16 @@ pub(super) async fn run(
                 })?;
                 step_inputs.push(t);
             }
-            let asked = calls.call(
+            running.push(calls.call(
                 &step.model,
                 step.version.as_deref(),
                 step_inputs,
                 step_outputs,
                 call.onward(),
-            );
-            running.push(Box::pin(async move { asked.await.map_err(named) }));
+            ));
         }
         for (answer, &n) in join_all(running).await.into_iter().zip(&wave) {
-            let answer = answer?;
+            let answer = answer.map_err(named)?;
             let produced = answer
                 .into_iter()
                 .zip(&steps[n].outputs)

@@ -182,7 +182,7 @@ impl<'a> Walk<'a> {
                             input.clone()
                         };
                         let given = given.unwrap_or(Payload::Tensors(Vec::new()));
-                        running.push(Box::pin(self.step(node_name, step, given)));
+                        running.push(self.step(node_name, step, given));
                     }
                     let answers = join_all(running).await;
                     self.merge(node, answers)
