@@ -1,97 +1,90 @@
-//! How a model calls other served models (Triton's BLS): the server's
-//! [`ModelCaller`], found through a [`CallerSlot`] once the server serves.
+//! How a model calls other served models: the server's [`ModelCaller`].
+//! A composite's run is handed one (an ensemble's steps, a graph's nodes,
+//! an application's candidates); a model of another backend finds the
+//! server's through a [`CallerSlot`] once the server serves (Triton's BLS,
+//! a Python model's `pb_utils.InferenceRequest(...).exec()`). Both ask in
+//! the same way, and the server answers both in the same way: the callee
+//! found ready, run through its own scheduler (a composite callee through
+//! its run, one level deeper), counted in its statistics.
 
 use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::{Arc, OnceLock, Weak};
-use std::time::Instant;
 
-use wirespeed_core::{Error, Parameters, Tensor};
+use wirespeed_core::{Error, ErrorKind, Model, RequestedOutput, Tensor};
+use wirespeed_scheduler::CallContext;
 
-/// Calls a served model from inside another model's code (Triton's BLS,
-/// `pb_utils.InferenceRequest(...).exec()`): the server gives one, which
-/// runs the call through the callee's scheduler as any request, counted in
-/// its statistics. It blocks the calling thread until the answer, so it
-/// is called from a thread of the model's own (a Python model's keeper),
-/// never from an async runtime's.
+/// What a call, or a composite's run, yields, when awaited.
+pub type Run<'a, T> = Pin<Box<dyn Future<Output = Result<T, Error>> + Send + 'a>>;
+
+/// The served models, as a model that calls others asks them.
 pub trait ModelCaller: Send + Sync {
-    /// Runs `model` (in `version`, the served one when `None`) on `inputs`,
-    /// answering `outputs` (all when empty), before `deadline`; cancelled
-    /// when `gone` resolves (the calling request's client left).
-    #[allow(clippy::too_many_arguments)]
-    fn call(
-        &self,
-        model: &str,
-        version: Option<&str>,
-        inputs: Vec<Tensor>,
-        outputs: Vec<String>,
-        parameters: Parameters,
-        deadline: Option<Instant>,
-        gone: CallerGone<'_>,
-    ) -> Result<Vec<Tensor>, Error>;
+    /// The served model `model` (in `version`, the served one when
+    /// `None`), when it is ready to answer now: what it takes and gives.
+    fn callee(&self, model: &str, version: Option<&str>) -> Result<Arc<dyn Model>, Error>;
 
-    /// Whether `model` (in `version`, the served one when `None`) is
-    /// served and ready.
-    fn ready(&self, model: &str, version: Option<&str>) -> bool;
+    /// Runs `model` (in `version`) on `inputs`, answering `outputs` (all
+    /// of its outputs when empty) under `call` (the calling request's
+    /// [`onward`](CallContext::onward), or a context of the call's own
+    /// deadline and parameters): through its own scheduler, counted in
+    /// its statistics. Dropping the run cancels the call. With
+    /// `call.responses` set, a decoupled callee streams its responses
+    /// there, and the run ends when it has taken the request.
+    fn call<'a>(
+        &'a self,
+        model: &'a str,
+        version: Option<&'a str>,
+        inputs: Vec<Tensor>,
+        outputs: &'a [RequestedOutput],
+        call: CallContext,
+    ) -> Run<'a, Vec<Tensor>>;
 
     /// Loads (or loads again) `model` as the repository API does, from
     /// `config` (JSON) and `files` (`file:PATH` in the model's folder,
     /// and the bytes) when given: Triton's `pb_utils.load_model`.
-    fn load_model(
-        &self,
-        model: &str,
+    fn load_model<'a>(
+        &'a self,
+        model: &'a str,
         config: Option<String>,
         files: Vec<(String, Vec<u8>)>,
-    ) -> Result<(), Error> {
+    ) -> Run<'a, ()> {
         let _ = (config, files);
-        Err(Error::new(
-            wirespeed_core::ErrorKind::Unsupported,
+        Box::pin(std::future::ready(Err(Error::new(
+            ErrorKind::Unsupported,
             format!("loading model '{model}' needs the server's repository"),
-        ))
+        ))))
     }
 
     /// Stops serving `model`, as the repository API does: Triton's
     /// `pb_utils.unload_model`.
-    fn unload_model(&self, model: &str) -> Result<(), Error> {
-        Err(Error::new(
-            wirespeed_core::ErrorKind::Unsupported,
+    fn unload_model<'a>(&'a self, model: &'a str) -> Run<'a, ()> {
+        Box::pin(std::future::ready(Err(Error::new(
+            ErrorKind::Unsupported,
             format!("unloading model '{model}' needs the server's repository"),
-        ))
-    }
-
-    /// Runs `model` as [`call`](ModelCaller::call) does, and gives each of
-    /// its responses: a decoupled model's stream (Triton's
-    /// `exec(decoupled=True)`), or a model's one answer, each with whether
-    /// the model flagged it final (a stream may end with the final flag
-    /// alone, which is no response). An error before any response is the
-    /// call's.
-    #[allow(clippy::too_many_arguments)]
-    fn call_stream(
-        &self,
-        model: &str,
-        version: Option<&str>,
-        inputs: Vec<Tensor>,
-        outputs: Vec<String>,
-        parameters: Parameters,
-        deadline: Option<Instant>,
-        gone: CallerGone<'_>,
-        each: &mut dyn FnMut(Result<Vec<Tensor>, Error>, bool),
-    ) -> Result<(), Error> {
-        each(
-            self.call(model, version, inputs, outputs, parameters, deadline, gone),
-            true,
-        );
-        Ok(())
+        ))))
     }
 }
 
 /// Resolves when a call's caller has gone (its client left): the call is
 /// then cancelled in the callee's scheduler.
-pub type CallerGone<'a> = std::pin::Pin<&'a mut (dyn std::future::Future<Output = ()> + Send + 'a)>;
+pub type CallerGone<'a> = Pin<&'a mut (dyn Future<Output = ()> + Send + 'a)>;
 
-/// Where the server's [`ModelCaller`] is found once it serves; shared by a
+/// The server's [`ModelCaller`], and the runtime its calls run on, for a
+/// model whose code runs on threads of its own (a Python model's keeper)
+/// and blocks on a call there.
+#[derive(Clone)]
+pub struct Caller {
+    /// The server's caller.
+    pub caller: Arc<dyn ModelCaller>,
+    /// The server's runtime, which drives the timers and I/O of a call.
+    pub runtime: tokio::runtime::Handle,
+}
+
+/// Where the server's [`Caller`] is found once it serves; shared by a
 /// registry's clones, so models loaded before it was set reach it too.
 #[derive(Clone, Default)]
-pub struct CallerSlot(Arc<OnceLock<Weak<dyn ModelCaller>>>);
+pub struct CallerSlot(Arc<OnceLock<(Weak<dyn ModelCaller>, tokio::runtime::Handle)>>);
 
 impl fmt::Debug for CallerSlot {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -104,14 +97,18 @@ impl fmt::Debug for CallerSlot {
 }
 
 impl CallerSlot {
-    /// Gives the models that hold this slot `caller`; set once, by the
-    /// server that serves them.
-    pub fn set(&self, caller: Weak<dyn ModelCaller>) {
-        let _ = self.0.set(caller);
+    /// Gives the models that hold this slot `caller`, whose calls run on
+    /// `runtime`; set once, by the server that serves them.
+    pub fn set(&self, caller: Weak<dyn ModelCaller>, runtime: tokio::runtime::Handle) {
+        let _ = self.0.set((caller, runtime));
     }
 
     /// The caller, while the server that set it is up.
-    pub fn get(&self) -> Option<Arc<dyn ModelCaller>> {
-        self.0.get().and_then(Weak::upgrade)
+    pub fn get(&self) -> Option<Caller> {
+        let (caller, runtime) = self.0.get()?;
+        Some(Caller {
+            caller: caller.upgrade()?,
+            runtime: runtime.clone(),
+        })
     }
 }

@@ -1,51 +1,28 @@
 //! A model that computes nothing itself: it answers through other served
-//! models, which it calls through the server's [`Calls`]. Triton's
-//! ensemble, KServe's InferenceGraph and Clipper's application are
-//! composites (`wirespeed-models`' `ensemble/`, `graph/` and
-//! `application/`), each with its own run; the server gives every run the
-//! same [`Calls`], which finds a callee, runs it through its own scheduler
-//! (a composite callee through its run, one level deeper, bounded),
-//! counts it in its statistics and hands the answer back. The server
-//! never asks which kind of composite it serves.
+//! models, which it calls through the server's [`ModelCaller`], the seam a
+//! Python model's BLS call goes through too. Triton's ensemble, KServe's
+//! InferenceGraph and Clipper's application are composites
+//! (`wirespeed-models`' `ensemble/`, `graph/` and `application/`), each
+//! with its own run; the server gives every run a caller one level deeper
+//! than its own (composites nest to a bound), which finds a callee, runs it
+//! through its own scheduler, counts it in its statistics and hands the
+//! answer back. The server never asks which kind of composite it serves.
 //!
 //! A composite is still a [`Model`] for everything a client reads of a
 //! model (metadata, readiness, its binding), so that every endpoint
 //! answers for it as for any other; the server never calls its `infer`.
 
 use std::any::Any;
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::Arc;
 
 use wirespeed_core::{Error, Model, RequestedOutput, Tensor};
 use wirespeed_scheduler::CallContext;
 
-/// What a composite's run, or a call it makes, yields.
-pub type Run<'a, T> = Pin<Box<dyn Future<Output = Result<T, Error>> + Send + 'a>>;
+use crate::caller::{ModelCaller, Run};
 
 /// The served models, as a composite's check finds them: by name and
 /// version (the served one when `None`), or why not.
 pub type Served<'a> = dyn Fn(&str, Option<&str>) -> Result<Arc<dyn Model>, String> + 'a;
-
-/// The served models, as a composite's run calls them.
-pub trait Calls: Send + Sync {
-    /// The served model `model` (in `version`, the served one when
-    /// `None`), when it is ready to answer now: what it takes and gives.
-    fn callee(&self, model: &str, version: Option<&str>) -> Result<Arc<dyn Model>, Error>;
-
-    /// Runs `model` (in `version`) on `inputs`, answering `outputs` (all
-    /// of its outputs when empty) under `call` (the composite's request's
-    /// [`onward`](CallContext::onward)): through its own scheduler,
-    /// counted in its statistics. Dropping the run cancels the call.
-    fn call<'a>(
-        &'a self,
-        model: &'a str,
-        version: Option<&'a str>,
-        inputs: Vec<Tensor>,
-        outputs: &'a [RequestedOutput],
-        call: CallContext,
-    ) -> Run<'a, Vec<Tensor>>;
-}
 
 /// A model that answers through the models it calls.
 pub trait Composite: Model {
@@ -71,7 +48,7 @@ pub trait Composite: Model {
         inputs: Vec<Tensor>,
         outputs: &'a [RequestedOutput],
         call: CallContext,
-        calls: &'a dyn Calls,
+        calls: &'a dyn ModelCaller,
     ) -> Run<'a, Composed>;
 
     /// The request headers it reads (HTTP's, or gRPC's metadata), each

@@ -4,8 +4,8 @@
 //! set, and the backend's own keys), the [`Backend`] and
 //! [`CompositeBackend`] traits, the [`ModelSource`] a backend loads from,
 //! the [`ModelCaller`] a model calls other served models through, and the
-//! [`Composite`] a composite backend loads, which calls them through
-//! [`Calls`].
+//! [`Composite`] a composite backend loads, whose run calls them through
+//! it too.
 //!
 //! ```
 //! use wirespeed_backend::ModelConfig;
@@ -54,8 +54,8 @@ pub mod versions;
 pub mod warmup;
 
 pub use backend::{Backend, CompositeBackend};
-pub use caller::{CallerGone, CallerSlot, ModelCaller};
-pub use composite::{Calls, Composed, Composite};
+pub use caller::{Caller, CallerGone, CallerSlot, ModelCaller, Run};
+pub use composite::{Composed, Composite};
 pub use config::{ModelConfig, TensorConfig};
 pub use scheduling::{
     Adaptive, Batching, BatchingKeys, DefaultOutput, LevelPolicy, PolicyKeys, QueueKeys,
@@ -65,3 +65,4 @@ pub use sequence::{Control, ControlKind, Sequencing, State, Strategy};
 pub use serving::Serving;
 pub use source::ModelSource;
 pub use versions::{select_versions, version_folders, VersionPolicy, VersionPolicyKeys};
+pub use wirespeed_scheduler::CallContext;

@@ -1,8 +1,10 @@
 //! Running a model that answers through other served models (Triton's
 //! ensembles, KServe's InferenceGraphs, Clipper's applications: each a
 //! [`Composite`] of `wirespeed-models`, loaded by its backend). The engine
-//! never asks which kind it serves: it hands each run the same [`Calls`]
-//! ([`Composing`]), which is what every composite shares: how a callee is
+//! never asks which kind it serves: it hands each run the same
+//! [`ModelCaller`] ([`Composing`], one level deeper than the run's own;
+//! a Python model's BLS calls reach the server's, `calls.rs`), which is
+//! what every composite shares: how a callee is
 //! found and asked ([`callee`], [`call`]: through its scheduler, counted
 //! in its statistics), the depth composites may nest to and the inputs and
 //! outputs of those that declare them ([`run`]), and the check of a
@@ -10,13 +12,11 @@
 //! ([`check_model`]). [`answer`] is the one place that tells a composite
 //! from a model that computes, for the pipeline and every call.
 
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Instant;
 
 use wirespeed_core::{Binding, Error, ErrorKind, Model, RequestedOutput, Tensor};
-use wirespeed_models::{Calls, Composed, Composite};
+use wirespeed_models::{Composed, Composite, ModelCaller, Run};
 use wirespeed_scheduler::CallContext;
 
 use crate::counting::Counting;
@@ -86,7 +86,7 @@ impl<'a> Composing<'a> {
     }
 }
 
-impl Calls for Composing<'_> {
+impl ModelCaller for Composing<'_> {
     fn callee(&self, model: &str, version: Option<&str>) -> Result<Arc<dyn Model>, Error> {
         callee(self.models, model, version).map(|served| Arc::clone(&served.model))
     }
@@ -98,7 +98,7 @@ impl Calls for Composing<'_> {
         inputs: Vec<Tensor>,
         outputs: &'a [RequestedOutput],
         call: CallContext,
-    ) -> Pin<Box<dyn Future<Output = Result<Vec<Tensor>, Error>> + Send + 'a>> {
+    ) -> Run<'a, Vec<Tensor>> {
         Box::pin(async move {
             let served = callee(self.models, model, version)?;
             self::call(self.models, &served, inputs, outputs, call, self.depth).await

@@ -26,8 +26,8 @@
 //!   cache (`cache.rs`); `readiness.rs`, whether they can answer;
 //! - `composite.rs`: the models that answer through others (ensembles,
 //!   inference graphs, applications), each run through its own
-//!   `Composite::run` with the `Calls` every one shares; models calling
-//!   models (`calls.rs`, BLS);
+//!   `Composite::run` with the `ModelCaller` every one shares; models
+//!   calling models (`calls.rs`, BLS: the server's `ModelCaller`);
 //! - `stream.rs`: a decoupled model's stream of responses; `sequences.rs`:
 //!   a stateful model's sequences;
 //! - `reserved_parameters.rs` (the request parameters that ask the

@@ -18,8 +18,8 @@
 //! checks, learned state and run): [`Ensemble`] (`ensemble/`, Triton's),
 //! [`InferenceGraph`] (`graph/`, KServe's) and [`Application`]
 //! (`application/`, Clipper's selection layer). Each is a
-//! [`Composite`] that calls other served models through the [`Calls`] the
-//! server gives its run (`composites.rs` holds what they share).
+//! [`Composite`] that calls other served models through the
+//! [`ModelCaller`] the server gives its run (`composites.rs` holds what they share).
 //!
 //! ```no_run
 //! use wirespeed_core::CpuPool;
@@ -69,8 +69,8 @@ pub use wirespeed_backend::{
     QueuePolicy, Scheduling, Slo, SloKeys, TimeoutAction,
 };
 pub use wirespeed_backend::{
-    Backend, CallerGone, CallerSlot, Calls, Composed, Composite, CompositeBackend, ModelCaller,
-    ModelConfig, ModelSource, TensorConfig,
+    Backend, CallContext, Caller, CallerGone, CallerSlot, Composed, Composite, CompositeBackend,
+    ModelCaller, ModelConfig, ModelSource, Run, TensorConfig,
 };
 pub use wirespeed_backend::{Control, ControlKind, Sequencing, Serving, State, Strategy};
 #[cfg(feature = "onnx")]

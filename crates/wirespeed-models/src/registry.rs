@@ -7,7 +7,7 @@
 //! InferenceGraph, an application) is a `CompositeBackend` instead,
 //! registered with [`Registry::register_composite`]: it returns a
 //! [`Composite`](wirespeed_backend::Composite), which calls the models it
-//! calls through the server's `Calls`.
+//! calls through the server's `ModelCaller`.
 //!
 //! The backends know nothing of the registry: each depends on
 //! `wirespeed-backend` alone, and [`Registry::builtin`] is where this
@@ -82,9 +82,10 @@ impl Registry {
     }
 
     /// Gives the models this registry loads (and loaded) `caller` to call
-    /// other models with; set once, by the server that serves them.
-    pub fn set_caller(&self, caller: Weak<dyn ModelCaller>) {
-        self.caller.set(caller);
+    /// other models with, its calls run on `runtime`; set once, by the
+    /// server that serves them.
+    pub fn set_caller(&self, caller: Weak<dyn ModelCaller>, runtime: tokio::runtime::Handle) {
+        self.caller.set(caller, runtime);
     }
 
     /// Where the models this registry loads find the server's caller.

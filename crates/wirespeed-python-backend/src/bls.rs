@@ -8,9 +8,12 @@
 //! with the callee's outputs or its error, which the model sees as an
 //! `InferenceResponse` with `has_error()`, as in Triton.
 
+use std::time::Instant;
+
 use bytes::Bytes;
+use wirespeed_backend::{CallContext, Caller, CallerGone, Run};
 use wirespeed_core::raw::{from_raw, into_raw};
-use wirespeed_core::{element_count, DataType, Error, ErrorKind, Tensor};
+use wirespeed_core::{element_count, DataType, Error, ErrorKind, RequestedOutput, Tensor};
 
 use super::process::Launch;
 use super::wire::{placed, pool_limit, BlsAnswer, BlsCall};
@@ -27,8 +30,8 @@ pub(crate) fn call(
     launch: &Launch,
     call: BlsCall,
     payload: Vec<u8>,
-    deadline: Option<std::time::Instant>,
-    mut gone: wirespeed_backend::CallerGone<'_>,
+    deadline: Option<Instant>,
+    mut gone: CallerGone<'_>,
 ) -> (BlsAnswer, Payload) {
     let BlsCall {
         model,
@@ -57,7 +60,7 @@ pub(crate) fn call(
         let ready = launch
             .caller
             .get()
-            .is_some_and(|caller| caller.ready(model, version));
+            .is_some_and(|server| server.caller.callee(model, version).is_ok());
         let mut answer = answer(launch, model, Ok(Vec::new()), &mut out);
         answer.ready = Some(ready);
         return (answer, out);
@@ -71,7 +74,7 @@ pub(crate) fn call(
     };
     let mut responses = Vec::new();
     let result = (|| {
-        let caller = launch.caller.get().ok_or_else(|| {
+        let server = launch.caller.get().ok_or_else(|| {
             Error::new(
                 ErrorKind::Unavailable,
                 "calling another model needs the server (BLS is not available here)",
@@ -92,33 +95,64 @@ pub(crate) fn call(
         // The tensors hold their bytes now: the payload goes before the
         // callee runs (a gigabyte's tensor is not held twice meanwhile).
         drop(payload);
-        let parameters = super::wire::parameters(&parameters);
-        if decoupled {
-            caller.call_stream(
-                model,
-                version,
-                tensors,
-                outputs,
-                parameters,
-                deadline,
-                gone.as_mut(),
-                &mut |response, last| {
-                    let mut one = answer(launch, model, response, &mut out);
-                    one.last = Some(last);
-                    responses.push(one);
-                },
-            )?;
+        let outputs: Vec<RequestedOutput> = outputs
+            .into_iter()
+            .map(|name| RequestedOutput {
+                name,
+                parameters: Vec::new(),
+            })
+            .collect();
+        let mut context = CallContext {
+            parameters: super::wire::parameters(&parameters),
+            deadline,
+            ..CallContext::now()
+        };
+        let caller = server.caller.as_ref();
+        if !decoupled {
+            let run = caller.call(model, version, tensors, &outputs, context);
+            return blocking(&server, model, deadline, gone.as_mut(), run);
+        }
+        // `exec(decoupled=True)`: every response of the callee's stream,
+        // each with whether the model flagged it final; a callee that is
+        // not decoupled answers once, flagged final.
+        if !caller.callee(model, version)?.decoupled() {
+            let run = caller.call(model, version, tensors, &outputs, context);
+            let response = blocking(&server, model, deadline, gone.as_mut(), run);
+            let mut one = answer(launch, model, response, &mut out);
+            one.last = Some(true);
+            responses.push(one);
             return Ok(Vec::new());
         }
-        caller.call(
-            model,
-            version,
-            tensors,
-            outputs,
-            parameters,
-            deadline,
-            gone.as_mut(),
-        )
+        let (sender, mut receiver) = wirespeed_core::response_channel();
+        context.responses = Some(sender);
+        // The callee's run and its responses overlap, as for a client's
+        // stream; each response is handed on as it comes.
+        let run = caller.call(model, version, tensors, &outputs, context);
+        let streamed = Box::pin(async {
+            let mut run = run;
+            let mut running = true;
+            loop {
+                tokio::select! {
+                    ran = &mut run, if running => {
+                        running = false;
+                        ran?;
+                    }
+                    item = receiver.next() => match item {
+                        Some(streamed) => {
+                            let mut one = answer(launch, model, streamed.result, &mut out);
+                            one.last = Some(streamed.last);
+                            responses.push(one);
+                        }
+                        None => break,
+                    },
+                }
+            }
+            if running {
+                run.await?;
+            }
+            Ok(Vec::new())
+        });
+        blocking(&server, model, deadline, gone.as_mut(), streamed)
     })();
     let mut answer = answer(launch, model, result, &mut out);
     if decoupled && answer.error.is_none() {
@@ -133,6 +167,45 @@ pub(crate) fn call(
         return (self::answer(launch, model, Err(error), &mut out), out);
     }
     (answer, out)
+}
+
+/// Runs `run`, a call to `model`, on the keeper's own thread, blocking it
+/// until the answer: the server's runtime drives the timers and I/O the
+/// call registers with it, with no hand-over to another thread and back.
+/// Past `deadline`, or once the calling request's client has gone, the
+/// call is dropped, which cancels it in the callee's scheduler.
+fn blocking<T>(
+    server: &Caller,
+    model: &str,
+    deadline: Option<Instant>,
+    mut gone: CallerGone<'_>,
+    run: Run<'_, T>,
+) -> Result<T, Error> {
+    let _entered = server.runtime.enter();
+    let bounded = async move {
+        match deadline {
+            Some(deadline) => tokio::time::timeout_at(deadline.into(), run)
+                .await
+                .unwrap_or_else(|_| {
+                    Err(Error::new(
+                        ErrorKind::GatewayTimeout,
+                        format!("calling model '{model}': the request's deadline passed"),
+                    ))
+                }),
+            None => run.await,
+        }
+    };
+    server.runtime.block_on(async move {
+        tokio::select! {
+            done = bounded => done,
+            () = gone.as_mut() => Err(Error::new(
+                ErrorKind::Unavailable,
+                format!(
+                    "calling model '{model}': the calling request's client left; the call is cancelled"
+                ),
+            )),
+        }
+    })
 }
 
 /// Triton's words for tensors that do not fit its Python backend's
@@ -154,7 +227,7 @@ fn model_control(
     files: std::collections::BTreeMap<String, (usize, usize)>,
     payload: &[u8],
 ) -> Result<(), Error> {
-    let caller = launch.caller.get().ok_or_else(|| {
+    let server = launch.caller.get().ok_or_else(|| {
         Error::new(
             ErrorKind::Unavailable,
             "loading and unloading models needs the server",
@@ -174,9 +247,12 @@ fn model_control(
                     Ok((path, bytes.to_vec()))
                 })
                 .collect::<Result<Vec<_>, Error>>()?;
-            caller.load_model(model, config.filter(|c| !c.is_empty()), files)
+            let load = server
+                .caller
+                .load_model(model, config.filter(|c| !c.is_empty()), files);
+            server.runtime.block_on(load)
         }
-        "unload" => caller.unload_model(model),
+        "unload" => server.runtime.block_on(server.caller.unload_model(model)),
         other => Err(Error::invalid_input(format!(
             "unknown model control '{other}': load or unload"
         ))),

@@ -207,7 +207,9 @@ impl State {
         // registry, which holds the caller weakly.
         engine.calls.set_repository(&repository);
         let calls: Arc<dyn wirespeed_models::ModelCaller> = engine.calls.clone();
-        config.backends.set_caller(Arc::downgrade(&calls));
+        config
+            .backends
+            .set_caller(Arc::downgrade(&calls), tokio::runtime::Handle::current());
         let connections = config
             .metrics
             .as_ref()

@@ -44,9 +44,10 @@ use wirespeed_core::{CpuPool, DataType, Error, Model, ModelMetadata, RequestedOu
 use wirespeed_scheduler::CallContext;
 
 use policy::{Policy, SavedState, Selection};
-use wirespeed_backend::composite::{Run, Served};
+use wirespeed_backend::composite::Served;
 use wirespeed_backend::config::TensorConfig;
-use wirespeed_backend::{Calls, Composed, Composite, CompositeBackend, ModelSource, Slo};
+use wirespeed_backend::Run;
+use wirespeed_backend::{Composed, Composite, CompositeBackend, ModelCaller, ModelSource, Slo};
 
 use selector::{absolute_loss, numbers};
 pub use selector::{Candidate, Choice, Draw, SelectionReport, Selector};
@@ -95,7 +96,7 @@ impl Application {
         inputs: Vec<Tensor>,
         label: &[f64],
         call: CallContext,
-        calls: &dyn Calls,
+        calls: &dyn ModelCaller,
     ) -> Result<(), Error> {
         run::feedback(self, inputs, label, call, calls).await
     }
@@ -130,7 +131,7 @@ impl Composite for Application {
         inputs: Vec<Tensor>,
         outputs: &'a [RequestedOutput],
         call: CallContext,
-        calls: &'a dyn Calls,
+        calls: &'a dyn ModelCaller,
     ) -> Run<'a, Composed> {
         Box::pin(run::run(self, inputs, outputs, call, calls))
     }

@@ -1,7 +1,7 @@
 //! Running an application (Clipper's model selection layer,
 //! `backend = "application"`): its selector chooses who answers each
 //! query, and each chosen candidate is called through the server's
-//! [`Calls`], as an ensemble's step is: through its own scheduler, with the
+//! [`ModelCaller`], as an ensemble's step is: through its own scheduler, with the
 //! request's deadline, counted in its own statistics.
 //!
 //! - **One candidate** (exp3, fixed, weighted): its answer is the
@@ -25,8 +25,9 @@
 //! (`uid` unless set); it is taken out before the candidates see the
 //! request, so that their cached answers are shared by every user.
 
-use wirespeed_backend::composite::{named, Run};
-use wirespeed_backend::{Calls, Composed};
+use wirespeed_backend::composite::named;
+use wirespeed_backend::Run;
+use wirespeed_backend::{Composed, ModelCaller};
 use wirespeed_core::{
     DataType, Error, ParameterValue, Parameters, RequestedOutput, Tensor, TensorData,
 };
@@ -43,7 +44,7 @@ pub(super) async fn run(
     inputs: Vec<Tensor>,
     outputs: &[RequestedOutput],
     mut call: CallContext,
-    calls: &dyn Calls,
+    calls: &dyn ModelCaller,
 ) -> Result<Composed, Error> {
     let metadata = &app.metadata;
     let selector = &app.selector;
@@ -85,7 +86,7 @@ pub(super) async fn feedback(
     inputs: Vec<Tensor>,
     label: &[f64],
     mut call: CallContext,
-    calls: &dyn Calls,
+    calls: &dyn ModelCaller,
 ) -> Result<(), Error> {
     let selector = &app.selector;
     let metadata = &app.metadata;
@@ -146,7 +147,7 @@ fn take_key(parameters: &mut Parameters, name: &str) -> Option<String> {
 /// Candidate `i` of `app`, asked for `outputs` on `inputs`.
 async fn ask(
     app: &Application,
-    calls: &dyn Calls,
+    calls: &dyn ModelCaller,
     i: usize,
     inputs: Vec<Tensor>,
     outputs: &[RequestedOutput],

@@ -33,9 +33,10 @@ use serde::Deserialize;
 use wirespeed_core::{Model, ModelMetadata, RequestedOutput, Tensor};
 use wirespeed_scheduler::CallContext;
 
-use wirespeed_backend::composite::{Run, Served};
+use wirespeed_backend::composite::Served;
 use wirespeed_backend::config::TensorConfig;
-use wirespeed_backend::{Calls, Composed, Composite, CompositeBackend, ModelSource};
+use wirespeed_backend::Run;
+use wirespeed_backend::{Composed, Composite, CompositeBackend, ModelCaller, ModelSource};
 
 pub use steps::Step;
 
@@ -94,7 +95,7 @@ impl Composite for Ensemble {
         inputs: Vec<Tensor>,
         outputs: &'a [RequestedOutput],
         call: CallContext,
-        calls: &'a dyn Calls,
+        calls: &'a dyn ModelCaller,
     ) -> Run<'a, Composed> {
         Box::pin(async move {
             run::run(self, inputs, outputs, call, calls)

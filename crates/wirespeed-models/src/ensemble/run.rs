@@ -1,6 +1,6 @@
 //! Running an ensemble (Triton's `platform: "ensemble"`): its steps, in
 //! waves of those whose inputs are ready (run together), each called
-//! through the server's [`Calls`]: through its own model's scheduler (so
+//! through the server's [`ModelCaller`]: through its own model's scheduler (so
 //! each step batches with that model's other requests, under its
 //! concurrency and queue), with the request's deadline, parameters and
 //! trace, and counted in that model's statistics as Triton counts a
@@ -16,8 +16,8 @@
 
 use std::collections::HashMap;
 
-use wirespeed_backend::composite::Run;
-use wirespeed_backend::Calls;
+use wirespeed_backend::ModelCaller;
+use wirespeed_backend::Run;
 use wirespeed_core::{Error, RequestedOutput, Tensor};
 use wirespeed_scheduler::CallContext;
 
@@ -31,7 +31,7 @@ pub(super) async fn run(
     inputs: Vec<Tensor>,
     requested: &[RequestedOutput],
     call: CallContext,
-    calls: &dyn Calls,
+    calls: &dyn ModelCaller,
 ) -> Result<Vec<Tensor>, Error> {
     let metadata = &ensemble.metadata;
     let wanted: Vec<&str> = requested.iter().map(|o| o.name.as_str()).collect();

@@ -30,8 +30,9 @@ use serde::Deserialize;
 use wirespeed_core::{Binding, Model, ModelMetadata, RequestedOutput, Tensor};
 use wirespeed_scheduler::CallContext;
 
-use wirespeed_backend::composite::{Run, Served};
-use wirespeed_backend::{Calls, Composed, Composite, CompositeBackend, ModelSource};
+use wirespeed_backend::composite::Served;
+use wirespeed_backend::Run;
+use wirespeed_backend::{Composed, Composite, CompositeBackend, ModelCaller, ModelSource};
 
 use nodes::ROOT_NODE;
 pub use nodes::{Graph, GraphNode, GraphStep, Router, StepData, StepTarget, Taken};
@@ -103,7 +104,7 @@ impl Composite for InferenceGraph {
         inputs: Vec<Tensor>,
         _outputs: &'a [RequestedOutput],
         call: CallContext,
-        calls: &'a dyn Calls,
+        calls: &'a dyn ModelCaller,
     ) -> Run<'a, Composed> {
         Box::pin(async move { run::run(self, inputs, call, calls).await.map(Composed::all) })
     }

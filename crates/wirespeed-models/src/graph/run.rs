@@ -1,7 +1,7 @@
 //! Running an InferenceGraph (`backend = "graph"`, KServe's YAML) as
 //! KServe's router runs it, in-process: from node `root`, each node routes
 //! its input over its steps, and each step is a served model (called
-//! through the server's [`Calls`], as an ensemble's step is: through its
+//! through the server's [`ModelCaller`], as an ensemble's step is: through its
 //! scheduler, counted in its statistics) or another node.
 //!
 //! - **Sequence**: each step in turn, on the graph's request (`$request`,
@@ -28,8 +28,9 @@
 //! `outputs`).
 
 use rand::RngExt;
-use wirespeed_backend::composite::{named, Run};
-use wirespeed_backend::Calls;
+use wirespeed_backend::composite::named;
+use wirespeed_backend::ModelCaller;
+use wirespeed_backend::Run;
 use wirespeed_core::{
     Binding, Error, ErrorKind, InferResponse, Model, ParameterValue, Tensor, TensorData, JSON_BODY,
 };
@@ -107,7 +108,7 @@ fn json_tensor(body: Vec<u8>) -> Tensor {
 
 /// One run of a graph.
 struct Walk<'a> {
-    calls: &'a dyn Calls,
+    calls: &'a dyn ModelCaller,
     graph: &'a Graph,
     name: &'a str,
     call: &'a CallContext,
@@ -120,7 +121,7 @@ pub(super) async fn run(
     graph: &InferenceGraph,
     inputs: Vec<Tensor>,
     call: CallContext,
-    calls: &dyn Calls,
+    calls: &dyn ModelCaller,
 ) -> Result<Vec<Tensor>, Error> {
     let input = Payload::from_tensors(inputs);
     let walk = Walk {
