@@ -1,8 +1,9 @@
 //! Triton's BLS from a Python model: `pb_utils.InferenceRequest(model_name=,
 //! inputs=, requested_output_names=).exec()` in a model's `execute`. The
 //! worker sends the call on its socket while its own request computes
-//! (`wire::Reply::Bls`, the tensors' raw bytes in the frame's payload, up
-//! to [`pool_limit`](super::wire::pool_limit)); its keeper runs it
+//! (`wire::Reply::Bls`), the tensors' raw bytes in its call segment (or,
+//! for a decoupled model's calls, which run at once, in the frame's
+//! payload), up to [`pool_limit`](super::wire::pool_limit); its keeper runs it
 //! through the server's [`ModelCaller`](wirespeed_backend::ModelCaller) (the callee's
 //! scheduler, statistics and limits, this request's deadline) and answers
 //! with the callee's outputs or its error, which the model sees as an
@@ -16,12 +17,79 @@ use wirespeed_core::raw::{from_raw, into_raw};
 use wirespeed_core::{element_count, DataType, Error, ErrorKind, RequestedOutput, Tensor};
 
 use super::process::Launch;
+use super::segment::CallSegment;
 use super::wire::{placed, pool_limit, BlsAnswer, BlsCall};
 
 /// The largest tensor element a BLS input may hold (a BYTES element).
 const MAX_ELEMENT: usize = 1 << 30;
 
-/// Runs one BLS call of the model `launch` runs, its tensors in `payload`,
+/// Where a call's tensors (and a load's files) lie: the frame's payload,
+/// or the worker's call segment (a call says which).
+pub(crate) enum Carried<'a> {
+    /// The frame's payload, owned: it goes once the tensors are made.
+    Frame(Vec<u8>),
+    /// The worker's call segment, as it is now.
+    Segment(&'a [u8]),
+}
+
+impl Carried<'_> {
+    fn bytes(&self) -> &[u8] {
+        match self {
+            Carried::Frame(payload) => payload,
+            Carried::Segment(contents) => contents,
+        }
+    }
+}
+
+/// Runs one BLS call through the worker's call segment when the call says
+/// its tensors lie there (a model that makes one call at a time), else as
+/// [`call`] does with the frame's `payload`. The answer's tensors then go
+/// into the segment too, over the call's, which are tensors of their own
+/// by then; the worker copies them out.
+pub(crate) fn call_through(
+    launch: &Launch,
+    call: BlsCall,
+    payload: Vec<u8>,
+    segment: &mut CallSegment,
+    deadline: Option<Instant>,
+    gone: CallerGone<'_>,
+) -> (BlsAnswer, Payload) {
+    if !call.segment {
+        return self::call(launch, call, Carried::Frame(payload), deadline, gone);
+    }
+    let model = call.model.clone();
+    let (mut answer, out) = match segment.reserve(0) {
+        Ok(contents) => self::call(launch, call, Carried::Segment(contents), deadline, gone),
+        Err(e) => return failed(launch, &model, segment_error(e)),
+    };
+    if out.size > 0 {
+        match segment.reserve(out.size) {
+            Ok(contents) => {
+                let mut at = 0;
+                for part in &out.parts {
+                    contents[at..at + part.len()].copy_from_slice(part);
+                    at += part.len();
+                }
+            }
+            Err(e) => return failed(launch, &model, segment_error(e)),
+        }
+    }
+    segment.settle(out.size);
+    answer.segment = true;
+    (answer, Payload::default())
+}
+
+/// The answer of a call that failed before it ran.
+fn failed(launch: &Launch, model: &str, error: Error) -> (BlsAnswer, Payload) {
+    let mut out = Payload::default();
+    (answer(launch, model, Err(error), &mut out), out)
+}
+
+fn segment_error(e: std::io::Error) -> Error {
+    Error::internal(format!("the worker's call segment: {e}"))
+}
+
+/// Runs one BLS call of the model `launch` runs, its tensors in `carried`,
 /// before `deadline` (the calling request's) and the call's own timeout;
 /// with `decoupled`, every response of the callee's stream
 /// (`exec(decoupled=True)`). Or answers whether the model is ready
@@ -29,10 +97,17 @@ const MAX_ELEMENT: usize = 1 << 30;
 pub(crate) fn call(
     launch: &Launch,
     call: BlsCall,
-    payload: Vec<u8>,
+    carried: Carried<'_>,
     deadline: Option<Instant>,
     mut gone: CallerGone<'_>,
 ) -> (BlsAnswer, Payload) {
+    if call.segment && matches!(carried, Carried::Frame(_)) {
+        // A decoupled model's calls run at once, so they have no segment.
+        let error = Error::invalid_input(
+            "a call whose tensors lie in the call segment, from a model whose calls carry them",
+        );
+        return failed(launch, &call.model, error);
+    }
     let BlsCall {
         model,
         version,
@@ -46,11 +121,12 @@ pub(crate) fn call(
         config,
         files,
         call: _,
+        segment: _,
     } = call;
     let (model, version) = (model.as_str(), version.as_deref());
     let mut out = Payload::default();
     if let Some(control) = control {
-        let result = model_control(launch, model, &control, config, files, &payload);
+        let result = model_control(launch, model, &control, config, files, carried.bytes());
         return (
             answer(launch, model, result.map(|()| Vec::new()), &mut out),
             out,
@@ -83,10 +159,10 @@ pub(crate) fn call(
         let tensors = inputs
             .into_iter()
             .map(|(name, datatype, shape, offset, len)| {
-                let bytes = placed(&payload, offset, len).ok_or_else(|| {
+                let bytes = placed(carried.bytes(), offset, len).ok_or_else(|| {
                     Error::invalid_input(format!(
                         "BLS input '{name}': its bytes ({offset}+{len}) lie past the call's {}",
-                        payload.len()
+                        carried.bytes().len()
                     ))
                 })?;
                 tensor(name, &datatype, shape, bytes)
@@ -94,7 +170,7 @@ pub(crate) fn call(
             .collect::<Result<Vec<_>, _>>()?;
         // The tensors hold their bytes now: the payload goes before the
         // callee runs (a gigabyte's tensor is not held twice meanwhile).
-        drop(payload);
+        drop(carried);
         let outputs: Vec<RequestedOutput> = outputs
             .into_iter()
             .map(|name| RequestedOutput {
@@ -295,6 +371,7 @@ fn answer(
             ready: None,
             call: None,
             last: None,
+            segment: false,
         },
         Err(e) => {
             tracing::debug!(model = %launch.model, callee = model, error = %e.message(), "a BLS call failed");
@@ -307,6 +384,7 @@ fn answer(
                 ready: None,
                 call: None,
                 last: None,
+                segment: false,
             }
         }
     }

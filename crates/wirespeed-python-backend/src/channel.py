@@ -1,7 +1,8 @@
 """The wire of wirespeed's Python worker (`worker.py`): the socket to the
 server (frames: a JSON message and the bytes of the tensors it carries, as
-`wire.rs` lays them out) and the two shared-memory segments a request's
-tensors lie in, with the raw form of BYTES tensors. The server sends
+`wire.rs` lays them out), the two shared-memory segments a request's
+tensors lie in and the one its BLS calls' tensors cross, with the raw
+form of BYTES tensors. The server sends
 this program and `worker.py` after it as one program (`process.rs`
 `WORKER`), so what is defined here is the worker's too.
 """
@@ -13,7 +14,7 @@ import socket
 import struct
 import time
 
-SOCKET_FD, INPUT_FD, OUTPUT_FD = 3, 4, 5
+SOCKET_FD, INPUT_FD, OUTPUT_FD, CALL_FD = 3, 4, 5, 6
 ALIGN = 64
 
 try:
@@ -190,6 +191,52 @@ class Segments:
                 self.outputs.close()
             self.outputs = mmap.mmap(OUTPUT_FD, self.output_size)
         return self.outputs
+
+
+class CallSegment:
+    """The segment a model's calls of other models (BLS) cross, one call at
+    a time: the call's tensors written into it, the answer's tensors read
+    back out of it (`segment.rs` `CallSegment`). It stays grown between
+    calls, so a large tensor is copied into pages already in place rather
+    than through the socket into fresh ones."""
+
+    def __init__(self):
+        self.map = None
+        self.size = 0
+
+    def _mapped(self, size=0):
+        """The segment, at least `size` bytes long: grown (at least
+        doubled) when shorter, mapped again when either side grew it."""
+        current = os.fstat(CALL_FD).st_size
+        if size > current:
+            current = max(size, current * 2)
+            os.ftruncate(CALL_FD, current)
+        if self.map is None or current != self.size:
+            # The old map goes when nothing views it any more.
+            self.map = mmap.mmap(CALL_FD, current)
+            self.size = current
+        return self.map
+
+    def write(self, parts):
+        """Writes `parts` (buffers) one after the other from the start."""
+        views = [buffer_view(part) for part in parts]
+        segment = self._mapped(sum(view.nbytes for view in views))
+        at = 0
+        for view in views:
+            segment[at : at + view.nbytes] = view
+            at += view.nbytes
+
+    def read(self, size):
+        """A copy of the segment's first `size` bytes: the answer's tensors
+        outlive the next call, which writes over them."""
+        segment = self._mapped()
+        if size > self.size:
+            raise FrameError("an answer of %d bytes in a call segment of %d" % (size, self.size))
+        if np is None:
+            return bytearray(segment[:size])
+        out = np.empty(size, dtype=np.uint8)
+        out[:] = np.frombuffer(segment, dtype=np.uint8, count=size)
+        return out
 
 
 def read_bytes(buffer, offset, length, count):

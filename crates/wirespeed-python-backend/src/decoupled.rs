@@ -312,7 +312,7 @@ impl Reader {
                     let (mut answer, out) = super::bls::call(
                         &launch,
                         call,
-                        payload,
+                        super::bls::Carried::Frame(payload),
                         None,
                         std::pin::pin!(std::future::pending()),
                     );

@@ -1,4 +1,5 @@
-//! One Python worker process: started with its socket and two segments,
+//! One Python worker process: started with its socket and three segments
+//! (its requests' inputs, their outputs, its calls of other models),
 //! loaded, asked one message at a time (a request, or several in
 //! `process/batch.rs`), stopped.
 //!
@@ -22,7 +23,7 @@ pub(crate) use batch::{BatchWindow, Calls};
 
 use wirespeed_core::{Error, Tensor, TensorSpec};
 
-use super::segment::{aligned, InputSegment, OutputSegment};
+use super::segment::{aligned, CallSegment, InputSegment, OutputSegment};
 use super::wire::{self, Infer, Reply};
 
 /// The worker's program, sent on its socket before anything else.
@@ -153,6 +154,8 @@ pub(crate) struct Process {
     socket: UnixStream,
     inputs: InputSegment,
     outputs: OutputSegment,
+    /// Where the model's calls of other models put their tensors.
+    calls: CallSegment,
     pub(crate) pid: u32,
     /// The model answers with streams (`decoupled.rs` serves it).
     pub(crate) decoupled: bool,
@@ -187,9 +190,10 @@ impl Process {
         let name = format!("wirespeed-{}-{instance}", launch.model);
         let inputs = InputSegment::new(&format!("{name}-in")).map_err(|e| fail("memfd", e))?;
         let outputs = OutputSegment::new(&format!("{name}-out")).map_err(|e| fail("memfd", e))?;
-        // Each descriptor is first duplicated above 5, so that placing one
-        // at 3, 4 or 5 cannot overwrite another before it is placed.
-        let fds = [theirs.as_raw_fd(), inputs.fd(), outputs.fd()];
+        let calls = CallSegment::new(&format!("{name}-calls")).map_err(|e| fail("memfd", e))?;
+        // Each descriptor is first duplicated above 6, so that placing one
+        // at 3 to 6 cannot overwrite another before it is placed.
+        let fds = [theirs.as_raw_fd(), inputs.fd(), outputs.fd(), calls.fd()];
         let mut command = Command::new(&launch.python);
         command
             .arg("-c")
@@ -203,7 +207,7 @@ impl Process {
         // SAFETY: only async-signal-safe calls between fork and exec.
         unsafe {
             command.pre_exec(move || {
-                let mut high = [0; 3];
+                let mut high = [0; 4];
                 for (slot, &fd) in high.iter_mut().zip(&fds) {
                     *slot = libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, 10);
                     if *slot < 0 {
@@ -248,6 +252,7 @@ impl Process {
             socket: ours.try_clone().map_err(|e| fail("socket", e))?,
             inputs,
             outputs,
+            calls,
             pid,
             decoupled: false,
             metadata: None,
@@ -432,9 +437,23 @@ impl Process {
                         // The caller left (its future is spent): the call is too.
                         let mut left =
                             std::pin::pin!(std::future::poll_fn(|_| std::task::Poll::Ready(())));
-                        super::bls::call(launch, call, payload, deadline, left.as_mut())
+                        super::bls::call_through(
+                            launch,
+                            call,
+                            payload,
+                            &mut self.calls,
+                            deadline,
+                            left.as_mut(),
+                        )
                     } else {
-                        super::bls::call(launch, call, payload, deadline, gone.as_mut())
+                        super::bls::call_through(
+                            launch,
+                            call,
+                            payload,
+                            &mut self.calls,
+                            deadline,
+                            gone.as_mut(),
+                        )
                     };
                     wire::send_frame(&mut self.socket, &answer, &out.parts)
                 }

@@ -11,6 +11,9 @@
 //! from an earlier request still views it, and would fault if its pages
 //! went away.
 //!
+//! Three segments a worker has: its requests' inputs, their outputs, and
+//! its calls of other models (BLS).
+//!
 //! Unsafe code: memfd_create and mapping the file (memmap2), which another process also maps.
 
 #![allow(unsafe_code)]
@@ -194,6 +197,61 @@ impl OutputSegment {
     }
 }
 
+/// The segment a model's calls of other models (BLS) cross: the worker
+/// writes a call's tensors into it, the server reads them from it and
+/// writes the answer's tensors there, which the worker copies out. Either
+/// side grows it; a call that has it waits for its answer, so the two
+/// never use it at once. It stays grown (up to what [`Resident`] keeps)
+/// between calls, as Triton's shared-memory pool does, so a large tensor
+/// crosses into memory already in place rather than through the socket
+/// into fresh pages on both sides.
+pub(crate) struct CallSegment {
+    file: File,
+    map: MmapMut,
+    resident: Resident,
+}
+
+impl CallSegment {
+    pub(crate) fn new(name: &str) -> io::Result<CallSegment> {
+        let file = memfd(name)?;
+        // SAFETY: the file is a memfd only this server and its worker map;
+        // the worker writes it only before it sends a call, and reads it
+        // only after the answer: never while the server uses it.
+        let map = unsafe { MmapMut::map_mut(&file)? };
+        Ok(CallSegment {
+            file,
+            map,
+            resident: Resident::default(),
+        })
+    }
+
+    /// The segment as it is now, at least `len` bytes long: mapped again
+    /// when the worker grew it, and grown (at least doubled) when it is
+    /// shorter. The length is the file's own, never the worker's word, so
+    /// a range the worker claims beyond it is refused, not a fault.
+    pub(crate) fn reserve(&mut self, len: usize) -> io::Result<&mut [u8]> {
+        let mut size = self.file.metadata()?.len() as usize;
+        if len > size {
+            size = len.max(size * 2);
+            self.file.set_len(size as u64)?;
+        }
+        if size != self.map.len() {
+            // SAFETY: as in `new`.
+            self.map = unsafe { MmapMut::map_mut(&self.file)? };
+        }
+        Ok(&mut self.map[..])
+    }
+
+    /// After a call that used `used` bytes: as for the input segment.
+    pub(crate) fn settle(&mut self, used: usize) {
+        self.resident.settle(&self.file, used);
+    }
+
+    pub(crate) fn fd(&self) -> RawFd {
+        self.file.as_raw_fd()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -237,6 +295,23 @@ mod tests {
         let error = segment.file.set_len(16).unwrap_err();
         assert_eq!(error.raw_os_error(), Some(libc::EPERM));
         segment.file.set_len(INITIAL as u64 * 2).unwrap();
+    }
+
+    #[test]
+    fn call_segments_follow_the_file_and_grow() {
+        let mut segment = CallSegment::new("test").unwrap();
+        assert_eq!(segment.reserve(0).unwrap().len(), INITIAL);
+        // The worker grows it and writes: the server sees both.
+        segment.file.set_len(INITIAL as u64 * 3).unwrap();
+        // SAFETY: a test's own memfd, mapped twice as the two processes do.
+        let mut theirs = unsafe { MmapMut::map_mut(&segment.file) }.unwrap();
+        theirs[INITIAL * 2] = 9;
+        let ours = segment.reserve(10).unwrap();
+        assert_eq!((ours.len(), ours[INITIAL * 2]), (INITIAL * 3, 9));
+        // The server grows it for an answer, at least doubled.
+        ours[0] = 4;
+        assert_eq!(segment.reserve(INITIAL * 4).unwrap().len(), INITIAL * 6);
+        assert_eq!(theirs[0], 4);
     }
 
     #[test]

@@ -296,6 +296,11 @@ pub(crate) struct BlsCall {
     /// model's calls run at once).
     #[serde(default)]
     pub(crate) call: Option<u64>,
+    /// Its tensors (and files) lie in the worker's call segment, at the
+    /// offsets given, not in the frame's payload; the answer's go there
+    /// too.
+    #[serde(default)]
+    pub(crate) segment: bool,
 }
 
 /// The answer to a [`Reply::Bls`]: the callee's outputs (name, datatype,
@@ -322,6 +327,10 @@ pub(crate) struct BlsAnswer {
     /// One response of a decoupled call: the callee flagged it final.
     #[serde(rename = "final", skip_serializing_if = "Option::is_none")]
     pub(crate) last: Option<bool>,
+    /// The outputs' bytes lie in the worker's call segment, at the offsets
+    /// given, not in the frame's payload.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub(crate) segment: bool,
 }
 
 /// The answer to a [`Reply::Metric`]: the value read, or why the

@@ -90,8 +90,10 @@ class Worker(PeerApis):
         self.pending = []
         # Decoupled: the request whose `execute` runs.
         self.executing = None
-        # One BLS call on the socket at a time.
+        # One BLS call at a time (but a decoupled model's, which run at
+        # once, each answered by its number).
         self.bls_lock = threading.Lock()
+        self.call_segment = CallSegment()
 
     # -- loading -------------------------------------------------------
     def load(self, message):
@@ -164,14 +166,22 @@ class Worker(PeerApis):
             self.channel.send(dict(message, call=number), payload)
             reply = mine.get()
         else:
-            # One call at a time on the socket, whichever thread makes it
-            # (`async_exec` waits in a thread of its own).
+            # One call at a time, whichever thread makes it (`async_exec`
+            # waits in a thread of its own): its tensors, and the answer's,
+            # cross the call segment rather than the socket.
             with self.bls_lock:
+                if message.get("op") == "bls":
+                    self.call_segment.write(payload)
+                    message, payload = dict(message, segment=True), ()
                 self.channel.send(message, payload)
                 reply = self.channel.recv()
                 while reply is not None and reply.get("op") == "cancel":
                     self.current_cancelled = True
                     reply = self.channel.recv()
+                if reply is not None and reply.get("segment"):
+                    size = answer_size(reply)
+                    if size:
+                        reply[PAYLOAD] = self.call_segment.read(size)
         if reply is None or reply.get("op") not in ("bls_result", "metric_result"):
             raise RuntimeError("the server did not answer the BLS call")
         return reply
@@ -734,6 +744,14 @@ def as_text(value):
         return value.decode("utf-8")
     except UnicodeDecodeError:
         return value
+
+
+def answer_size(reply):
+    """How far into the call segment an answer's tensors reach: its
+    outputs', and each of its responses' (name, datatype, shape, offset,
+    length)."""
+    answers = [reply] + list(reply.get("responses") or [])
+    return max((o[3] + o[4] for a in answers for o in a.get("outputs") or []), default=0)
 
 
 def with_metrics(message):
