@@ -5,7 +5,7 @@ median time of one request carrying one call of 1 GiB, and of one carrying
 four of 200 MB (tests/test_triton_peer_bls_memory.py's models).
 
 Usage (from the repository root, after `cargo build --release -p wirespeed`):
-    .venv/bin/python benchmarks/scripts/bls_large.py [--rounds 3]
+    .venv/bin/python benchmarks/scripts/bls_large.py [--rounds 3] [--binary OLD --binary NEW]
 """
 
 import argparse
@@ -34,7 +34,8 @@ class Wirespeed:
 
     name = "wirespeed"
 
-    def __init__(self, binary, repo, log):
+    def __init__(self, binary, repo, log, name="wirespeed"):
+        self.name = name
         self.http = free_port()
         env = dict(os.environ, WIRESPEED_PYTHON=str(ROOT / ".venv-triton" / "bin" / "python"))
         self.process = subprocess.Popen(
@@ -101,13 +102,18 @@ def one(server, sizes):
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--binary", default=str(ROOT / "target" / "release" / "wirespeed"))
+    parser.add_argument("--binary", action="append",
+                        help="a wirespeed binary (target/release/wirespeed by default); give it twice "
+                             "to compare two builds, each beside Triton in the same rounds")
     args = parser.parse_args()
+    binaries = args.binary or [str(ROOT / "target" / "release" / "wirespeed")]
+    names = ["wirespeed"] if len(binaries) == 1 else [f"wirespeed {Path(b).name}" for b in binaries]
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         repository(root / "models")
-        servers = [Triton(root / "models", root / "triton.log"),
-                   Wirespeed(args.binary, root / "models", root / "wirespeed.log")]
+        servers = [Triton(root / "models", root / "triton.log")]
+        for i, (binary, name) in enumerate(zip(binaries, names)):
+            servers.append(Wirespeed(binary, root / "models", root / f"wirespeed{i}.log", name))
         try:
             for server in servers:
                 one(server, [16])
@@ -119,11 +125,15 @@ def main():
         finally:
             for server in servers:
                 server.stop()
-    print(f"| case | Triton 2.51 | wirespeed | ratio (Triton / wirespeed) |\n|---|---|---|---|")
+    print("| case | Triton 2.51 | " + " | ".join(f"{n} | Triton / {n}" for n in names) + " |")
+    print("|---|---|" + "---|---|" * len(names))
     for case in ("1 GiB", "4 x 200 MB"):
         triton = statistics.median(times[("triton", case)])
-        ours = statistics.median(times[("wirespeed", case)])
-        print(f"| {case} | {triton:.2f} s | {ours:.2f} s | {triton / ours:.2f}x |")
+        cells = []
+        for name in names:
+            ours = statistics.median(times[(name, case)])
+            cells.append(f"{ours:.2f} s | {triton / ours:.2f}x")
+        print(f"| {case} | {triton:.2f} s | " + " | ".join(cells) + " |")
 
 
 if __name__ == "__main__":

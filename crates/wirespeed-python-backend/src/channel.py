@@ -15,6 +15,8 @@ import struct
 import time
 
 SOCKET_FD, INPUT_FD, OUTPUT_FD, CALL_FD = 3, 4, 5, 6
+# A payload this small goes in the message's own write.
+INLINE_PAYLOAD = 1 << 16
 ALIGN = 64
 
 try:
@@ -146,7 +148,7 @@ class Channel:
         size = sum(view.nbytes for view in views)
         body = json.dumps(message, separators=(",", ":")).encode()
         with self.lock:
-            if size <= 1 << 16:
+            if size <= INLINE_PAYLOAD:
                 self.sock.sendall(b"".join([HEAD.pack(MARK, len(body), size), body, *views]))
                 return
             self.sock.sendall(HEAD.pack(MARK, len(body), size) + body)

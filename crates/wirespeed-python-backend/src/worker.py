@@ -167,10 +167,11 @@ class Worker(PeerApis):
             reply = mine.get()
         else:
             # One call at a time, whichever thread makes it (`async_exec`
-            # waits in a thread of its own): its tensors, and the answer's,
-            # cross the call segment rather than the socket.
+            # waits in a thread of its own). Large tensors, and the
+            # answer's, cross the call segment rather than the socket; small
+            # ones go with the message, in one write.
             with self.bls_lock:
-                if message.get("op") == "bls":
+                if message.get("op") == "bls" and payload_size(payload) > INLINE_PAYLOAD:
                     self.call_segment.write(payload)
                     message, payload = dict(message, segment=True), ()
                 self.channel.send(message, payload)
@@ -744,6 +745,11 @@ def as_text(value):
         return value.decode("utf-8")
     except UnicodeDecodeError:
         return value
+
+
+def payload_size(payload):
+    """The bytes of a payload's parts."""
+    return sum(buffer_view(part).nbytes for part in payload)
 
 
 def answer_size(reply):
