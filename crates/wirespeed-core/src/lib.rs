@@ -28,6 +28,7 @@ mod error;
 mod infer;
 mod limits;
 mod model;
+mod pages;
 mod pool;
 pub mod raw;
 mod stream;

@@ -88,11 +88,18 @@ impl RawFiller {
         max_element: usize,
     ) -> Result<RawFiller, RawError> {
         let fill = match raw_size(datatype, count) {
-            Some(expected) if expected == size => Fill::Fixed {
-                data: TensorData::with_capacity(stored_as(datatype), count),
-                carry: [0; 8],
-                carry_len: 0,
-            },
+            Some(expected) if expected == size => {
+                let mut data = TensorData::with_capacity(stored_as(datatype), count);
+                // Filled whole: a large buffer's pages are made resident
+                // at once rather than faulted in one by one.
+                let (spare, len) = data.spare();
+                crate::pages::populate(spare, len);
+                Fill::Fixed {
+                    data,
+                    carry: [0; 8],
+                    carry_len: 0,
+                }
+            }
             Some(expected) => {
                 return Err(RawError::Invalid(format!(
                     "{count} {datatype} elements take {expected} bytes, but {size} were declared"

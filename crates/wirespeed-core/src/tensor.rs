@@ -123,6 +123,15 @@ impl TensorData {
         }
     }
 
+    /// Where its spare capacity starts, and its bytes: the room a filler
+    /// writes into.
+    pub(crate) fn spare(&mut self) -> (*const u8, usize) {
+        each_variant!(self, v => {
+            let spare = v.spare_capacity_mut();
+            (spare.as_ptr().cast::<u8>(), std::mem::size_of_val(spare))
+        })
+    }
+
     /// An empty buffer of `datatype`, with room for `capacity` elements.
     pub fn with_capacity(datatype: DataType, capacity: usize) -> TensorData {
         match datatype {
