@@ -8,6 +8,8 @@ too, against xgboost; a model that does not exist gives the caller an
 error response, which the example raises."""
 
 import os
+import re
+from pathlib import Path
 
 import numpy as np
 import onnx
@@ -336,5 +338,78 @@ def test_a_bls_call_ends_when_the_callers_client_leaves(tmp_path):
 
         wait_until("the slow call counted as failed", failed, timeout=4)
         assert client.is_server_ready()
+    finally:
+        server.stop()
+
+
+def call_segment_resident_mib(server, model):
+    """The MiB of `model`'s worker's call segment resident in the server's
+    mapping of it (from /proc: the segment is a memfd named for it)."""
+    text = (Path("/proc") / str(server.process.pid) / "smaps").read_text()
+    for block in re.split(r"\n(?=[0-9a-f]+-[0-9a-f]+ )", text):
+        if f"memfd:wirespeed-{model}-0-calls" in block.split("\n", 1)[0]:
+            return int(re.search(r"^Rss:\s+(\d+) kB", block, re.M).group(1)) // 1024
+    return 0
+
+
+SUMMER = """
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+class TritonPythonModel:
+    def execute(self, requests):
+        return [pb_utils.InferenceResponse([pb_utils.Tensor("SUM", np.array(
+            [pb_utils.get_input_tensor_by_name(r, "INPUT0").as_numpy().sum(dtype=np.uint64)]))])
+            for r in requests]
+"""
+
+SUMMING_CALLER = """
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+class TritonPythonModel:
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            size = int(pb_utils.get_input_tensor_by_name(request, "SIZE").as_numpy()[0])
+            answer = pb_utils.InferenceRequest(
+                model_name="summer", requested_output_names=["SUM"],
+                inputs=[pb_utils.Tensor("INPUT0", np.full(size, 7, dtype=np.uint8))]).exec()
+            if answer.has_error():
+                raise pb_utils.TritonModelException(answer.error().message())
+            responses.append(pb_utils.InferenceResponse(answer.output_tensors()))
+        return responses
+"""
+
+
+def test_a_large_calls_pages_are_given_back_after_a_smaller_one(tmp_path):
+    """A call's tensors past 64 KiB cross the caller's call segment, which
+    stays grown (as Triton's pool does) but gives back what lies past four
+    times a later call's use, counting what the worker wrote there (a
+    large input with a small answer)."""
+    for name, code, io in [
+        ("caller", SUMMING_CALLER,
+         'input [ { name: "SIZE" data_type: TYPE_INT64 dims: [ 1 ] } ]\n'
+         'output [ { name: "SUM" data_type: TYPE_UINT64 dims: [ 1 ] } ]\n'),
+        ("summer", SUMMER,
+         'input [ { name: "INPUT0" data_type: TYPE_UINT8 dims: [ -1 ] } ]\n'
+         'output [ { name: "SUM" data_type: TYPE_UINT64 dims: [ 1 ] } ]\n'),
+    ]:
+        (tmp_path / name / "1").mkdir(parents=True)
+        (tmp_path / name / "config.pbtxt").write_text(f'name: "{name}"\nbackend: "python"\n' + io)
+        (tmp_path / name / "1" / "model.py").write_text(code)
+    server = RunningServer(tmp_path)
+    try:
+        client = httpclient.InferenceServerClient(server.address)
+
+        def ask(size):
+            x = httpclient.InferInput("SIZE", [1], "INT64")
+            x.set_data_from_numpy(np.array([size], dtype=np.int64))
+            return int(client.infer("caller", [x]).as_numpy("SUM")[0])
+
+        assert ask(64 << 20) == 7 * (64 << 20)
+        assert call_segment_resident_mib(server, "caller") >= 64
+        assert ask(100_000) == 700_000
+        assert call_segment_resident_mib(server, "caller") <= 4
     finally:
         server.stop()

@@ -58,8 +58,21 @@ pub(crate) fn call_through(
         return self::call(launch, call, Carried::Frame(payload), deadline, gone);
     }
     let model = call.model.clone();
+    // How far the worker wrote: the segment's pages past what a call uses
+    // are given back, the worker's writes counted with the server's.
+    let mut written = call
+        .inputs
+        .iter()
+        .map(|input| input.3.saturating_add(input.4))
+        .chain(call.files.values().map(|&(at, len)| at.saturating_add(len)))
+        .max()
+        .unwrap_or(0);
     let (mut answer, out) = match segment.reserve(0) {
-        Ok(contents) => self::call(launch, call, Carried::Segment(contents), deadline, gone),
+        Ok(contents) => {
+            // The worker's word, held to what the segment holds.
+            written = written.min(contents.len());
+            self::call(launch, call, Carried::Segment(contents), deadline, gone)
+        }
         Err(e) => return failed(launch, &model, segment_error(e)),
     };
     if out.size > 0 {
@@ -74,7 +87,7 @@ pub(crate) fn call_through(
             Err(e) => return failed(launch, &model, segment_error(e)),
         }
     }
-    segment.settle(out.size);
+    segment.settle(written.max(out.size));
     answer.segment = true;
     (answer, Payload::default())
 }
