@@ -58,8 +58,7 @@ fn served(models: &Weak<ServedModels>) -> Result<Arc<ServedModels>, Error> {
 
 impl ModelCaller for Calls {
     fn callee(&self, model: &str, version: Option<&str>) -> Result<Arc<dyn Model>, Error> {
-        let models = served(&self.models)?;
-        composite::callee(&models, model, version).map(|served| Arc::clone(&served.model))
+        composite::callee_model(&*served(&self.models)?, model, version)
     }
 
     fn call<'a>(
@@ -72,8 +71,7 @@ impl ModelCaller for Calls {
     ) -> Run<'a, Vec<Tensor>> {
         Box::pin(async move {
             let models = served(&self.models)?;
-            let callee = composite::callee(&models, model, version)?;
-            composite::call(&models, &callee, inputs, outputs, call, 0).await
+            composite::call_named(&models, model, version, inputs, outputs, call, 0).await
         })
     }
 

@@ -88,7 +88,7 @@ impl<'a> Composing<'a> {
 
 impl ModelCaller for Composing<'_> {
     fn callee(&self, model: &str, version: Option<&str>) -> Result<Arc<dyn Model>, Error> {
-        callee(self.models, model, version).map(|served| Arc::clone(&served.model))
+        callee_model(self.models, model, version)
     }
 
     fn call<'a>(
@@ -99,11 +99,40 @@ impl ModelCaller for Composing<'_> {
         outputs: &'a [RequestedOutput],
         call: CallContext,
     ) -> Run<'a, Vec<Tensor>> {
-        Box::pin(async move {
-            let served = callee(self.models, model, version)?;
-            self::call(self.models, &served, inputs, outputs, call, self.depth).await
-        })
+        Box::pin(call_named(
+            self.models,
+            model,
+            version,
+            inputs,
+            outputs,
+            call,
+            self.depth,
+        ))
     }
+}
+
+/// The model a caller names, ready ([`callee`]): what it takes and gives.
+pub fn callee_model(
+    models: &ServedModels,
+    model: &str,
+    version: Option<&str>,
+) -> Result<Arc<dyn Model>, Error> {
+    callee(models, model, version).map(|served| Arc::clone(&served.model))
+}
+
+/// [`call`] of the model a caller names, found ready ([`callee`]): how
+/// every [`ModelCaller`] of the server answers a call.
+pub async fn call_named(
+    models: &ServedModels,
+    model: &str,
+    version: Option<&str>,
+    inputs: Vec<Tensor>,
+    outputs: &[RequestedOutput],
+    call: CallContext,
+    depth: usize,
+) -> Result<Vec<Tensor>, Error> {
+    let served = callee(models, model, version)?;
+    self::call(models, &served, inputs, outputs, call, depth).await
 }
 
 /// How `served` answers, `depth` composites deep, whoever asks (a
