@@ -433,28 +433,20 @@ impl Process {
             // it, and wait again.
             let sent = match reply {
                 Reply::Bls(call) => {
-                    let (answer, out) = if told {
-                        // The caller left (its future is spent): the call is too.
-                        let mut left =
-                            std::pin::pin!(std::future::poll_fn(|_| std::task::Poll::Ready(())));
-                        super::bls::call_through(
-                            launch,
-                            call,
-                            payload,
-                            &mut self.calls,
-                            deadline,
-                            left.as_mut(),
-                        )
-                    } else {
-                        super::bls::call_through(
-                            launch,
-                            call,
-                            payload,
-                            &mut self.calls,
-                            deadline,
-                            gone.as_mut(),
-                        )
-                    };
+                    // Once the caller left (its future is spent), the call
+                    // is cancelled at once.
+                    let mut left =
+                        std::pin::pin!(std::future::poll_fn(|_| std::task::Poll::Ready(())));
+                    let caller_gone: wirespeed_backend::CallerGone<'_> =
+                        if told { left.as_mut() } else { gone.as_mut() };
+                    let (answer, out) = super::bls::call_through(
+                        launch,
+                        call,
+                        payload,
+                        &mut self.calls,
+                        deadline,
+                        caller_gone,
+                    );
                     wire::send_frame(&mut self.socket, &answer, &out.parts)
                 }
                 Reply::Metric {
