@@ -34,6 +34,8 @@ const WORKER: &str = concat!(
     "\n",
     include_str!("peers.py"),
     "\n",
+    include_str!("decoupled.py"),
+    "\n",
     include_str!("worker.py")
 );
 
