@@ -33,6 +33,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 pub use config::{Limits, ServerConfig, StartError, TlsFiles, UpstreamServer};
+pub use net::threads::IoThreads;
 pub use protocols::v2::parameters::HeaderForward;
 pub use wirespeed_core::RequestLimits;
 pub use wirespeed_engine::metrics::{Buckets, MetricsConfig, DEFAULT_BUCKETS};
@@ -45,7 +46,7 @@ pub use wirespeed_proxy::PrintOptions;
 pub use wirespeed_proxy::TranscodeConfig;
 
 use listeners::Listeners;
-use net::{listen, tls};
+use net::{listen, threads, tls};
 use protocols::grpc;
 use protocols::metrics::MetricsService;
 use protocols::rest::RestService;
@@ -59,6 +60,7 @@ pub struct Server {
     limits: Limits,
     drain_timeout: Duration,
     io_threads: usize,
+    reserved: IoThreads,
 }
 
 impl Server {
@@ -83,7 +85,16 @@ impl Server {
             limits: config.limits.clone(),
             drain_timeout: config.drain_timeout,
             io_threads: config.io_threads,
+            reserved: IoThreads::none(),
         })
+    }
+
+    /// Serves on `threads`, reserved as the process's first threads
+    /// ([`IoThreads::reserve`]), rather than on threads started when it
+    /// serves.
+    pub fn with_io_threads(mut self, threads: IoThreads) -> Server {
+        self.reserved = threads;
+        self
     }
 
     /// The REST API's TCP address (the real port when bound to port 0).
@@ -150,8 +161,11 @@ impl Server {
         // connections on a runtime of its own (`listen.rs` says why).
         let (ended, mut accept_loops) = tokio::sync::mpsc::unbounded_channel::<()>();
         let (drained, drain_over) = tokio::sync::watch::channel(false);
-        let threads = listen::start_io_threads(self.io_threads.max(1), &listeners, |sockets| {
-            listen::IoThread {
+        let threads = threads::start_io_threads(
+            self.io_threads.max(1),
+            self.reserved,
+            &listeners,
+            |sockets| listen::IoThread {
                 sockets,
                 rest: Arc::clone(&rest),
                 grpc: Arc::clone(&grpc),
@@ -166,8 +180,8 @@ impl Server {
                 place: listen::Place::default(),
                 ended: ended.clone(),
                 drain_over: drain_over.clone(),
-            }
-        });
+            },
+        );
         drop((listeners, ended));
         if threads.is_empty() {
             tracing::error!("no I/O thread started; nothing is served");

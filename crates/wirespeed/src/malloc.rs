@@ -1,11 +1,11 @@
-//! glibc malloc for the server: one arena per core, and freed tensors of
-//! up to 16 MiB kept for the next request rather than given back and
-//! faulted in again.
+//! glibc malloc for the server: an arena for each I/O thread and one per
+//! core for the rest, and freed tensors of up to 16 MiB kept for the next
+//! request rather than given back and faulted in again.
 //!
 //! ## Arenas
 //!
-//! One per core, so memory is the tensors in flight and not every tensor
-//! that ever was, and the async workers do not queue for one arena's lock.
+//! Few, so memory is the tensors in flight and not every tensor that ever
+//! was; and no two I/O threads on one, so they never queue for its lock.
 //!
 //! glibc gives threads their own arenas (up to eight per core). A large
 //! tensor is allocated on whichever thread decoded it and freed on another,
@@ -19,9 +19,19 @@
 //! of the server's time went to waking and waiting on that lock
 //! (`perf`: `__lll_lock_wait_private`/`__lll_lock_wake_private`; `GET /v2`
 //! 114 k req/s with one arena, 123 k with one per core; Titanic JSON 70 k
-//! and 88 k). One arena per core keeps both: the lock is rarely contended,
-//! and the holes are at most one per core (`docs/performance.md` has the
-//! memory figures).
+//! and 88 k).
+//!
+//! One arena per core was the next answer, and it was right only by luck:
+//! a thread takes its arena at its first allocation, a new one while there
+//! are fewer than the limit and else one another thread has. The compute
+//! pool and the schedulers' thread start before the I/O threads, so in
+//! about one start in four the two I/O threads of a 2-core server shared
+//! an arena, and the Titanic `POST` ran at 64-67 k req/s against 92-97 k
+//! (eight starts each, `wrk -t1 -c32`; with glibc's own limit, every start
+//! was fast). Now the I/O threads start first, each taking a new arena
+//! (`wirespeed_server::IoThreads`), and the limit ([`arenas`]) is the main
+//! thread's, one per I/O thread, and one per core shared by the compute
+//! pool, the schedulers and the Python workers' keepers.
 //!
 //! ## Large buffers
 //!
@@ -59,6 +69,13 @@ const MMAP_THRESHOLD: usize = 16 << 20;
 /// `M_TRIM_THRESHOLD`).
 #[cfg(all(target_os = "linux", target_env = "gnu"))]
 const TRIM_THRESHOLD: usize = 32 << 20;
+
+/// The malloc arenas a server keeps: the main thread's (start-up, the
+/// schedulers), one for each of its `io_threads` I/O threads, and one per
+/// core for the other threads.
+pub(crate) fn arenas(io_threads: usize, cores: usize) -> usize {
+    1 + io_threads + cores
+}
 
 /// Limits glibc to `arenas` malloc arenas and sets its thresholds for
 /// large buffers, each unless the environment says otherwise. Call it

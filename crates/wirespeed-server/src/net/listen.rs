@@ -142,7 +142,7 @@ pub(crate) struct Spread {
 }
 
 impl Spread {
-    fn new(threads: usize) -> Spread {
+    pub(crate) fn new(threads: usize) -> Spread {
         Spread {
             open: (0..threads).map(|_| Default::default()).collect(),
         }
@@ -160,7 +160,7 @@ impl Spread {
 
     /// Thread `me` serves nothing (it did not start): no other waits for
     /// it.
-    fn absent(&self, me: usize) {
+    pub(crate) fn absent(&self, me: usize) {
         if let Some(open) = self.open.get(me) {
             open.store(usize::MAX / 2, std::sync::atomic::Ordering::Relaxed);
         }
@@ -193,8 +193,8 @@ impl Drop for SpreadGuard {
 /// Which I/O thread serves, among how many.
 #[derive(Clone, Default)]
 pub(crate) struct Place {
-    spread: Arc<Spread>,
-    index: usize,
+    pub(crate) spread: Arc<Spread>,
+    pub(crate) index: usize,
 }
 
 /// What every accept loop shares.
@@ -451,7 +451,7 @@ pub(crate) struct IoThread<R, G, M> {
     /// The metrics listener's service: `/metrics` and nothing else.
     pub(crate) metrics_service: M,
     pub(crate) shared: Arc<Shared>,
-    /// This thread among the others (set by [`start_io_threads`]).
+    /// This thread among the others (set by [`super::threads::start_io_threads`]).
     pub(crate) place: Place,
     /// Told when this thread's accept loops have ended.
     pub(crate) ended: mpsc::UnboundedSender<()>,
@@ -565,50 +565,6 @@ where
             let _ = drain_over.wait_for(|&over| over).await;
         });
     }
-}
-
-/// Starts `count` I/O threads, each with its own copy of `sockets` in
-/// what `make` gives it to serve them with; a thread that cannot start is
-/// logged, and the others serve.
-pub(crate) fn start_io_threads<R, G, M>(
-    count: usize,
-    sockets: &Sockets,
-    make: impl Fn(Sockets) -> IoThread<R, G, M>,
-) -> Vec<std::thread::JoinHandle<()>>
-where
-    R: Answers,
-    G: Answers,
-    M: Answers,
-{
-    let mut threads = Vec::new();
-    let spread = Arc::new(Spread::new(count));
-    for i in 0..count {
-        let thread = match sockets.try_clone() {
-            Ok(sockets) => IoThread {
-                place: Place {
-                    spread: Arc::clone(&spread),
-                    index: i,
-                },
-                ..make(sockets)
-            },
-            Err(e) => {
-                tracing::error!(error = %e, "cannot start I/O thread {i}");
-                spread.absent(i);
-                continue;
-            }
-        };
-        match std::thread::Builder::new()
-            .name(format!("wirespeed-io-{i}"))
-            .spawn(move || thread.run())
-        {
-            Ok(handle) => threads.push(handle),
-            Err(e) => {
-                tracing::error!(error = %e, "cannot start I/O thread {i}");
-                spread.absent(i);
-            }
-        }
-    }
-    threads
 }
 
 fn log_lost(e: io::Error) -> io::Error {

@@ -55,9 +55,13 @@ pub(crate) fn run(mut args: ServeArgs) -> anyhow::Result<()> {
             tracing::info!("{note}");
         }
     }
-    // While this is still the only thread: an arena per core, and large
-    // buffers kept for the next request.
-    malloc::configure(std::thread::available_parallelism().map_or(1, |n| n.get()));
+    // While this is still the only thread: the malloc arenas and their
+    // thresholds, then the I/O threads, first of all, so that each takes
+    // an arena of its own (`malloc.rs`, `wirespeed_server::IoThreads`).
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let io_threads = args.io_threads.map_or(cores, usize::from).max(1);
+    malloc::configure(malloc::arenas(io_threads, cores));
+    let reserved = wirespeed_server::IoThreads::reserve(io_threads);
 
     let model_control_mode = args.model_control_mode.clone().unwrap_or_default();
     check_load_model(&args, &model_control_mode)?;
@@ -150,7 +154,7 @@ pub(crate) fn run(mut args: ServeArgs) -> anyhow::Result<()> {
             max_depth: args.max_depth,
         },
         compute_threads,
-        io_threads: args.io_threads.map_or(defaults.io_threads, usize::from),
+        io_threads,
         auth_token,
         model_control: match model_control_mode.as_str() {
             "explicit" => ModelControl::Explicit {
@@ -196,7 +200,7 @@ pub(crate) fn run(mut args: ServeArgs) -> anyhow::Result<()> {
     };
     runtime.block_on(async {
         let shutdown = shutdown_signal()?;
-        let server = Server::bind(&config).await?;
+        let server = Server::bind(&config).await?.with_io_threads(reserved);
         server.serve(shutdown).await;
         anyhow::Ok(())
     })
