@@ -5,10 +5,10 @@
 //! thread's first allocation, a new one while the process has fewer than
 //! its limit, else one that other threads already use. Started after the
 //! compute pool, the schedulers' thread and the Python workers' keepers,
-//! the two I/O threads of a 2-core server shared one arena in about one
-//! start in four, and then waited on its lock for every allocation past
-//! their own caches: the Titanic `POST` at `wrk -c32` ran at 64-67 k req/s
-//! in those starts against 92-97 k in the others (`perf`:
+//! the two I/O threads of a 2-core server shared one arena in about half
+//! the starts, and then waited on its lock for every allocation past their
+//! own caches: the Titanic `POST` at `wrk -c32` ran at 56-72 k req/s in
+//! those starts against 87-98 k in the others (8 of 16 starts; `perf`:
 //! `__lll_lock_wait_private` under `_int_free`, `calloc`). Started first,
 //! each takes an arena of its own, and the `wirespeed` binary's limit
 //! (`malloc.rs`) leaves room for them and for the rest.
