@@ -1,6 +1,7 @@
 //! The wire protocols wirespeed speaks over gRPC, as Rust types: prost
-//! messages, tonic clients and tonic servers, generated at build time from
-//! the `.proto` files in this crate's `proto/` folder.
+//! messages, tonic clients and tonic servers, generated from the `.proto`
+//! files in this crate's `proto/` folder into `src/generated/`
+//! (`tests/generated.rs` keeps the two in step).
 //!
 //! The server implements the services; the load generator and the upstream
 //! client call them. Keeping them here means neither depends on the other.
@@ -27,7 +28,7 @@
 /// `inference`: `GRPCInferenceService`, its messages, client and server.
 pub mod inference {
     #![allow(missing_docs, unreachable_pub, clippy::all, rust_2018_idioms)]
-    tonic::include_proto!("inference");
+    include!("generated/inference.rs");
 
     pub use crate::stream_frame::ModelStreamInferResponse;
 }
@@ -36,14 +37,14 @@ pub mod inference {
 /// requests carry them (package `tensorflow`).
 pub mod tensorflow {
     #![allow(missing_docs, unreachable_pub, clippy::all, rust_2018_idioms)]
-    tonic::include_proto!("tensorflow");
+    include!("generated/tensorflow.rs");
 
     /// TF Serving's gRPC API (package `tensorflow.serving`):
     /// `PredictionService` and `ModelService`, their messages, clients
     /// and servers.
     pub mod serving {
         #![allow(missing_docs, unreachable_pub, clippy::all, rust_2018_idioms)]
-        tonic::include_proto!("tensorflow.serving");
+        include!("generated/tensorflow.serving.rs");
     }
 }
 
