@@ -7,9 +7,11 @@ Every server binds 127.0.0.1:0 and the fixture reads the real port from the
 import json
 import os
 import re
+import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -27,6 +29,45 @@ SAFETY = 60  # seconds: only against a server that never gets there
 # Every server the tests start serves its metrics listener on a free port
 # (the default, 127.0.0.1:8002, is one port for all of them).
 os.environ.setdefault("WIRESPEED_METRICS", "127.0.0.1:0")
+
+
+# The free disk beside the clone and under the temporary folder, at the
+# start and at its least after any test (a CI machine's disk is shared:
+# when a run fails for room, its summary says so).
+FREE_DISK = {}
+DISKS = (("clone", ROOT), ("temporary folder", Path(tempfile.gettempdir())))
+
+
+def _free_disk(where):
+    try:
+        return shutil.disk_usage(where).free
+    except OSError:
+        return None
+
+
+def pytest_runtest_logreport(report):
+    if report.when != "teardown":
+        return
+    for name, where in DISKS:
+        free = _free_disk(where)
+        if free is None:
+            continue
+        start, least, after = FREE_DISK.get(name, (free, free, report.nodeid))
+        FREE_DISK[name] = (start, min(least, free), report.nodeid if free < least else after)
+
+
+def pytest_sessionstart(session):
+    for name, where in DISKS:
+        free = _free_disk(where)
+        if free is not None:
+            FREE_DISK[name] = (free, free, "the start")
+
+
+def pytest_terminal_summary(terminalreporter):
+    for name, (start, least, after) in FREE_DISK.items():
+        terminalreporter.write_line(
+            f"free disk ({name}): {start / 2**30:.1f} GiB at the start, "
+            f"{least / 2**30:.1f} GiB at the least (after {after})")
 
 
 def wirespeed_binary() -> Path:

@@ -65,7 +65,10 @@ fn the_generated_code_is_what_the_protos_make() {
         .map(|entry| entry.unwrap().file_name().into_string().unwrap())
         .collect();
     made.sort();
-    assert_eq!(made, FILES, "the generator made other files than src/generated/ holds");
+    assert_eq!(
+        made, FILES,
+        "the generator made other files than src/generated/ holds"
+    );
     assert!(
         stale.is_empty(),
         "src/generated/{stale:?} differ from what the protos make: run \
