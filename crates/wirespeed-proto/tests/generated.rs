@@ -2,16 +2,23 @@
 //! `.proto` files today. It is generated here, not at build time (see
 //! `build.rs` for why), and this test fails when the two differ.
 //!
+//! The generator reads the descriptor sets that `build.rs` compiles (the
+//! crate's `FILE_DESCRIPTOR_SET` and `TF_FILE_DESCRIPTOR_SET`), so the
+//! protos are parsed in one place.
+//!
 //! After changing a `.proto` file or the generator's version:
 //! `WIRESPEED_REGENERATE_PROTOS=1 cargo test -p wirespeed-proto --test generated`.
 
 use std::path::{Path, PathBuf};
 
+use prost::Message;
+use prost_types::FileDescriptorSet;
+
 /// The generated files, as tonic-prost-build names them by package.
 const FILES: [&str; 3] = ["inference.rs", "tensorflow.rs", "tensorflow.serving.rs"];
 
 fn generate(out: &Path) -> Result<(), Box<dyn std::error::Error>> {
-    let inference = protox::compile(["proto/grpc_service.proto"], ["proto"])?;
+    let inference = FileDescriptorSet::decode(wirespeed_proto::FILE_DESCRIPTOR_SET)?;
     tonic_prost_build::configure()
         .out_dir(out)
         .build_server(true)
@@ -26,10 +33,7 @@ fn generate(out: &Path) -> Result<(), Box<dyn std::error::Error>> {
             "crate::stream_frame::ModelStreamInferResponse",
         )
         .compile_fds(inference)?;
-    let tf = protox::compile(
-        ["proto/tensorflow_serving/apis/prediction_service.proto"],
-        ["proto"],
-    )?;
+    let tf = FileDescriptorSet::decode(wirespeed_proto::TF_FILE_DESCRIPTOR_SET)?;
     tonic_prost_build::configure()
         .out_dir(out)
         .build_server(true)
@@ -42,7 +46,6 @@ fn generate(out: &Path) -> Result<(), Box<dyn std::error::Error>> {
 #[test]
 fn the_generated_code_is_what_the_protos_make() {
     let crate_dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
-    std::env::set_current_dir(&crate_dir).unwrap();
     let out = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("wirespeed-proto-generated");
     let _ = std::fs::remove_dir_all(&out);
     std::fs::create_dir_all(&out).unwrap();
