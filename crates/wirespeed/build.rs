@@ -20,11 +20,15 @@
 //! run under callgrind), and the linker places them first, side by side.
 //! Names a build no longer has are skipped without a warning: a stale list
 //! packs less, and links the same. The names are the same wherever the
-//! repository is cloned only in a build without debug info (the release
-//! profile's): debug info holds the clone's path, and the suffix of the
-//! local functions that codegen units share (`.llvm.N`) hashes it. The probe links an empty Rust program
-//! with the same `rustc` and flags and the option; a linker without it
-//! (GNU ld, where rustc is told to use it) fails, and nothing changes.
+//! repository is cloned only when no code holds the clone's path: the
+//! suffix of the local functions that codegen units share (`.llvm.N`)
+//! hashes it. So the release profile has no debug info, and
+//! `wirespeed-proto`'s generated code is in its source tree, not
+//! included from `OUT_DIR`.
+//!
+//! The probe links an empty Rust program with the same `rustc` and flags
+//! and the option; a linker without it (GNU ld, where rustc is told to
+//! use it) fails, and nothing changes.
 //! `WIRESPEED_ORDER=0` links without it.
 //!
 //! Neither is tried when cross compiling.

@@ -28,10 +28,10 @@
 //! about half the starts the two I/O threads of a 2-core server shared an
 //! arena, and the Titanic `POST` ran at 56-72 k req/s against 87-98 k
 //! (sixteen starts, `wrk -t1 -c32`; with glibc's own limit, eight starts
-//! of eight were fast). Now the I/O threads start first, each taking a new arena
-//! (`wirespeed_server::IoThreads`), and the limit ([`arenas`]) is the main
-//! thread's, one per I/O thread, and one per core shared by the compute
-//! pool, the schedulers and the Python workers' keepers.
+//! of eight were fast). Now the I/O threads start first, each taking a
+//! new arena (`wirespeed_server::IoThreads`), and the limit ([`arenas`])
+//! is the main thread's, one per I/O thread, and one per core shared by
+//! the compute pool, the schedulers and the Python workers' keepers.
 //!
 //! ## Large buffers
 //!
