@@ -21,6 +21,7 @@
 //! the time inside the decoder as `decode_us`), `queue`, `compute` and
 //! `encode`; the compute span follows the request onto the CPU pool.
 
+use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -192,22 +193,26 @@ impl Engine {
     /// Runs one infer request through `codec`'s protocol: look the model
     /// up, decode, queue, compute, encode, stamp; or answer the error.
     /// Every protocol's infer endpoint comes here.
-    pub async fn infer<C: Codec>(
-        &self,
+    ///
+    /// Not an `async fn`, nor is the function it returns: each would be
+    /// one more future around the request's, made and copied whole
+    /// (memcpy) as the request starts.
+    pub fn infer<'a, C: Codec + 'a>(
+        &'a self,
         context: RequestContext,
-        target: Target<'_>,
+        target: Target<'a>,
         codec: C,
-    ) -> C::Answer {
-        infer(self, context, target, codec).await
+    ) -> impl Future<Output = C::Answer> + use<'a, C> {
+        infer(self, context, target, codec)
     }
 }
 
-async fn infer<C: Codec>(
-    engine: &Engine,
+fn infer<'a, C: Codec + 'a>(
+    engine: &'a Engine,
     mut context: RequestContext,
-    target: Target<'_>,
+    target: Target<'a>,
     mut codec: C,
-) -> C::Answer {
+) -> impl Future<Output = C::Answer> + use<'a, C> {
     let span = context.span.clone();
     async move {
         let result = run(engine, &mut context, target, &mut codec).await;
@@ -240,7 +245,6 @@ async fn infer<C: Codec>(
         }
     }
     .instrument(span)
-    .await
 }
 
 async fn run<C: Codec>(

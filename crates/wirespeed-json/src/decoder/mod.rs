@@ -360,8 +360,14 @@ impl RequestDecoder {
     /// tensors are allocated whole as soon as their shape is known, but never
     /// larger than the body could fill.
     pub fn with_body_len(mut self, len: u64) -> RequestDecoder {
-        self.body_len = Some(len);
+        self.set_body_len(len);
         self
+    }
+
+    /// [`with_body_len`](Self::with_body_len), for a decoder already in
+    /// place (a boxed one).
+    pub fn set_body_len(&mut self, len: u64) {
+        self.body_len = Some(len);
     }
 
     /// Accepts inputs whose data follows the JSON as raw bytes (Triton's

@@ -100,10 +100,10 @@ async fn learn(
         ));
         return Err(request.refuse(e).await);
     };
-    let decoder = RequestDecoder::clipper(
+    let decoder = Box::new(RequestDecoder::clipper(
         front.engine.decode_options.clone(),
         (input.name.clone(), input.datatype),
-    );
+    ));
     let (mut decoded, format) = request.decode_json(decoder, &mut context.stages).await?;
     if format != Format::ClipperOne {
         return Err(Error::invalid_input(
@@ -208,10 +208,10 @@ impl Codec for ClipperQuery<'_> {
             ));
             return Err(self.request.refuse(e).await);
         };
-        let decoder = RequestDecoder::clipper(
+        let decoder = Box::new(RequestDecoder::clipper(
             self.request.front.engine.decode_options.clone(),
             (input.name.clone(), input.datatype),
-        );
+        ));
         let (mut request, format) = self.request.decode_json(decoder, stages).await?;
         self.format = format;
         // A query's `uid` keys an application's state; a model that is no

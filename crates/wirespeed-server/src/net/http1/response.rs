@@ -57,7 +57,10 @@ where
     let known = declared.or_else(|| body.size_hint().exact());
     let chunked = known.is_none() && !bodiless;
 
-    let mut head = Vec::with_capacity(256);
+    // The head, and behind it a small body, are written into the thread's
+    // reused buffer: no allocation per answer.
+    let mut head =
+        Head::take(256 + known.filter(|&n| n <= COPY_BYTES as u64).unwrap_or(0) as usize);
     head.extend_from_slice(b"HTTP/1.1 ");
     head.extend_from_slice(status.as_str().as_bytes());
     head.push(b' ');
@@ -95,30 +98,34 @@ where
     if bodiless {
         io.write_all(&head).await?;
         io.flush().await?;
+        head.give_back();
         return Ok(closes);
     }
     if !chunked {
         // The first frame (for most answers, the only one) goes with the
         // head.
-        let mut pending = Some(head);
+        let mut head_sent = false;
         while let Some(data) = next_data(&mut body).await? {
-            match pending.take() {
-                Some(mut head) if data.len() <= COPY_BYTES => {
-                    head.extend_from_slice(&data);
-                    io.write_all(&head).await?;
-                }
-                Some(head) => write_both(io, &head, &data).await?,
-                None => io.write_all(&data).await?,
+            if head_sent {
+                io.write_all(&data).await?;
+            } else if data.len() <= COPY_BYTES {
+                head.extend_from_slice(&data);
+                io.write_all(&head).await?;
+            } else {
+                write_both(io, &head, &data).await?;
             }
+            head_sent = true;
         }
-        if let Some(head) = pending {
+        if !head_sent {
             io.write_all(&head).await?;
         }
         io.flush().await?;
+        head.give_back();
         return Ok(closes);
     }
     io.write_all(&head).await?;
     io.flush().await?;
+    head.give_back();
     let mut size = Vec::with_capacity(20);
     while let Some(data) = next_data(&mut body).await? {
         if data.is_empty() {
@@ -134,6 +141,46 @@ where
     io.write_all(b"0\r\n\r\n").await?;
     io.flush().await?;
     Ok(closes)
+}
+
+/// An answer's head: the I/O thread's buffer, taken for one answer and
+/// given back once it is written. Answers the thread writes meanwhile (it
+/// serves other connections while this one waits to write) take new ones.
+struct Head(Vec<u8>);
+
+thread_local! {
+    static HEAD: std::cell::Cell<Vec<u8>> = const { std::cell::Cell::new(Vec::new()) };
+}
+
+/// A buffer larger than this is not kept for the next answer.
+const KEPT_HEAD_BYTES: usize = 2 * COPY_BYTES;
+
+impl Head {
+    fn take(capacity: usize) -> Head {
+        let mut buffer = HEAD.take();
+        buffer.clear();
+        buffer.reserve(capacity);
+        Head(buffer)
+    }
+
+    fn give_back(self) {
+        if self.0.capacity() <= KEPT_HEAD_BYTES {
+            HEAD.set(self.0);
+        }
+    }
+}
+
+impl std::ops::Deref for Head {
+    type Target = Vec<u8>;
+    fn deref(&self) -> &Vec<u8> {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for Head {
+    fn deref_mut(&mut self) -> &mut Vec<u8> {
+        &mut self.0
+    }
 }
 
 /// The body's next data frame (trailers are not sent over HTTP/1).

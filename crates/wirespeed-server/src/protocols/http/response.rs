@@ -2,7 +2,9 @@
 //! `{"error": "..."}` form with the status their kind maps to.
 
 use bytes::Bytes;
-use hyper::header::{HeaderValue, CONNECTION, CONTENT_TYPE, RETRY_AFTER, WWW_AUTHENTICATE};
+use hyper::header::{
+    HeaderName, HeaderValue, CONNECTION, CONTENT_TYPE, RETRY_AFTER, WWW_AUTHENTICATE,
+};
 use hyper::{Response, StatusCode};
 use wirespeed_core::{Error, ErrorKind};
 
@@ -78,12 +80,16 @@ pub(crate) const DEFAULT_ANSWER: &str = "wirespeed-default";
 /// Adds the `Server-Timing` header, and flags an answer made of the
 /// model's default outputs (`default`).
 pub(crate) fn stamp(response: &mut Response<Body>, timing: &str, default: bool) {
+    // The names as constants: a `&str` name is copied into a new
+    // allocation at each insert.
+    const SERVER_TIMING_NAME: HeaderName = HeaderName::from_static(SERVER_TIMING);
+    const DEFAULT_ANSWER_NAME: HeaderName = HeaderName::from_static(DEFAULT_ANSWER);
     if let Ok(value) = HeaderValue::try_from(timing) {
-        response.headers_mut().insert(SERVER_TIMING, value);
+        response.headers_mut().insert(SERVER_TIMING_NAME, value);
     }
     if default {
         response
             .headers_mut()
-            .insert(DEFAULT_ANSWER, HeaderValue::from_static("true"));
+            .insert(DEFAULT_ANSWER_NAME, HeaderValue::from_static("true"));
     }
 }

@@ -86,7 +86,7 @@ impl Codec for TfPredict<'_> {
             .map(|s| (s.name.clone(), s.datatype))
             .collect();
         let options = self.request.front.engine.decode_options.clone();
-        let decoder = RequestDecoder::tf_serving(options, &specs);
+        let decoder = Box::new(RequestDecoder::tf_serving(options, &specs));
         let (mut request, format) = self.request.decode_json(decoder, stages).await?;
         self.format = format;
         // `signature_name`, which the decoder hands over as a parameter:

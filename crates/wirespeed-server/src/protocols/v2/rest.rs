@@ -19,18 +19,19 @@ use wirespeed_engine::pipeline::{Codec, RequestContext};
 use wirespeed_engine::served::ServedModel;
 use wirespeed_engine::timing::Stages;
 
-/// Answers one V2 REST infer request.
-pub(crate) async fn infer(
-    front: &Front,
+/// Answers one V2 REST infer request. The engine's future itself, not one
+/// around it (see [`wirespeed_engine::Engine::infer`]).
+pub(crate) fn infer<'a>(
+    front: &'a Front,
     context: RequestContext,
-    target: Target<'_>,
+    target: Target<'a>,
     request: Request<RequestBody>,
-) -> Response<Body> {
+) -> impl std::future::Future<Output = Response<Body>> + use<'a> {
     let codec = V2Rest {
         request: RestRequest::new(front, request),
         binary: BinaryOutputs::default(),
     };
-    front.engine.infer(context, target, codec).await
+    front.engine.infer(context, target, codec)
 }
 
 /// The V2 REST codec of one request.

@@ -204,6 +204,7 @@ async fn read(
     if json_len.is_some() {
         decoder = decoder.with_binary_data();
     }
+    let decoder = Box::new(decoder);
     let offload = json_len.or(declared).is_some_and(|n| n > OFFLOAD_BYTES);
     let (mut request, _, leftover) = decode_json(reader, decoder, offload, json_len, pool).await?;
     if let Some(n) = json_len {
@@ -233,7 +234,7 @@ pub(crate) async fn decode_json_body(
     headers: &HeaderMap,
     body: RequestBody,
     limits: &Limits,
-    decoder: RequestDecoder,
+    mut decoder: Box<RequestDecoder>,
     pool: &CpuPool,
 ) -> Result<(InferRequest, Format, Duration, u64), Error> {
     let (mut reader, declared) = begin(headers, body, limits)?;
@@ -245,10 +246,9 @@ pub(crate) async fn decode_json_body(
                  the V2 API; this endpoint takes JSON",
             ));
         }
-        let decoder = match declared {
-            Some(len) => decoder.with_body_len(len),
-            None => decoder,
-        };
+        if let Some(len) = declared {
+            decoder.set_body_len(len);
+        }
         let offload = declared.is_some_and(|n| n > OFFLOAD_BYTES);
         let (request, format, _) = decode_json(&mut reader, decoder, offload, None, pool).await?;
         Ok((request, format))
@@ -292,7 +292,7 @@ pub(crate) async fn read_json_body(
 /// the bytes of the last frame that came after the JSON.
 async fn decode_json(
     reader: &mut BodyReader,
-    decoder: RequestDecoder,
+    decoder: Box<RequestDecoder>,
     offload: bool,
     json_len: Option<u64>,
     pool: &CpuPool,
@@ -326,7 +326,7 @@ async fn decode_json(
                 if fed > OFFLOAD_BYTES {
                     let Decoding::Inline(decoder) = std::mem::replace(
                         &mut decoding,
-                        Decoding::Inline(RequestDecoder::new(DecodeOptions::default())),
+                        Decoding::Inline(Box::new(RequestDecoder::new(DecodeOptions::default()))),
                     ) else {
                         unreachable!()
                     };
@@ -466,7 +466,7 @@ impl<'a> RestRequest<'a> {
     /// Clipper), recording the read and decode times.
     pub(crate) async fn decode_json(
         &mut self,
-        decoder: RequestDecoder,
+        decoder: Box<RequestDecoder>,
         stages: &mut Stages,
     ) -> Result<(InferRequest, Format), Error> {
         let body = self.take_body();

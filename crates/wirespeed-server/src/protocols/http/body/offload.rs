@@ -5,11 +5,8 @@
 use super::*;
 
 /// Where the decoder runs.
-// One local per request: boxing the large variant would cost every request
-// an allocation to save stack space nobody needs.
-#[allow(clippy::large_enum_variant)]
 pub(super) enum Decoding {
-    Inline(RequestDecoder),
+    Inline(Box<RequestDecoder>),
     Offloaded(Offloaded),
 }
 
@@ -17,7 +14,7 @@ pub(super) enum Decoding {
 /// trip to the pool with a batch of frames, coming back on `trip`.
 pub(super) struct Offloaded {
     pub(super) pool: CpuPool,
-    pub(super) idle: Option<RequestDecoder>,
+    pub(super) idle: Option<Box<RequestDecoder>>,
     pub(super) trip: Option<oneshot::Receiver<Trip>>,
     /// Frames read while the decoder was away.
     pub(super) backlog: Vec<Bytes>,
@@ -27,13 +24,13 @@ pub(super) struct Offloaded {
 
 /// A decoder back from the pool, with what feeding took.
 pub(super) struct Trip {
-    pub(super) decoder: RequestDecoder,
+    pub(super) decoder: Box<RequestDecoder>,
     pub(super) result: Result<(), DecodeError>,
     pub(super) spent: Duration,
 }
 
 impl Offloaded {
-    pub(super) fn new(decoder: RequestDecoder, pool: &CpuPool) -> Offloaded {
+    pub(super) fn new(decoder: Box<RequestDecoder>, pool: &CpuPool) -> Offloaded {
         Offloaded {
             pool: pool.clone(),
             idle: Some(decoder),
