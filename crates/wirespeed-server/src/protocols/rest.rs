@@ -124,7 +124,7 @@ fn answer_now(front: &Front, request: &Request<RequestBody>) -> Option<Response<
         return None;
     }
     let id = front.engine.next_request_id();
-    if let Err(refused) = check(front, request, &route, id) {
+    if let Some(refused) = refusal(front, request, &route, id) {
         return Some(refused);
     }
     let answered = answer_sync(front, &route)?;
@@ -158,13 +158,13 @@ async fn answer(front: &Front, request: Request<RequestBody>) -> Response<Body> 
 }
 
 /// What every request passes before its endpoint: the size of its head,
-/// its Host header, its bearer token. `Err` is the refusal to send.
-fn check(
+/// its Host header, its bearer token. `Some` is the refusal to send.
+fn refusal(
     front: &Front,
     request: &Request<RequestBody>,
     route: &Result<Route<'_>, Error>,
     id: u64,
-) -> Result<(), Response<Body>> {
+) -> Option<Response<Body>> {
     let uri = request.uri();
     // hyper reads headers into its ~400 KiB connection buffer, which large
     // bodies also stream through (a smaller one costs large JSON bodies
@@ -190,7 +190,7 @@ fn check(
         response
             .headers_mut()
             .insert(hyper::header::CONNECTION, HeaderValue::from_static("close"));
-        return Err(response);
+        return Some(response);
     }
     // HTTP/1.1 requires a Host header (RFC 9112, 3.2); HTTP/2's
     // `:authority` stands in for it.
@@ -205,7 +205,7 @@ fn check(
         response
             .headers_mut()
             .insert(hyper::header::CONNECTION, HeaderValue::from_static("close"));
-        return Err(response);
+        return Some(response);
     }
     let health = match route {
         Ok(Route::Live | Route::Root) => Some(HealthCheck::ServerLive),
@@ -216,7 +216,7 @@ fn check(
     };
     if let Err(e) = front.auth.check(request.headers(), health) {
         // Clipper's and OpenAI's clients expect their error shapes, always.
-        return Err(if router::is_clipper(uri.path()) {
+        return Some(if router::is_clipper(uri.path()) {
             clipper::error(&e, id)
         } else if router::is_openai(uri.path()) {
             openai::error(&e, id)
@@ -224,7 +224,7 @@ fn check(
             response::error(&e, id)
         });
     }
-    Ok(())
+    None
 }
 
 /// The answer of the endpoints that wait for nothing; `None` for the
@@ -278,7 +278,7 @@ async fn dispatch(
     // while the request moves into its handler.
     let uri = request.uri().clone();
     let route = router::route(request.method(), uri.path());
-    if let Err(refused) = check(front, &request, &route, id) {
+    if let Some(refused) = refusal(front, &request, &route, id) {
         return refused;
     }
     let clipper = router::is_clipper(uri.path());
