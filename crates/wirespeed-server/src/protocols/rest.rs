@@ -101,21 +101,7 @@ fn answer_now(front: &Front, request: &Request<RequestBody>) -> Option<Response<
     }
     let path = request.uri().path();
     let route = router::route(request.method(), path);
-    let immediate = matches!(
-        route,
-        Ok(Route::Root
-            | Route::ModelList
-            | Route::Live
-            | Route::Ready
-            | Route::ServerMetadata
-            | Route::Metrics
-            | Route::ModelMetadata(_)
-            | Route::ModelReady(_)
-            | Route::ModelConfig(_)
-            | Route::ModelStats(_)
-            | Route::TfStatus(_)
-            | Route::TfMetadata(_))
-    );
+    let immediate = route.as_ref().is_ok_and(Route::waits_for_nothing);
     if !immediate
         || front
             .fallback
@@ -340,21 +326,9 @@ async fn dispatch(
         Ok(Route::OpenAi(endpoint)) => {
             return Box::pin(openai::answer(front, context, endpoint, request)).await
         }
-        // Answered above.
-        Ok(
-            Route::Root
-            | Route::ModelList
-            | Route::Live
-            | Route::Ready
-            | Route::ServerMetadata
-            | Route::Metrics
-            | Route::ModelMetadata(_)
-            | Route::ModelReady(_)
-            | Route::ModelConfig(_)
-            | Route::ModelStats(_)
-            | Route::TfStatus(_)
-            | Route::TfMetadata(_),
-        ) => Err(Error::internal(
+        // The endpoints that wait for nothing, answered above
+        // (`Route::waits_for_nothing`).
+        Ok(_) => Err(Error::internal(
             "an endpoint that waits for nothing was not answered at once",
         )),
         Err(e) if clipper => return clipper::error(&e, id),

@@ -88,6 +88,40 @@ pub(crate) enum SharedMemoryAction {
 }
 
 impl Route<'_> {
+    /// Whether the endpoint answers from what the server holds, waiting
+    /// for nothing (no body to read, no model to run, no file to load):
+    /// `rest.rs` `answer_now` answers those at once. Every route is
+    /// named, so a new one must be placed.
+    pub(crate) fn waits_for_nothing(&self) -> bool {
+        match self {
+            Route::Root
+            | Route::ModelList
+            | Route::Live
+            | Route::Ready
+            | Route::ServerMetadata
+            | Route::Metrics
+            | Route::ModelMetadata(_)
+            | Route::ModelReady(_)
+            | Route::ModelConfig(_)
+            | Route::ModelStats(_)
+            | Route::TfStatus(_)
+            | Route::TfMetadata(_) => true,
+            Route::Infer(_)
+            | Route::Generate(..)
+            | Route::TfPredict(_)
+            | Route::TfExamples(..)
+            | Route::TfOtherVerb(_)
+            | Route::ClipperPredict(_)
+            | Route::ClipperUpdate(_)
+            | Route::OpenAi(_)
+            | Route::SharedMemory(_)
+            | Route::RepositoryIndex
+            | Route::RepositoryLoad(_)
+            | Route::RepositoryUnload(_)
+            | Route::Missing(_) => false,
+        }
+    }
+
     fn method(&self) -> Method {
         match self {
             Route::Infer(_)
