@@ -94,7 +94,10 @@ impl Future for Answer {
 /// request, and for one that asks for a compressed answer or is logged
 /// (`--access-log`), which go the usual way.
 fn answer_now(front: &Front, request: &Request<RequestBody>) -> Option<Response<Body>> {
-    if wirespeed_http::response_coding(request.headers()).is_some()
+    // Those endpoints are all GET's (and so HEAD's): an infer's `POST` is
+    // not routed here as well as in `dispatch`.
+    if !matches!(*request.method(), hyper::Method::GET | hyper::Method::HEAD)
+        || wirespeed_http::response_coding(request.headers()).is_some()
         || tracing::enabled!(target: "wirespeed_server::access", tracing::Level::INFO)
     {
         return None;

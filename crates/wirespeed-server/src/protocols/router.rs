@@ -90,8 +90,9 @@ pub(crate) enum SharedMemoryAction {
 impl Route<'_> {
     /// Whether the endpoint answers from what the server holds, waiting
     /// for nothing (no body to read, no model to run, no file to load):
-    /// `rest.rs` `answer_now` answers those at once. Every route is
-    /// named, so a new one must be placed.
+    /// `rest.rs` `answer_now` answers those at once, and looks for them
+    /// among `GET` and `HEAD` requests only. Every route is named, so a
+    /// new one must be placed.
     pub(crate) fn waits_for_nothing(&self) -> bool {
         match self {
             Route::Root
@@ -344,6 +345,39 @@ mod tests {
 
     fn get(path: &str) -> Result<Route<'_>, Error> {
         route(&Method::GET, path)
+    }
+
+    /// `rest.rs` `answer_now` looks for them among `GET` and `HEAD`
+    /// requests only.
+    #[test]
+    fn the_endpoints_that_wait_for_nothing_are_gets() {
+        let paths = [
+            "/",
+            "/v1/models",
+            "/v2",
+            "/v2/health/live",
+            "/v2/health/ready",
+            "/metrics",
+            "/v2/models/m",
+            "/v2/models/m/ready",
+            "/v2/models/m/config",
+            "/v2/models/m/stats",
+            "/v2/models/stats",
+            "/v1/models/m",
+            "/v1/models/m/metadata",
+        ];
+        for path in paths {
+            let route = get(path).unwrap();
+            assert!(route.waits_for_nothing(), "{path}");
+            assert_eq!(route.method(), Method::GET, "{path}");
+        }
+        for (method, path) in [
+            (Method::POST, "/v2/models/m/infer"),
+            (Method::GET, "/v2/systemsharedmemory/status"),
+            (Method::POST, "/v2/repository/index"),
+        ] {
+            assert!(!route(&method, path).unwrap().waits_for_nothing(), "{path}");
+        }
     }
 
     #[test]
