@@ -1,18 +1,47 @@
 #!/usr/bin/env bash
-# Server CPU time per request: a steadier measure than requests/s when the
-# load generator shares the machine's cores with the server.
-#   benchmarks/scripts/cpu_per_request.sh [PORT] [SECONDS]
-# Needs wrk, and a server already listening on 127.0.0.1:PORT.
+# The server's CPU per request: two wirespeed binaries side by side on the
+# bundled models, `wrk -t1` rounds alternated between them, each round's
+# CPU time of the whole server process (user + system, from
+# /proc/PID/stat) divided by the requests wrk counted. Steadier than the
+# rate on a small machine, where wrk and the loopback share the cores.
+#
+#   benchmarks/scripts/cpu_per_request.sh OLD_BINARY NEW_BINARY [get|post] [ROUNDS] [SECONDS]
+#
+# get: `GET /v2` at 64 connections; post: the Titanic V2 JSON `POST` at 32.
+# Prints each round and the medians.
 set -euo pipefail
-port=${1:-8000}
-seconds=${2:-10}
-here=$(cd "$(dirname "$0")/.." && pwd)
-pid=$(ss -ltnp "sport = :$port" | grep -o 'pid=[0-9]*' | head -1 | cut -d= -f2)
-[ -n "$pid" ] || { echo "nothing listens on 127.0.0.1:$port" >&2; exit 1; }
-tick=$(getconf CLK_TCK)
-read -r u0 s0 < <(awk '{print $14, $15}' "/proc/$pid/stat")
-n=$(wrk -t1 -c32 -d"${seconds}s" -s "$here/wrk/titanic_infer.lua" "http://127.0.0.1:$port" | awk '/requests in/ {print $1}')
-read -r u1 s1 < <(awk '{print $14, $15}' "/proc/$pid/stat")
-awk -v n="$n" -v u=$((u1 - u0)) -v s=$((s1 - s0)) -v t="$tick" 'BEGIN {
-    printf "%d requests: %.1f us server CPU per request (user %.1f, system %.1f)\n", n, (u + s) * 1e6 / t / n, u * 1e6 / t / n, s * 1e6 / t / n
-}'
+export WIRESPEED_METRICS=${WIRESPEED_METRICS:-127.0.0.1:0}
+cd "$(dirname "$0")/../.."
+old=$1 new=$2 kind=${3:-get} rounds=${4:-5} seconds=${5:-4}
+
+"$old" serve --models models --http 127.0.0.1:18090 --grpc off --log-level warn & a=$!
+"$new" serve --models models --http 127.0.0.1:18091 --grpc off --log-level warn & b=$!
+trap 'kill $a $b 2>/dev/null || true' EXIT
+for port in 18090 18091; do
+    for _ in $(seq 100); do curl -sf "http://127.0.0.1:$port/v2/health/ready" >/dev/null && break; sleep 0.1; done
+done
+
+ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+hz=$(getconf CLK_TCK)
+work=$(mktemp -d)
+for round in $(seq "$rounds"); do
+    for side in "old 18090 $a" "new 18091 $b"; do
+        read -r name port pid <<< "$side"
+        before=$(ticks "$pid")
+        if [ "$kind" = get ]; then
+            out=$(wrk -t1 -c64 -d"${seconds}s" "http://127.0.0.1:$port/v2")
+        else
+            out=$(wrk -t1 -c32 -d"${seconds}s" -s benchmarks/wrk/titanic_infer.lua "http://127.0.0.1:$port")
+        fi
+        after=$(ticks "$pid")
+        n=$(awk '/requests in/ {print $1}' <<< "$out")
+        rate=$(awk '/Requests\/sec/ {print $2}' <<< "$out")
+        us=$(awk -v t=$((after - before)) -v n="$n" -v hz="$hz" 'BEGIN {printf "%.2f", t * 1e6 / hz / n}')
+        echo "round $round $name: $rate req/s, $us us of server CPU a request"
+        echo "$us" >> "$work/$name"
+    done
+done
+median() { sort -g "$1" | awk '{v[NR]=$1} END {print (NR%2 ? v[(NR+1)/2] : (v[NR/2]+v[NR/2+1])/2)}'; }
+o=$(median "$work/old"); n=$(median "$work/new")
+echo "median CPU a request: old $o us, new $n us (new/old $(awk -v a="$n" -v b="$o" 'BEGIN {printf "%.3f", a/b}'))"
+rm -rf "$work"
