@@ -244,6 +244,36 @@ class TritonPythonModel:
         return responses
 '''
 
+# Answers its first request by returning the response, and keeps that
+# request; tries to send the kept request a second response while it
+# executes the next, and answers that one with what the send did.
+RETURNED_THEN_SENT = '''
+import triton_python_backend_utils as pb_utils
+
+class TritonPythonModel:
+    def initialize(self, args):
+        self.kept = None
+
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            x = pb_utils.get_input_tensor_by_name(request, "IN").as_numpy()
+            if self.kept is None:
+                self.kept = request
+                responses.append(pb_utils.InferenceResponse([pb_utils.Tensor("OUT", x)]))
+                continue
+            try:
+                self.kept.get_response_sender().send(
+                    pb_utils.InferenceResponse([pb_utils.Tensor("OUT", x)]),
+                    flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+                outcome = "sent"
+            except Exception as e:
+                outcome = "%s: %s" % (type(e).__name__, e)
+            self.kept = None
+            responses.append(pb_utils.InferenceResponse(error=pb_utils.TritonError(outcome)))
+        return responses
+'''
+
 # Marks its folder when a request starts and when it sees the client
 # gone; answers CANCELLED then.
 CANCELLABLE = '''
@@ -390,6 +420,7 @@ MODELS = {
     "sent_later": (f"{IN_FLOAT}\n{OUT_FLOAT}", SENT_LATER),
     "sent_twice": (f"{IN_FLOAT}\n{OUT_FLOAT}", SENT_TWICE),
     "sent_and_returned": (f"{IN_FLOAT}\n{OUT_FLOAT}", SENT_AND_RETURNED),
+    "returned_then_sent": (f"{IN_FLOAT}\n{OUT_FLOAT}", RETURNED_THEN_SENT),
     "cancellable": (f"{IN_FLOAT}\n{OUT_FLOAT}", CANCELLABLE),
     "rendezvous": (f"{ONE_FLOAT}\ninstance_group [ {{ kind: KIND_CPU count: 2 }} ]", RENDEZVOUS),
     "final_with_data": (f"{ONE_FLOAT}\n{DECOUPLED}", streamer(final_alone=False)),
@@ -577,6 +608,16 @@ def test_a_models_first_response_is_its_answer_as_in_triton(servers, model):
     answers = both(servers, on_stream, model, {"IN": np.array([1.0, 2.0], np.float32)}, "OUT")
     expected = [3.0, 6.0] if model == "sent_later" else [1.0, 2.0]
     assert answers["triton"] == [("ok", expected)] * 2
+    assert answers["wirespeed"] == answers["triton"]
+
+
+def test_a_returned_response_closes_the_requests_sender_as_in_triton(servers):
+    """A response `execute` returns is the request's one response: the
+    request's sender refuses another one later, with Triton's error."""
+    x = {"IN": np.array([1.0, 2.0], np.float32)}
+    answers = both(servers, lambda server: [infer(server, "returned_then_sent", x, "OUT") for _ in range(2)])
+    assert answers["triton"][0] == ("ok", [1.0, 2.0])
+    assert "sent" != answers["triton"][1][1]
     assert answers["wirespeed"] == answers["triton"]
 
 

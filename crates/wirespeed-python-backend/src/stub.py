@@ -52,21 +52,26 @@ def triton_request(pb_utils, inputs, wanted, message):
     """A request as Triton's `execute` gets it: a sequence's id and flags
     (which the server passes as parameters) as `correlation_id()` and
     `flags()`, not parameters."""
-    parameters = dict(message.get("parameters") or {})
-    correlation_id = parameters.pop("sequence_id", 0)
+    parameters = message.get("parameters")
+    correlation_id = 0
     flags = 0
-    if parameters.pop("sequence_start", False):
-        flags |= pb_utils.TRITONSERVER_REQUEST_FLAG_SEQUENCE_START
-    if parameters.pop("sequence_end", False):
-        flags |= pb_utils.TRITONSERVER_REQUEST_FLAG_SEQUENCE_END
-    return pb_utils.InferenceRequest(
-        inputs=[pb_utils.Tensor(name, array) for name, array in inputs.items()],
-        requested_output_names=list(wanted),
-        model_name="",
-        request_id=message.get("request_id") or "",
-        correlation_id=correlation_id,
-        flags=flags,
-        parameters=parameters,
+    if parameters:
+        parameters = dict(parameters)
+        correlation_id = parameters.pop("sequence_id", 0)
+        if parameters.pop("sequence_start", False):
+            flags |= pb_utils.TRITONSERVER_REQUEST_FLAG_SEQUENCE_START
+        if parameters.pop("sequence_end", False):
+            flags |= pb_utils.TRITONSERVER_REQUEST_FLAG_SEQUENCE_END
+    else:
+        parameters = {}
+    arrived = pb_utils.Tensor._arrived
+    return pb_utils.InferenceRequest._arrived(
+        [arrived(name, array) for name, array in inputs.items()],
+        list(wanted),
+        message.get("request_id") or "",
+        correlation_id,
+        flags,
+        parameters,
     )
 
 
@@ -97,6 +102,11 @@ def outcome(worker, pb_utils, request, returned):
         if answered(request) is None:
             return returned
         returned = None
+    if returned is not None and request._sender is None:
+        # The usual case: `execute` returned the response and never took
+        # the sender, so sending it through a new one could not fail.
+        request._sender = pb_utils._OneResponseSender._answered(returned)
+        return answer_of(returned)
     if returned is not None:
         # Sent as Triton sends it: through the request's sender, which
         # refuses a second response.
@@ -122,6 +132,12 @@ def outcome(worker, pb_utils, request, returned):
             "execute sent no response for the request: return [InferenceResponse(...)], "
             "or send one through request.get_response_sender()"
         )
+    return answer_of(response)
+
+
+def answer_of(response):
+    """A request's answer from its response: the response's error, or its
+    outputs by name."""
     if response.has_error():
         return response.error()
     return {t.name(): t.as_numpy() for t in response.output_tensors()}

@@ -11,6 +11,7 @@ import enum
 import json
 import struct
 import sys
+import threading
 
 import numpy as np
 
@@ -264,6 +265,15 @@ class Tensor:
         self._name = name
         self._data = data
 
+    @classmethod
+    def _arrived(cls, name, data):
+        """An input of a request the server sent: its name a str and its
+        data an array already, so not checked again."""
+        tensor = cls.__new__(cls)
+        tensor._name = name
+        tensor._data = data
+        return tensor
+
     def name(self):
         return self._name
 
@@ -311,18 +321,33 @@ class InferenceRequest:
                     "Input tensor for request with id '%s' and model name '%s' should not be "
                     "empty." % (request_id, model_name if isinstance(model_name, str) else "")
                 )
-        self._inputs = list(inputs)
-        self._requested = list(requested_output_names)
+        if isinstance(parameters, str):
+            parameters = json.loads(parameters) if parameters else {}
+        self._set(list(inputs), list(requested_output_names), request_id, correlation_id, flags,
+                  parameters or {}, model_name, model_version, int(timeout or 0))
+
+    @classmethod
+    def _arrived(cls, inputs, requested_output_names, request_id, correlation_id, flags, parameters):
+        """A request the server sent, for `execute`: made of values of the
+        types the constructor checks (lists the request owns, `_arrived`
+        tensors), so not checked again."""
+        request = cls.__new__(cls)
+        request._set(inputs, requested_output_names, request_id, correlation_id, flags,
+                     parameters, "", -1, 0)
+        return request
+
+    def _set(self, inputs, requested_output_names, request_id, correlation_id, flags,
+             parameters, model_name, model_version, timeout):
+        self._inputs = inputs
+        self._requested = requested_output_names
         self._request_id = request_id
         self._correlation_id = correlation_id
         self._flags = flags
-        if isinstance(parameters, str):
-            parameters = json.loads(parameters) if parameters else {}
-        self._parameters = parameters or {}
+        self._parameters = parameters
         self._model_name = model_name
         self._model_version = model_version
         # A BLS call's own timeout, in microseconds (0: none).
-        self._timeout = int(timeout or 0)
+        self._timeout = timeout
         # The server's number of a decoupled model's request: its stream.
         self._stream = None
         self._sender = None
@@ -560,6 +585,10 @@ class InferenceResponseSender:
         return _is_cancelled(self._stream)
 
 
+# The condition of every `_OneResponseSender._answered` sender.
+_ANSWERED = threading.Condition()
+
+
 class _OneResponseSender:
     """The response sender of a model that is not decoupled: its one
     response, kept for the worker to answer once the final flag comes
@@ -568,12 +597,24 @@ class _OneResponseSender:
     after it)."""
 
     def __init__(self):
-        import threading
-
         self.response = None
         self._sent = 0
         self._closed = False
         self._done = threading.Condition()
+
+    @classmethod
+    def _answered(cls, response):
+        """The sender of a request whose `execute` returned `response` and
+        never asked for its sender: as if the worker had sent the response
+        with the final flag through a new one, which cannot fail, and
+        closed to any later `send` all the same. Nothing waits on it, so it
+        shares one condition with the others."""
+        sender = cls.__new__(cls)
+        sender.response = response
+        sender._sent = 1
+        sender._closed = True
+        sender._done = _ANSWERED
+        return sender
 
     def send(self, response=None, flags=0):
         _check_send(response, flags)

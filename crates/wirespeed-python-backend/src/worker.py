@@ -215,14 +215,16 @@ class Worker(PeerApis, DecoupledServing):
         buffer = self.segments.input_map(message["size"])
         arrays = {}
         for name, datatype, shape, offset, length in message["inputs"]:
-            count = 1
-            for d in shape:
-                count *= d
             if datatype == "BYTES":
+                count = 1
+                for d in shape:
+                    count *= d
                 array = read_bytes(buffer, offset, length, count)
             else:
-                dtype = self.dtype(datatype, name)
-                array = np.frombuffer(buffer, dtype=dtype, count=count, offset=offset)
+                dtype = self.dtypes.get(datatype) or self.dtype(datatype, name)
+                # `length` is the tensor's bytes (the server checked them
+                # against its shape and datatype).
+                array = np.frombuffer(buffer, dtype=dtype, count=length // dtype.itemsize, offset=offset)
             arrays[name] = array.reshape(shape)
         return arrays
 
@@ -329,22 +331,25 @@ class Worker(PeerApis, DecoupledServing):
         its parameters)."""
         size = self.output_base
         layout = []
-        for name, (datatype, array, raw), *own in prepared:
-            length = len(raw) if raw is not None else array.nbytes
+        writes = []
+        for entry in prepared:
+            name, (datatype, array, raw) = entry[0], entry[1]
+            if raw is None:
+                # The array's bytes, viewed in place (one copy, into the
+                # segment), whatever its datatype (bfloat16 included).
+                raw = np.ascontiguousarray(array).reshape(-1).view(np.uint8)
+            length = len(raw)
             placed = [name, datatype, list(array.shape), size, length]
-            if own and own[0]:
+            if len(entry) > 2 and entry[2]:
                 # The output's own parameters, when it has some.
-                placed.append(own[0])
+                placed.append(entry[2])
             layout.append(placed)
+            if length:
+                writes.append((size, length, raw))
             size += (length + ALIGN - 1) // ALIGN * ALIGN
-        buffer = self.segments.output_map(size)
-        view = memoryview(buffer)
-        for (_, (datatype, array, raw), *_), (_, _, _, offset, length, *_) in zip(prepared, layout):
-            if raw is not None:
-                view[offset : offset + length] = raw
-            elif length:
-                target = np.frombuffer(buffer, dtype=array.dtype, count=array.size, offset=offset)
-                target[...] = array.reshape(-1)
+        view = memoryview(self.segments.output_map(size))
+        for offset, length, raw in writes:
+            view[offset : offset + length] = raw
         view.release()
         return layout
 
