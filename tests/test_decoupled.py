@@ -513,6 +513,9 @@ def test_a_slow_reader_keeps_the_server_memory_bounded(server, tmp_path):
 
 
 def test_a_worker_that_dies_mid_stream_ends_it_with_an_error(server):
+    ready_line = "python worker ready model=counter"
+    with server.logged:
+        started = sum(ready_line in line for line in server.log)
     client, results = stream_client(server)
     with client:
         inputs = [grpcclient.InferInput("START", [1], "INT64"), grpcclient.InferInput("COUNT", [1], "INT64")]
@@ -524,7 +527,10 @@ def test_a_worker_that_dies_mid_stream_ends_it_with_an_error(server):
         assert isinstance(error, InferenceServerException)
         assert "counter" in str(error) and "restarted" in str(error)
         client.stop_stream()
-    # It comes back and streams again.
+    # It comes back and streams again. The stream's error can come before
+    # the model turns not ready: its readiness is asked once the new
+    # worker is up.
+    server.wait_for_log(ready_line, count=started + 1)
     wait_until("the counter model is ready again",
                lambda: requests.get(f"http://{server.address}/v2/models/counter/ready", timeout=5).status_code == 200)
     url = f"http://{server.address}/v2/models/counter/generate_stream"
