@@ -110,6 +110,32 @@ def by_name(spans):
     return {s.name: s for _, s in spans}
 
 
+def test_a_request_that_runs_no_inference_exports_no_span(tmp_path, receiver):
+    """Only inferences are traced: a repository or shared-memory call that
+    comes with a sampled client trace exports no span, not even a bare
+    `infer` one."""
+    server = traced_server(copy_models(tmp_path / "repo", "titanic"), receiver)
+    try:
+        quiet = []
+        for path in ["/v2/repository/index", "/v2/systemsharedmemory/unregister"]:
+            trace_id, _, header = traceparent()
+            answer = requests.post(f"http://{server.address}{path}", headers={"traceparent": header})
+            assert answer.status_code == 200, answer.text
+            quiet.append(trace_id)
+        # An inference after them: the exporter sends spans in the order
+        # they end, so once its spans have come, any of the calls' would
+        # have come before them.
+        trace_id, _, header = traceparent()
+        answer = requests.post(f"http://{server.address}/v2/models/titanic/infer", json=titanic_body(),
+                               headers={"traceparent": header})
+        assert answer.status_code == 200, answer.text
+        assert "infer" in by_name(receiver.wait_for(trace_id, 1 + len(STAGES)))
+        for quiet_id in quiet:
+            assert receiver.trace(quiet_id) == [], quiet_id.hex()
+    finally:
+        server.stop()
+
+
 def test_a_sampled_client_trace_gets_an_infer_span_and_its_stages(tmp_path, receiver):
     server = traced_server(copy_models(tmp_path / "repo", "titanic"), receiver)
     try:

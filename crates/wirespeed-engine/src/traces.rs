@@ -3,7 +3,7 @@
 //! servers a model calls (`backend = "upstream"`), and, with
 //! `--otlp-endpoint`, OpenTelemetry spans exported over OTLP/gRPC.
 //!
-//! Each traced request is one `infer` span (kind server, a child of the
+//! Each traced inference is one `infer` span (kind server, a child of the
 //! client's span when it sent one) with a child span per stage: `read`,
 //! `decode`, `queue`, `compute` and `encode`. The pipeline already times
 //! each stage (`timing.rs` `Stages`), so the stage spans are made once the
@@ -11,6 +11,10 @@
 //! sampling decision and no span. The sampler is parent-based: a client's
 //! sampled trace is recorded, an unsampled one is not, and a request with
 //! no trace context is recorded with probability `--trace-sample-ratio`.
+//!
+//! A request that runs no inference (a repository or shared-memory call)
+//! records nothing: its span is only started when it is needed
+//! ([`PendingSpan`]).
 //!
 //! Without `--otlp-endpoint`, nothing is recorded and a client's trace
 //! context is passed on as it came. With it, upstream servers get this
@@ -20,6 +24,7 @@
 //! what is written here is the mapping of the pipeline's stages to spans.
 
 use std::borrow::Cow;
+use std::sync::OnceLock;
 use std::time::{Duration, SystemTime};
 
 use opentelemetry::trace::{
@@ -103,9 +108,52 @@ pub enum RequestTrace {
     None,
     /// Tracing is off: the client's context, passed on as it came.
     Passed(TraceContext),
-    /// Tracing is on: this server's `infer` span (recording or not), and
-    /// when it started.
-    Span(Box<(Span, SystemTime)>),
+    /// Tracing is on: this server's `infer` span, to be started.
+    Span(Box<PendingSpan>),
+}
+
+/// A request's `infer` span, started (with the request's start time) when
+/// something first needs it: its context, passed on to a server the model
+/// calls, or the request's end (`RequestTrace::finish`). A request that
+/// needs neither, one that runs no inference (a repository or
+/// shared-memory call), starts none, so none is exported: the
+/// OpenTelemetry SDK exports a span when it is dropped, ended or not.
+pub struct PendingSpan {
+    tracer: SdkTracer,
+    parent: Context,
+    start: SystemTime,
+    span: OnceLock<Span>,
+}
+
+impl PendingSpan {
+    /// The span, started now if it was not.
+    fn span(&self) -> &Span {
+        self.span
+            .get_or_init(|| infer_span(&self.tracer, &self.parent, self.start))
+    }
+
+    /// The span, started now if it was not, and when the request started.
+    fn into_span(self) -> (Span, SystemTime) {
+        let PendingSpan {
+            tracer,
+            parent,
+            start,
+            span,
+        } = self;
+        let span = span
+            .into_inner()
+            .unwrap_or_else(|| infer_span(&tracer, &parent, start));
+        (span, start)
+    }
+}
+
+/// A request's `infer` span, from `start`.
+fn infer_span(tracer: &SdkTracer, parent: &Context, start: SystemTime) -> Span {
+    tracer
+        .span_builder("infer")
+        .with_kind(SpanKind::Server)
+        .with_start_time(start)
+        .start_with_context(tracer, parent)
 }
 
 impl RequestTrace {
@@ -130,14 +178,12 @@ impl RequestTrace {
             )),
             None => Context::new(),
         };
-        let start = SystemTime::now();
-        let span = traces
-            .tracer
-            .span_builder("infer")
-            .with_kind(SpanKind::Server)
-            .with_start_time(start)
-            .start_with_context(&traces.tracer, &parent);
-        RequestTrace::Span(Box::new((span, start)))
+        RequestTrace::Span(Box::new(PendingSpan {
+            tracer: traces.tracer.clone(),
+            parent,
+            start: SystemTime::now(),
+            span: OnceLock::new(),
+        }))
     }
 
     /// The context to pass on to a server the model calls.
@@ -145,8 +191,8 @@ impl RequestTrace {
         match self {
             RequestTrace::None => None,
             RequestTrace::Passed(context) => Some(context.clone()),
-            RequestTrace::Span(traced) => {
-                let context = traced.0.span_context();
+            RequestTrace::Span(pending) => {
+                let context = pending.span().span_context();
                 if !context.is_valid() {
                     return None;
                 }
@@ -165,10 +211,10 @@ impl RequestTrace {
     /// recorded, the `infer` span and one span per stage, with the request's
     /// model, protocol and outcome.
     pub fn finish(self, traces: Option<&Traces>, stages: &Stages, request: Finished<'_>) {
-        let (RequestTrace::Span(traced), Some(traces)) = (self, traces) else {
+        let (RequestTrace::Span(pending), Some(traces)) = (self, traces) else {
             return;
         };
-        let (mut span, start) = *traced;
+        let (mut span, start) = pending.into_span();
         if !span.is_recording() {
             return;
         }
