@@ -4,7 +4,9 @@ grpcurl through reflection, plus the errors each bad request gets."""
 import os
 import queue
 import shutil
+import struct
 import subprocess
+import urllib.parse
 from pathlib import Path
 
 import grpc
@@ -164,6 +166,62 @@ def test_bad_requests_get_invalid_argument(server, case, build, code, needle):
     assert needle in err.value.details(), (case, err.value.details())
     # And the server keeps serving.
     assert stub.ServerLive(pb.ServerLiveRequest()).live
+
+
+def curl_model_infer(server, data: bytes):
+    """A `ModelInfer` call whose HTTP/2 data is `data` as it is, sent by
+    curl: the (grpc-status, grpc-message) it ends with."""
+    out = subprocess.run(
+        ["curl", "-sS", "--http2-prior-knowledge", "-D", "-", "-o", "/dev/null",
+         "-H", "content-type: application/grpc", "-H", "te: trailers", "--data-binary", "@-",
+         f"http://{server.grpc_address}/inference.GRPCInferenceService/ModelInfer"],
+        input=data, capture_output=True, timeout=30)
+    assert out.returncode == 0, out.stderr
+    fields = dict(line.split(": ", 1) for line in out.stdout.decode().splitlines() if ": " in line)
+    return fields.get("grpc-status"), urllib.parse.unquote(fields.get("grpc-message", ""))
+
+
+def framed(message: bytes, flag=0, length=None):
+    """gRPC's length-prefixed message."""
+    return bytes([flag]) + struct.pack(">I", len(message) if length is None else length) + message
+
+
+@pytest.mark.parametrize("case, data, needle", [
+    # gRPC's compression spec: a compressed flag with no grpc-encoding
+    # MUST fail with INTERNAL.
+    ("compressed flag, no encoding", framed(b"\x0a\x04echo", flag=1), "compressed-flag"),
+    # gRPC's status-code table: a request proto that does not parse is
+    # INTERNAL.
+    ("cut short", framed(b"\x0a\x04echo", length=100), "Unexpected EOF"),
+    ("no message", b"", "Missing request message"),
+    ("not protobuf", framed(b"\x0a\xff\xff"), "failed to decode Protobuf message"),
+    # A raw_input_contents entry (field 7) longer than the message.
+    ("raw entry past the end", framed(b"\x0a\x04echo\x3a\x40abcd"), "failed to decode Protobuf message"),
+])
+def test_a_malformed_message_is_internal_and_the_server_goes_on(server, client, case, data, needle):
+    status, message = curl_model_infer(server, data)
+    assert status == "13" and needle in message, (case, status, message)
+    check(client.infer("echo", make_inputs(sample())), sample())
+
+
+def test_a_message_read_from_its_frames_answers_as_prost_encodes(server):
+    # The same request through grpcio's generated stub, its answer decoded
+    # by protobuf: every field where tritonclient's own message puts it.
+    pb, stub = raw_stub(server)
+    request = pb.ModelInferRequest(model_name="echo", id="frames")
+    arrays = sample(rows=40000)
+    for (name, datatype, _), array in zip(TENSORS, arrays):
+        tensor = request.inputs.add()
+        tensor.name, tensor.datatype = name, datatype
+        tensor.shape.extend(array.shape)
+        if array.dtype == np.object_:
+            request.raw_input_contents.append(b"".join(struct.pack("<I", len(e)) + e for e in array))
+        else:
+            request.raw_input_contents.append(array.tobytes())
+    response = stub.ModelInfer(request)
+    assert response.id == "frames" and response.model_name == "echo"
+    assert [o.name for o in response.outputs] == [f"{n}_out" for n, _, _ in TENSORS]
+    assert list(response.raw_output_contents) == list(request.raw_input_contents)
 
 
 def test_a_message_over_the_limit_is_refused(tmp_path):

@@ -2,6 +2,8 @@
 //! protocol's gRPC face (the Open Inference Protocol's, TF Serving's), the
 //! standard health service, and reflection so that `grpcurl` can list and
 //! call them; the bearer-token check and the access log around each call.
+//! An uncompressed `ModelInfer` call is read from its frames
+//! (`v2/grpc_frames.rs`) rather than through tonic's routes.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -268,10 +270,15 @@ impl hyper::service::Service<hyper::Request<wirespeed_http::RequestBody>> for Gr
             return Box::pin(async move { Ok(response) });
         }
         let routes = self.routes.clone();
+        let front = Arc::clone(&self.front);
         let access = tracing::enabled!(target: "wirespeed_server::access", tracing::Level::INFO)
             .then(|| (std::time::Instant::now(), request.uri().path().to_owned()));
         Box::pin(async move {
-            let response = tower::ServiceExt::oneshot(routes, request).await;
+            let response = if crate::protocols::v2::grpc_frames::takes(&request) {
+                Ok(crate::protocols::v2::grpc_frames::model_infer(&front, request).await)
+            } else {
+                tower::ServiceExt::oneshot(routes, request).await
+            };
             if let (Some((started, path)), Ok(response)) = (access, &response) {
                 // The access log (`--access-log`): a failed call's status
                 // comes in its headers (trailers-only), a success's is OK.

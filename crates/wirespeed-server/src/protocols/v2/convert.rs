@@ -2,12 +2,14 @@
 //!
 //! Inputs come either as typed `contents` (prost has already decoded them
 //! into the `Vec` the tensor keeps, so they move, not copy) or as
-//! `raw_input_contents` (sliced out of the received message, then copied
-//! once into the typed tensor). Outputs always go back as
+//! `raw_input_contents`: each entry the pieces it arrived in (one, sliced
+//! out of tonic's message; or, for a `ModelInfer` call read from its
+//! HTTP/2 frames, `grpc_frames.rs`, slices of the frames), copied once
+//! into the typed tensor. Outputs always go back as
 //! `raw_output_contents`, as Triton answers.
 
 use bytes::Bytes;
-use wirespeed_core::raw::{from_raw, into_raw};
+use wirespeed_core::raw::into_raw;
 use wirespeed_core::{
     DataType, Error, InferRequest, InferResponse, Parameters, RequestLimits, RequestedOutput,
     SharedInput, SharedOutput, SharedRef, Tensor, TensorBudget, TensorData,
@@ -16,6 +18,67 @@ use wirespeed_core::{
 use pb::infer_parameter::ParameterChoice;
 use wirespeed_proto::inference as pb;
 use wirespeed_proto::tensors::{parameters_from_map, typed_contents, ContentsError};
+
+/// A `ModelInferRequest` as received: the message without its
+/// `raw_input_contents`, and each of those entries as the pieces of bytes
+/// it arrived in, in order.
+pub(crate) struct Received {
+    pub(crate) message: pb::ModelInferRequest,
+    pub(crate) raw: Vec<Vec<Bytes>>,
+}
+
+impl From<pb::ModelInferRequest> for Received {
+    fn from(mut message: pb::ModelInferRequest) -> Received {
+        let raw = std::mem::take(&mut message.raw_input_contents)
+            .into_iter()
+            .map(|entry| vec![entry])
+            .collect();
+        Received { message, raw }
+    }
+}
+
+impl Received {
+    /// Raw input bytes the request carries.
+    pub(crate) fn raw_len(&self) -> usize {
+        self.raw.iter().flatten().map(Bytes::len).sum()
+    }
+
+    /// The message's encoded length, its raw entries included.
+    pub(crate) fn encoded_len(&self) -> usize {
+        let raw: usize = self
+            .raw
+            .iter()
+            .map(|pieces| {
+                let len: usize = pieces.iter().map(Bytes::len).sum();
+                prost::encoding::key_len(7) + prost::encoding::encoded_len_varint(len as u64) + len
+            })
+            .sum();
+        prost::Message::encoded_len(&self.message) + raw
+    }
+}
+
+/// A raw entry as one slice: the entry's own when it came in one piece.
+fn joined(pieces: &[Bytes]) -> std::borrow::Cow<'_, [u8]> {
+    match pieces {
+        [one] => std::borrow::Cow::Borrowed(&one[..]),
+        pieces => std::borrow::Cow::Owned(pieces.concat()),
+    }
+}
+
+/// The typed tensor of one raw entry, each piece copied once.
+fn from_pieces(
+    datatype: DataType,
+    count: usize,
+    pieces: &[Bytes],
+    max_element: usize,
+) -> Result<TensorData, wirespeed_core::raw::RawError> {
+    let size = pieces.iter().map(Bytes::len).sum();
+    let mut filler = wirespeed_core::raw::RawFiller::new(datatype, count, size, max_element)?;
+    for piece in pieces {
+        filler.push(piece)?;
+    }
+    filler.finish()
+}
 
 /// A client error about one input.
 fn input_error(name: &str, message: impl std::fmt::Display) -> Error {
@@ -26,11 +89,12 @@ fn input_error(name: &str, message: impl std::fmt::Display) -> Error {
 /// `length_dimension`, a BYTES input's last dimension may be its elements'
 /// length, as MLServer's clients write it (`WRITTEN_SHAPE`).
 pub(crate) fn request(
-    message: pb::ModelInferRequest,
+    received: Received,
     model: &str,
     limits: &RequestLimits,
     length_dimension: bool,
 ) -> Result<InferRequest, Error> {
+    let Received { message, raw } = received;
     limits.check_inputs(message.inputs.len())?;
     // Inputs in shared memory carry no data here; raw_input_contents has
     // one entry for each of the others, in order (as tritonclient sends).
@@ -64,7 +128,8 @@ pub(crate) fn request(
         shared_refs.push(shared);
     }
     let with_data = shared_refs.iter().filter(|s| s.is_none()).count();
-    let raw = !message.raw_input_contents.is_empty();
+    let raw_entries = raw;
+    let raw = !raw_entries.is_empty();
     // An input with `contents` in a request with raw contents: Triton's
     // words, which its clients look for, before the count is checked.
     if let Some(both) = message
@@ -79,11 +144,11 @@ pub(crate) fn request(
             both.0.name, model
         )));
     }
-    if raw && message.raw_input_contents.len() != with_data {
+    if raw && raw_entries.len() != with_data {
         return Err(Error::invalid_input(format!(
             "raw_input_contents has {} entries for {} inputs{}; give one per input, in \
              order, or none",
-            message.raw_input_contents.len(),
+            raw_entries.len(),
             with_data,
             if with_data < message.inputs.len() {
                 " outside shared memory"
@@ -92,7 +157,7 @@ pub(crate) fn request(
             }
         )));
     }
-    let mut raw_contents = message.raw_input_contents.into_iter();
+    let mut raw_contents = raw_entries.into_iter();
     let mut budget = TensorBudget::default();
     let mut inputs = Vec::with_capacity(message.inputs.len());
     let mut shared_inputs = Vec::new();
@@ -122,7 +187,7 @@ pub(crate) fn request(
             let outer_count: usize = outer.iter().product();
             let given = match (&input.contents, raw_contents.as_slice().first()) {
                 (Some(contents), _) => Some(contents.bytes_contents.len()),
-                (None, Some(bytes)) => wirespeed_core::raw::bytes_elements(bytes),
+                (None, Some(pieces)) => wirespeed_core::raw::bytes_elements(&joined(pieces)),
                 (None, None) => None,
             };
             if given == Some(outer_count) && outer_count != count {
@@ -163,7 +228,7 @@ pub(crate) fn request(
                     "has both contents and raw_input_contents; send one",
                 ))
             }
-            (Some(bytes), None) => from_raw(datatype, count, &bytes, limits.max_string_bytes)
+            (Some(pieces), None) => from_pieces(datatype, count, &pieces, limits.max_string_bytes)
                 .map_err(|e| e.for_input(&name))?,
             (None, Some(contents)) => typed(&name, datatype, count, contents, limits)?,
             (None, None) => {
@@ -334,7 +399,8 @@ mod tests {
                 inputs,
                 raw_input_contents: raw,
                 ..Default::default()
-            },
+            }
+            .into(),
             "m",
             &RequestLimits::default(),
             false,

@@ -19,7 +19,7 @@ use wirespeed_proto::inference as pb;
 
 use super::grpc_infer as infer;
 use super::missing::Missing;
-use crate::protocols::grpc::{deadline, status, version};
+use crate::protocols::grpc::{status, version};
 use crate::protocols::Front;
 
 pub(crate) use pb::grpc_inference_service_server::{
@@ -143,25 +143,8 @@ impl GrpcInferenceService for Inference {
         &self,
         request: Request<pb::ModelInferRequest>,
     ) -> Result<Response<pb::ModelInferResponse>, Status> {
-        let deadline = deadline(request.metadata());
-        let trace = crate::protocols::trace_context(request.metadata().as_ref());
         let (metadata, _, message) = request.into_parts();
-        let answer = infer::model_infer(&self.front, message, metadata, deadline, trace);
-        // A deadline that passes drops the request where it is: a queued
-        // one leaves the queue uncomputed; one computing finishes, holding
-        // its slot, and its answer is dropped.
-        match deadline {
-            Some(after) => tokio::time::timeout(after, answer)
-                .await
-                .unwrap_or_else(|_| {
-                    let e = Error::new(
-                        ErrorKind::Timeout,
-                        format!("the client's deadline of {after:?} passed before the answer"),
-                    );
-                    Err(status(&e))
-                }),
-            None => answer.await,
-        }
+        infer::model_infer(&self.front, message.into(), metadata).await
     }
 
     async fn model_config(

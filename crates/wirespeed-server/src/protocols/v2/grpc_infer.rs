@@ -38,25 +38,40 @@ pub(crate) fn status(error: &Error, message: &str) -> Status {
     Status::new(Code::from_i32(error.kind().grpc_code()), message)
 }
 
-/// Answers one `ModelInfer` call.
-pub(super) async fn model_infer(
+/// Answers one `ModelInfer` call, its message read by tonic or from its
+/// frames (`grpc_frames.rs`). A deadline that passes drops the request
+/// where it is: a queued one leaves the queue uncomputed; one computing
+/// finishes, holding its slot, and its answer is dropped.
+pub(crate) async fn model_infer(
     front: &Front,
-    mut message: pb::ModelInferRequest,
+    mut received: convert::Received,
     metadata: tonic::metadata::MetadataMap,
-    timeout: Option<Duration>,
-    trace: Option<TraceContext>,
 ) -> Result<Response<pb::ModelInferResponse>, Status> {
-    let context = RequestContext::new(&front.engine, "grpc", trace).within(timeout);
-    let name = std::mem::take(&mut message.model_name);
-    let version = std::mem::take(&mut message.model_version);
+    let deadline = crate::protocols::grpc::deadline(&metadata);
+    let trace = crate::protocols::trace_context(metadata.as_ref());
+    let context = RequestContext::new(&front.engine, "grpc", trace).within(deadline);
+    let name = std::mem::take(&mut received.message.model_name);
+    let version = std::mem::take(&mut received.message.model_version);
     let target = Target::new(&name, (!version.is_empty()).then_some(version.as_str()));
     let codec = GrpcInfer {
         front,
-        message: Some(message),
+        message: Some(received),
         metadata,
         typed: false,
     };
-    front.engine.infer(context, target, codec).await
+    let answer = front.engine.infer(context, target, codec);
+    match deadline {
+        Some(after) => tokio::time::timeout(after, answer)
+            .await
+            .unwrap_or_else(|_| {
+                let e = Error::new(
+                    wirespeed_core::ErrorKind::Timeout,
+                    format!("the client's deadline of {after:?} passed before the answer"),
+                );
+                Err(crate::protocols::grpc::status(&e))
+            }),
+        None => answer.await,
+    }
 }
 
 /// What one request of a `ModelStreamInfer` stream is answered: one
@@ -172,7 +187,7 @@ pub(super) async fn stream_infer(
     let codec = GrpcStreamInfer {
         unary: GrpcInfer {
             front,
-            message: Some(message),
+            message: Some(message.into()),
             metadata,
             typed: false,
         },
@@ -189,7 +204,7 @@ pub(super) async fn stream_infer(
 struct GrpcInfer<'a> {
     front: &'a Front,
     /// Until it is decoded.
-    message: Option<pb::ModelInferRequest>,
+    message: Option<convert::Received>,
     /// The call's metadata (an application keyed by a header reads it).
     metadata: tonic::metadata::MetadataMap,
     /// Answer in each output's typed `contents`: an MLServer model asked
@@ -207,12 +222,11 @@ impl GrpcInfer<'_> {
         stages: &mut Stages,
     ) -> Result<InferRequest, Error> {
         let message = self.message.take().expect("a message is decoded once");
-        super::parameters::refuse_reserved_grpc(message.parameters.keys())?;
-        let raw_bytes: usize = message.raw_input_contents.iter().map(|b| b.len()).sum();
-        self.typed = model.dialect == wirespeed_core::Dialect::Mlserver
-            && message.raw_input_contents.is_empty();
+        super::parameters::refuse_reserved_grpc(message.message.parameters.keys())?;
+        let raw_bytes = message.raw_len();
+        self.typed = model.dialect == wirespeed_core::Dialect::Mlserver && message.raw.is_empty();
         let bytes = if self.front.engine.traffic.is_some() {
-            prost::Message::encoded_len(&message) as u64
+            message.encoded_len() as u64
         } else {
             0
         };

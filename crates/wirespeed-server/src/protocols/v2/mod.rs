@@ -1,6 +1,6 @@
 //! The Open Inference Protocol (KServe V2) with Triton's extensions, on
 //! REST (`rest.rs`, the infer codec) and gRPC (`grpc.rs`, `grpc_infer.rs`,
-//! `convert.rs`), and the extension endpoints: metadata and model
+//! `convert.rs`; `grpc_frames.rs` reads `ModelInfer` from its frames), and the extension endpoints: metadata and model
 //! configuration, health, statistics, system shared memory, the model
 //! repository, the generate extension (`generate.rs`), and those known and
 //! not served (`missing.rs`); what a request's parameters may hold, and
@@ -9,6 +9,7 @@
 pub(crate) mod convert;
 pub(crate) mod generate;
 pub(crate) mod grpc;
+pub(crate) mod grpc_frames;
 pub(crate) mod grpc_infer;
 pub(crate) mod health;
 pub(crate) mod metadata;

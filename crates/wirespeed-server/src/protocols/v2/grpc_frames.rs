@@ -1,0 +1,476 @@
+//! `ModelInfer` read from its HTTP/2 frames and answered in them, without
+//! tonic's message buffers.
+//!
+//! tonic gathers a call's message into one contiguous buffer before it
+//! decodes it, and encodes its answer into another before it sends it: for
+//! a 1 MB tensor, two copies of a megabyte on the connection's I/O thread,
+//! besides the one into the typed tensor. Here the message is kept as the
+//! frames it arrived in (a [`Pieces`] buffer); prost decodes every field
+//! from them but `raw_input_contents` (field 7), whose entries are kept as
+//! slices of the frames and copied once, into the typed tensor
+//! (`convert.rs`). The answer is encoded without `raw_output_contents`
+//! (field 6, the message's last), and each raw output goes out after it as
+//! its own body frame, the tensor's bytes as they are (`into_raw`). The
+//! bytes on the wire are those prost would write.
+//!
+//! Only uncompressed calls come here (`takes`); compressed ones, and every
+//! other RPC, go through tonic. What tonic answers on the way (a message
+//! over the limit, a compressed flag without `grpc-encoding`, a message
+//! cut short or that does not decode) is answered here with tonic's
+//! codes and words, so a client cannot tell the two paths apart.
+
+use std::collections::VecDeque;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use bytes::{Buf, BufMut, Bytes, BytesMut};
+use http_body_util::BodyExt;
+use prost::encoding::{self, DecodeContext, WireType};
+use prost::Message;
+use tonic::Status;
+use wirespeed_proto::inference as pb;
+
+use super::convert::Received;
+use crate::protocols::Front;
+
+/// The RPC read here.
+const PATH: &str = "/inference.GRPCInferenceService/ModelInfer";
+
+/// Raw outputs below this are copied into the frame before them rather
+/// than sent as frames of their own.
+const OWN_FRAME: usize = 16 * 1024;
+
+/// Whether `request` is a `ModelInfer` call this module reads: uncompressed
+/// gRPC over POST.
+pub(crate) fn takes<B>(request: &hyper::Request<B>) -> bool {
+    let headers = request.headers();
+    request.uri().path() == PATH
+        && request.method() == hyper::Method::POST
+        && headers.get(hyper::header::CONTENT_TYPE).is_some_and(|t| {
+            matches!(
+                t.as_bytes(),
+                b"application/grpc" | b"application/grpc+proto"
+            )
+        })
+        && headers
+            .get("grpc-encoding")
+            .is_none_or(|coding| coding.as_bytes() == b"identity")
+}
+
+/// Answers one `ModelInfer` call that [`takes`] accepted.
+pub(crate) async fn model_infer(
+    front: &Front,
+    request: hyper::Request<wirespeed_http::RequestBody>,
+) -> hyper::Response<tonic::body::Body> {
+    let (parts, body) = request.into_parts();
+    let received = match read(body, front.limits.max_grpc_message_bytes).await {
+        Ok(received) => received,
+        Err(status) => return status.into_http(),
+    };
+    let metadata = tonic::metadata::MetadataMap::from_headers(parts.headers);
+    match super::grpc_infer::model_infer(front, received, metadata).await {
+        Ok(response) => answer(response),
+        Err(status) => status.into_http(),
+    }
+}
+
+/// Bytes that arrived in pieces: each piece one frame's data, or what is
+/// left of it. Taking a run of bytes that lies within one piece
+/// (`copy_to_bytes`) slices it; only a run across pieces is copied.
+#[derive(Default)]
+pub(crate) struct Pieces {
+    pieces: VecDeque<Bytes>,
+    remaining: usize,
+}
+
+impl Pieces {
+    fn push(&mut self, piece: Bytes) {
+        if !piece.is_empty() {
+            self.remaining += piece.len();
+            self.pieces.push_back(piece);
+        }
+    }
+
+    /// The first `len` bytes, as they lie, and the rest kept.
+    fn split_to(&mut self, mut len: usize) -> Pieces {
+        let mut front = Pieces::default();
+        while len > 0 {
+            let piece = self.pieces.front_mut().expect("len is at most remaining");
+            let taken = if piece.len() <= len {
+                self.pieces.pop_front().expect("a front piece")
+            } else {
+                piece.split_to(len)
+            };
+            len -= taken.len();
+            self.remaining -= taken.len();
+            front.push(taken);
+        }
+        front
+    }
+}
+
+impl Buf for Pieces {
+    fn remaining(&self) -> usize {
+        self.remaining
+    }
+
+    fn chunk(&self) -> &[u8] {
+        self.pieces.front().map_or(&[], |piece| &piece[..])
+    }
+
+    fn advance(&mut self, mut cnt: usize) {
+        assert!(cnt <= self.remaining, "advance past the end");
+        self.remaining -= cnt;
+        while cnt > 0 {
+            let piece = self.pieces.front_mut().expect("cnt is at most remaining");
+            if piece.len() <= cnt {
+                cnt -= piece.len();
+                self.pieces.pop_front();
+            } else {
+                piece.advance(cnt);
+                cnt = 0;
+            }
+        }
+    }
+
+    fn copy_to_bytes(&mut self, len: usize) -> Bytes {
+        match self.pieces.front_mut() {
+            Some(piece) if piece.len() >= len => {
+                let taken = piece.split_to(len);
+                if piece.is_empty() {
+                    self.pieces.pop_front();
+                }
+                self.remaining -= len;
+                taken
+            }
+            _ => {
+                assert!(len <= self.remaining, "copy_to_bytes past the end");
+                let mut joined = BytesMut::with_capacity(len);
+                joined.put(self.take(len));
+                joined.freeze()
+            }
+        }
+    }
+}
+
+/// Reads the call's one message from `body`: its 5-byte prefix (no
+/// compression; at most `limit` bytes), then that many bytes. Bytes past
+/// the message are not waited for.
+async fn read(mut body: wirespeed_http::RequestBody, limit: usize) -> Result<Received, Status> {
+    let mut received = Pieces::default();
+    let mut length = None;
+    loop {
+        if length.is_none() && received.remaining() >= 5 {
+            length = Some(prefix(&mut received, limit)?);
+        }
+        if let Some(length) = length {
+            if received.remaining() >= length {
+                let message = received.split_to(length);
+                return decode(message);
+            }
+        }
+        match body.frame().await {
+            Some(Ok(frame)) => {
+                if let Ok(data) = frame.into_data() {
+                    received.push(data);
+                }
+            }
+            Some(Err(e)) => return Err(Status::from_error(Box::new(e))),
+            None if length.is_none() && received.remaining() == 0 => {
+                return Err(Status::internal("Missing request message."))
+            }
+            None => return Err(Status::internal("Unexpected EOF decoding stream.")),
+        }
+    }
+}
+
+/// The message's length, from its prefix, with tonic's answers to a
+/// compressed flag (none was announced: only uncompressed calls come here)
+/// and to a message over the limit (RESOURCE_EXHAUSTED, as gRPC's table
+/// and Triton say).
+fn prefix(received: &mut Pieces, limit: usize) -> Result<usize, Status> {
+    match received.get_u8() {
+        0 => {}
+        1 => {
+            return Err(Status::internal(
+                "protocol error: received message with compressed-flag but no grpc-encoding was \
+                 specified",
+            ))
+        }
+        flag => {
+            return Err(Status::internal(format!(
+                "protocol error: received message with invalid compression flag: {flag} (valid \
+                 flags are 0 and 1), while sending request"
+            )))
+        }
+    }
+    let length = received.get_u32() as usize;
+    if length > limit {
+        return Err(Status::resource_exhausted(format!(
+            "Error, decoded message length too large: found {length} bytes, the limit is: \
+             {limit} bytes"
+        )));
+    }
+    Ok(length)
+}
+
+/// The message, decoded from its pieces.
+fn decode(mut message: Pieces) -> Result<Received, Status> {
+    let mut received = FromPieces {
+        received: Received {
+            message: pb::ModelInferRequest::default(),
+            raw: Vec::new(),
+        },
+    };
+    received
+        .merge(&mut message)
+        .map_err(|e| Status::internal(e.to_string()))?;
+    Ok(received.received)
+}
+
+/// `ModelInferRequest` as prost decodes it, but for `raw_input_contents`,
+/// whose entries are kept as the slices they lie in.
+struct FromPieces {
+    received: Received,
+}
+
+impl std::fmt::Debug for FromPieces {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FromPieces").finish_non_exhaustive()
+    }
+}
+
+impl Message for FromPieces {
+    fn encode_raw(&self, _: &mut impl BufMut) {
+        unreachable!("a received request is never encoded")
+    }
+
+    fn merge_field(
+        &mut self,
+        tag: u32,
+        wire_type: WireType,
+        buf: &mut impl Buf,
+        ctx: DecodeContext,
+    ) -> Result<(), prost::DecodeError> {
+        if tag != 7 {
+            return self.received.message.merge_field(tag, wire_type, buf, ctx);
+        }
+        encoding::check_wire_type(WireType::LengthDelimited, wire_type)?;
+        let len = encoding::decode_varint(buf)?;
+        let Some(mut len) = usize::try_from(len)
+            .ok()
+            .filter(|&len| len <= buf.remaining())
+        else {
+            // prost's own words for a field longer than the bytes left.
+            #[allow(deprecated)]
+            return Err(prost::DecodeError::new("buffer underflow"));
+        };
+        let mut entry = Vec::new();
+        while len > 0 {
+            let piece = buf.chunk().len().min(len);
+            entry.push(buf.copy_to_bytes(piece));
+            len -= piece;
+        }
+        self.received.raw.push(entry);
+        Ok(())
+    }
+
+    fn encoded_len(&self) -> usize {
+        self.received.encoded_len()
+    }
+
+    fn clear(&mut self) {
+        self.received.message.clear();
+        self.received.raw.clear();
+    }
+}
+
+/// The HTTP response of a successful call: the message with its raw
+/// outputs as frames of their own, then `grpc-status: 0`.
+fn answer(response: tonic::Response<pb::ModelInferResponse>) -> hyper::Response<tonic::body::Body> {
+    let (metadata, mut message, extensions) = response.into_parts();
+    let raw = std::mem::take(&mut message.raw_output_contents);
+    let length = message.encoded_len()
+        + raw
+            .iter()
+            .map(|entry| encoding::bytes::encoded_len(6, entry))
+            .sum::<usize>();
+    let Ok(length32) = u32::try_from(length) else {
+        return Status::resource_exhausted(format!(
+            "Error, encoded message length too large: found {length} bytes, the limit is: {} \
+             bytes",
+            u32::MAX
+        ))
+        .into_http();
+    };
+    let mut frames = VecDeque::with_capacity(1 + 2 * raw.len());
+    let mut head = BytesMut::with_capacity(5 + message.encoded_len() + 16 * raw.len());
+    head.put_u8(0);
+    head.put_u32(length32);
+    message.encode_raw(&mut head);
+    for entry in raw {
+        encoding::encode_key(6, WireType::LengthDelimited, &mut head);
+        encoding::encode_varint(entry.len() as u64, &mut head);
+        if entry.len() < OWN_FRAME {
+            head.put_slice(&entry);
+        } else {
+            frames.push_back(head.split().freeze());
+            frames.push_back(entry);
+        }
+    }
+    if !head.is_empty() {
+        frames.push_back(head.freeze());
+    }
+    let mut trailers = hyper::HeaderMap::new();
+    trailers.insert("grpc-status", hyper::header::HeaderValue::from_static("0"));
+    let mut http = hyper::Response::new(tonic::body::Body::new(Frames {
+        frames,
+        trailers: Some(trailers),
+    }));
+    *http.headers_mut() = metadata.into_headers();
+    http.headers_mut().insert(
+        hyper::header::CONTENT_TYPE,
+        hyper::header::HeaderValue::from_static("application/grpc"),
+    );
+    *http.extensions_mut() = extensions;
+    http
+}
+
+/// A response body of data frames given whole, then trailers.
+struct Frames {
+    frames: VecDeque<Bytes>,
+    trailers: Option<hyper::HeaderMap>,
+}
+
+impl hyper::body::Body for Frames {
+    type Data = Bytes;
+    type Error = Status;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        _: &mut Context<'_>,
+    ) -> Poll<Option<Result<hyper::body::Frame<Bytes>, Status>>> {
+        if let Some(data) = self.frames.pop_front() {
+            return Poll::Ready(Some(Ok(hyper::body::Frame::data(data))));
+        }
+        Poll::Ready(
+            self.trailers
+                .take()
+                .map(|t| Ok(hyper::body::Frame::trailers(t))),
+        )
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.frames.is_empty() && self.trailers.is_none()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A request as tritonclient writes it, cut into pieces at every
+    /// `every` bytes.
+    fn pieces(bytes: &[u8], every: usize) -> Pieces {
+        let mut pieces = Pieces::default();
+        for chunk in bytes.chunks(every) {
+            pieces.push(Bytes::copy_from_slice(chunk));
+        }
+        pieces
+    }
+
+    fn request() -> pb::ModelInferRequest {
+        pb::ModelInferRequest {
+            model_name: "m".into(),
+            id: "7".into(),
+            inputs: vec![
+                pb::model_infer_request::InferInputTensor {
+                    name: "a".into(),
+                    datatype: "FP32".into(),
+                    shape: vec![3],
+                    ..Default::default()
+                };
+                2
+            ],
+            raw_input_contents: vec![
+                Bytes::from((0u8..12).collect::<Vec<u8>>()),
+                Bytes::from((100u8..112).collect::<Vec<u8>>()),
+            ],
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn a_message_in_any_pieces_decodes_as_prost_decodes_it_whole() {
+        let sent = request();
+        let bytes = sent.encode_to_vec();
+        for every in [1, 2, 5, 13, bytes.len()] {
+            let received = decode(pieces(&bytes, every)).expect("decodes");
+            let mut whole = pb::ModelInferRequest::decode(&bytes[..]).expect("prost decodes");
+            let raw = std::mem::take(&mut whole.raw_input_contents);
+            assert_eq!(received.message, whole, "every {every}");
+            let joined: Vec<Vec<u8>> = received.raw.iter().map(|p| p.concat()).collect();
+            assert_eq!(joined, raw.iter().map(|r| r.to_vec()).collect::<Vec<_>>());
+            assert_eq!(received.encoded_len(), bytes.len());
+        }
+    }
+
+    #[test]
+    fn a_raw_entry_within_one_piece_is_a_slice_of_it() {
+        let bytes = request().encode_to_vec();
+        let whole = Bytes::from(bytes.clone());
+        let mut one = Pieces::default();
+        one.push(whole.clone());
+        let received = decode(one).expect("decodes");
+        let entry = &received.raw[0];
+        assert_eq!(entry.len(), 1);
+        let start = whole.as_ptr() as usize;
+        let at = entry[0].as_ptr() as usize;
+        assert!(
+            at >= start && at < start + whole.len(),
+            "the entry points into the frame"
+        );
+    }
+
+    #[test]
+    fn a_cut_or_overlong_entry_is_an_error_not_a_panic() {
+        let bytes = request().encode_to_vec();
+        for cut in 1..bytes.len() {
+            // Whatever prost says of the same bytes, ours says too.
+            let ours = decode(pieces(&bytes[..cut], 3)).map(|_| ());
+            let prost = pb::ModelInferRequest::decode(&bytes[..cut]).map(|_| ());
+            assert_eq!(ours.is_ok(), prost.is_ok(), "cut at {cut}");
+        }
+    }
+
+    #[tokio::test]
+    async fn the_answer_is_the_bytes_prost_writes() {
+        let message = pb::ModelInferResponse {
+            model_name: "m".into(),
+            outputs: vec![pb::model_infer_response::InferOutputTensor {
+                name: "o".into(),
+                datatype: "FP32".into(),
+                shape: vec![2],
+                ..Default::default()
+            }],
+            raw_output_contents: vec![
+                Bytes::from(vec![1u8; 8]),
+                Bytes::from(vec![2u8; OWN_FRAME + 3]),
+                Bytes::from(vec![3u8; 5]),
+            ],
+            ..Default::default()
+        };
+        let expected = message.encode_to_vec();
+        let http = answer(tonic::Response::new(message));
+        assert_eq!(http.headers()["content-type"], "application/grpc");
+        let body = http.into_body().collect().await.expect("a body");
+        assert_eq!(body.trailers().expect("trailers")["grpc-status"], "0");
+        let bytes = body.to_bytes();
+        assert_eq!(bytes[0], 0);
+        assert_eq!(
+            u32::from_be_bytes(bytes[1..5].try_into().unwrap()) as usize,
+            expected.len()
+        );
+        assert_eq!(&bytes[5..], &expected[..]);
+    }
+}
