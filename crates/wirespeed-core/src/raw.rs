@@ -405,7 +405,10 @@ fn extend(data: &mut TensorData, bytes: &[u8]) {
             Ok(elements) => v.extend_from_slice(elements),
             Err(_) => {
                 // Zeroed, then copied as bytes: two passes of `memset` and
-                // `memcpy` cost less than a read per element.
+                // `memcpy` cost less than a read per element. (One
+                // `memcpy` into the spare room, unsafe, measured no
+                // faster on a 1 MB tensor: the first pass over the fresh
+                // room pays the cache misses, whichever it is.)
                 let from = v.len();
                 v.resize(from + bytes.len() / std::mem::size_of::<T>(), T::zeroed());
                 bytemuck::cast_slice_mut::<T, u8>(&mut v[from..]).copy_from_slice(bytes);
@@ -542,6 +545,37 @@ mod tests {
         let mut filler = RawFiller::new(DataType::Fp32, 3, raw.len(), 1024).unwrap();
         filler.push(&raw[..4]).unwrap();
         assert!(!filler.fill_whole(|_| unreachable!("bytes were pushed already")));
+    }
+
+    #[test]
+    fn bytes_at_any_alignment_are_read_as_little_endian_elements() {
+        let backing: Vec<u8> = (0..=255u8).cycle().take(8 * 1000 + 8).collect();
+        for offset in 0..8 {
+            let bytes = &backing[offset..offset + 8 * 1000];
+            let expected: Vec<f64> = bytes
+                .chunks_exact(8)
+                .map(|c| f64::from_le_bytes(c.try_into().unwrap()))
+                .collect();
+            let got = from_raw(DataType::Fp64, 1000, bytes, 0).unwrap();
+            match got {
+                TensorData::Fp64(v) => {
+                    assert!(v
+                        .iter()
+                        .zip(&expected)
+                        .all(|(a, b)| a.to_bits() == b.to_bits()))
+                }
+                other => panic!("{other:?}"),
+            }
+            let expected: Vec<u16> = bytes
+                .chunks_exact(2)
+                .map(|c| u16::from_le_bytes(c.try_into().unwrap()))
+                .collect();
+            assert_eq!(
+                from_raw(DataType::Uint16, 4000, bytes, 0).unwrap(),
+                TensorData::Uint16(expected),
+                "offset {offset}"
+            );
+        }
     }
 
     #[test]
