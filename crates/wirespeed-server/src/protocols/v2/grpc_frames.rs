@@ -17,7 +17,9 @@
 //! other RPC, go through tonic. What tonic answers on the way (a message
 //! over the limit, a compressed flag without `grpc-encoding`, a message
 //! cut short or that does not decode) is answered here with tonic's
-//! codes and words, so a client cannot tell the two paths apart.
+//! codes and words, so a client cannot tell the two paths apart; but a
+//! message cut right after its prefix, which tonic let pass, is
+//! "Unexpected EOF" here too.
 
 use std::collections::VecDeque;
 use std::pin::Pin;
@@ -63,11 +65,13 @@ pub(crate) async fn model_infer(
     request: hyper::Request<wirespeed_http::RequestBody>,
 ) -> hyper::Response<tonic::body::Body> {
     let (parts, body) = request.into_parts();
-    let received = match read(body, front.limits.max_grpc_message_bytes).await {
-        Ok(received) => received,
+    let (received, trailers) = match read(body, front.limits.max_grpc_message_bytes).await {
+        Ok(read) => read,
         Err(status) => return status.into_http(),
     };
-    let metadata = tonic::metadata::MetadataMap::from_headers(parts.headers);
+    let mut headers = parts.headers;
+    headers.extend(trailers.unwrap_or_default());
+    let metadata = tonic::metadata::MetadataMap::from_headers(headers);
     match super::grpc_infer::model_infer(front, received, metadata).await {
         Ok(response) => answer(response),
         Err(status) => status.into_http(),
@@ -153,33 +157,49 @@ impl Buf for Pieces {
     }
 }
 
-/// Reads the call's one message from `body`: its 5-byte prefix (no
-/// compression; at most `limit` bytes), then that many bytes. Bytes past
-/// the message are not waited for.
-async fn read(mut body: wirespeed_http::RequestBody, limit: usize) -> Result<Received, Status> {
-    let mut received = Pieces::default();
+/// Reads the call's message from `body`, as tonic reads a unary call's:
+/// each message a 5-byte prefix (no compression; at most `limit` bytes)
+/// and that many bytes, the body read to its end, messages after the first
+/// decoded and dropped, and the trailers, if any, kept for the metadata.
+/// At most one message is held at a time.
+async fn read(
+    mut body: wirespeed_http::RequestBody,
+    limit: usize,
+) -> Result<(Received, Option<hyper::HeaderMap>), Status> {
+    let mut pending = Pieces::default();
     let mut length = None;
+    let mut first = None;
+    let mut trailers = None;
+    let mut ended = false;
     loop {
-        if length.is_none() && received.remaining() >= 5 {
-            length = Some(prefix(&mut received, limit)?);
-        }
-        if let Some(length) = length {
-            if received.remaining() >= length {
-                let message = received.split_to(length);
-                return decode(message);
+        loop {
+            if length.is_none() && pending.remaining() >= 5 {
+                length = Some(prefix(&mut pending, limit)?);
             }
+            match length {
+                Some(whole) if pending.remaining() >= whole => {
+                    let message = decode(pending.split_to(whole))?;
+                    first.get_or_insert(message);
+                    length = None;
+                }
+                _ => break,
+            }
+        }
+        if ended {
+            let cut = length.is_some() || pending.remaining() > 0;
+            return match (first, cut) {
+                (_, true) => Err(Status::internal("Unexpected EOF decoding stream.")),
+                (None, false) => Err(Status::internal("Missing request message.")),
+                (Some(received), false) => Ok((received, trailers)),
+            };
         }
         match body.frame().await {
-            Some(Ok(frame)) => {
-                if let Ok(data) = frame.into_data() {
-                    received.push(data);
-                }
-            }
+            Some(Ok(frame)) => match frame.into_data() {
+                Ok(data) => pending.push(data),
+                Err(frame) => trailers = frame.into_trailers().ok(),
+            },
             Some(Err(e)) => return Err(Status::from_error(Box::new(e))),
-            None if length.is_none() && received.remaining() == 0 => {
-                return Err(Status::internal("Missing request message."))
-            }
-            None => return Err(Status::internal("Unexpected EOF decoding stream.")),
+            None => ended = true,
         }
     }
 }
