@@ -302,8 +302,22 @@ pub fn from_raw(
     bytes: &[u8],
     max_element: usize,
 ) -> Result<TensorData, RawError> {
-    let mut filler = RawFiller::new(datatype, count, bytes.len(), max_element)?;
-    filler.push(bytes)?;
+    from_pieces(datatype, count, &[bytes], max_element)
+}
+
+/// Builds a tensor from all of its raw bytes, in the pieces they lie in
+/// (the frames a gRPC message arrived in), each copied once.
+pub fn from_pieces(
+    datatype: DataType,
+    count: usize,
+    pieces: &[impl AsRef<[u8]>],
+    max_element: usize,
+) -> Result<TensorData, RawError> {
+    let size = pieces.iter().map(|piece| piece.as_ref().len()).sum();
+    let mut filler = RawFiller::new(datatype, count, size, max_element)?;
+    for piece in pieces {
+        filler.push(piece.as_ref())?;
+    }
     filler.finish()
 }
 

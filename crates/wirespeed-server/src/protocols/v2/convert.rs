@@ -9,7 +9,7 @@
 //! `raw_output_contents`, as Triton answers.
 
 use bytes::Bytes;
-use wirespeed_core::raw::into_raw;
+use wirespeed_core::raw::{from_pieces, into_raw};
 use wirespeed_core::{
     DataType, Error, InferRequest, InferResponse, Parameters, RequestLimits, RequestedOutput,
     SharedInput, SharedOutput, SharedRef, Tensor, TensorBudget, TensorData,
@@ -63,21 +63,6 @@ fn joined(pieces: &[Bytes]) -> std::borrow::Cow<'_, [u8]> {
         [one] => std::borrow::Cow::Borrowed(&one[..]),
         pieces => std::borrow::Cow::Owned(pieces.concat()),
     }
-}
-
-/// The typed tensor of one raw entry, each piece copied once.
-fn from_pieces(
-    datatype: DataType,
-    count: usize,
-    pieces: &[Bytes],
-    max_element: usize,
-) -> Result<TensorData, wirespeed_core::raw::RawError> {
-    let size = pieces.iter().map(Bytes::len).sum();
-    let mut filler = wirespeed_core::raw::RawFiller::new(datatype, count, size, max_element)?;
-    for piece in pieces {
-        filler.push(piece)?;
-    }
-    filler.finish()
 }
 
 /// A client error about one input.
