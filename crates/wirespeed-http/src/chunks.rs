@@ -1,4 +1,5 @@
-//! A body of buffers that already exist, sent in order, never joined.
+//! A body of buffers that already exist, sent in order, never joined, and
+//! its trailers, if it has any.
 
 use std::collections::VecDeque;
 use std::convert::Infallible;
@@ -13,6 +14,8 @@ use hyper::body::{Body, Frame, SizeHint};
 pub struct Chunks {
     parts: VecDeque<Bytes>,
     len: u64,
+    /// Boxed: most bodies have none, and `Body` holds a `Chunks` inline.
+    trailers: Option<Box<hyper::HeaderMap>>,
 }
 
 impl Chunks {
@@ -20,7 +23,17 @@ impl Chunks {
     pub fn new(parts: impl IntoIterator<Item = Bytes>) -> Chunks {
         let parts: VecDeque<Bytes> = parts.into_iter().filter(|b| !b.is_empty()).collect();
         let len = parts.iter().map(|b| b.len() as u64).sum();
-        Chunks { parts, len }
+        Chunks {
+            parts,
+            len,
+            trailers: None,
+        }
+    }
+
+    /// The same body, ending with `trailers` (a gRPC answer's status).
+    pub fn with_trailers(mut self, trailers: hyper::HeaderMap) -> Chunks {
+        self.trailers = Some(Box::new(trailers));
+        self
     }
 
     /// The body's length.
@@ -56,17 +69,23 @@ impl Body for Chunks {
         _: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
         let this = self.get_mut();
-        Poll::Ready(this.parts.pop_front().map(|part| {
+        if let Some(part) = this.parts.pop_front() {
             this.len -= part.len() as u64;
-            Ok(Frame::data(part))
-        }))
+            return Poll::Ready(Some(Ok(Frame::data(part))));
+        }
+        Poll::Ready(this.trailers.take().map(|t| Ok(Frame::trailers(*t))))
     }
 
     fn is_end_stream(&self) -> bool {
-        self.parts.is_empty()
+        self.parts.is_empty() && self.trailers.is_none()
     }
 
+    /// Exact, but for a body with trailers, a gRPC answer: its length goes
+    /// unsaid (no `content-length`), as tonic's and Triton's answers.
     fn size_hint(&self) -> SizeHint {
-        SizeHint::with_exact(self.len)
+        match self.trailers {
+            None => SizeHint::with_exact(self.len),
+            Some(_) => SizeHint::default(),
+        }
     }
 }

@@ -17,13 +17,12 @@
 //! other RPC, go through tonic. What tonic answers on the way (a message
 //! over the limit, a compressed flag without `grpc-encoding`, a message
 //! cut short or that does not decode) is answered here with tonic's
-//! codes and words, so a client cannot tell the two paths apart; but a
-//! message cut right after its prefix, which tonic let pass, is
-//! "Unexpected EOF" here too.
+//! codes and words, so a client cannot tell the two paths apart; the
+//! codes are Triton's too but for a compressed flag with no
+//! `grpc-encoding`, which Triton reads as uncompressed and gRPC's spec
+//! says MUST fail (`tests/test_triton_peer_grpc_framing.py`).
 
 use std::collections::VecDeque;
-use std::pin::Pin;
-use std::task::{Context, Poll};
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 use http_body_util::BodyExt;
@@ -157,50 +156,57 @@ impl Buf for Pieces {
     }
 }
 
-/// Reads the call's message from `body`, as tonic reads a unary call's:
-/// each message a 5-byte prefix (no compression; at most `limit` bytes)
-/// and that many bytes, the body read to its end, messages after the first
-/// decoded and dropped, and the trailers, if any, kept for the metadata.
-/// At most one message is held at a time.
+/// Reads the call's message from `body`: a 5-byte prefix (no
+/// compression; at most `limit` bytes), then that many bytes. The body is
+/// then read to its end, and what follows the message is dropped as it
+/// arrives, as Triton does (a second message, whole or cut short, is not
+/// read; tested against Triton 2.51); trailers, if any, are kept for the
+/// metadata, as tonic keeps them.
 async fn read(
     mut body: wirespeed_http::RequestBody,
     limit: usize,
 ) -> Result<(Received, Option<hyper::HeaderMap>), Status> {
     let mut pending = Pieces::default();
     let mut length = None;
-    let mut first = None;
+    let mut message = None;
     let mut trailers = None;
-    let mut ended = false;
-    loop {
-        loop {
-            if length.is_none() && pending.remaining() >= 5 {
-                length = Some(prefix(&mut pending, limit)?);
+    while let Some(frame) = body.frame().await {
+        let frame = frame.map_err(|e| Status::from_error(Box::new(e)))?;
+        match frame.into_data() {
+            Ok(data) if message.is_none() => {
+                pending.push(data);
+                message = whole_message(&mut pending, &mut length, limit)?;
             }
-            match length {
-                Some(whole) if pending.remaining() >= whole => {
-                    let message = decode(pending.split_to(whole))?;
-                    first.get_or_insert(message);
-                    length = None;
-                }
-                _ => break,
-            }
+            Ok(_) => {}
+            Err(frame) => trailers = frame.into_trailers().ok(),
         }
-        if ended {
-            let cut = length.is_some() || pending.remaining() > 0;
-            return match (first, cut) {
-                (_, true) => Err(Status::internal("Unexpected EOF decoding stream.")),
-                (None, false) => Err(Status::internal("Missing request message.")),
-                (Some(received), false) => Ok((received, trailers)),
-            };
+    }
+    match message {
+        Some(received) => Ok((received, trailers)),
+        None if length.is_none() && pending.remaining() == 0 => {
+            Err(Status::internal("Missing request message."))
         }
-        match body.frame().await {
-            Some(Ok(frame)) => match frame.into_data() {
-                Ok(data) => pending.push(data),
-                Err(frame) => trailers = frame.into_trailers().ok(),
-            },
-            Some(Err(e)) => return Err(Status::from_error(Box::new(e))),
-            None => ended = true,
+        None => Err(Status::internal("Unexpected EOF decoding stream.")),
+    }
+}
+
+/// The message, decoded, once its prefix and all its bytes are in
+/// `pending`; the bytes after it are dropped.
+fn whole_message(
+    pending: &mut Pieces,
+    length: &mut Option<usize>,
+    limit: usize,
+) -> Result<Option<Received>, Status> {
+    if length.is_none() && pending.remaining() >= 5 {
+        *length = Some(prefix(pending, limit)?);
+    }
+    match *length {
+        Some(whole) if pending.remaining() >= whole => {
+            let message = decode(pending.split_to(whole))?;
+            *pending = Pieces::default();
+            Ok(Some(message))
         }
+        _ => Ok(None),
     }
 }
 
@@ -310,7 +316,8 @@ impl Message for FromPieces {
 fn answer(response: tonic::Response<pb::ModelInferResponse>) -> hyper::Response<tonic::body::Body> {
     let (metadata, mut message, extensions) = response.into_parts();
     let raw = std::mem::take(&mut message.raw_output_contents);
-    let length = message.encoded_len()
+    let head_length = message.encoded_len();
+    let length = head_length
         + raw
             .iter()
             .map(|entry| encoding::bytes::encoded_len(6, entry))
@@ -323,8 +330,8 @@ fn answer(response: tonic::Response<pb::ModelInferResponse>) -> hyper::Response<
         ))
         .into_http();
     };
-    let mut frames = VecDeque::with_capacity(1 + 2 * raw.len());
-    let mut head = BytesMut::with_capacity(5 + message.encoded_len() + 16 * raw.len());
+    let mut frames = Vec::with_capacity(1 + 2 * raw.len());
+    let mut head = BytesMut::with_capacity(5 + head_length + 16 * raw.len());
     head.put_u8(0);
     head.put_u32(length32);
     message.encode_raw(&mut head);
@@ -334,19 +341,17 @@ fn answer(response: tonic::Response<pb::ModelInferResponse>) -> hyper::Response<
         if entry.len() < OWN_FRAME {
             head.put_slice(&entry);
         } else {
-            frames.push_back(head.split().freeze());
-            frames.push_back(entry);
+            frames.push(head.split().freeze());
+            frames.push(entry);
         }
     }
     if !head.is_empty() {
-        frames.push_back(head.freeze());
+        frames.push(head.freeze());
     }
     let mut trailers = hyper::HeaderMap::new();
     trailers.insert("grpc-status", hyper::header::HeaderValue::from_static("0"));
-    let mut http = hyper::Response::new(tonic::body::Body::new(Frames {
-        frames,
-        trailers: Some(trailers),
-    }));
+    let body = wirespeed_http::Chunks::new(frames).with_trailers(trailers);
+    let mut http = hyper::Response::new(tonic::body::Body::new(body));
     *http.headers_mut() = metadata.into_headers();
     http.headers_mut().insert(
         hyper::header::CONTENT_TYPE,
@@ -354,35 +359,6 @@ fn answer(response: tonic::Response<pb::ModelInferResponse>) -> hyper::Response<
     );
     *http.extensions_mut() = extensions;
     http
-}
-
-/// A response body of data frames given whole, then trailers.
-struct Frames {
-    frames: VecDeque<Bytes>,
-    trailers: Option<hyper::HeaderMap>,
-}
-
-impl hyper::body::Body for Frames {
-    type Data = Bytes;
-    type Error = Status;
-
-    fn poll_frame(
-        mut self: Pin<&mut Self>,
-        _: &mut Context<'_>,
-    ) -> Poll<Option<Result<hyper::body::Frame<Bytes>, Status>>> {
-        if let Some(data) = self.frames.pop_front() {
-            return Poll::Ready(Some(Ok(hyper::body::Frame::data(data))));
-        }
-        Poll::Ready(
-            self.trailers
-                .take()
-                .map(|t| Ok(hyper::body::Frame::trailers(t))),
-        )
-    }
-
-    fn is_end_stream(&self) -> bool {
-        self.frames.is_empty() && self.trailers.is_none()
-    }
 }
 
 #[cfg(test)]
