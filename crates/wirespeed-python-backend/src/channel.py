@@ -18,6 +18,9 @@ SOCKET_FD, INPUT_FD, OUTPUT_FD, CALL_FD = 3, 4, 5, 6
 # A payload this small goes in the message's own write.
 INLINE_PAYLOAD = 1 << 16
 ALIGN = 64
+# The bytes read from the socket at a time when less would do: a
+# request's frame and then some.
+READ_AHEAD = 1 << 16
 
 try:
     import numpy as np
@@ -71,6 +74,52 @@ class FrameError(Exception):
     """The server's side of the socket sent something that is not a frame."""
 
 
+# A frame's message, read and written by `json`'s C scanner and encoder
+# called directly: `json.loads` and `json.dumps` wrap them in Python
+# (making the encoder anew for each message), which took half of a small
+# request's JSON time in the worker.
+_DECODER = json.JSONDecoder()
+
+
+def decode_message(body):
+    """The message of a frame's `body` (UTF-8 JSON bytes)."""
+    text = body.decode("utf-8")
+    try:
+        message, end = _DECODER.scan_once(text, 0)
+    except StopIteration:
+        message, end = None, -1
+    if end != len(text):
+        # Whitespace around it, or not JSON: `json`'s own reading, with
+        # its own error.
+        return _DECODER.decode(text)
+    return message
+
+
+def _unencodable(value):
+    raise TypeError("Object of type %s is not JSON serializable" % type(value).__name__)
+
+
+try:
+    from json.encoder import c_make_encoder as _c_make_encoder
+except ImportError:  # a Python built without `_json`
+    _c_make_encoder = None
+if _c_make_encoder is not None:
+    # Compact, ASCII, NaN allowed: `json.dumps(message, separators=(",",
+    # ":"))`.
+    _ENCODE = _c_make_encoder(
+        None, _unencodable, json.encoder.encode_basestring_ascii, None, ":", ",", False, False, True
+    )
+
+    def encode_message(message):
+        """A frame's message as UTF-8 JSON bytes."""
+        return "".join(_ENCODE(message, 0)).encode()
+else:
+
+    def encode_message(message):
+        """A frame's message as UTF-8 JSON bytes."""
+        return json.dumps(message, separators=(",", ":")).encode()
+
+
 class Channel:
     """The socket to the server: frames of a JSON message and its payload.
     Sends are locked: a decoupled model's threads send responses at once."""
@@ -79,7 +128,11 @@ class Channel:
         import threading
 
         self.sock = socket.socket(fileno=fd)
-        self.head = bytearray(HEAD.size)
+        # What was read from the socket and not yet taken: a request's
+        # frame (its head and message) comes in one read rather than two.
+        self.buffer = bytearray(READ_AHEAD)
+        self.start = 0
+        self.end = 0
         self.lock = threading.Lock()
 
     def linger(self, seconds):
@@ -89,6 +142,8 @@ class Channel:
         (tens of microseconds on a busy machine) for each request."""
         import select
 
+        if self.end > self.start:
+            return
         end = time.perf_counter() + seconds
         poll = select.poll()
         poll.register(self.sock, select.POLLIN)
@@ -103,6 +158,8 @@ class Channel:
         """Whether a message has come (a read would not wait)."""
         import select
 
+        if self.end > self.start:
+            return True
         poll = select.poll()
         poll.register(self.sock, select.POLLIN)
         return bool(poll.poll(0))
@@ -111,15 +168,27 @@ class Channel:
         """The next message, its payload (when it has one) under
         `PAYLOAD` (a uint8 array, or a bytearray without numpy); None when
         the server is gone."""
-        if not self._fill(self.head):
+        if not self._ahead(HEAD.size):
             return None
-        mark, length, size = HEAD.unpack(self.head)
+        mark, length, size = HEAD.unpack_from(self.buffer, self.start)
         if mark != MARK:
-            raise FrameError("the server sent %r where a frame begins" % bytes(self.head))
-        body = bytearray(length)
-        if not self._fill(body):
-            return None
-        message = json.loads(body)
+            raise FrameError(
+                "the server sent %r where a frame begins"
+                % bytes(self.buffer[self.start : self.start + HEAD.size])
+            )
+        self.start += HEAD.size
+        if length <= len(self.buffer):
+            if not self._ahead(length):
+                return None
+            body = self.buffer[self.start : self.start + length]
+            self.start += length
+        else:
+            # A message larger than the buffer (a load's files): read
+            # into its own.
+            body = bytearray(length)
+            if not self._fill(body):
+                return None
+        message = decode_message(body)
         if size:
             # Fresh pages, not zeroed first (a bytearray would write the
             # whole of a gigabyte before the socket writes it again).
@@ -129,11 +198,37 @@ class Channel:
             message[PAYLOAD] = payload
         return message
 
+    def _ahead(self, n):
+        """Whether the buffer holds `n` (at most its size) unread bytes,
+        reading as much as the socket has until it does; False when the
+        server is gone first."""
+        if self.end - self.start >= n:
+            return True
+        if self.start + n > len(self.buffer):
+            # Too near the end: what is unread moves to the front.
+            unread = self.end - self.start
+            self.buffer[:unread] = self.buffer[self.start : self.end]
+            self.start, self.end = 0, unread
+        view = memoryview(self.buffer)
+        try:
+            while self.end - self.start < n:
+                got = self.sock.recv_into(view[self.end :])
+                if got == 0:
+                    return False
+                self.end += got
+        finally:
+            view.release()
+        return True
+
     def _fill(self, buf):
-        view = memoryview(buf)
-        got = 0
-        while got < len(buf):
-            n = self.sock.recv_into(view[got:], min(len(buf) - got, 1 << 24))
+        """Fills `buf`: first with what the buffer holds unread, then from
+        the socket; False when the server is gone first."""
+        view = memoryview(buf).cast("B")
+        got = min(self.end - self.start, len(view))
+        view[:got] = self.buffer[self.start : self.start + got]
+        self.start += got
+        while got < len(view):
+            n = self.sock.recv_into(view[got:], min(len(view) - got, 1 << 24))
             if n == 0:
                 return False
             got += n
@@ -146,7 +241,7 @@ class Channel:
             payload = [payload]
         views = [buffer_view(part) for part in payload]
         size = sum(view.nbytes for view in views)
-        body = json.dumps(message, separators=(",", ":")).encode()
+        body = encode_message(message)
         with self.lock:
             if size <= INLINE_PAYLOAD:
                 self.sock.sendall(b"".join([HEAD.pack(MARK, len(body), size), body, *views]))

@@ -202,7 +202,9 @@ class Worker(PeerApis, DecoupledServing):
 
     def call(self, function, *args):
         result = function(*args)
-        if inspect.isawaitable(result):
+        # What `execute` and `predict` return most (a list, a dict, None)
+        # is not awaited: asked without `inspect`'s checks.
+        if type(result) not in _PLAIN and inspect.isawaitable(result):
             if self.loop is None:
                 import asyncio
 
@@ -366,7 +368,7 @@ class Worker(PeerApis, DecoupledServing):
         if datatype == "BYTES":
             array = np.asarray(value, dtype=np.object_) if not isinstance(value, np.ndarray) else value
             return datatype, array, bytes_raw(array)
-        dtype = self.dtype(datatype, name)
+        dtype = self.dtypes.get(datatype) or self.dtype(datatype, name)
         array = np.asarray(value)
         if array.dtype != dtype:
             if not np.can_cast(array.dtype, dtype, casting="same_kind"):
@@ -457,6 +459,9 @@ class Worker(PeerApis, DecoupledServing):
             except Exception:
                 traceback.print_exc(file=sys.stderr)
 
+
+# The types of results `Worker.call` need not ask `inspect` about.
+_PLAIN = (list, dict, tuple, type(None))
 
 # The key of a request's parameters under which the server sends the
 # inputs' own parameters (wire.rs INPUT_PARAMETERS).
