@@ -134,6 +134,7 @@ class Channel:
         self.start = 0
         self.end = 0
         self.lock = threading.Lock()
+        self.lingering = None
 
     def linger(self, seconds):
         """Polls the socket for a while before a blocking read: under load
@@ -145,8 +146,12 @@ class Channel:
         if self.end > self.start:
             return
         end = time.perf_counter() + seconds
-        poll = select.poll()
-        poll.register(self.sock, select.POLLIN)
+        # Made once: only the worker's loop lingers (`readable`, which a
+        # model's threads may call at once, makes its own).
+        poll = self.lingering
+        if poll is None:
+            poll = self.lingering = select.poll()
+            poll.register(self.sock, select.POLLIN)
         while time.perf_counter() < end:
             if poll.poll(0):
                 return
