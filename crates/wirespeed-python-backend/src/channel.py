@@ -259,10 +259,17 @@ class Channel:
 def buffer_view(part):
     """A byte view of `part` (bytes, or an array of any type and layout)."""
     if np is not None and isinstance(part, np.ndarray):
-        part = np.ascontiguousarray(part)
         if part.dtype.hasobject:
             raise TypeError("an object array has no bytes to send")
-        return memoryview(part.reshape(-1).view(np.uint8))
+        try:
+            # The buffer protocol's cast: a third of the time of numpy's
+            # reshape and view, which a small output's answer paid.
+            return memoryview(part).cast("B")
+        except (TypeError, ValueError, BufferError, NotImplementedError):
+            # What the protocol does not describe (bfloat16) or will not
+            # cast (not contiguous, a zero in the shape): numpy's way.
+            part = np.ascontiguousarray(part)
+            return memoryview(part.reshape(-1).view(np.uint8))
     return memoryview(part).cast("B")
 
 

@@ -340,7 +340,7 @@ class Worker(PeerApis, DecoupledServing):
             if raw is None:
                 # The array's bytes, viewed in place (one copy, into the
                 # segment).
-                raw = byte_view(array)
+                raw = buffer_view(array)
             length = len(raw)
             placed = [name, datatype, list(array.shape), size, length]
             if len(entry) > 2 and entry[2]:
@@ -511,17 +511,6 @@ def model_module(path):
     with open(path, "rb") as f:
         exec(compile(f.read(), path, "exec"), module.__dict__)
     return module
-
-
-def byte_view(array):
-    """The bytes of `array` as one flat view, without a copy where it is
-    contiguous: the buffer protocol's cast, which costs a third of numpy's
-    reshape and view; numpy's, for what the protocol does not describe
-    (bfloat16) or a layout it will not cast."""
-    try:
-        return memoryview(array).cast("B")
-    except (TypeError, ValueError, BufferError, NotImplementedError):
-        return np.ascontiguousarray(array).reshape(-1).view(np.uint8)
 
 
 def numpy_datatype(dtype):
