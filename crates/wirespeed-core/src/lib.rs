@@ -31,6 +31,7 @@ mod model;
 mod pages;
 mod pool;
 pub mod raw;
+pub mod shared_heap;
 mod stream;
 mod tensor;
 mod text;

@@ -132,8 +132,18 @@ impl TensorData {
         })
     }
 
-    /// An empty buffer of `datatype`, with room for `capacity` elements.
+    /// An empty buffer of `datatype`, with room for `capacity` elements. A
+    /// large one is placed in the shared heap (`shared_heap`), where a
+    /// Python worker reads it without a copy.
     pub fn with_capacity(datatype: DataType, capacity: usize) -> TensorData {
+        let bytes = datatype.element_size().map(|size| size.saturating_mul(capacity));
+        if bytes.is_some_and(|b| b >= crate::shared_heap::MIN_BYTES) {
+            return crate::shared_heap::shareable(|| Self::allocate(datatype, capacity));
+        }
+        Self::allocate(datatype, capacity)
+    }
+
+    fn allocate(datatype: DataType, capacity: usize) -> TensorData {
         match datatype {
             DataType::Bool => TensorData::Bool(Vec::with_capacity(capacity)),
             DataType::Uint8 => TensorData::Uint8(Vec::with_capacity(capacity)),

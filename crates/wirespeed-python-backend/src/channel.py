@@ -14,7 +14,7 @@ import socket
 import struct
 import time
 
-SOCKET_FD, INPUT_FD, OUTPUT_FD, CALL_FD = 3, 4, 5, 6
+SOCKET_FD, INPUT_FD, OUTPUT_FD, CALL_FD, HEAP_FD = 3, 4, 5, 6, 7
 # A payload this small goes in the message's own write.
 INLINE_PAYLOAD = 1 << 16
 ALIGN = 64
@@ -281,6 +281,15 @@ class Segments:
         self.input_size = 0
         self.outputs = None
         self.output_size = os.fstat(OUTPUT_FD).st_size
+        self.heap = None
+
+    def heap_map(self):
+        """The server's shared heap (`shared_heap.rs`), mapped whole and
+        read-only the first time an input lies there: only its pages the
+        worker reads take page tables."""
+        if self.heap is None:
+            self.heap = mmap.mmap(HEAP_FD, 0, access=mmap.ACCESS_READ)
+        return self.heap
 
     def input_map(self, size):
         if size > self.input_size:

@@ -289,6 +289,10 @@ impl PythonModel {
             )),
         };
         let folder = source.folder().display().to_string();
+        // The workers read large inputs where the server decoded them.
+        if let Err(e) = wirespeed_core::shared_heap::start() {
+            tracing::debug!("no shared heap ({e}): every input is copied to the workers");
+        }
         // The worker's poll for its next request and the keeper's, alike.
         let linger = linger_us(instances);
         let load = wire::Load {

@@ -19,7 +19,7 @@ mod batch;
 mod names;
 mod output;
 pub(crate) use answer::{model_error, outputs_from};
-pub(crate) use batch::{BatchWindow, Calls};
+pub(crate) use batch::{BatchWindow, Calls, Place};
 
 use wirespeed_core::{Error, Tensor, TensorSpec};
 
@@ -193,9 +193,18 @@ impl Process {
         let inputs = InputSegment::new(&format!("{name}-in")).map_err(|e| fail("memfd", e))?;
         let outputs = OutputSegment::new(&format!("{name}-out")).map_err(|e| fail("memfd", e))?;
         let calls = CallSegment::new(&format!("{name}-calls")).map_err(|e| fail("memfd", e))?;
-        // Each descriptor is first duplicated above 6, so that placing one
-        // at 3 to 6 cannot overwrite another before it is placed.
-        let fds = [theirs.as_raw_fd(), inputs.fd(), outputs.fd(), calls.fd()];
+        // Each descriptor is first duplicated above 7, so that placing one
+        // at 3 to 7 cannot overwrite another before it is placed. The
+        // shared heap, when there is one, is the fifth (`HEAP_FD`).
+        let heap = wirespeed_core::shared_heap::fd();
+        let fds = [
+            theirs.as_raw_fd(),
+            inputs.fd(),
+            outputs.fd(),
+            calls.fd(),
+            heap.unwrap_or(-1),
+        ];
+        let placed = if heap.is_some() { 5 } else { 4 };
         let mut command = Command::new(&launch.python);
         command
             .arg("-c")
@@ -209,14 +218,14 @@ impl Process {
         // SAFETY: only async-signal-safe calls between fork and exec.
         unsafe {
             command.pre_exec(move || {
-                let mut high = [0; 4];
-                for (slot, &fd) in high.iter_mut().zip(&fds) {
+                let mut high = [0; 5];
+                for (slot, &fd) in high.iter_mut().zip(&fds[..placed]) {
                     *slot = libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, 10);
                     if *slot < 0 {
                         return Err(io::Error::last_os_error());
                     }
                 }
-                for (i, &fd) in high.iter().enumerate() {
+                for (i, &fd) in high[..placed].iter().enumerate() {
                     place_fd(fd, 3 + i as RawFd)?;
                 }
                 // Its own process group, so a terminal's Ctrl-C reaches the
@@ -357,12 +366,11 @@ impl Process {
         gone: wirespeed_backend::CallerGone<'_>,
     ) -> Result<Vec<Tensor>, CallError> {
         let lost = |process: &mut Process, what: String| process.lost(launch, what);
-        let placed = self
+        let (placed, used) = self
             .write_inputs(inputs)
             .map_err(|e| CallError::Model(Error::internal(format!("shared memory: {e}"))))?;
         let message = self.message(launch, inputs, &placed, outputs, parameters, None);
         let reply = self.exchange(launch, &message, deadline, gone)?;
-        let used = placed.last().map_or(0, |&(offset, len)| offset + len);
         self.inputs.settle(used);
         match reply {
             Reply::Done {
@@ -565,12 +573,12 @@ impl Process {
         parameters: serde_json::Map<String, serde_json::Value>,
         writer: &std::sync::Mutex<UnixStream>,
     ) -> Result<usize, Error> {
-        let placed = self
+        let (placed, used) = self
             .write_inputs(inputs)
             .map_err(|e| Error::internal(format!("shared memory: {e}")))?;
         let message = self.message(launch, inputs, &placed, outputs, parameters, Some(id));
         self.hand_over(launch, &message, writer)?;
-        Ok(placed.last().map_or(0, |&(offset, len)| offset + len))
+        Ok(used)
     }
 
     /// Sends a decoupled model's `message` through `writer` (the socket,
@@ -596,7 +604,7 @@ impl Process {
         &self,
         launch: &'a Launch,
         inputs: &'a [Tensor],
-        placed: &[(usize, usize)],
+        placed: &[Place],
         outputs: &[usize],
         parameters: serde_json::Map<String, serde_json::Value>,
         id: Option<u64>,
@@ -607,13 +615,14 @@ impl Process {
             inputs: inputs
                 .iter()
                 .zip(placed)
-                .map(|(t, &(offset, len))| {
+                .map(|(t, place)| {
                     (
                         t.name.as_str(),
                         t.datatype().as_str(),
                         &t.shape[..],
-                        offset,
-                        len,
+                        place.offset,
+                        place.len,
+                        place.heap,
                     )
                 })
                 .collect(),
@@ -636,10 +645,12 @@ impl Process {
         self.socket.try_clone()
     }
 
-    /// Copies the inputs into the segment, each at an aligned offset;
-    /// returns each one's offset and length.
-    fn write_inputs(&mut self, inputs: &[Tensor]) -> io::Result<Vec<(usize, usize)>> {
-        Ok(self.write_groups(&[inputs])?.0.pop().unwrap_or_default())
+    /// Copies the inputs into the segment, each at an aligned offset (but
+    /// those in the shared heap); returns where each lies, and the
+    /// segment's bytes used.
+    fn write_inputs(&mut self, inputs: &[Tensor]) -> io::Result<(Vec<Place>, usize)> {
+        let (mut placed, used) = self.write_groups(&[inputs])?;
+        Ok((placed.pop().unwrap_or_default(), used))
     }
 
     /// The outputs the worker placed, checked against the declared ones,

@@ -140,7 +140,9 @@ pub(crate) struct Infer<'a> {
     pub(crate) op: &'static str,
     /// The input segment's size, for the worker to map.
     pub(crate) size: usize,
-    pub(crate) inputs: Vec<(&'a str, &'static str, &'a [usize], usize, usize)>,
+    /// Name, datatype, shape, offset, length, and whether the offset is
+    /// in the shared heap (else in the input segment).
+    pub(crate) inputs: Vec<(&'a str, &'static str, &'a [usize], usize, usize, bool)>,
     pub(crate) outputs: Vec<&'a str>,
     pub(crate) parameters: serde_json::Map<String, serde_json::Value>,
     /// A decoupled model's request: the number its responses carry.

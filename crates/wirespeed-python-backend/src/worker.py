@@ -1,15 +1,17 @@
 """wirespeed's Python worker: runs one model's Python code for the server.
 
 The server starts `python -c <a bootstrap>`, which reads this program from
-the socket and runs it, with four descriptors:
+the socket and runs it, with four or five descriptors:
 fd 3 is a Unix socket to the server, fd 4 the input segment (a memfd the
 server writes the inputs into), fd 5 the output segment (a memfd this
 worker writes the outputs into and grows when they do not fit), fd 6 the
 call segment (the tensors of the model's large BLS calls and of their
-answers). Messages on the socket are frames: a JSON message and the bytes
-it carries. A request's tensors never cross the socket: a message names
-each one's datatype, shape, offset and length in a segment, and the model
-reads its inputs as numpy arrays viewing the input segment, with no copy.
+answers), fd 7, when there is one, the server's shared heap (the memfd
+its large tensors are decoded into). Messages on the socket are frames: a
+JSON message and the bytes it carries. A request's tensors never cross the
+socket: a message names each one's datatype, shape, offset and length in
+the input segment or the heap, and the model reads its inputs as numpy
+arrays viewing them, with no copy.
 
 The first message loads the model: our own API (a class `Model` with
 `load(config)` and `predict(inputs, parameters)`, either may be `async`)
@@ -214,9 +216,12 @@ class Worker(PeerApis, DecoupledServing):
 
     # -- one request -----------------------------------------------------
     def inputs(self, message):
-        buffer = self.segments.input_map(message["size"])
+        segment = self.segments.input_map(message["size"])
         arrays = {}
-        for name, datatype, shape, offset, length in message["inputs"]:
+        for name, datatype, shape, offset, length, heap in message["inputs"]:
+            # A large input is where the server decoded it, in the shared
+            # heap; the others were copied into the input segment.
+            buffer = self.segments.heap_map() if heap else segment
             if datatype == "BYTES":
                 count = 1
                 for d in shape:

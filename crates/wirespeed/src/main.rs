@@ -12,6 +12,11 @@ mod tritonserver;
 
 use std::process::ExitCode;
 
+/// The system allocator, with the large tensor buffers that Python workers
+/// read in a shared heap (`wirespeed_core::shared_heap`).
+#[global_allocator]
+static ALLOCATOR: wirespeed_core::shared_heap::Allocator = wirespeed_core::shared_heap::Allocator;
+
 use clap::{Parser, Subcommand};
 
 use serve::{ServeArgs, TritonFace};

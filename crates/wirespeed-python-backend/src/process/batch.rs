@@ -28,9 +28,18 @@ pub(crate) type Queued<'a> = (
     serde_json::Map<String, serde_json::Value>,
 );
 
-/// Where each tensor of each request of a batch lies in the input
-/// segment: offset and length.
-type Placements = Vec<Vec<(usize, usize)>>;
+/// Where each tensor of each request of a batch lies.
+type Placements = Vec<Vec<Place>>;
+
+/// Where an input lies for the worker: in its input segment, or, decoded
+/// there, in the shared heap (`wirespeed_core::shared_heap`), which the
+/// worker maps too.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Place {
+    pub(crate) offset: usize,
+    pub(crate) len: usize,
+    pub(crate) heap: bool,
+}
 
 /// Triton's dynamic batcher, as a keeper runs it: rows at most, the sizes
 /// sent at once, and how long the first request waits for more.
@@ -179,7 +188,8 @@ impl Process {
     }
 
     /// Writes the tensors of several requests one after the other into
-    /// the input segment: where each of each request's lies, and the
+    /// the input segment, but those in the shared heap, which the worker
+    /// reads where they are: where each of each request's lies, and the
     /// segment's bytes used.
     pub(super) fn write_groups(&mut self, groups: &[&[Tensor]]) -> io::Result<(Placements, usize)> {
         let mut placed = Vec::with_capacity(groups.len());
@@ -188,7 +198,22 @@ impl Process {
             let mut mine = Vec::with_capacity(inputs.len());
             for tensor in *inputs {
                 let len = wirespeed_core::raw::raw_len(&tensor.data);
-                mine.push((end, len));
+                let shared = raw_bytes(&tensor.data)
+                    .filter(|bytes| bytes.len() == len)
+                    .and_then(wirespeed_core::shared_heap::locate);
+                if let Some(offset) = shared {
+                    mine.push(Place {
+                        offset,
+                        len,
+                        heap: true,
+                    });
+                    continue;
+                }
+                mine.push(Place {
+                    offset: end,
+                    len,
+                    heap: false,
+                });
                 end = end
                     .checked_add(aligned(len))
                     .ok_or_else(|| io::Error::other("inputs too large"))?;
@@ -198,7 +223,15 @@ impl Process {
         let segment = self.inputs.reserve(end)?;
         let mut scratch = Vec::new();
         for (inputs, mine) in groups.iter().zip(&placed) {
-            for (tensor, &(offset, len)) in inputs.iter().zip(mine) {
+            for (tensor, place) in inputs.iter().zip(mine) {
+                let &Place {
+                    offset,
+                    len,
+                    heap: false,
+                } = place
+                else {
+                    continue;
+                };
                 let target = &mut segment[offset..offset + len];
                 match raw_bytes(&tensor.data) {
                     Some(bytes) => target.copy_from_slice(bytes),
