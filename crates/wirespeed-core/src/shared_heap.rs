@@ -127,9 +127,12 @@ impl Ranges {
         let dirty = range.dirty;
         range.start += size;
         range.len -= size;
-        // Where the resident bytes were is not known: the rest keeps as
-        // many as it can hold.
-        range.dirty = dirty.min(range.len);
+        // Where in the range its resident bytes are is not kept: they are
+        // taken to be its first ones, since blocks are taken from the
+        // lowest offsets and so freed there too. (Taken to be anywhere,
+        // the rest of a large range would seem to keep them, the count
+        // would only grow, and every warm page would soon be given back.)
+        range.dirty = dirty.saturating_sub(size);
         self.dirty -= dirty - range.dirty;
         if range.len == 0 {
             self.remove(i);
@@ -149,7 +152,7 @@ impl Ranges {
         let dirty = range.dirty;
         range.start += extra;
         range.len -= extra;
-        range.dirty = dirty.min(range.len);
+        range.dirty = dirty.saturating_sub(extra);
         self.dirty -= dirty - range.dirty;
         if range.len == 0 {
             self.remove(i);
@@ -586,6 +589,22 @@ mod tests {
         assert!(r.extend(c + 4 * 4096, 10 * 4096));
         check(&r);
         assert_eq!(r.take(200 * 4096), None);
+    }
+
+    #[test]
+    fn blocks_taken_again_where_they_were_freed_keep_the_resident_count_steady() {
+        // Four requests' tensors in flight, over and over: the pages they
+        // free are the ones the next take, and the count of resident free
+        // bytes stays at what was freed last, not the sum of every free.
+        let mut r = Ranges::new(1 << 40);
+        for _ in 0..1000 {
+            let blocks: Vec<usize> = (0..4).map(|_| r.take(1 << 20).unwrap()).collect();
+            for b in blocks {
+                assert!(r.give(b, 1 << 20, 1 << 20));
+            }
+            check(&r);
+            assert!(r.dirty <= 4 << 20, "{}", r.dirty);
+        }
     }
 
     #[test]
