@@ -7,8 +7,8 @@
 //! input segment: for a 1 MB identity over gRPC, the second copy was
 //! about 6% of the server's CPU an inference; for the 8 MiB tensor of the
 //! 42.5 MB JSON request, most of the millisecond between the decode's end
-//! and the model's start. Here a buffer of [`MIN_BYTES`] or more that is
-//! asked for inside [`shareable`] (the typed tensors' buffers,
+//! and the model's start. Here a buffer of [`MIN_BYTES`] up to
+//! [`MAX_BYTES`] that is asked for inside [`shareable`] (the typed tensors' buffers,
 //! `TensorData::with_capacity`) is placed in the heap, and the keeper of a
 //! Python worker ([`locate`]) sends the worker its offset instead of its
 //! bytes. Any other allocation, and any allocation before [`start`] (the
@@ -47,6 +47,13 @@ use std::cell::Cell;
 /// their own.
 pub const MIN_BYTES: usize = 64 * 1024;
 
+/// Buffers this large or larger are the system allocator's, as smaller
+/// ones outside [`shareable`]: glibc maps each on its own and its pages are
+/// faulted in afresh whichever way, and a worker would fault in its view of
+/// them page by page too, where its input segment stays mapped (200 MB
+/// BLS calls took 1.8x the time with them in the heap).
+pub const MAX_BYTES: usize = 16 << 20;
+
 /// The heap's address space: the most its buffers can hold at once. Only
 /// pages written take memory; a buffer that does not fit is the system
 /// allocator's, and is copied to a worker as before.
@@ -78,7 +85,8 @@ pub fn shareable<R>(make: impl FnOnce() -> R) -> R {
 }
 
 fn wanted(layout: &Layout) -> bool {
-    layout.size() >= MIN_BYTES && SHAREABLE.try_with(Cell::get).unwrap_or(false)
+    (MIN_BYTES..MAX_BYTES).contains(&layout.size())
+        && SHAREABLE.try_with(Cell::get).unwrap_or(false)
 }
 
 /// One free range of the heap, by offset: its bytes, and how many of them
@@ -508,10 +516,14 @@ unsafe impl GlobalAlloc for Allocator {
             }
             return placed;
         };
-        if heap.resize(ptr, layout.size(), new_size) {
+        if new_size < MAX_BYTES && heap.resize(ptr, layout.size(), new_size) {
             return ptr;
         }
-        let mut placed = heap.alloc(new_layout);
+        let mut placed = if new_size < MAX_BYTES {
+            heap.alloc(new_layout)
+        } else {
+            std::ptr::null_mut()
+        };
         if placed.is_null() {
             // SAFETY: the caller's contract, for a new block.
             placed = unsafe { System.alloc(new_layout) };
@@ -702,7 +714,15 @@ mod tests {
             // A system buffer that grows inside `shareable` moves in.
             let moved = shareable(|| alloc.realloc(outside, big, 2 << 20));
             assert!(heap.owns(moved));
-            alloc.dealloc(grown, Layout::from_size_align(3 << 20, 64).unwrap());
+            // Past the heap's largest size it moves out, with its bytes.
+            let out = alloc.realloc(grown, Layout::from_size_align(3 << 20, 64).unwrap(), MAX_BYTES);
+            assert!(!heap.owns(out));
+            assert_eq!(*out.add(big.size() - 1), 7);
+            let huge = Layout::from_size_align(MAX_BYTES, 64).unwrap();
+            let outside_too = shareable(|| alloc.alloc(huge));
+            assert!(!heap.owns(outside_too));
+            alloc.dealloc(outside_too, huge);
+            alloc.dealloc(out, huge);
             alloc.dealloc(moved, Layout::from_size_align(2 << 20, 64).unwrap());
             alloc.dealloc(tiny, small);
             let zeroed = shareable(|| alloc.alloc_zeroed(big));

@@ -283,13 +283,19 @@ class Segments:
         self.output_size = os.fstat(OUTPUT_FD).st_size
         self.heap = None
 
-    def heap_map(self):
-        """The server's shared heap (`shared_heap.rs`), mapped whole and
-        read-only the first time an input lies there: only its pages the
-        worker reads take page tables."""
-        if self.heap is None:
+    def map_heap(self):
+        """Maps the server's shared heap (`shared_heap.rs`), whole and
+        read-only (only the pages the worker reads take page tables):
+        whether it could. The server sends inputs there only to a worker
+        that did; a worker given no heap, or one whose address space is
+        limited below it (`ulimit -v`), reads every input from its
+        segment."""
+        try:
+            os.fstat(HEAP_FD)
             self.heap = mmap.mmap(HEAP_FD, 0, access=mmap.ACCESS_READ)
-        return self.heap
+        except (OSError, ValueError, OverflowError):
+            self.heap = None
+        return self.heap is not None
 
     def input_map(self, size):
         if size > self.input_size:

@@ -167,6 +167,8 @@ pub(crate) struct Process {
     /// How long the keeper looks for the worker's next answer before it
     /// sleeps (`super::process::linger`): the keeper sets it per message.
     pub(crate) answer_linger: Duration,
+    /// The worker mapped the shared heap: inputs there are not copied.
+    pub(crate) heap: bool,
 }
 
 fn place_fd(from: RawFd, to: RawFd) -> io::Result<()> {
@@ -268,6 +270,7 @@ impl Process {
             decoupled: false,
             metadata: None,
             answer_linger: Duration::ZERO,
+            heap: false,
         };
         let handshake = (|| -> io::Result<Reply> {
             let program = u32::try_from(WORKER.len()).map_err(io::Error::other)?;
@@ -309,9 +312,11 @@ impl Process {
                 metrics,
                 decoupled,
                 metadata,
+                heap,
             }) => {
                 super::metrics::apply(&launch.model, metrics);
                 process.decoupled = decoupled;
+                process.heap = heap;
                 process.metadata = metadata.filter(|m| !m.is_null()).map(|m| m.to_string());
                 tracing::info!(model = %launch.model, instance, pid, python = %python, "python worker ready");
                 Ok(process)

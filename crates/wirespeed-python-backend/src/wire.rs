@@ -189,6 +189,9 @@ pub(crate) enum Reply {
         /// runtime's `metadata()`).
         #[serde(default)]
         metadata: Option<serde_json::Value>,
+        /// The worker mapped the shared heap: large inputs go there.
+        #[serde(default)]
+        heap: bool,
     },
     /// The model did not load: the traceback.
     Failed { error: String },

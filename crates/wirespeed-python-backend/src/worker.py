@@ -221,7 +221,7 @@ class Worker(PeerApis, DecoupledServing):
         for name, datatype, shape, offset, length, heap in message["inputs"]:
             # A large input is where the server decoded it, in the shared
             # heap; the others were copied into the input segment.
-            buffer = self.segments.heap_map() if heap else segment
+            buffer = self.segments.heap if heap else segment
             if datatype == "BYTES":
                 count = 1
                 for d in shape:
@@ -591,7 +591,8 @@ def main():
     finally:
         worker.loading = False
     channel.send(with_metrics({"op": "ready", "pid": os.getpid(), "python": sys.version.split()[0],
-                               "decoupled": worker.decoupled, "metadata": worker.metadata}))
+                               "decoupled": worker.decoupled, "metadata": worker.metadata,
+                               "heap": worker.segments.map_heap()}))
     worker.serve()
 
 

@@ -199,7 +199,7 @@ impl Process {
             for tensor in *inputs {
                 let len = wirespeed_core::raw::raw_len(&tensor.data);
                 let shared = raw_bytes(&tensor.data)
-                    .filter(|bytes| bytes.len() == len)
+                    .filter(|bytes| self.heap && bytes.len() == len)
                     .and_then(wirespeed_core::shared_heap::locate);
                 if let Some(offset) = shared {
                     mine.push(Place {
