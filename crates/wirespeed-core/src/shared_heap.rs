@@ -564,8 +564,7 @@ mod tests {
     fn blocks_taken_and_given_back_in_any_order_leave_one_range() {
         let mut r = Ranges::new(1 << 20);
         let sizes = [4096, 8192, 4096 * 5, 4096, 65536, 4096 * 3];
-        let taken: Vec<(usize, usize)> =
-            sizes.iter().map(|&s| (r.take(s).unwrap(), s)).collect();
+        let taken: Vec<(usize, usize)> = sizes.iter().map(|&s| (r.take(s).unwrap(), s)).collect();
         // First fit from the start: the blocks lie one after another.
         let mut at = 0;
         for &(offset, size) in &taken {
@@ -622,9 +621,7 @@ mod tests {
     #[test]
     fn a_full_table_refuses_a_range_it_cannot_join() {
         let mut r = Ranges::new(4096 * (2 * RANGES + 4));
-        let blocks: Vec<usize> = (0..2 * RANGES + 2)
-            .map(|_| r.take(4096).unwrap())
-            .collect();
+        let blocks: Vec<usize> = (0..2 * RANGES + 2).map(|_| r.take(4096).unwrap()).collect();
         // Every other block given back: gaps that join nothing.
         let mut refused = 0;
         for &b in blocks.iter().step_by(2) {
@@ -715,7 +712,11 @@ mod tests {
             let moved = shareable(|| alloc.realloc(outside, big, 2 << 20));
             assert!(heap.owns(moved));
             // Past the heap's largest size it moves out, with its bytes.
-            let out = alloc.realloc(grown, Layout::from_size_align(3 << 20, 64).unwrap(), MAX_BYTES);
+            let out = alloc.realloc(
+                grown,
+                Layout::from_size_align(3 << 20, 64).unwrap(),
+                MAX_BYTES,
+            );
             assert!(!heap.owns(out));
             assert_eq!(*out.add(big.size() - 1), 7);
             let huge = Layout::from_size_align(MAX_BYTES, 64).unwrap();

@@ -136,7 +136,9 @@ impl TensorData {
     /// large one is placed in the shared heap (`shared_heap`), where a
     /// Python worker reads it without a copy.
     pub fn with_capacity(datatype: DataType, capacity: usize) -> TensorData {
-        let bytes = datatype.element_size().map(|size| size.saturating_mul(capacity));
+        let bytes = datatype
+            .element_size()
+            .map(|size| size.saturating_mul(capacity));
         if bytes.is_some_and(|b| b >= crate::shared_heap::MIN_BYTES) {
             return crate::shared_heap::shareable(|| Self::allocate(datatype, capacity));
         }

@@ -140,15 +140,17 @@ pub(crate) struct Infer<'a> {
     pub(crate) op: &'static str,
     /// The input segment's size, for the worker to map.
     pub(crate) size: usize,
-    /// Name, datatype, shape, offset, length, and whether the offset is
-    /// in the shared heap (else in the input segment).
-    pub(crate) inputs: Vec<(&'a str, &'static str, &'a [usize], usize, usize, bool)>,
+    pub(crate) inputs: Vec<InputPlace<'a>>,
     pub(crate) outputs: Vec<&'a str>,
     pub(crate) parameters: serde_json::Map<String, serde_json::Value>,
     /// A decoupled model's request: the number its responses carry.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) id: Option<u64>,
 }
+
+/// One input of an [`Infer`]: name, datatype, shape, offset, length, and
+/// whether the offset is in the shared heap (else in the input segment).
+pub(crate) type InputPlace<'a> = (&'a str, &'static str, &'a [usize], usize, usize, bool);
 
 /// A batch of requests to a Triton model, for one call of its `execute`
 /// (Triton's dynamic batcher hands a model the requests, not a join of
