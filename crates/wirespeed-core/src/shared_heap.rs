@@ -130,8 +130,26 @@ impl Ranges {
     /// them, at its start.
     fn take(&mut self, size: usize) -> Option<usize> {
         let i = self.ranges().iter().position(|r| r.len >= size)?;
+        let start = self.free[i].start;
+        self.take_front(i, size);
+        Some(start)
+    }
+
+    /// Takes `extra` bytes from the free range that starts at `end`, if it
+    /// holds them: a buffer ending there grows in place.
+    fn extend(&mut self, end: usize, extra: usize) -> bool {
+        let i = self.ranges().partition_point(|r| r.start < end);
+        match self.ranges().get(i) {
+            Some(r) if r.start == end && r.len >= extra => {}
+            _ => return false,
+        }
+        self.take_front(i, extra);
+        true
+    }
+
+    /// Takes the first `size` bytes of range `i` (which holds them).
+    fn take_front(&mut self, i: usize, size: usize) {
         let range = &mut self.free[i];
-        let start = range.start;
         let dirty = range.dirty;
         range.start += size;
         range.len -= size;
@@ -145,27 +163,6 @@ impl Ranges {
         if range.len == 0 {
             self.remove(i);
         }
-        Some(start)
-    }
-
-    /// Takes `extra` bytes from the free range that starts at `end`, if it
-    /// holds them: a buffer ending there grows in place.
-    fn extend(&mut self, end: usize, extra: usize) -> bool {
-        let i = self.ranges().partition_point(|r| r.start < end);
-        match self.free.get(i) {
-            Some(r) if i < self.count && r.start == end && r.len >= extra => {}
-            _ => return false,
-        }
-        let range = &mut self.free[i];
-        let dirty = range.dirty;
-        range.start += extra;
-        range.len -= extra;
-        range.dirty = dirty.saturating_sub(extra);
-        self.dirty -= dirty - range.dirty;
-        if range.len == 0 {
-            self.remove(i);
-        }
-        true
     }
 
     /// Gives `len` bytes at `start` back, `dirty` of them resident, joined
