@@ -198,15 +198,20 @@ impl Process {
         // Each descriptor is first duplicated above 7, so that placing one
         // at 3 to 7 cannot overwrite another before it is placed. The
         // shared heap, when there is one, is the fifth (`HEAP_FD`).
-        let heap = wirespeed_core::shared_heap::fd();
-        let fds = [
+        let mut fds = [
             theirs.as_raw_fd(),
             inputs.fd(),
             outputs.fd(),
             calls.fd(),
-            heap.unwrap_or(-1),
+            -1,
         ];
-        let placed = if heap.is_some() { 5 } else { 4 };
+        let count = match wirespeed_core::shared_heap::fd() {
+            Some(heap) => {
+                fds[4] = heap;
+                5
+            }
+            None => 4,
+        };
         let mut command = Command::new(&launch.python);
         command
             .arg("-c")
@@ -221,13 +226,13 @@ impl Process {
         unsafe {
             command.pre_exec(move || {
                 let mut high = [0; 5];
-                for (slot, &fd) in high.iter_mut().zip(&fds[..placed]) {
+                for (slot, &fd) in high.iter_mut().zip(&fds[..count]) {
                     *slot = libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, 10);
                     if *slot < 0 {
                         return Err(io::Error::last_os_error());
                     }
                 }
-                for (i, &fd) in high[..placed].iter().enumerate() {
+                for (i, &fd) in high[..count].iter().enumerate() {
                     place_fd(fd, 3 + i as RawFd)?;
                 }
                 // Its own process group, so a terminal's Ctrl-C reaches the
