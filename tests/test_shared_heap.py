@@ -88,7 +88,7 @@ def server(tmp_path_factory):
 
 
 def over_http(server, x, binary):
-    client = httpclient.InferenceServerClient(server.address, connection_timeout=120, network_timeout=120)
+    client = httpclient.InferenceServerClient(server.address)
     tensor = httpclient.InferInput("X", list(x.shape), "FP32")
     tensor.set_data_from_numpy(x, binary_data=binary)
     result = client.infer("probe", [tensor])
