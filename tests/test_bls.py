@@ -413,3 +413,92 @@ def test_a_large_calls_pages_are_given_back_after_a_smaller_one(tmp_path):
         assert call_segment_resident_mib(server, "caller") <= 4
     finally:
         server.stop()
+
+
+IDENTITY = """
+import triton_python_backend_utils as pb_utils
+
+class TritonPythonModel:
+    def execute(self, requests):
+        return [pb_utils.InferenceResponse([pb_utils.Tensor(
+            "OUTPUT0", pb_utils.get_input_tensor_by_name(r, "INPUT0").as_numpy())]) for r in requests]
+"""
+
+HOLDING_CALLER = """
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+class TritonPythonModel:
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            size, count, hold = (int(pb_utils.get_input_tensor_by_name(request, name).as_numpy()[0])
+                                 for name in ("SIZE", "COUNT", "HOLD"))
+            held, right = [], 0
+            for i in range(count):
+                answer = pb_utils.InferenceRequest(
+                    model_name="identity", requested_output_names=["OUTPUT0"],
+                    inputs=[pb_utils.Tensor("INPUT0", np.full(size, i % 251, dtype=np.uint8))]).exec()
+                if answer.has_error():
+                    raise pb_utils.TritonModelException(answer.error().message())
+                if hold:
+                    held.append((i, answer))
+                else:
+                    right += bool((answer.output_tensors()[0].as_numpy() == i % 251).all())
+            for i, answer in held:
+                right += bool((answer.output_tensors()[0].as_numpy() == i % 251).all())
+            responses.append(pb_utils.InferenceResponse([pb_utils.Tensor("RIGHT", np.array([right]))]))
+        return responses
+"""
+
+
+def call_segment_mib(server, model):
+    """The MiB of `model`'s worker's call segment (the length of the
+    server's mapping of it)."""
+    text = (Path("/proc") / str(server.process.pid) / "maps").read_text()
+    for line in text.splitlines():
+        if f"memfd:wirespeed-{model}-0-calls" in line:
+            start, end = (int(x, 16) for x in line.split()[0].split("-"))
+            return (end - start) >> 20
+    return 0
+
+
+def test_answers_a_model_holds_keep_their_place_and_the_rest_is_reused(tmp_path):
+    """A call's answer is read in the call segment, where the server wrote
+    it: the model may hold it across later calls (each goes past the
+    answers still held), and the place of one it dropped is used again."""
+    for name, code, io in [
+        ("caller", HOLDING_CALLER,
+         'input [ { name: "SIZE" data_type: TYPE_INT64 dims: [ 1 ] } ]\n'
+         'input [ { name: "COUNT" data_type: TYPE_INT64 dims: [ 1 ] } ]\n'
+         'input [ { name: "HOLD" data_type: TYPE_INT64 dims: [ 1 ] } ]\n'
+         'output [ { name: "RIGHT" data_type: TYPE_INT64 dims: [ 1 ] } ]\n'),
+        ("identity", IDENTITY,
+         'input [ { name: "INPUT0" data_type: TYPE_UINT8 dims: [ -1 ] } ]\n'
+         'output [ { name: "OUTPUT0" data_type: TYPE_UINT8 dims: [ -1 ] } ]\n'),
+    ]:
+        (tmp_path / name / "1").mkdir(parents=True)
+        (tmp_path / name / "config.pbtxt").write_text(f'name: "{name}"\nbackend: "python"\n' + io)
+        (tmp_path / name / "1" / "model.py").write_text(code)
+    server = RunningServer(tmp_path)
+    try:
+        client = httpclient.InferenceServerClient(server.address)
+
+        def ask(size, count, hold):
+            given = []
+            for name, value in (("SIZE", size), ("COUNT", count), ("HOLD", int(hold))):
+                given.append(httpclient.InferInput(name, [1], "INT64"))
+                given[-1].set_data_from_numpy(np.array([value], dtype=np.int64))
+            return int(client.infer("caller", given).as_numpy("RIGHT")[0])
+
+        # Each answer dropped before the next but one: two places in turn.
+        assert ask(16 << 20, 12, hold=False) == 12
+        assert call_segment_mib(server, "caller") <= 64
+        # All twelve held to the end: each past the others.
+        assert ask(16 << 20, 12, hold=True) == 12
+        assert call_segment_mib(server, "caller") >= 12 * 16
+        # Once they are dropped, their pages are given back after a call.
+        assert ask(100_000, 1, hold=False) == 1
+        assert call_segment_resident_mib(server, "caller") <= 4
+    finally:
+        server.stop()

@@ -17,7 +17,7 @@ use wirespeed_core::raw::{from_raw, into_raw};
 use wirespeed_core::{element_count, DataType, Error, ErrorKind, RequestedOutput, Tensor};
 
 use super::process::Launch;
-use super::segment::CallSegment;
+use super::segment::{aligned, CallSegment};
 use super::wire::{placed, pool_limit, BlsAnswer, BlsCall};
 
 /// The largest tensor element a BLS input may hold (a BYTES element).
@@ -44,8 +44,10 @@ impl Carried<'_> {
 /// Runs one BLS call through the worker's call segment when the call says
 /// its tensors lie there (a model that makes one call at a time), else as
 /// [`call`] does with the frame's `payload`. The answer's tensors then go
-/// into the segment too, over the call's, which are tensors of their own
-/// by then; the worker copies them out.
+/// into the segment too: over the call's (which are tensors of their own
+/// by then) when they fit the room the worker gave, else past the earlier
+/// answers its model still holds. The worker's model reads them there, in
+/// place, until it drops them.
 pub(crate) fn call_through(
     launch: &Launch,
     call: BlsCall,
@@ -58,6 +60,7 @@ pub(crate) fn call_through(
         return self::call(launch, call, Carried::Frame(payload), deadline, gone);
     }
     let model = call.model.clone();
+    let (at, room, held) = (call.at, call.room, call.held);
     // How far the worker wrote: the segment's pages past what a call uses
     // are given back, the worker's writes counted with the server's.
     let mut written = call
@@ -70,25 +73,42 @@ pub(crate) fn call_through(
     let (mut answer, out) = match segment.reserve(0) {
         Ok(contents) => {
             // The worker's word, held to what the segment holds.
-            written = written.min(contents.len());
+            if at.max(held) > contents.len() {
+                let error = Error::invalid_input(format!(
+                    "a call at {at}, past answers held to {held}, in a call segment of {} bytes",
+                    contents.len()
+                ));
+                return failed(launch, &model, error);
+            }
+            let contents = &contents[at..];
+            written = at + written.min(contents.len());
             self::call(launch, call, Carried::Segment(contents), deadline, gone)
         }
         Err(e) => return failed(launch, &model, segment_error(e)),
     };
+    // Over the call's tensors when the answer fits the room there, else
+    // past what the worker's model still holds.
+    let answer_at = if room.is_none_or(|room| out.size <= room) {
+        at
+    } else {
+        aligned(held)
+    };
+    let end = answer_at.saturating_add(out.size);
     if out.size > 0 {
-        match segment.reserve(out.size) {
+        match segment.reserve(end) {
             Ok(contents) => {
-                let mut at = 0;
+                let mut from = answer_at;
                 for part in &out.parts {
-                    contents[at..at + part.len()].copy_from_slice(part);
-                    at += part.len();
+                    contents[from..from + part.len()].copy_from_slice(part);
+                    from += part.len();
                 }
             }
             Err(e) => return failed(launch, &model, segment_error(e)),
         }
     }
-    segment.settle(written.max(out.size));
+    segment.settle(written.max(end).max(held));
     answer.segment = true;
+    answer.at = answer_at;
     (answer, Payload::default())
 }
 
@@ -135,6 +155,9 @@ pub(crate) fn call(
         files,
         call: _,
         segment: _,
+        at: _,
+        room: _,
+        held: _,
     } = call;
     let (model, version) = (model.as_str(), version.as_deref());
     let mut out = Payload::default();
@@ -385,6 +408,7 @@ fn answer(
             call: None,
             last: None,
             segment: false,
+            at: 0,
         },
         Err(e) => {
             tracing::debug!(model = %launch.model, callee = model, error = %e.message(), "a BLS call failed");
@@ -398,6 +422,7 @@ fn answer(
                 call: None,
                 last: None,
                 segment: false,
+                at: 0,
             }
         }
     }

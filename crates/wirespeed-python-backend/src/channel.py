@@ -13,6 +13,7 @@ import os
 import socket
 import struct
 import time
+import weakref
 
 SOCKET_FD, INPUT_FD, OUTPUT_FD, CALL_FD, HEAP_FD = 3, 4, 5, 6, 7
 # A payload this small goes in the message's own write.
@@ -319,14 +320,24 @@ class Segments:
 
 class CallSegment:
     """The segment a model's calls of other models (BLS) cross, one call at
-    a time: the call's tensors written into it, the answer's tensors read
-    back out of it (`segment.rs` `CallSegment`). It stays grown between
+    a time: the call's tensors written into it, the answer's tensors
+    written there by the server (`segment.rs` `CallSegment`) and read in
+    place, as Triton's shared-memory pool is. It stays grown between
     calls, so a large tensor is copied into pages already in place rather
-    than through the socket into fresh ones."""
+    than through the socket into fresh ones.
+
+    An answer's place stays the model's while an array views it: a call
+    goes in the lowest gap between the answers still held that its
+    tensors fit, and the server writes the answer there when it fits
+    too, else past them all."""
 
     def __init__(self):
         self.map = None
         self.size = 0
+        # The answers a model still holds: (start, end) by lease number,
+        # each taken out when the last array viewing it goes.
+        self.held = {}
+        self.leases = 0
 
     def _mapped(self, size=0):
         """The segment, at least `size` bytes long: grown (at least
@@ -341,26 +352,47 @@ class CallSegment:
             self.size = current
         return self.map
 
-    def write(self, parts):
-        """Writes `parts` (buffers) one after the other from the start."""
-        views = [buffer_view(part) for part in parts]
-        segment = self._mapped(sum(view.nbytes for view in views))
+    def place(self, size):
+        """Where a call of `size` bytes goes: its start, the room there
+        for the answer (None: the rest of the segment), and where the held
+        answers end."""
+        # A lease may end on any thread: the spans are copied at once.
+        spans = sorted(list(self.held.values()))
+        top = aligned(max((end for _, end in spans), default=0))
         at = 0
+        for start, end in spans:
+            if start - at >= size:
+                return at, start - at, top
+            at = max(at, aligned(end))
+        return at, None, top
+
+    def write(self, parts, at=0):
+        """Writes `parts` (buffers) one after the other from `at`."""
+        views = [buffer_view(part) for part in parts]
+        segment = self._mapped(at + sum(view.nbytes for view in views))
         for view in views:
             segment[at : at + view.nbytes] = view
             at += view.nbytes
 
-    def read(self, size):
-        """A copy of the segment's first `size` bytes: the answer's tensors
-        outlive the next call, which writes over them."""
+    def lend(self, at, size):
+        """The answer's `size` bytes from `at`, in place: an array its
+        tensors view, whose place is held until the last of them goes."""
         segment = self._mapped()
-        if size > self.size:
-            raise FrameError("an answer of %d bytes in a call segment of %d" % (size, self.size))
+        if at + size > self.size:
+            raise FrameError("an answer of %d bytes at %d in a call segment of %d" % (size, at, self.size))
         if np is None:
-            return bytearray(segment[:size])
-        out = np.empty(size, dtype=np.uint8)
-        out[:] = np.frombuffer(segment, dtype=np.uint8, count=size)
-        return out
+            return bytearray(segment[at : at + size])
+        view = np.frombuffer(segment, dtype=np.uint8, count=size, offset=at)
+        lease = self.leases
+        self.leases += 1
+        self.held[lease] = (at, at + size)
+        weakref.finalize(view, self.held.pop, lease, None).atexit = False
+        return view
+
+
+def aligned(n):
+    """`n` rounded up to `ALIGN` (`segment.rs` `aligned`)."""
+    return -(-n // ALIGN) * ALIGN
 
 
 def read_bytes(buffer, offset, length, count):

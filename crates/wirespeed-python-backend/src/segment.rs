@@ -83,7 +83,7 @@ impl Resident {
 
 /// `len` rounded up to [`ALIGN`].
 pub(crate) fn aligned(len: usize) -> usize {
-    len.div_ceil(ALIGN) * ALIGN
+    len.div_ceil(ALIGN).saturating_mul(ALIGN)
 }
 
 fn memfd(name: &str) -> io::Result<File> {

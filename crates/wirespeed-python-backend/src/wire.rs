@@ -304,10 +304,22 @@ pub(crate) struct BlsCall {
     #[serde(default)]
     pub(crate) call: Option<u64>,
     /// Its tensors (and files) lie in the worker's call segment, at the
-    /// offsets given, not in the frame's payload; the answer's go there
-    /// too.
+    /// offsets given from `at`, not in the frame's payload; the answer's
+    /// go there too.
     #[serde(default)]
     pub(crate) segment: bool,
+    /// Where in the call segment the call's bytes begin.
+    #[serde(default)]
+    pub(crate) at: usize,
+    /// The bytes from `at` the answer may take (the worker's model still
+    /// holds earlier answers past them); `None`: all the segment past `at`.
+    #[serde(default)]
+    pub(crate) room: Option<usize>,
+    /// Where the earlier answers the model still holds end: an answer
+    /// that does not fit `room` goes there, and no page below it is
+    /// given back.
+    #[serde(default)]
+    pub(crate) held: usize,
 }
 
 /// The answer to a [`Reply::Bls`]: the callee's outputs (name, datatype,
@@ -335,9 +347,16 @@ pub(crate) struct BlsAnswer {
     #[serde(rename = "final", skip_serializing_if = "Option::is_none")]
     pub(crate) last: Option<bool>,
     /// The outputs' bytes lie in the worker's call segment, at the offsets
-    /// given, not in the frame's payload.
+    /// given from `at`, not in the frame's payload.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub(crate) segment: bool,
+    /// Where in the call segment the outputs' bytes begin.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub(crate) at: usize,
+}
+
+fn is_zero(n: &usize) -> bool {
+    *n == 0
 }
 
 /// The answer to a [`Reply::Metric`]: the value read, or why the

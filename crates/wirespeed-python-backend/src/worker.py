@@ -173,9 +173,12 @@ class Worker(PeerApis, DecoupledServing):
             # answer's, cross the call segment rather than the socket; small
             # ones go with the message, in one write.
             with self.bls_lock:
-                if message.get("op") == "bls" and payload_size(payload) > INLINE_PAYLOAD:
-                    self.call_segment.write(payload)
-                    message, payload = dict(message, segment=True), ()
+                size = payload_size(payload) if message.get("op") == "bls" else 0
+                if size > INLINE_PAYLOAD:
+                    at, room, held = self.call_segment.place(size)
+                    self.call_segment.write(payload, at)
+                    message = dict(message, segment=True, at=at, room=room, held=held)
+                    payload = ()
                 self.channel.send(message, payload)
                 reply = self.channel.recv()
                 while reply is not None and reply.get("op") == "cancel":
@@ -184,7 +187,7 @@ class Worker(PeerApis, DecoupledServing):
                 if reply is not None and reply.get("segment"):
                     size = answer_size(reply)
                     if size:
-                        reply[PAYLOAD] = self.call_segment.read(size)
+                        reply[PAYLOAD] = self.call_segment.lend(reply.get("at", 0), size)
         if reply is None or reply.get("op") not in ("bls_result", "metric_result"):
             raise RuntimeError("the server did not answer the BLS call")
         return reply
@@ -318,7 +321,7 @@ class Worker(PeerApis, DecoupledServing):
                     continue
                 answers.append({"outputs": layout})
                 for placed in layout:
-                    end = placed[3] + (placed[4] + ALIGN - 1) // ALIGN * ALIGN
+                    end = placed[3] + aligned(placed[4])
                     self.output_base = max(self.output_base, end)
         finally:
             self.output_base = 0
@@ -354,7 +357,7 @@ class Worker(PeerApis, DecoupledServing):
             layout.append(placed)
             if length:
                 writes.append((size, length, raw))
-            size += (length + ALIGN - 1) // ALIGN * ALIGN
+            size += aligned(length)
         view = memoryview(self.segments.output_map(size))
         for offset, length, raw in writes:
             view[offset : offset + length] = raw
