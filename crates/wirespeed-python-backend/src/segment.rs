@@ -199,7 +199,9 @@ impl OutputSegment {
 
 /// The segment a model's calls of other models (BLS) cross: the worker
 /// writes a call's tensors into it, the server reads them from it and
-/// writes the answer's tensors there, which the worker copies out. Either
+/// writes the answer's tensors there, where the worker's model reads them
+/// for as long as it holds them (the worker places its next call past
+/// them, `bls.rs` `call_through`). Either
 /// side grows it; a call that has it waits for its answer, so the two
 /// never use it at once. It stays grown (up to what [`Resident`] keeps)
 /// between calls, as Triton's shared-memory pool does, so a large tensor
