@@ -133,3 +133,50 @@ def test_a_frame_that_does_not_begin_with_the_mark_is_refused(channel):
         reader.recv()
     theirs.close()
     reader.sock.close()
+
+
+def test_a_call_goes_in_the_lowest_gap_between_held_answers(channel, monkeypatch):
+    """The call segment's places (`CallSegment.place` and `lend`): over
+    random calls, with answers held and dropped at random, a call's bytes
+    never overlap an answer still held, it starts at the lowest aligned
+    place they fit (a brute-force search says which), the room it is given
+    ends where the next held answer begins, and an answer's place is held
+    exactly as long as an array viewing it lives."""
+    import os
+    import random
+
+    fd = os.memfd_create("test-calls")
+    os.ftruncate(fd, 1 << 16)
+    monkeypatch.setitem(channel, "CALL_FD", fd)
+    segment = channel["CallSegment"]()
+    align = channel["ALIGN"]
+    rng = random.Random(7)
+    views = []
+    try:
+        for _ in range(400):
+            size = rng.choice([1, 100, 4096, 70_000, 300_000])
+            spans = sorted(segment.held.values())
+            at, room, held = segment.place(size)
+            free = lambda p, n: all(p + n <= s or p >= e for s, e in spans)  # noqa: E731
+            assert at % align == 0 and free(at, size), (at, size, spans)
+            assert all(not free(p, size) for p in range(0, at, align)), (at, size, spans)
+            assert held >= max((e for _, e in spans), default=0)
+            if room is None:
+                assert all(e <= at for _, e in spans)
+            else:
+                assert room >= size and (at + room) in [s for s, _ in spans]
+            segment.write([np.full(size, 5, dtype=np.uint8)], at)
+            answer = segment.lend(at, size)
+            assert answer.nbytes == size and (answer == 5).all()
+            # A view of it alone may keep the place.
+            views.append(answer[size // 2:] if rng.random() < 0.5 else answer)
+            del answer
+            while views and rng.random() < 0.5:
+                views.pop(rng.randrange(len(views)))
+            assert len(segment.held) == len(views)
+        views.clear()
+        assert segment.held == {}
+        assert segment.place(10) == (0, None, 0)
+    finally:
+        views.clear()
+        os.close(fd)
