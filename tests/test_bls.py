@@ -502,3 +502,63 @@ def test_answers_a_model_holds_keep_their_place_and_the_rest_is_reused(tmp_path)
         assert call_segment_resident_mib(server, "caller") <= 4
     finally:
         server.stop()
+
+
+# A model that sends the server BLS messages of its own making, through
+# the worker's call function, with places in its call segment that lie
+# past it.
+STRAY_CALLER = """
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+class TritonPythonModel:
+    def execute(self, requests):
+        errors = []
+        for at, held in [(1 << 40, 0), (0, 1 << 40)]:
+            reply = pb_utils._bls_call({
+                "op": "bls", "model": "identity", "outputs": ["OUTPUT0"],
+                "inputs": [["INPUT0", "UINT8", [4], 0, 4]],
+                "segment": True, "at": at, "held": held})
+            errors.append((reply.get("error") or "no error").encode())
+        return [pb_utils.InferenceResponse([pb_utils.Tensor("ERRORS", np.array(errors, dtype=np.object_))])
+                for _ in requests]
+"""
+
+
+def test_a_call_placed_past_its_segment_is_the_callers_error(tmp_path):
+    """A call whose place, or the answers it says it holds, lie past the
+    worker's call segment is refused with the reason, as the call's
+    error; the worker lives on and the next proper call is answered."""
+    for name, code, io in [
+        ("stray", STRAY_CALLER,
+         'input [ { name: "X" data_type: TYPE_INT64 dims: [ 1 ] } ]\n'
+         'output [ { name: "ERRORS" data_type: TYPE_STRING dims: [ 2 ] } ]\n'),
+        ("caller", HOLDING_CALLER,
+         'input [ { name: "SIZE" data_type: TYPE_INT64 dims: [ 1 ] } ]\n'
+         'input [ { name: "COUNT" data_type: TYPE_INT64 dims: [ 1 ] } ]\n'
+         'input [ { name: "HOLD" data_type: TYPE_INT64 dims: [ 1 ] } ]\n'
+         'output [ { name: "RIGHT" data_type: TYPE_INT64 dims: [ 1 ] } ]\n'),
+        ("identity", IDENTITY,
+         'input [ { name: "INPUT0" data_type: TYPE_UINT8 dims: [ -1 ] } ]\n'
+         'output [ { name: "OUTPUT0" data_type: TYPE_UINT8 dims: [ -1 ] } ]\n'),
+    ]:
+        (tmp_path / name / "1").mkdir(parents=True)
+        (tmp_path / name / "config.pbtxt").write_text(f'name: "{name}"\nbackend: "python"\n' + io)
+        (tmp_path / name / "1" / "model.py").write_text(code)
+    server = RunningServer(tmp_path)
+    try:
+        client = httpclient.InferenceServerClient(server.address)
+        x = httpclient.InferInput("X", [1], "INT64")
+        x.set_data_from_numpy(np.array([1], dtype=np.int64))
+        # Twice: the worker that sent them answers again.
+        for _ in range(2):
+            errors = [e.decode() for e in client.infer("stray", [x]).as_numpy("ERRORS").tolist()]
+            for error, at, held in zip(errors, [1 << 40, 0], [0, 1 << 40]):
+                assert f"a call at {at}, past answers held to {held}, in a call segment of" in error, error
+        given = []
+        for name, value in (("SIZE", 1 << 20), ("COUNT", 3), ("HOLD", 1)):
+            given.append(httpclient.InferInput(name, [1], "INT64"))
+            given[-1].set_data_from_numpy(np.array([value], dtype=np.int64))
+        assert int(client.infer("caller", given).as_numpy("RIGHT")[0]) == 3
+    finally:
+        server.stop()
