@@ -52,11 +52,7 @@ pub(crate) fn populate(start: *const u8, len: usize) {
         // buffer holds changes. An error only means the pages fault in
         // later, one by one.
         unsafe {
-            libc::madvise(
-                first as *mut libc::c_void,
-                end - first,
-                libc::MADV_HUGEPAGE,
-            );
+            libc::madvise(first as *mut libc::c_void, end - first, libc::MADV_HUGEPAGE);
             libc::madvise(
                 first as *mut libc::c_void,
                 end - first,
