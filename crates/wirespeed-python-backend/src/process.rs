@@ -486,9 +486,14 @@ impl Process {
         wanted: &[usize],
         placed: &[wire::Placed],
     ) -> Result<Vec<Tensor>, Error> {
+        let needed = placed
+            .iter()
+            .map(|p| p.3.saturating_add(p.4))
+            .max()
+            .unwrap_or(0);
         let contents = self
             .outputs
-            .contents()
+            .contents(needed)
             .map_err(|e| Error::internal(format!("shared memory: {e}")))?;
         outputs_from(launch, wanted, placed, contents, false)
     }

@@ -174,10 +174,16 @@ impl OutputSegment {
         })
     }
 
-    /// The segment as the worker left it: mapped again when the worker
-    /// grew it. The length is the file's own, never the worker's word, so
+    /// The segment as the worker left it, for outputs that reach `needed`
+    /// bytes into it: mapped again when they lie past the mapping and the
+    /// worker grew the file. The file cannot shrink (it is sealed), so a
+    /// mapping long enough needs no look at it: one `statx` less a
+    /// request. The length is the file's own, never the worker's word, so
     /// a range the worker claims beyond it is refused, not a fault.
-    pub(crate) fn contents(&mut self) -> io::Result<&[u8]> {
+    pub(crate) fn contents(&mut self, needed: usize) -> io::Result<&[u8]> {
+        if needed <= self.map.len() {
+            return Ok(&self.map[..]);
+        }
         let len = self.file.metadata()?.len() as usize;
         if len != self.map.len() {
             // SAFETY: as in `new`.
@@ -319,8 +325,11 @@ mod tests {
     #[test]
     fn output_segments_follow_the_file() {
         let mut segment = OutputSegment::new("test").unwrap();
-        assert_eq!(segment.contents().unwrap().len(), INITIAL);
+        assert_eq!(segment.contents(0).unwrap().len(), INITIAL);
         segment.file.set_len(INITIAL as u64 * 2).unwrap();
-        assert_eq!(segment.contents().unwrap().len(), INITIAL * 2);
+        // Outputs inside the mapping read it as it is; past it, the
+        // mapping follows the file.
+        assert_eq!(segment.contents(INITIAL).unwrap().len(), INITIAL);
+        assert_eq!(segment.contents(INITIAL + 1).unwrap().len(), INITIAL * 2);
     }
 }
