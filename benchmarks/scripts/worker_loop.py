@@ -30,9 +30,12 @@ ROOT = Path(__file__).resolve().parents[2]
 SOURCES = "crates/wirespeed-python-backend/src"
 PROGRAM = ("channel.py", "stub.py", "peers.py", "decoupled.py", "worker.py")
 UTILS = ("triton_python_backend_utils.py", "triton_metrics.py", "triton_logger.py")
-# The request `triton.py` sends, as the keeper writes it for the worker.
-INFER = (b'{"op":"infer","size":65536,"inputs":[["INPUT0","FP32",[4],0,16],'
-         b'["INPUT1","FP32",[4],64,16]],"outputs":["OUTPUT0","OUTPUT1"],"parameters":{}}')
+# The request `triton.py` sends, as the keeper writes it for the worker
+# (each input's sixth field says whether it lies in the shared heap; a
+# worker before the heap takes five).
+INFER = (b'{"op":"infer","size":65536,"inputs":[["INPUT0","FP32",[4],0,16,false],'
+         b'["INPUT1","FP32",[4],64,16,false]],"outputs":["OUTPUT0","OUTPUT1"],"parameters":{}}')
+INFER_BEFORE_HEAP = INFER.replace(b",false]", b"]")
 
 
 def measure(sources: Path, requests: int) -> float:
@@ -73,8 +76,10 @@ def measure(sources: Path, requests: int) -> float:
     encode = names.get("encode_message", lambda m: json.dumps(m, separators=(",", ":")).encode())
     with_metrics = names["with_metrics"]
 
+    message = INFER if "map_heap" in program else INFER_BEFORE_HEAP
+
     def one():
-        answer = {"op": "done", "outputs": worker.infer(decode(bytearray(INFER)))}
+        answer = {"op": "done", "outputs": worker.infer(decode(bytearray(message)))}
         return encode(with_metrics(answer))
 
     expected = [list(np.array([1.5, 2.25, 3.125, 5.0], np.float32).tobytes()),
