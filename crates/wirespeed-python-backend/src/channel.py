@@ -322,9 +322,10 @@ class CallSegment:
     """The segment a model's calls of other models (BLS) cross, one call at
     a time: the call's tensors written into it, the answer's tensors
     written there by the server (`segment.rs` `CallSegment`) and read in
-    place, as Triton's shared-memory pool is. It stays grown between
-    calls, so a large tensor is copied into pages already in place rather
-    than through the socket into fresh ones.
+    place (Triton's Python backend copies them out of its pool). It stays
+    grown between calls, as that pool does, so a large tensor is copied
+    into pages already in place rather than through the socket into
+    fresh ones.
 
     An answer's place stays the model's while an array views it: a call
     goes in the lowest gap between the answers still held that its
