@@ -382,22 +382,28 @@ class TritonPythonModel:
 """
 
 
+def python_models(root, models):
+    """Writes each (name, model.py, inputs and outputs) as a Python model
+    of `root`."""
+    for name, code, io in models:
+        (root / name / "1").mkdir(parents=True)
+        (root / name / "config.pbtxt").write_text(f'name: "{name}"\nbackend: "python"\n' + io)
+        (root / name / "1" / "model.py").write_text(code)
+
+
 def test_a_large_calls_pages_are_given_back_after_a_smaller_one(tmp_path):
     """A call's tensors past 64 KiB cross the caller's call segment, which
     stays grown (as Triton's pool does) but gives back what lies past four
     times a later call's use, counting what the worker wrote there (a
     large input with a small answer)."""
-    for name, code, io in [
+    python_models(tmp_path, [
         ("caller", SUMMING_CALLER,
          'input [ { name: "SIZE" data_type: TYPE_INT64 dims: [ 1 ] } ]\n'
          'output [ { name: "SUM" data_type: TYPE_UINT64 dims: [ 1 ] } ]\n'),
         ("summer", SUMMER,
          'input [ { name: "INPUT0" data_type: TYPE_UINT8 dims: [ -1 ] } ]\n'
          'output [ { name: "SUM" data_type: TYPE_UINT64 dims: [ 1 ] } ]\n'),
-    ]:
-        (tmp_path / name / "1").mkdir(parents=True)
-        (tmp_path / name / "config.pbtxt").write_text(f'name: "{name}"\nbackend: "python"\n' + io)
-        (tmp_path / name / "1" / "model.py").write_text(code)
+    ])
     server = RunningServer(tmp_path)
     try:
         client = httpclient.InferenceServerClient(server.address)
@@ -452,6 +458,20 @@ class TritonPythonModel:
 """
 
 
+# The holding caller and the identity it calls, with their inputs and
+# outputs.
+HOLDING_MODELS = [
+    ("caller", HOLDING_CALLER,
+     'input [ { name: "SIZE" data_type: TYPE_INT64 dims: [ 1 ] } ]\n'
+     'input [ { name: "COUNT" data_type: TYPE_INT64 dims: [ 1 ] } ]\n'
+     'input [ { name: "HOLD" data_type: TYPE_INT64 dims: [ 1 ] } ]\n'
+     'output [ { name: "RIGHT" data_type: TYPE_INT64 dims: [ 1 ] } ]\n'),
+    ("identity", IDENTITY,
+     'input [ { name: "INPUT0" data_type: TYPE_UINT8 dims: [ -1 ] } ]\n'
+     'output [ { name: "OUTPUT0" data_type: TYPE_UINT8 dims: [ -1 ] } ]\n'),
+]
+
+
 def call_segment_mib(server, model):
     """The MiB of `model`'s worker's call segment (the length of the
     server's mapping of it)."""
@@ -467,19 +487,7 @@ def test_answers_a_model_holds_keep_their_place_and_the_rest_is_reused(tmp_path)
     """A call's answer is read in the call segment, where the server wrote
     it: the model may hold it across later calls (each goes past the
     answers still held), and the place of one it dropped is used again."""
-    for name, code, io in [
-        ("caller", HOLDING_CALLER,
-         'input [ { name: "SIZE" data_type: TYPE_INT64 dims: [ 1 ] } ]\n'
-         'input [ { name: "COUNT" data_type: TYPE_INT64 dims: [ 1 ] } ]\n'
-         'input [ { name: "HOLD" data_type: TYPE_INT64 dims: [ 1 ] } ]\n'
-         'output [ { name: "RIGHT" data_type: TYPE_INT64 dims: [ 1 ] } ]\n'),
-        ("identity", IDENTITY,
-         'input [ { name: "INPUT0" data_type: TYPE_UINT8 dims: [ -1 ] } ]\n'
-         'output [ { name: "OUTPUT0" data_type: TYPE_UINT8 dims: [ -1 ] } ]\n'),
-    ]:
-        (tmp_path / name / "1").mkdir(parents=True)
-        (tmp_path / name / "config.pbtxt").write_text(f'name: "{name}"\nbackend: "python"\n' + io)
-        (tmp_path / name / "1" / "model.py").write_text(code)
+    python_models(tmp_path, HOLDING_MODELS)
     server = RunningServer(tmp_path)
     try:
         client = httpclient.InferenceServerClient(server.address)
@@ -529,22 +537,11 @@ def test_a_call_placed_past_its_segment_is_the_callers_error(tmp_path):
     """A call whose place, or the answers it says it holds, lie past the
     worker's call segment is refused with the reason, as the call's
     error; the worker lives on and the next proper call is answered."""
-    for name, code, io in [
+    python_models(tmp_path, [
         ("stray", STRAY_CALLER,
          'input [ { name: "X" data_type: TYPE_INT64 dims: [ 1 ] } ]\n'
          'output [ { name: "ERRORS" data_type: TYPE_STRING dims: [ 2 ] } ]\n'),
-        ("caller", HOLDING_CALLER,
-         'input [ { name: "SIZE" data_type: TYPE_INT64 dims: [ 1 ] } ]\n'
-         'input [ { name: "COUNT" data_type: TYPE_INT64 dims: [ 1 ] } ]\n'
-         'input [ { name: "HOLD" data_type: TYPE_INT64 dims: [ 1 ] } ]\n'
-         'output [ { name: "RIGHT" data_type: TYPE_INT64 dims: [ 1 ] } ]\n'),
-        ("identity", IDENTITY,
-         'input [ { name: "INPUT0" data_type: TYPE_UINT8 dims: [ -1 ] } ]\n'
-         'output [ { name: "OUTPUT0" data_type: TYPE_UINT8 dims: [ -1 ] } ]\n'),
-    ]:
-        (tmp_path / name / "1").mkdir(parents=True)
-        (tmp_path / name / "config.pbtxt").write_text(f'name: "{name}"\nbackend: "python"\n' + io)
-        (tmp_path / name / "1" / "model.py").write_text(code)
+    ] + HOLDING_MODELS)
     server = RunningServer(tmp_path)
     try:
         client = httpclient.InferenceServerClient(server.address)
