@@ -21,6 +21,7 @@ from onnx import TensorProto, helper
 from tritonclient.utils import InferenceServerException, np_to_triton_dtype
 
 from conftest import ROOT, RunningServer, wait_until
+from test_triton_peer_bls_memory import IDENTITY, IDENTITY_IO
 
 os.environ.setdefault("WIRESPEED_PYTHON", str(ROOT / ".venv" / "bin" / "python"))
 
@@ -421,14 +422,6 @@ def test_a_large_calls_pages_are_given_back_after_a_smaller_one(tmp_path):
         server.stop()
 
 
-IDENTITY = """
-import triton_python_backend_utils as pb_utils
-
-class TritonPythonModel:
-    def execute(self, requests):
-        return [pb_utils.InferenceResponse([pb_utils.Tensor(
-            "OUTPUT0", pb_utils.get_input_tensor_by_name(r, "INPUT0").as_numpy())]) for r in requests]
-"""
 
 HOLDING_CALLER = """
 import numpy as np
@@ -466,9 +459,7 @@ HOLDING_MODELS = [
      'input [ { name: "COUNT" data_type: TYPE_INT64 dims: [ 1 ] } ]\n'
      'input [ { name: "HOLD" data_type: TYPE_INT64 dims: [ 1 ] } ]\n'
      'output [ { name: "RIGHT" data_type: TYPE_INT64 dims: [ 1 ] } ]\n'),
-    ("identity", IDENTITY,
-     'input [ { name: "INPUT0" data_type: TYPE_UINT8 dims: [ -1 ] } ]\n'
-     'output [ { name: "OUTPUT0" data_type: TYPE_UINT8 dims: [ -1 ] } ]\n'),
+    ("identity", IDENTITY, IDENTITY_IO),
 ]
 
 

@@ -18,18 +18,10 @@ import textwrap
 import numpy as np
 import tritonclient.http as httpclient
 
+from test_triton_peer_bls_memory import identity_model
 from triton_peer import side_by_side
 
 os.environ.setdefault("WIRESPEED_PYTHON", sys.executable)
-
-IDENTITY = textwrap.dedent('''
-    import triton_python_backend_utils as pb_utils
-
-    class TritonPythonModel:
-        def execute(self, requests):
-            return [pb_utils.InferenceResponse([pb_utils.Tensor(
-                "OUTPUT0", pb_utils.get_input_tensor_by_name(r, "INPUT0").as_numpy())]) for r in requests]
-    ''')
 
 HOLDER = textwrap.dedent('''
     import numpy as np
@@ -95,14 +87,7 @@ KEEP = [1, 0, 0, 1, 0, 1, 0, 0, 1, 0, 1]
 
 
 def repository(root):
-    io = """
-        input [ { name: "INPUT0" data_type: TYPE_UINT8 dims: [ -1 ] } ]
-        output [ { name: "OUTPUT0" data_type: TYPE_UINT8 dims: [ -1 ] } ]
-        instance_group [ { kind: KIND_CPU count: 1 } ]
-    """
-    (root / "identity" / "1").mkdir(parents=True)
-    (root / "identity" / "config.pbtxt").write_text('name: "identity"\nbackend: "python"\n' + textwrap.dedent(io))
-    (root / "identity" / "1" / "model.py").write_text(IDENTITY)
+    identity_model(root)
     (root / "holder" / "1").mkdir(parents=True)
     (root / "holder" / "config.pbtxt").write_text(textwrap.dedent("""\
         name: "holder"

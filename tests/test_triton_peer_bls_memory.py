@@ -36,6 +36,23 @@ class TritonPythonModel:
             "OUTPUT0", pb_utils.get_input_tensor_by_name(r, "INPUT0").as_numpy())]) for r in requests]
 '''
 
+# The identity's inputs and outputs, and its folder: the model the callers
+# here, `test_triton_peer_bls_answers.py`, `test_bls.py` and
+# `benchmarks/scripts/bls_large.py` call.
+IDENTITY_IO = textwrap.dedent("""\
+    input [ { name: "INPUT0" data_type: TYPE_UINT8 dims: [ -1 ] } ]
+    output [ { name: "OUTPUT0" data_type: TYPE_UINT8 dims: [ -1 ] } ]
+    instance_group [ { kind: KIND_CPU count: 1 } ]
+    """)
+
+
+def identity_model(root, name="identity", code=IDENTITY, extra=""):
+    """Writes a Python identity of UINT8 vectors as the model `name` of `root`."""
+    (root / name / "1").mkdir(parents=True)
+    (root / name / "config.pbtxt").write_text(f'name: "{name}"\nbackend: "python"\n' + IDENTITY_IO + extra)
+    (root / name / "1" / "model.py").write_text(code)
+
+
 IDENTITY_DECOUPLED = '''
 import triton_python_backend_utils as pb_utils
 
@@ -135,18 +152,8 @@ class TritonPythonModel:
 @pytest.fixture(scope="module")
 def servers(tmp_path_factory):
     repo = tmp_path_factory.mktemp("bls_memory_repo")
-    io = """
-        input [ { name: "INPUT0" data_type: TYPE_UINT8 dims: [ -1 ] } ]
-        output [ { name: "OUTPUT0" data_type: TYPE_UINT8 dims: [ -1 ] } ]
-        instance_group [ { kind: KIND_CPU count: 1 } ]
-    """
-    for name, code, extra in [("identity", IDENTITY, ""),
-                              ("identity_decoupled", IDENTITY_DECOUPLED,
-                               "model_transaction_policy { decoupled: true }")]:
-        (repo / name / "1").mkdir(parents=True)
-        (repo / name / "config.pbtxt").write_text(
-            f'name: "{name}"\nbackend: "python"\n' + textwrap.dedent(io) + extra)
-        (repo / name / "1" / "model.py").write_text(code)
+    identity_model(repo)
+    identity_model(repo, "identity_decoupled", IDENTITY_DECOUPLED, "model_transaction_policy { decoupled: true }")
     for name, (extra, code) in CALLERS.items():
         (repo / name / "1").mkdir(parents=True)
         (repo / name / "config.pbtxt").write_text(textwrap.dedent(f"""\

@@ -25,7 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests"))
 
 from harness import ROOT, free_port, wait_ready  # noqa: E402
-from test_triton_peer_bls_memory import CALLER_COMMON, CALLERS, IDENTITY  # noqa: E402
+from test_triton_peer_bls_memory import CALLER_COMMON, CALLERS, identity_model  # noqa: E402
 from triton_peer import TritonServer  # noqa: E402
 
 
@@ -64,14 +64,7 @@ GIB = 1 << 30
 
 
 def repository(root: Path):
-    io = """
-        input [ { name: "INPUT0" data_type: TYPE_UINT8 dims: [ -1 ] } ]
-        output [ { name: "OUTPUT0" data_type: TYPE_UINT8 dims: [ -1 ] } ]
-        instance_group [ { kind: KIND_CPU count: 1 } ]
-    """
-    (root / "identity" / "1").mkdir(parents=True)
-    (root / "identity" / "config.pbtxt").write_text('name: "identity"\nbackend: "python"\n' + textwrap.dedent(io))
-    (root / "identity" / "1" / "model.py").write_text(IDENTITY)
+    identity_model(root)
     (root / "bls_sync" / "1").mkdir(parents=True)
     (root / "bls_sync" / "config.pbtxt").write_text(textwrap.dedent("""\
         name: "bls_sync"
