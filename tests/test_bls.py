@@ -422,7 +422,6 @@ def test_a_large_calls_pages_are_given_back_after_a_smaller_one(tmp_path):
         server.stop()
 
 
-
 HOLDING_CALLER = """
 import numpy as np
 import triton_python_backend_utils as pb_utils
