@@ -202,8 +202,11 @@ impl ServedModel {
         // Boxed: its 1.4 KiB would otherwise be inline in every future
         // that awaits this one, up to the protocol's handler, and copied
         // at each level as each is made (7% of a small request's time
-        // was such copies).
-        let answer = Box::pin(scheduler.run(inputs, outputs, call, &mut spent)).await;
+        // was such copies). Boxed in a statement of its own: a temporary
+        // lives to its statement's end, and one awaited in the statement
+        // that made it keeps its room in this future all the same.
+        let running = Box::pin(scheduler.run(inputs, outputs, call, &mut spent));
+        let answer = running.await;
         stages.scheduled(spent);
         let answer = answer?;
         if let Some((cache, key, _, looked)) = lookup {

@@ -276,9 +276,13 @@ pub(crate) async fn serve<L, S>(
                     // timeout holds the slot no longer than a slow header.
                     match tokio::time::timeout(shared.header_timeout, acceptor.accept(io)).await {
                         // Boxed: a TLS connection's state is large, and
-                        // inline it would size every connection's task.
+                        // inline it would size every connection's task
+                        // (as it does when awaited in the statement that
+                        // boxes it: the temporary keeps its room).
                         Ok(Ok(tls)) => {
-                            Box::pin(drive(&builder, http1, tls, service, &activity, &shared)).await
+                            let driving =
+                                Box::pin(drive(&builder, http1, tls, service, &activity, &shared));
+                            driving.await
                         }
                         Ok(Err(e)) => Err(e.into()),
                         Err(_) => Err("TLS handshake timed out".into()),
