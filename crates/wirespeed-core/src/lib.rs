@@ -26,6 +26,7 @@ pub mod batch;
 mod datatype;
 mod error;
 mod infer;
+pub mod lent;
 mod limits;
 mod model;
 mod pages;

@@ -399,6 +399,23 @@ pub fn start() -> std::io::Result<()> {
     ))
 }
 
+/// Whether [`Allocator`] is the process's global allocator, as the
+/// `wirespeed` binary installs it (tests and other programs that link
+/// this crate may not): found once the heap is made, from where a
+/// [`shareable`] buffer lands; false before. Lent buffers (`lent.rs`)
+/// need it.
+pub fn installed() -> bool {
+    static INSTALLED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    #[cfg(target_os = "linux")]
+    if heap::HEAP.get().is_some() {
+        return *INSTALLED.get_or_init(|| {
+            let probe = shareable(|| Vec::<u8>::with_capacity(MIN_BYTES));
+            heap_of(probe.as_ptr()).is_some()
+        });
+    }
+    INSTALLED.get().copied().unwrap_or(false)
+}
+
 /// The heap's file, for a worker to map, once [`start`] has made it.
 pub fn fd() -> Option<std::os::fd::RawFd> {
     #[cfg(target_os = "linux")]
@@ -458,8 +475,10 @@ fn heap_alloc(layout: Layout) -> *mut u8 {
     std::ptr::null_mut()
 }
 
-// SAFETY: every block is the system allocator's or the heap's, and goes
-// back to the one it came from (`heap_of` tells them apart by address);
+// SAFETY: every block is the system allocator's, the heap's or lent
+// (`lent.rs`: a region's, never the system allocator's), and goes back to
+// the one it came from (`heap_of` and the regions tell them apart by
+// address);
 // the heap's blocks are page-aligned, so any alignment up to a page is
 // met, and larger ones are never placed there.
 unsafe impl GlobalAlloc for Allocator {
@@ -486,6 +505,8 @@ unsafe impl GlobalAlloc for Allocator {
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
         match heap_of(ptr) {
             Some(heap) => heap.free(ptr, layout.size()),
+            // A lent buffer goes back to its region's owner.
+            None if layout.size() >= crate::lent::MIN_BYTES && crate::lent::give_back(ptr) => {}
             // SAFETY: a block of the system allocator's, as the caller
             // says it was allocated.
             None => unsafe { System.dealloc(ptr, layout) },
@@ -496,6 +517,27 @@ unsafe impl GlobalAlloc for Allocator {
         let Ok(new_layout) = Layout::from_size_align(new_size, layout.align()) else {
             return std::ptr::null_mut();
         };
+        if heap_of(ptr).is_none()
+            && layout.size() >= crate::lent::MIN_BYTES
+            && crate::lent::lent(ptr)
+        {
+            // A lent buffer that changes size moves out into a block of
+            // the server's own, and goes back to its owner.
+            let placed = heap_alloc(new_layout);
+            // SAFETY: the caller's contract, for a new block.
+            let placed = if placed.is_null() {
+                unsafe { System.alloc(new_layout) }
+            } else {
+                placed
+            };
+            if !placed.is_null() {
+                // SAFETY: both blocks hold at least the bytes copied, and
+                // do not overlap (the new one is the allocator's).
+                unsafe { std::ptr::copy_nonoverlapping(ptr, placed, layout.size().min(new_size)) };
+                crate::lent::give_back(ptr);
+            }
+            return placed;
+        }
         let Some(heap) = heap_of(ptr) else {
             // A buffer that grows into the heap's sizes inside
             // `shareable` moves there; the copy is the one a reallocation

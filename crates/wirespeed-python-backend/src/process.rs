@@ -457,6 +457,12 @@ impl Process {
                 .collect(),
             parameters,
             id,
+            // A decoupled model's outputs come on the socket.
+            placement: if id.is_none() {
+                self.outputs.place().into()
+            } else {
+                wire::OutputPlacement::default()
+            },
         }
     }
 
@@ -491,11 +497,10 @@ impl Process {
             .map(|p| p.3.saturating_add(p.4))
             .max()
             .unwrap_or(0);
-        let contents = self
-            .outputs
-            .contents(needed)
-            .map_err(|e| Error::internal(format!("shared memory: {e}")))?;
-        outputs_from(launch, wanted, placed, contents, false)
+        self.outputs
+            .reach(needed)
+            .map_err(|e| Error::model_failed(format!("model '{}': {e}", launch.model)))?;
+        outputs_from(launch, wanted, placed, &self.outputs, false)
     }
 
     /// Waits until the worker has written something (true), or the

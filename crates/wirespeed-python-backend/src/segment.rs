@@ -22,7 +22,11 @@ use std::fs::File;
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, RawFd};
 
-use memmap2::{Mmap, MmapMut};
+use std::sync::{Arc, Mutex};
+
+use memmap2::{MmapMut, MmapOptions, MmapRaw};
+use wirespeed_core::lent::{Lender, Region};
+use wirespeed_core::{DataType, TensorData};
 
 /// Tensors start at multiples of this, so numpy views are aligned.
 pub(crate) const ALIGN: usize = 64;
@@ -154,52 +158,185 @@ impl InputSegment {
     }
 }
 
+/// The address space an output segment is mapped in, once: a worker's
+/// outputs of one request (one batch) may take this much.
+pub(crate) const OUTPUT_RESERVE: usize = 16 << 30;
+
 /// The segment a worker writes a request's outputs into, and grows itself.
+///
+/// Mapped once, over [`OUTPUT_RESERVE`] bytes (only the file's pages are
+/// memory), so it never moves: its large outputs are lent to the server
+/// where the worker wrote them (`wirespeed_core::lent`), and stay there
+/// until the last tensor holding one is dropped, after the response went
+/// out, however many requests later. The worker places each request's
+/// outputs around them ([`OutputSegment::place`]).
 pub(crate) struct OutputSegment {
     file: File,
-    map: Mmap,
+    /// The mapping and the places lent from it, shared with the region.
+    held: Arc<Held>,
+    region: Option<Region>,
+    /// The file's length as last seen.
+    len: usize,
     resident: Resident,
+}
+
+/// Where a worker may write a request's outputs: at `at` when they fit in
+/// `room` bytes (all that is left when `None`), else past `held`, where
+/// the places lent end.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub(crate) struct Placement {
+    pub(crate) at: usize,
+    pub(crate) room: Option<usize>,
+    pub(crate) held: usize,
+}
+
+/// An output segment's mapping and the byte ranges lent from it, sorted.
+struct Held {
+    map: MmapRaw,
+    places: Mutex<Vec<(usize, usize)>>,
+}
+
+impl Lender for Held {
+    fn give_back(&self, offset: usize) {
+        let mut places = self.places.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(i) = places.iter().position(|p| p.0 == offset) {
+            places.remove(i);
+        }
+    }
 }
 
 impl OutputSegment {
     pub(crate) fn new(name: &str) -> io::Result<OutputSegment> {
         let file = memfd(name)?;
-        // SAFETY: as for the input segment; the worker writes it only while
-        // it computes a request, and the server reads it only after.
-        let map = unsafe { Mmap::map(&file)? };
+        let map = MmapOptions::new().len(OUTPUT_RESERVE).map_raw(&file)?;
+        let held = Arc::new(Held {
+            map,
+            places: Mutex::new(Vec::new()),
+        });
+        // SAFETY: the mapping lives as long as `held`, which the region
+        // keeps; the system allocator never places anything in it.
+        let region = unsafe {
+            Region::new(
+                held.map.as_mut_ptr(),
+                OUTPUT_RESERVE,
+                Arc::clone(&held) as Arc<dyn Lender>,
+            )
+        };
         Ok(OutputSegment {
             file,
-            map,
+            held,
+            region,
+            len: INITIAL,
             resident: Resident::default(),
         })
     }
 
-    /// The segment as the worker left it, for outputs that reach `needed`
-    /// bytes into it: mapped again when they lie past the mapping and the
-    /// worker grew the file. The file cannot shrink (it is sealed), so a
-    /// mapping long enough needs no look at it: one `statx` less a
-    /// request. The length is the file's own, never the worker's word, so
-    /// a range the worker claims beyond it is refused, not a fault.
-    pub(crate) fn contents(&mut self, needed: usize) -> io::Result<&[u8]> {
-        if needed <= self.map.len() {
-            return Ok(&self.map[..]);
+    /// Follows the file for outputs that reach `needed` bytes into the
+    /// segment: looks at its length only when they reach past the length
+    /// last seen (it cannot shrink: it is sealed). The length is the
+    /// file's own, never the worker's word, so a range the worker claims
+    /// beyond it is refused ([`bytes`](Self::bytes)), not a fault.
+    pub(crate) fn reach(&mut self, needed: usize) -> io::Result<()> {
+        if needed > self.len {
+            self.len = (self.file.metadata()?.len() as usize).min(OUTPUT_RESERVE);
         }
-        let len = self.file.metadata()?.len() as usize;
-        if len != self.map.len() {
-            // SAFETY: as in `new`.
-            self.map = unsafe { Mmap::map(&self.file)? };
+        if needed > OUTPUT_RESERVE {
+            return Err(io::Error::other(format!(
+                "its outputs take {needed} bytes, more than the {OUTPUT_RESERVE} an instance's \
+                 output segment holds"
+            )));
         }
-        Ok(&self.map[..])
+        Ok(())
+    }
+
+    /// The `len` bytes `offset` into the segment, when they lie in the
+    /// file as last [`reach`](Self::reach)ed and in no lent place.
+    pub(crate) fn bytes(&self, offset: usize, len: usize) -> Option<&[u8]> {
+        let end = offset.checked_add(len).filter(|&end| end <= self.len)?;
+        if self.overlaps_held(offset, end) {
+            return None;
+        }
+        // SAFETY: inside the mapping and the file; the worker wrote it
+        // before it answered and writes nothing until the next request,
+        // and no lent tensor covers it.
+        Some(unsafe { std::slice::from_raw_parts(self.held.map.as_ptr().add(offset), len) })
+    }
+
+    /// The `len` bytes `offset` into the segment as a tensor of
+    /// `datatype`, lent where they lie: `None` when they are not lent
+    /// (small, not a lent type, outside the file, in a place already lent,
+    /// or the server's allocator is not the global one), to be copied.
+    pub(crate) fn lend(&self, datatype: DataType, offset: usize, len: usize) -> Option<TensorData> {
+        let region = self.region.as_ref()?;
+        let end = offset.checked_add(len).filter(|&end| end <= self.len)?;
+        let mut places = self.held.places.lock().unwrap_or_else(|e| e.into_inner());
+        if overlaps(&places, offset, end) {
+            return None;
+        }
+        // SAFETY: the worker writes no place the server holds (it places
+        // outputs as `place` says), and this one is held until the tensor
+        // gives it back.
+        let tensor = unsafe { region.tensor(datatype, offset, len)? };
+        let at = places.partition_point(|p| p.0 < offset);
+        places.insert(at, (offset, end));
+        Some(tensor)
+    }
+
+    fn overlaps_held(&self, from: usize, to: usize) -> bool {
+        let places = self.held.places.lock().unwrap_or_else(|e| e.into_inner());
+        overlaps(&places, from, to)
+    }
+
+    /// Where the worker may write the next request's outputs: the lowest
+    /// place past none held, the room up to the next held one, and where
+    /// the held ones end.
+    pub(crate) fn place(&self) -> Placement {
+        let places = self.held.places.lock().unwrap_or_else(|e| e.into_inner());
+        placement(&places)
     }
 
     /// After the server has read a request's outputs, `used` bytes: as
-    /// for the input segment.
+    /// for the input segment, never past a place still lent.
     pub(crate) fn settle(&mut self, used: usize) {
-        self.resident.settle(&self.file, used);
+        let held = self.place().held;
+        self.resident.settle(&self.file, used.max(held));
+    }
+
+    /// Tensors lent and not back yet.
+    #[cfg(test)]
+    fn loans(&self) -> usize {
+        self.region.as_ref().map_or(0, Region::loans)
     }
 
     pub(crate) fn fd(&self) -> RawFd {
         self.file.as_raw_fd()
+    }
+}
+
+/// Whether `from..to` overlaps a place of `places`.
+fn overlaps(places: &[(usize, usize)], from: usize, to: usize) -> bool {
+    places.iter().any(|&(start, end)| start < to && from < end)
+}
+
+/// The lowest aligned place below, between or past `places` (sorted,
+/// apart), the room there, and where the last ends.
+fn placement(places: &[(usize, usize)]) -> Placement {
+    let held = places.last().map_or(0, |p| aligned(p.1));
+    let mut at = 0;
+    for &(start, end) in places {
+        if start > at {
+            return Placement {
+                at,
+                room: Some(start - at),
+                held,
+            };
+        }
+        at = at.max(aligned(end));
+    }
+    Placement {
+        at,
+        room: None,
+        held,
     }
 }
 
@@ -325,11 +462,73 @@ mod tests {
     #[test]
     fn output_segments_follow_the_file() {
         let mut segment = OutputSegment::new("test").unwrap();
-        assert_eq!(segment.contents(0).unwrap().len(), INITIAL);
+        assert!(segment.reach(INITIAL).is_ok());
+        assert!(segment.bytes(INITIAL - 1, 2).is_none());
+        // The worker grows it and writes past where it was.
         segment.file.set_len(INITIAL as u64 * 2).unwrap();
-        // Outputs inside the mapping read it as it is; past it, the
-        // mapping follows the file.
-        assert_eq!(segment.contents(INITIAL).unwrap().len(), INITIAL);
-        assert_eq!(segment.contents(INITIAL + 1).unwrap().len(), INITIAL * 2);
+        // SAFETY: a test's own memfd, mapped twice as the two processes do.
+        let mut theirs = unsafe { MmapMut::map_mut(&segment.file) }.unwrap();
+        theirs[INITIAL + 1] = 7;
+        segment.reach(INITIAL + 2).unwrap();
+        assert_eq!(segment.bytes(INITIAL, 2).unwrap(), &[0, 7]);
+        // A range the worker claims past the file is refused.
+        segment.reach(INITIAL * 2 + 1).unwrap();
+        assert!(segment.bytes(INITIAL * 2, 1).is_none());
+        let huge = segment.reach(OUTPUT_RESERVE + 1).unwrap_err().to_string();
+        assert!(huge.contains("more than the 17179869184"), "{huge}");
+        // Without the server's allocator (a test's), nothing is lent.
+        assert!(segment.lend(DataType::Fp32, 0, INITIAL).is_none());
+        assert_eq!(segment.loans(), 0);
+    }
+
+    #[test]
+    fn outputs_are_placed_in_the_lowest_gap_between_held_places() {
+        let none = placement(&[]);
+        assert_eq!(
+            none,
+            Placement {
+                at: 0,
+                room: None,
+                held: 0
+            }
+        );
+        // One held at the start: past it, to the end.
+        assert_eq!(
+            placement(&[(0, 100)]),
+            Placement {
+                at: 128,
+                room: None,
+                held: 128
+            }
+        );
+        // A gap before the first, between two, and after.
+        assert_eq!(
+            placement(&[(256, 300)]),
+            Placement {
+                at: 0,
+                room: Some(256),
+                held: 320
+            }
+        );
+        assert_eq!(
+            placement(&[(0, 64), (64, 130), (512, 1000)]),
+            Placement {
+                at: 192,
+                room: Some(320),
+                held: 1024
+            }
+        );
+        // Two that leave no aligned room between them.
+        assert_eq!(
+            placement(&[(0, 10), (64, 65)]),
+            Placement {
+                at: 128,
+                room: None,
+                held: 128
+            }
+        );
+        assert!(overlaps(&[(64, 128)], 100, 200));
+        assert!(!overlaps(&[(64, 128)], 128, 200));
+        assert!(!overlaps(&[(64, 128)], 0, 64));
     }
 }

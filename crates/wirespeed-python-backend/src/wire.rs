@@ -146,6 +146,35 @@ pub(crate) struct Infer<'a> {
     /// A decoupled model's request: the number its responses carry.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) id: Option<u64>,
+    /// Where its outputs go in the output segment, when the server holds
+    /// places there.
+    #[serde(flatten)]
+    pub(crate) placement: OutputPlacement,
+}
+
+/// Where a worker writes a request's outputs, around the places of its
+/// output segment that the server still holds (earlier outputs, lent to
+/// their responses: `segment.rs`): at `out_at` when they all fit in
+/// `out_room` bytes (all that is left when it is absent), else from
+/// `out_held` on. Absent, as most often (nothing held), from the start.
+#[derive(Debug, Default, Serialize)]
+pub(crate) struct OutputPlacement {
+    #[serde(skip_serializing_if = "is_zero")]
+    pub(crate) out_at: usize,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) out_room: Option<usize>,
+    #[serde(skip_serializing_if = "is_zero")]
+    pub(crate) out_held: usize,
+}
+
+impl From<crate::segment::Placement> for OutputPlacement {
+    fn from(p: crate::segment::Placement) -> OutputPlacement {
+        OutputPlacement {
+            out_at: p.at,
+            out_room: p.room,
+            out_held: p.held,
+        }
+    }
 }
 
 /// One input of an [`Infer`]: name, datatype, shape, offset, length, and
@@ -161,6 +190,9 @@ pub(crate) struct InferBatch<'a> {
     pub(crate) op: &'static str,
     pub(crate) size: usize,
     pub(crate) requests: Vec<Infer<'a>>,
+    /// Where all the batch's outputs go.
+    #[serde(flatten)]
+    pub(crate) placement: OutputPlacement,
 }
 
 /// One request's answer in a batch: its outputs, or its error.

@@ -78,6 +78,10 @@ class Worker(PeerApis, DecoupledServing):
         # Where the next outputs go in the output segment: past those of
         # the requests answered before them in one `infer_each`.
         self.output_base = 0
+        # Around the places the server still holds (outputs of earlier
+        # requests it reads in place): the message's lowest gap, its room
+        # (None: to the end) and where the held places end.
+        self.output_gap = (0, None, 0)
         self.linger = 0
         # Decoupled mode: ids of requests whose client left, and the
         # server's answers to BLS calls (the reader thread fills both).
@@ -310,6 +314,8 @@ class Worker(PeerApis, DecoupledServing):
         it had come alone, their outputs placed one after the other in the
         output segment: each one's outputs, or its error."""
         answers = []
+        # One after the other, all past the places the server holds.
+        self.output_base = self.output_gap[2]
         try:
             for request in message["requests"]:
                 request["size"] = message["size"]
@@ -338,17 +344,24 @@ class Worker(PeerApis, DecoupledServing):
     def place(self, prepared):
         """Writes (name, (datatype, array, raw)[, parameters]) outputs into
         the output segment, from `output_base` on (past the outputs of the
-        requests before, in one `infer_each`); returns where each lies (and
-        its parameters)."""
+        requests before, in one `infer_each`), or where the message says
+        they fit between the places the server holds; returns where each
+        lies (and its parameters)."""
+        raws = []
+        for entry in prepared:
+            (_, array, raw) = entry[1]
+            # The array's bytes, viewed in place (one copy, into the
+            # segment).
+            raws.append(buffer_view(array) if raw is None else raw)
         size = self.output_base
+        if not size:
+            at, room, held = self.output_gap
+            total = sum(aligned(len(raw)) for raw in raws)
+            size = at if room is None or total <= room else held
         layout = []
         writes = []
-        for entry in prepared:
-            name, (datatype, array, raw) = entry[0], entry[1]
-            if raw is None:
-                # The array's bytes, viewed in place (one copy, into the
-                # segment).
-                raw = buffer_view(array)
+        for entry, raw in zip(prepared, raws):
+            name, (datatype, array, _) = entry[0], entry[1]
             length = len(raw)
             placed = [name, datatype, list(array.shape), size, length]
             if len(entry) > 2 and entry[2]:
@@ -411,6 +424,8 @@ class Worker(PeerApis, DecoupledServing):
                 break
             self.current_cancelled = False
             started = time.perf_counter()
+            self.output_gap = (message.get("out_at", 0), message.get("out_room"),
+                               message.get("out_held", 0))
             try:
                 self.busy = True
                 try:

@@ -1,11 +1,59 @@
 //! What a worker answered, read: the outputs it placed, checked against
 //! the declared ones, and its errors with Triton's statuses.
 
-use wirespeed_core::raw::from_raw;
-use wirespeed_core::{element_count, DataType, Error, ErrorKind, Tensor};
+use wirespeed_core::raw::{from_raw, raw_size};
+use wirespeed_core::{element_count, DataType, Error, ErrorKind, Tensor, TensorData};
 
+use super::super::segment::OutputSegment;
 use super::super::wire;
 use super::Launch;
+
+/// Where a worker's outputs lie: its output segment, or the bytes after a
+/// streamed response.
+pub(crate) trait Outputs {
+    /// The `len` bytes `offset` in, when they lie inside.
+    fn bytes(&self, offset: usize, len: usize) -> Option<&[u8]>;
+
+    /// Those bytes as a tensor of `datatype` left where they are, when
+    /// they can be; `None` to copy them.
+    fn lend(&self, _datatype: DataType, _offset: usize, _len: usize) -> Option<TensorData> {
+        None
+    }
+}
+
+impl Outputs for [u8] {
+    fn bytes(&self, offset: usize, len: usize) -> Option<&[u8]> {
+        self.get(offset..offset.checked_add(len)?)
+    }
+}
+
+impl Outputs for OutputSegment {
+    fn bytes(&self, offset: usize, len: usize) -> Option<&[u8]> {
+        OutputSegment::bytes(self, offset, len)
+    }
+
+    fn lend(&self, datatype: DataType, offset: usize, len: usize) -> Option<TensorData> {
+        OutputSegment::lend(self, datatype, offset, len)
+    }
+}
+
+/// One output's elements: lent where they lie when they can be, else
+/// copied; `None` when they lie outside.
+fn output_data(
+    contents: &(impl Outputs + ?Sized),
+    datatype: DataType,
+    count: usize,
+    offset: usize,
+    len: usize,
+) -> Option<Result<TensorData, wirespeed_core::raw::RawError>> {
+    if raw_size(datatype, count) == Some(len) {
+        if let Some(data) = contents.lend(datatype, offset, len) {
+            return Some(Ok(data));
+        }
+    }
+    let bytes = contents.bytes(offset, len)?;
+    Some(from_raw(datatype, count, bytes, usize::MAX))
+}
 
 /// Outputs placed in `contents` (the output segment, or the bytes after a
 /// streamed response), checked against the declared ones, in the order
@@ -16,7 +64,7 @@ pub(crate) fn outputs_from(
     launch: &Launch,
     wanted: &[usize],
     placed: &[wire::Placed],
-    contents: &[u8],
+    contents: &(impl Outputs + ?Sized),
     streamed: bool,
 ) -> Result<Vec<Tensor>, Error> {
     let model = &launch.model;
@@ -28,11 +76,8 @@ pub(crate) fn outputs_from(
                 let datatype: DataType = datatype.parse().map_err(|e| bad(format!("{e}")))?;
                 let count = element_count(shape)
                     .ok_or_else(|| bad(format!("output '{name}' has too many elements")))?;
-                let bytes = offset
-                    .checked_add(*len)
-                    .and_then(|end| contents.get(*offset..end))
-                    .ok_or_else(|| bad(format!("output '{name}' lies outside its segment")))?;
-                let data = from_raw(datatype, count, bytes, usize::MAX)
+                let data = output_data(contents, datatype, count, *offset, *len)
+                    .ok_or_else(|| bad(format!("output '{name}' lies outside its segment")))?
                     .map_err(|e| bad(e.for_input(name).message().to_owned()))?;
                 Ok(Tensor {
                     name: name.clone(),
@@ -70,16 +115,13 @@ pub(crate) fn outputs_from(
             }
             let count = element_count(shape)
                 .ok_or_else(|| bad(format!("output '{}' has too many elements", spec.name)))?;
-            let bytes = offset
-                .checked_add(*len)
-                .and_then(|end| contents.get(*offset..end))
+            let data = output_data(contents, datatype, count, *offset, *len)
                 .ok_or_else(|| {
                     bad(format!(
                         "output '{}' lies outside the output segment",
                         spec.name
                     ))
-                })?;
-            let data = from_raw(datatype, count, bytes, usize::MAX)
+                })?
                 .map_err(|e| bad(e.for_input(&spec.name).message().to_owned()))?;
             Ok(Tensor {
                 name: spec.name.clone(),

@@ -86,10 +86,12 @@ impl Process {
             requests: batch
                 .into_iter()
                 .zip(&placed)
-                .map(|((inputs, outputs, parameters), placed)| {
-                    self.message(launch, inputs, placed, outputs, parameters, None)
+                .map(|((inputs, outputs, parameters), placed)| wire::Infer {
+                    placement: wire::OutputPlacement::default(),
+                    ..self.message(launch, inputs, placed, outputs, parameters, None)
                 })
                 .collect(),
+            placement: self.outputs.place().into(),
         };
         // Each request's caller may leave; the batch goes on for the others.
         let reply = self.exchange(
@@ -182,6 +184,8 @@ impl Process {
                     )
                 })
                 .collect(),
+            // A decoupled model's outputs come on the socket.
+            placement: wire::OutputPlacement::default(),
         };
         self.hand_over(launch, &message, writer)?;
         Ok(used)
