@@ -159,7 +159,8 @@ impl InputSegment {
 }
 
 /// The address space an output segment is mapped in, once: a worker's
-/// outputs of one request (one batch) may take this much.
+/// outputs of one request (one batch) may take this much (a quarter, or
+/// less, where the address space is limited).
 pub(crate) const OUTPUT_RESERVE: usize = 16 << 30;
 
 /// The segment a worker writes a request's outputs into, and grows itself.
@@ -177,6 +178,9 @@ pub(crate) struct OutputSegment {
     region: Option<Region>,
     /// The file's length as last seen.
     len: usize,
+    /// The mapping's length, [`OUTPUT_RESERVE`] unless the address
+    /// space is limited.
+    reserve: usize,
     resident: Resident,
 }
 
@@ -208,7 +212,16 @@ impl Lender for Held {
 impl OutputSegment {
     pub(crate) fn new(name: &str) -> io::Result<OutputSegment> {
         let file = memfd(name)?;
-        let map = MmapOptions::new().len(OUTPUT_RESERVE).map_raw(&file)?;
+        // Less where the address space is limited (`ulimit -v`): a
+        // request's outputs may then take less.
+        let mut reserve = OUTPUT_RESERVE;
+        let map = loop {
+            match MmapOptions::new().len(reserve).map_raw(&file) {
+                Ok(map) => break map,
+                Err(_) if reserve > 64 << 20 => reserve /= 4,
+                Err(e) => return Err(e),
+            }
+        };
         let held = Arc::new(Held {
             map,
             places: Mutex::new(Vec::new()),
@@ -218,7 +231,7 @@ impl OutputSegment {
         let region = unsafe {
             Region::new(
                 held.map.as_mut_ptr(),
-                OUTPUT_RESERVE,
+                reserve,
                 Arc::clone(&held) as Arc<dyn Lender>,
             )
         };
@@ -227,6 +240,7 @@ impl OutputSegment {
             held,
             region,
             len: INITIAL,
+            reserve,
             resident: Resident::default(),
         })
     }
@@ -238,12 +252,13 @@ impl OutputSegment {
     /// beyond it is refused ([`bytes`](Self::bytes)), not a fault.
     pub(crate) fn reach(&mut self, needed: usize) -> io::Result<()> {
         if needed > self.len {
-            self.len = (self.file.metadata()?.len() as usize).min(OUTPUT_RESERVE);
+            self.len = (self.file.metadata()?.len() as usize).min(self.reserve);
         }
-        if needed > OUTPUT_RESERVE {
+        if needed > self.reserve {
             return Err(io::Error::other(format!(
-                "its outputs take {needed} bytes, more than the {OUTPUT_RESERVE} an instance's \
-                 output segment holds"
+                "its outputs take {needed} bytes, more than the {} an instance's output segment \
+                 holds",
+                self.reserve
             )));
         }
         Ok(())
