@@ -458,10 +458,9 @@ impl Process {
             parameters,
             id,
             // A decoupled model's outputs come on the socket.
-            placement: if id.is_none() {
-                self.outputs.place().into()
-            } else {
-                wire::OutputPlacement::default()
+            out: match id {
+                Some(_) => None,
+                None => wire::OutputPlacement::of(self.outputs.place()),
             },
         }
     }

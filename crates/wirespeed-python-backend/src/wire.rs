@@ -148,32 +148,22 @@ pub(crate) struct Infer<'a> {
     pub(crate) id: Option<u64>,
     /// Where its outputs go in the output segment, when the server holds
     /// places there.
-    #[serde(flatten)]
-    pub(crate) placement: OutputPlacement,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) out: Option<OutputPlacement>,
 }
 
 /// Where a worker writes a request's outputs, around the places of its
 /// output segment that the server still holds (earlier outputs, lent to
-/// their responses: `segment.rs`): at `out_at` when they all fit in
-/// `out_room` bytes (all that is left when it is absent), else from
-/// `out_held` on. Absent, as most often (nothing held), from the start.
-#[derive(Debug, Default, Serialize)]
-pub(crate) struct OutputPlacement {
-    #[serde(skip_serializing_if = "is_zero")]
-    pub(crate) out_at: usize,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub(crate) out_room: Option<usize>,
-    #[serde(skip_serializing_if = "is_zero")]
-    pub(crate) out_held: usize,
-}
+/// their responses: `segment.rs`), as `[at, room, held]`: at `at` when
+/// they all fit in `room` bytes (all that is left when it is null), else
+/// from `held` on. Absent, as most often (nothing held), from the start.
+#[derive(Debug, Serialize)]
+pub(crate) struct OutputPlacement(usize, Option<usize>, usize);
 
-impl From<crate::segment::Placement> for OutputPlacement {
-    fn from(p: crate::segment::Placement) -> OutputPlacement {
-        OutputPlacement {
-            out_at: p.at,
-            out_room: p.room,
-            out_held: p.held,
-        }
+impl OutputPlacement {
+    /// The placement to send: none while nothing is held.
+    pub(crate) fn of(p: crate::segment::Placement) -> Option<OutputPlacement> {
+        (p.held > 0).then_some(OutputPlacement(p.at, p.room, p.held))
     }
 }
 
@@ -191,8 +181,8 @@ pub(crate) struct InferBatch<'a> {
     pub(crate) size: usize,
     pub(crate) requests: Vec<Infer<'a>>,
     /// Where all the batch's outputs go.
-    #[serde(flatten)]
-    pub(crate) placement: OutputPlacement,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) out: Option<OutputPlacement>,
 }
 
 /// One request's answer in a batch: its outputs, or its error.

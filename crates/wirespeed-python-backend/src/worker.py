@@ -79,9 +79,10 @@ class Worker(PeerApis, DecoupledServing):
         # the requests answered before them in one `infer_each`.
         self.output_base = 0
         # Around the places the server still holds (outputs of earlier
-        # requests it reads in place): the message's lowest gap, its room
-        # (None: to the end) and where the held places end.
-        self.output_gap = (0, None, 0)
+        # requests it reads in place), when it holds some: the message's
+        # lowest gap, its room (None: to the end) and where the held
+        # places end.
+        self.output_gap = None
         self.linger = 0
         # Decoupled mode: ids of requests whose client left, and the
         # server's answers to BLS calls (the reader thread fills both).
@@ -315,7 +316,7 @@ class Worker(PeerApis, DecoupledServing):
         output segment: each one's outputs, or its error."""
         answers = []
         # One after the other, all past the places the server holds.
-        self.output_base = self.output_gap[2]
+        self.output_base = self.output_gap[2] if self.output_gap else 0
         try:
             for request in message["requests"]:
                 request["size"] = message["size"]
@@ -347,21 +348,20 @@ class Worker(PeerApis, DecoupledServing):
         requests before, in one `infer_each`), or where the message says
         they fit between the places the server holds; returns where each
         lies (and its parameters)."""
-        raws = []
-        for entry in prepared:
-            (_, array, raw) = entry[1]
-            # The array's bytes, viewed in place (one copy, into the
-            # segment).
-            raws.append(buffer_view(array) if raw is None else raw)
         size = self.output_base
-        if not size:
+        if not size and self.output_gap:
             at, room, held = self.output_gap
-            total = sum(aligned(len(raw)) for raw in raws)
+            total = sum(aligned(array.nbytes if raw is None else len(raw))
+                        for _, (_, array, raw), *_ in prepared)
             size = at if room is None or total <= room else held
         layout = []
         writes = []
-        for entry, raw in zip(prepared, raws):
-            name, (datatype, array, _) = entry[0], entry[1]
+        for entry in prepared:
+            name, (datatype, array, raw) = entry[0], entry[1]
+            if raw is None:
+                # The array's bytes, viewed in place (one copy, into the
+                # segment).
+                raw = buffer_view(array)
             length = len(raw)
             placed = [name, datatype, list(array.shape), size, length]
             if len(entry) > 2 and entry[2]:
@@ -424,8 +424,7 @@ class Worker(PeerApis, DecoupledServing):
                 break
             self.current_cancelled = False
             started = time.perf_counter()
-            self.output_gap = (message.get("out_at", 0), message.get("out_room"),
-                               message.get("out_held", 0))
+            self.output_gap = message.get("out")
             try:
                 self.busy = True
                 try:

@@ -87,11 +87,11 @@ impl Process {
                 .into_iter()
                 .zip(&placed)
                 .map(|((inputs, outputs, parameters), placed)| wire::Infer {
-                    placement: wire::OutputPlacement::default(),
+                    out: None,
                     ..self.message(launch, inputs, placed, outputs, parameters, None)
                 })
                 .collect(),
-            placement: self.outputs.place().into(),
+            out: wire::OutputPlacement::of(self.outputs.place()),
         };
         // Each request's caller may leave; the batch goes on for the others.
         let reply = self.exchange(
@@ -185,7 +185,7 @@ impl Process {
                 })
                 .collect(),
             // A decoupled model's outputs come on the socket.
-            placement: wire::OutputPlacement::default(),
+            out: None,
         };
         self.hand_over(launch, &message, writer)?;
         Ok(used)
