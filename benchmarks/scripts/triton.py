@@ -31,7 +31,7 @@ Python stubs, wirespeed's workers) after loading and after the rounds.
 
 Usage (from the repository root, after `cargo build --release -p wirespeed`
 and ./scripts/test's venvs and tools):
-    .venv/bin/python benchmarks/scripts/triton.py [--rounds 3] [--seconds 8] [--neighbour] [--only py16,ens16]
+    .venv/bin/python benchmarks/scripts/triton.py [--rounds 3] [--seconds 8] [--neighbour] [--only py16,ens16] [--wirespeed OLD --wirespeed NEW]
 """
 
 import argparse
@@ -312,8 +312,10 @@ def main():
     parser.add_argument("--seconds", type=int, default=8)
     parser.add_argument("--neighbour", action="store_true", help="a CPU-bound process on core 0 meanwhile")
     parser.add_argument("--only", default="", help="comma-separated workloads")
-    parser.add_argument("--wirespeed", default=str(ROOT / "target" / "release" / "wirespeed"))
+    parser.add_argument("--wirespeed", action="append",
+                        help="a wirespeed binary (the release build if none); more than one to compare builds")
     args = parser.parse_args()
+    binaries = args.wirespeed or [str(ROOT / "target" / "release" / "wirespeed")]
     workloads = [w for w in args.only.split(",") if w] or WORKLOADS
     scratch = Path(tempfile.mkdtemp(prefix="triton_sbs_"))
     repository(scratch / "repo")
@@ -323,7 +325,11 @@ def main():
     neighbour = None
     try:
         servers.append(start_triton(scratch / "repo", open(scratch / "triton.log", "w")))
-        servers.append(start_wirespeed(args.wirespeed, scratch / "repo", open(scratch / "wirespeed.log", "w")))
+        for i, binary in enumerate(binaries):
+            server = start_wirespeed(binary, scratch / "repo", open(scratch / f"wirespeed{i}.log", "w"))
+            if len(binaries) > 1:
+                server.name = f"wirespeed {Path(binary).name}"
+            servers.append(server)
         rss = {s.name: [tree_rss_mib(s.process.pid)] for s in servers}
         if args.neighbour:
             neighbour = subprocess.Popen(["taskset", "-c", "0", sys.executable, "-c", "while True: pass"])
@@ -349,18 +355,26 @@ def main():
 
     print(f"\n{args.rounds} rounds x {args.seconds} s{', a CPU-bound neighbour on core 0' if args.neighbour else ''}; "
           "medians; ratio = how many times wirespeed is ahead (throughput ratio, or Triton's time / wirespeed's)")
-    print(f"| workload | Triton 2.51 | wirespeed | ratio |\n|---|---|---|---|")
+    ours_names = [s.name for s in servers[1:]]
+    print("| workload | Triton 2.51 | " + " | ".join(f"{n} | ratio" for n in ours_names) + " |")
+    print("|---|---|" + "---|---|" * len(ours_names))
     for workload in workloads:
         triton = statistics.median(results[(workload, "triton")])
-        ours = statistics.median(results[(workload, "wirespeed")])
-        ratio = triton / ours if workload in TIMES else ours / triton
         unit = "ms" if workload in TIMES else "/s"
-        print(f"| {workload} | {triton:,.3f} {unit} | {ours:,.3f} {unit} | {ratio:.2f}x |")
+        cells = []
+        for name in ours_names:
+            ours = statistics.median(results[(workload, name)])
+            ratio = triton / ours if workload in TIMES else ours / triton
+            cells.append(f"{ours:,.3f} {unit} | {ratio:.2f}x")
+        print(f"| {workload} | {triton:,.3f} {unit} | " + " | ".join(cells) + " |")
     for workload, what in (("mb4", "inference"), ("stream", "event")):
         if workload in workloads:
             triton = statistics.median(cpu[(workload, "triton")])
-            ours = statistics.median(cpu[(workload, "wirespeed")])
-            print(f"| {workload}, server CPU per {what} | {triton:.1f} us | {ours:.1f} us | {triton / ours:.2f}x |")
+            cells = []
+            for name in ours_names:
+                ours = statistics.median(cpu[(workload, name)])
+                cells.append(f"{ours:.1f} us | {triton / ours:.2f}x")
+            print(f"| {workload}, server CPU per {what} | {triton:.1f} us | " + " | ".join(cells) + " |")
     for name, (idle, after) in rss.items():
         print(f"| RSS of {name}'s processes, loaded / after | {idle:.1f} MiB | {after:.1f} MiB | |")
 
