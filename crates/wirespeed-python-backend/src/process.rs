@@ -204,12 +204,7 @@ impl Process {
             } => {
                 super::metrics::apply(&launch.model, metrics);
                 let read = self.read_outputs(launch, outputs, &placed);
-                let used = placed
-                    .iter()
-                    .map(|p| p.3.saturating_add(p.4))
-                    .max()
-                    .unwrap_or(0);
-                self.outputs.settle(used);
+                self.outputs.settle(wire::Placed::extent(&placed));
                 read.map_err(CallError::Model)
             }
             Reply::Error {
@@ -491,13 +486,8 @@ impl Process {
         wanted: &[usize],
         placed: &[wire::Placed],
     ) -> Result<Vec<Tensor>, Error> {
-        let needed = placed
-            .iter()
-            .map(|p| p.3.saturating_add(p.4))
-            .max()
-            .unwrap_or(0);
         self.outputs
-            .reach(needed)
+            .reach(wire::Placed::extent(placed))
             .map_err(|e| Error::model_failed(format!("model '{}': {e}", launch.model)))?;
         outputs_from(launch, wanted, placed, &self.outputs, false)
     }

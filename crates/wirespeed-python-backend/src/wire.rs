@@ -68,6 +68,17 @@ pub(crate) struct Placed(
     #[serde(default)] pub(crate) serde_json::Map<String, serde_json::Value>,
 );
 
+impl Placed {
+    /// Where outputs `placed` end in their segment: the bytes they use.
+    pub(crate) fn extent(placed: &[Placed]) -> usize {
+        placed
+            .iter()
+            .map(|p| p.3.saturating_add(p.4))
+            .max()
+            .unwrap_or(0)
+    }
+}
+
 /// Parameters as the worker writes them (a BLS call's, an output's own):
 /// strings, numbers and bools, what the protocol's parameters hold;
 /// anything else, and `null`, left out.

@@ -113,9 +113,7 @@ impl Process {
                             outputs: Some(placed),
                             ..
                         } => {
-                            for p in &placed {
-                                used = used.max(p.3.saturating_add(p.4));
-                            }
+                            used = used.max(wire::Placed::extent(&placed));
                             self.read_outputs(launch, outputs, &placed)
                         }
                         wire::BatchAnswer { kind, error, .. } => Err(model_error(
