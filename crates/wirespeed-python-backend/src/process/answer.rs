@@ -38,7 +38,7 @@ impl Outputs for OutputSegment {
 }
 
 /// One output's elements: lent where they lie when they can be, else
-/// copied; `None` when they lie outside.
+/// copied; `None` when they lie outside, or over an output still held.
 fn output_data(
     contents: &(impl Outputs + ?Sized),
     datatype: DataType,
@@ -118,7 +118,8 @@ pub(crate) fn outputs_from(
             let data = output_data(contents, datatype, count, *offset, *len)
                 .ok_or_else(|| {
                     bad(format!(
-                        "output '{}' lies outside the output segment",
+                        "output '{}' lies outside the output segment, or over an output \
+                         still being answered",
                         spec.name
                     ))
                 })?
